@@ -1,0 +1,277 @@
+"""Blob: an N-D array of values (``data``) and their gradients (``diff``)."""
+
+import numpy as np
+
+from .errors import ShapeError
+from .proto import caffe_pb2
+from .syncedmem import SyncedArray
+
+MAX_BLOB_AXES = 32
+
+
+class Blob:
+    """Caffe's Blob: shape, data and diff, each with a host and (in GPU mode) a device copy.
+
+    ``blob.data`` / ``blob.diff`` are host NumPy arrays that pycaffe users read and write in
+    place. Layers use ``read_data()/write_data()/read_diff()/write_diff()``, which give the
+    array of the current mode (NumPy on the CPU, CuPy on the GPU) and keep the sync state right.
+    """
+
+    def __init__(self, shape=(), dtype=np.float32):
+        self.dtype = np.dtype(dtype)
+        self._shape = ()
+        self._count = 0
+        self._capacity = 0
+        self._data = None
+        self._diff = None
+        self.reshape(shape)
+
+    # ---- shape ---------------------------------------------------------------------------
+    def reshape(self, *shape):
+        """Change the shape; storage is reused when the new count fits the capacity."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        if isinstance(shape, caffe_pb2.BlobShape):
+            shape = tuple(shape.dim)
+        shape = tuple(int(d) for d in shape)
+        if len(shape) > MAX_BLOB_AXES:
+            raise ShapeError("a blob has at most %d axes, got shape %s" % (MAX_BLOB_AXES, shape))
+        for d in shape:
+            if d < 0:
+                raise ShapeError("blob dimensions must be >= 0, got shape %s" % (shape,))
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if count > np.iinfo(np.int32).max:
+            raise ShapeError("blob of shape %s has more than 2^31 elements" % (shape,))
+        self._shape = shape
+        self._count = count
+        if count > self._capacity:
+            self._capacity = count
+            self._data = SyncedArray(count, self.dtype)
+            self._diff = SyncedArray(count, self.dtype)
+
+    def reshape_like(self, other):
+        self.reshape(other.shape)
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def num_axes(self):
+        return len(self._shape)
+
+    @property
+    def count(self):
+        """Number of elements (pycaffe's ``blob.count``)."""
+        return self._count
+
+    def count_range(self, start, end=None):
+        """Product of the dimensions ``start`` (inclusive) to ``end`` (exclusive)."""
+        end = self.num_axes if end is None else end
+        return int(np.prod(self._shape[start:end], dtype=np.int64))
+
+    def canonical_axis_index(self, axis):
+        n = self.num_axes
+        if not -n <= axis < n:
+            raise ShapeError("axis %d out of range for a %d-axis blob of shape %s"
+                             % (axis, n, self._shape))
+        return axis + n if axis < 0 else axis
+
+    def shape_at(self, axis):
+        return self._shape[self.canonical_axis_index(axis)]
+
+    def legacy_shape(self, index):
+        """Caffe's LegacyShape: axes beyond a <=4-axis shape count as 1."""
+        if self.num_axes > 4:
+            raise ShapeError("legacy accessors need a blob of at most 4 axes, shape is %s"
+                             % (self._shape,))
+        if index >= self.num_axes or index < -self.num_axes:
+            return 1
+        return self.shape_at(index)
+
+    num = property(lambda self: self.legacy_shape(0))
+    channels = property(lambda self: self.legacy_shape(1))
+    height = property(lambda self: self.legacy_shape(2))
+    width = property(lambda self: self.legacy_shape(3))
+
+    # ---- storage -------------------------------------------------------------------------
+    def _view(self, arr):
+        return arr[: self._count].reshape(self._shape)
+
+    @property
+    def data(self):
+        """Host data, writable in place (marks the device copy stale)."""
+        return self._view(self._data.mutable_cpu())
+
+    @data.setter
+    def data(self, value):
+        self.data[...] = value
+
+    @property
+    def diff(self):
+        return self._view(self._diff.mutable_cpu())
+
+    @diff.setter
+    def diff(self, value):
+        self.diff[...] = value
+
+    def cpu_data(self):
+        return self._view(self._data.cpu())
+
+    def cpu_diff(self):
+        return self._view(self._diff.cpu())
+
+    def gpu_data(self):
+        return self._view(self._data.gpu())
+
+    def gpu_diff(self):
+        return self._view(self._diff.gpu())
+
+    def mutable_gpu_data(self):
+        return self._view(self._data.mutable_gpu())
+
+    def mutable_gpu_diff(self):
+        return self._view(self._diff.mutable_gpu())
+
+    def read_data(self):
+        return self._view(self._data.read())
+
+    def write_data(self):
+        return self._view(self._data.write())
+
+    def read_diff(self):
+        return self._view(self._diff.read())
+
+    def write_diff(self):
+        return self._view(self._diff.write())
+
+    @property
+    def data_state(self):
+        return self._data.head
+
+    @property
+    def diff_state(self):
+        return self._diff.head
+
+    def share_data(self, other):
+        """Use ``other``'s data storage (counts must match)."""
+        if self._count != other._count:
+            raise ShapeError("cannot share data of a blob of shape %s with one of shape %s"
+                             % (other.shape, self.shape))
+        self._data = other._data
+        self._capacity = min(self._data.size, self._diff.size)
+
+    def share_diff(self, other):
+        if self._count != other._count:
+            raise ShapeError("cannot share diff of a blob of shape %s with one of shape %s"
+                             % (other.shape, self.shape))
+        self._diff = other._diff
+        self._capacity = min(self._data.size, self._diff.size)
+
+    # ---- math ----------------------------------------------------------------------------
+    def update(self):
+        """data -= diff, on the side where the data currently is."""
+        data = self.write_data()
+        data -= self.read_diff()
+
+    def asum_data(self):
+        return float(abs(self.read_data()).sum())
+
+    def asum_diff(self):
+        return float(abs(self.read_diff()).sum())
+
+    def sumsq_data(self):
+        d = self.read_data().ravel()
+        return float(d.dot(d))
+
+    def sumsq_diff(self):
+        d = self.read_diff().ravel()
+        return float(d.dot(d))
+
+    def scale_data(self, factor):
+        d = self.write_data()
+        d *= factor
+
+    def scale_diff(self, factor):
+        d = self.write_diff()
+        d *= factor
+
+    # ---- proto ---------------------------------------------------------------------------
+    def shape_equals(self, proto):
+        """Caffe's ShapeEquals: legacy 4-D protos match shapes of <= 4 axes padded with 1s."""
+        if proto.HasField("num") or proto.HasField("channels") or \
+                proto.HasField("height") or proto.HasField("width"):
+            return (self.num_axes <= 4 and
+                    self.legacy_shape(-4) == proto.num and
+                    self.legacy_shape(-3) == proto.channels and
+                    self.legacy_shape(-2) == proto.height and
+                    self.legacy_shape(-1) == proto.width)
+        return tuple(proto.shape.dim) == self._shape
+
+    def to_proto(self, proto=None, write_diff=False):
+        proto = caffe_pb2.BlobProto() if proto is None else proto
+        proto.Clear()
+        proto.shape.dim.extend(self._shape)
+        if self.dtype == np.float64:
+            proto.double_data.extend(self.cpu_data().ravel().tolist())
+            if write_diff:
+                proto.double_diff.extend(self.cpu_diff().ravel().tolist())
+        else:
+            proto.data.extend(self.cpu_data().ravel().astype(np.float32, copy=False))
+            if write_diff:
+                proto.diff.extend(self.cpu_diff().ravel().astype(np.float32, copy=False))
+        return proto
+
+    def from_proto(self, proto, reshape=True):
+        if reshape:
+            self.reshape(proto_shape(proto))
+        elif not self.shape_equals(proto):
+            raise ShapeError("blob proto of shape %s does not match blob of shape %s"
+                             % (proto_shape(proto), self._shape))
+        data = proto.double_data if len(proto.double_data) else proto.data
+        self._fill_from(data, "data", self.data)
+        diff = proto.double_diff if len(proto.double_diff) else proto.diff
+        if len(diff):
+            self._fill_from(diff, "diff", self.diff)
+        return self
+
+    def _fill_from(self, values, what, target):
+        if len(values) != self._count:
+            raise ShapeError("blob proto holds %d %s values for a blob of shape %s (%d)"
+                             % (len(values), what, self._shape, self._count))
+        target[...] = np.asarray(values, dtype=self.dtype).reshape(self._shape)
+
+    def __repr__(self):
+        return "Blob(shape=%s, dtype=%s)" % (self._shape, self.dtype.name)
+
+
+def proto_shape(proto):
+    """The shape a BlobProto describes (legacy num/channels/height/width or ``shape``)."""
+    if proto.HasField("num") or proto.HasField("channels") or \
+            proto.HasField("height") or proto.HasField("width"):
+        return (proto.num, proto.channels, proto.height, proto.width)
+    return tuple(proto.shape.dim)
+
+
+def array_to_blobproto(arr, diff=None):
+    """A BlobProto holding ``arr`` (float32 values, N-D shape)."""
+    proto = caffe_pb2.BlobProto()
+    arr = np.asarray(arr)
+    proto.shape.dim.extend(arr.shape)
+    proto.data.extend(arr.astype(np.float32).ravel())
+    if diff is not None:
+        proto.diff.extend(np.asarray(diff, np.float32).ravel())
+    return proto
+
+
+def blobproto_to_array(proto, return_diff=False):
+    """The array a BlobProto holds (its diff with ``return_diff``)."""
+    shape = proto_shape(proto)
+    if return_diff:
+        values = proto.double_diff if len(proto.double_diff) else proto.diff
+    else:
+        values = proto.double_data if len(proto.double_data) else proto.data
+    dtype = np.float64 if (len(proto.double_data) and not return_diff) or \
+        (len(proto.double_diff) and return_diff) else np.float32
+    return np.asarray(values, dtype=dtype).reshape(shape)
+

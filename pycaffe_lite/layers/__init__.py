@@ -1,0 +1,28 @@
+"""Built-in layers. Every module of this package registers its layer types on import."""
+
+import importlib
+import pkgutil
+
+import numpy as np
+
+from ..registry import LAYERS
+
+_loaded = False
+
+
+def load_all():
+    """Import every layer module of this package (each registers its types)."""
+    global _loaded
+    if _loaded:
+        return
+    for info in pkgutil.walk_packages(__path__, __name__ + "."):
+        importlib.import_module(info.name)
+    _loaded = True
+
+
+def create_layer(layer_param, dtype=np.float32):
+    """A layer object for ``layer_param`` (a LayerParameter), chosen by its type."""
+    load_all()
+    context = "layer '%s'" % layer_param.name if layer_param.name else ""
+    cls = LAYERS.get(layer_param.type, context)
+    return cls(layer_param, dtype=dtype)

@@ -1,0 +1,1 @@
+"""Neuron layers."""

@@ -1,0 +1,85 @@
+"""An array with a host copy and a device copy, kept in sync lazily (Caffe's SyncedMemory).
+
+States: ``UNINITIALIZED`` (nothing allocated), ``HEAD_AT_CPU`` (host is current, device stale),
+``HEAD_AT_GPU`` (device is current, host stale) and ``SYNCED`` (both current). Reading a side
+brings it up to date; asking for a side to write marks the other one stale.
+"""
+
+import numpy as np
+
+from . import backend
+
+UNINITIALIZED = "uninitialized"
+HEAD_AT_CPU = "head_at_cpu"
+HEAD_AT_GPU = "head_at_gpu"
+SYNCED = "synced"
+
+
+class SyncedArray:
+    """A flat array of ``size`` elements of ``dtype`` with lazy host/device copies."""
+
+    __slots__ = ("size", "dtype", "_cpu", "_gpu", "head")
+
+    def __init__(self, size, dtype=np.float32):
+        self.size = int(size)
+        self.dtype = np.dtype(dtype)
+        self._cpu = None
+        self._gpu = None
+        self.head = UNINITIALIZED
+
+    def _to_cpu(self):
+        if self.head == UNINITIALIZED:
+            self._cpu = np.zeros(self.size, self.dtype)
+            self.head = HEAD_AT_CPU
+        elif self.head == HEAD_AT_GPU:
+            host = backend.to_host(self._gpu)
+            if self._cpu is None:
+                self._cpu = np.array(host, dtype=self.dtype, copy=True)
+            else:
+                self._cpu[...] = host
+            self.head = SYNCED
+
+    def _to_gpu(self):
+        if self.head == UNINITIALIZED:
+            self._gpu = backend.device_module().zeros(self.size, self.dtype)
+            self.head = HEAD_AT_GPU
+        elif self.head == HEAD_AT_CPU:
+            if self._gpu is None:
+                self._gpu = backend.to_device(self._cpu)
+            elif hasattr(self._gpu, "set"):  # CuPy: copy into the existing buffer
+                self._gpu.set(self._cpu)
+            else:
+                self._gpu[...] = backend.to_device(self._cpu)
+            self.head = SYNCED
+
+    def cpu(self):
+        """The host array for reading."""
+        if self.head not in (HEAD_AT_CPU, SYNCED):
+            self._to_cpu()
+        return self._cpu
+
+    def mutable_cpu(self):
+        """The host array for writing: the device copy becomes stale."""
+        if self.head != HEAD_AT_CPU:
+            self._to_cpu()
+            self.head = HEAD_AT_CPU
+        return self._cpu
+
+    def gpu(self):
+        if self.head not in (HEAD_AT_GPU, SYNCED):
+            self._to_gpu()
+        return self._gpu
+
+    def mutable_gpu(self):
+        if self.head != HEAD_AT_GPU:
+            self._to_gpu()
+            self.head = HEAD_AT_GPU
+        return self._gpu
+
+    def read(self):
+        """The current-mode array for reading."""
+        return self.cpu() if backend.mode() == backend.CPU else self.gpu()
+
+    def write(self):
+        """The current-mode array for writing."""
+        return self.mutable_cpu() if backend.mode() == backend.CPU else self.mutable_gpu()
