@@ -1,0 +1,59 @@
+"""The ``pycaffe-lite`` command line, with Caffe's commands and flag spellings.
+
+Caffe's single-dash long flags (``-solver x``, ``-gpu 0``) are accepted as well as ``--solver``,
+so existing scripts work by replacing the binary's name.
+"""
+
+import argparse
+import logging
+import sys
+
+from . import __version__
+from .commands import all_commands
+from .errors import CaffeError
+
+
+def normalise_flags(argv):
+    """``-solver`` -> ``--solver``; short single-letter flags are left alone."""
+    out = []
+    for a in argv:
+        if a.startswith("-") and not a.startswith("--") and len(a) > 2 and a[1].isalpha():
+            a = "-" + a
+        out.append(a)
+    return out
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="pycaffe-lite",
+        description="Caffe-compatible deep learning: train, test and time prototxt nets.")
+    parser.add_argument("--version", action="version", version="pycaffe-lite " + __version__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text, add_arguments, run in all_commands():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_arguments(p)
+        p.set_defaults(run=run)
+    return parser
+
+
+def main(argv=None):
+    argv = normalise_flags(sys.argv[1:] if argv is None else list(argv))
+    logging.basicConfig(level=logging.INFO, format="%(levelname).1s%(asctime)s %(message)s",
+                        datefmt="%m%d %H:%M:%S")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 0
+    try:
+        return args.run(args) or 0
+    except CaffeError as exc:
+        print("pycaffe-lite %s: error: %s" % (args.command, exc), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("pycaffe-lite %s: interrupted" % args.command, file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

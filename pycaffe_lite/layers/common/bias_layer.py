@@ -1,0 +1,91 @@
+"""Bias: add a (learned or given) bias blob, broadcast along the bottom's other axes."""
+
+from ...errors import ShapeError
+from ...fillers import fill
+from ...layer import Layer
+from ...registry import register_layer
+
+
+@register_layer("Bias")
+class BiasLayer(Layer):
+    """y = x + b, where b covers the axes ``axis`` .. ``axis + b.num_axes - 1`` of x and is
+    broadcast along the axes before and after.
+
+    Bottoms: x, any shape; optionally b (the bias, instead of a learned blob) whose shape
+    matches x's from ``axis`` on (a scalar b, with no axes, is added everywhere).
+    Tops: y, x's shape; may be computed in place.
+    Params: ``bias_param { axis (1), num_axes (1; -1 = all remaining axes; only used for the
+    learned blob), filler (constant 0) }``; negative ``axis`` counts from the end.
+    Blobs: with one bottom, the bias of shape ``x.shape[axis:axis + num_axes]``.
+    """
+
+    min_num_bottom_blobs = 1
+    max_num_bottom_blobs = 2
+    exact_num_top_blobs = 1
+
+    def _canonical(self, x, axis):
+        try:
+            return x.canonical_axis_index(axis)
+        except ShapeError:
+            raise self.error("axis %d out of range for a bottom of shape %s"
+                             % (axis, x.shape)) from None
+
+    def setup(self, bottom, top):
+        p = self.layer_param.bias_param
+        if len(bottom) == 1 and len(self.blobs) > 0:
+            if len(self.blobs) != 1:
+                raise self.error("expected 1 parameter blob (the bias), got %d"
+                                 % len(self.blobs))
+            return
+        if len(bottom) > 1:
+            if len(self.blobs) > 0:
+                raise self.error("has %d parameter blob(s), but the bias is given by bottom 1"
+                                 % len(self.blobs))
+            return
+        x = bottom[0]
+        axis = self._canonical(x, p.axis)
+        if p.num_axes < -1:
+            raise self.error("num_axes must be non-negative, or -1 to extend to the end of "
+                             "bottom[0], got %d" % p.num_axes)
+        if p.num_axes >= 0 and x.num_axes < axis + p.num_axes:
+            raise self.error("bias blob's shape extends past bottom[0]'s shape %s when applied "
+                             "starting with bottom[0] axis = %d (num_axes %d)"
+                             % (x.shape, axis, p.num_axes))
+        end = x.num_axes if p.num_axes == -1 else axis + p.num_axes
+        fill(self.blobs.add_blob(*x.shape[axis:end]), p.filler)
+
+    def reshape(self, bottom, top):
+        x = bottom[0]
+        bias = bottom[1] if len(bottom) > 1 else self.blobs[0]
+        axis = 0 if bias.num_axes == 0 else self._canonical(x, self.layer_param.bias_param.axis)
+        if x.num_axes < axis + bias.num_axes or \
+                x.shape[axis:axis + bias.num_axes] != bias.shape:
+            raise self.error("bias of shape %s does not match bottom[0] of shape %s from axis "
+                             "%d (expected shape %s)" % (bias.shape, x.shape, axis,
+                                                         x.shape[axis:axis + bias.num_axes]))
+        self.outer = x.count_range(0, axis)
+        self.dim = bias.count
+        self.inner = x.count_range(axis + bias.num_axes)
+        if top[0] is not x:
+            top[0].reshape(x.shape)
+
+    def forward(self, bottom, top):
+        b = (bottom[1] if len(bottom) > 1 else self.blobs[0]).read_data()
+        x = bottom[0].read_data().reshape(self.outer, self.dim, self.inner)
+        y = top[0].write_data().reshape(self.outer, self.dim, self.inner)
+        y[...] = x + b.reshape(1, self.dim, 1)
+
+    def backward(self, top, propagate_down, bottom):
+        dy = top[0].read_diff()
+        if propagate_down[0] and bottom[0] is not top[0]:
+            bottom[0].write_diff()[...] = dy
+        as_param = len(bottom) == 1
+        if (as_param and self.param_propagate_down[0]) or \
+                (not as_param and propagate_down[1]):
+            grad = dy.reshape(self.outer, self.dim, self.inner).sum(axis=(0, 2))
+            target = self.blobs[0] if as_param else bottom[1]
+            db = target.write_diff().reshape(self.dim)
+            if as_param:
+                db += grad
+            else:
+                db[...] = grad

@@ -1,0 +1,105 @@
+"""InnerProduct: a fully connected layer, y = x W^T + b over the axes from ``axis`` on."""
+
+import math
+
+from ...backend import get_array_module
+from ...errors import ShapeError
+from ...fillers import fill
+from ...layer import Layer
+from ...registry import register_layer
+
+
+@register_layer("InnerProduct")
+class InnerProductLayer(Layer):
+    """Fully connected layer: the axes from ``axis`` on are flattened into K inputs.
+
+    Bottoms: x, any shape with at least ``axis`` leading axes; the first ``axis`` axes are M
+    independent samples, the rest (K values) their features.
+    Tops: y of shape ``x.shape[:axis] + (num_output,)``.
+    Params: ``inner_product_param { num_output (required), bias_term (true), weight_filler
+    (constant 0), bias_filler (constant 0), axis (1), transpose (false) }``.
+    Blobs: weights of shape (N, K), or (K, N) with ``transpose``; bias of shape (N,) when
+    ``bias_term``.
+    """
+
+    exact_num_bottom_blobs = 1
+    exact_num_top_blobs = 1
+
+    def _axis(self, bottom):
+        axis = self.layer_param.inner_product_param.axis
+        try:
+            return bottom.canonical_axis_index(axis)
+        except ShapeError:
+            raise self.error("axis %d is out of range for a bottom of shape %s"
+                             % (axis, bottom.shape)) from None
+
+    def setup(self, bottom, top):
+        p = self.layer_param.inner_product_param
+        self.num_output = int(p.num_output)
+        self.bias_term = p.bias_term
+        self.transpose = p.transpose
+        if self.num_output <= 0:
+            raise self.error("inner_product_param.num_output must be > 0, got %d"
+                             % self.num_output)
+        axis = self._axis(bottom[0])
+        self.K = bottom[0].count_range(axis)
+        n, k = self.num_output, self.K
+        weight_shape = (k, n) if self.transpose else (n, k)
+        expected = [weight_shape] + ([(n,)] if self.bias_term else [])
+        if len(self.blobs) > 0:
+            # Parameters given with the layer (a saved net): check they fit.
+            if len(self.blobs) != len(expected):
+                raise self.error("expected %d parameter blob(s) (bias_term: %s), got %d"
+                                 % (len(expected), self.bias_term, len(self.blobs)))
+            for i, (blob, shape) in enumerate(zip(self.blobs, expected)):
+                if blob.count != math.prod(shape):
+                    raise self.error("parameter blob %d has shape %s, expected %s"
+                                     % (i, blob.shape, shape))
+                if blob.shape != shape:
+                    blob.reshape(shape)
+            return
+        weight = self.blobs.add_blob(*weight_shape)
+        fill(weight, p.weight_filler)
+        if self.bias_term:
+            bias = self.blobs.add_blob(n)
+            fill(bias, p.bias_filler)
+
+    def reshape(self, bottom, top):
+        axis = self._axis(bottom[0])
+        new_k = bottom[0].count_range(axis)
+        if new_k != self.K:
+            raise self.error("Input size incompatible with inner product parameters: the "
+                             "bottom of shape %s gives %d inputs from axis %d, expected %d"
+                             % (bottom[0].shape, new_k, axis, self.K))
+        self.M = bottom[0].count_range(0, axis)
+        top[0].reshape(bottom[0].shape[:axis] + (self.num_output,))
+
+    def _weight_nk(self):
+        """The weights as an (N, K)-shaped view (transposed view when stored as (K, N))."""
+        w = self.blobs[0].read_data()
+        return w.T if self.transpose else w
+
+    def forward(self, bottom, top):
+        x = bottom[0].read_data().reshape(self.M, self.K)
+        y = top[0].write_data().reshape(self.M, self.num_output)
+        xp = get_array_module(x)
+        xp.matmul(x, self._weight_nk().T, out=y)
+        if self.bias_term:
+            y += self.blobs[1].read_data()
+
+    def backward(self, top, propagate_down, bottom):
+        dy = top[0].read_diff().reshape(self.M, self.num_output)
+        x = bottom[0].read_data().reshape(self.M, self.K)
+        if self.param_propagate_down[0]:
+            dw = self.blobs[0].write_diff()
+            if self.transpose:
+                dw += x.T @ dy
+            else:
+                dw += dy.T @ x
+        if self.bias_term and self.param_propagate_down[1]:
+            db = self.blobs[1].write_diff()
+            db += dy.sum(axis=0)
+        if propagate_down[0]:
+            xp = get_array_module(dy)
+            dx = bottom[0].write_diff().reshape(self.M, self.K)
+            xp.matmul(dy, self._weight_nk(), out=dx)

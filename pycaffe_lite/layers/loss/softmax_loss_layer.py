@@ -1,0 +1,108 @@
+"""SoftmaxWithLoss: softmax followed by the multinomial logistic loss of the true class."""
+
+import numpy as np
+
+from ...backend import get_array_module
+from ...layer import LossLayer
+from ...registry import register_layer
+from ..common.softmax_layer import softmax_axis, softmax_forward
+from .loss_utils import check_labels, get_normalizer, normalization_mode
+
+FLT_MIN = float(np.finfo(np.float32).tiny)
+
+
+@register_layer("SoftmaxWithLoss")
+class SoftmaxWithLossLayer(LossLayer):
+    """Cross-entropy of softmax probabilities against integer class labels.
+
+    Bottoms: scores (N, ..., C, ...) with the classes along ``softmax_param.axis``; labels with
+    one value per prediction (count = outer * inner, e.g. N*H*W for axis 1 of (N, C, H, W)),
+    integers in [0, C) or the ignore label. Only the scores receive gradients.
+    Tops: loss (scalar); optionally the probabilities (shape of the scores; its diff is not
+    back-propagated, as in Caffe).
+    Params: ``softmax_param { axis (1) }``; ``loss_param { ignore_label (none),
+    normalization (VALID), normalize (legacy: true = VALID, false = BATCH_SIZE, used only
+    when normalization is not set) }``.
+
+    loss = -sum over non-ignored positions of log(max(p[label], FLT_MIN)) / normalizer, where
+    the normalizer is FULL: outer*inner, VALID: number of non-ignored labels, BATCH_SIZE: outer,
+    NONE: 1, floored at 1. d(scores) = (p - onehot(label)) * top_diff / normalizer, zero at
+    ignored positions.
+    """
+
+    exact_num_top_blobs = -1
+    min_num_top_blobs = 1
+    max_num_top_blobs = 2
+
+    def setup(self, bottom, top):
+        loss_param = self.layer_param.loss_param
+        self.ignore_label = loss_param.ignore_label if loss_param.HasField("ignore_label") \
+            else None
+        self.normalization = normalization_mode(loss_param)
+        # Validate the mode now rather than at the first forward.
+        get_normalizer(self.normalization, 1, 1, layer=self)
+        self.prob = None
+
+    def reshape(self, bottom, top):
+        super().reshape(bottom, top)
+        scores, labels = bottom
+        axis = softmax_axis(self, scores, self.layer_param.softmax_param.axis)
+        channels = scores.shape[axis]
+        if channels < 1:
+            raise self.error(f"softmax axis {axis} of the scores (shape {scores.shape}) is "
+                             "empty; expected at least one class")
+        self.outer_num = scores.count_range(0, axis)
+        self.inner_num = scores.count_range(axis + 1)
+        self.channels = channels
+        if labels.count != self.outer_num * self.inner_num:
+            raise self.error(
+                f"number of labels must match number of predictions: scores of shape "
+                f"{scores.shape} with softmax axis {axis} need {self.outer_num * self.inner_num} "
+                f"labels (outer {self.outer_num} x inner {self.inner_num}), got {labels.count} "
+                f"(labels shape {labels.shape})")
+        self.view_shape = (self.outer_num, channels, self.inner_num)
+        if len(top) >= 2:
+            top[1].reshape(scores.shape)
+
+    def _labels(self, bottom):
+        labels = bottom[1].read_data().reshape(self.outer_num, self.inner_num)
+        return check_labels(self, labels, self.channels, self.ignore_label)
+
+    def forward(self, bottom, top):
+        scores = bottom[0].read_data()
+        xp = get_array_module(scores)
+        prob = self.prob
+        if prob is None or prob.shape != self.view_shape or get_array_module(prob) is not xp:
+            prob = self.prob = xp.empty(self.view_shape, dtype=scores.dtype)
+        softmax_forward(scores.reshape(self.view_shape), prob)
+        index, valid = self._labels(bottom)
+        self.index, self.valid = index, valid
+        self.valid_count = int(valid.sum())
+        picked = xp.take_along_axis(prob, index[:, None, :], axis=1)[:, 0, :]
+        log_p = xp.log(xp.maximum(picked, prob.dtype.type(FLT_MIN)))
+        total = -xp.where(valid, log_p, 0).sum()
+        normalizer = get_normalizer(self.normalization, self.outer_num, self.inner_num,
+                                    self.valid_count, layer=self)
+        top[0].write_data()[...] = total / normalizer
+        if len(top) >= 2:
+            top[1].write_data()[...] = prob.reshape(bottom[0].shape)
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[1]:
+            raise self.error("cannot backpropagate to the labels (bottom 1); set "
+                             "propagate_down: false for it")
+        if not propagate_down[0]:
+            return
+        if self.prob is None or self.prob.shape != self.view_shape:
+            raise self.error(f"backward needs a forward pass on scores of shape "
+                             f"{bottom[0].shape} first")
+        prob, index, valid = self.prob, self.index, self.valid
+        xp = get_array_module(prob)
+        classes = xp.arange(self.channels)[None, :, None]
+        onehot = (classes == index[:, None, :]).astype(prob.dtype)
+        dx = bottom[0].write_diff().reshape(self.view_shape)
+        xp.subtract(prob, onehot, out=dx)
+        dx *= valid[:, None, :].astype(prob.dtype)
+        normalizer = get_normalizer(self.normalization, self.outer_num, self.inner_num,
+                                    self.valid_count, layer=self)
+        dx *= top[0].read_diff() / prob.dtype.type(normalizer)

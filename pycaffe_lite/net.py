@@ -1,0 +1,563 @@
+"""Net: a directed acyclic graph of layers built from a NetParameter, as Caffe builds it.
+
+Construction: upgrade legacy forms, keep the layers the NetState includes (phase, level,
+stages), insert Split layers for blobs consumed more than once, then set up each layer in order,
+connecting blobs by name (in-place when a top reuses its bottom's name), sharing named params and
+working out which layers and blobs need backward.
+"""
+
+import collections
+import logging
+
+import numpy as np
+
+from . import protoio
+from .blob import Blob
+from .errors import CaffeError, LayerError, NetError, ProtoError, ShapeError
+from .layers import create_layer
+from .proto import caffe_pb2
+
+log = logging.getLogger("pycaffe_lite")
+
+TRAIN = caffe_pb2.TRAIN
+TEST = caffe_pb2.TEST
+
+
+# ---- NetState filtering ------------------------------------------------------------------
+def state_meets_rule(state, rule):
+    if rule.HasField("phase") and rule.phase != state.phase:
+        return False
+    if rule.HasField("min_level") and state.level < rule.min_level:
+        return False
+    if rule.HasField("max_level") and state.level > rule.max_level:
+        return False
+    stages = set(state.stage)
+    if any(s not in stages for s in rule.stage):
+        return False
+    if any(s in stages for s in rule.not_stage):
+        return False
+    return True
+
+
+def filter_net(param):
+    """A copy of ``param`` holding only the layers its state includes."""
+    out = caffe_pb2.NetParameter()
+    out.CopyFrom(param)
+    del out.layer[:]
+    for layer in param.layer:
+        if layer.include and layer.exclude:
+            raise NetError("layer '%s': specify either include rules or exclude rules, not both"
+                           % layer.name)
+        included = not layer.include
+        if any(state_meets_rule(param.state, r) for r in layer.exclude):
+            included = False
+        if any(state_meets_rule(param.state, r) for r in layer.include):
+            included = True
+        if included:
+            out.layer.add().CopyFrom(layer)
+    return out
+
+
+# ---- Split insertion ---------------------------------------------------------------------
+def split_layer_name(layer_name, blob_name, blob_idx):
+    return "%s_%s_%d_split" % (layer_name, blob_name, blob_idx)
+
+
+def split_blob_name(layer_name, blob_name, blob_idx, split_idx):
+    return "%s_%s_%d_split_%d" % (layer_name, blob_name, blob_idx, split_idx)
+
+
+def insert_splits(param):
+    """Caffe's InsertSplits: a Split layer after every top consumed more than once
+    (a use as a loss counts as a consumer)."""
+    last_top = {}
+    bottom_source = {}
+    consumers = collections.Counter()
+    loss_weight = {}
+    for i, layer in enumerate(param.layer):
+        for j, name in enumerate(layer.bottom):
+            if name not in last_top:
+                raise NetError("unknown bottom blob '%s' (layer '%s', bottom index %d): no "
+                               "earlier layer produces it" % (name, layer.name, j))
+            bottom_source[(i, j)] = last_top[name]
+            consumers[last_top[name]] += 1
+        for j, name in enumerate(layer.top):
+            last_top[name] = (i, j)
+        for j in range(min(len(layer.loss_weight), len(layer.top))):
+            src = last_top[layer.top[j]]
+            loss_weight[src] = layer.loss_weight[j]
+            if loss_weight[src]:
+                consumers[src] += 1
+
+    out = caffe_pb2.NetParameter()
+    out.CopyFrom(param)
+    del out.layer[:]
+    next_split = collections.Counter()
+    for i, layer in enumerate(param.layer):
+        new = out.layer.add()
+        new.CopyFrom(layer)
+        for j in range(len(new.bottom)):
+            src = bottom_source[(i, j)]
+            if consumers[src] > 1:
+                new.bottom[j] = split_blob_name(param.layer[src[0]].name, new.bottom[j], src[1],
+                                                next_split[src])
+                next_split[src] += 1
+        for j, name in enumerate(layer.top):
+            n = consumers[(i, j)]
+            if n <= 1:
+                continue
+            w = loss_weight.get((i, j), 0.0)
+            split = out.layer.add()
+            split.name = split_layer_name(layer.name, name, j)
+            split.type = "Split"
+            split.bottom.append(name)
+            for k in range(n):
+                split.top.append(split_blob_name(layer.name, name, j, k))
+                if w:
+                    split.loss_weight.append(w if k == 0 else 0.0)
+            if w:
+                del new.loss_weight[:]
+                next_split[(i, j)] += 1
+    return out
+
+
+# ---- the Net -------------------------------------------------------------------------------
+class Net:
+    """A network built from a prototxt (or NetParameter), with pycaffe's constructor forms::
+
+        Net(prototxt, phase)
+        Net(prototxt, weights, phase)
+        Net(prototxt, phase, level=0, stages=(), weights=None)
+    """
+
+    def __init__(self, model, *args, phase=None, level=0, stages=(), weights=None,
+                 dtype=np.float32):
+        args = list(args)
+        if args and isinstance(args[0], (str, bytes)) or (args and hasattr(args[0], "__fspath__")):
+            weights = args.pop(0)
+        if args:
+            phase = args.pop(0)
+        if args:
+            raise CaffeError("Net(model, [weights,] phase): unexpected extra arguments %r" % args)
+        if phase is None:
+            raise CaffeError("Net needs a phase: Net(prototxt, pycaffe_lite.TRAIN or TEST)")
+        if phase not in (TRAIN, TEST):
+            raise CaffeError("phase must be pycaffe_lite.TRAIN (0) or TEST (1), got %r" % (phase,))
+        self.dtype = np.dtype(dtype)
+        param = protoio.read_net_param(model)
+        param.state.phase = phase
+        param.state.level = level
+        for s in stages:
+            param.state.stage.append(s)
+        self._init(param)
+        if weights is not None:
+            self.copy_from(weights)
+
+    # -- construction ------------------------------------------------------------------------
+    def _init(self, in_param):
+        self.phase = in_param.state.phase
+        param = insert_splits(filter_net(in_param))
+        self.name = param.name
+        self.param = param
+        self.debug_info = param.debug_info
+        self.layers = []
+        self._layer_names = []
+        self.bottom_vecs, self.top_vecs = [], []
+        self.bottom_ids, self.top_ids = [], []
+        self.bottom_need_backward = []
+        self.layer_need_backward = []
+        self._blobs = []            # all blobs, by id
+        self._blob_names = []
+        self.blob_need_backward = []
+        self.blob_loss_weights = []
+        self._input_ids = []
+        self.param_blobs = []       # every param blob, by id (owners and sharers)
+        self.param_owners = []      # -1 for owners, else the owner's param id
+        self.param_display_names = []
+        self.param_layer_indices = []
+        self.learnable_params = []  # unique learnable blobs
+        self.learnable_param_ids = []
+        self.params_lr = []
+        self.has_params_lr = []
+        self.params_weight_decay = []
+        self.has_params_decay = []
+        self._param_names_index = {}
+        self.param_id_vecs = []
+
+        name_to_id = {}
+        available = set()
+        for layer_id, lp in enumerate(param.layer):
+            if not lp.HasField("phase"):
+                lp.phase = self.phase
+            if lp.propagate_down and len(lp.propagate_down) != len(lp.bottom):
+                raise NetError("layer '%s': propagate_down must be given once per bottom "
+                               "(%d bottoms, %d values)"
+                               % (lp.name, len(lp.bottom), len(lp.propagate_down)))
+            layer = create_layer(lp, dtype=self.dtype)
+            self.layers.append(layer)
+            self._layer_names.append(lp.name)
+            bvec, bids, bneed = [], [], []
+            need_backward = False
+            for j, bname in enumerate(lp.bottom):
+                if bname not in available:
+                    raise NetError("layer '%s' (type %s): unknown bottom blob '%s' (bottom index "
+                                   "%d): no earlier layer produces it, or it was consumed "
+                                   "in place" % (lp.name, lp.type, bname, j))
+                bid = name_to_id[bname]
+                bvec.append(self._blobs[bid])
+                bids.append(bid)
+                nb = self.blob_need_backward[bid]
+                need_backward |= nb
+                bneed.append(bool(lp.propagate_down[j]) if lp.propagate_down else nb)
+                available.discard(bname)
+            tvec, tids = [], []
+            tops = list(lp.top)
+            if layer.auto_top_blobs:
+                while len(tops) < layer.needed_num_top_blobs():
+                    tops.append(None)
+            for j, tname in enumerate(tops):
+                if tname is not None and j < len(lp.bottom) and tname == lp.bottom[j]:
+                    tid = name_to_id[tname]  # in place
+                elif tname is not None and tname in name_to_id:
+                    raise NetError("layer '%s' (type %s): top blob '%s' is produced by more than "
+                                   "one layer (only in-place reuse of the same-index bottom is "
+                                   "allowed)" % (lp.name, lp.type, tname))
+                else:
+                    tid = len(self._blobs)
+                    blob_name = tname if tname is not None else "(automatic)"
+                    self._blobs.append(Blob((), self.dtype))
+                    self._blob_names.append(blob_name)
+                    self.blob_need_backward.append(False)
+                    self.blob_loss_weights.append(0.0)
+                    if tname is not None:
+                        name_to_id[tname] = tid
+                if lp.type == "Input":
+                    self._input_ids.append(tid)
+                tvec.append(self._blobs[tid])
+                tids.append(tid)
+                if tname is not None:
+                    available.add(tname)
+            self.bottom_vecs.append(bvec)
+            self.bottom_ids.append(bids)
+            self.bottom_need_backward.append(bneed)
+            self.top_vecs.append(tvec)
+            self.top_ids.append(tids)
+            self._setup_layer(layer, bvec, tvec)
+            for j, tid in enumerate(tids):
+                self.blob_loss_weights[tid] = layer.loss(j)
+            # params
+            if len(lp.param) > len(layer.blobs):
+                raise NetError("layer '%s' (type %s): %d param specs given but the layer has "
+                               "only %d parameter blobs"
+                               % (lp.name, lp.type, len(lp.param), len(layer.blobs)))
+            default_spec = caffe_pb2.ParamSpec()
+            for pid in range(len(layer.blobs)):
+                spec = lp.param[pid] if pid < len(lp.param) else default_spec
+                pneed = spec.lr_mult != 0 and layer.param_propagate_down[pid]
+                need_backward |= pneed
+                layer.set_param_propagate_down(pid, pneed)
+            self.param_id_vecs.append([])
+            for pid in range(len(layer.blobs)):
+                self._append_param(param, layer_id, pid)
+            self.layer_need_backward.append(need_backward)
+            if need_backward:
+                for tid in tids:
+                    self.blob_need_backward[tid] = True
+
+        self._infer_backward(param, available)
+        self.blobs = collections.OrderedDict(
+            (n, self._blobs[i]) for i, n in enumerate(self._blob_names) if n != "(automatic)")
+        self._output_ids = [name_to_id[n] for n in self._blob_order(available, name_to_id)]
+
+    def _blob_order(self, names, name_to_id):
+        return sorted(names, key=lambda n: name_to_id[n])
+
+    def _setup_layer(self, layer, bvec, tvec):
+        try:
+            layer.SetUp(bvec, tvec)
+        except LayerError:
+            raise
+        except CaffeError as exc:
+            raise LayerError(str(exc), layer.name, layer.type) from None
+        except (ValueError, IndexError, TypeError, ZeroDivisionError) as exc:
+            shapes = ", ".join(str(b.shape) for b in bvec)
+            raise LayerError("setup failed with bottom shapes [%s]: %s: %s"
+                             % (shapes, type(exc).__name__, exc), layer.name, layer.type) from exc
+
+    def _append_param(self, param, layer_id, pid):
+        lp = param.layer[layer_id]
+        layer = self.layers[layer_id]
+        spec = lp.param[pid] if pid < len(lp.param) else None
+        name = spec.name if spec is not None else ""
+        net_pid = len(self.param_blobs)
+        blob = layer.blobs[pid]
+        self.param_blobs.append(blob)
+        self.param_layer_indices.append((layer_id, pid))
+        self.param_id_vecs[layer_id].append(net_pid)
+        self.param_display_names.append(name if name else str(pid))
+        if not name or name not in self._param_names_index:
+            if name:
+                self._param_names_index[name] = net_pid
+            self.param_owners.append(-1)
+            self.learnable_param_ids.append(len(self.learnable_params))
+            self.learnable_params.append(blob)
+            self.has_params_lr.append(spec is not None and spec.HasField("lr_mult"))
+            self.has_params_decay.append(spec is not None and spec.HasField("decay_mult"))
+            self.params_lr.append(spec.lr_mult if spec is not None else 1.0)
+            self.params_weight_decay.append(spec.decay_mult if spec is not None else 1.0)
+            return
+        owner_id = self._param_names_index[name]
+        self.param_owners.append(owner_id)
+        owner_layer_id, owner_pid = self.param_layer_indices[owner_id]
+        owner = self.layers[owner_layer_id].blobs[owner_pid]
+        strict = spec.share_mode == caffe_pb2.ParamSpec.STRICT
+        if (strict and owner.shape != blob.shape) or (not strict and owner.count != blob.count):
+            raise ShapeError(
+                "cannot share param '%s' owned by layer '%s' with layer '%s': shape mismatch "
+                "(owner %s, sharer %s%s)" % (name, self.layers[owner_layer_id].name, layer.name,
+                                           owner.shape, blob.shape,
+                                           "; share_mode STRICT needs equal shapes" if strict
+                                           else ""))
+        learnable_id = self.learnable_param_ids[owner_id]
+        self.learnable_param_ids.append(learnable_id)
+        if spec.HasField("lr_mult"):
+            if self.has_params_lr[learnable_id]:
+                if self.params_lr[learnable_id] != spec.lr_mult:
+                    raise NetError("shared param '%s' has mismatched lr_mult (%g in layer '%s')"
+                                   % (name, spec.lr_mult, layer.name))
+            else:
+                self.has_params_lr[learnable_id] = True
+                self.params_lr[learnable_id] = spec.lr_mult
+        if spec.HasField("decay_mult"):
+            if self.has_params_decay[learnable_id]:
+                if self.params_weight_decay[learnable_id] != spec.decay_mult:
+                    raise NetError("shared param '%s' has mismatched decay_mult (%g in layer "
+                                   "'%s')" % (name, spec.decay_mult, layer.name))
+            else:
+                self.has_params_decay[learnable_id] = True
+                self.params_weight_decay[learnable_id] = spec.decay_mult
+        blob.share_data(owner)
+        blob.share_diff(owner)
+
+    def _infer_backward(self, param, available):
+        under_loss, skip_backprop = set(), set()
+        for layer_id in range(len(self.layers) - 1, -1, -1):
+            layer = self.layers[layer_id]
+            contributes = False
+            skip = True
+            for j, tid in enumerate(self.top_ids[layer_id]):
+                name = self._blob_names[tid]
+                if layer.loss(j) or name in under_loss:
+                    contributes = True
+                if name not in skip_backprop:
+                    skip = False
+                if contributes and not skip:
+                    break
+            if self.layer_need_backward[layer_id] and skip:
+                self.layer_need_backward[layer_id] = False
+                self.bottom_need_backward[layer_id] = [False] * len(self.bottom_ids[layer_id])
+            if not contributes:
+                self.layer_need_backward[layer_id] = False
+            for j, bid in enumerate(self.bottom_ids[layer_id]):
+                name = self._blob_names[bid]
+                if contributes:
+                    under_loss.add(name)
+                else:
+                    self.bottom_need_backward[layer_id][j] = False
+                if not self.bottom_need_backward[layer_id][j]:
+                    skip_backprop.add(name)
+        if param.force_backward:
+            for layer_id, layer in enumerate(self.layers):
+                self.layer_need_backward[layer_id] = True
+                for j, bid in enumerate(self.bottom_ids[layer_id]):
+                    nb = self.bottom_need_backward[layer_id][j] or layer.allow_force_backward(j)
+                    self.bottom_need_backward[layer_id][j] = nb
+                    self.blob_need_backward[bid] = self.blob_need_backward[bid] or nb
+                for pid in range(len(layer.blobs)):
+                    layer.set_param_propagate_down(pid, True)
+
+    # -- pycaffe surface -------------------------------------------------------------------
+    @property
+    def layer_dict(self):
+        return collections.OrderedDict(zip(self._layer_names, self.layers))
+
+    @property
+    def params(self):
+        """{layer name: list of param Blobs} for layers that have params (pycaffe's)."""
+        return collections.OrderedDict(
+            (name, layer.blobs) for name, layer in zip(self._layer_names, self.layers)
+            if len(layer.blobs))
+
+    @property
+    def inputs(self):
+        return [self._blob_names[i] for i in self._input_ids]
+
+    @property
+    def outputs(self):
+        return [self._blob_names[i] for i in self._output_ids]
+
+    @property
+    def blob_names(self):
+        return list(self._blob_names)
+
+    @property
+    def layer_names(self):
+        return list(self._layer_names)
+
+    @property
+    def top_names(self):
+        return collections.OrderedDict(
+            (n, [self._blob_names[i] for i in ids]) for n, ids in zip(self._layer_names,
+                                                                     self.top_ids))
+
+    @property
+    def bottom_names(self):
+        return collections.OrderedDict(
+            (n, [self._blob_names[i] for i in ids]) for n, ids in zip(self._layer_names,
+                                                                     self.bottom_ids))
+
+    def layer_index(self, name):
+        try:
+            return self._layer_names.index(name)
+        except ValueError:
+            raise NetError("unknown layer '%s' (layers: %s)"
+                           % (name, ", ".join(self._layer_names))) from None
+
+    # -- forward / backward ----------------------------------------------------------------
+    def forward_from_to(self, start=0, end=None):
+        end = len(self.layers) - 1 if end is None else end
+        loss = 0.0
+        for i in range(start, end + 1):
+            layer = self.layers[i]
+            try:
+                loss += layer.Forward(self.bottom_vecs[i], self.top_vecs[i])
+            except LayerError:
+                raise
+            except CaffeError as exc:
+                raise LayerError(str(exc), layer.name, layer.type) from None
+            except (ValueError, IndexError, TypeError) as exc:
+                shapes = ", ".join(str(b.shape) for b in self.bottom_vecs[i])
+                raise LayerError("forward failed with bottom shapes [%s]: %s: %s"
+                                 % (shapes, type(exc).__name__, exc), layer.name,
+                                 layer.type) from exc
+        return loss
+
+    def backward_from_to(self, start=None, end=0):
+        start = len(self.layers) - 1 if start is None else start
+        for i in range(start, end - 1, -1):
+            if self.layer_need_backward[i]:
+                self.layers[i].Backward(self.top_vecs[i], self.bottom_need_backward[i],
+                                        self.bottom_vecs[i])
+
+    def forward_prefilled(self):
+        return self.forward_from_to()
+
+    def forward_backward(self):
+        loss = self.forward_from_to()
+        self.backward_from_to()
+        return loss
+
+    def forward(self, blobs=None, start=None, end=None, **kwargs):
+        """Run forward (pycaffe's signature); returns {output blob name: data array}."""
+        start_ind = self.layer_index(start) if start is not None else 0
+        end_ind = self.layer_index(end) if end is not None else len(self.layers) - 1
+        outputs = set(self.outputs if end is None else self.top_names[end]) | set(blobs or ())
+        for name, value in kwargs.items():
+            if name not in self.blobs:
+                raise NetError("forward(): '%s' is not a blob of this net (inputs: %s)"
+                               % (name, ", ".join(self.inputs)))
+            if start is None and name not in self.inputs:
+                raise NetError("forward(): '%s' is not an input of this net (inputs: %s)"
+                               % (name, ", ".join(self.inputs)))
+            self._set_blob(name, value)
+        self.forward_from_to(start_ind, end_ind)
+        return {name: self.blobs[name].data for name in outputs}
+
+    def backward(self, diffs=None, start=None, end=None, **kwargs):
+        """Run backward (pycaffe's signature); returns {input blob name: diff array}."""
+        start_ind = self.layer_index(start) if start is not None else len(self.layers) - 1
+        end_ind = self.layer_index(end) if end is not None else 0
+        outputs = set(self.inputs if end is None else self.bottom_names[end]) | set(diffs or ())
+        for name, value in kwargs.items():
+            if name not in self.blobs:
+                raise NetError("backward(): '%s' is not a blob of this net" % name)
+            blob = self.blobs[name]
+            value = np.asarray(value)
+            if value.shape != blob.shape:
+                raise ShapeError("backward(): diff for blob '%s' has shape %s, the blob has %s"
+                                 % (name, value.shape, blob.shape))
+            blob.diff[...] = value
+        self.backward_from_to(start_ind, end_ind)
+        return {name: self.blobs[name].diff for name in outputs}
+
+    def _set_blob(self, name, value):
+        blob = self.blobs[name]
+        value = np.asarray(value)
+        if value.shape != blob.shape:
+            if value.ndim != blob.num_axes or (blob.num_axes and value.shape[0] != blob.shape[0]):
+                raise ShapeError("input '%s' has shape %s, the net expects %s (reshape the blob "
+                                 "and call net.reshape() first)" % (name, value.shape, blob.shape))
+            raise ShapeError("input '%s' has shape %s, the net expects %s"
+                             % (name, value.shape, blob.shape))
+        blob.data[...] = value
+
+    def reshape(self):
+        for i, layer in enumerate(self.layers):
+            layer.reshape(self.bottom_vecs[i], self.top_vecs[i])
+
+    def clear_param_diffs(self):
+        for blob in self.learnable_params:
+            blob.write_diff()[...] = 0
+
+    def update(self):
+        for blob in self.learnable_params:
+            blob.update()
+
+    def share_with(self, other):
+        """Share ``other``'s trained params, layer by layer name (Caffe's ShareTrainedLayersWith)."""
+        mine = self.layer_dict
+        for name, layer in zip(other._layer_names, other.layers):
+            target = mine.get(name)
+            if target is None or not layer.blobs:
+                continue
+            if len(target.blobs) != len(layer.blobs):
+                raise NetError("layer '%s': cannot share %d param blobs with %d"
+                               % (name, len(layer.blobs), len(target.blobs)))
+            for j, (src, dst) in enumerate(zip(layer.blobs, target.blobs)):
+                if src.shape != dst.shape:
+                    raise ShapeError("cannot share param %d of layer '%s': shape %s vs %s"
+                                     % (j, name, src.shape, dst.shape))
+                dst.share_data(src)
+
+    # -- weights in and out ----------------------------------------------------------------
+    def copy_from(self, path):
+        """Load trained weights from a ``.caffemodel`` (binary NetParameter) or Caffe HDF5."""
+        from . import weights
+        weights.copy_trained_layers(self, path)
+
+    def to_proto(self, write_diff=False):
+        param = caffe_pb2.NetParameter()
+        param.name = self.name
+        for layer in self.layers:
+            param.layer.add().CopyFrom(layer.to_proto(write_diff))
+        return param
+
+    def save(self, path, write_diff=False):
+        """Write the weights as a binary ``.caffemodel`` (or HDF5 when the name ends in .h5)."""
+        from . import weights
+        if str(path).endswith((".h5", ".hdf5")):
+            weights.save_hdf5(self, path, write_diff)
+        else:
+            protoio.write_binary(self.to_proto(write_diff), path)
+
+    def save_hdf5(self, path, write_diff=False):
+        from . import weights
+        weights.save_hdf5(self, path, write_diff)
+
+    def load_hdf5(self, path):
+        from . import weights
+        weights.copy_trained_layers_hdf5(self, path)
+
+    def __repr__(self):
+        return "<Net '%s': %d layers, %d blobs>" % (self.name, len(self.layers), len(self.blobs))
+

@@ -1,0 +1,214 @@
+"""2-D pooling kernels over ``(N, C, H, W)`` arrays, with Caffe's window rules.
+
+Window ``(ph, pw)`` starts at ``(ph * stride_h - pad_h, pw * stride_w - pad_w)`` and spans the
+kernel, clipped to the input. Every kernel here loops over the ``kh * kw`` kernel offsets only:
+offset ``(i, j)`` of all windows at once is one strided slice of a (padded) copy of the input.
+Selections (MAX, STOCHASTIC) are recorded as the kernel offset ``k = i * kw + j`` (``-1``: none)
+in an ``int32`` array shaped like the output; :func:`max_pool_mask` turns them into Caffe's
+``h * W + w`` indices.
+"""
+
+import numpy as np
+
+from ..backend import get_array_module
+
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def pooled_size(size, kernel, pad, stride, ceil_mode=True):
+    """Caffe's pooled length of one axis: ``ceil`` (or ``floor``) of ``(size + 2*pad -
+    kernel) / stride`` plus one, minus one if padding makes the last window start in the
+    padding."""
+    span = size + 2 * pad - kernel
+    pooled = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if pad and (pooled - 1) * stride >= size + pad:
+        pooled -= 1
+    return pooled
+
+
+def _extent(pooled, kernel, stride):
+    return (pooled - 1) * stride + kernel
+
+
+def _source(x, kernel, pad, stride, pooled, fill):
+    """An array holding ``x`` at offset ``pad`` and ``fill`` elsewhere, large enough for every
+    window; ``x`` itself when no copy is needed."""
+    xp = get_array_module(x)
+    n, c, h, w = x.shape
+    eh = _extent(pooled[0], kernel[0], stride[0])
+    ew = _extent(pooled[1], kernel[1], stride[1])
+    if pad == (0, 0) and eh <= h and ew <= w:
+        return x
+    buf = xp.full((n, c, eh, ew), fill, dtype=x.dtype)
+    hh = max(0, min(h, eh - pad[0]))
+    ww = max(0, min(w, ew - pad[1]))
+    buf[:, :, pad[0]:pad[0] + hh, pad[1]:pad[1] + ww] = x[:, :, :hh, :ww]
+    return buf
+
+
+def _accumulator(bottom_diff, kernel, pad, stride, pooled):
+    """A zeroed array covering every window, and the slices of it that are the bottom."""
+    xp = get_array_module(bottom_diff)
+    n, c, h, w = bottom_diff.shape
+    eh = _extent(pooled[0], kernel[0], stride[0])
+    ew = _extent(pooled[1], kernel[1], stride[1])
+    if pad == (0, 0) and eh <= h and ew <= w:
+        bottom_diff[...] = 0
+        return bottom_diff, None
+    full_h, full_w = max(eh, h + pad[0]), max(ew, w + pad[1])
+    acc = xp.zeros((n, c, full_h, full_w), dtype=bottom_diff.dtype)
+    return acc, (slice(None), slice(None), slice(pad[0], pad[0] + h), slice(pad[1], pad[1] + w))
+
+
+def _offsets(kernel, stride, pooled):
+    """``(k, slices)`` for every kernel offset, ``k = i * kw + j``, in row-major order."""
+    for i in range(kernel[0]):
+        rows = slice(i, i + stride[0] * (pooled[0] - 1) + 1, stride[0])
+        for j in range(kernel[1]):
+            cols = slice(j, j + stride[1] * (pooled[1] - 1) + 1, stride[1])
+            yield i * kernel[1] + j, (slice(None), slice(None), rows, cols)
+
+
+def pool_divisors(height, width, kernel, pad, stride, pooled, xp=np, dtype=np.float32):
+    """AVE pooling's divisor per output position, ``(PH, PW)``: the window size clipped to the
+    *padded* input (``end = min(start + kernel, size + pad)``), as Caffe divides. Windows
+    that lie entirely outside the input (possible only with stride > kernel and no padding)
+    get divisor 1, so their output is 0."""
+    def axis(n, k, p, s, m):
+        start = np.arange(m) * s - p
+        end = np.minimum(start + k, n + p)
+        empty = np.minimum(end, n) <= np.maximum(start, 0)
+        return end - start, empty
+
+    sh, eh = axis(height, kernel[0], pad[0], stride[0], pooled[0])
+    sw, ew = axis(width, kernel[1], pad[1], stride[1], pooled[1])
+    div = np.outer(sh, sw)
+    div[eh[:, None] | ew[None, :]] = 1
+    return xp.asarray(div.astype(dtype))
+
+
+# ---- MAX ----------------------------------------------------------------------------------
+def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
+    """Caffe's MAX pooling: ``top`` gets each window's maximum (the first one in row-major
+    order on ties; ``-FLT_MAX`` for a window with no value above it) and ``argmax`` the kernel
+    offset where it was found (``-1`` when none)."""
+    xp = get_array_module(x)
+    src = _source(x, kernel, pad, stride, pooled, -np.inf)
+    top[...] = -FLT_MAX
+    argmax[...] = -1
+    for k, window in _offsets(kernel, stride, pooled):
+        values = src[window]
+        better = values > top
+        xp.copyto(top, values, where=better)
+        xp.copyto(argmax, k, where=better)
+
+
+def max_pool_mask(argmax, width, kernel, pad, stride, out=None):
+    """Caffe's mask top: the flat index ``h * width + w`` into the bottom's plane of each
+    window's maximum (``-1`` where none), from the kernel offsets of :func:`max_pool_forward`."""
+    xp = get_array_module(argmax)
+    ph, pw = argmax.shape[-2:]
+    base = ((xp.arange(ph) * stride[0] - pad[0])[:, None] * width
+            + (xp.arange(pw) * stride[1] - pad[1])[None, :])
+    index = base + (argmax // kernel[1]) * width + argmax % kernel[1]
+    index = xp.where(argmax >= 0, index, -1)
+    if out is None:
+        return index
+    out[...] = index
+    return out
+
+
+def _route(top_diff, choice, kernel, pad, stride, pooled, bottom_diff):
+    acc, inner = _accumulator(bottom_diff, kernel, pad, stride, pooled)
+    zero = top_diff.dtype.type(0)
+    xp = get_array_module(top_diff)
+    for k, window in _offsets(kernel, stride, pooled):
+        acc[window] += xp.where(choice == k, top_diff, zero)
+    if inner is not None:
+        bottom_diff[...] = acc[inner]
+
+
+def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff):
+    """Route each top gradient to its window's maximum; ``bottom_diff`` is overwritten."""
+    _route(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff)
+
+
+# ---- AVE ----------------------------------------------------------------------------------
+def ave_pool_forward(x, kernel, pad, stride, pooled, top, divisors):
+    """Caffe's AVE pooling: the sum of each window's in-image values over ``divisors``."""
+    src = _source(x, kernel, pad, stride, pooled, 0)
+    top[...] = 0
+    for _, window in _offsets(kernel, stride, pooled):
+        top += src[window]
+    top /= divisors
+
+
+def ave_pool_backward(top_diff, kernel, pad, stride, pooled, divisors, bottom_diff):
+    """Spread ``top_diff / divisors`` over each window; ``bottom_diff`` is overwritten."""
+    acc, inner = _accumulator(bottom_diff, kernel, pad, stride, pooled)
+    share = top_diff / divisors
+    for _, window in _offsets(kernel, stride, pooled):
+        acc[window] += share
+    if inner is not None:
+        bottom_diff[...] = acc[inner]
+
+
+# ---- STOCHASTIC (no padding) --------------------------------------------------------------
+def _windows(x, kernel, stride, pooled):
+    """``(N, C, PH, PW, K)`` copy of every window (zeros beyond the input)."""
+    xp = get_array_module(x)
+    src = _source(x, kernel, (0, 0), stride, pooled, 0)
+    return xp.stack([src[window] for _, window in _offsets(kernel, stride, pooled)], axis=-1)
+
+
+def stochastic_pool_forward_train(x, kernel, stride, pooled, uniform, top, choice):
+    """Caffe's training-time stochastic pooling: in each window pick the first element whose
+    running sum reaches ``uniform * window sum`` (``uniform`` in [0, 1), one per output), i.e.
+    sample with probability proportional to the (non-negative) values. ``top`` gets the
+    picked value and ``choice`` its kernel offset."""
+    xp = get_array_module(x)
+    win = _windows(x, kernel, stride, pooled)
+    running = xp.cumsum(win, axis=-1)
+    threshold = uniform * running[..., -1]
+    # Positions beyond the input hold 0, so they never reach the threshold before the
+    # in-image element preceding them does: the first hit is always inside the input.
+    first = xp.argmax(running >= threshold[..., None], axis=-1)
+    choice[...] = first
+    top[...] = xp.take_along_axis(win, first[..., None].astype(np.intp), axis=-1)[..., 0]
+
+
+def stochastic_pool_forward_test(x, kernel, stride, pooled, top):
+    """Caffe's test-time stochastic pooling: ``sum(v^2) / sum(v)`` per window (0 where the
+    sum is not positive)."""
+    xp = get_array_module(x)
+    src = _source(x, kernel, (0, 0), stride, pooled, 0)
+    total = xp.zeros(top.shape, dtype=x.dtype)
+    squares = xp.zeros(top.shape, dtype=x.dtype)
+    for _, window in _offsets(kernel, stride, pooled):
+        v = src[window]
+        total += v
+        squares += v * v
+    positive = total > 0
+    top[...] = xp.where(positive, squares / xp.where(positive, total, 1), 0)
+
+
+def stochastic_pool_backward(top_diff, choice, kernel, stride, pooled, bottom_diff):
+    """Route each top gradient to the element sampled in the forward pass (overwrites)."""
+    _route(top_diff, choice, kernel, (0, 0), stride, pooled, bottom_diff)
+
+
+def stochastic_pool_test_backward(x, top, top_diff, kernel, stride, pooled, bottom_diff):
+    """Gradient of the test-time formula ``y = sum(v^2) / sum(v)``: ``(2 v - y) / sum(v)``
+    (0 where the sum is not positive). Overwrites ``bottom_diff``."""
+    xp = get_array_module(x)
+    src = _source(x, kernel, (0, 0), stride, pooled, 0)
+    total = xp.zeros(top.shape, dtype=x.dtype)
+    for _, window in _offsets(kernel, stride, pooled):
+        total += src[window]
+    positive = total > 0
+    share = xp.where(positive, top_diff / xp.where(positive, total, 1), 0)
+    acc, inner = _accumulator(bottom_diff, kernel, (0, 0), stride, pooled)
+    for _, window in _offsets(kernel, stride, pooled):
+        acc[window] += share * (2 * src[window] - top)
+    if inner is not None:
+        bottom_diff[...] = acc[inner]

@@ -1,0 +1,129 @@
+"""Trained weights in and out of a Net: ``.caffemodel`` (binary NetParameter) and Caffe's HDF5
+layout (``/data/<layer>/<i>`` and, optionally, ``/diff/<layer>/<i>``)."""
+
+import logging
+import os
+
+import numpy as np
+
+from . import protoio
+from .blob import proto_shape
+from .errors import CaffeError, ProtoError, ShapeError
+from .proto import caffe_pb2
+
+log = logging.getLogger("pycaffe_lite")
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:
+        raise CaffeError("HDF5 weights need h5py: pip install 'pycaffe-lite[hdf5]'") from None
+    return h5py
+
+
+def is_hdf5(path):
+    with open(path, "rb") as f:
+        return f.read(8) == b"\x89HDF\r\n\x1a\n"
+
+
+def copy_trained_layers(net, path):
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ProtoError("weights file not found", path)
+    if is_hdf5(path):
+        return copy_trained_layers_hdf5(net, path)
+    source = protoio.read_binary(path, caffe_pb2.NetParameter())
+    from . import upgrade
+    upgrade.upgrade_net_as_needed(source, path)
+    copy_trained_layers_from_param(net, source, path)
+
+
+def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
+    """Copy blobs layer by layer name; layers absent from the net are ignored (fine-tuning)."""
+    layers = net.layer_dict
+    for src in source.layer:
+        target = layers.get(src.name)
+        if target is None:
+            log.info("Ignoring source layer %s", src.name)
+            continue
+        if not len(src.blobs) and not target.blobs:
+            continue
+        log.debug("Copying source layer %s", src.name)
+        if len(src.blobs) != len(target.blobs):
+            raise ShapeError("%s: incompatible number of blobs for layer '%s': the file has %d, "
+                             "the net's layer (type %s) has %d"
+                             % (path, src.name, len(src.blobs), target.type, len(target.blobs)))
+        for j, (bp, blob) in enumerate(zip(src.blobs, target.blobs)):
+            if not blob.shape_equals(bp):
+                raise ShapeError(
+                    "%s: cannot copy param %d weights from layer '%s'; shape mismatch. Source "
+                    "param shape is %s; target param shape is %s. To learn this layer's params "
+                    "from scratch rather than copying from a saved net, rename the layer."
+                    % (path, j, src.name, _fmt(proto_shape(bp)), _fmt(blob.shape)))
+            try:
+                blob.from_proto(bp, reshape=False)
+            except ShapeError as exc:
+                raise ShapeError("%s: layer '%s' param %d: %s" % (path, src.name, j, exc)) \
+                    from None
+
+
+def _fmt(shape):
+    return "%s (%d)" % (" ".join(str(d) for d in shape), int(np.prod(shape, dtype=np.int64)))
+
+
+def copy_trained_layers_hdf5(net, path):
+    h5py = _h5py()
+    path = os.fspath(path)
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise ProtoError("cannot open as HDF5: %s" % exc, path) from None
+    with f:
+        if "data" not in f:
+            raise ProtoError("HDF5 weights file has no 'data' group", path)
+        data = f["data"]
+        for name, layer in net.layer_dict.items():
+            if name not in data:
+                continue
+            group = data[name]
+            if len(group) != len(layer.blobs):
+                raise ShapeError("%s: incompatible number of blobs for layer '%s': the file has "
+                                 "%d, the net's layer has %d"
+                                 % (path, name, len(group), len(layer.blobs)))
+            for j, blob in enumerate(layer.blobs):
+                key = str(j)
+                if key not in group:
+                    raise ShapeError("%s: layer '%s' has no dataset '%s'" % (path, name, key))
+                arr = group[key][...]
+                if tuple(arr.shape) != blob.shape:
+                    raise ShapeError(
+                        "%s: cannot copy param %d weights from layer '%s'; shape mismatch. "
+                        "Source param shape is %s; target param shape is %s."
+                        % (path, j, name, _fmt(arr.shape), _fmt(blob.shape)))
+                blob.data[...] = arr
+
+
+def save_hdf5(net, path, write_diff=False):
+    h5py = _h5py()
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, ".%s.tmp%d" % (os.path.basename(path), os.getpid()))
+    try:
+        with h5py.File(tmp, "w") as f:
+            groups = [("data", f.create_group("data"))]
+            if write_diff:
+                groups.append(("diff", f.create_group("diff")))
+            for name, layer in zip(net.layer_names, net.layers):
+                if not layer.blobs:
+                    continue
+                for what, g in groups:
+                    lg = g.create_group(name)
+                    for j, blob in enumerate(layer.blobs):
+                        arr = blob.cpu_data() if what == "data" else blob.cpu_diff()
+                        lg.create_dataset(str(j), data=arr)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise ProtoError("cannot write HDF5 file: %s" % exc, path) from None
