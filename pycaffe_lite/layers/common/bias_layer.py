@@ -1,5 +1,6 @@
 """Bias: add a (learned or given) bias blob, broadcast along the bottom's other axes."""
 
+from ...backend import get_array_module
 from ...errors import ShapeError
 from ...fillers import fill
 from ...layer import Layer
@@ -73,7 +74,7 @@ class BiasLayer(Layer):
         b = (bottom[1] if len(bottom) > 1 else self.blobs[0]).read_data()
         x = bottom[0].read_data().reshape(self.outer, self.dim, self.inner)
         y = top[0].write_data().reshape(self.outer, self.dim, self.inner)
-        y[...] = x + b.reshape(1, self.dim, 1)
+        get_array_module(y).add(x, b.reshape(1, self.dim, 1), out=y)
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].read_diff()

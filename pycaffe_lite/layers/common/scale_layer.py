@@ -1,0 +1,136 @@
+"""Scale: multiply by a (learned or given) scale blob broadcast along the other axes, with an
+optional learned bias."""
+
+from ...backend import get_array_module
+from ...errors import ShapeError
+from ...fillers import fill
+from ...layer import Layer
+from ...proto import caffe_pb2
+from ...registry import register_layer
+
+
+@register_layer("Scale")
+class ScaleLayer(Layer):
+    """y = x * s (+ b), where s covers the axes ``axis`` .. ``axis + s.num_axes - 1`` of x and
+    is broadcast along the axes before and after; b, when ``bias_term``, has s's shape.
+
+    Bottoms: x, any shape; optionally s (the scale, instead of a learned blob) whose shape
+    matches x's from ``axis`` on (a scalar s, with no axes, scales everything).
+    Tops: y, x's shape; may be computed in place (x is then kept for the gradient of s).
+    Params: ``scale_param { axis (1), num_axes (1; -1 = all remaining axes; only used for the
+    learned blob), filler (constant 1 when absent), bias_term (false), bias_filler (constant
+    0) }``; negative ``axis`` counts from the end.
+    Blobs, in Caffe's order: the scale (one bottom only), of shape
+    ``x.shape[axis:axis + num_axes]``; then the bias when ``bias_term``, of the scale's shape
+    (with two bottoms: ``x.shape[axis:axis + s.num_axes]``).
+    """
+
+    min_num_bottom_blobs = 1
+    max_num_bottom_blobs = 2
+    exact_num_top_blobs = 1
+
+    def _canonical(self, x, axis):
+        try:
+            return x.canonical_axis_index(axis)
+        except ShapeError:
+            raise self.error("axis %d out of range for a bottom of shape %s"
+                             % (axis, x.shape)) from None
+
+    def _param_shape(self, x, num_axes, what):
+        axis = self._canonical(x, self.layer_param.scale_param.axis)
+        if num_axes < -1:
+            raise self.error("num_axes must be non-negative, or -1 to extend to the end of "
+                             "bottom[0], got %d" % num_axes)
+        if num_axes >= 0 and x.num_axes < axis + num_axes:
+            raise self.error("%s blob's shape extends past bottom[0]'s shape %s when applied "
+                             "starting with bottom[0] axis = %d (num_axes %d)"
+                             % (what, x.shape, axis, num_axes))
+        end = x.num_axes if num_axes == -1 else axis + num_axes
+        return x.shape[axis:end]
+
+    def setup(self, bottom, top):
+        p = self.layer_param.scale_param
+        x = bottom[0]
+        if len(bottom) == 1 and not self.blobs:
+            scale = self.blobs.add_blob(*self._param_shape(x, p.num_axes, "scale"))
+            filler = p.filler
+            if not p.HasField("filler"):
+                filler = caffe_pb2.FillerParameter(type="constant", value=1.0)
+            fill(scale, filler)
+        self.bias_index = None
+        if p.bias_term:
+            # As Caffe: the bias is created unless the blobs given with the layer include it.
+            if len(self.blobs) + len(bottom) < 3:
+                num_axes = bottom[1].num_axes if len(bottom) > 1 else p.num_axes
+                fill(self.blobs.add_blob(*self._param_shape(x, num_axes, "bias")),
+                     p.bias_filler)
+            self.bias_index = len(self.blobs) - 1
+        expected = (1 if len(bottom) == 1 else 0) + (1 if p.bias_term else 0)
+        if len(self.blobs) != expected:
+            raise self.error("expected %d parameter blob(s) (%d bottom(s), bias_term: %s), "
+                             "got %d" % (expected, len(bottom), p.bias_term, len(self.blobs)))
+        self._temp = None
+
+    def _dims(self, x, param, what):
+        """(outer, dim, inner) of x around the axes that ``param`` (a blob) covers."""
+        axis = 0 if param.num_axes == 0 else self._canonical(x, self.layer_param.scale_param.axis)
+        if x.num_axes < axis + param.num_axes or \
+                x.shape[axis:axis + param.num_axes] != param.shape:
+            raise self.error("%s of shape %s does not match bottom[0] of shape %s from axis %d "
+                             "(expected shape %s)" % (what, param.shape, x.shape, axis,
+                                                      x.shape[axis:axis + param.num_axes]))
+        return (x.count_range(0, axis), param.count, x.count_range(axis + param.num_axes))
+
+    def _scale(self, bottom):
+        return bottom[1] if len(bottom) > 1 else self.blobs[0]
+
+    def reshape(self, bottom, top):
+        x = bottom[0]
+        self.dims = self._dims(x, self._scale(bottom), "scale")
+        if self.bias_index is not None:
+            self.bias_dims = self._dims(x, self.blobs[self.bias_index], "bias")
+        if top[0] is not x:
+            top[0].reshape(x.shape)
+
+    def forward(self, bottom, top):
+        outer, dim, inner = self.dims
+        x_blob = bottom[0]
+        x = x_blob.read_data()
+        xp = get_array_module(x)
+        if top[0] is x_blob:
+            # In place: keep x for the gradient of the scale.
+            if self._temp is None or self._temp.shape != x.shape or \
+                    get_array_module(self._temp) is not xp:
+                self._temp = xp.empty_like(x)
+            self._temp[...] = x
+        s = self._scale(bottom).read_data().reshape(1, dim, 1)
+        y = top[0].write_data().reshape(outer, dim, inner)
+        xp.multiply(x.reshape(outer, dim, inner), s, out=y)
+        if self.bias_index is not None:
+            bo, bd, bi = self.bias_dims
+            b = self.blobs[self.bias_index].read_data().reshape(1, bd, 1)
+            y = y.reshape(bo, bd, bi)
+            y += b
+
+    def backward(self, top, propagate_down, bottom):
+        outer, dim, inner = self.dims
+        dy = top[0].read_diff()
+        if self.bias_index is not None and self.param_propagate_down[self.bias_index]:
+            bo, bd, bi = self.bias_dims
+            db = self.blobs[self.bias_index].write_diff().reshape(bd)
+            db += dy.reshape(bo, bd, bi).sum(axis=(0, 2))
+        scale_blob = self._scale(bottom)
+        as_param = len(bottom) == 1
+        if (as_param and self.param_propagate_down[0]) or \
+                (not as_param and propagate_down[1]):
+            x = self._temp if top[0] is bottom[0] else bottom[0].read_data()
+            grad = (dy * x).reshape(outer, dim, inner).sum(axis=(0, 2))
+            ds = scale_blob.write_diff().reshape(dim)
+            if as_param:
+                ds += grad
+            else:
+                ds[...] = grad
+        if propagate_down[0]:
+            s = scale_blob.read_data().reshape(1, dim, 1)
+            dx = bottom[0].write_diff().reshape(outer, dim, inner)
+            get_array_module(dx).multiply(dy.reshape(outer, dim, inner), s, out=dx)

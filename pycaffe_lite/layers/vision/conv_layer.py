@@ -1,0 +1,58 @@
+"""Convolution: learnable filters correlated with the input (Caffe's ConvolutionLayer)."""
+
+from ...registry import register_layer
+from .base_conv import BaseConvolutionLayer
+
+
+@register_layer("Convolution")
+class ConvolutionLayer(BaseConvolutionLayer):
+    """Cross-correlation of the input with ``num_output`` filters, plus a bias.
+
+    ``y[n, m] = sum_c W[m, c] (*) x[n, g(m) * C/G + c] + b[m]``, over any number of spatial
+    axes; the output size per axis is ``(in + 2*pad - (dilation*(k-1)+1)) // stride + 1``.
+
+    Bottoms: one or more inputs of identical shape ``(..., C, *spatial)`` (``axis`` is the
+    channel axis; the axes before it are the batch).
+    Tops: one output per bottom, ``(..., num_output, *out_spatial)``.
+    Params: ``convolution_param { num_output (required) kernel_size | kernel_h, kernel_w
+    stride (1) | stride_h, stride_w  pad (0) | pad_h, pad_w  dilation (1)  group (1)
+    bias_term (true)  weight_filler  bias_filler  axis (1)  force_nd_im2col (false) }``;
+    ``kernel_size``/``stride``/``pad``/``dilation`` take one value for all spatial axes or one
+    per axis, the ``_h``/``_w`` forms are 2-D only. Blobs: weights ``(num_output, C / group,
+    *kernel)``, bias ``(num_output,)``.
+    """
+
+    def compute_output_shape(self):
+        out = []
+        for i, (n, k, p, s, d) in enumerate(zip(self.input_spatial, self.kernel_shape,
+                                                self.pad, self.stride, self.dilation)):
+            extent = d * (k - 1) + 1
+            if n + 2 * p < extent:
+                raise self.error(
+                    "kernel extent %d (kernel %d, dilation %d) is larger than the padded input "
+                    "%d (size %d + 2 * pad %d) on spatial axis %d"
+                    % (extent, k, d, n + 2 * p, n, p, i))
+            out.append((n + 2 * p - extent) // s + 1)
+        return tuple(out)
+
+    def forward(self, bottom, top):
+        weights = self.blobs[0].read_data()
+        for b, t in zip(bottom, top):
+            y = t.write_data()
+            self.forward_gemm(b.read_data(), weights, y)
+            if self.bias_term:
+                self.forward_bias(y, self.blobs[1].read_data())
+
+    def backward(self, top, propagate_down, bottom):
+        weights = self.blobs[0].read_data()
+        do_weights = self.param_propagate_down[0]
+        do_bias = self.bias_term and self.param_propagate_down[1]
+        for t, down, b in zip(top, propagate_down, bottom):
+            dy = t.read_diff()
+            if do_bias:
+                self.backward_bias(self.blobs[1].write_diff(), dy)
+            if do_weights or down:
+                self.backward_and_weight_gemm(
+                    b.read_data() if do_weights else None, dy, weights,
+                    input_diff=b.write_diff() if down else None,
+                    weight_diff=self.blobs[0].write_diff() if do_weights else None)

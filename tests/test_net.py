@@ -1,0 +1,272 @@
+import os
+
+import numpy as np
+import pytest
+
+import pycaffe_lite as caffe
+from pycaffe_lite.errors import CaffeError, LayerError, NetError, ProtoError, ShapeError
+from pycaffe_lite.net import Net, insert_splits
+from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite import protoio
+
+IP_NET = """
+name: "ipnet"
+layer { name: "data" type: "Input" top: "x" top: "y"
+        input_param { shape { dim: 4 dim: 3 } shape { dim: 4 dim: 2 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "z"
+        param { lr_mult: 1 decay_mult: 1 } param { lr_mult: 2 decay_mult: 0 }
+        inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.5 }
+                              bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "z" bottom: "y" top: "loss" }
+"""
+
+
+def write(tmp_path, text, name="net.prototxt"):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_forward_backward_against_numpy(tmp_path):
+    caffe.set_random_seed(3)
+    net = Net(write(tmp_path, IP_NET), caffe.TRAIN)
+    assert net.inputs == ["x", "y"] and net.outputs == ["loss"]
+    assert list(net.params) == ["ip"] and net.params["ip"][0].shape == (2, 3)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+    out = net.forward(x=x, y=y)
+    W, b = net.params["ip"][0].data.astype(np.float64), net.params["ip"][1].data
+    np.testing.assert_allclose(b, 0.1)
+    z = x @ W.T + b
+    loss = ((z - y) ** 2).sum() / 4 / 2
+    np.testing.assert_allclose(out["loss"], loss, rtol=1e-5)
+    net.clear_param_diffs()
+    net.backward()
+    dz = (z - y) / 4
+    np.testing.assert_allclose(net.params["ip"][0].diff, dz.T @ x, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(net.params["ip"][1].diff, dz.sum(0), rtol=1e-4, atol=1e-6)
+    assert net.params_lr == [1, 2] and net.params_weight_decay == [1, 0]
+
+
+def test_constructor_forms_and_phase(tmp_path):
+    path = write(tmp_path, IP_NET)
+    net = Net(path, caffe.TEST)
+    weights = str(tmp_path / "w.caffemodel")
+    net.params["ip"][0].data[...] = 7
+    net.save(weights)
+    for other in (Net(path, weights, caffe.TEST), Net(path, caffe.TEST, weights=weights)):
+        assert (other.params["ip"][0].data == 7).all()
+    with pytest.raises(CaffeError, match="needs a phase"):
+        Net(path)
+
+
+STATE_NET = """
+layer { name: "data" type: "Input" top: "x" input_param { shape { dim: 1 dim: 2 } } }
+layer { name: "train_only" type: "ReLU" bottom: "x" top: "a" include { phase: TRAIN } }
+layer { name: "test_only" type: "ReLU" bottom: "x" top: "b" include { phase: TEST } }
+layer { name: "not_test" type: "ReLU" bottom: "x" top: "c" exclude { phase: TEST } }
+layer { name: "staged" type: "ReLU" bottom: "x" top: "d" include { stage: "deploy" } }
+layer { name: "leveled" type: "ReLU" bottom: "x" top: "e" include { min_level: 2 } }
+layer { name: "not_staged" type: "ReLU" bottom: "x" top: "f" include { not_stage: "deploy" } }
+"""
+
+
+def test_include_exclude_by_phase_stage_level():
+    names = lambda net: [n for n in net.layer_names if "split" not in n]  # noqa: E731
+    assert names(Net(STATE_NET, caffe.TRAIN)) == ["data", "train_only", "not_test",
+                                                  "not_staged"]
+    assert names(Net(STATE_NET, caffe.TEST)) == ["data", "test_only", "not_staged"]
+    assert names(Net(STATE_NET, caffe.TEST, stages=["deploy"], level=3)) == \
+        ["data", "test_only", "staged", "leveled"]
+
+
+def test_split_insertion_names_and_sharing():
+    text = """
+layer { name: "in" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 } } }
+layer { name: "r1" type: "ReLU" bottom: "data" top: "a" }
+layer { name: "r2" type: "ReLU" bottom: "data" top: "b" }
+layer { name: "loss" type: "EuclideanLoss" bottom: "a" bottom: "b" top: "loss" }
+"""
+    net = Net(text, caffe.TRAIN, )
+    assert net.layer_names == ["in", "in_data_0_split", "r1", "r2", "loss"]
+    assert net.top_names["in_data_0_split"] == ["in_data_0_split_0", "in_data_0_split_1"]
+    assert net.bottom_names["r1"] == ["in_data_0_split_0"]
+    assert net.bottom_names["r2"] == ["in_data_0_split_1"]
+    x = np.array([[1.0, -2, 3], [-1, 0, 2]])
+    net.forward(data=x)
+    np.testing.assert_array_equal(net.blobs["a"].data, np.maximum(x, 0))
+
+
+def test_split_for_a_loss_top_that_is_also_consumed():
+    param = protoio.parse_text("""
+layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 2 } } }
+layer { name: "l" type: "EuclideanLoss" bottom: "x" bottom: "x" top: "loss" loss_weight: 2 }
+layer { name: "r" type: "ReLU" bottom: "loss" top: "r" }
+""", caffe_pb2.NetParameter())
+    out = insert_splits(param)
+    split = [lp for lp in out.layer if lp.type == "Split" and lp.bottom[0] == "loss"][0]
+    assert split.name == "l_loss_0_split"
+    assert list(split.top) == ["l_loss_0_split_0", "l_loss_0_split_1"]
+    assert list(split.loss_weight) == [2, 0]
+    assert not [lp for lp in out.layer if lp.name == "l"][0].loss_weight
+    assert [lp for lp in out.layer if lp.name == "r"][0].bottom[0] == "l_loss_0_split_1"
+
+
+def test_in_place_and_backward_need():
+    text = """
+force_backward: false
+layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 2 dim: 3 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "h" inner_product_param { num_output: 3 } }
+layer { name: "relu" type: "ReLU" bottom: "h" top: "h" }
+layer { name: "side" type: "ReLU" bottom: "h" top: "unused" }
+layer { name: "loss" type: "EuclideanLoss" bottom: "h" bottom: "t" top: "loss" }
+"""
+    net = Net(text, caffe.TRAIN)
+    need = dict(zip(net.layer_names, net.layer_need_backward))
+    assert need["ip"] and need["relu"] and need["loss"]
+    assert not need["side"] and not need["in"]
+    assert net.blobs["h"] is net.top_vecs[net.layer_index("relu")][0]  # in place
+    assert net.bottom_need_backward[net.layer_index("ip")] == [False]  # input needs no grad
+    forced = Net(text.replace("force_backward: false", "force_backward: true"), caffe.TRAIN)
+    assert forced.bottom_need_backward[forced.layer_index("ip")] == [True]
+    assert all(forced.layer_need_backward)
+
+
+def test_propagate_down_and_lr_mult_zero():
+    text = """
+layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 2 dim: 3 } } }
+layer { name: "ip1" type: "InnerProduct" bottom: "x" top: "h" param { lr_mult: 0 }
+        param { lr_mult: 0 } inner_product_param { num_output: 3 } }
+layer { name: "ip2" type: "InnerProduct" bottom: "h" top: "z" inner_product_param { num_output: 2 } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "z" bottom: "t" top: "loss"
+        propagate_down: true propagate_down: false }
+"""
+    net = Net(text.replace("dim: 3 } } }", "dim: 3 } shape { dim: 2 dim: 2 } } }"), caffe.TRAIN)
+    need = dict(zip(net.layer_names, net.layer_need_backward))
+    assert need["ip2"] and not need["ip1"]
+    assert net.layer_dict["ip1"].param_propagate_down == [False, False]
+    assert net.bottom_need_backward[net.layer_index("loss")] == [True, False]
+
+
+def test_shared_params_by_name():
+    text = """
+layer { name: "in" type: "Input" top: "a" top: "b" input_param { shape { dim: 2 dim: 3 } } }
+layer { name: "ip1" type: "InnerProduct" bottom: "a" top: "ya" param { name: "w" }
+        inner_product_param { num_output: 4 bias_term: false
+        weight_filler { type: "gaussian" } } }
+layer { name: "ip2" type: "InnerProduct" bottom: "b" top: "yb" param { name: "w" }
+        inner_product_param { num_output: 4 bias_term: false } }
+"""
+    net = Net(text, caffe.TRAIN)
+    w1, w2 = net.params["ip1"][0], net.params["ip2"][0]
+    np.testing.assert_array_equal(w1.data, w2.data)
+    w1.data[0, 0] = 42
+    assert w2.data[0, 0] == 42
+    assert len(net.learnable_params) == 1 and net.param_owners == [-1, 0]
+    bad = text.replace("num_output: 4 bias_term: false }", "num_output: 5 bias_term: false }")
+    with pytest.raises(ShapeError, match="cannot share param 'w'"):
+        Net(bad, caffe.TRAIN)
+
+
+def test_forward_range_and_inputs(tmp_path):
+    net = Net(write(tmp_path, IP_NET), caffe.TEST)
+    x = np.ones((4, 3), np.float32)
+    out = net.forward(end="ip", x=x, y=np.zeros((4, 2)))
+    assert set(out) == {"z"}
+    z = out["z"].copy()
+    net.blobs["z"].data[...] = 0
+    net.forward(start="loss")
+    assert net.blobs["loss"].data == pytest.approx(0.0)
+    net.forward(start="ip", end="ip")
+    np.testing.assert_array_equal(net.blobs["z"].data, z)
+    with pytest.raises(ShapeError, match="input 'x' has shape"):
+        net.forward(x=np.ones((5, 3)))
+    with pytest.raises(NetError, match="not a blob"):
+        net.forward(nope=x)
+
+
+def test_reshape_propagates(tmp_path):
+    net = Net(write(tmp_path, IP_NET), caffe.TEST)
+    net.blobs["x"].reshape(7, 3)
+    net.blobs["y"].reshape(7, 2)
+    net.reshape()
+    assert net.blobs["z"].shape == (7, 2)
+    net.forward()
+
+
+def test_legacy_input_fields_become_input_layer():
+    text = 'input: "data" input_dim: 2 input_dim: 3 input_dim: 4 input_dim: 5\n' \
+           'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }'
+    net = Net(text, caffe.TEST)
+    assert net.inputs == ["data"] and net.blobs["data"].shape == (2, 3, 4, 5)
+
+
+def test_save_load_caffemodel_and_hdf5(tmp_path):
+    pytest.importorskip("h5py")
+    path = write(tmp_path, IP_NET)
+    caffe.set_random_seed(1)
+    a = Net(path, caffe.TEST)
+    a.params["ip"][1].data[...] = [3, 4]
+    for name in ("w.caffemodel", "w.h5"):
+        a.save(str(tmp_path / name))
+        b = Net(path, caffe.TEST)
+        b.copy_from(str(tmp_path / name))
+        for pa, pb in zip(a.params["ip"], b.params["ip"]):
+            np.testing.assert_array_equal(pa.data, pb.data)
+    saved = protoio.read_binary(str(tmp_path / "w.caffemodel"), caffe_pb2.NetParameter())
+    ip = [lp for lp in saved.layer if lp.name == "ip"][0]
+    assert list(ip.blobs[0].shape.dim) == [2, 3] and list(ip.blobs[1].data) == [3, 4]
+
+
+def test_copy_from_shape_mismatch_names_layer_and_shapes(tmp_path):
+    a = Net(write(tmp_path, IP_NET), caffe.TEST)
+    a.save(str(tmp_path / "w.caffemodel"))
+    other = IP_NET.replace("num_output: 2", "num_output: 5").replace("dim: 4 dim: 2", "dim: 4 dim: 5")
+    b = Net(write(tmp_path, other, "other.prototxt"), caffe.TEST)
+    with pytest.raises(ShapeError) as err:
+        b.copy_from(str(tmp_path / "w.caffemodel"))
+    msg = str(err.value)
+    assert "w.caffemodel" in msg and "layer 'ip'" in msg
+    assert "2 3 (6)" in msg and "5 3 (15)" in msg
+
+
+def test_truncated_caffemodel(tmp_path):
+    a = Net(write(tmp_path, IP_NET), caffe.TEST)
+    a.save(str(tmp_path / "w.caffemodel"))
+    data = (tmp_path / "w.caffemodel").read_bytes()
+    (tmp_path / "cut.caffemodel").write_bytes(data[: len(data) - 7])
+    with pytest.raises(ProtoError, match="cut.caffemodel.*truncated"):
+        a.copy_from(str(tmp_path / "cut.caffemodel"))
+    with pytest.raises(ProtoError, match="not found"):
+        a.copy_from(str(tmp_path / "missing.caffemodel"))
+
+
+def test_bad_nets_give_clear_errors(tmp_path):
+    bad_text = write(tmp_path, 'layer { name: "a" type: "Input" top: "x"\n  input_param { shap {} } }',
+                     "bad.prototxt")
+    with pytest.raises(ProtoError, match=r"bad.prototxt:2:\d+.*shap"):
+        Net(bad_text, caffe.TEST)
+    with pytest.raises(NetError, match="unknown bottom blob 'nope'.*layer 'r'|layer 'r'.*nope"):
+        Net('layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 } } }\n'
+            'layer { name: "r" type: "ReLU" bottom: "nope" top: "y" }', caffe.TEST)
+    with pytest.raises(NetError, match="'x' is produced by more than one layer"):
+        Net('layer { name: "a" type: "Input" top: "x" input_param { shape { dim: 1 } } }\n'
+            'layer { name: "b" type: "Input" top: "x" input_param { shape { dim: 1 } } }',
+            caffe.TEST)
+    with pytest.raises(CaffeError, match="unknown layer type 'Relu'.*did you mean 'ReLU'"):
+        Net('layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 } } }\n'
+            'layer { name: "r" type: "Relu" bottom: "x" top: "y" }', caffe.TEST)
+    with pytest.raises(LayerError, match="layer 'loss'"):
+        Net('layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 } } }\n'
+            'layer { name: "loss" type: "EuclideanLoss" bottom: "x" top: "y" }', caffe.TEST)
+    with pytest.raises(ProtoError, match="not found"):
+        Net(str(tmp_path / "missing.prototxt"), caffe.TEST)
+    assert not os.path.exists(tmp_path / "missing.prototxt")
+
+
+def test_to_proto_round_trip(tmp_path):
+    a = Net(write(tmp_path, IP_NET), caffe.TEST)
+    p = a.to_proto()
+    assert [lp.name for lp in p.layer] == a.layer_names
+    b = Net(p, caffe.TEST)
+    np.testing.assert_array_equal(b.params["ip"][0].data, a.params["ip"][0].data)
