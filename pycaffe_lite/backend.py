@@ -37,7 +37,8 @@ def _import_cupy():
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # CUDA driver missing or broken
-        raise GPUUnavailableError("CuPy is installed but no CUDA device is usable: %s" % exc) from None
+        raise GPUUnavailableError(
+            "CuPy is installed but no CUDA device is usable: %s" % exc) from None
     if n == 0:
         raise GPUUnavailableError("CuPy is installed but no CUDA device was found")
     return cupy

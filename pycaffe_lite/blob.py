@@ -44,7 +44,7 @@ class Blob:
             raise ShapeError("blob of shape %s has more than 2^31 elements" % (shape,))
         self._shape = shape
         self._count = count
-        if count > self._capacity:
+        if self._data is None or count > self._capacity:
             self._capacity = count
             self._data = SyncedArray(count, self.dtype)
             self._diff = SyncedArray(count, self.dtype)

@@ -13,9 +13,10 @@ import numpy as np
 
 from . import protoio
 from .blob import Blob
-from .errors import CaffeError, LayerError, NetError, ProtoError, ShapeError
+from .errors import CaffeError, LayerError, NetError, ShapeError
 from .layers import create_layer
 from .proto import caffe_pb2
+from .registry import register_net_class
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -514,7 +515,7 @@ class Net:
             blob.update()
 
     def share_with(self, other):
-        """Share ``other``'s trained params, layer by layer name (Caffe's ShareTrainedLayersWith)."""
+        """Use ``other``'s trained params, matched by layer name (ShareTrainedLayersWith)."""
         mine = self.layer_dict
         for name, layer in zip(other._layer_names, other.layers):
             target = mine.get(name)
@@ -561,3 +562,6 @@ class Net:
     def __repr__(self):
         return "<Net '%s': %d layers, %d blobs>" % (self.name, len(self.layers), len(self.blobs))
 
+
+
+register_net_class(Net)

@@ -137,7 +137,8 @@ def test_propagate_down_and_lr_mult_zero():
 layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 2 dim: 3 } } }
 layer { name: "ip1" type: "InnerProduct" bottom: "x" top: "h" param { lr_mult: 0 }
         param { lr_mult: 0 } inner_product_param { num_output: 3 } }
-layer { name: "ip2" type: "InnerProduct" bottom: "h" top: "z" inner_product_param { num_output: 2 } }
+layer { name: "ip2" type: "InnerProduct" bottom: "h" top: "z"
+        inner_product_param { num_output: 2 } }
 layer { name: "loss" type: "EuclideanLoss" bottom: "z" bottom: "t" top: "loss"
         propagate_down: true propagate_down: false }
 """
@@ -221,7 +222,8 @@ def test_save_load_caffemodel_and_hdf5(tmp_path):
 def test_copy_from_shape_mismatch_names_layer_and_shapes(tmp_path):
     a = Net(write(tmp_path, IP_NET), caffe.TEST)
     a.save(str(tmp_path / "w.caffemodel"))
-    other = IP_NET.replace("num_output: 2", "num_output: 5").replace("dim: 4 dim: 2", "dim: 4 dim: 5")
+    other = IP_NET.replace("num_output: 2", "num_output: 5")
+    other = other.replace("dim: 4 dim: 2", "dim: 4 dim: 5")
     b = Net(write(tmp_path, other, "other.prototxt"), caffe.TEST)
     with pytest.raises(ShapeError) as err:
         b.copy_from(str(tmp_path / "w.caffemodel"))
@@ -242,8 +244,8 @@ def test_truncated_caffemodel(tmp_path):
 
 
 def test_bad_nets_give_clear_errors(tmp_path):
-    bad_text = write(tmp_path, 'layer { name: "a" type: "Input" top: "x"\n  input_param { shap {} } }',
-                     "bad.prototxt")
+    bad_text = write(tmp_path, 'layer { name: "a" type: "Input" top: "x"\n'
+                               '  input_param { shap {} } }', "bad.prototxt")
     with pytest.raises(ProtoError, match=r"bad.prototxt:2:\d+.*shap"):
         Net(bad_text, caffe.TEST)
     with pytest.raises(NetError, match="unknown bottom blob 'nope'.*layer 'r'|layer 'r'.*nope"):
@@ -270,3 +272,26 @@ def test_to_proto_round_trip(tmp_path):
     assert [lp.name for lp in p.layer] == a.layer_names
     b = Net(p, caffe.TEST)
     np.testing.assert_array_equal(b.params["ip"][0].data, a.params["ip"][0].data)
+
+
+def test_copy_from_v1_caffemodel(tmp_path):
+    """A weights file in the V1 format (``layers {}`` with legacy 4-D blobs) loads by name."""
+    net = Net(write(tmp_path, IP_NET), caffe.TEST)
+    old = caffe_pb2.NetParameter()
+    v1 = old.layers.add()
+    v1.name = "ip"
+    v1.type = caffe_pb2.V1LayerParameter.INNER_PRODUCT
+    w = v1.blobs.add(num=1, channels=1, height=2, width=3)
+    w.data.extend([1, 2, 3, 4, 5, 6])
+    b = v1.blobs.add(num=1, channels=1, height=1, width=2)
+    b.data.extend([7, 8])
+    (tmp_path / "old.caffemodel").write_bytes(old.SerializeToString())
+    net.copy_from(str(tmp_path / "old.caffemodel"))
+    np.testing.assert_array_equal(net.params["ip"][0].data, [[1, 2, 3], [4, 5, 6]])
+    np.testing.assert_array_equal(net.params["ip"][1].data, [7, 8])
+
+
+def test_float64_net_for_gradient_work(tmp_path):
+    net = Net(write(tmp_path, IP_NET), caffe.TRAIN, dtype=np.float64)
+    assert net.blobs["z"].data.dtype == np.float64
+    assert net.params["ip"][0].data.dtype == np.float64

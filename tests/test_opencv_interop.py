@@ -9,7 +9,8 @@ cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test depend
 
 DEPLOY = """
 name: "interop"
-layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 dim: 20 dim: 20 } } }
+layer { name: "data" type: "Input" top: "data"
+        input_param { shape { dim: 2 dim: 3 dim: 20 dim: 20 } } }
 layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
         convolution_param { num_output: 8 kernel_size: 3 pad: 1 stride: 1
                             weight_filler { type: "gaussian" std: 0.3 }

@@ -16,7 +16,8 @@ def run(args):
     props = mod.cuda.runtime.getDeviceProperties(dev_id)
     name = props["name"]
     print("Device id:                     %d" % dev_id)
-    print("Name:                          %s" % (name.decode() if isinstance(name, bytes) else name))
+    name = name.decode() if isinstance(name, bytes) else name
+    print("Name:                          %s" % name)
     print("Total global memory:           %d" % props["totalGlobalMem"])
     print("Compute capability:            %d.%d" % (props["major"], props["minor"]))
     print("Multiprocessors:               %d" % props["multiProcessorCount"])
