@@ -7,6 +7,7 @@ working out which layers and blobs need backward.
 """
 
 import collections
+import itertools
 import logging
 
 import numpy as np
@@ -167,10 +168,12 @@ class Net:
         self.bottom_ids, self.top_ids = [], []
         self.bottom_need_backward = []
         self.layer_need_backward = []
+        self._hooks = {"before_forward": [], "after_forward": [], "before_backward": [],
+                       "after_backward": []}
         self._blobs = []            # all blobs, by id
         self._blob_names = []
         self.blob_need_backward = []
-        self.blob_loss_weights = []
+        self._blob_loss_weights = []
         self._input_ids = []
         self.param_blobs = []       # every param blob, by id (owners and sharers)
         self.param_owners = []      # -1 for owners, else the owner's param id
@@ -229,7 +232,7 @@ class Net:
                     self._blobs.append(Blob((), self.dtype))
                     self._blob_names.append(blob_name)
                     self.blob_need_backward.append(False)
-                    self.blob_loss_weights.append(0.0)
+                    self._blob_loss_weights.append(0.0)
                     if tname is not None:
                         name_to_id[tname] = tid
                 if lp.type == "Input":
@@ -245,7 +248,7 @@ class Net:
             self.top_ids.append(tids)
             self._setup_layer(layer, bvec, tvec)
             for j, tid in enumerate(tids):
-                self.blob_loss_weights[tid] = layer.loss(j)
+                self._blob_loss_weights[tid] = layer.loss(j)
             # params
             if len(lp.param) > len(layer.blobs):
                 raise NetError("layer '%s' (type %s): %d param specs given but the layer has "
@@ -390,6 +393,13 @@ class Net:
             if len(layer.blobs))
 
     @property
+    def blob_loss_weights(self):
+        """{blob name: loss weight} (pycaffe's)."""
+        return collections.OrderedDict(
+            (n, self._blob_loss_weights[i]) for i, n in enumerate(self._blob_names)
+            if n != "(automatic)")
+
+    @property
     def inputs(self):
         return [self._blob_names[i] for i in self._input_ids]
 
@@ -428,8 +438,11 @@ class Net:
     def forward_from_to(self, start=0, end=None):
         end = len(self.layers) - 1 if end is None else end
         loss = 0.0
+        hooks = self._hooks
         for i in range(start, end + 1):
             layer = self.layers[i]
+            for hook in hooks["before_forward"]:
+                hook(i)
             try:
                 loss += layer.Forward(self.bottom_vecs[i], self.top_vecs[i])
             except LayerError:
@@ -441,14 +454,21 @@ class Net:
                 raise LayerError("forward failed with bottom shapes [%s]: %s: %s"
                                  % (shapes, type(exc).__name__, exc), layer.name,
                                  layer.type) from exc
+            for hook in hooks["after_forward"]:
+                hook(i)
         return loss
 
     def backward_from_to(self, start=None, end=0):
         start = len(self.layers) - 1 if start is None else start
+        hooks = self._hooks
         for i in range(start, end - 1, -1):
+            for hook in hooks["before_backward"]:
+                hook(i)
             if self.layer_need_backward[i]:
                 self.layers[i].Backward(self.top_vecs[i], self.bottom_need_backward[i],
                                         self.bottom_vecs[i])
+            for hook in hooks["after_backward"]:
+                hook(i)
 
     def forward_prefilled(self):
         return self.forward_from_to()
@@ -490,6 +510,85 @@ class Net:
             blob.diff[...] = value
         self.backward_from_to(start_ind, end_ind)
         return {name: self.blobs[name].diff for name in outputs}
+
+    def forward_all(self, blobs=None, **kwargs):
+        """Forward any number of items in batches of the net's batch size (pycaffe's); the
+        last batch is padded and the padding dropped from the outputs."""
+        outputs = list(dict.fromkeys(self.outputs + list(blobs or ())))
+        collected = {name: [] for name in outputs}
+        for batch in self._batches(kwargs):
+            out = self.forward(blobs=blobs, **batch)
+            for name in outputs:
+                collected[name].append(out[name].copy())
+        return self._unpad(collected, kwargs)
+
+    def forward_backward_all(self, blobs=None, diffs=None, **kwargs):
+        """forward_all and backward over batches; returns (outputs, input diffs)."""
+        outputs = list(dict.fromkeys(self.outputs + list(blobs or ())))
+        grads = list(dict.fromkeys(self.inputs + list(diffs or ())))
+        fwd_in = {k: v for k, v in kwargs.items() if k in self.inputs}
+        bwd_in = {k: v for k, v in kwargs.items() if k not in self.inputs}
+        all_out = {n: [] for n in outputs}
+        all_diff = {n: [] for n in grads}
+        bwd_batches = self._batches(bwd_in) if bwd_in else itertools.repeat({})
+        for fb, bb in zip(self._batches(fwd_in), bwd_batches):
+            out = self.forward(blobs=blobs, **fb)
+            diff = self.backward(diffs=diffs, **bb)
+            for n in outputs:
+                all_out[n].append(out[n].copy())
+            for n in grads:
+                all_diff[n].append(diff[n].copy())
+        return self._unpad(all_out, fwd_in), self._unpad(all_diff, fwd_in)
+
+    def _batches(self, arrays):
+        if not arrays:
+            return
+        first = next(iter(arrays))
+        total = len(arrays[first])
+        size = self.blobs[first].shape[0]
+        for start in range(0, total, size):
+            batch = {}
+            for name, value in arrays.items():
+                chunk = np.asarray(value[start:start + size])
+                if len(chunk) < size:
+                    pad = np.zeros((size - len(chunk),) + chunk.shape[1:], chunk.dtype)
+                    chunk = np.concatenate([chunk, pad])
+                batch[name] = chunk
+            yield batch
+
+    @staticmethod
+    def _unpad(collected, inputs):
+        """Join per-batch outputs; items are cut back to the input count, while scalars
+        (losses) stay one value per batch."""
+        total = len(next(iter(inputs.values()))) if inputs else None
+        result = {}
+        for name, parts in collected.items():
+            if parts and parts[0].ndim == 0:
+                result[name] = np.stack(parts)
+            else:
+                joined = np.concatenate(parts) if parts else np.zeros(0)
+                result[name] = joined[:total] if total is not None else joined
+        return result
+
+    def set_input_arrays(self, data, labels, layer_index=0):
+        """Point a MemoryData layer at arrays (pycaffe's set_input_arrays)."""
+        layer = self.layers[layer_index]
+        if layer.type != "MemoryData":
+            raise NetError("set_input_arrays needs a MemoryData layer at index %d, found %s "
+                           "layer '%s'" % (layer_index, layer.type, layer.name))
+        layer.reset(data, labels)
+
+    def before_forward(self, fn):
+        self._hooks["before_forward"].append(fn)
+
+    def after_forward(self, fn):
+        self._hooks["after_forward"].append(fn)
+
+    def before_backward(self, fn):
+        self._hooks["before_backward"].append(fn)
+
+    def after_backward(self, fn):
+        self._hooks["after_backward"].append(fn)
 
     def _set_blob(self, name, value):
         blob = self.blobs[name]

@@ -295,3 +295,31 @@ def test_float64_net_for_gradient_work(tmp_path):
     net = Net(write(tmp_path, IP_NET), caffe.TRAIN, dtype=np.float64)
     assert net.blobs["z"].data.dtype == np.float64
     assert net.params["ip"][0].data.dtype == np.float64
+
+
+def test_forward_all_batches_and_unpads(tmp_path):
+    net = Net(write(tmp_path, IP_NET), caffe.TEST)
+    W = net.params["ip"][0].data.astype(np.float64)
+    b = net.params["ip"][1].data
+    x = np.random.default_rng(1).standard_normal((10, 3))  # batch size 4: 4 + 4 + 2 (padded)
+    out = net.forward_all(blobs=["z"], x=x, y=np.zeros((10, 2)))
+    assert out["z"].shape == (10, 2) and out["loss"].shape == (3,)
+    np.testing.assert_allclose(out["z"], x @ W.T + b, rtol=1e-5, atol=1e-6)
+
+
+def test_forward_backward_all_and_hooks(tmp_path):
+    text = IP_NET.replace('name: "ipnet"', 'name: "ipnet" force_backward: true')
+    net = Net(write(tmp_path, text), caffe.TRAIN)
+    seen = []
+    net.before_forward(lambda i: seen.append(("f", net.layer_names[i])))
+    net.after_backward(lambda i: seen.append(("b", net.layer_names[i])))
+    x = np.random.default_rng(2).standard_normal((8, 3))
+    y = np.zeros((8, 2))
+    outs, diffs = net.forward_backward_all(x=x, y=y)
+    W = net.params["ip"][0].data.astype(np.float64)
+    z = x @ W.T + net.params["ip"][1].data
+    # d loss / d x for a batch of 4: (z - y) / 4 @ W
+    np.testing.assert_allclose(diffs["x"], (z - y) / 4 @ W, rtol=1e-4, atol=1e-6)
+    assert outs["loss"].shape == (2,)
+    assert seen[:3] == [("f", "data"), ("f", "ip"), ("f", "loss")]
+    assert ("b", "ip") in seen

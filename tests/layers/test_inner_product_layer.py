@@ -4,7 +4,8 @@ import pytest
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
 
-FILLERS = 'weight_filler { type: "gaussian" std: 0.5 } bias_filler { type: "uniform" min: -1 max: 1 }'
+FILLERS = ('weight_filler { type: "gaussian" std: 0.5 } '
+           'bias_filler { type: "uniform" min: -1 max: 1 }')
 
 
 def ip_text(extra=""):
