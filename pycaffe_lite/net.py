@@ -249,7 +249,8 @@ class Net:
             self._setup_layer(layer, bvec, tvec)
             for j, tid in enumerate(tids):
                 self._blob_loss_weights[tid] = layer.loss(j)
-            # params
+            # params: read the layer's own param specs after setup (BatchNorm adds lr_mult 0)
+            lp = layer.layer_param
             if len(lp.param) > len(layer.blobs):
                 raise NetError("layer '%s' (type %s): %d param specs given but the layer has "
                                "only %d parameter blobs"
@@ -289,8 +290,8 @@ class Net:
                              % (shapes, type(exc).__name__, exc), layer.name, layer.type) from exc
 
     def _append_param(self, param, layer_id, pid):
-        lp = param.layer[layer_id]
         layer = self.layers[layer_id]
+        lp = layer.layer_param
         spec = lp.param[pid] if pid < len(lp.param) else None
         name = spec.name if spec is not None else ""
         net_pid = len(self.param_blobs)

@@ -323,3 +323,12 @@ def test_forward_backward_all_and_hooks(tmp_path):
     assert outs["loss"].shape == (2,)
     assert seen[:3] == [("f", "data"), ("f", "ip"), ("f", "loss")]
     assert ("b", "ip") in seen
+
+
+def test_batchnorm_statistics_are_not_learnable():
+    net = Net("""
+layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 dim: 2 dim: 2 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "x" top: "y" }
+""", caffe.TRAIN)
+    assert net.params_lr == [0, 0, 0]
+    assert net.layer_dict["bn"].param_propagate_down == [False, False, False]

@@ -90,17 +90,23 @@ def pool_divisors(height, width, kernel, pad, stride, pooled, xp=np, dtype=np.fl
 # ---- MAX ----------------------------------------------------------------------------------
 def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
     """Caffe's MAX pooling: ``top`` gets each window's maximum (the first one in row-major
-    order on ties; ``-FLT_MAX`` for a window with no value above it) and ``argmax`` the kernel
-    offset where it was found (``-1`` when none)."""
+    order on ties; ``-FLT_MAX`` for a window with no value above it, NaNs are skipped) and
+    ``argmax`` the kernel offset where it was found (``-1`` when none)."""
     xp = get_array_module(x)
     src = _source(x, kernel, pad, stride, pooled, -np.inf)
     top[...] = -FLT_MAX
     argmax[...] = -1
+    values = xp.empty(top.shape, dtype=top.dtype)
+    better = xp.empty(top.shape, dtype=bool)
+    step = xp.empty(argmax.shape, dtype=argmax.dtype)
     for k, window in _offsets(kernel, stride, pooled):
-        values = src[window]
-        better = values > top
-        xp.copyto(top, values, where=better)
-        xp.copyto(argmax, k, where=better)
+        values[...] = src[window]  # one contiguous copy, then branch-free updates
+        xp.greater(values, top, out=better)
+        xp.fmax(top, values, out=top)  # fmax ignores NaN, as Caffe's ``>`` test does
+        # argmax = k where better: argmax += (k - argmax) * better
+        xp.subtract(argmax.dtype.type(k), argmax, out=step)
+        xp.multiply(step, better, out=step)
+        argmax += step
 
 
 def max_pool_mask(argmax, width, kernel, pad, stride, out=None):
@@ -119,11 +125,14 @@ def max_pool_mask(argmax, width, kernel, pad, stride, out=None):
 
 
 def _route(top_diff, choice, kernel, pad, stride, pooled, bottom_diff):
-    acc, inner = _accumulator(bottom_diff, kernel, pad, stride, pooled)
-    zero = top_diff.dtype.type(0)
     xp = get_array_module(top_diff)
+    acc, inner = _accumulator(bottom_diff, kernel, pad, stride, pooled)
+    picked = xp.empty(choice.shape, dtype=bool)
+    share = xp.empty(top_diff.shape, dtype=top_diff.dtype)
     for k, window in _offsets(kernel, stride, pooled):
-        acc[window] += xp.where(choice == k, top_diff, zero)
+        xp.equal(choice, k, out=picked)
+        xp.multiply(top_diff, picked, out=share)
+        acc[window] += share
     if inner is not None:
         bottom_diff[...] = acc[inner]
 
@@ -154,27 +163,41 @@ def ave_pool_backward(top_diff, kernel, pad, stride, pooled, divisors, bottom_di
 
 
 # ---- STOCHASTIC (no padding) --------------------------------------------------------------
-def _windows(x, kernel, stride, pooled):
-    """``(N, C, PH, PW, K)`` copy of every window (zeros beyond the input)."""
+def stochastic_pool_forward_train(x, kernel, stride, pooled, uniform, top, choice):
+    """Caffe's training-time stochastic pooling: in each window pick the first element (in
+    row-major order) whose running sum reaches ``uniform * window sum`` (``uniform`` in
+    [0, 1), one per output), i.e. sample with probability proportional to the (non-negative)
+    values. ``top`` gets the picked value and ``choice`` its kernel offset (offset 0 if no
+    element qualifies, which needs negative values)."""
     xp = get_array_module(x)
     src = _source(x, kernel, (0, 0), stride, pooled, 0)
-    return xp.stack([src[window] for _, window in _offsets(kernel, stride, pooled)], axis=-1)
-
-
-def stochastic_pool_forward_train(x, kernel, stride, pooled, uniform, top, choice):
-    """Caffe's training-time stochastic pooling: in each window pick the first element whose
-    running sum reaches ``uniform * window sum`` (``uniform`` in [0, 1), one per output), i.e.
-    sample with probability proportional to the (non-negative) values. ``top`` gets the
-    picked value and ``choice`` its kernel offset."""
-    xp = get_array_module(x)
-    win = _windows(x, kernel, stride, pooled)
-    running = xp.cumsum(win, axis=-1)
-    threshold = uniform * running[..., -1]
+    running = xp.zeros(top.shape, dtype=x.dtype)
+    for _, window in _offsets(kernel, stride, pooled):
+        running += src[window]
+    threshold = uniform * running
+    running[...] = 0
+    found = xp.zeros(top.shape, dtype=bool)
+    hit = xp.empty(top.shape, dtype=bool)
+    values = xp.empty(top.shape, dtype=x.dtype)
+    top[...] = 0
+    choice[...] = 0
     # Positions beyond the input hold 0, so they never reach the threshold before the
     # in-image element preceding them does: the first hit is always inside the input.
-    first = xp.argmax(running >= threshold[..., None], axis=-1)
-    choice[...] = first
-    top[...] = xp.take_along_axis(win, first[..., None].astype(np.intp), axis=-1)[..., 0]
+    for k, window in _offsets(kernel, stride, pooled):
+        values[...] = src[window]
+        running += values
+        xp.greater_equal(running, threshold, out=hit)
+        hit &= ~found
+        found |= hit
+        top += values * hit
+        choice += choice.dtype.type(k) * hit
+    # no hit (possible only with negative sums): offset 0, like an all-zero window
+    top += src[_first_window(stride, pooled)] * ~found
+
+
+def _first_window(stride, pooled):
+    return (slice(None), slice(None), slice(0, stride[0] * (pooled[0] - 1) + 1, stride[0]),
+            slice(0, stride[1] * (pooled[1] - 1) + 1, stride[1]))
 
 
 def stochastic_pool_forward_test(x, kernel, stride, pooled, top):

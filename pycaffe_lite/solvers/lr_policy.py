@@ -1,0 +1,212 @@
+"""Learning-rate policies, chosen by the solver's ``lr_policy`` string.
+
+Caffe's policies, with ``it`` the iteration (the number of updates done so far)::
+
+    fixed      base_lr
+    step       base_lr * gamma ^ floor(it / stepsize)
+    exp        base_lr * gamma ^ it
+    inv        base_lr * (1 + gamma * it) ^ (-power)
+    multistep  base_lr * gamma ^ (number of stepvalue entries reached so far)
+    poly       base_lr * (1 - it / max_iter) ^ power
+    sigmoid    base_lr / (1 + exp(-gamma * (it - stepsize)))
+
+pycaffe-lite additions (SolverParameter fields from 1000 up):
+
+    steps      Darknet's schedule: base_lr * product of scales[i] over every i with
+               it >= steps[i]
+    burn_in    a warm-up usable with every policy: while it < burn_in the policy's rate is
+               multiplied by (it / burn_in) ^ burn_in_power (Darknet's default power: 4)
+
+Each policy is registered in :data:`pycaffe_lite.registry.LR_POLICIES` as an object with
+``check(param, where)`` (raise a :class:`~pycaffe_lite.errors.CaffeError` for settings it cannot
+use) and ``rate(param, it, state)``; ``state.current_step`` is the counter Caffe keeps (and
+snapshots) for the step-like policies. Rates are rounded to float32 where Caffe computes in
+float, so the schedule matches Caffe's to the last bit in the common cases.
+"""
+
+import logging
+import math
+
+import numpy as np
+
+from ..errors import CaffeError
+from ..registry import LR_POLICIES
+
+log = logging.getLogger("pycaffe_lite")
+
+
+def f32(x):
+    """``x`` rounded to float32 (returned as a Python float)."""
+    return float(np.float32(x))
+
+
+class LRPolicy:
+    """Base of the registered policies."""
+
+    name = None
+
+    def check(self, param, where):
+        """Raise a CaffeError when ``param`` cannot drive this policy."""
+
+    def rate(self, param, it, state):
+        raise NotImplementedError
+
+    @staticmethod
+    def _need(ok, where, message):
+        if not ok:
+            raise CaffeError("%s: %s" % (where, message))
+
+
+def register(cls):
+    LR_POLICIES.register(cls.name, cls())
+    return cls
+
+
+def _need_gamma(param, where, policy):
+    LRPolicy._need(param.gamma >= 0, where, "lr_policy \"%s\" needs gamma >= 0 (got %g)"
+                   % (policy, param.gamma))
+
+
+@register
+class Fixed(LRPolicy):
+    name = "fixed"
+
+    def rate(self, param, it, state):
+        return f32(param.base_lr)
+
+
+@register
+class Step(LRPolicy):
+    name = "step"
+
+    def check(self, param, where):
+        self._need(param.stepsize > 0, where, "lr_policy \"step\" needs stepsize > 0 (got %d); "
+                   "set stepsize: N in the solver" % param.stepsize)
+        _need_gamma(param, where, self.name)
+
+    def rate(self, param, it, state):
+        state.current_step = it // param.stepsize
+        return f32(param.base_lr * float(param.gamma) ** state.current_step)
+
+
+@register
+class Exp(LRPolicy):
+    name = "exp"
+
+    def check(self, param, where):
+        _need_gamma(param, where, self.name)
+
+    def rate(self, param, it, state):
+        return f32(param.base_lr * float(param.gamma) ** it)
+
+
+@register
+class Inv(LRPolicy):
+    name = "inv"
+
+    def check(self, param, where):
+        _need_gamma(param, where, self.name)
+
+    def rate(self, param, it, state):
+        base = f32(1.0 + f32(param.gamma * f32(it)))
+        return f32(param.base_lr * f32(base ** -param.power))
+
+
+@register
+class MultiStep(LRPolicy):
+    name = "multistep"
+
+    def check(self, param, where):
+        _need_gamma(param, where, self.name)
+        values = list(param.stepvalue)
+        self._need(values == sorted(values), where, "lr_policy \"multistep\" needs increasing "
+                   "stepvalue entries (got %s)" % values)
+
+    def rate(self, param, it, state):
+        # As Caffe: the step counter moves at most once per call, and is snapshotted.
+        if state.current_step < len(param.stepvalue) and \
+                it >= param.stepvalue[state.current_step]:
+            state.current_step += 1
+            log.info("MultiStep Status: Iteration %d, step = %d", it, state.current_step)
+        return f32(param.base_lr * float(param.gamma) ** state.current_step)
+
+
+@register
+class Poly(LRPolicy):
+    name = "poly"
+
+    def check(self, param, where):
+        self._need(param.max_iter > 0, where, "lr_policy \"poly\" needs max_iter > 0 (got %d)"
+                   % param.max_iter)
+
+    def rate(self, param, it, state):
+        frac = f32(1.0 - f32(f32(it) / f32(param.max_iter)))
+        if frac < 0 and not float(param.power).is_integer():
+            return 0.0  # past max_iter with a fractional power (Caffe's pow gives NaN)
+        return f32(param.base_lr * f32(frac ** param.power))
+
+
+@register
+class Sigmoid(LRPolicy):
+    name = "sigmoid"
+
+    def check(self, param, where):
+        _need_gamma(param, where, self.name)
+        self._need(param.stepsize > 0, where, "lr_policy \"sigmoid\" needs stepsize > 0 "
+                   "(got %d)" % param.stepsize)
+
+    def rate(self, param, it, state):
+        z = f32(-param.gamma * f32(f32(it) - f32(param.stepsize)))
+        try:
+            e = f32(math.exp(z))
+        except OverflowError:
+            e = math.inf
+        return f32(param.base_lr * f32(1.0 / f32(1.0 + e)))
+
+
+@register
+class Steps(LRPolicy):
+    """Darknet's ``steps`` policy (a pycaffe-lite addition)."""
+
+    name = "steps"
+
+    def check(self, param, where):
+        self._need(len(param.steps) == len(param.scales), where,
+                   "lr_policy \"steps\" needs as many scales as steps (%d steps, %d scales)"
+                   % (len(param.steps), len(param.scales)))
+        values = list(param.steps)
+        self._need(values == sorted(values), where, "lr_policy \"steps\" needs increasing "
+                   "steps entries (got %s)" % values)
+
+    def rate(self, param, it, state):
+        rate = f32(param.base_lr)
+        n = 0
+        for step, scale in zip(param.steps, param.scales):
+            if it < step:
+                break
+            rate = f32(rate * scale)
+            n += 1
+        state.current_step = n
+        return rate
+
+
+def get_policy(param, where="solver"):
+    """The registered policy for ``param.lr_policy``, checked against ``param``."""
+    name = param.lr_policy
+    if not name:
+        raise CaffeError("%s: lr_policy is not set; choose one of %s (e.g. lr_policy: "
+                         "\"fixed\")" % (where, ", ".join('"%s"' % n for n in LR_POLICIES.names())))
+    policy = LR_POLICIES.get(name, "lr_policy in %s" % where)
+    policy.check(param, where)
+    if param.burn_in < 0:
+        raise CaffeError("%s: burn_in must be >= 0 (got %d)" % (where, param.burn_in))
+    return policy
+
+
+def learning_rate(param, it, state, policy=None):
+    """The learning rate at iteration ``it``, warm-up included."""
+    policy = policy or get_policy(param)
+    rate = policy.rate(param, it, state)
+    if param.burn_in > 0 and it < param.burn_in:
+        rate = f32(rate * f32(f32(f32(it) / f32(param.burn_in)) ** param.burn_in_power))
+    return rate
