@@ -2,9 +2,10 @@
 
 Caffe opens them relative to the working directory, and so do we first: solver files written
 for ``caffe train`` run from the same folder keep working. When a path does not exist there, we
-also look next to the solver file (and, for data sources, the net file's folder and the folders
-above the solver's, so that Caffe-style example paths such as ``models/lenet/mnist_train_lmdb``
-work from any directory). When nothing is found, the error names every place looked at.
+look relative to the solver file's folder, then relative to each folder above it (data sources
+also relative to the net file's folder), so that Caffe-style example paths written relative to
+a repository root (``models/lenet/mnist_train_lmdb``) work from any directory. When nothing is
+found, the error names every place looked at.
 """
 
 import logging
@@ -45,10 +46,26 @@ def find(path, base_dirs, isdir=None):
     return None
 
 
+def search_dirs(folder):
+    """``folder`` and every folder above it, nearest first."""
+    out = []
+    if folder is None:
+        return out
+    d = os.path.abspath(folder)
+    while True:
+        out.append(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            return out
+        d = parent
+
+
 def looked_in(base_dirs):
     places = ["the working directory (%s)" % os.getcwd()]
-    places += ["%s" % d for d in _dedup(base_dirs) if d != os.getcwd()]
-    return ", ".join(places)
+    others = [d for d in _dedup(base_dirs) if d != os.getcwd()]
+    if others:
+        places.append("relative to " + ", ".join(others))
+    return "; ".join(places)
 
 
 def resolve_file(path, base_dirs, field, where):
@@ -108,15 +125,7 @@ def resolve_sources(net_param, base_dirs):
     """Rewrite relative data paths of ``net_param``'s layers that do not exist relative to the
     working directory but do exist relative to one of ``base_dirs`` or one of their parents.
     Paths found nowhere are left alone (the layer reports them when it opens them)."""
-    dirs = []
-    for d in _dedup(base_dirs):
-        while True:
-            dirs.append(d)
-            parent = os.path.dirname(d)
-            if parent == d:
-                break
-            d = parent
-    dirs = _dedup(dirs)
+    dirs = _dedup([d for base in base_dirs for d in search_dirs(base)])
     for layer in net_param.layer:
         for msg_name, field in SOURCE_FIELDS:
             if not layer.HasField(msg_name):

@@ -235,3 +235,35 @@ def test_fillers_and_loaded_weights():
     twin = make_layer(proto)
     twin.SetUp(bottom, empty_blobs(1))
     assert (twin.blobs[0].data == 0.25).all()
+
+
+@pytest.mark.parametrize("params,shape", [
+    ("num_output: 4 kernel_size: 3 pad: 1 stride: 2 group: 2", (3, 4, 5, 6)),
+    ("num_output: 3 kernel_size: 1", (3, 2, 3, 3)),
+])
+def test_batch_gemm_helpers_for_deconvolution(params, shape):
+    """The base-class helpers a Deconvolution composes: forward_gemm, backward_gemm and
+    weight_gemm on whole batches agree with the layer's own forward and backward, and
+    forward_and_weight_gemm (its fused backward) with the separate calls."""
+    layer, bottom, top = run(conv_text(params + " bias_term: false"), shape)
+    layer.workspace_bytes = 1  # one image per chunk
+    layer.reshape(bottom, top)
+    assert layer.chunk == 1
+    x, w = bottom[0].data, layer.blobs[0].data
+    y = np.empty(top[0].shape)
+    layer.forward_gemm(x, w, y)
+    np.testing.assert_allclose(y, top[0].data, rtol=1e-12)
+    dy = np.random.default_rng(0).standard_normal(top[0].shape)
+    top[0].diff[...] = dy
+    layer.blobs[0].diff[...] = 0
+    layer.Backward(top, [True], bottom)
+    dx = np.full(x.shape, np.nan)
+    layer.backward_gemm(dy, w, dx)
+    np.testing.assert_allclose(dx, bottom[0].diff, rtol=1e-12)
+    dw = np.ones(w.shape)
+    layer.weight_gemm(x, dy, dw)  # accumulates
+    np.testing.assert_allclose(dw, 1 + layer.blobs[0].diff, rtol=1e-12)
+    y2, dw2 = np.empty(y.shape), np.zeros(w.shape)
+    layer.forward_and_weight_gemm(x, w, output=y2, grad_output=dy, weight_diff=dw2)
+    np.testing.assert_allclose(y2, y, rtol=1e-12)
+    np.testing.assert_allclose(dw2, layer.blobs[0].diff, rtol=1e-12)

@@ -17,15 +17,29 @@ kernels on whole batches:
 as input; a Deconvolution (``reverse_dimensions() -> True``) swaps the roles, as in Caffe.
 
 Batches are processed in chunks of images whose column buffer stays under
-``workspace_bytes``; the buffers are kept between calls. Per chunk there is one im2col (a loop
-over kernel offsets), one matrix product per group (a single stacked ``matmul``) and one
-col2im. 1x1 kernels with stride 1 and no padding skip im2col: the input is the column matrix.
+``workspace_bytes``; the buffers are kept between calls and shared by all convolution layers
+of a thread (layers run one at a time), so a deep net holds one workspace, not one per
+layer. Per chunk there is one im2col (a loop over kernel offsets), one matrix product per
+group (a single stacked ``matmul``) and one col2im. 1x1 kernels with stride 1 and no padding
+skip im2col: the input is the column matrix.
 """
+
+import threading
 
 from ...backend import get_array_module
 from ...fillers import fill
 from ...layer import Layer
 from ...ops.im2col import col2im, im2col
+
+_shared = threading.local()
+
+
+def _workspace():
+    """This thread's reusable buffers, by name."""
+    ws = getattr(_shared, "buffers", None)
+    if ws is None:
+        ws = _shared.buffers = {}
+    return ws
 
 
 def _prod(values):
@@ -147,7 +161,6 @@ class BaseConvolutionLayer(Layer):
             if self.bias_term:
                 fill(self.blobs.add_blob(*bias_shape), p.bias_filler)
         self.kernel_dim = _prod(weight_shape[1:])
-        self._workspace = {}
 
     # ---- reshape -----------------------------------------------------------------------
     def reshape(self, bottom, top):
@@ -188,11 +201,12 @@ class BaseConvolutionLayer(Layer):
     # ---- buffers and layouts -----------------------------------------------------------
     def _buffer(self, name, size, xp, dtype):
         """A flat reusable array of at least ``size`` elements (first ``size`` returned)."""
-        buf = self._workspace.get(name)
-        if buf is None or buf.size < size or buf.dtype != dtype or \
-                get_array_module(buf) is not xp:
+        ws = _workspace()
+        key = (name, xp.__name__, str(dtype))
+        buf = ws.get(key)
+        if buf is None or buf.size < size:
             buf = xp.empty(size, dtype=dtype)
-            self._workspace[name] = buf
+            ws[key] = buf
         return buf[:size]
 
     def _batched(self, arr, channels, spatial):
@@ -265,7 +279,7 @@ class BaseConvolutionLayer(Layer):
         given; ``grad_output`` is then on the output side)."""
         xp = get_array_module(input)
         inp = self._batched(input, self.conv_in_channels, self.conv_input_spatial)
-        w = self._weights(weights)
+        w = None if output is None else self._weights(weights)
         g, mg, npix = self.group, self.conv_out_channels // self.group, self.conv_out_spatial_dim
         res_all = None if output is None else \
             self._batched(output, self.conv_out_channels, self.conv_out_spatial)
@@ -276,7 +290,7 @@ class BaseConvolutionLayer(Layer):
             col = self._columns(inp[start:stop], xp)
             if weight_diff is not None:
                 dy = self._gemm_layout(dy_all[start:stop], xp)
-                wd = weight_diff.reshape(w.shape)
+                wd = weight_diff.reshape(g, mg, self.kernel_dim)
                 wd += xp.matmul(dy, col.transpose(0, 2, 1))
             if output is not None:
                 res = res_all[start:stop]

@@ -1,0 +1,157 @@
+"""``pycaffe-lite train``: train or fine-tune a model, as ``caffe train`` does.
+
+Flags are Caffe's (single-dash spellings work too)::
+
+    pycaffe-lite train --solver S.prototxt [--weights a.caffemodel,b.caffemodel |
+                       --snapshot S_iter_N.solverstate] [--gpu 0] [--level N] [--stage a,b]
+                       [--sigint_effect stop|snapshot|none] [--sighup_effect snapshot|stop|none]
+
+``solver_mode: GPU`` without ``--gpu`` on a machine with no usable GPU falls back to the CPU
+with one warning (Caffe would abort); an explicit ``--gpu`` that cannot be honoured is an
+error. SIGINT stops (and the final snapshot is written, as ``snapshot_after_train`` asks);
+SIGHUP writes a snapshot and goes on.
+"""
+
+import logging
+import os
+import resource
+import sys
+import time
+
+from .. import backend, protoio
+from ..errors import CaffeError
+from ..signals import SignalHandler, SolverAction
+from ..tools_log import use_glog_format
+
+log = logging.getLogger("pycaffe_lite")
+
+
+def add_arguments(p):
+    p.add_argument("--solver", default="", help="the solver definition (prototxt)")
+    p.add_argument("--weights", default="",
+                   help="pretrained weights to fine-tune from, separated by ','; cannot be "
+                        "combined with --snapshot")
+    p.add_argument("--snapshot", default="", help="a .solverstate (or .solverstate.h5) to "
+                   "resume training from")
+    p.add_argument("--gpu", default="",
+                   help="run on the GPU with this device id (one id; 'all' means 0)")
+    p.add_argument("--level", type=int, default=0, help="the net level (NetState)")
+    p.add_argument("--stage", default="", help="net stages, separated by ','")
+    p.add_argument("--sigint_effect", default=SolverAction.STOP,
+                   choices=SolverAction.ALL, help="on SIGINT (Ctrl-C): stop (default; the "
+                   "final snapshot is written), snapshot, or none")
+    p.add_argument("--sighup_effect", default=SolverAction.SNAPSHOT,
+                   choices=SolverAction.ALL, help="on SIGHUP: snapshot (default), stop or none")
+
+
+def parse_gpus(value):
+    """Device ids from ``--gpu`` ('0', '0,1', 'all')."""
+    if value == "all":
+        return [0]
+    ids = []
+    for part in str(value).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            ids.append(int(part))
+        except ValueError:
+            raise CaffeError("--gpu takes device ids separated by ',' (e.g. --gpu 0), got "
+                             "'%s'" % value) from None
+    return ids
+
+
+def select_mode(gpu_flag, solver_mode=None, device_id=0):
+    """Set CPU or GPU mode as ``caffe train`` would, falling back to the CPU (with a warning)
+    when the solver asks for the GPU but none is usable. Returns the device id or None."""
+    gpus = parse_gpus(gpu_flag) if gpu_flag else []
+    if len(gpus) > 1:
+        log.warning("Multi-GPU training is not supported; using GPU %d only", gpus[0])
+    if gpus:
+        backend.set_device(gpus[0])
+        backend.set_mode_gpu()  # raises GPUUnavailableError with what to do
+        log.info("Using GPUs %d", gpus[0])
+        return gpus[0]
+    if solver_mode == 1:  # SolverParameter.GPU
+        try:
+            backend.set_device(device_id)
+            backend.set_mode_gpu()
+        except backend.GPUUnavailableError as exc:
+            log.warning("solver_mode is GPU but no GPU is usable (%s); training on the CPU "
+                        "instead. Set solver_mode: CPU to silence this warning.", exc)
+            backend.set_mode_cpu()
+            log.info("Use CPU.")
+            return None
+        log.info("Using GPUs %d", device_id)
+        return device_id
+    backend.set_mode_cpu()
+    log.info("Use CPU.")
+    return None
+
+
+def parse_stages(value):
+    return [s for s in (value or "").split(",") if s]
+
+
+def copy_layers(solver, model_list):
+    """Load weights (',' separated files) into the train net and the test nets."""
+    for name in [m for m in model_list.split(",") if m]:
+        log.info("Finetuning from %s", name)
+        solver.net.copy_from(name)
+        for net in solver.test_nets:
+            net.copy_from(name)
+
+
+def peak_rss_mib():
+    usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return usage / 1024.0 if sys.platform != "darwin" else usage / (1024.0 * 1024.0)
+
+
+def run(args):
+    use_glog_format()
+    from ..solvers import solver_class
+    from ..solvers.example_data import prepare_missing_sources
+    from ..solvers.progress import ProgressBar
+
+    if not args.solver:
+        raise CaffeError("need a solver definition to train: --solver path/to/solver.prototxt")
+    if args.snapshot and args.weights:
+        raise CaffeError("give a snapshot to resume training or weights to fine-tune, but not "
+                         "both (--snapshot and --weights)")
+    param = protoio.read_solver_param(args.solver)
+    param.train_state.level = args.level
+    param.train_state.stage.extend(parse_stages(args.stage))
+    select_mode(args.gpu, param.solver_mode, param.device_id)
+    prepare_missing_sources(param, args.solver)
+
+    cls = solver_class(param.type, "type in %s" % args.solver)
+    base_dir = os.path.dirname(os.path.abspath(args.solver))
+    with SignalHandler(args.sigint_effect, args.sighup_effect) as handler:
+        solver = cls(param, base_dir, source_path=args.solver)
+        solver.set_action_function(handler.get_action)
+        if args.snapshot:
+            log.info("Resuming from %s", args.snapshot)
+            solver.restore(args.snapshot)
+        elif args.weights:
+            copy_layers(solver, args.weights)
+        bar = None
+        if ProgressBar.wanted():
+            bar = ProgressBar(solver.max_iter).attach()
+            solver.progress = bar
+        log.info("Starting Optimization")
+        start_iter = solver.iter
+        t0 = time.perf_counter()
+        try:
+            solver.solve()
+        finally:
+            if bar is not None:
+                bar.close()
+        elapsed = time.perf_counter() - t0
+    done = solver.iter - start_iter
+    log.info("Optimization Done.")
+    log.info("Trained %d iterations in %.1f s (%.2f ms/iter), peak memory %.0f MiB", done,
+             elapsed, 1000.0 * elapsed / max(done, 1), peak_rss_mib())
+    return 0
+
+
+COMMANDS = [("train", "train or fine-tune a model", add_arguments, run)]

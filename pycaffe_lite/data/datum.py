@@ -1,0 +1,293 @@
+"""Datum records and images: decoding, encoding and resizing as Caffe (OpenCV) does them.
+
+Images are NumPy arrays in Caffe's layout and channel order:
+
+- a *datum array* is ``(C, H, W)``: uint8 for raw pixel bytes or decoded images, float32 for
+  ``float_data`` records;
+- a decoded image is ``(H, W, C)`` uint8 with channels in OpenCV's order (B, G, R, [A]) and
+  C = 1 for grey images. :func:`decode_image` returns a view on Pillow's RGB pixels, so the
+  channel reversal costs no copy.
+
+Decoding uses Pillow. ``color=None`` keeps the stored channels (OpenCV's ``IMREAD_UNCHANGED``,
+Caffe's ``DecodeDatumToCVMatNative``), ``True`` forces 3-channel BGR (``IMREAD_COLOR``) and
+``False`` forces grey (``IMREAD_GRAYSCALE``; for JPEG the decoder's luma channel, as libjpeg
+gives it). Resizing is bilinear with OpenCV's ``INTER_LINEAR`` pixel mapping and fixed-point
+rounding (see :func:`resize`).
+"""
+
+import io
+import os
+
+import numpy as np
+
+from ..errors import CaffeError
+from ..proto import caffe_pb2
+
+
+class DataError(CaffeError):
+    """A record, image or dataset file that cannot be used."""
+
+
+def _pil():
+    try:
+        from PIL import Image
+    except ImportError:
+        raise DataError("decoding and encoding images needs Pillow: pip install Pillow") from None
+    return Image
+
+
+# ---- Datum <-> arrays -------------------------------------------------------------------
+def parse_datum(value, where="record"):
+    """A Datum from serialized bytes (``where`` names the record in errors)."""
+    datum = caffe_pb2.Datum()
+    try:
+        datum.ParseFromString(value)
+    except Exception as exc:  # protobuf raises DecodeError (or RuntimeError in upb)
+        raise DataError("%s is not a Datum (%d bytes, corrupt or another format): %s"
+                        % (where, len(value), exc)) from None
+    return datum
+
+
+def raw_shape(datum, where="record"):
+    """(C, H, W) of a non-encoded Datum, checked against its payload size."""
+    c, h, w = datum.channels, datum.height, datum.width
+    if c <= 0 or h <= 0 or w <= 0:
+        raise DataError("%s has shape %dx%dx%d (channels x height x width must be positive)"
+                        % (where, c, h, w))
+    n = c * h * w
+    if datum.data:
+        if len(datum.data) != n:
+            raise DataError("%s holds %d bytes of pixel data for a %dx%dx%d datum (%d expected)"
+                            % (where, len(datum.data), c, h, w, n))
+    elif len(datum.float_data) != n:
+        raise DataError("%s holds %d float_data values for a %dx%dx%d datum (%d expected)"
+                        % (where, len(datum.float_data), c, h, w, n))
+    return c, h, w
+
+
+def datum_to_array(datum, color=None, where="record"):
+    """The (C, H, W) array a Datum holds (decoded when ``encoded``)."""
+    if datum.encoded:
+        return hwc_to_chw(decode_image(datum.data, color, where))
+    shape = raw_shape(datum, where)
+    if datum.data:
+        return np.frombuffer(datum.data, np.uint8).reshape(shape)
+    return np.asarray(datum.float_data, np.float32).reshape(shape)
+
+
+def array_to_datum(arr, label=None):
+    """A raw Datum from a (C, H, W) array: uint8 goes to ``data``, anything else to
+    ``float_data`` (as pycaffe's ``caffe.io.array_to_datum``)."""
+    arr = np.asarray(arr)
+    if arr.ndim == 2:
+        arr = arr[np.newaxis]
+    if arr.ndim != 3:
+        raise DataError("array_to_datum needs a (C, H, W) array, got shape %s" % (arr.shape,))
+    datum = caffe_pb2.Datum(channels=arr.shape[0], height=arr.shape[1], width=arr.shape[2])
+    if arr.dtype == np.uint8:
+        datum.data = np.ascontiguousarray(arr).tobytes()
+    else:
+        datum.float_data.extend(arr.astype(np.float32).ravel())
+    if label is not None:
+        datum.label = int(label)
+    return datum
+
+
+def hwc_to_chw(img):
+    return img.transpose(2, 0, 1)
+
+
+def chw_to_hwc(arr):
+    return arr.transpose(1, 2, 0)
+
+
+# ---- decoding / encoding ----------------------------------------------------------------
+def _to_array(img, color, where):
+    """Pillow image -> (H, W, C) uint8 in OpenCV channel order."""
+    mode = img.mode
+    if color is True:
+        if mode != "RGB":
+            img = img.convert("RGB")
+    elif color is False:
+        if mode != "L":
+            img = img.convert("L")
+    elif mode in ("1", "I;16", "I;16B", "I;16L", "I", "F"):
+        if mode == "1":
+            img = img.convert("L")
+        else:
+            raise DataError("%s is a %s image (16-bit or float pixels); Caffe's data layers "
+                            "take 8-bit images: convert it to 8 bits" % (where, mode))
+    elif mode == "P":
+        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+    elif mode in ("LA", "PA", "La", "RGBa"):
+        img = img.convert("RGBA")
+    elif mode not in ("L", "RGB", "RGBA"):
+        img = img.convert("RGB")
+    arr = np.asarray(img)
+    if arr.ndim == 2:
+        return arr[:, :, np.newaxis]
+    # RGB(A) -> BGR(A): a view, no copy.
+    if arr.shape[2] == 4:
+        return arr[:, :, [2, 1, 0, 3]]
+    return arr[:, :, ::-1]
+
+
+def decode_image(data, color=None, where="image"):
+    """Decode JPEG/PNG/... bytes to an (H, W, C) uint8 array in BGR order."""
+    Image = _pil()
+    try:
+        img = Image.open(io.BytesIO(data))
+        if color is False and img.format == "JPEG" and img.mode != "L":
+            img.draft("L", img.size)  # the decoder's own luma channel, as libjpeg gives
+        img.load()
+    except Exception as exc:
+        raise DataError("cannot decode %s as an image (%d bytes): %s"
+                        % (where, len(data), exc)) from None
+    return _to_array(img, color, where)
+
+
+def image_format(path_or_ext):
+    ext = os.path.splitext(path_or_ext)[1] if "." in path_or_ext else path_or_ext
+    ext = ext.lower().lstrip(".")
+    return {"jpg": "JPEG", "jpeg": "JPEG", "jpe": "JPEG", "png": "PNG", "bmp": "BMP",
+            "tif": "TIFF", "tiff": "TIFF", "ppm": "PPM", "pgm": "PPM", "pbm": "PPM",
+            "webp": "WEBP"}.get(ext)
+
+
+def encode_image(img, ext="jpg"):
+    """Encode an (H, W, C) BGR(A) or (H, W) uint8 image (OpenCV's ``imencode``); JPEG at
+    quality 95, OpenCV's default."""
+    Image = _pil()
+    fmt = image_format(ext)
+    if fmt is None:
+        raise DataError("unknown image encoding '%s' (use jpg, png, bmp, ...)" % ext)
+    img = np.asarray(img)
+    if img.dtype != np.uint8:
+        raise DataError("can only encode uint8 images, got %s" % img.dtype)
+    if img.ndim == 3 and img.shape[2] == 1:
+        img = img[:, :, 0]
+    if img.ndim == 3 and img.shape[2] == 3:
+        pil = Image.fromarray(np.ascontiguousarray(img[:, :, ::-1]), "RGB")
+    elif img.ndim == 3 and img.shape[2] == 4:
+        pil = Image.fromarray(np.ascontiguousarray(img[:, :, [2, 1, 0, 3]]), "RGBA")
+    elif img.ndim == 2:
+        pil = Image.fromarray(np.ascontiguousarray(img), "L")
+    else:
+        raise DataError("cannot encode an image of shape %s" % (img.shape,))
+    buf = io.BytesIO()
+    options = {"quality": 95} if fmt == "JPEG" else {}
+    pil.save(buf, format=fmt, **options)
+    return buf.getvalue()
+
+
+# ---- resizing -----------------------------------------------------------------------------
+_COEF_BITS = 11
+_COEF_SCALE = 1 << _COEF_BITS
+
+
+def _coeffs(in_size, out_size, start=0):
+    """Source indices and weights of OpenCV's INTER_LINEAR along one axis, for a window of
+    ``in_size`` pixels starting at ``start`` resized to ``out_size``."""
+    scale = in_size / out_size
+    f = ((np.arange(out_size) + 0.5) * scale - 0.5).astype(np.float32)
+    i0 = np.floor(f).astype(np.intp)
+    frac = f - i0.astype(np.float32)
+    low = i0 < 0
+    high = i0 >= in_size - 1
+    frac[low | high] = 0
+    i0[low] = 0
+    i0[high] = in_size - 1
+    i1 = np.minimum(i0 + 1, in_size - 1)
+    return i0 + start, i1 + start, frac
+
+
+def resize(img, height, width, window=None, axes=(0, 1)):
+    """Bilinear resize to ``height`` x ``width`` (OpenCV's ``cv::resize`` with INTER_LINEAR).
+
+    ``img`` is (H, W, ...) by default (``axes`` names the height and width axes, e.g. (1, 2)
+    for CHW). ``window = (y, x, h, w)`` resizes only that window (as resizing ``img[roi]``).
+    uint8 images use OpenCV's 11-bit fixed-point weights and its vectorised rounding (equal to
+    OpenCV when shrinking; within one grey level when enlarging); float images are
+    interpolated in float32.
+    """
+    img = np.asarray(img)
+    ha, wa = axes
+    if window is None:
+        window = (0, 0, img.shape[ha], img.shape[wa])
+    y, x, h, w = (int(v) for v in window)
+    y0, y1, fy = _coeffs(h, int(height), y)
+    x0, x1, fx = _coeffs(w, int(width), x)
+    wshape = [1] * img.ndim
+    wshape[wa] = -1
+    hshape = [1] * img.ndim
+    hshape[ha] = -1
+    if img.dtype == np.uint8:
+        ax1 = np.rint((1 - fx) * _COEF_SCALE).astype(np.int32)
+        ax = (ax1.reshape(wshape), (_COEF_SCALE - ax1).reshape(wshape))
+        by1 = np.rint((1 - fy) * _COEF_SCALE).astype(np.int32)
+        by = (by1.reshape(hshape), (_COEF_SCALE - by1).reshape(hshape))
+        # only the source rows that are used are widened to int32
+        uniq = np.unique(np.concatenate([y0, y1]))
+        rows = np.take(img, uniq, axis=ha).astype(np.int32)
+        r0 = np.searchsorted(uniq, y0)
+        r1 = np.searchsorted(uniq, y1)
+        horiz = np.take(rows, x0, axis=wa) * ax[0] + np.take(rows, x1, axis=wa) * ax[1]
+        horiz >>= 4
+        # OpenCV's vectorised vertical pass: 16-bit high products, then a rounding shift
+        out = (np.take(horiz, r0, axis=ha) * by[0]) >> 16
+        out += (np.take(horiz, r1, axis=ha) * by[1]) >> 16
+        out += 2
+        out >>= 2
+        return out.astype(np.uint8)
+    src = img.astype(np.float32, copy=False)
+    fxr = fx.reshape(wshape)
+    fyr = fy.reshape(hshape)
+    a = np.take(src, x0, axis=wa)
+    horiz = a + (np.take(src, x1, axis=wa) - a) * fxr
+    top = np.take(horiz, y0, axis=ha)
+    return top + (np.take(horiz, y1, axis=ha) - top) * fyr
+
+
+# ---- files --------------------------------------------------------------------------------
+def read_file(path, what="image file"):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise DataError("%s '%s' not found" % (what, path)) from None
+    except OSError as exc:
+        raise DataError("cannot read %s '%s': %s" % (what, path, exc.strerror or exc)) from None
+
+
+def read_image(path, height=0, width=0, is_color=True, where=None):
+    """An image file as (H, W, C) BGR uint8, resized when ``height`` and ``width`` are set
+    (Caffe's ``ReadImageToCVMat``)."""
+    data = read_file(path)
+    img = decode_image(data, bool(is_color), where or "image file '%s'" % path)
+    if height > 0 and width > 0:
+        img = resize(img, height, width)
+    return img
+
+
+def read_image_to_datum(path, label, height=0, width=0, is_color=True, encoding=""):
+    """A Datum for an image file (Caffe's ``ReadImageToDatum``): raw CHW pixels, or encoded
+    bytes when ``encoding`` (jpg, png, ...) is given. A file already in that encoding, not
+    resized and with the requested colour, is stored as it is."""
+    data = read_file(path)
+    img = decode_image(data, bool(is_color), "image file '%s'" % path)
+    if height > 0 and width > 0:
+        img = resize(img, height, width)
+    datum = caffe_pb2.Datum()
+    if encoding:
+        same_ext = image_format(path) == image_format(encoding)
+        if (img.shape[2] == 3) == bool(is_color) and not height and not width and same_ext:
+            datum.data = data
+        else:
+            datum.data = encode_image(img, encoding)
+        datum.encoded = True
+        datum.label = int(label)
+        return datum
+    datum.channels, datum.height, datum.width = img.shape[2], img.shape[0], img.shape[1]
+    datum.data = np.ascontiguousarray(hwc_to_chw(img)).tobytes()
+    datum.label = int(label)
+    return datum

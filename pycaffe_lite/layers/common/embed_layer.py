@@ -1,0 +1,92 @@
+"""Embed: look up learned vectors by integer index (a one-hot InnerProduct, done by lookup)."""
+
+import math
+
+from ...backend import get_array_module
+from ...fillers import fill
+from ...layer import Layer
+from ...registry import register_layer
+
+
+@register_layer("Embed")
+class EmbedLayer(Layer):
+    """Learned embeddings: each bottom value is the index of a row of the weight table.
+
+    Bottoms: indices, any shape, holding integers (stored as floats) in ``[0, input_dim)``; a
+    value that is not such an integer is an error naming it. No gradient flows to it.
+    Tops: y of shape ``indices.shape + (num_output,)``: ``y[..., :] = W[index] (+ b)``.
+    Params: ``embed_param { num_output (required, > 0), input_dim (required, > 0), bias_term
+    (true), weight_filler (constant 0), bias_filler (constant 0) }``.
+    Blobs: weights of shape (input_dim, num_output) (transposed relative to InnerProduct);
+    bias of shape (num_output,) when ``bias_term``.
+    """
+
+    exact_num_bottom_blobs = 1
+    exact_num_top_blobs = 1
+
+    def setup(self, bottom, top):
+        p = self.layer_param.embed_param
+        self.num_output = int(p.num_output)
+        self.input_dim = int(p.input_dim)
+        self.bias_term = p.bias_term
+        if self.num_output <= 0:
+            raise self.error("embed_param.num_output must be > 0, got %d" % self.num_output)
+        if self.input_dim <= 0:
+            raise self.error("embed_param.input_dim must be > 0, got %d" % self.input_dim)
+        k, n = self.input_dim, self.num_output
+        expected = [(k, n)] + ([(n,)] if self.bias_term else [])
+        if len(self.blobs) > 0:
+            # Parameters came with the layer (a saved net): they must fit the settings.
+            if len(self.blobs) != len(expected):
+                raise self.error("expected %d parameter blob(s) (bias_term: %s), got %d"
+                                 % (len(expected), self.bias_term, len(self.blobs)))
+            for i, (blob, shape) in enumerate(zip(self.blobs, expected)):
+                if blob.count != math.prod(shape):
+                    raise self.error("parameter blob %d has shape %s, expected %s"
+                                     % (i, blob.shape, shape))
+                if blob.shape != shape:
+                    blob.reshape(shape)
+            return
+        fill(self.blobs.add_blob(k, n), p.weight_filler)
+        if self.bias_term:
+            fill(self.blobs.add_blob(n), p.bias_filler)
+
+    def reshape(self, bottom, top):
+        top[0].reshape(bottom[0].shape + (self.num_output,))
+
+    def _indices(self, bottom):
+        """The bottom's values as a flat integer index array, after checking them."""
+        x = bottom.read_data().reshape(-1)
+        xp = get_array_module(x)
+        bad = ~((x >= 0) & (x < self.input_dim) & (xp.floor(x) == x))
+        if x.size and bool(bad.any()):
+            pos = int(bad.argmax())
+            raise self.error("bottom value %r at flat position %d is not an integer index in "
+                             "[0, input_dim=%d)" % (float(x[pos]), pos, self.input_dim))
+        return x.astype(xp.intp)
+
+    def forward(self, bottom, top):
+        idx = self._indices(bottom[0])
+        y = top[0].write_data().reshape(idx.size, self.num_output)
+        xp = get_array_module(y)
+        xp.take(self.blobs[0].read_data(), idx, axis=0, out=y)
+        if self.bias_term:
+            y += self.blobs[1].read_data()
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            raise self.error("cannot backpropagate to the Embed input (bottom 0 holds indices); "
+                             "set propagate_down: false for it")
+        need_w = self.param_propagate_down[0]
+        need_b = self.bias_term and self.param_propagate_down[1]
+        if not (need_w or need_b):
+            return
+        dy = top[0].read_diff().reshape(-1, self.num_output)
+        if need_w:
+            idx = self._indices(bottom[0])
+            dw = self.blobs[0].write_diff()
+            xp = get_array_module(dw)
+            xp.add.at(dw, idx, dy)  # repeated indices accumulate
+        if need_b:
+            db = self.blobs[1].write_diff()
+            db += dy.sum(axis=0)

@@ -1,0 +1,96 @@
+"""Python: a layer written by the user in Python, named by module and class in the prototxt.
+
+::
+
+    layer {
+      name: "mine" type: "Python" bottom: "x" top: "y"
+      python_param { module: "my_layers" layer: "MyLayer" param_str: "anything" }
+    }
+
+``my_layers`` is imported (the current working directory is put on ``sys.path`` first, as
+Caffe users expect; ``PYTHONPATH`` works too) and ``MyLayer`` must subclass
+``pycaffe_lite.Layer`` (``caffe.Layer`` after ``import pycaffe_lite as caffe``), overriding
+``setup``, ``reshape``, ``forward`` and ``backward`` with pycaffe's signatures.
+"""
+
+import importlib
+import os
+import sys
+
+import numpy as np
+
+from ...errors import LayerError
+from ...layer import Layer
+from ...registry import register_layer
+
+TYPE = "Python"
+
+
+def _ensure_cwd_on_path():
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def load_layer_class(layer_param):
+    """The user's Layer subclass that ``layer_param.python_param`` names (a LayerError
+    naming the module, the class and the layer when it cannot be had)."""
+    name = layer_param.name
+    p = layer_param.python_param
+    if not p.module:
+        raise LayerError("python_param.module is required (the Python module that defines "
+                         "the layer class)", name, TYPE)
+    if not p.layer:
+        raise LayerError("python_param.layer is required (the name of the layer class in "
+                         "module '%s')" % p.module, name, TYPE)
+    _ensure_cwd_on_path()
+    importlib.invalidate_caches()  # see modules written since the last import
+    try:
+        module = importlib.import_module(p.module)
+    except Exception as exc:
+        raise LayerError("cannot import python_param.module '%s' (looked in the current "
+                         "directory %s and sys.path): %s: %s"
+                         % (p.module, os.getcwd(), type(exc).__name__, exc),
+                         name, TYPE) from exc
+    cls = getattr(module, p.layer, None)
+    where = getattr(module, "__file__", None) or p.module
+    if cls is None:
+        raise LayerError("module '%s' (%s) has no class '%s' (python_param.layer)"
+                         % (p.module, where, p.layer), name, TYPE)
+    if not (isinstance(cls, type) and issubclass(cls, Layer)):
+        raise LayerError("python_param.layer '%s' in module '%s' is %r, not a subclass of "
+                         "pycaffe_lite.Layer (caffe.Layer)" % (p.layer, p.module, cls),
+                         name, TYPE)
+    return cls
+
+
+@register_layer(TYPE)
+class PythonLayer(Layer):
+    """A creator for ``type: "Python"``: constructing it returns an instance of the user's class.
+
+    ``PythonLayer(layer_param, dtype)`` imports ``python_param.module``, takes its class
+    ``python_param.layer`` (a subclass of :class:`pycaffe_lite.Layer`), instantiates it with
+    ``(layer_param, dtype=dtype)`` and sets ``param_str`` (``python_param.param_str``) on it.
+    ``phase`` is the Layer's own (the layer parameter's phase, which the Net sets).
+
+    The user's layer sees pycaffe-style blobs (``bottom[0].data``, ``top[0].reshape(*shape)``,
+    ``top[0].data[...] = ...``, ``bottom[0].diff[...] = ...``) and may create learnable
+    params in ``setup`` with ``self.blobs.add_blob(*shape)`` (solvers update them and snapshots
+    save them; a layer built from a saved net already holds them in ``self.blobs``, so create
+    them only ``if not self.blobs``).
+
+    Bottoms / Tops: whatever the user's layer declares (no constraint by default).
+    Params: ``python_param { module (required), layer (required), param_str (""),
+    share_in_parallel (false; accepted and ignored: there is no multi-GPU training) }``.
+    """
+
+    def __new__(cls, layer_param=None, dtype=np.float32):
+        if cls is not PythonLayer:  # a user class deriving from this one: build it normally
+            return super().__new__(cls)
+        if layer_param is None:
+            raise LayerError("a Python layer needs a LayerParameter with python_param",
+                             None, TYPE)
+        user_cls = load_layer_class(layer_param)
+        layer = user_cls(layer_param, dtype=dtype)
+        layer.param_str = layer_param.python_param.param_str
+        return layer

@@ -1,0 +1,158 @@
+"""Stochastic gradient descent with momentum, and the update steps every solver shares.
+
+One iteration's update (Caffe's ``SGDSolver::ApplyUpdate``)::
+
+    rate = lr_policy(iter)                  (with the optional burn_in warm-up)
+    clip_gradients: if ||all diffs||_2 > clip_gradients >= 0, scale every diff down to it
+    per learnable param:
+        normalize:  diff /= iter_size
+        regularize: diff += local_decay * data        (L2)
+                    diff += local_decay * sign(data)  (L1)
+                    with local_decay = weight_decay * decay_mult
+        compute_update_value(rate * lr_mult)          (the rule; SGD below)
+    data -= diff
+
+SGD: ``history = momentum * history + local_rate * diff; diff = history``.
+
+Everything runs in place on float32 arrays of the current mode (NumPy or CuPy), one vectorised
+operation at a time; the scratch buffers are allocated once, on first use.
+"""
+
+import logging
+import math
+
+import numpy as np
+
+from .. import backend
+from ..errors import CaffeError
+from ..registry import SOLVERS
+from .lr_policy import f32
+from .solver import Solver, _fmt
+
+log = logging.getLogger("pycaffe_lite")
+
+
+class SGDSolver(Solver):
+    """Caffe's SGDSolver (``type: "SGD"``)."""
+
+    type = "SGD"
+    state_names = ("history",)
+
+    # -- state -------------------------------------------------------------------------------
+    def sanity_check(self):
+        param = self.param
+        if param.weight_decay and param.regularization_type not in ("L2", "L1"):
+            raise CaffeError("%s: unknown regularization_type \"%s\"; use \"L2\" or \"L1\""
+                             % (self.where, param.regularization_type))
+
+    def presolve(self):
+        xp = backend.xp()
+        params = self.net.learnable_params
+        self.history = [xp.zeros(p.shape, np.float32)
+                        for _ in self.state_names for p in params]
+        self._update_buf = [None] * len(params)
+        self._temp = [None] * len(params)
+        self._state_xp = xp
+
+    def _buffer(self, buffers, i):
+        buf = buffers[i]
+        if buf is None:
+            shape = self.net.learnable_params[i].shape
+            buf = buffers[i] = self._state_xp.empty(shape, np.float32)
+        return buf
+
+    def _ensure_state_module(self):
+        """Keep the state arrays where the current mode computes (after a mode switch)."""
+        xp = backend.xp()
+        if xp is self._state_xp:
+            return
+        move = backend.to_host if xp is np else xp.asarray
+        self.history = [move(h) for h in self.history]
+        self._update_buf = [None] * len(self._update_buf)
+        self._temp = [None] * len(self._temp)
+        self._state_xp = xp
+
+    # -- the update ------------------------------------------------------------------------
+    def apply_update(self):
+        """Turn the accumulated gradients into the update and apply it (``data -= diff``)."""
+        self._ensure_state_module()
+        param = self.param
+        rate = self.get_learning_rate()
+        self.lr = rate
+        if param.display and self.iter % param.display == 0:
+            log.info("Iteration %d, lr = %s", self.iter, _fmt(rate))
+        self.clip_gradients()
+        for i in range(len(self.net.learnable_params)):
+            self.normalize(i)
+            self.regularize(i)
+            self.compute_update_value(i, rate)
+        self.net.update()
+
+    def clip_gradients(self):
+        clip = self.param.clip_gradients
+        if clip < 0:
+            return
+        params = self.net.learnable_params
+        sumsq = np.float32(0)
+        for p in params:
+            sumsq = np.float32(sumsq + np.float32(p.sumsq_diff()))
+        l2norm = np.float32(np.sqrt(sumsq))
+        if l2norm > np.float32(clip):
+            factor = f32(np.float32(clip) / l2norm)
+            log.info("Gradient clipping: scaling down gradients (L2 norm %s > %s) by scale "
+                     "factor %s", _fmt(l2norm), _fmt(clip), _fmt(factor))
+            for p in params:
+                p.scale_diff(factor)
+
+    def normalize(self, i):
+        iter_size = self.param.iter_size
+        if iter_size == 1:
+            return
+        diff = self.net.learnable_params[i].write_diff()
+        diff *= f32(1.0 / iter_size)
+
+    def regularize(self, i):
+        param = self.param
+        local_decay = f32(param.weight_decay * self.net.params_weight_decay[i])
+        if not local_decay:
+            return
+        blob = self.net.learnable_params[i]
+        xp = self._state_xp
+        temp = self._buffer(self._temp, i)
+        if param.regularization_type == "L2":
+            xp.multiply(blob.read_data(), local_decay, out=temp)
+        elif param.regularization_type == "L1":
+            xp.sign(blob.read_data(), out=temp)
+            temp *= local_decay
+        else:
+            raise CaffeError("%s: unknown regularization_type \"%s\"; use \"L2\" or \"L1\""
+                             % (self.where, param.regularization_type))
+        diff = blob.write_diff()
+        diff += temp
+
+    def local_rate(self, i, rate):
+        return f32(rate * self.net.params_lr[i])
+
+    def compute_update_value(self, i, rate):
+        momentum = f32(self.param.momentum)
+        local_rate = self.local_rate(i, rate)
+        diff = self.net.learnable_params[i].write_diff()
+        history = self.history[i]
+        history *= momentum
+        diff *= local_rate
+        history += diff
+        diff[...] = history
+
+
+SOLVERS.register("SGD", SGDSolver)
+
+
+def _check_no_momentum(solver, name):
+    if solver.param.momentum != 0:
+        raise CaffeError("%s: momentum cannot be used with %s (got momentum: %g); remove it"
+                         % (solver.where, name, solver.param.momentum))
+
+
+def adam_correction(beta1, beta2, t):
+    """Adam's bias correction sqrt(1 - beta2^t) / (1 - beta1^t), as Caffe computes it."""
+    return f32(math.sqrt(1.0 - beta2 ** t) / (1.0 - beta1 ** t))

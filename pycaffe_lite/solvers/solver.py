@@ -1,0 +1,667 @@
+"""The training loop shared by every solver: nets, testing, display, snapshots, callbacks.
+
+:class:`Solver` follows Caffe's ``Solver``: it builds the train net and the test nets from the
+SolverParameter (``net``/``net_param``/``train_net``/``train_net_param``/``test_net``/
+``test_net_param`` with ``train_state``/``test_state``), runs ``step(n)`` (clear the diffs, test
+when due, ``iter_size`` forward/backward passes, display, callbacks, ``apply_update()``,
+snapshot when due or asked), and writes and restores snapshots in Caffe's formats. The update
+rule itself (``apply_update``) and its state (``history``) come from the subclasses in
+:mod:`pycaffe_lite.solvers.sgd` and its siblings.
+
+pycaffe's surface: ``solver.net``, ``solver.test_nets``, ``solver.iter``, ``solver.max_iter``,
+``solver.param``, ``step(n)``, ``solve(resume_file=None)``, ``restore(path)``, ``snapshot()``,
+``apply_update()``, ``add_callback(on_start, on_gradients_ready)``, ``share_weights(net)``.
+"""
+
+import logging
+import os
+
+import numpy as np
+from google.protobuf import text_format
+
+from .. import backend, protoio
+from ..blob import blobproto_to_array
+from ..errors import CaffeError, ProtoError
+from ..net import Net
+from ..proto import caffe_pb2
+from ..signals import SolverAction
+from . import paths, resume
+from .lr_policy import get_policy, learning_rate
+
+log = logging.getLogger("pycaffe_lite")
+
+_SP = caffe_pb2.SolverParameter
+
+
+def build_net(net_param):
+    """A Net from a NetParameter whose ``state`` is already complete (phase, level, stages).
+
+    ``Net(...)`` takes the phase, level and stages as arguments; a solver merges them from
+    several places first (Caffe's rules), so it builds the net from the finished parameter.
+    """
+    net = Net.__new__(Net)
+    net.dtype = np.dtype(np.float32)
+    net._init(net_param)
+    return net
+
+
+def _fmt(value):
+    """A number as Caffe's log prints it (ostream's default: 6 significant digits)."""
+    return "%g" % float(value)
+
+
+class _Callback:
+    def __init__(self, on_start, on_gradients_ready):
+        self.on_start = on_start
+        self.on_gradients_ready = on_gradients_ready
+
+
+class Solver:
+    """Base of the solvers; construct a subclass (or use :func:`get_solver`)."""
+
+    type = None
+    #: names of the per-parameter state lists, in the order ``history`` stores them
+    state_names = ("history",)
+
+    def __init__(self, source, base_dir=None, source_path=None):
+        """``source``: a solver prototxt path, prototxt text or a SolverParameter.
+        ``base_dir``: where relative paths fall back to (default: the solver file's folder).
+        ``source_path``: the file a SolverParameter ``source`` was read from, if any (names
+        the default snapshot_prefix and the errors)."""
+        self.param = protoio.read_solver_param(source)
+        if source_path is None and isinstance(source, (str, os.PathLike)) and \
+                os.path.isfile(source):
+            source_path = source
+        if source_path is not None:
+            self.source = os.fspath(source_path)
+            if base_dir is None:
+                base_dir = os.path.dirname(os.path.abspath(self.source))
+        else:
+            self.source = None
+        self.base_dir = base_dir
+        self.search_dirs = paths.search_dirs(base_dir)
+        self.where = self.source or "solver parameters"
+        param = self.param
+        if self.type is not None and param.HasField("type") and param.type != self.type:
+            log.warning("%s says type: \"%s\" but a %s was built (get_solver() follows the "
+                        "file)", self.where, param.type, type(self).__name__)
+        log.info("Initializing solver from parameters: \n%s",
+                 text_format.MessageToString(param))
+        if param.average_loss < 1:
+            raise CaffeError("%s: average_loss should be >= 1 (got %d)"
+                             % (self.where, param.average_loss))
+        if param.iter_size < 1:
+            raise CaffeError("%s: iter_size should be >= 1 (got %d)"
+                             % (self.where, param.iter_size))
+        self.policy = get_policy(param, self.where)
+        self._init_snapshot_prefix()
+        if param.random_seed >= 0:
+            backend.set_random_seed(param.random_seed)
+        self._init_train_net()
+        self._init_test_nets()
+        log.info("Solver scaffolding done.")
+        self.iter = 0
+        self.current_step = 0
+        self.lr = 0.0
+        self.smoothed_loss = 0.0
+        self._losses = []
+        self.callbacks = []
+        self._action_function = None
+        self.requested_early_exit = False
+        self.progress = None
+        self.test_scores = [[] for _ in self.test_nets]
+        self._output_cache = {}
+        self.history = []
+        self._state_xp = None
+        self.sanity_check()
+        self.presolve()
+
+    # -- construction --------------------------------------------------------------------
+    def sanity_check(self):
+        """Subclasses refuse settings their rule cannot use (Caffe's constructor checks)."""
+
+    def presolve(self):
+        """Allocate the update state (subclasses)."""
+
+    def _init_snapshot_prefix(self):
+        param = self.param
+        if self.source is not None:
+            if not param.HasField("snapshot_prefix"):
+                param.snapshot_prefix = os.path.splitext(self.source)[0]
+                log.info("snapshot_prefix was not specified and is set to %s",
+                         param.snapshot_prefix)
+            else:
+                folder = paths.find(param.snapshot_prefix, self.search_dirs, isdir=True)
+                if folder is not None:
+                    stem = os.path.splitext(os.path.basename(self.source))[0]
+                    param.snapshot_prefix = os.path.join(param.snapshot_prefix, stem)
+                    log.info("snapshot_prefix is a directory and is set to %s",
+                             param.snapshot_prefix)
+        prefix = param.snapshot_prefix
+        self.snapshot_prefix = paths.resolve_prefix(prefix, self.search_dirs)
+        if self.snapshot_prefix is None:
+            if param.snapshot > 0:
+                raise paths.prefix_error(prefix, self.search_dirs, self.where)
+            if param.snapshot_after_train:
+                log.warning("%s", paths.prefix_error(prefix, self.search_dirs, self.where))
+        elif param.snapshot > 0:
+            paths.check_writable(self.snapshot_prefix, self.where)
+
+    def _read_net_file(self, path, field):
+        resolved = paths.resolve_file(path, self.search_dirs, field, self.where)
+        net_param = protoio.read_net_param(resolved)
+        return net_param, os.path.dirname(os.path.abspath(resolved))
+
+    def _inline_net(self, message):
+        return protoio.read_net_param(message), None
+
+    def _finish_net_param(self, net_param, net_dir, phase, extra_state):
+        state = caffe_pb2.NetState()
+        state.phase = phase
+        state.MergeFrom(net_param.state)
+        if extra_state is not None:
+            state.MergeFrom(extra_state)
+        net_param.state.CopyFrom(state)
+        paths.resolve_sources(net_param, [d for d in (net_dir, self.base_dir) if d])
+        return net_param
+
+    def _init_train_net(self):
+        param = self.param
+        fields = ("net", "net_param", "train_net", "train_net_param")
+        given = [f for f in fields if param.HasField(f)]
+        if not given:
+            raise CaffeError("%s: the solver must specify a train net using one of these "
+                             "fields: %s" % (self.where, ", ".join(fields)))
+        if len(given) > 1:
+            raise CaffeError("%s: the solver must not contain more than one of these fields "
+                             "specifying a train net: %s (it has %s)"
+                             % (self.where, ", ".join(fields), ", ".join(given)))
+        field = given[0]
+        if field == "train_net_param":
+            log.info("Creating training net specified in train_net_param.")
+            net_param, net_dir = self._inline_net(param.train_net_param)
+        elif field == "train_net":
+            log.info("Creating training net from train_net file: %s", param.train_net)
+            net_param, net_dir = self._read_net_file(param.train_net, "train_net")
+        elif field == "net_param":
+            log.info("Creating training net specified in net_param.")
+            net_param, net_dir = self._inline_net(param.net_param)
+        else:
+            log.info("Creating training net from net file: %s", param.net)
+            net_param, net_dir = self._read_net_file(param.net, "net")
+        self._finish_net_param(net_param, net_dir, caffe_pb2.TRAIN, param.train_state)
+        self.net = build_net(net_param)
+
+    def _init_test_nets(self):
+        param = self.param
+        generic = param.HasField("net_param") + param.HasField("net")
+        n_given = len(param.test_net_param) + len(param.test_net)
+        n_iter = len(param.test_iter)
+        if generic:
+            if n_iter < n_given:
+                raise CaffeError("%s: test_iter must be specified for each test network (%d "
+                                 "test nets, %d test_iter values)" % (self.where, n_given, n_iter))
+        elif n_iter != n_given:
+            raise CaffeError("%s: test_iter must be specified for each test network (%d test "
+                             "nets, %d test_iter values)" % (self.where, n_given, n_iter))
+        n_instances = n_given + (n_iter - n_given)
+        if len(param.test_state) and len(param.test_state) != n_instances:
+            raise CaffeError("%s: test_state must be unspecified or specified once per test net "
+                             "(%d test nets, %d test_state values)"
+                             % (self.where, n_instances, len(param.test_state)))
+        if n_instances and param.test_interval <= 0:
+            raise CaffeError("%s: %d test net(s) (test_iter) but test_interval is %d; set "
+                             "test_interval: N (iterations between tests) or remove test_iter"
+                             % (self.where, n_instances, param.test_interval))
+        sources = []
+        for net_param in param.test_net_param:
+            sources.append(("test_net_param",) + self._inline_net(net_param))
+        for path in param.test_net:
+            sources.append(("test_net file: " + path,) + self._read_net_file(path, "test_net"))
+        remaining = n_iter - len(sources)
+        for _ in range(remaining):
+            if param.HasField("net_param"):
+                sources.append(("net_param",) + self._inline_net(param.net_param))
+            else:
+                sources.append(("net file: " + param.net,) + self._read_net_file(param.net, "net"))
+        self.test_nets = []
+        for i, (what, net_param, net_dir) in enumerate(sources):
+            extra = param.test_state[i] if len(param.test_state) else None
+            self._finish_net_param(net_param, net_dir, caffe_pb2.TEST, extra)
+            log.info("Creating test net (#%d) specified by %s", i, what)
+            net = build_net(net_param)
+            net.share_with(self.net)
+            self.test_nets.append(net)
+
+    # -- pycaffe surface -----------------------------------------------------------------
+    @property
+    def max_iter(self):
+        return self.param.max_iter
+
+    def add_callback(self, on_start, on_gradients_ready=None):
+        """Call ``on_start()`` before each iteration's forward/backward passes and
+        ``on_gradients_ready()`` before its update (pycaffe's ``add_callback``). An object with
+        ``on_start``/``on_gradients_ready`` methods may be passed alone."""
+        if on_gradients_ready is None and hasattr(on_start, "on_gradients_ready"):
+            on_start, on_gradients_ready = on_start.on_start, on_start.on_gradients_ready
+        if not callable(on_start) or not callable(on_gradients_ready):
+            raise CaffeError("add_callback(on_start, on_gradients_ready) needs two callables")
+        self.callbacks.append(_Callback(on_start, on_gradients_ready))
+
+    def set_action_function(self, function):
+        """``function()`` is asked between iterations for a SolverAction (stop, snapshot)."""
+        self._action_function = function
+
+    def share_weights(self, net):
+        """Make ``net`` use this solver's trained weights, layer by layer name."""
+        net.share_with(self.net)
+
+    def get_requested_action(self):
+        if self._action_function is not None:
+            return self._action_function()
+        return SolverAction.NONE
+
+    def get_learning_rate(self):
+        return learning_rate(self.param, self.iter, self, self.policy)
+
+    def apply_update(self):
+        raise NotImplementedError("%s defines no apply_update()" % type(self).__name__)
+
+    @property
+    def state(self):
+        """The update state by name: {name: [array per learnable param]}."""
+        n = len(self.net.learnable_params)
+        return {name: self.history[k * n:(k + 1) * n] for k, name in enumerate(self.state_names)}
+
+    # -- the loop ------------------------------------------------------------------------
+    def step(self, iters):
+        """Run ``iters`` iterations (or fewer if a stop is requested)."""
+        param = self.param
+        start_iter = self.iter
+        stop_iter = self.iter + int(iters)
+        average_loss = param.average_loss
+        self._losses = []
+        self.smoothed_loss = 0.0
+        if self.progress is not None:
+            self.progress.start(self.iter)
+        while self.iter < stop_iter:
+            self.net.clear_param_diffs()
+            if param.test_interval and self.iter % param.test_interval == 0 and \
+                    (self.iter > 0 or param.test_initialization):
+                self.test_all()
+                if self.requested_early_exit:
+                    break
+            for cb in self.callbacks:
+                cb.on_start()
+            display = bool(param.display) and self.iter % param.display == 0
+            debug = display and param.debug_info
+            loss = 0.0
+            for _ in range(param.iter_size):
+                loss += self._forward_backward(debug)
+            loss /= param.iter_size
+            self._update_smoothed_loss(loss, start_iter, average_loss)
+            if display:
+                log.info("Iteration %d, loss = %s", self.iter, _fmt(self.smoothed_loss))
+                self._log_outputs(self.net, "Train", None, None)
+            for cb in self.callbacks:
+                cb.on_gradients_ready()
+            self.apply_update()
+            if debug:
+                self._update_debug_info()
+            self.iter += 1
+            if self.progress is not None:
+                self.progress.update(self.iter, self.smoothed_loss)
+            request = self.get_requested_action()
+            if (param.snapshot and self.iter % param.snapshot == 0) or \
+                    request == SolverAction.SNAPSHOT:
+                self.snapshot()
+            if request == SolverAction.STOP:
+                self.requested_early_exit = True
+                break
+
+    def solve(self, resume_file=None):
+        """Train to ``max_iter`` (resuming from ``resume_file`` if given), snapshot after
+        training as asked, and run the final display and test."""
+        param = self.param
+        log.info("Solving %s", self.net.name)
+        log.info("Learning Rate Policy: %s", param.lr_policy)
+        self.requested_early_exit = False
+        if resume_file:
+            log.info("Restoring previous solver status from %s", resume_file)
+            self.restore(resume_file)
+        start_iter = self.iter
+        self.step(param.max_iter - self.iter)
+        if param.snapshot_after_train and \
+                (not param.snapshot or self.iter % param.snapshot != 0):
+            self.snapshot()
+        if self.requested_early_exit:
+            log.info("Optimization stopped early.")
+            return
+        if param.display and self.iter % param.display == 0:
+            loss = self.net.forward_from_to()
+            self._update_smoothed_loss(loss, start_iter, param.average_loss)
+            log.info("Iteration %d, loss = %s", self.iter, _fmt(self.smoothed_loss))
+        if param.test_interval and self.iter % param.test_interval == 0:
+            self.test_all()
+        log.info("Optimization Done.")
+
+    def _update_smoothed_loss(self, loss, start_iter, average_loss):
+        losses = self._losses
+        if len(losses) < average_loss:
+            losses.append(loss)
+            size = len(losses)
+            self.smoothed_loss = (self.smoothed_loss * (size - 1) + loss) / size
+        else:
+            idx = (self.iter - start_iter) % average_loss
+            self.smoothed_loss += (loss - losses[idx]) / average_loss
+            losses[idx] = loss
+
+    # -- outputs and testing -------------------------------------------------------------
+    def _outputs(self, net):
+        """[(name, blob, loss weight)] of ``net``'s output blobs (cached)."""
+        key = id(net)
+        cached = self._output_cache.get(key)
+        if cached is None:
+            weights = net.blob_loss_weights
+            cached = [(name, net.blobs[name], weights[name]) for name in net.outputs]
+            self._output_cache[key] = cached
+        return cached
+
+    def _log_outputs(self, net, what, values, divisor):
+        index = 0
+        for j, (name, blob, weight) in enumerate(self._outputs(net)):
+            vals = blob.data.ravel() if values is None else values[j]
+            for v in vals:
+                v = np.float32(v)
+                if divisor is not None:
+                    v = np.float32(v / np.float32(divisor))
+                msg = "    %s net output #%d: %s = %s" % (what, index, name, _fmt(v))
+                if weight:
+                    msg += " (* %s = %s loss)" % (_fmt(weight), _fmt(np.float32(weight * v)))
+                log.info("%s", msg)
+                index += 1
+
+    def test_all(self):
+        for test_net_id in range(len(self.test_nets)):
+            if self.requested_early_exit:
+                break
+            self.test(test_net_id)
+
+    def test(self, test_net_id=0):
+        """Run test net ``test_net_id`` for its test_iter batches; log and keep the means."""
+        param = self.param
+        log.info("Iteration %d, Testing net (#%d)", self.iter, test_net_id)
+        net = self.test_nets[test_net_id]
+        net.share_with(self.net)
+        outputs = self._outputs(net)
+        n_iter = param.test_iter[test_net_id]
+        scores = None
+        loss = 0.0
+        for _ in range(n_iter):
+            request = self.get_requested_action()
+            while request != SolverAction.NONE:
+                if request == SolverAction.SNAPSHOT:
+                    self.snapshot()
+                elif request == SolverAction.STOP:
+                    self.requested_early_exit = True
+                request = self.get_requested_action()
+            if self.requested_early_exit:
+                break
+            if param.debug_info:
+                iter_loss = self._forward_debug(net)
+            else:
+                iter_loss = net.forward_from_to()
+            if param.test_compute_loss:
+                loss += iter_loss
+            if scores is None:
+                scores = [blob.read_data().ravel().copy() for _, blob, _ in outputs]
+            else:
+                for s, (_, blob, _) in zip(scores, outputs):
+                    s += blob.read_data().ravel()
+        if self.requested_early_exit:
+            log.info("Test interrupted.")
+            return
+        if param.test_compute_loss:
+            loss /= n_iter
+            log.info("Test loss: %s", _fmt(loss))
+        scores = [backend.to_host(s) for s in scores or []]
+        means = []
+        for (name, _, _), s in zip(outputs, scores):
+            for v in s:
+                means.append((name, float(np.float32(v / np.float32(n_iter)))))
+        self.test_scores[test_net_id] = means
+        self._log_outputs(net, "Test", scores, n_iter)
+
+    # -- debug info (Caffe's Net debug_info lines) ----------------------------------------
+    @staticmethod
+    def _mean_abs(blob, diff=False):
+        if blob.count == 0:
+            return 0.0
+        return (blob.asum_diff() if diff else blob.asum_data()) / blob.count
+
+    def _forward_debug(self, net):
+        names = net.blob_names
+        loss = 0.0
+        for i, layer in enumerate(net.layers):
+            loss += net.forward_from_to(i, i)
+            lname = net.layer_names[i]
+            for blob, tid in zip(net.top_vecs[i], net.top_ids[i]):
+                log.info("    [Forward] Layer %s, top blob %s data: %s", lname, names[tid],
+                         _fmt(self._mean_abs(blob)))
+            for blob, pid in zip(layer.blobs, net.param_id_vecs[i]):
+                log.info("    [Forward] Layer %s, param blob %s data: %s", lname,
+                         net.param_display_names[pid], _fmt(self._mean_abs(blob)))
+        return loss
+
+    def _backward_debug(self, net):
+        names = net.blob_names
+        for i in range(len(net.layers) - 1, -1, -1):
+            if not net.layer_need_backward[i]:
+                continue
+            net.backward_from_to(i, i)
+            lname = net.layer_names[i]
+            for j, (blob, bid) in enumerate(zip(net.bottom_vecs[i], net.bottom_ids[i])):
+                if net.bottom_need_backward[i][j]:
+                    log.info("    [Backward] Layer %s, bottom blob %s diff: %s", lname,
+                             names[bid], _fmt(self._mean_abs(blob, True)))
+            layer = net.layers[i]
+            for j, blob in enumerate(layer.blobs):
+                if layer.param_propagate_down[j]:
+                    log.info("    [Backward] Layer %s, param blob %d diff: %s", lname, j,
+                             _fmt(self._mean_abs(blob, True)))
+        asum_data = asum_diff = sumsq_data = sumsq_diff = 0.0
+        for blob in net.learnable_params:
+            asum_data += blob.asum_data()
+            asum_diff += blob.asum_diff()
+            sumsq_data += blob.sumsq_data()
+            sumsq_diff += blob.sumsq_diff()
+        log.info("    [Backward] All net params (data, diff): L1 norm = (%s, %s); L2 norm = "
+                 "(%s, %s)", _fmt(asum_data), _fmt(asum_diff), _fmt(np.sqrt(sumsq_data)),
+                 _fmt(np.sqrt(sumsq_diff)))
+
+    def _forward_backward(self, debug):
+        if not debug:
+            return self.net.forward_backward()
+        loss = self._forward_debug(self.net)
+        self._backward_debug(self.net)
+        return loss
+
+    def _update_debug_info(self):
+        net = self.net
+        for pid, blob in enumerate(net.param_blobs):
+            lname = net.layer_names[net.param_layer_indices[pid][0]]
+            owner = net.param_owners[pid]
+            if owner < 0:
+                log.info("    [Update] Layer %s, param %s data: %s; diff: %s", lname,
+                         net.param_display_names[pid], _fmt(self._mean_abs(blob)),
+                         _fmt(self._mean_abs(blob, True)))
+            else:
+                log.info("    [Update] Layer %s, param blob %s (owned by layer %s, param %s) "
+                         "diff: %s", lname, net.param_display_names[pid],
+                         net.layer_names[net.param_layer_indices[owner][0]],
+                         net.param_display_names[owner], _fmt(self._mean_abs(blob, True)))
+
+    # -- snapshots -----------------------------------------------------------------------
+    def snapshot_filename(self, extension):
+        return "%s_iter_%d%s" % (self._prefix(), self.iter, extension)
+
+    def _prefix(self):
+        if self.snapshot_prefix is None:
+            raise paths.prefix_error(self.param.snapshot_prefix, self.search_dirs, self.where)
+        return self.snapshot_prefix
+
+    def snapshot(self):
+        """Write ``<prefix>_iter_N.caffemodel`` (``.caffemodel.h5``) and the solver state
+        ``.solverstate`` (``.solverstate.h5``); returns the weights file name."""
+        fmt = self.param.snapshot_format
+        if fmt == _SP.BINARYPROTO:
+            model_filename = self.snapshot_filename(".caffemodel")
+            log.info("Snapshotting to binary proto file %s", model_filename)
+            protoio.write_binary(self.net.to_proto(self.param.snapshot_diff), model_filename)
+        elif fmt == _SP.HDF5:
+            model_filename = self.snapshot_filename(".caffemodel.h5")
+            log.info("Snapshotting to HDF5 file %s", model_filename)
+            self.net.save_hdf5(model_filename, self.param.snapshot_diff)
+        else:
+            raise CaffeError("%s: unsupported snapshot_format %d" % (self.where, fmt))
+        self.snapshot_solver_state(model_filename)
+        return model_filename
+
+    def _history_host(self):
+        return [backend.to_host(h) for h in self.history]
+
+    def snapshot_solver_state(self, model_filename):
+        extra = resume.dumps(resume.capture(self))
+        if self.param.snapshot_format == _SP.HDF5:
+            filename = self.snapshot_filename(".solverstate.h5")
+            log.info("Snapshotting solver state to HDF5 file %s", filename)
+            self._write_state_hdf5(filename, model_filename, extra)
+        else:
+            state = caffe_pb2.SolverState()
+            state.iter = self.iter
+            state.learned_net = model_filename
+            state.current_step = self.current_step
+            for arr in self._history_host():
+                proto = state.history.add()
+                proto.shape.dim.extend(arr.shape)
+                proto.data.extend(np.ascontiguousarray(arr, np.float32).ravel())
+            state.resume_state = extra
+            filename = self.snapshot_filename(".solverstate")
+            log.info("Snapshotting solver state to binary proto file %s", filename)
+            protoio.write_binary(state, filename)
+        return filename
+
+    def _write_state_hdf5(self, filename, model_filename, extra):
+        from ..weights import _h5py
+        h5py = _h5py()
+        folder = os.path.dirname(os.path.abspath(filename))
+        tmp = os.path.join(folder, ".%s.tmp%d" % (os.path.basename(filename), os.getpid()))
+        try:
+            with h5py.File(tmp, "w") as f:
+                f.create_dataset("iter", data=np.array([self.iter], np.int32))
+                f.create_dataset("learned_net", data=np.bytes_(model_filename.encode("utf-8")))
+                f.create_dataset("current_step", data=np.array([self.current_step], np.int32))
+                group = f.create_group("history")
+                for i, arr in enumerate(self._history_host()):
+                    group.create_dataset(str(i), data=np.asarray(arr, np.float32))
+                f.create_dataset("resume_state", data=np.void(extra))
+            os.replace(tmp, filename)
+        except OSError as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise ProtoError("cannot write HDF5 solver state: %s" % exc, filename) from None
+
+    # -- restore -------------------------------------------------------------------------
+    def restore(self, state_file):
+        """Continue from a ``.solverstate`` (binary, or HDF5 ``.h5``) written by a solver of the
+        same type, here or by Caffe: iteration, weights, lr schedule step and history (and,
+        for pycaffe-lite states, the random generator and the data layers' positions)."""
+        state_file = os.fspath(state_file)
+        if not os.path.isfile(state_file):
+            raise ProtoError("solver state file not found", state_file)
+        from ..weights import is_hdf5
+        if state_file.endswith(".h5") or is_hdf5(state_file):
+            self._restore_hdf5(state_file)
+        else:
+            self._restore_binary(state_file)
+
+    def _learned_net_path(self, learned_net, state_file):
+        if os.path.isfile(learned_net):
+            return learned_net
+        folder = os.path.dirname(os.path.abspath(state_file))
+        for candidate in (os.path.join(folder, os.path.basename(learned_net)),
+                          os.path.join(folder, learned_net)):
+            if os.path.isfile(candidate):
+                return candidate
+        raise ProtoError("the solver state refers to the weights file '%s', which is not found "
+                         "(looked in the working directory and in %s); keep the .caffemodel "
+                         "next to its .solverstate" % (learned_net, folder), state_file)
+
+    def _restore_binary(self, state_file):
+        state = protoio.read_binary(state_file, caffe_pb2.SolverState())
+        self.iter = state.iter
+        if state.HasField("learned_net") and state.learned_net:
+            self.net.copy_from(self._learned_net_path(state.learned_net, state_file))
+        self.current_step = state.current_step
+        self._set_history([blobproto_to_array(h) for h in state.history], state_file)
+        self._apply_resume_state(state.resume_state if state.HasField("resume_state") else None,
+                                 state_file)
+
+    def _restore_hdf5(self, state_file):
+        from ..weights import _h5py
+        h5py = _h5py()
+        try:
+            f = h5py.File(state_file, "r")
+        except OSError as exc:
+            raise ProtoError("cannot open as HDF5: %s" % exc, state_file) from None
+        with f:
+            for key in ("iter", "current_step", "history"):
+                if key not in f:
+                    raise ProtoError("HDF5 solver state has no '%s' dataset" % key, state_file)
+            self.iter = int(np.asarray(f["iter"][()]).ravel()[0])
+            if "learned_net" in f:
+                raw = f["learned_net"][()]
+                if isinstance(raw, np.ndarray):
+                    raw = raw.ravel()[0]
+                learned = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+                learned = learned.rstrip("\x00")
+                if learned:
+                    self.net.copy_from(self._learned_net_path(learned, state_file))
+            self.current_step = int(np.asarray(f["current_step"][()]).ravel()[0])
+            group = f["history"]
+            arrays = []
+            for i in range(len(group)):
+                if str(i) not in group:
+                    raise ProtoError("HDF5 solver state: history has no dataset '%d'" % i,
+                                     state_file)
+                arrays.append(np.asarray(group[str(i)][...], np.float32))
+            extra = None
+            if "resume_state" in f:
+                extra = f["resume_state"][()]
+                extra = extra.tobytes() if hasattr(extra, "tobytes") else bytes(extra)
+        self._set_history(arrays, state_file)
+        self._apply_resume_state(extra, state_file)
+
+    def _set_history(self, arrays, source):
+        log.info("%s: restoring history", type(self).__name__)
+        if len(arrays) != len(self.history):
+            n = len(self.net.learnable_params)
+            raise CaffeError(
+                "%s: incorrect length of history blobs: the state holds %d, a %s on this net "
+                "needs %d (%d learnable params x %d); was it written by another solver type or "
+                "for another net?" % (source, len(arrays), type(self).__name__,
+                                      len(self.history), n, len(self.state_names)))
+        for i, (dst, src) in enumerate(zip(self.history, arrays)):
+            if src.size != dst.size:
+                raise CaffeError("%s: history blob %d holds %d values (shape %s), the param it "
+                                 "belongs to has %d (shape %s)"
+                                 % (source, i, src.size, src.shape, dst.size, dst.shape))
+            xp = backend.get_array_module(dst)
+            dst[...] = xp.asarray(src.reshape(dst.shape).astype(np.float32, copy=False))
+
+    def _apply_resume_state(self, extra, source):
+        if extra:
+            resume.apply(self, resume.loads(extra), source)
+        else:
+            log.info("%s holds no random-generator or data-position state (written by Caffe?): "
+                     "resuming with the current random numbers and data order", source)
