@@ -20,7 +20,8 @@ def test_clip_gradient_asymmetric_range():
     x = np.array([-0.9, -0.7, -0.5, -0.2, 0.0, 0.3, 0.5, 0.7, 0.8, 1.0, -0.1, 0.1]).reshape(2, 6)
     text = 'type: "Clip" clip_param { min: -0.3 max: 0.6 }'
     layer, bottom, top = check_layer(text, [x], in_place=True)
-    np.testing.assert_array_equal(top[0].data, np.clip(x, -0.3, 0.6))
+    # clip_param bounds are float fields: their float32 values
+    np.testing.assert_array_equal(top[0].data, np.clip(x, np.float32(-0.3), np.float32(0.6)))
 
 
 @pytest.mark.parametrize("in_place", [False, True])

@@ -437,3 +437,70 @@ def test_lstm_reshape_errors():
         layer.Forward(bottoms(CONT_RESETS, x_shape=(T, N, 4)), top)
     with pytest.raises(LayerError, match="cont"):
         layer.Forward(random_blobs([(T, N, D), (T, 1)]), top)
+
+
+def test_lstm_runs_on_the_device_path():
+    """In GPU mode (a simulated device here) forward and backward give the CPU numbers."""
+    from pycaffe_lite import backend
+    from pycaffe_lite.testing.simdevice import simulated_device
+
+    def forward_backward():
+        bottom = bottoms(CONT_RESETS, static_shape=(N, 2))
+        backend.set_random_seed(3)
+        layer, top = run(lstm_text(), bottom)
+        top[0].diff[...] = top[0].data
+        layer.Backward(top, [True, False, True], bottom)
+        return [top[0].data.copy(), bottom[0].diff.copy(), bottom[2].diff.copy()] + \
+            [b.diff.copy() for b in layer.blobs]
+
+    cpu = forward_backward()
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        try:
+            gpu = forward_backward()
+        finally:
+            backend.set_mode_cpu()
+        assert dev.to_device > 0
+    for a, b in zip(cpu, gpu):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
+
+
+def test_lstm_backward_inside_a_net_reaches_earlier_layers():
+    text = """
+    force_backward: true
+    layer { name: "data" type: "Input" top: "x" top: "cont" top: "target"
+            input_param { shape { dim: 3 dim: 2 dim: 3 } shape { dim: 3 dim: 2 }
+                          shape { dim: 3 dim: 2 dim: 4 } } }
+    layer { name: "ip" type: "InnerProduct" bottom: "x" top: "xp"
+            inner_product_param { num_output: 2 axis: 2
+                                  weight_filler { type: "gaussian" std: 0.5 } } }
+    layer { name: "lstm" type: "LSTM" bottom: "xp" bottom: "cont" top: "h"
+            recurrent_param { num_output: 4 weight_filler { type: "gaussian" std: 0.5 }
+                              bias_filler { type: "gaussian" std: 0.2 } } }
+    layer { name: "loss" type: "EuclideanLoss" bottom: "h" bottom: "target" top: "loss" }
+    """
+    net = Net(text, caffe_pb2.TRAIN, dtype=np.float64)
+    lstm_index = net.layer_names.index("lstm")
+    assert net.bottom_need_backward[lstm_index] == [True, False]
+    rng = np.random.default_rng(5)
+    inputs = {"x": rng.normal(size=(T, N, D)), "cont": np.array(CONT_RESETS, np.float64),
+              "target": rng.normal(size=(T, N, H))}
+    w = net.params["ip"][0]
+
+    def loss():
+        return float(net.forward(**inputs)["loss"])
+
+    net.clear_param_diffs()
+    loss()
+    net.backward()
+    analytic = w.diff.copy()
+    numeric = np.zeros_like(analytic)
+    for idx in np.ndindex(w.shape):
+        orig = w.data[idx]
+        w.data[idx] = orig + 1e-6
+        plus = loss()
+        w.data[idx] = orig - 1e-6
+        minus = loss()
+        w.data[idx] = orig
+        numeric[idx] = (plus - minus) / 2e-6
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-6, atol=1e-9)

@@ -51,7 +51,7 @@ def test_prelu_in_place_slope_gradient_and_accumulation(shared):
     dy = np.random.default_rng(6).uniform(-1, 1, (2, 3, 4))
     axes = None if shared == "true" else (0, 2)
     expected_slope = (dy * np.where(x <= 0, x, 0)).sum(axis=axes)
-    expected_dx = dy * np.where(x > 0, 1, 0.3)
+    expected_dx = dy * np.where(x > 0, 1, np.float32(0.3))  # the filler value is a float
     for in_place in (False, True):
         layer = make_layer(text)
         bottom = random_blobs([x])
@@ -63,6 +63,7 @@ def test_prelu_in_place_slope_gradient_and_accumulation(shared):
         np.testing.assert_allclose(layer.blobs[0].diff, expected_slope, rtol=1e-12)
         np.testing.assert_allclose(bottom[0].diff, expected_dx, rtol=1e-12)
         # parameter gradients accumulate over backward passes
+        bottom[0].data[...] = x  # in place, the first pass overwrote x
         layer.Forward(bottom, top)
         top[0].diff[...] = dy
         layer.Backward(top, [True], bottom)

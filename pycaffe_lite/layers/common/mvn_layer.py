@@ -66,6 +66,6 @@ class MVNLayer(Layer):
         g = dy - dy.sum(axis=1, keepdims=True) / dim
         if self.normalize_variance:
             y = top[0].read_data().reshape(self.view)
-            g -= 0 * y * ((y * dy).sum(axis=1, keepdims=True) / dim)
+            g -= y * ((y * dy).sum(axis=1, keepdims=True) / dim)
             g /= self.std
         bottom[0].write_diff().reshape(self.view)[...] = g

@@ -1,0 +1,224 @@
+"""Training logs: Caffe's (glog) line format, parsing into CSV rows, and plotting.
+
+- :class:`GlogFormatter` writes records as glog does
+  (``I0212 10:37:36.386013 12345 solver.py:298] Iteration 100, loss = 0.28``), so Caffe's own
+  ``tools/extra/parse_log.py`` reads our logs; the training commands switch to it.
+- :func:`parse_log` reads a Caffe or pycaffe-lite training log into train and test rows with
+  Caffe's CSV columns (``NumIters, Seconds, LearningRate`` and one column per net output);
+  :func:`save_csv_files` writes ``<log name>.train`` and ``<log name>.test`` as Caffe's
+  ``parse_log.py`` does. ``tools/parse_log.py`` is the command line.
+- :func:`plot_log` draws loss and accuracy against iterations into a PNG (needs matplotlib,
+  an optional extra). ``tools/plot_training_log.py`` is the command line.
+"""
+
+import csv
+import datetime
+import logging
+import math
+import os
+import re
+import time
+
+from .errors import CaffeError
+
+
+# ---- glog line format -----------------------------------------------------------------------
+class GlogFormatter(logging.Formatter):
+    """``<L><mmdd> <hh:mm:ss.uuuuuu> <pid> <file>:<line>] <message>``."""
+
+    def format(self, record):
+        t = time.localtime(record.created)
+        usec = int((record.created - int(record.created)) * 1e6)
+        prefix = "%s%02d%02d %02d:%02d:%02d.%06d %5d %s:%d] " % (
+            record.levelname[:1], t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, usec,
+            record.process or 0, record.filename, record.lineno)
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return prefix + text
+
+
+def use_glog_format(logger=None):
+    """Give the handlers of the root logger (and ``pycaffe_lite``'s) the glog format."""
+    loggers = [logging.getLogger(), logging.getLogger("pycaffe_lite")]
+    if logger is not None:
+        loggers.append(logger)
+    formatter = GlogFormatter()
+    for lg in loggers:
+        for handler in lg.handlers:
+            handler.setFormatter(formatter)
+
+
+# ---- parsing ----------------------------------------------------------------------------
+_ITERATION = re.compile(r"Iteration (\d+)")
+_TRAIN_OUTPUT = re.compile(r"Train net output #(\d+): (\S+) = ([\.\deE+-]+|nan|inf|-inf)")
+_TEST_OUTPUT = re.compile(r"Test net output #(\d+): (\S+) = ([\.\deE+-]+|nan|inf|-inf)")
+_LEARNING_RATE = re.compile(r"lr = ([-+]?[0-9]*\.?[0-9]+([eE]?[-+]?[0-9]+)?)")
+_TIMESTAMP = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
+
+
+def line_time(line, year):
+    """The datetime of a glog-style (or pycaffe-lite ``I1122 00:13:01``) line, or None."""
+    m = _TIMESTAMP.match(line.strip())
+    if not m:
+        return None
+    month, day, hour, minute, second = (int(g) for g in m.groups()[:5])
+    micro = int((m.group(6) or "0").ljust(6, "0")[:6])
+    try:
+        return datetime.datetime(year, month, day, hour, minute, second, micro)
+    except ValueError:
+        return None
+
+
+def _log_year(path):
+    try:
+        return datetime.datetime.fromtimestamp(os.path.getmtime(path)).year
+    except OSError:
+        return datetime.datetime.now().year
+
+
+def parse_log(path):
+    """(train_rows, test_rows) of a training log: lists of dicts with the keys
+    ``NumIters, Seconds, LearningRate`` and then one key per net output, in log order."""
+    year = _log_year(path)
+    train_rows, test_rows = [], []
+    train_row = test_row = None
+    iteration = -1
+    learning_rate = float("nan")
+    start = None
+    previous = None
+    try:
+        f = open(path, errors="replace")
+    except OSError as exc:
+        raise CaffeError("cannot read log file %s: %s" % (path, exc.strerror or exc)) from None
+    with f:
+        for line in f:
+            stamp = line_time(line, year)
+            if stamp is not None:
+                if previous is not None and stamp < previous:  # the log crossed a new year
+                    stamp = stamp.replace(year=stamp.year + 1)
+                    year += 1
+                previous = stamp
+                if start is None or (("Solving" in line) and iteration == -1):
+                    start = stamp
+            m = _ITERATION.search(line)
+            if m:
+                iteration = int(m.group(1))
+            if iteration == -1:
+                continue
+            seconds = (stamp - start).total_seconds() if stamp is not None and start else 0.0
+            m = _LEARNING_RATE.search(line)
+            if m:
+                learning_rate = float(m.group(1))
+            train_rows, train_row = _net_output(_TRAIN_OUTPUT, train_row, train_rows, line,
+                                                iteration, seconds, learning_rate)
+            test_rows, test_row = _net_output(_TEST_OUTPUT, test_row, test_rows, line,
+                                              iteration, seconds, learning_rate)
+    for rows, row in ((train_rows, train_row), (test_rows, test_row)):
+        if row and (not rows or len(row) == len(rows[0])) and row not in rows:
+            rows.append(row)
+    _fix_initial_learning_rate(train_rows)
+    _fix_initial_learning_rate(test_rows)
+    return train_rows, test_rows
+
+
+def _net_output(regex, row, rows, line, iteration, seconds, learning_rate):
+    m = regex.search(line)
+    if m:
+        if not row or row["NumIters"] != iteration:
+            if row:
+                rows.append(row)
+            row = {"NumIters": iteration, "Seconds": seconds, "LearningRate": learning_rate}
+        row[m.group(2)] = float(m.group(3))
+    if row and rows and len(row) == len(rows[0]):
+        rows.append(row)
+        row = None
+    return rows, row
+
+
+def _fix_initial_learning_rate(rows):
+    """The lr is logged after the first display and test: take it from the second row."""
+    if len(rows) > 1 and math.isnan(rows[0]["LearningRate"]):
+        rows[0]["LearningRate"] = rows[1]["LearningRate"]
+
+
+def write_csv(path, rows, delimiter=","):
+    fields = []
+    for row in rows:
+        for key in row:
+            if key not in fields:
+                fields.append(key)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, delimiter=delimiter, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def save_csv_files(log_path, output_dir, train_rows, test_rows, delimiter=","):
+    """``<output_dir>/<log basename>.train`` and ``.test``; returns their paths."""
+    base = os.path.join(output_dir, os.path.basename(log_path))
+    write_csv(base + ".train", train_rows, delimiter)
+    write_csv(base + ".test", test_rows, delimiter)
+    return base + ".train", base + ".test"
+
+
+# ---- plotting ---------------------------------------------------------------------------
+def _matplotlib():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CaffeError("plotting needs matplotlib: pip install matplotlib") from None
+    return plt
+
+
+def _series(rows, key):
+    xs = [r["NumIters"] for r in rows if key in r]
+    ys = [r[key] for r in rows if key in r]
+    return xs, ys
+
+
+def plot_log(log_path, png_path, loss_key=None, accuracy_key=None):
+    """A PNG of the training loss, the test loss and the test accuracy against iterations."""
+    train_rows, test_rows = parse_log(log_path)
+    if not train_rows and not test_rows:
+        raise CaffeError("%s: no 'Train net output' or 'Test net output' lines found; is it a "
+                         "training log?" % log_path)
+    plt = _matplotlib()
+
+    def pick(rows, wanted, words):
+        if wanted:
+            return wanted
+        keys = [k for r in rows[:1] for k in r if k not in ("NumIters", "Seconds",
+                                                              "LearningRate")]
+        for k in keys:
+            if any(w in k.lower() for w in words):
+                return k
+        return None
+
+    train_loss = pick(train_rows, loss_key, ("loss",))
+    test_loss = pick(test_rows, loss_key, ("loss",))
+    test_acc = pick(test_rows, accuracy_key, ("acc",))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    if train_loss:
+        ax.plot(*_series(train_rows, train_loss), label="train %s" % train_loss, color="C0")
+    if test_loss:
+        ax.plot(*_series(test_rows, test_loss), "o-", label="test %s" % test_loss, color="C1")
+    ax.set_xlabel("Iterations")
+    ax.set_ylabel("loss")
+    handles, labels = ax.get_legend_handles_labels()
+    if test_acc:
+        ax2 = ax.twinx()
+        ax2.plot(*_series(test_rows, test_acc), "s-", label="test %s" % test_acc, color="C2")
+        ax2.set_ylabel(test_acc)
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles += h2
+        labels += l2
+    if handles:
+        ax.legend(handles, labels, loc="center right")
+    ax.set_title(os.path.basename(log_path))
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return png_path
