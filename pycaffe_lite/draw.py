@@ -108,19 +108,19 @@ def _included(layer, phase):
     return not any(r.HasField("phase") and r.phase == phase for r in layer.exclude)
 
 
-def _quote(text):
-    return '"%s"' % str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _record_label(text):
-    # record labels give {}|<> a meaning; escape them so names stay literal
-    for ch in "{}|<>":
-        text = text.replace(ch, "\\" + ch)
-    return text
+def _quote(text, record=False):
+    """``text`` as a quoted DOT string; ``record`` also escapes the characters that structure
+    record labels ({, }, |, <, >) so that names stay literal."""
+    text = str(text).replace("\\", "\\\\").replace('"', '\\"')
+    if record:
+        for ch in "{}|<>":
+            text = text.replace(ch, "\\" + ch)
+    return '"%s"' % text.replace("\n", "\\n")
 
 
 def _attrs(attrs):
-    return ", ".join("%s=%s" % (k, _quote(v)) for k, v in attrs.items())
+    record = attrs.get("shape") == "record"
+    return ", ".join("%s=%s" % (k, _quote(v, record and k == "label")) for k, v in attrs.items())
 
 
 def _as_net_param(net):
@@ -153,7 +153,7 @@ def get_dot_graph(caffe_net, rankdir="LR", label_edges=True, phase=None, display
         style = dict(NEURON_LAYER_STYLE if in_place else LAYER_STYLE_DEFAULT)
         if not in_place:
             style["fillcolor"] = choose_color_by_layertype(layer.type)
-        label = _record_label(get_layer_label(layer, rankdir, display_lrm))
+        label = get_layer_label(layer, rankdir, display_lrm)
         nodes[node] = dict(label=label, **style)
         for b in layer.bottom:
             nodes["%s_blob" % b] = dict(label=b, **BLOB_STYLE)

@@ -57,7 +57,7 @@ def test_hand_computed_with_4d_features():
     # similar d^2 = 25; dissimilar d = 0.5 -> 0.25; dissimilar d = 0.5 -> 0.25
     np.testing.assert_allclose(top[0].data, (25 + 0.25 + 0.25) / 3 / 2, rtol=1e-12)
     top[0].diff[...] = 1
-    layer.Backward(top, [True, True], bottom)
+    layer.Backward(top, [True, True, False], bottom)
     coeff = -0.5 / (0.5 + 1e-4)  # -(margin - d) / (d + 1e-4), Caffe's epsilon
     expected_a = np.array([[3.0, -4.0], [-0.3 * coeff, -0.4 * coeff], [0.5 * coeff, 0.0]]) / 3
     np.testing.assert_allclose(bottom[0].diff.reshape(3, 2), expected_a, rtol=1e-12)
@@ -77,7 +77,7 @@ def test_float32_and_inactive_hinge():
     # legacy: max(5 - d^2, 0) -> 4 and 1
     np.testing.assert_allclose(top[0].data, (4 + 1) / 2 / 2, rtol=1e-6)
     top[0].diff[...] = 1
-    layer.Backward(top, [True, False], bottom)
+    layer.Backward(top, [True, False, False], bottom)
     assert bottom[0].diff.dtype == np.float32
     np.testing.assert_allclose(bottom[0].diff, -(a - b) / 2, rtol=1e-6)
 
