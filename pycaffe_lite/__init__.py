@@ -1,11 +1,17 @@
 """pycaffe-lite: a Caffe-compatible deep learning framework in Python.
 
 ``import pycaffe_lite as caffe`` gives pycaffe's surface: ``caffe.Net``, ``caffe.TRAIN`` /
-``caffe.TEST``, ``caffe.set_mode_cpu()`` / ``set_mode_gpu()``, ``caffe.Layer`` for Python layers,
-``caffe.layer_type_list()``.
+``caffe.TEST``, ``caffe.set_mode_cpu()`` / ``set_mode_gpu()``, ``caffe.set_device``,
+``caffe.set_random_seed``, ``caffe.Layer`` for Python layers, ``caffe.layer_type_list()``,
+``caffe.io`` (Transformer, load_image, ...), ``caffe.NetSpec`` / ``caffe.layers`` /
+``caffe.params`` / ``caffe.to_proto``, ``caffe.Classifier``, ``caffe.Detector`` and
+``caffe.draw``. Optional packages (Pillow, SciPy, OpenCV, h5py, matplotlib) are imported only
+by the functions that use them.
 """
 
 __version__ = "0.1.0"
+
+import sys  # noqa: E402
 
 from .backend import set_device, set_mode_cpu, set_mode_gpu, set_random_seed  # noqa: E402
 from .blob import Blob  # noqa: E402
@@ -14,6 +20,16 @@ from .layer import Layer  # noqa: E402
 from .net import TEST, TRAIN, Net  # noqa: E402
 from .proto import caffe_pb2  # noqa: E402
 from .registry import register_layer  # noqa: E402
+from . import io  # noqa: E402
+from . import net_spec  # noqa: E402
+from . import draw  # noqa: E402
+from .net_spec import NetSpec, params, to_proto  # noqa: E402
+from .classifier import Classifier  # noqa: E402
+from .detector import Detector  # noqa: E402
+
+# ``caffe.layers`` is pycaffe's net_spec pseudo-module; it also reaches the built-in layers'
+# package of the same name (its submodules and functions), which it shadows as an attribute.
+layers = net_spec.Layers(package=sys.modules[__name__ + ".layers"])
 
 
 def layer_type_list():
@@ -27,4 +43,5 @@ def layer_type_list():
 
 __all__ = ["Net", "TRAIN", "TEST", "Blob", "Layer", "CaffeError", "caffe_pb2", "set_mode_cpu",
            "set_mode_gpu", "set_device", "set_random_seed", "register_layer", "layer_type_list",
-           "__version__"]
+           "io", "net_spec", "draw", "NetSpec", "layers", "params", "to_proto", "Classifier",
+           "Detector", "__version__"]

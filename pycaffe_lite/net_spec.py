@@ -17,6 +17,8 @@ after its first top.
 """
 
 import collections
+import importlib
+import importlib.util
 
 from google.protobuf import descriptor as _descriptor
 
@@ -273,11 +275,29 @@ class NetSpec:
 
 
 class Layers:
-    """``layers.<Type>(*bottoms, **params)`` describes a layer of that type."""
+    """``layers.<Type>(*bottoms, **params)`` describes a layer of that type.
+
+    ``package``: a module whose own attributes take precedence. ``pycaffe_lite.layers`` is
+    both this object (pycaffe's ``caffe.layers``) and the package of built-in layers, so the
+    package's submodules and functions stay reachable through it.
+    """
+
+    def __init__(self, package=None):
+        self.__dict__["_package"] = package
+        if package is not None:
+            self.__dict__["__name__"] = package.__name__
+            self.__dict__["__path__"] = getattr(package, "__path__", [])
 
     def __getattr__(self, type_name):
         if type_name.startswith("__"):
             raise AttributeError(type_name)
+        package = self.__dict__.get("_package")
+        if package is not None:
+            if type_name in vars(package):
+                return vars(package)[type_name]
+            if type_name[:1].islower() and importlib.util.find_spec(
+                    package.__name__ + "." + type_name) is not None:
+                return importlib.import_module(package.__name__ + "." + type_name)
 
         def layer_fn(*args, **kwargs):
             fn = Function(type_name, args, kwargs)

@@ -13,9 +13,10 @@ from .progress import Progress
 log = logging.getLogger("pycaffe_lite")
 
 
-def read_list_file(path):
+def read_list_file(path, numbered=False):
     """``[(name, label), ...]`` from a list file of ``name label`` lines, split at the last
-    space as Caffe does (names may contain spaces). Blank lines are skipped."""
+    space as Caffe does (names may contain spaces). Blank lines are skipped. With
+    ``numbered``, items are ``(line_number, name, label)``."""
     try:
         with open(path, "r", encoding="utf-8", errors="surrogateescape") as f:
             text = f.read()
@@ -38,7 +39,7 @@ def read_list_file(path):
         except ValueError:
             raise DataError("line %d of list file '%s': label '%s' is not an integer"
                             % (number, path, label)) from None
-        lines.append((name, label))
+        lines.append((number, name, label) if numbered else (name, label))
     return lines
 
 

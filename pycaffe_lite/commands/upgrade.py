@@ -1,0 +1,96 @@
+"""Caffe's upgrade tools as subcommands: rewrite legacy net and solver files in the current
+format.
+
+- ``pycaffe-lite upgrade_net_proto_text IN OUT``: V0/V1 (or otherwise deprecated) prototxt ->
+  current prototxt;
+- ``pycaffe-lite upgrade_net_proto_binary IN OUT``: the same for binary nets (.caffemodel);
+- ``pycaffe-lite upgrade_solver_proto_text IN OUT``: ``solver_type`` enum -> ``type`` string.
+
+Exit codes as Caffe's tools: 0 written (also when the input was already current), 2 the input
+cannot be parsed, 1 the upgrade failed (nothing is written then).
+"""
+
+import logging
+import sys
+
+from .. import protoio, upgrade
+from ..errors import ProtoError
+from ..proto import caffe_pb2
+
+log = logging.getLogger("pycaffe_lite")
+
+
+def _add_io(kind):
+    def add_arguments(p):
+        p.add_argument("input", metavar="IN", help="%s to upgrade" % kind)
+        p.add_argument("output", metavar="OUT", help="where to write the upgraded %s" % kind)
+    return add_arguments
+
+
+def _read(path, message, binary):
+    try:
+        if binary:
+            return protoio.read_binary(path, message)
+        return protoio.read_text(path, message)
+    except ProtoError as exc:
+        print("Failed to parse input %s file as %s: %s"
+              % ("binary" if binary else "text", message.DESCRIPTOR.name, exc), file=sys.stderr)
+        return None
+
+
+def _upgrade_net(args, binary):
+    param = _read(args.input, caffe_pb2.NetParameter(), binary)
+    if param is None:
+        return 2
+    if upgrade.net_needs_upgrade(param):
+        try:
+            upgrade.upgrade_net_as_needed(param, args.input)
+        except ProtoError as exc:
+            print("Encountered error(s) while upgrading %s: %s" % (args.input, exc),
+                  file=sys.stderr)
+            return 1
+    else:
+        log.warning("File already in latest proto format: %s", args.input)
+    if binary:
+        protoio.write_binary(param, args.output)
+        log.info("Wrote upgraded NetParameter binary proto to %s", args.output)
+    else:
+        protoio.write_text(param, args.output)
+        log.info("Wrote upgraded NetParameter text proto to %s", args.output)
+    return 0
+
+
+def run_net_text(args):
+    return _upgrade_net(args, binary=False)
+
+
+def run_net_binary(args):
+    return _upgrade_net(args, binary=True)
+
+
+def run_solver_text(args):
+    param = _read(args.input, caffe_pb2.SolverParameter(), binary=False)
+    if param is None:
+        return 2
+    if upgrade.solver_needs_upgrade(param):
+        try:
+            upgrade.upgrade_solver_as_needed(param, args.input)
+        except ProtoError as exc:
+            print("Encountered error(s) while upgrading %s: %s" % (args.input, exc),
+                  file=sys.stderr)
+            return 1
+    else:
+        log.warning("File already in latest proto format: %s", args.input)
+    protoio.write_text(param, args.output)
+    log.info("Wrote upgraded SolverParameter text proto to %s", args.output)
+    return 0
+
+
+COMMANDS = [
+    ("upgrade_net_proto_text", "upgrade a legacy (V0/V1) net prototxt to the current format",
+     _add_io("net prototxt"), run_net_text),
+    ("upgrade_net_proto_binary", "upgrade a legacy binary net (.caffemodel) to the current "
+     "format", _add_io("binary net"), run_net_binary),
+    ("upgrade_solver_proto_text", "upgrade a solver prototxt (solver_type enum -> type string)",
+     _add_io("solver prototxt"), run_solver_text),
+]

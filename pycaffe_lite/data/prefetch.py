@@ -1,0 +1,223 @@
+"""Background batch loading for the data layers.
+
+A :class:`Prefetcher` keeps ``count`` batches loading ahead of the consumer in daemon
+threads. Each batch is a list of Blobs allocated once and reused: the consumer's top blobs
+adopt a batch's storage (``Blob.share_data``), so handing a batch over copies nothing.
+
+The producer (a data layer) provides two functions:
+
+- ``plan()``: the *sequential* part, run under a lock in batch order: advance the read
+  position, pick the records, draw the batch's random seed. Returns ``(plan, state_after)``
+  where ``state_after`` is a picklable snapshot of the position and random state *after* this
+  batch;
+- ``fill(plan, blobs)``: the expensive part (decode, transform), run by any worker thread,
+  writing the batch into ``blobs``.
+
+Batches are delivered in plan order whatever the number of threads, so results do not depend
+on the thread count. The state after the last delivered batch is what a snapshot must record
+to resume exactly (:attr:`Prefetcher.state`). An exception raised by ``plan`` or ``fill``
+stops loading; :meth:`next` raises it (with its message) when the consumer reaches that batch,
+and every later call raises it again.
+"""
+
+import threading
+import weakref
+
+
+class PrefetchError(Exception):
+    """Wraps an exception raised in a loading thread (``__cause__`` is the original)."""
+
+
+class _Batch:
+    __slots__ = ("blobs", "seq", "state", "error")
+
+    def __init__(self, blobs):
+        self.blobs = blobs
+        self.seq = -1
+        self.state = None
+        self.error = None
+
+
+class _Shared:
+    """State shared between the consumer and the worker threads (no reference back to the
+    prefetcher, so that an unused prefetcher can be collected and its threads end)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.plan_lock = threading.Lock()
+        self.free = []
+        self.done = {}
+        self.next_seq = 0
+        self.stop = False
+        self.failed = False
+
+    def shutdown(self):
+        with self.cond:
+            self.stop = True
+            self.cond.notify_all()
+
+
+def _worker(shared, ref):
+    while True:
+        with shared.cond:
+            while not shared.stop and not shared.failed and not shared.free:
+                shared.cond.wait()
+            if shared.stop or shared.failed:
+                return
+            batch = shared.free.pop()
+        owner = ref()
+        if owner is None:
+            return
+        error = None
+        with shared.plan_lock:
+            if shared.stop or shared.failed:
+                with shared.cond:
+                    shared.free.append(batch)
+                return
+            seq = shared.next_seq
+            shared.next_seq += 1
+            try:
+                plan, state = owner.plan_fn()
+            except BaseException as exc:  # delivered to the consumer in order
+                error, plan, state = exc, None, None
+        if error is None:
+            try:
+                owner.fill_fn(plan, batch.blobs)
+            except BaseException as exc:
+                error = exc
+        del owner, plan
+        with shared.cond:
+            batch.seq, batch.state, batch.error = seq, state, error
+            shared.done[seq] = batch
+            if error is not None:
+                shared.failed = True
+            shared.cond.notify_all()
+        if error is not None:
+            return
+
+
+class Prefetcher:
+    """Loads batches ahead in ``threads`` daemon threads, keeping up to ``count`` ready.
+
+    ``make_blobs()`` creates the blobs of one batch. ``count = 0`` loads synchronously in
+    :meth:`next` (no thread). ``initial_state`` is the state before the first batch.
+    """
+
+    def __init__(self, plan_fn, fill_fn, make_blobs, count=4, threads=1, name="data",
+                 initial_state=None):
+        self.plan_fn = plan_fn
+        self.fill_fn = fill_fn
+        self.count = max(0, int(count))
+        self.threads = max(1, int(threads))
+        self.name = name
+        self.state = initial_state
+        self._make_blobs = make_blobs
+        self._shared = _Shared()
+        self._threads = []
+        self._current = None
+        self._next_consume = 0
+        self._error = None
+        n = self.count + 1 if self.count else 1
+        self._all = [_Batch(make_blobs()) for _ in range(n)]
+        self._shared.free = list(reversed(self._all))
+        self._finalizer = weakref.finalize(self, self._shared.shutdown)
+
+    # ---- control -------------------------------------------------------------------------
+    def start(self):
+        """Start the threads (no-op in synchronous mode or when running)."""
+        if self.count == 0 or self._threads:
+            return
+        ref = weakref.ref(self)
+        for i in range(min(self.threads, self.count)):
+            t = threading.Thread(target=_worker, args=(self._shared, ref), daemon=True,
+                                 name="pycaffe-lite prefetch %s #%d" % (self.name, i))
+            t.start()
+            self._threads.append(t)
+
+    @property
+    def running(self):
+        return any(t.is_alive() for t in self._threads)
+
+    def stop(self):
+        """Stop the threads and drop every batch loaded but not delivered; the next batch
+        after :meth:`start` is planned from the current producer state."""
+        shared = self._shared
+        with shared.cond:
+            shared.stop = True
+            shared.cond.notify_all()
+        for t in self._threads:
+            t.join()
+        self._threads = []
+        with shared.cond:
+            shared.free = [b for b in self._all if b is not self._current]
+            shared.done.clear()
+            shared.next_seq = 0
+            shared.stop = False
+            shared.failed = False
+        self._next_consume = 0
+        self._error = None
+
+    def close(self):
+        self.stop()
+        self._finalizer.detach()
+
+    def restart(self, state):
+        """Stop, take ``state`` as the state before the next batch, start again (the caller
+        has already moved the producer to that state)."""
+        self.stop()
+        self.state = state
+        self.start()
+
+    # ---- consuming -----------------------------------------------------------------------
+    def next(self):
+        """The blobs of the next batch (the previously returned batch goes back to loading).
+
+        Raises :class:`PrefetchError` (whose ``__cause__`` is the original exception) when
+        loading that batch failed.
+        """
+        if self._error is not None:
+            raise self._error
+        shared = self._shared
+        if self.count == 0:
+            return self._next_sync()
+        with shared.cond:
+            if self._current is not None:
+                shared.free.append(self._current)
+                self._current = None
+                shared.cond.notify_all()
+            seq = self._next_consume
+            while seq not in shared.done:
+                if not self.running:
+                    self._error = PrefetchError("the %s loading threads stopped without "
+                                                "producing batch %d" % (self.name, seq))
+                    raise self._error
+                shared.cond.wait(1.0)
+            batch = shared.done.pop(seq)
+        self._next_consume += 1
+        if batch.error is not None:
+            self._error = _wrap(batch.error)
+            with shared.cond:
+                shared.free.append(batch)
+            raise self._error
+        self._current = batch
+        self.state = batch.state
+        return batch.blobs
+
+    def _next_sync(self):
+        batch = self._all[0]
+        try:
+            plan, state = self.plan_fn()
+            self.fill_fn(plan, batch.blobs)
+        except Exception as exc:
+            self._error = _wrap(exc)
+            raise self._error
+        self._current = batch
+        self.state = state
+        return batch.blobs
+
+
+def _wrap(exc):
+    err = PrefetchError(str(exc) or type(exc).__name__)
+    err.original = exc
+    err.__cause__ = exc
+    return err

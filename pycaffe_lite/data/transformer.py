@@ -1,0 +1,294 @@
+"""DataTransformer: crop, mirror, mean subtraction and scale (``transform_param``).
+
+For each image of a batch, as Caffe's ``DataTransformer``:
+
+1. crop to ``crop_size`` x ``crop_size``: a random window in TRAIN, the centre in TEST;
+2. mirror (flip left-right) with probability 1/2 when ``mirror`` is set (any phase);
+3. subtract the mean: ``mean_file`` (a C x H x W image the size of the *uncropped* input,
+   cropped and mirrored along with it) or ``mean_value`` (one value, or one per channel);
+4. multiply by ``scale``.
+
+Pixels are ``(pixel - mean) * scale`` in float32, bit-identical to Caffe. Work is done on
+whole batches where it can be: without per-image variation (no mirror, no random crop) the
+whole batch is one NumPy expression; otherwise each image is one slice copy and the mean and
+scale are still applied to the whole batch.
+
+pycaffe-lite additions (TRAIN only, off by default; fields >= 1000 of TransformationParameter):
+
+- ``random_resized_crop``: a window of random area fraction ``[rrc_min_scale,
+  rrc_max_scale]`` and aspect ratio (log-uniform in ``[rrc_min_aspect, rrc_max_aspect]``),
+  resized bilinearly to ``crop_size`` (replaces the random crop; a ``mean_file`` is resized
+  with the same window);
+- colour augmentation as Darknet does it, after crop and mirror and before the mean: in HSV
+  space the hue is shifted by ``U(-hue, hue)`` (fraction of the colour circle), saturation
+  and value multiplied by factors drawn from ``[1, saturation]`` and ``[1, exposure]``, each
+  inverted with probability 1/2, then clipped to the pixel range [0, 255]. Grey images get
+  the exposure factor only.
+
+Randomness comes from the ``rng`` (a NumPy Generator) passed to :meth:`transform`; the data
+layers hand it one generator per batch, derived from their own seeded generator, so that
+batches are reproducible whatever the number of prefetch threads.
+"""
+
+import math
+
+import numpy as np
+
+from ..proto import caffe_pb2
+from .datum import DataError, resize
+from .mean import load_mean
+
+TRAIN = caffe_pb2.TRAIN
+
+
+def _size(shape):
+    return "x".join(str(int(d)) for d in shape)
+
+
+class DataTransformer:
+    """Applies a TransformationParameter to batches of (C, H, W) images."""
+
+    def __init__(self, param=None, phase=TRAIN, where="transform_param"):
+        self.param = caffe_pb2.TransformationParameter()
+        if param is not None:
+            self.param.CopyFrom(param)
+        p = self.param
+        self.phase = phase
+        self.where = where
+        self.scale = np.float32(p.scale)
+        self.crop = int(p.crop_size)
+        self.mirror = bool(p.mirror)
+        if p.HasField("mean_file") and len(p.mean_value):
+            raise DataError("%s: cannot specify mean_file and mean_value at the same time"
+                            % where)
+        if p.force_color and p.force_gray:
+            raise DataError("%s: cannot set both force_color and force_gray" % where)
+        self.mean = load_mean(p.mean_file) if p.HasField("mean_file") else None
+        self.mean_values = np.asarray(p.mean_value, np.float32) if len(p.mean_value) else None
+        train = phase == TRAIN
+        self.rrc = bool(p.random_resized_crop) and train
+        if p.random_resized_crop:
+            if self.crop <= 0:
+                raise DataError("%s: random_resized_crop needs crop_size (the output size)"
+                                % where)
+            if not 0 < p.rrc_min_scale <= p.rrc_max_scale <= 1:
+                raise DataError("%s: need 0 < rrc_min_scale <= rrc_max_scale <= 1, got %g and "
+                                "%g" % (where, p.rrc_min_scale, p.rrc_max_scale))
+            if not 0 < p.rrc_min_aspect <= p.rrc_max_aspect:
+                raise DataError("%s: need 0 < rrc_min_aspect <= rrc_max_aspect, got %g and %g"
+                                % (where, p.rrc_min_aspect, p.rrc_max_aspect))
+        if p.hue < 0 or p.hue > 1:
+            raise DataError("%s: hue must be in [0, 1] (a fraction of the colour circle), "
+                            "got %g" % (where, p.hue))
+        if p.saturation <= 0 or p.exposure <= 0:
+            raise DataError("%s: saturation and exposure must be positive (1 = off), got %g "
+                            "and %g" % (where, p.saturation, p.exposure))
+        self.colour = train and (p.hue != 0 or p.saturation != 1 or p.exposure != 1)
+        self.random_crop = train and self.crop > 0 and not self.rrc
+
+    # ---- shapes --------------------------------------------------------------------------
+    @property
+    def needs_random(self):
+        return self.mirror or self.random_crop or self.rrc or self.colour
+
+    @property
+    def decode_color(self):
+        """How encoded images are decoded: True (force_color), False (force_gray) or None
+        (their own channels)."""
+        if self.param.force_color:
+            return True
+        if self.param.force_gray:
+            return False
+        return None
+
+    def output_shape(self, shape, where="the input"):
+        """(C, h, w) of the output for a (C, H, W) input; checks crop and mean sizes."""
+        c, h, w = (int(d) for d in shape)
+        self.check_input(shape, where)
+        if self.crop:
+            return c, self.crop, self.crop
+        return c, h, w
+
+    def check_input(self, shape, where="the input"):
+        c, h, w = (int(d) for d in shape)
+        if c <= 0:
+            raise DataError("%s has no channels (shape %s)" % (where, _size(shape)))
+        if self.crop and not self.rrc and (h < self.crop or w < self.crop):
+            raise DataError("%s is %s, smaller than crop_size %d: use a smaller crop_size or "
+                            "larger images" % (where, _size(shape), self.crop))
+        if self.mean is not None and self.mean.shape != (c, h, w):
+            raise DataError("mean_file '%s' is %s (CxHxW) but %s is %s: the mean must have the "
+                            "size of the uncropped input; recompute it with "
+                            "compute_image_mean" % (self.param.mean_file, _size(self.mean.shape),
+                                                    where, _size((c, h, w))))
+        if self.mean_values is not None and len(self.mean_values) not in (1, c):
+            raise DataError("%s: specify either 1 mean_value or as many as channels (%d), got "
+                            "%d" % (self.where, c, len(self.mean_values)))
+
+    # ---- random draws --------------------------------------------------------------------
+    def _rrc_window(self, h, w, rng):
+        p = self.param
+        area = h * w
+        lo, hi = math.log(p.rrc_min_aspect), math.log(p.rrc_max_aspect)
+        for _ in range(10):
+            target = area * rng.uniform(p.rrc_min_scale, p.rrc_max_scale)
+            ratio = math.exp(rng.uniform(lo, hi))
+            cw = int(round(math.sqrt(target * ratio)))
+            ch = int(round(math.sqrt(target / ratio)))
+            if 0 < cw <= w and 0 < ch <= h:
+                return int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1)), ch, cw
+        ratio = w / h
+        if ratio < p.rrc_min_aspect:
+            cw, ch = w, min(h, int(round(w / p.rrc_min_aspect)))
+        elif ratio > p.rrc_max_aspect:
+            ch, cw = h, min(w, int(round(h * p.rrc_max_aspect)))
+        else:
+            ch, cw = h, w
+        return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+    @staticmethod
+    def _rand_scale(limit, n, rng):
+        """Darknet's rand_scale: a factor in [1, limit], inverted with probability 1/2."""
+        s = rng.uniform(1.0, limit, n) if limit != 1 else np.ones(n)
+        flip = rng.integers(0, 2, n).astype(bool)
+        return np.where(flip, s, 1.0 / s)
+
+    # ---- the transform -------------------------------------------------------------------
+    def transform(self, images, out, rng=None):
+        """Transform a batch into ``out`` (N, C, h, w), written in place.
+
+        ``images``: an (N, C, H, W) uint8 or float32 array, or a list of N (C, H, W) arrays
+        (any strides; sizes may differ when cropping). Returns the per-image mirror flags.
+        """
+        n = len(images)
+        if out.dtype != np.float32:
+            tmp = np.empty(out.shape, np.float32)
+            flags = self.transform(images, tmp, rng)
+            out[...] = tmp
+            return flags
+        if n == 0:
+            return np.zeros(0, bool)
+        if self.needs_random and rng is None:
+            raise DataError("%s: this transformation is random and needs a random generator"
+                            % self.where)
+        uniform = isinstance(images, np.ndarray)
+        if uniform:
+            heights = np.full(n, images.shape[2])
+            widths = np.full(n, images.shape[3])
+        else:
+            heights = np.array([im.shape[1] for im in images])
+            widths = np.array([im.shape[2] for im in images])
+        oh, ow = out.shape[2], out.shape[3]
+        # draws, in a fixed order: mirror, crop offsets, colour, (rrc windows per image)
+        mirror = rng.integers(0, 2, n).astype(bool) if self.mirror else np.zeros(n, bool)
+        windows = None
+        if self.rrc:
+            windows = [self._rrc_window(int(heights[i]), int(widths[i]), rng) for i in range(n)]
+            hoff = woff = None
+        elif self.crop:
+            if self.random_crop:
+                hoff = rng.integers(0, heights - self.crop + 1)
+                woff = rng.integers(0, widths - self.crop + 1)
+            else:
+                hoff = (heights - self.crop) // 2
+                woff = (widths - self.crop) // 2
+        else:
+            hoff = np.zeros(n, np.intp)
+            woff = np.zeros(n, np.intp)
+        colour = None
+        if self.colour:
+            p = self.param
+            colour = (rng.uniform(-p.hue, p.hue, n) if p.hue else np.zeros(n),
+                      self._rand_scale(p.saturation, n, rng),
+                      self._rand_scale(p.exposure, n, rng))
+
+        same_window = windows is None and (hoff == hoff[0]).all() and (woff == woff[0]).all()
+        if uniform and same_window and not mirror.any() and colour is None:
+            # one expression for the whole batch
+            h0, w0 = int(hoff[0]), int(woff[0])
+            src = images[:, :, h0:h0 + oh, w0:w0 + ow]
+            if self.mean is not None:
+                np.subtract(src, self.mean[:, h0:h0 + oh, w0:w0 + ow], out=out)
+            elif self.mean_values is not None:
+                np.subtract(src, self.mean_values.reshape(1, -1, 1, 1), out=out)
+            else:
+                if self.scale != 1:
+                    np.multiply(src, self.scale, out=out)
+                else:
+                    out[...] = src
+                return mirror
+            if self.scale != 1:
+                out *= self.scale
+            return mirror
+
+        # one slice copy (or resize) per image
+        for i in range(n):
+            img = images[i]
+            if windows is not None:
+                img = resize(img, oh, ow, window=windows[i], axes=(1, 2))
+            else:
+                h0, w0 = int(hoff[i]), int(woff[i])
+                img = img[:, h0:h0 + oh, w0:w0 + ow]
+            out[i] = img[:, :, ::-1] if mirror[i] else img
+        if colour is not None:
+            distort_colour(out, *colour)
+        if self.mean is not None:
+            if same_window and not mirror.any():
+                h0, w0 = int(hoff[0]), int(woff[0])
+                out -= self.mean[:, h0:h0 + oh, w0:w0 + ow]
+            else:
+                for i in range(n):
+                    if windows is not None:
+                        m = resize(self.mean, oh, ow, window=windows[i], axes=(1, 2))
+                    else:
+                        h0, w0 = int(hoff[i]), int(woff[i])
+                        m = self.mean[:, h0:h0 + oh, w0:w0 + ow]
+                    out[i] -= m[:, :, ::-1] if mirror[i] else m
+        elif self.mean_values is not None:
+            out -= self.mean_values.reshape(1, -1, 1, 1)
+        if self.scale != 1:
+            out *= self.scale
+        return mirror
+
+
+def distort_colour(x, dhue, dsat, dexp):
+    """Darknet's colour distortion of a batch of BGR images in [0, 255], in place.
+
+    ``x`` is (N, C, H, W) float32; ``dhue`` (shift, fraction of the circle), ``dsat`` and
+    ``dexp`` (factors) hold one value per image. Images of fewer than 3 channels get the
+    exposure factor only; a 4th channel (alpha) is left alone.
+    """
+    n = x.shape[0]
+    if x.shape[1] < 3:
+        x *= np.asarray(dexp, np.float32).reshape(n, 1, 1, 1)
+        np.clip(x, 0, 255, out=x)
+        return x
+    shape = (n, 1, 1)
+    b = x[:, 0] * np.float32(1 / 255.0)
+    g = x[:, 1] * np.float32(1 / 255.0)
+    r = x[:, 2] * np.float32(1 / 255.0)
+    np.clip(b, 0, 1, out=b)
+    np.clip(g, 0, 1, out=g)
+    np.clip(r, 0, 1, out=r)
+    v = np.maximum(np.maximum(r, g), b)
+    mn = np.minimum(np.minimum(r, g), b)
+    delta = v - mn
+    safe = np.where(delta > 0, delta, 1)
+    h = np.where(v == r, (g - b) / safe,
+                 np.where(v == g, 2 + (b - r) / safe, 4 + (r - g) / safe))
+    h = np.where(delta > 0, h, 0)
+    h = np.where(h < 0, h + 6, h) / 6
+    s = np.where(v > 0, delta / np.where(v > 0, v, 1), 0)
+    s = s * np.asarray(dsat, np.float32).reshape(shape)
+    v = v * np.asarray(dexp, np.float32).reshape(shape)
+    h = h + np.asarray(dhue, np.float32).reshape(shape)
+    h = np.where(h > 1, h - 1, h)
+    h = np.where(h < 0, h + 1, h)
+    h6 = h * 6
+    vs = v * s
+    for channel, k0 in ((2, 5.0), (1, 3.0), (0, 1.0)):  # r, g, b
+        k = np.mod(k0 + h6, 6)
+        c = v - vs * np.clip(np.minimum(k, 4 - k), 0, 1)
+        np.clip(c, 0, 1, out=c)
+        x[:, channel] = c * np.float32(255)
+    return x
