@@ -46,7 +46,9 @@ def use_glog_format(logger=None):
     formatter = GlogFormatter()
     for lg in loggers:
         for handler in lg.handlers:
-            handler.setFormatter(formatter)
+            # plain console and file handlers only (not, e.g., a test runner's capture)
+            if type(handler) in (logging.StreamHandler, logging.FileHandler):
+                handler.setFormatter(formatter)
 
 
 # ---- parsing ----------------------------------------------------------------------------

@@ -147,8 +147,7 @@ def decode_image(data, color=None, where="image"):
 
 
 def image_format(path_or_ext):
-    ext = os.path.splitext(path_or_ext)[1] if "." in path_or_ext else path_or_ext
-    ext = ext.lower().lstrip(".")
+    ext = os.path.basename(str(path_or_ext)).rsplit(".", 1)[-1].lower()
     return {"jpg": "JPEG", "jpeg": "JPEG", "jpe": "JPEG", "png": "PNG", "bmp": "BMP",
             "tif": "TIFF", "tiff": "TIFF", "ppm": "PPM", "pgm": "PPM", "pbm": "PPM",
             "webp": "WEBP"}.get(ext)

@@ -1,0 +1,34 @@
+"""``pycaffe-lite convert_imageset [FLAGS] ROOTFOLDER/ LISTFILE DB_NAME``: images listed as
+``path label`` lines to a database of Datums, with Caffe's flags."""
+
+from ..data.imageset import convert_imageset
+from ..data.cli_flags import add_backend_flag, add_bool_flag
+
+
+def add_arguments(p):
+    p.add_argument("root_folder", help="folder prefixed to every path of the list")
+    p.add_argument("list_file", help="text file of '<path> <label>' lines")
+    p.add_argument("db_name", help="the database to create")
+    add_bool_flag(p, "gray", "decode the images in greyscale")
+    add_bool_flag(p, "shuffle", "randomly shuffle the order of the images")
+    add_backend_flag(p)
+    p.add_argument("--resize_width", type=int, default=0,
+                   help="width images are resized to (with --resize_height)")
+    p.add_argument("--resize_height", type=int, default=0,
+                   help="height images are resized to (with --resize_width)")
+    add_bool_flag(p, "check_size", "check that all the datums have the same size")
+    add_bool_flag(p, "encoded", "store the images encoded (compressed) in the datums")
+    p.add_argument("--encode_type", default="",
+                   help="encoding of the stored images ('png', 'jpg', ...); implies --encoded")
+
+
+def run(args):
+    written, skipped = convert_imageset(
+        args.root_folder, args.list_file, args.db_name, gray=args.gray, shuffle=args.shuffle,
+        backend=args.backend, resize_width=args.resize_width, resize_height=args.resize_height,
+        check_size=args.check_size, encoded=args.encoded, encode_type=args.encode_type)
+    return 0
+
+
+COMMANDS = [("convert_imageset", "convert a list of images to an LMDB/LevelDB of Datums",
+             add_arguments, run)]

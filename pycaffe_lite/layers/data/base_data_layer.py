@@ -1,0 +1,165 @@
+"""Bases of the data layers: random generators, resumable state, prefetching."""
+
+import logging
+import os
+
+import numpy as np
+
+from ... import backend
+from ...blob import Blob
+from ...data.prefetch import PrefetchError, Prefetcher
+from ...errors import CaffeError, LayerError
+from ...layer import Layer
+
+log = logging.getLogger("pycaffe_lite")
+
+THREADS_ENV = "PYCAFFE_LITE_DATA_THREADS"
+
+
+def layer_rng():
+    """A layer's own Generator, seeded from the framework's generator: reproducible when
+    ``set_random_seed`` was called (the solver's ``random_seed``), random otherwise."""
+    return np.random.default_rng(int(backend.rng().integers(0, 2 ** 63)))
+
+
+def default_threads(heavy):
+    """Loading threads: $PYCAFFE_LITE_DATA_THREADS, else 2 for decoding work (JPEG/PNG
+    records, image files) on machines with several cores, 1 for raw records."""
+    env = os.environ.get(THREADS_ENV)
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise CaffeError("%s must be a positive integer, got %r" % (THREADS_ENV, env)) \
+                from None
+    return min(2, os.cpu_count() or 1) if heavy else 1
+
+
+class BaseDataLayer(Layer):
+    """A layer with no bottoms that produces data. Backward does nothing.
+
+    Layers that have a read position or random state expose ``get_state()`` (a picklable
+    dict describing the next batch the net will receive) and ``set_state(state)``, so that a
+    snapshot taken after N iterations resumes with exactly the batches an uninterrupted run
+    would have seen.
+    """
+
+    exact_num_bottom_blobs = 0
+
+    def reshape(self, bottom, top):
+        pass  # the tops are shaped at setup and by forward
+
+    def backward(self, top, propagate_down, bottom):
+        pass
+
+    def get_state(self):
+        return {"type": self.type}
+
+    def set_state(self, state):
+        self._check_state(state)
+
+    def _check_state(self, state):
+        if not isinstance(state, dict) or state.get("type") != self.type:
+            raise self.error("cannot restore a data state of %s into a %s layer"
+                             % (state.get("type") if isinstance(state, dict) else
+                                type(state).__name__, self.type))
+
+    def close(self):
+        """Release files, databases and threads (the layer cannot be used afterwards)."""
+
+
+class BasePrefetchingDataLayer(BaseDataLayer):
+    """A data layer whose batches are loaded ahead by background threads (Caffe's
+    BasePrefetchingDataLayer). The tops adopt each batch's storage: nothing is copied.
+
+    Subclasses implement:
+
+    - ``data_setup(top)``: open the source, set the position; return the top shapes;
+    - ``plan_batch()``: advance the position by one batch and return the work for it
+      (sequential, in batch order);
+    - ``fill_batch(plan, blobs)``: decode and transform into the batch's blobs (any thread);
+    - ``read_state()`` / ``write_state(state)``: position and random state as a dict;
+    - ``prefetch_count`` and ``prefetch_threads`` (attributes set by ``data_setup``).
+    """
+
+    min_num_top_blobs = 1
+    max_num_top_blobs = 2
+
+    prefetch_count = 4
+    prefetch_threads = 1
+
+    def setup(self, bottom, top):
+        self.output_labels = len(top) > 1
+        self.rng = layer_rng()
+        try:
+            shapes = self.data_setup(top)
+        except LayerError:
+            raise
+        except CaffeError as exc:
+            raise self.error(str(exc)) from None
+        shapes = [tuple(int(d) for d in s) for s in shapes[:len(top)]]
+        for t, s in zip(top, shapes):
+            t.reshape(s)
+        dtype = self.dtype
+        self._prefetcher = Prefetcher(
+            self._plan, self._fill, lambda: [Blob(s, dtype) for s in shapes],
+            count=self.prefetch_count, threads=self.prefetch_threads,
+            name="%s '%s'" % (self.type, self.name), initial_state=self.read_state())
+        self._prefetcher.start()
+
+    def _plan(self):
+        plan = self.plan_batch()
+        return plan, self.read_state()
+
+    def _fill(self, plan, blobs):
+        self.fill_batch(plan, blobs)
+
+    def forward(self, bottom, top):
+        try:
+            blobs = self._prefetcher.next()
+        except PrefetchError as exc:
+            original = getattr(exc, "original", exc)
+            if isinstance(original, CaffeError):
+                message = str(original)
+            else:
+                message = "loading a batch failed: %s: %s" % (type(original).__name__,
+                                                            original)
+            raise self.error(message) from original
+        for t, b in zip(top, blobs):
+            t.reshape(b.shape)
+            t.share_data(b)
+
+    def get_state(self):
+        state = dict(self._prefetcher.state)
+        state["type"] = self.type
+        return state
+
+    def set_state(self, state):
+        self._check_state(state)
+        self._prefetcher.stop()
+        try:
+            self.write_state(state)
+        except CaffeError as exc:
+            raise self.error("cannot restore the data state: %s" % exc) from None
+        self._prefetcher.restart(self.read_state())
+
+    def close(self):
+        pf = getattr(self, "_prefetcher", None)
+        if pf is not None:
+            pf.close()
+        self.close_source()
+
+    def close_source(self):
+        pass
+
+    # -- helpers for subclasses ------------------------------------------------------------
+    def _rng_state(self):
+        return self.rng.bit_generator.state
+
+    def _batch_seed(self, needed):
+        """One draw of the layer generator per batch seeds that batch's own generator."""
+        return int(self.rng.integers(0, 2 ** 63)) if needed else None
+
+    @staticmethod
+    def _batch_rng(seed):
+        return np.random.default_rng(seed) if seed is not None else None

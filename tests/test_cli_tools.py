@@ -1,0 +1,119 @@
+"""tools/parse_log.py and tools/plot_training_log.py on a log in Caffe's own format."""
+
+import csv
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pycaffe_lite.errors import CaffeError
+from pycaffe_lite.tools_log import parse_log, plot_log
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A log as BVLC Caffe writes it (glog prefixes, its solver's message texts).
+CAFFE_LOG = """\
+Log file created at: 2016/02/10 13:39:20
+I0210 13:39:20.100000 25210 caffe.cpp:185] Using GPUs 0
+I0210 13:39:22.381027 25210 solver.cpp:280] Solving LeNet
+I0210 13:39:22.381069 25210 solver.cpp:281] Learning Rate Policy: inv
+I0210 13:39:22.382015 25210 solver.cpp:338] Iteration 0, Testing net (#0)
+I0210 13:39:23.500000 25210 solver.cpp:406]     Test net output #0: accuracy = 0.0797
+I0210 13:39:23.500100 25210 solver.cpp:406]     Test net output #1: loss = 2.39438 (* 1 = 2.39438 loss)
+I0210 13:39:23.510000 25210 solver.cpp:229] Iteration 0, loss = 2.40967
+I0210 13:39:23.510100 25210 solver.cpp:245]     Train net output #0: loss = 2.40967 (* 1 = 2.40967 loss)
+I0210 13:39:23.510200 25210 sgd_solver.cpp:106] Iteration 0, lr = 0.01
+I0210 13:39:24.600000 25210 solver.cpp:229] Iteration 100, loss = 0.202145
+I0210 13:39:24.600100 25210 solver.cpp:245]     Train net output #0: loss = 0.202145 (* 1 = 0.202145 loss)
+I0210 13:39:24.600200 25210 sgd_solver.cpp:106] Iteration 100, lr = 0.00992565
+I0210 13:39:25.700000 25210 solver.cpp:338] Iteration 200, Testing net (#0)
+I0210 13:39:26.000000 25210 solver.cpp:406]     Test net output #0: accuracy = 0.9651
+I0210 13:39:26.000100 25210 solver.cpp:406]     Test net output #1: loss = 0.109 (* 1 = 0.109 loss)
+I0210 13:39:26.100000 25210 solver.cpp:229] Iteration 200, loss = 1.5e-01
+I0210 13:39:26.100100 25210 solver.cpp:245]     Train net output #0: loss = 1.5e-01 (* 1 = 0.15 loss)
+I0210 13:39:26.100200 25210 sgd_solver.cpp:106] Iteration 200, lr = 0.00985258
+"""
+
+
+@pytest.fixture
+def caffe_log(tmp_path):
+    path = tmp_path / "caffe.INFO"
+    path.write_text(CAFFE_LOG)
+    return path
+
+
+def test_parse_caffe_log_rows(caffe_log):
+    train, test = parse_log(str(caffe_log))
+    assert [list(r) for r in train[:1]] == [["NumIters", "Seconds", "LearningRate", "loss"]]
+    # as Caffe's parse_log.py: a row's rate is the last one logged before its outputs (Caffe
+    # logs "lr =" after the outputs, so it lags one display), the first row's from the second
+    assert [(r["NumIters"], r["loss"], r["LearningRate"]) for r in train] == [
+        (0, 2.40967, 0.01), (100, 0.202145, 0.01), (200, 0.15, 0.00992565)]
+    assert [r["Seconds"] for r in train] == [pytest.approx(1.129073),
+                                             pytest.approx(2.219073),
+                                             pytest.approx(3.719073)]
+    assert [(r["NumIters"], r["accuracy"], r["loss"], r["LearningRate"]) for r in test] == [
+        (0, 0.0797, 2.39438, 0.00992565), (200, 0.9651, 0.109, 0.00992565)]
+    assert list(test[0]) == ["NumIters", "Seconds", "LearningRate", "accuracy", "loss"]
+
+
+def _run_tool(name, *args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", name), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_parse_log_tool_writes_caffe_csv_files(caffe_log, tmp_path):
+    out = _run_tool("parse_log.py", str(caffe_log), str(tmp_path), "--verbose")
+    assert out.returncode == 0, out.stderr
+    assert "Wrote %s" % (tmp_path / "caffe.INFO.train") in out.stdout
+    with open(tmp_path / "caffe.INFO.train") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["NumIters", "Seconds", "LearningRate", "loss"]
+    assert rows[2][0] == "100" and float(rows[2][3]) == 0.202145
+    with open(tmp_path / "caffe.INFO.test") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["NumIters", "Seconds", "LearningRate", "accuracy", "loss"]
+    assert len(rows) == 3 and float(rows[2][3]) == 0.9651
+
+
+def test_parse_log_tool_delimiter_and_errors(caffe_log, tmp_path):
+    out = _run_tool("parse_log.py", str(caffe_log), str(tmp_path), "--delimiter", ";")
+    assert out.returncode == 0
+    assert (tmp_path / "caffe.INFO.train").read_text().splitlines()[0] == \
+        "NumIters;Seconds;LearningRate;loss"
+    out = _run_tool("parse_log.py", str(tmp_path / "nope.log"), str(tmp_path))
+    assert out.returncode == 1 and "cannot read log file" in out.stderr
+
+
+def test_log_without_timestamps_still_parses(tmp_path):
+    path = tmp_path / "plain.log"
+    path.write_text("Iteration 5, loss = 1\n    Train net output #0: loss = 1\n"
+                    "Iteration 10, lr = 0.5\n    Train net output #0: loss = 0.5\n")
+    train, test = parse_log(str(path))
+    assert [(r["NumIters"], r["loss"]) for r in train] == [(5, 1.0), (10, 0.5)]
+    assert math.isnan(train[0]["LearningRate"]) is False and test == []
+
+
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
+
+def test_plot_training_log(caffe_log, tmp_path):
+    png = tmp_path / "curves.png"
+    out = _run_tool("plot_training_log.py", str(caffe_log), str(png))
+    if HAVE_MATPLOTLIB:
+        assert out.returncode == 0, out.stderr
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png.stat().st_size > 5000
+    else:
+        assert out.returncode == 1
+        assert "plotting needs matplotlib: pip install matplotlib" in out.stderr
+
+
+def test_plot_refuses_a_file_that_is_not_a_training_log(tmp_path):
+    path = tmp_path / "other.log"
+    path.write_text("hello\n")
+    with pytest.raises(CaffeError, match="no 'Train net output' or 'Test net output' lines"):
+        plot_log(str(path), str(tmp_path / "x.png"))

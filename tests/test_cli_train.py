@@ -1,0 +1,280 @@
+"""``pycaffe-lite train / test / time``: Caffe's flags and spellings, resume and fine-tuning,
+the GPU fallback, signals, and log lines that Caffe's parsers read."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from pycaffe_lite import backend, cli, protoio
+from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite.signals import SignalHandler, SolverAction
+from pycaffe_lite.tools_log import parse_log
+
+NET = """
+name: "dummy"
+layer { name: "data" type: "DummyData" top: "x" top: "y"
+        dummy_data_param { shape { dim: 8 dim: 3 } shape { dim: 8 dim: 2 }
+                           data_filler { type: "gaussian" } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "z"
+        inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "z" bottom: "y" top: "loss" }
+"""
+
+SOLVER = """
+net: "net.prototxt"
+base_lr: 0.01
+lr_policy: "fixed"
+momentum: 0.9
+display: 10
+max_iter: %(max_iter)d
+test_iter: 2
+test_interval: 10
+snapshot: %(snapshot)d
+snapshot_prefix: "snaps/run"
+random_seed: 1
+%(extra)s
+"""
+
+
+def make_project(folder, max_iter=30, snapshot=20, extra="solver_mode: CPU"):
+    (folder / "snaps").mkdir(parents=True, exist_ok=True)
+    (folder / "net.prototxt").write_text(NET)
+    (folder / "solver.prototxt").write_text(SOLVER % dict(max_iter=max_iter, snapshot=snapshot,
+                                                          extra=extra))
+    return folder / "solver.prototxt"
+
+
+def weights_of(path):
+    model = protoio.read_binary(str(path), caffe_pb2.NetParameter())
+    ip = [lp for lp in model.layer if lp.name == "ip"][0]
+    return np.array(ip.blobs[0].data)
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    make_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_train_with_single_dash_flags(project, caplog):
+    caplog.set_level("INFO", "pycaffe_lite")
+    assert cli.main(["train", "-solver", "solver.prototxt"]) == 0
+    files = sorted(os.listdir(project / "snaps"))
+    assert files == ["run_iter_20.caffemodel", "run_iter_20.solverstate",
+                     "run_iter_30.caffemodel", "run_iter_30.solverstate"]
+    text = caplog.text
+    for line in ("Use CPU.", "Starting Optimization", "Iteration 10, loss = ",
+                 "Iteration 10, lr = 0.01", "Iteration 10, Testing net (#0)",
+                 "    Test net output #0: loss = ", "Optimization Done.",
+                 "Snapshotting to binary proto file snaps/run_iter_20.caffemodel"):
+        assert line in text
+    assert "ms/iter), peak memory" in text
+
+
+def test_resume_from_snapshot_matches_uninterrupted(project):
+    assert cli.main(["train", "--solver=solver.prototxt"]) == 0
+    straight = weights_of(project / "snaps" / "run_iter_30.caffemodel")
+    os.remove(project / "snaps" / "run_iter_30.caffemodel")
+    assert cli.main(["train", "--solver", "solver.prototxt",
+                     "-snapshot", "snaps/run_iter_20.solverstate"]) == 0
+    resumed = weights_of(project / "snaps" / "run_iter_30.caffemodel")
+    np.testing.assert_array_equal(resumed, straight)
+
+
+def test_finetune_from_weights(project, caplog):
+    caplog.set_level("INFO", "pycaffe_lite")
+    assert cli.main(["train", "--solver", "solver.prototxt"]) == 0
+    start = project / "snaps" / "run_iter_30.caffemodel"
+    os.rename(start, project / "start.caffemodel")
+    (project / "solver.prototxt").write_text(
+        SOLVER % dict(max_iter=1, snapshot=0, extra="base_lr: 0 solver_mode: CPU"))
+    assert cli.main(["train", "--solver", "solver.prototxt",
+                     "--weights", "start.caffemodel"]) == 0
+    assert "Finetuning from start.caffemodel" in caplog.text
+    np.testing.assert_array_equal(weights_of(project / "snaps" / "run_iter_1.caffemodel"),
+                                  weights_of(project / "start.caffemodel"))
+
+
+def test_snapshot_and_weights_together_is_an_error(project, capsys):
+    assert cli.main(["train", "--solver", "solver.prototxt", "--weights", "a",
+                     "--snapshot", "b"]) == 1
+    assert "not both" in capsys.readouterr().err
+
+
+def test_missing_solver_flag_is_an_error(project, capsys):
+    assert cli.main(["train"]) == 1
+    assert "need a solver definition" in capsys.readouterr().err
+
+
+def _no_gpu(monkeypatch):
+    def refuse():
+        raise backend.GPUUnavailableError("no CUDA device (test)")
+
+    monkeypatch.setattr(backend, "set_mode_gpu", refuse)
+
+
+def test_solver_mode_gpu_falls_back_to_cpu_with_a_warning(project, monkeypatch, caplog):
+    _no_gpu(monkeypatch)
+    make_project(project, max_iter=2, snapshot=0, extra="solver_mode: GPU")
+    caplog.set_level("INFO", "pycaffe_lite")
+    assert cli.main(["train", "--solver", "solver.prototxt"]) == 0
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "training on the CPU instead" in warnings[0].getMessage()
+    assert backend.mode() == backend.CPU
+
+
+def test_explicit_gpu_without_a_gpu_is_an_error(project, monkeypatch, capsys):
+    _no_gpu(monkeypatch)
+    assert cli.main(["train", "--solver", "solver.prototxt", "-gpu", "0"]) == 1
+    assert "no CUDA device (test)" in capsys.readouterr().err
+
+
+def test_level_and_stage_flags_reach_the_train_net(project, caplog):
+    (project / "net.prototxt").write_text(NET + """
+layer { name: "deep_only" type: "EuclideanLoss" bottom: "z" bottom: "y" top: "l2"
+        include { min_level: 2 stage: "deep" } }
+""")
+    caplog.set_level("INFO", "pycaffe_lite")
+    assert cli.main(["train", "--solver", "solver.prototxt", "--level", "2",
+                     "--stage", "deep,x"]) == 0
+    assert "Train net output #1: l2 = " in caplog.text
+    assert cli.main(["train", "--solver", "solver.prototxt", "--stage", "deep"]) == 0
+    assert caplog.text.count("Train net output #1: l2") == 3  # only the first run had it
+
+
+def test_test_command_scores_a_model(project, caplog):
+    assert cli.main(["train", "--solver", "solver.prototxt"]) == 0
+    caplog.set_level("INFO", "pycaffe_lite")
+    caplog.clear()
+    parser = cli.build_parser()
+    args = parser.parse_args(cli.normalise_flags(
+        ["test", "-model", "net.prototxt", "-weights", "snaps/run_iter_30.caffemodel",
+         "-iterations", "4"]))
+    assert args.run(args) == 0
+    batch = [float(r.getMessage().split(" = ")[1]) for r in caplog.records
+             if r.getMessage().startswith("Batch ")]
+    assert len(batch) == 4
+    mean = np.float32(np.sum(np.float32(batch)) / 4)
+    assert args.results["loss"] == [pytest.approx(float(mean), rel=1e-5)]
+    assert "Loss: " in caplog.text
+    assert "loss = %g (* 1 = %g loss)" % (args.results["loss"][0], args.results["loss"][0]) \
+        in caplog.text
+
+
+def test_test_command_needs_weights(project, capsys):
+    assert cli.main(["test", "--model", "net.prototxt"]) == 1
+    assert "need model weights" in capsys.readouterr().err
+
+
+def test_time_command_reports_every_layer(project, caplog):
+    caplog.set_level("INFO", "pycaffe_lite")
+    args = cli.build_parser().parse_args(["time", "--model", "net.prototxt",
+                                          "--iterations", "3"])
+    assert args.run(args) == 0
+    text = caplog.text
+    for name in ("data", "ip", "loss"):
+        assert "%10s\tforward: " % name in text and "%10s\tbackward: " % name in text
+    assert text.count("forward-backward time: ") == 3
+    for line in ("Average Forward pass: ", "Average Backward pass: ",
+                 "Average Forward-Backward: ", "Total Time: ", "*** Benchmark ends ***"):
+        assert line in text
+    t = args.timings
+    assert len(t["forward"]) == 3 and all(v >= 0 for v in t["forward"] + t["backward"])
+    assert sum(t["forward"]) <= t["total_ms"]
+
+
+def test_bad_phase_is_reported(project, capsys):
+    assert cli.main(["time", "--model", "net.prototxt", "--phase", "VAL"]) == 1
+    assert 'must be "TRAIN" or "TEST"' in capsys.readouterr().err
+
+
+def test_signal_handler_maps_signals_to_actions():
+    handler = SignalHandler("snapshot", "stop")
+    with handler:
+        assert handler.get_action() == SolverAction.NONE
+        os.kill(os.getpid(), signal.SIGINT)
+        assert handler.get_action() == SolverAction.SNAPSHOT
+        assert handler.get_action() == SolverAction.NONE
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert handler.get_action() == SolverAction.STOP
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _start_training(project, *flags):
+    make_project(project, max_iter=10 ** 7, snapshot=0, extra="display: 0 solver_mode: CPU")
+    log = open(project / "train.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "pycaffe_lite.cli", "train", "-solver",
+                             "solver.prototxt", *flags], cwd=project, stdout=log,
+                            stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def _wait_for(path, text, proc, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if text in path.read_text():
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise AssertionError("'%s' not seen in %s:\n%s" % (text, path, path.read_text()))
+
+
+def test_sigint_snapshots_and_stops(project):
+    proc, log = _start_training(project)
+    try:
+        _wait_for(project / "train.log", "Iteration 20, Testing net", proc)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        log.close()
+    text = (project / "train.log").read_text()
+    assert "Optimization stopped early." in text
+    snaps = sorted(os.listdir(project / "snaps"))
+    assert len(snaps) == 2 and snaps[0].endswith(".caffemodel")
+    assert snaps[1].endswith(".solverstate")
+
+
+def test_sighup_snapshots_and_continues(project):
+    proc, log = _start_training(project)
+    try:
+        _wait_for(project / "train.log", "Iteration 10, Testing net", proc)
+        proc.send_signal(signal.SIGHUP)
+        _wait_for(project / "train.log", "Snapshotting solver state", proc)
+        time.sleep(0.2)
+        assert proc.poll() is None  # still training
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        log.close()
+    assert len(os.listdir(project / "snaps")) == 4  # the SIGHUP snapshot and the final one
+
+
+def test_glog_lines_parse_into_caffe_csv_rows(project):
+    """A real training log, written in glog's format, read back by the log parser."""
+    out = subprocess.run([sys.executable, "-m", "pycaffe_lite.cli", "train", "--solver",
+                          "solver.prototxt"], cwd=project, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    (project / "caffe.INFO").write_text(out.stderr)
+    lines = [ln for ln in out.stderr.splitlines() if "Iteration 10, loss" in ln]
+    assert len(lines) == 1
+    # glog's layout: severity+mmdd, time with microseconds, pid, file:line]
+    prefix, message = lines[0].split("] ", 1)
+    level_date, clock, pid, where = prefix.split()
+    assert level_date[0] == "I" and len(level_date) == 5
+    assert len(clock.split(".")[1]) == 6 and pid.isdigit() and ":" in where
+    train, test = parse_log(str(project / "caffe.INFO"))
+    assert [r["NumIters"] for r in train] == [0, 10, 20]
+    assert [r["NumIters"] for r in test] == [0, 10, 20, 30]
+    assert list(train[0]) == ["NumIters", "Seconds", "LearningRate", "loss"]
+    assert all(r["LearningRate"] == 0.01 for r in train + test)
+    assert train[1]["loss"] == float(message.split("loss = ")[1])

@@ -1,0 +1,155 @@
+"""Databases: the LMDB and LevelDB backends behind the Data layer and the tools."""
+
+import builtins
+import os
+
+import lmdb
+import pytest
+
+from pycaffe_lite.data import db as dbmod
+from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite.registry import DB_BACKENDS
+
+
+def _write_raw_lmdb(path, pairs):
+    """An LMDB written with the lmdb package directly (the independent reference)."""
+    env = lmdb.open(str(path), map_size=1 << 22)
+    with env.begin(write=True) as txn:
+        for k, v in pairs:
+            txn.put(k, v)
+    env.close()
+
+
+def test_backends_registered_under_dataparameter_names():
+    assert "lmdb" in DB_BACKENDS and "leveldb" in DB_BACKENDS
+    assert dbmod.backend_name(caffe_pb2.DataParameter.LMDB) == "lmdb"
+    assert dbmod.backend_name(caffe_pb2.DataParameter.LEVELDB) == "leveldb"
+    assert dbmod.backend_name("LMDB") == "lmdb"
+    with pytest.raises(dbmod.DBError, match="unknown database backend 7"):
+        dbmod.backend_name(7)
+    with pytest.raises(dbmod.DBError, match="did you mean 'lmdb'"):
+        dbmod.backend_name("lmbd")
+
+
+def test_lmdb_read_in_key_order_and_seek(tmp_path):
+    pairs = [(b"%08d" % i, b"value-%d" % (i * i)) for i in (3, 0, 2, 1)]
+    _write_raw_lmdb(tmp_path / "db", pairs)
+    with dbmod.open_db(tmp_path / "db", "lmdb") as db:
+        assert db.count() == 4
+        cur = db.cursor()
+        assert [(k, v) for k, v in cur] == sorted(pairs)
+        assert not cur.valid
+        cur.seek_to_first()
+        assert cur.key() == b"00000000"
+        assert cur.seek(b"00000002") and cur.value() == b"value-4"
+        cur.next()
+        assert cur.key() == b"00000003"
+        assert not cur.seek(b"nope") and cur.key() == b"00000000"
+        cur.close()
+
+
+def test_lmdb_write_commits_in_batches_and_grows_the_map(tmp_path):
+    path = tmp_path / "big"
+    value = os.urandom(50_000)
+    # an initial map of 64 KiB, far too small for 400 records of 50 kB (20 MB)
+    with dbmod.LMDB(path, dbmod.NEW, map_size=1 << 16) as db:
+        txn = db.transaction()
+        for i in range(400):
+            txn.put("%08d" % i, value[:-1] + bytes([i % 256]))
+            if (i + 1) % 100 == 0:
+                txn.commit()
+        txn.commit()
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    with env.begin() as t:
+        assert t.stat()["entries"] == 400
+        assert t.get(b"00000399")[-1] == 399 % 256
+    assert env.info()["map_size"] >= 20_000_000
+    env.close()
+
+
+def test_lmdb_new_refuses_existing_and_read_refuses_missing(tmp_path):
+    _write_raw_lmdb(tmp_path / "db", [(b"a", b"1")])
+    with pytest.raises(dbmod.DBError, match="already exists"):
+        dbmod.open_db(tmp_path / "db", "lmdb", dbmod.NEW)
+    with pytest.raises(dbmod.DBError, match=r"'.*missing' not found \(backend LMDB\)"):
+        dbmod.open_db(tmp_path / "missing", "lmdb")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(dbmod.DBError, match="is not a LMDB database"):
+        dbmod.open_db(tmp_path / "folder", "lmdb")
+
+
+def test_lmdb_write_mode_appends(tmp_path):
+    with dbmod.open_db(tmp_path / "db", "lmdb", dbmod.WRITE) as db:
+        txn = db.transaction()
+        txn.put(b"b", b"2")
+        txn.commit()
+    with dbmod.open_db(tmp_path / "db", "lmdb", dbmod.WRITE) as db:
+        txn = db.transaction()
+        txn.put(b"a", b"1")
+        txn.commit()
+    with dbmod.open_db(tmp_path / "db", "lmdb") as db:
+        assert list(db.cursor()) == [(b"a", b"1"), (b"b", b"2")]
+        with pytest.raises(dbmod.DBError, match="open for reading only"):
+            db.transaction()
+
+
+def test_empty_lmdb_cursor_is_invalid(tmp_path):
+    with dbmod.open_db(tmp_path / "db", "lmdb", dbmod.NEW) as db:
+        db.transaction().commit()
+    with dbmod.open_db(tmp_path / "db", "lmdb") as db:
+        assert not db.cursor().valid
+        assert db.count() == 0
+
+
+def test_readers_of_one_path_share_a_handle(tmp_path):
+    _write_raw_lmdb(tmp_path / "db", [(b"k", b"v")])
+    a = dbmod.open_db(tmp_path / "db", "lmdb")
+    b = dbmod.open_db(str(tmp_path / "db") + "/", "lmdb")
+    assert a.env is b.env
+    a.close()
+    assert b.cursor().value() == b"v"  # still open for the other reader
+    b.close()
+
+
+def test_wrong_backend_is_named(tmp_path):
+    _write_raw_lmdb(tmp_path / "db", [(b"k", b"v")])
+    with pytest.raises(dbmod.DBError, match="looks like a LMDB database, not LEVELDB: set "
+                                            "backend: LMDB"):
+        dbmod.open_db(tmp_path / "db", "leveldb")
+    (tmp_path / "ldb").mkdir()
+    (tmp_path / "ldb" / "CURRENT").write_text("MANIFEST-000001\n")
+    with pytest.raises(dbmod.DBError, match="looks like a LEVELDB database, not LMDB"):
+        dbmod.open_db(tmp_path / "ldb", "lmdb")
+
+
+def test_missing_plyvel_says_how_to_install(tmp_path, monkeypatch):
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "plyvel":
+            raise ImportError("No module named 'plyvel'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(dbmod.DBError, match=r"pip install plyvel"):
+        dbmod.open_db(tmp_path / "ldb", "leveldb", dbmod.NEW)
+
+
+def test_leveldb_round_trip(tmp_path):
+    plyvel = pytest.importorskip("plyvel")
+    path = tmp_path / "ldb"
+    with dbmod.open_db(path, "leveldb", dbmod.NEW) as db:
+        txn = db.transaction()
+        for i in (2, 0, 1):
+            txn.put("%08d" % i, b"v%d" % i)
+        assert len(txn) == 3
+        txn.commit()
+    raw = plyvel.DB(str(path))
+    assert list(raw) == [(b"%08d" % i, b"v%d" % i) for i in range(3)]
+    raw.close()
+    with dbmod.open_db(path, "leveldb") as db:
+        cur = db.cursor()
+        assert [k for k, _ in cur] == [b"00000000", b"00000001", b"00000002"]
+        assert cur.seek(b"00000001") and cur.value() == b"v1"
+        assert not cur.seek(b"zzz") and cur.key() == b"00000000"
+        cur.close()

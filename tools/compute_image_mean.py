@@ -1,0 +1,9 @@
+#!/usr/bin/env python
+"""Caffe's ``compute_image_mean`` tool: the same as ``pycaffe-lite compute_image_mean`` (same arguments)."""
+
+import sys
+
+from pycaffe_lite.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["compute_image_mean"] + sys.argv[1:]))
