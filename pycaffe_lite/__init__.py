@@ -44,4 +44,9 @@ def layer_type_list():
 __all__ = ["Net", "TRAIN", "TEST", "Blob", "Layer", "CaffeError", "caffe_pb2", "set_mode_cpu",
            "set_mode_gpu", "set_device", "set_random_seed", "register_layer", "layer_type_list",
            "io", "net_spec", "draw", "NetSpec", "layers", "params", "to_proto", "Classifier",
-           "Detector", "__version__"]
+           "Detector", "SGDSolver", "NesterovSolver", "AdaGradSolver", "RMSPropSolver",
+           "AdaDeltaSolver", "AdamSolver", "get_solver", "__version__"]
+
+# ---- solvers (pycaffe's caffe.SGDSolver & co., caffe.get_solver) --------------------------------
+from .solvers import (AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,  # noqa: E402
+                      RMSPropSolver, SGDSolver, get_solver)

@@ -173,13 +173,32 @@ def get_dot_graph(caffe_net, rankdir="LR", label_edges=True, phase=None, display
 
 
 class DotGraph(str):
-    """DOT text (a ``str``) with pydot's ``create`` and ``to_string`` methods."""
+    """DOT text (a ``str``) with the pydot methods scripts use on pycaffe's graphs:
+    ``to_string``, ``create(format=...)``, ``write(path, format=...)`` and ``write_png`` /
+    ``write_svg`` / ``write_pdf`` / ``write_raw``."""
 
     def to_string(self):
         return str(self)
 
     def create(self, format="png", prog="dot"):
         return render(str(self), format, prog)
+
+    def write(self, path, format="raw", prog="dot"):
+        data = self.create(format, prog)
+        with open(os.fspath(path), "wb") as f:
+            f.write(data)
+
+    def write_png(self, path, prog="dot"):
+        self.write(path, "png", prog)
+
+    def write_svg(self, path, prog="dot"):
+        self.write(path, "svg", prog)
+
+    def write_pdf(self, path, prog="dot"):
+        self.write(path, "pdf", prog)
+
+    def write_raw(self, path, prog="dot"):
+        self.write(path, "raw", prog)
 
 
 def get_pydot_graph(caffe_net, rankdir="LR", label_edges=True, phase=None, display_lrm=False):

@@ -10,7 +10,6 @@ Pillow is needed only by :func:`load_image`, :func:`resize_image` and encoded da
 only to resize images whose channel count is not 1 or 3; both are imported when first used.
 """
 
-import io as _stdio
 import os
 
 import numpy as np
@@ -91,63 +90,31 @@ def blobprotovector_str_to_arraylist(data):
     return [blobproto_to_array(b) for b in vec.blobs]
 
 
+def _datum_module():
+    # the data pipeline's Datum helpers, imported when first needed (keeps ``import`` light)
+    from .data import datum
+    return datum
+
+
 def array_to_datum(arr, label=None):
-    """A ``Datum`` holding a C x H x W array.
+    """A ``Datum`` holding a C x H x W array (an H x W array is one channel).
 
     ``uint8`` arrays are stored as raw bytes in ``data``; any other dtype as ``float_data``.
     """
-    arr = np.asarray(arr)
-    if arr.ndim != 3:
-        raise ShapeError("array_to_datum needs a 3-D (channels, height, width) array, got "
-                         "shape %s" % (arr.shape,))
-    datum = caffe_pb2.Datum()
-    datum.channels, datum.height, datum.width = (int(d) for d in arr.shape)
-    if arr.dtype == np.uint8:
-        datum.data = np.ascontiguousarray(arr).tobytes()
-    else:
-        datum.float_data.extend(arr.astype(np.float32).ravel())
-    if label is not None:
-        datum.label = int(label)
-    return datum
+    return _datum_module().array_to_datum(arr, label)
 
 
 def datum_to_array(datum):
     """The C x H x W array of a ``Datum`` (the label stays in ``datum.label``).
 
     Raw byte data gives ``uint8``, ``float_data`` gives float64 (as pycaffe). Encoded datums
-    (``encoded: true``, an image file in ``data``) are decoded and returned in the channel
-    order Caffe's data layers use, BGR.
+    (``encoded: true``, an image file in ``data``) are decoded with their own channels, in the
+    order Caffe's data layers use (BGR).
     """
-    shape = (datum.channels, datum.height, datum.width)
-    if datum.encoded:
-        return _decode_datum(datum)
-    if len(datum.data):
-        expected = int(np.prod(shape))
-        if len(datum.data) != expected:
-            raise ShapeError("datum holds %d bytes, its shape %s needs %d"
-                             % (len(datum.data), shape, expected))
-        return np.frombuffer(datum.data, dtype=np.uint8).reshape(shape).copy()
-    values = np.asarray(datum.float_data, dtype=np.float64)
-    if values.size != int(np.prod(shape)):
-        raise ShapeError("datum holds %d float values, its shape %s needs %d"
-                         % (values.size, shape, int(np.prod(shape))))
-    return values.reshape(shape)
-
-
-def _decode_datum(datum):
-    Image = _pillow()
-    try:
-        img = Image.open(_stdio.BytesIO(datum.data))
-        img.load()
-    except OSError as exc:
-        raise CaffeError("cannot decode the encoded datum (%d bytes) as an image: %s"
-                         % (len(datum.data), exc)) from None
-    if img.mode not in ("L", "RGB"):
-        img = img.convert("RGB")
-    arr = np.asarray(img, dtype=np.uint8)
-    if arr.ndim == 2:
-        return arr[np.newaxis].copy()
-    return arr[:, :, ::-1].transpose(2, 0, 1).copy()
+    arr = _datum_module().datum_to_array(datum, where="datum")
+    if arr.dtype != np.uint8:
+        return arr.astype(np.float64)
+    return np.array(arr)  # a writable copy
 
 
 # ---- images ------------------------------------------------------------------------------------

@@ -36,6 +36,10 @@ class NetSpecError(CaffeError, AttributeError):
     """
 
 
+class NetSpecTypeError(CaffeError, TypeError):
+    """A layer input that is not a Top (a ``TypeError`` too, as in pycaffe)."""
+
+
 def param_name_dict():
     """{layer type: name of its parameter field without ``_param``}, from the
     ``LayerParameter`` descriptor: ``PoolingParameter`` at ``pooling_param`` gives
@@ -144,9 +148,9 @@ class Function:
         self.type_name = type_name
         for i, inp in enumerate(inputs):
             if not isinstance(inp, Top):
-                raise NetSpecError("%s input %d is not a Top (it is a %s): pass layer outputs "
-                                   "as the positional arguments"
-                                   % (type_name, i, type(inp).__name__))
+                raise NetSpecTypeError("%s input %d is not a Top (it is a %s): pass layer "
+                                       "outputs as the positional arguments"
+                                       % (type_name, i, type(inp).__name__))
         self.inputs = tuple(inputs)
         params = dict(params)
         self.ntop = params.pop("ntop", 1)

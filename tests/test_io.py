@@ -335,10 +335,13 @@ def test_datum_round_trips():
     floats = np.linspace(-1, 1, 6).reshape(1, 2, 3)
     datum = cio.array_to_datum(floats)
     assert not datum.data and len(datum.float_data) == 6 and datum.label == 0
-    np.testing.assert_allclose(cio.datum_to_array(datum), floats, rtol=1e-6)
+    back = cio.datum_to_array(datum)
+    assert back.dtype == np.float64
+    np.testing.assert_allclose(back, floats, rtol=1e-6)
 
-    with pytest.raises(ShapeError, match="3-D"):
-        cio.array_to_datum(np.zeros((2, 2)))
+    assert cio.array_to_datum(np.zeros((2, 3), np.uint8)).channels == 1  # one channel
+    with pytest.raises(CaffeError, match=r"\(C, H, W\) array, got shape \(1, 2, 2, 2\)"):
+        cio.array_to_datum(np.zeros((1, 2, 2, 2)))
 
 
 def test_encoded_datum_decodes_to_bgr():

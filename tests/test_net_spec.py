@@ -169,6 +169,8 @@ def test_errors_name_what_was_received():
         L.InnerProduct(x, num_output="ten").to_proto()
     with pytest.raises(CaffeError, match="input 0 is not a Top"):
         L.ReLU(np.zeros(3))
+    with pytest.raises(TypeError):  # pycaffe's exception type
+        L.ReLU(x, "x")
     with pytest.raises(CaffeError, match="has no enum value 'MEDIAN'"):
         P.Pooling.MEDIAN
     n = caffe.NetSpec()

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Caffe's ``compute_image_mean`` tool: the same as ``pycaffe-lite compute_image_mean`` (same arguments)."""
+"""Caffe's ``compute_image_mean`` tool, as a script: the same as
+``pycaffe-lite compute_image_mean ...`` (same arguments)."""
 
 import sys
 

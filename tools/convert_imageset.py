@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Caffe's ``convert_imageset`` tool: the same as ``pycaffe-lite convert_imageset`` (same arguments)."""
+"""Caffe's ``convert_imageset`` tool, as a script: the same as
+``pycaffe-lite convert_imageset ...`` (same arguments)."""
 
 import sys
 

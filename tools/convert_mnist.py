@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Caffe's ``convert_mnist`` tool: the same as ``pycaffe-lite convert_mnist`` (same arguments)."""
+"""Caffe's ``convert_mnist`` tool, as a script: the same as
+``pycaffe-lite convert_mnist ...`` (same arguments)."""
 
 import sys
 

@@ -1,5 +1,8 @@
 #!/usr/bin/env python
-"""Caffe's tools/upgrade_net_proto_binary, as a script: same as ``pycaffe-lite upgrade_net_proto_binary ...``."""
+"""Caffe's tools/upgrade_net_proto_binary, as a script.
+
+Same as ``pycaffe-lite upgrade_net_proto_binary IN OUT``.
+"""
 
 import sys
 

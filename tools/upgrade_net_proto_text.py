@@ -1,5 +1,8 @@
 #!/usr/bin/env python
-"""Caffe's tools/upgrade_net_proto_text, as a script: same as ``pycaffe-lite upgrade_net_proto_text ...``."""
+"""Caffe's tools/upgrade_net_proto_text, as a script.
+
+Same as ``pycaffe-lite upgrade_net_proto_text IN OUT``.
+"""
 
 import sys
 

@@ -1,5 +1,6 @@
 """Image list files and ``convert_imageset`` (a list of images to a database of Datums)."""
 
+import concurrent.futures
 import logging
 import os
 
@@ -53,7 +54,7 @@ def join_root(root_folder, name):
 def convert_imageset(root_folder, list_file, db_name, gray=False, shuffle=False,
                      backend="lmdb", resize_width=0, resize_height=0, check_size=False,
                      encoded=False, encode_type="", seed=None, progress=True,
-                     commit_every=1000):
+                     commit_every=1000, threads=None):
     """Caffe's ``convert_imageset``: every image of ``list_file`` (read from ``root_folder``)
     with its label as a Datum, under keys ``%08d_<name>``.
 
@@ -62,10 +63,12 @@ def convert_imageset(root_folder, list_file, db_name, gray=False, shuffle=False,
     ``encode_type``) records hold compressed images (``encode_type``, else the file's own
     format); otherwise raw CHW pixels. ``check_size`` requires every record to have the first
     one's size. Images that cannot be read are reported and skipped, as Caffe does. The order
-    is shuffled with ``shuffle`` (``seed``, else the framework's random generator). Returns
-    ``(written, skipped)`` where ``skipped`` lists ``(name, message)`` pairs.
+    is shuffled with ``shuffle`` (``seed``, else the framework's random generator). Images are
+    decoded by ``threads`` threads (default: up to 4, one per core); the output order is the
+    list order. Returns ``(written, skipped)`` where ``skipped`` lists ``(name, message)``
+    pairs.
     """
-    lines = read_list_file(list_file)
+    lines = read_list_file(list_file, numbered=True)
     if shuffle:
         log.info("Shuffling data")
         rng = np.random.default_rng(seed) if seed is not None else _backend.rng()
@@ -86,39 +89,53 @@ def convert_imageset(root_folder, list_file, db_name, gray=False, shuffle=False,
     written = 0
     skipped = []
     prog = Progress(len(lines), "files", sink=log.info if progress else (lambda s: None))
-    with dbmod.open_db(db_name, backend, dbmod.NEW) as db:
+
+    def load(item):
+        _, name, label = item
+        enc = encode_type
+        if encoded and not enc:
+            dot = name.rfind(".")
+            if dot < 0:
+                log.warning("Failed to guess the encoding of '%s'", name)
+            enc = name[dot + 1:].lower() if dot >= 0 else ""
+        path = join_root(root_folder, name)
+        try:
+            return path, read_image_to_datum(path, label, resize_height, resize_width,
+                                             is_color, enc)
+        except DataError as exc:
+            return path, exc
+
+    workers = threads or min(4, os.cpu_count() or 1)
+    with dbmod.open_db(db_name, backend, dbmod.NEW) as db, \
+            concurrent.futures.ThreadPoolExecutor(workers) as pool:
         txn = db.transaction()
-        for line_id, (name, label) in enumerate(lines):
-            enc = encode_type
-            if encoded and not enc:
-                dot = name.rfind(".")
-                if dot < 0:
-                    log.warning("Failed to guess the encoding of '%s'", name)
-                enc = name[dot + 1:].lower() if dot >= 0 else ""
-            path = join_root(root_folder, name)
-            try:
-                datum = read_image_to_datum(path, label, resize_height, resize_width, is_color,
-                                            enc)
-            except DataError as exc:
-                log.error("line %d of '%s': %s (skipped)", line_id + 1, list_file, exc)
-                skipped.append((name, str(exc)))
+        chunk = 64 * workers
+        for start in range(0, len(lines), chunk):
+            part = lines[start:start + chunk]
+            for offset, (path, datum) in enumerate(pool.map(load, part)):
+                line_id = start + offset
+                number, name, _ = part[offset]
+                if isinstance(datum, DataError):
+                    log.error("line %d of '%s': %s (skipped)", number, list_file, datum)
+                    skipped.append((name, str(datum)))
+                    prog.update()
+                    continue
+                if check_size:
+                    size = datum.channels * datum.height * datum.width
+                    if data_size is None:
+                        data_size = size
+                    elif len(datum.data) != data_size:
+                        raise DataError("image '%s' (line %d of '%s') has %d bytes of data, "
+                                        "the first image has %d (check_size): resize the "
+                                        "images or drop --check_size"
+                                        % (path, number, list_file, len(datum.data),
+                                           data_size))
+                key = "%08d_%s" % (line_id, name)
+                txn.put(key.encode("utf-8", "surrogateescape"), datum.SerializeToString())
+                written += 1
                 prog.update()
-                continue
-            if check_size:
-                size = datum.channels * datum.height * datum.width
-                if data_size is None:
-                    data_size = size
-                elif len(datum.data) != data_size:
-                    raise DataError("image '%s' (line %d of '%s') has %d bytes of data, the "
-                                    "first image has %d (check_size): resize the images or "
-                                    "drop --check_size" % (path, line_id + 1, list_file,
-                                                           len(datum.data), data_size))
-            key = "%08d_%s" % (line_id, name)
-            txn.put(key.encode("utf-8", "surrogateescape"), datum.SerializeToString())
-            written += 1
-            prog.update()
-            if written % commit_every == 0:
-                txn.commit()
+                if written % commit_every == 0:
+                    txn.commit()
         txn.commit()
     prog.done()
     if skipped:

@@ -7,7 +7,7 @@ log = logging.getLogger("pycaffe_lite")
 
 
 def format_duration(seconds):
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, int(seconds))
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return "%d:%02d:%02d" % (h, m, s)

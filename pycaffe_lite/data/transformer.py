@@ -221,7 +221,10 @@ class DataTransformer:
                 out *= self.scale
             return mirror
 
-        # one slice copy (or resize) per image
+        # one slice copy (or resize) per image; without colour changes the mean is
+        # subtracted in the same pass
+        fused = colour is None and windows is None
+        mean_values = None if self.mean_values is None else self.mean_values.reshape(-1, 1, 1)
         for i in range(n):
             img = images[i]
             if windows is not None:
@@ -229,10 +232,20 @@ class DataTransformer:
             else:
                 h0, w0 = int(hoff[i]), int(woff[i])
                 img = img[:, h0:h0 + oh, w0:w0 + ow]
-            out[i] = img[:, :, ::-1] if mirror[i] else img
+            if mirror[i]:
+                img = img[:, :, ::-1]
+            if fused and self.mean is not None:
+                m = self.mean[:, h0:h0 + oh, w0:w0 + ow]
+                np.subtract(img, m[:, :, ::-1] if mirror[i] else m, out=out[i])
+            elif fused and mean_values is not None:
+                np.subtract(img, mean_values, out=out[i])
+            else:
+                out[i] = img
         if colour is not None:
             distort_colour(out, *colour)
-        if self.mean is not None:
+        if fused:
+            pass
+        elif self.mean is not None:
             if same_window and not mirror.any():
                 h0, w0 = int(hoff[0]), int(woff[0])
                 out -= self.mean[:, h0:h0 + oh, w0:w0 + ow]

@@ -124,6 +124,25 @@ def test_encoded_records_are_decoded_to_bgr(tmp_path):
     layer.close()
 
 
+def test_jpeg_records_with_centre_crop_and_mean_value(tmp_path):
+    rng = np.random.default_rng(6)
+    jpegs, refs = [], []
+    for _ in range(2):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (10, 12, 3), dtype=np.uint8)).save(buf, "JPEG")
+        jpegs.append(buf.getvalue())
+        refs.append(np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")))
+    src = write_lmdb(tmp_path / "db", [_datum(None, i, encoded=j) for i, j in enumerate(jpegs)])
+    layer, top = _layer(src, 2, TEST, "crop_size: 8 mean_value: 100 mean_value: 50 "
+                        "mean_value: 25")
+    layer.Forward([], top)
+    mean = np.array([100, 50, 25], np.float32).reshape(3, 1, 1)
+    for i, ref in enumerate(refs):
+        bgr = ref[1:9, 2:10, ::-1].transpose(2, 0, 1).astype(np.float32)
+        np.testing.assert_array_equal(top[0].data[i], bgr - mean)
+    layer.close()
+
+
 def test_random_crop_in_train_and_centre_crop_in_test(tmp_path):
     # each record holds 0..35 in a 6x6 grid: the top-left value gives the crop offset
     grid = np.arange(36, dtype=np.uint8).reshape(1, 6, 6)
@@ -195,6 +214,28 @@ def test_prefetch_zero_loads_in_forward(tmp_path):
     batches = _run(layer, top, 2)
     np.testing.assert_array_equal(batches[1][0], imgs[[2, 0]])
     layer.close()
+
+
+def test_gpu_mode_reads_each_new_batch_on_the_device(tmp_path):
+    from pycaffe_lite import backend
+    from pycaffe_lite.testing.simdevice import DeviceArray, simulated_device
+
+    imgs = _images(6)
+    src = write_lmdb(tmp_path / "db", [_datum(im, i) for i, im in enumerate(imgs)])
+    layer, top = _layer(src, 2)
+    try:
+        with simulated_device():
+            backend.set_mode_gpu()
+            for k in range(8):  # more batches than buffers (5): buffers are reused
+                layer.Forward([], top)
+                dev = top[0].read_data()
+                assert isinstance(dev, DeviceArray)
+                idx = [(2 * k) % 6, (2 * k + 1) % 6]
+                np.testing.assert_array_equal(np.asarray(dev), imgs[idx])
+                assert np.asarray(top[1].read_data()).tolist() == idx
+    finally:
+        backend.set_mode_cpu()
+        layer.close()
 
 
 # ---- errors -------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Data: batches of Datum records from an LMDB or LevelDB database."""
 
 import logging
+import weakref
 
 import numpy as np
 
@@ -57,6 +58,8 @@ class DataLayer(BasePrefetchingDataLayer):
                                            % self.name)
         self.db = dbmod.open_db(self.source, self.backend, dbmod.READ)
         self.cursor = self.db.cursor()
+        # a layer dropped without close() still releases its database when collected
+        self._release = weakref.finalize(self, _close_db, self.cursor, self.db)
         try:
             return self._setup_from_first(p)
         except BaseException:
@@ -179,10 +182,13 @@ class DataLayer(BasePrefetchingDataLayer):
             blobs[1].data[...] = [d.label for d in datums]
 
     def close_source(self):
-        cursor = getattr(self, "cursor", None)
-        if cursor is not None:
-            cursor.close()
-            self.cursor = None
-        if getattr(self, "db", None) is not None:
-            self.db.close()
-            self.db = None
+        release = getattr(self, "_release", None)
+        if release is not None:
+            release()
+        self.cursor = None
+        self.db = None
+
+
+def _close_db(cursor, db):
+    cursor.close()
+    db.close()

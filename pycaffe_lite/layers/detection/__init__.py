@@ -1,0 +1,1 @@
+"""Detection heads (pycaffe-lite additions): Darknet's [yolo] and [region] output layers."""
