@@ -212,14 +212,12 @@ class Blob:
         proto = caffe_pb2.BlobProto() if proto is None else proto
         proto.Clear()
         proto.shape.dim.extend(self._shape)
-        if self.dtype == np.float64:
-            proto.double_data.extend(self.cpu_data().ravel().tolist())
-            if write_diff:
-                proto.double_diff.extend(self.cpu_diff().ravel().tolist())
-        else:
-            proto.data.extend(self.cpu_data().ravel().astype(np.float32, copy=False))
-            if write_diff:
-                proto.diff.extend(self.cpu_diff().ravel().astype(np.float32, copy=False))
+        double = self.dtype == np.float64
+        fields = [(8 if double else 5, self.cpu_data())]
+        if write_diff:
+            fields.append((9 if double else 6, self.cpu_diff()))
+        for number, values in fields:
+            proto.MergeFromString(_packed(number, values, np.float64 if double else np.float32))
         return proto
 
     def from_proto(self, proto, reshape=True):
@@ -245,6 +243,25 @@ class Blob:
         return "Blob(shape=%s, dtype=%s)" % (self._shape, self.dtype.name)
 
 
+def _varint(n):
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _packed(field_number, values, dtype):
+    """The wire bytes of a packed repeated float/double field: far faster than extending the
+    repeated field element by element for large blobs."""
+    payload = np.ascontiguousarray(values, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+    return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
+
+
 def proto_shape(proto):
     """The shape a BlobProto describes (legacy num/channels/height/width or ``shape``)."""
     if proto.HasField("num") or proto.HasField("channels") or \
@@ -258,9 +275,9 @@ def array_to_blobproto(arr, diff=None):
     proto = caffe_pb2.BlobProto()
     arr = np.asarray(arr)
     proto.shape.dim.extend(arr.shape)
-    proto.data.extend(arr.astype(np.float32).ravel())
+    proto.MergeFromString(_packed(5, arr, np.float32))
     if diff is not None:
-        proto.diff.extend(np.asarray(diff, np.float32).ravel())
+        proto.MergeFromString(_packed(6, np.asarray(diff), np.float32))
     return proto
 
 

@@ -15,27 +15,34 @@ from pycaffe_lite.tools_log import parse_log, plot_log
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # A log as BVLC Caffe writes it (glog prefixes, its solver's message texts).
-CAFFE_LOG = """\
-Log file created at: 2016/02/10 13:39:20
-I0210 13:39:20.100000 25210 caffe.cpp:185] Using GPUs 0
-I0210 13:39:22.381027 25210 solver.cpp:280] Solving LeNet
-I0210 13:39:22.381069 25210 solver.cpp:281] Learning Rate Policy: inv
-I0210 13:39:22.382015 25210 solver.cpp:338] Iteration 0, Testing net (#0)
-I0210 13:39:23.500000 25210 solver.cpp:406]     Test net output #0: accuracy = 0.0797
-I0210 13:39:23.500100 25210 solver.cpp:406]     Test net output #1: loss = 2.39438 (* 1 = 2.39438 loss)
-I0210 13:39:23.510000 25210 solver.cpp:229] Iteration 0, loss = 2.40967
-I0210 13:39:23.510100 25210 solver.cpp:245]     Train net output #0: loss = 2.40967 (* 1 = 2.40967 loss)
-I0210 13:39:23.510200 25210 sgd_solver.cpp:106] Iteration 0, lr = 0.01
-I0210 13:39:24.600000 25210 solver.cpp:229] Iteration 100, loss = 0.202145
-I0210 13:39:24.600100 25210 solver.cpp:245]     Train net output #0: loss = 0.202145 (* 1 = 0.202145 loss)
-I0210 13:39:24.600200 25210 sgd_solver.cpp:106] Iteration 100, lr = 0.00992565
-I0210 13:39:25.700000 25210 solver.cpp:338] Iteration 200, Testing net (#0)
-I0210 13:39:26.000000 25210 solver.cpp:406]     Test net output #0: accuracy = 0.9651
-I0210 13:39:26.000100 25210 solver.cpp:406]     Test net output #1: loss = 0.109 (* 1 = 0.109 loss)
-I0210 13:39:26.100000 25210 solver.cpp:229] Iteration 200, loss = 1.5e-01
-I0210 13:39:26.100100 25210 solver.cpp:245]     Train net output #0: loss = 1.5e-01 (* 1 = 0.15 loss)
-I0210 13:39:26.100200 25210 sgd_solver.cpp:106] Iteration 200, lr = 0.00985258
-"""
+def _caffe_line(stamp, where, message):
+    if "net output" in message:
+        message = "    " + message  # Caffe indents the output lines
+    return "I0210 13:39:%s 25210 %s] %s\n" % (stamp, where, message)
+
+
+CAFFE_LOG = "Log file created at: 2016/02/10 13:39:20\n" + "".join(
+    _caffe_line(*line) for line in [
+        ('20.100000', 'caffe.cpp:185', 'Using GPUs 0'),
+        ('22.381027', 'solver.cpp:280', 'Solving LeNet'),
+        ('22.381069', 'solver.cpp:281', 'Learning Rate Policy: inv'),
+        ('22.382015', 'solver.cpp:338', 'Iteration 0, Testing net (#0)'),
+        ('23.500000', 'solver.cpp:406', 'Test net output #0: accuracy = 0.0797'),
+        ('23.500100', 'solver.cpp:406', 'Test net output #1: loss = 2.39438 (* 1 = 2.39438 loss)'),
+        ('23.510000', 'solver.cpp:229', 'Iteration 0, loss = 2.40967'),
+        ('23.510100', 'solver.cpp:245', 'Train net output #0: loss = 2.40967 (* 1 = 2.40967 loss)'),
+        ('23.510200', 'sgd_solver.cpp:106', 'Iteration 0, lr = 0.01'),
+        ('24.600000', 'solver.cpp:229', 'Iteration 100, loss = 0.202145'),
+        ('24.600100', 'solver.cpp:245',
+         'Train net output #0: loss = 0.202145 (* 1 = 0.202145 loss)'),
+        ('24.600200', 'sgd_solver.cpp:106', 'Iteration 100, lr = 0.00992565'),
+        ('25.700000', 'solver.cpp:338', 'Iteration 200, Testing net (#0)'),
+        ('26.000000', 'solver.cpp:406', 'Test net output #0: accuracy = 0.9651'),
+        ('26.000100', 'solver.cpp:406', 'Test net output #1: loss = 0.109 (* 1 = 0.109 loss)'),
+        ('26.100000', 'solver.cpp:229', 'Iteration 200, loss = 1.5e-01'),
+        ('26.100100', 'solver.cpp:245', 'Train net output #0: loss = 1.5e-01 (* 1 = 0.15 loss)'),
+        ('26.100200', 'sgd_solver.cpp:106', 'Iteration 200, lr = 0.00985258'),
+    ])
 
 
 @pytest.fixture

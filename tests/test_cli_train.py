@@ -278,3 +278,54 @@ def test_glog_lines_parse_into_caffe_csv_rows(project):
     assert list(train[0]) == ["NumIters", "Seconds", "LearningRate", "loss"]
     assert all(r["LearningRate"] == 0.01 for r in train + test)
     assert train[1]["loss"] == float(message.split("loss = ")[1])
+
+
+class _Terminal:
+    """A stream that says it is a terminal and records what is written."""
+
+    def __init__(self):
+        self.chunks = []
+
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        self.chunks.append(text)
+
+    def flush(self):
+        pass
+
+
+def test_progress_bar_on_a_terminal_only():
+    import io
+    from pycaffe_lite.solvers.progress import ProgressBar
+    term = _Terminal()
+    assert ProgressBar.wanted(term) and not ProgressBar.wanted(io.StringIO())
+    bar = ProgressBar(2000, stream=term)
+    bar.start(0)
+    line = bar.line(500, loss=0.25, now=bar._t0 + 10.0)
+    assert line.startswith("[#######---------------------] 500/2000  25.0% 50.00 it/s")
+    assert "ETA 0:30" in line and "loss 0.25" in line
+    bar.update(500, 0.25)
+    assert term.chunks[-1].startswith("\r\x1b[K[")
+    bar.erase()
+    assert term.chunks[-1] == "\r\x1b[K"
+
+
+def test_log_records_erase_the_bar_first(project):
+    import logging
+    from pycaffe_lite.solvers.progress import ProgressBar
+    term = _Terminal()
+    handler = logging.StreamHandler(term)
+    logger = logging.getLogger("pycaffe_lite")
+    logger.addHandler(handler)
+    try:
+        bar = ProgressBar(10, stream=term).attach()
+        bar.update(3)
+        logger.warning("Iteration 3, loss = 1")
+        i = max(k for k, c in enumerate(term.chunks) if "Iteration 3" in c)
+        assert term.chunks[i - 1] == "\r\x1b[K"
+        bar.close()
+        assert handler.filters == []
+    finally:
+        logger.removeHandler(handler)

@@ -867,6 +867,7 @@ def solver_from_cfg(cfg, net_path=None):
         sp.lr_policy = "fixed"
         unmapped.append("%s:%d: policy=%s has no Caffe equivalent; lr_policy \"fixed\" is used"
                         % (net.path, net.options["policy"].line, policy))
+        mapped_keys.add("policy")
     if net.has("policy") and policy in ("constant", "steps", "step", "exp", "poly", "sigmoid"):
         used("policy", 'lr_policy: "%s"' % sp.lr_policy)
     if net.has("power") and (burn_in or policy == "poly"):

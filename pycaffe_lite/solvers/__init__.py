@@ -38,13 +38,11 @@ def get_solver(source, base_dir=None):
     it resolve against the working directory first, then ``base_dir`` (default: the solver
     file's folder) and the folders above it.
     """
+    is_file = isinstance(source, (str, os.PathLike)) and os.path.isfile(source)
     param = protoio.read_solver_param(source)
-    where = os.fspath(source) if isinstance(source, (str, os.PathLike)) and \
-        os.path.isfile(source) else "solver parameters"
-    cls = solver_class(param.type, "type in %s" % where)
-    if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
-        return cls(source, base_dir)
-    return cls(param, base_dir)
+    cls = solver_class(param.type, "type in %s" % (os.fspath(source) if is_file
+                                                  else "solver parameters"))
+    return cls(param, base_dir, source_path=source if is_file else None)
 
 
 __all__ = ["Solver", "SGDSolver", "NesterovSolver", "AdaGradSolver", "RMSPropSolver",

@@ -1,0 +1,547 @@
+"""Darknet .cfg + .weights converted to a Caffe net: every layer's output against an independent
+NumPy implementation of Darknet's forward pass (tests/darknet_helpers.py).
+
+Tolerance: the converted net runs in float32, the reference in float64 from the same float32
+parameters; outputs agree to ``rtol=1e-4`` with ``atol=1e-5`` times the layer's largest
+magnitude (the differences seen are float32 rounding, around 1e-6 relative).
+"""
+
+import os
+
+import numpy as np
+import pytest
+from darknet_helpers import darknet_forward, maxpool, random_params, weights_bytes
+
+import pycaffe_lite
+from pycaffe_lite.darknet import DarknetError, DarknetWarning, convert, darknet2caffe
+from pycaffe_lite.proto import caffe_pb2
+
+RTOL = 1e-4
+ATOL = 1e-5
+
+TINY_YOLO = """\
+[net]
+# a tiny YOLOv3-style detector
+batch=64
+subdivisions=8
+width=20
+height=16
+channels=3
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+pad=1
+activation=mish
+
+[maxpool]
+size=2
+stride=1
+
+[route]
+layers=-1,-3
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=1
+activation=leaky
+
+[shortcut]
+from=-4
+activation=leaky
+
+[route]
+layers=-1
+groups=2
+group_id=1
+
+[convolutional]
+filters=21
+size=1
+stride=1
+pad=1
+activation=linear
+
+[yolo]
+mask = 3,4,5
+anchors = 10,14,  23,27,  37,58,  81,82,  135,169,  344,319
+classes=2
+num=6
+jitter=.3
+ignore_thresh = .7
+truth_thresh = 1
+random=1
+
+[route]
+layers = -4
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=1
+stride=1
+pad=1
+activation=swish
+
+[upsample]
+stride=2
+
+[route]
+layers = -1, 2
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+stride=1
+pad=1
+groups=2
+activation=leaky
+
+[convolutional]
+filters=21
+size=1
+stride=1
+pad=1
+activation=linear
+
+[yolo]
+mask = 0,1,2
+anchors = 10,14,  23,27,  37,58,  81,82,  135,169,  344,319
+classes=2
+num=6
+"""
+
+CLASSIFIER = """\
+[net]
+batch=128
+subdivisions=1
+width=10
+height=7
+channels=3
+learning_rate=0.1
+policy=poly
+power=4
+max_batches=1000
+
+[convolutional]
+batch_normalize=1
+filters=6
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=3
+stride=2
+
+[convolutional]
+filters=8
+size=3
+stride=2
+pad=1
+activation=relu
+
+[connected]
+batch_normalize=1
+output=12
+activation=leaky
+
+[dropout]
+probability=.5
+
+[connected]
+output=5
+activation=linear
+
+[softmax]
+groups=1
+"""
+
+CLASSIFIER_AVG = """\
+[net]
+width=6
+height=6
+channels=2
+
+[convolutional]
+filters=6
+size=1
+activation=tanh
+
+[batchnorm]
+
+[activation]
+activation=elu
+
+[avgpool]
+
+[connected]
+output=6
+activation=logistic
+
+[softmax]
+groups=2
+temperature=2
+"""
+
+
+def convert_and_run(tmp_path, cfg_text, seed=0, bn_variant="pjreddie", major=0, minor=2,
+                    transpose=False, image=None):
+    cfg = tmp_path / "model.cfg"
+    cfg.write_text(cfg_text)
+    data = weights_bytes(random_params(cfg_text, seed, transpose), major=major, minor=minor)
+    (tmp_path / "model.weights").write_bytes(data)
+    proto, model = tmp_path / "model.prototxt", tmp_path / "model.caffemodel"
+    result = darknet2caffe(str(cfg), str(tmp_path / "model.weights"), str(proto), str(model),
+                           bn_variant=bn_variant)
+    net = pycaffe_lite.Net(str(proto), str(model), pycaffe_lite.TEST)
+    shape = net.blobs["data"].data.shape[1:]
+    if image is None:
+        image = np.random.default_rng(seed + 100).uniform(0, 1, shape)
+    net.blobs["data"].data[...] = image
+    net.forward()
+    ref = darknet_forward(cfg_text, data, image, bn_variant)
+    return result, net, ref
+
+
+def assert_layers_match(result, net, ref):
+    assert len(result.blob_of_layer) == len(ref)
+    for i, expected in enumerate(ref):
+        got = net.blobs[result.blob_of_layer[i]].data[0]
+        assert got.size == expected.size, "layer %d: %s vs %s" % (i, got.shape, expected.shape)
+        np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=RTOL,
+                                   atol=ATOL * max(1.0, np.abs(expected).max()),
+                                   err_msg="layer %d (blob %s)" % (i, result.blob_of_layer[i]))
+
+
+def test_tiny_yolo_matches_darknet(tmp_path):
+    result, net, ref = convert_and_run(tmp_path, TINY_YOLO)
+    assert_layers_match(result, net, ref)
+    assert result.outputs == ["yolo11", "yolo18"]
+    assert net.blobs["yolo11"].data.shape == (1, 21, 4, 5)
+    assert net.blobs["yolo18"].data.shape == (1, 21, 8, 10)
+    assert result.header == {"major": 0, "minor": 2, "revision": 0, "seen": 12345}
+    types = {lp.name: lp.type for lp in result.net_param.layer}
+    assert types["maxpool5_crop"] == "Crop"          # size 2 stride 1: Darknet's padding
+    assert types["route9_slice0"] == "Slice"         # groups / group_id
+    assert types["shortcut8"] == "Eltwise"
+    yp = [lp for lp in result.net_param.layer if lp.name == "yolo11"][0].yolo_param
+    assert list(yp.mask) == [3, 4, 5] and yp.num == 6 and yp.classes == 2
+    assert list(yp.anchors) == [10, 14, 23, 27, 37, 58, 81, 82, 135, 169, 344, 319]
+    assert yp.ignore_thresh == pytest.approx(0.7)
+    assert any("jitter=.3" in n for n in result.notes)
+
+
+def test_tiny_yolo_batch_of_two(tmp_path):
+    cfg = tmp_path / "m.cfg"
+    cfg.write_text(TINY_YOLO)
+    data = weights_bytes(random_params(TINY_YOLO, 3))
+    result = convert(str(cfg), data, batch_size=2)
+    model = tmp_path / "m.caffemodel"
+    from pycaffe_lite import protoio
+    protoio.write_binary(result.weights_param, str(model))
+    net = pycaffe_lite.Net(result.net_param, str(model), pycaffe_lite.TEST)
+    images = np.random.default_rng(5).uniform(0, 1, (2, 3, 16, 20))
+    net.blobs["data"].data[...] = images
+    net.forward()
+    for b in range(2):
+        ref = darknet_forward(TINY_YOLO, data, images[b])
+        np.testing.assert_allclose(net.blobs["yolo18"].data[b], ref[18], rtol=RTOL,
+                                   atol=ATOL)
+
+
+def test_alexeyab_batch_norm_variant(tmp_path):
+    result, net, ref = convert_and_run(tmp_path, TINY_YOLO, seed=1, bn_variant="alexeyab")
+    assert_layers_match(result, net, ref)
+    bn = [lp for lp in result.net_param.layer if lp.type == "BatchNorm"][0]
+    assert bn.batch_norm_param.eps == pytest.approx(1e-5)
+
+
+def test_classifier_matches_darknet(tmp_path):
+    result, net, ref = convert_and_run(tmp_path, CLASSIFIER, seed=2)
+    assert_layers_match(result, net, ref)
+    out = net.blobs[result.outputs[0]].data
+    assert out.shape == (1, 5)
+    np.testing.assert_allclose(out.sum(), 1.0, rtol=1e-6)
+    types = [lp.type for lp in result.net_param.layer]
+    # 3x3/2 maxpool on an even width: Caffe's map has one more column, sliced off
+    assert "Slice" in types and "Silence" in types
+    assert net.blobs["maxpool1"].data.shape == (1, 6, 4, 5)
+
+
+def test_classifier_with_avgpool_batchnorm_activation_sections(tmp_path):
+    result, net, ref = convert_and_run(tmp_path, CLASSIFIER_AVG, seed=3)
+    assert_layers_match(result, net, ref)
+    out = net.blobs[result.outputs[0]].data[0]
+    np.testing.assert_allclose([out[:3].sum(), out[3:].sum()], [1, 1], rtol=1e-6)
+
+
+def test_transposed_connected_weights(tmp_path):
+    # major or minor above 1000: Darknet stores [connected] weights inputs x outputs
+    result, net, ref = convert_and_run(tmp_path, CLASSIFIER, seed=4, major=0, minor=1001,
+                                       transpose=True)
+    assert_layers_match(result, net, ref)
+    assert result.header["minor"] == 1001
+
+
+def test_connected_flatten_order(tmp_path):
+    """[connected] reads its input in Darknet's (c, h, w) order, which is Caffe's too."""
+    cfg_text = "[net]\nwidth=3\nheight=2\nchannels=2\n\n[connected]\noutput=1\n" \
+               "activation=linear\n"
+    weights = np.arange(12, dtype=np.float32)
+    data = weights_bytes([np.zeros(1), weights])
+    result = convert(cfg_text, data)
+    net = pycaffe_lite.Net(result.net_param, pycaffe_lite.TEST)
+    from pycaffe_lite.weights import copy_trained_layers_from_param
+    copy_trained_layers_from_param(net, result.weights_param)
+    image = np.zeros((2, 2, 3))
+    image[1, 0, 2] = 1  # c=1, h=0, w=2: flat index 1*6 + 0*3 + 2 = 8
+    net.blobs["data"].data[0] = image
+    net.forward()
+    assert net.blobs["fc0"].data[0, 0] == 8
+
+
+REGION_CFG = """\
+[net]
+width=8
+height=6
+channels=3
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[convolutional]
+filters=16
+size=1
+activation=linear
+
+[region]
+anchors = 1.08,1.19,  3.42,4.41
+bias_match=1
+classes=3
+coords=4
+num=2
+softmax=%d
+background=%d
+jitter=.2
+rescore=1
+"""
+
+
+@pytest.mark.parametrize("softmax,background", [(1, 0), (0, 0), (1, 1)])
+def test_region_head_matches_darknet(tmp_path, softmax, background):
+    result, net, ref = convert_and_run(tmp_path, REGION_CFG % (softmax, background), seed=5)
+    assert_layers_match(result, net, ref)
+    rp = [lp for lp in result.net_param.layer if lp.type == "Region"][0].region_param
+    assert (rp.classes, rp.coords, rp.num, rp.softmax, rp.background) == \
+        (3, 4, 2, bool(softmax), bool(background))
+    np.testing.assert_allclose(rp.anchors, [1.08, 1.19, 3.42, 4.41], rtol=1e-6)
+
+
+# ---- maxpool: Darknet's output size and window placement -----------------------------------
+MAXPOOL_CASES = [
+    # (size, stride, padding or None for Darknet's default size - 1)
+    (2, 2, None), (2, 1, None), (3, 1, None), (3, 2, None), (5, 1, None), (4, 2, None),
+    (3, 3, None), (4, 4, None), (2, 2, 0), (3, 2, 0), (3, 1, 0), (3, 2, 1), (2, 2, 2),
+    (3, 2, 3), (4, 3, None), (6, 2, 1),
+]
+
+
+@pytest.mark.parametrize("size,stride,padding", MAXPOOL_CASES)
+@pytest.mark.parametrize("hw", [(7, 8), (6, 9), (5, 5)])
+def test_maxpool_matches_darknet(size, stride, padding, hw):
+    h, w = hw
+    pad_line = "" if padding is None else "padding=%d\n" % padding
+    cfg_text = "[net]\nwidth=%d\nheight=%d\nchannels=2\n\n[maxpool]\nsize=%d\nstride=%d\n%s" \
+        % (w, h, size, stride, pad_line)
+    p = size - 1 if padding is None else padding
+    if (h + p - size) // stride + 1 < 1 or (w + p - size) // stride + 1 < 1:
+        pytest.skip("window larger than the padded input (no Darknet output either)")
+    result = convert(cfg_text)
+    net = pycaffe_lite.Net(result.net_param, pycaffe_lite.TEST)
+    x = np.random.default_rng(size * 100 + stride).normal(size=(2, h, w))
+    net.blobs["data"].data[0] = x
+    net.forward()
+    expected = maxpool(x, size, stride, p)
+    np.testing.assert_array_equal(net.blobs["maxpool0"].data[0], expected.astype(np.float32))
+
+
+def test_maxpool_yolov3_tiny_stride_one_is_crop_of_padded_pool():
+    cfg_text = "[net]\nwidth=13\nheight=13\nchannels=4\n\n[maxpool]\nsize=2\nstride=1\n"
+    layers = {lp.name: lp for lp in convert(cfg_text).net_param.layer}
+    pool, crop = layers["maxpool0"], layers["maxpool0_crop"]
+    assert pool.pooling_param.pad == 1 and pool.pooling_param.kernel_size == 2
+    assert list(crop.bottom) == ["maxpool0_full", "data"]
+    assert list(crop.crop_param.offset) == [1] and crop.crop_param.axis == 2
+
+
+def test_maxpool_stride_two_is_plain_pooling():
+    cfg_text = "[net]\nwidth=416\nheight=416\nchannels=3\n\n[maxpool]\nsize=2\nstride=2\n"
+    net_param = convert(cfg_text).net_param
+    assert [lp.type for lp in net_param.layer] == ["Input", "Pooling"]
+    assert not net_param.layer[1].pooling_param.HasField("pad")
+
+
+# ---- structure and errors ------------------------------------------------------------------
+def test_structure_only_without_weights(tmp_path):
+    proto = tmp_path / "m.prototxt"
+    result = darknet2caffe(TINY_YOLO, prototxt=str(proto))
+    assert result.weights_param is None and result.header is None
+    net = pycaffe_lite.Net(str(proto), pycaffe_lite.TEST)
+    net.forward()
+    assert net.blobs["yolo18"].data.shape == (1, 21, 8, 10)
+
+
+def test_blob_parameters_and_param_specs():
+    data = weights_bytes(random_params(TINY_YOLO, 7))
+    result = convert(TINY_YOLO, data)
+    layers = {lp.name: lp for lp in result.weights_param.layer}
+    conv = layers["conv0"]
+    assert not conv.convolution_param.bias_term
+    assert [list(b.shape.dim) for b in conv.blobs] == [[8, 3, 3, 3]]
+    assert [list(b.shape.dim) for b in layers["conv0_bn"].blobs] == [[8], [8], [1]]
+    assert [list(b.shape.dim) for b in layers["conv0_scale"].blobs] == [[8], [8]]
+    assert layers["conv0_bn"].blobs[2].data[0] == 1
+    # Darknet decays weights only: biases and scales get decay_mult 0
+    assert [p.decay_mult for p in layers["conv10"].param] == [1, 0]
+    assert [p.decay_mult for p in layers["conv0_scale"].param] == [0, 0]
+    assert [list(b.shape.dim) for b in layers["conv16"].blobs] == [[16, 12, 3, 3]]
+
+
+def test_batch_norm_pjreddie_variance_folding():
+    """Darknet divides by sqrt(var) + 1e-6: the stored variance is (sqrt(var) + 1e-6)^2 and
+    eps is 0."""
+    cfg_text = "[net]\nwidth=1\nheight=1\nchannels=1\n\n[convolutional]\nbatch_normalize=1\n" \
+               "filters=2\nsize=1\nactivation=linear\n"
+    var = np.array([4.0, 1e-10], np.float32)
+    data = weights_bytes([[0, 0], [1, 1], [0, 0], var, [1, 1]])
+    result = convert(cfg_text, data)
+    bn = [lp for lp in result.weights_param.layer if lp.type == "BatchNorm"][0]
+    assert bn.batch_norm_param.eps == 0
+    np.testing.assert_allclose(bn.blobs[1].data, (np.sqrt(var.astype(np.float64)) + 1e-6) ** 2,
+                               rtol=1e-6)
+
+
+def test_unconvertible_section_names_line():
+    cfg_text = "[net]\nwidth=4\nheight=4\nchannels=1\n\n[reorg]\nstride=2\n"
+    with pytest.raises(DarknetError, match=r"<string>:6: layer 0 \[reorg\]: \[reorg\] sections "
+                                           r"cannot be converted"):
+        convert(cfg_text)
+
+
+def test_unknown_key_warns_with_line():
+    cfg_text = "[net]\nwidth=4\nheight=4\nchannels=1\n\n[convolutional]\nfilters=2\n" \
+               "size=1\nactivation=linear\nfliters=3\n"
+    with pytest.warns(DarknetWarning, match=r"<string>:10: layer 0 \[convolutional\]: unknown "
+                                            r"key fliters=3"):
+        convert(cfg_text)
+
+
+@pytest.mark.parametrize("body,pattern", [
+    ("[convolutional]\nfilters=2\nsize=1\nactivation=selu\n",
+     r":9: layer 0 \[convolutional\]: activation=selu cannot be converted"),
+    ("[convolutional]\nfilters=2\nsize=3\nbinary=1\n",
+     r":9: layer 0 \[convolutional\]: binary=1 cannot be converted"),
+    ("[convolutional]\nfilters=2\nsize=1\ndontload=1\n",
+     r":9: layer 0 \[convolutional\]: dontload=1 cannot be converted"),
+    ("[convolutional]\nfilters=3\nsize=1\ngroups=2\n",
+     r":9: layer 0 \[convolutional\]: groups=2 must divide"),
+    ("[route]\nlayers=-1\n", r":7: layer 0 \[route\]: layers refers to layer -1"),
+    ("[convolutional]\nfilters=2\nsize=1\n\n[shortcut]\nfrom=0\n\n[shortcut]\nfrom=-3\n",
+     r":15: layer 2 \[shortcut\]: from refers to layer -1"),
+    ("[convolutional]\nfilters=2\nsize=1\n\n[yolo]\nmask=0\nclasses=1\nnum=1\n",
+     r":11: layer 1 \[yolo\]: the layer before gives 2 channels; \[yolo\] with 1 masked anchors "
+     r"and classes=1 needs 6"),
+    ("[convolutional]\nfilters=6\nsize=1\n\n[yolo]\nmask=0,3\nclasses=1\nnum=2\n",
+     r":12: layer 1 \[yolo\]: mask \[0, 3\] refers to anchors \[3\]"),
+    ("[upsample]\nstride=-2\n", r":8: layer 0 \[upsample\]: stride=-2"),
+    ("[convolutional]\nfilters=two\n", r":8: layer 0 \[convolutional\]: filters=two: expected "
+                                       r"an integer"),
+    ("[softmax]\ntree=data/9k.tree\n", r":8: layer 0 \[softmax\]: tree"),
+])
+def test_conversion_errors_name_the_line(body, pattern):
+    cfg_text = "[net]\nwidth=4\nheight=4\nchannels=2\n\n" \
+               "# layer 0 follows\n" + body
+    with pytest.raises(DarknetError, match=pattern):
+        convert(cfg_text)
+
+
+def test_shortcut_between_different_shapes_is_refused():
+    cfg_text = "[net]\nwidth=4\nheight=4\nchannels=2\n\n[convolutional]\nfilters=3\nsize=1\n\n" \
+               "[convolutional]\nfilters=2\nsize=1\n\n[shortcut]\nfrom=-2\n"
+    with pytest.raises(DarknetError, match=r":14: layer 2 \[shortcut\]: layer 0 gives 3x4x4 but "
+                                           r"the previous layer gives 2x4x4"):
+        convert(cfg_text)
+
+
+def test_shortcut_alpha_beta_and_activation(tmp_path):
+    cfg_text = "[net]\nwidth=3\nheight=3\nchannels=2\n\n[convolutional]\nfilters=2\nsize=1\n" \
+               "activation=linear\n\n[shortcut]\nfrom=-2\nalpha=0.5\nbeta=2\n" \
+               "activation=logistic\n"
+    cfg_text = cfg_text.replace("from=-2", "from=-1")
+    result, net, ref = convert_and_run(tmp_path, cfg_text.replace(
+        "[shortcut]", "[convolutional]\nfilters=2\nsize=1\nactivation=tanh\n\n[shortcut]"),
+        seed=9)
+    assert_layers_match(result, net, ref)
+    elt = [lp for lp in result.net_param.layer if lp.type == "Eltwise"][0]
+    assert list(elt.eltwise_param.coeff) == [0.5, 2.0]
+
+
+def test_upsample_scale(tmp_path):
+    cfg_text = "[net]\nwidth=3\nheight=2\nchannels=2\n\n[convolutional]\nfilters=2\nsize=1\n" \
+               "activation=linear\n\n[upsample]\nstride=3\nscale=0.5\n"
+    result, net, ref = convert_and_run(tmp_path, cfg_text, seed=10)
+    assert_layers_match(result, net, ref)
+    assert net.blobs["upsample1"].data.shape == (1, 2, 6, 9)
+
+
+def test_outputs_written_files_load(tmp_path):
+    cfg = tmp_path / "m.cfg"
+    cfg.write_text(CLASSIFIER)
+    (tmp_path / "m.weights").write_bytes(weights_bytes(random_params(CLASSIFIER, 11)))
+    darknet2caffe(str(cfg), str(tmp_path / "m.weights"), str(tmp_path / "m.prototxt"),
+                  str(tmp_path / "m.caffemodel"), solver=str(tmp_path / "s.prototxt"))
+    for name in ("m.prototxt", "m.caffemodel", "s.prototxt"):
+        assert os.path.getsize(tmp_path / name) > 0
+    model = caffe_pb2.NetParameter()
+    model.ParseFromString((tmp_path / "m.caffemodel").read_bytes())
+    assert sum(len(lp.blobs) for lp in model.layer) == 2 + 3 + 2 + 1 + 3 + 2 + 2
+
+
+def test_caffemodel_needs_weights(tmp_path):
+    with pytest.raises(DarknetError, match="needs the Darknet .weights"):
+        darknet2caffe(CLASSIFIER, None, str(tmp_path / "m.prototxt"),
+                      str(tmp_path / "m.caffemodel"))
