@@ -13,6 +13,230 @@ import numpy as np
 
 FLT_MAX = float(np.finfo(np.float32).max)
 
+TINY_YOLO = """\
+[net]
+# a tiny YOLOv3-style detector
+batch=64
+subdivisions=8
+width=20
+height=16
+channels=3
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+pad=1
+activation=mish
+
+[maxpool]
+size=2
+stride=1
+
+[route]
+layers=-1,-3
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=1
+activation=leaky
+
+[shortcut]
+from=-4
+activation=leaky
+
+[route]
+layers=-1
+groups=2
+group_id=1
+
+[convolutional]
+filters=21
+size=1
+stride=1
+pad=1
+activation=linear
+
+[yolo]
+mask = 3,4,5
+anchors = 10,14,  23,27,  37,58,  81,82,  135,169,  344,319
+classes=2
+num=6
+jitter=.3
+ignore_thresh = .7
+truth_thresh = 1
+random=1
+
+[route]
+layers = -4
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=1
+stride=1
+pad=1
+activation=swish
+
+[upsample]
+stride=2
+
+[route]
+layers = -1, 2
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+stride=1
+pad=1
+groups=2
+activation=leaky
+
+[convolutional]
+filters=21
+size=1
+stride=1
+pad=1
+activation=linear
+
+[yolo]
+mask = 0,1,2
+anchors = 10,14,  23,27,  37,58,  81,82,  135,169,  344,319
+classes=2
+num=6
+"""
+
+CLASSIFIER = """\
+[net]
+batch=128
+subdivisions=1
+width=10
+height=7
+channels=3
+learning_rate=0.1
+policy=poly
+power=4
+max_batches=1000
+
+[convolutional]
+batch_normalize=1
+filters=6
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=3
+stride=2
+
+[convolutional]
+filters=8
+size=3
+stride=2
+pad=1
+activation=relu
+
+[connected]
+batch_normalize=1
+output=12
+activation=leaky
+
+[dropout]
+probability=.5
+
+[connected]
+output=5
+activation=linear
+
+[softmax]
+groups=1
+"""
+
+CLASSIFIER_AVG = """\
+[net]
+width=6
+height=6
+channels=2
+
+[convolutional]
+filters=6
+size=1
+activation=tanh
+
+[batchnorm]
+
+[activation]
+activation=elu
+
+[avgpool]
+
+[connected]
+output=6
+activation=logistic
+
+[softmax]
+groups=2
+temperature=2
+"""
+
+REGION_CFG = """\
+[net]
+width=8
+height=6
+channels=3
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[convolutional]
+filters=16
+size=1
+activation=linear
+
+[region]
+anchors = 1.08,1.19,  3.42,4.41
+bias_match=1
+classes=3
+coords=4
+num=2
+softmax=%d
+background=%d
+jitter=.2
+rescore=1
+"""
+
 
 # ---- writing files ------------------------------------------------------------------------
 def weights_bytes(arrays, major=0, minor=2, revision=0, seen=12345):
@@ -92,8 +316,10 @@ def infer_shapes(net, sections):
         c, h, w = cur
         if kind in ("convolutional", "conv"):
             k, s = int(o.get("size", 1)), int(o.get("stride", 1))
+            sy, sx = int(o.get("stride_y", s)), int(o.get("stride_x", s))
             p = k // 2 if int(o.get("pad", 0)) else int(o.get("padding", 0))
-            out = (int(o.get("filters", 1)), (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1)
+            out = (int(o.get("filters", 1)), (h + 2 * p - k) // sy + 1,
+                   (w + 2 * p - k) // sx + 1)
         elif kind in ("maxpool", "max"):
             s = int(o.get("stride", 1))
             k = int(o.get("size", s))
@@ -140,11 +366,13 @@ def activate(x, name):
 
 
 def conv2d(x, weights, stride, pad, groups):
-    """Darknet's convolution (im2col + gemm), one image ``x`` (c, h, w)."""
+    """Darknet's convolution (im2col + gemm), one image ``x`` (c, h, w); ``stride`` is one
+    number or (stride_y, stride_x)."""
+    sy, sx = stride if isinstance(stride, tuple) else (stride, stride)
     c, h, w = x.shape
     n, cg, k, _ = weights.shape
-    oh = (h + 2 * pad - k) // stride + 1
-    ow = (w + 2 * pad - k) // stride + 1
+    oh = (h + 2 * pad - k) // sy + 1
+    ow = (w + 2 * pad - k) // sx + 1
     xp = np.zeros((c, h + 2 * pad, w + 2 * pad))
     xp[:, pad:pad + h, pad:pad + w] = x
     out = np.zeros((n, oh, ow))
@@ -154,8 +382,8 @@ def conv2d(x, weights, stride, pad, groups):
         for ki in range(k):
             for kj in range(k):
                 cols[:, ki, kj] = xp[g * cg:(g + 1) * cg,
-                                     ki:ki + stride * (oh - 1) + 1:stride,
-                                     kj:kj + stride * (ow - 1) + 1:stride]
+                                     ki:ki + sy * (oh - 1) + 1:sy,
+                                     kj:kj + sx * (ow - 1) + 1:sx]
         wg = weights[g * per:(g + 1) * per].reshape(per, -1)
         out[g * per:(g + 1) * per] = (wg @ cols.reshape(cg * k * k, -1)).reshape(per, oh, ow)
     return out
@@ -216,6 +444,7 @@ def darknet_forward(cfg_text, weights_data, image, bn_variant="pjreddie"):
         if kind in ("convolutional", "conv"):
             n, k = int(o.get("filters", 1)), int(o.get("size", 1))
             s, g = int(o.get("stride", 1)), int(o.get("groups", 1))
+            s = (int(o.get("stride_y", s)), int(o.get("stride_x", s)))
             p = k // 2 if int(o.get("pad", 0)) else int(o.get("padding", 0))
             bn = int(o.get("batch_normalize", 0))
             biases = take(n)
@@ -283,7 +512,8 @@ def darknet_forward(cfg_text, weights_data, image, bn_variant="pjreddie"):
             classes = int(o.get("classes", 20))
             nmask = len(_ints(o["mask"])) if "mask" in o else int(o.get("num", 1))
             y = x.copy().reshape(nmask, 5 + classes, *x.shape[1:])
-            y[:, 0:2] = 1 / (1 + np.exp(-y[:, 0:2]))
+            scale = float(np.float32(o.get("scale_x_y", 1)))
+            y[:, 0:2] = 1 / (1 + np.exp(-y[:, 0:2])) * scale - 0.5 * (scale - 1)
             y[:, 4:] = 1 / (1 + np.exp(-y[:, 4:]))
             x = y.reshape(x.shape)
         elif kind == "region":

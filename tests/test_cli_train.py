@@ -74,7 +74,7 @@ def test_train_with_single_dash_flags(project, caplog):
                  "    Test net output #0: loss = ", "Optimization Done.",
                  "Snapshotting to binary proto file snaps/run_iter_20.caffemodel"):
         assert line in text
-    assert "ms/iter), peak memory" in text
+    assert "ms/iter, tests and snapshots included), peak memory" in text
 
 
 def test_resume_from_snapshot_matches_uninterrupted(project):

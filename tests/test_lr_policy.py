@@ -90,8 +90,8 @@ def test_burn_in_warms_up_every_policy():
     text = ('lr_policy: "step" base_lr: 0.1 gamma: 0.5 stepsize: 3 burn_in: 4 '
             'burn_in_power: 2')
     got, _ = rates(text, range(7))
-    want = [0.1 * (it / 4) ** 2 * 0.5 ** (it // 3) if it < 4 else 0.1 * 0.5 ** (it // 3)
-            for it in range(7)]
+    # Darknet: base_lr * (it / burn_in) ^ power during the warm-up, then the policy's rate
+    want = [0.1 * (it / 4) ** 2 if it < 4 else 0.1 * 0.5 ** (it // 3) for it in range(7)]
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert got[0] == 0.0
 
@@ -134,3 +134,11 @@ def test_solver_logs_lr_and_uses_it(caplog):
     assert "Iteration 2, lr = 0.01" in caplog.text
     assert solver.lr == pytest.approx(0.01)
     assert solver.current_step == 1
+
+
+def test_burn_in_keeps_the_multistep_counter_current():
+    text = ('lr_policy: "multistep" base_lr: 1 gamma: 0.1 stepvalue: 2 burn_in: 5 '
+            'burn_in_power: 1')
+    got, state = rates(text, range(7))
+    np.testing.assert_allclose(got, [0, 0.2, 0.4, 0.6, 0.8, 0.1, 0.1], rtol=1e-6)
+    assert state.current_step == 1

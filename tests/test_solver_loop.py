@@ -277,3 +277,22 @@ layer { name: "d" type: "Silence" bottom: "z" transform_param { mean_file: "mode
     solver = get_solver(str(root / "models" / "m" / "solver.prototxt"))
     layer = solver.net.layer_dict["d"]
     assert layer.layer_param.transform_param.mean_file == str(root / "models" / "m" / "db")
+
+
+def test_train_net_and_test_net_files(tmp_path, monkeypatch):
+    (tmp_path / "train.prototxt").write_text(tiny_net_text())
+    (tmp_path / "test.prototxt").write_text(tiny_net_text().replace('name: "tiny"',
+                                                                    'name: "tiny_test"'))
+    (tmp_path / "s.prototxt").write_text(
+        FIXED + 'train_net: "train.prototxt" test_net: "test.prototxt" test_iter: 1 '
+        "test_interval: 1 snapshot_after_train: false")
+    monkeypatch.chdir(tmp_path)
+    solver = get_solver("s.prototxt")
+    assert solver.net.name == "tiny" and solver.net.phase == caffe_pb2.TRAIN
+    assert [n.name for n in solver.test_nets] == ["tiny_test"]
+    assert solver.test_nets[0].phase == caffe_pb2.TEST
+    both = caffe_pb2.SolverParameter(train_net="train.prototxt", net="train.prototxt",
+                                     base_lr=0.1, lr_policy="fixed")
+    with pytest.raises(CaffeError, match="must not contain more than one .*it has net, "
+                       "train_net"):
+        get_solver(both)

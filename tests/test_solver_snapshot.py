@@ -332,3 +332,34 @@ def test_solver_parameter_text_roundtrip_of_additions():
     assert again.burn_in == 100 and list(again.steps) == [10, 20]
     assert caffe_pb2.SolverParameter.DESCRIPTOR.fields_by_name["burn_in"].number >= 1000
     assert caffe_pb2.SolverState.DESCRIPTOR.fields_by_name["resume_state"].number >= 1000
+
+
+def test_gpu_mode_snapshot_restore_and_mode_switch(tmp_path):
+    """On the (simulated) device: the state moves with the mode, snapshots read it back to the
+    host, restores write it to the device, and the results match a CPU run."""
+    from pycaffe_lite import backend
+    from pycaffe_lite.testing.simdevice import simulated_device
+
+    data = batches(4, seed=2)
+    cpu = _solver(tmp_path / "cpu", "", AdamSolver, seed=5)
+    feed(cpu.net, data)
+    cpu.step(4)
+    with simulated_device():
+        try:
+            gpu = _solver(tmp_path / "gpu", "", AdamSolver, seed=5)
+            state = feed(gpu.net, data)
+            gpu.step(1)  # on the CPU
+            backend.set_mode_gpu()
+            gpu.step(1)  # the state follows to the device
+            assert all(type(h).__name__ == "DeviceArray" for h in gpu.history)
+            gpu.snapshot()
+            again = _solver(tmp_path / "gpu2", "", AdamSolver, seed=6)
+            feed(again.net, data)["i"] = state["i"]
+            again.restore(str(tmp_path / "gpu" / "snap_iter_2.solverstate"))
+            assert all(type(h).__name__ == "DeviceArray" for h in again.history)
+            again.step(2)
+            got = [backend.to_host(p.read_data()).copy() for p in again.net.learnable_params]
+        finally:
+            backend.set_mode_cpu()
+    for g, c in zip(got, cpu.net.learnable_params):
+        np.testing.assert_allclose(g, c.data, rtol=1e-6, atol=1e-7)

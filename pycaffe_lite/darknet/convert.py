@@ -32,6 +32,8 @@ EP = caffe_pb2.EltwiseParameter
 #   pjreddie: (x - mean) / (sqrt(var) + 1e-6)   (blas.c, normalize_cpu)
 #   alexeyab: (x - mean) / sqrt(var + 1e-5)     (AlexeyAB's fork, YOLOv4)
 BN_VARIANTS = ("pjreddie", "alexeyab")
+PJREDDIE_EPS = 1e-12  # with the variance adjusted, see _Converter.bn_blobs
+ALEXEYAB_EPS = 1e-5
 
 # Darknet activation name -> (Caffe layer type, parameter setter) or None for linear.
 ACTIVATIONS = {
@@ -165,11 +167,11 @@ class _Converter:
         if spec[1]:
             spec[1](lp)
 
-    def batch_norm(self, sec, name, blob, channels):
-        """BatchNorm + Scale in place on ``blob``; returns the Scale layer's name."""
+    def batch_norm(self, sec, name, blob):
+        """BatchNorm + Scale in place on ``blob``; returns the two layers' names."""
         bn = self.layer(name + "_bn", "BatchNorm", [blob], [blob])
         bn.batch_norm_param.use_global_stats = True
-        bn.batch_norm_param.eps = 0.0 if self.bn_variant == "pjreddie" else 1e-5
+        bn.batch_norm_param.eps = self.bn_eps()
         sc = self.layer(name + "_scale", "Scale", [blob], [blob])
         sc.scale_param.bias_term = True
         self.params(sc, self.lr_scale(sec), (0, 0))
@@ -177,10 +179,16 @@ class _Converter:
 
     def bn_blobs(self, mean, var):
         if self.bn_variant == "pjreddie":
-            # Darknet divides by sqrt(var) + 1e-6; BatchNorm (eps 0) divides by sqrt(var').
+            # Darknet divides by sqrt(var) + 1e-6. BatchNorm divides by sqrt(var' + eps); with
+            # eps = 1e-12 and var' = (sqrt(var) + 1e-6)^2 - 1e-12 = var + 2e-6 sqrt(var)
+            # (never negative) the two agree, a zero variance included.
+            var = var.astype(np.float64)
             with np.errstate(invalid="ignore"):
-                var = np.square(np.sqrt(var.astype(np.float64)) + 1e-6).astype(np.float32)
+                var = (var + 2e-6 * np.sqrt(var)).astype(np.float32)
         return [mean, var, np.ones(1, np.float32)]
+
+    def bn_eps(self):
+        return PJREDDIE_EPS if self.bn_variant == "pjreddie" else ALEXEYAB_EPS
 
     def lr_scale(self, sec):
         return sec.get_float("learning_rate", 1.0)
@@ -248,7 +256,8 @@ class _Converter:
         for key in ("binary", "xnor", "bin_output", "flipped", "sway", "rotate", "stretch",
                     "stretch_sway", "antialiasing", "cbn", "deform"):
             self.refuse(sec, key)
-        self.refuse(sec, "dilation", 1)
+        if size > 1:  # Darknet ignores the dilation of a 1x1 kernel
+            self.refuse(sec, "dilation", 1)
         if sec.has("share_index"):
             raise sec.error("share_index (weights shared with another layer) cannot be "
                             "converted", "share_index")
@@ -283,7 +292,7 @@ class _Converter:
         per = prev.c // groups * size * size
         wshape = (n, prev.c // groups, size, size)
         if bn:
-            bn_name, sc_name = self.batch_norm(sec, name, name, n)
+            bn_name, sc_name = self.batch_norm(sec, name, name)
             what = [("biases", n), ("scales", n), ("rolling mean", n), ("rolling variance", n),
                     ("weights", n * per)]
 
@@ -359,9 +368,7 @@ class _Converter:
             self.layer(sl.name + "_silence", "Silence", [t_ for k, t_ in enumerate(tops)
                                                          if k != keep], [])
             blob = tops[keep]
-        # Give the result the layer's blob name with an in-place no-op-free alias: a Split of
-        # one top would be a new blob; renaming the kept top instead.
-        self._rename_top(blob, name)
+        self._rename_top(blob, name)  # the kept part is the layer's output blob
         return _Out(name, prev.c, oh, ow)
 
     def _rename_top(self, old, new):
@@ -411,7 +418,7 @@ class _Converter:
                 return np.ascontiguousarray(a.reshape(inputs, n).T)
             return a.reshape(n, inputs)
         if bn:
-            bn_name, sc_name = self.batch_norm(sec, name, name, n)
+            bn_name, sc_name = self.batch_norm(sec, name, name)
             what = [("biases", n), ("weights", n * inputs), ("scales", n), ("rolling mean", n),
                     ("rolling variance", n)]
 
@@ -432,7 +439,7 @@ class _Converter:
         name = "batchnorm%d" % i
         lp = self.layer(name, "BatchNorm", [prev.blob], [name])
         lp.batch_norm_param.use_global_stats = True
-        lp.batch_norm_param.eps = 0.0 if self.bn_variant == "pjreddie" else 1e-5
+        lp.batch_norm_param.eps = self.bn_eps()
         sc = self.layer(name + "_scale", "Scale", [name], [name])
         sc.scale_param.bias_term = True
         self.params(sc, self.lr_scale(sec), (0, 0))
@@ -856,19 +863,26 @@ def solver_from_cfg(cfg, net_path=None):
     elif policy == "poly":
         sp.lr_policy = "poly"
         sp.power = power
-    elif policy == "sigmoid":
-        # Darknet: lr / (1 + exp(gamma * (it - step))); Caffe: exp(-gamma * (it - stepsize)).
+    elif policy == "sigmoid" and net.get_float("gamma", 1.0) <= 0:
+        # Darknet: lr / (1 + exp(gamma * (it - step))); Caffe: exp(-gamma * (it - stepsize)),
+        # with gamma >= 0 (a rising rate): only Darknet's gamma <= 0 has an equivalent.
         sp.lr_policy = "sigmoid"
         sp.gamma = -net.get_float("gamma", 1.0)
         sp.stepsize = net.get_int("step", 1)
         used("gamma", "gamma (negated: Caffe's sigmoid has the opposite sign)")
         used("step", "stepsize")
+    elif policy == "sigmoid":
+        sp.lr_policy = "fixed"
+        unmapped.append("%s:%d: policy=sigmoid with gamma > 0 (a falling rate) has no Caffe "
+                        "equivalent (Caffe's sigmoid needs gamma >= 0, a rising rate); "
+                        "lr_policy \"fixed\" is used" % (net.path, net.options["policy"].line))
+        mapped_keys.add("policy")
     else:
         sp.lr_policy = "fixed"
         unmapped.append("%s:%d: policy=%s has no Caffe equivalent; lr_policy \"fixed\" is used"
                         % (net.path, net.options["policy"].line, policy))
         mapped_keys.add("policy")
-    if net.has("policy") and policy in ("constant", "steps", "step", "exp", "poly", "sigmoid"):
+    if net.has("policy") and "policy" not in mapped_keys:
         used("policy", 'lr_policy: "%s"' % sp.lr_policy)
     if net.has("power") and (burn_in or policy == "poly"):
         used("power", ("burn_in_power" if burn_in else "") +

@@ -14,8 +14,9 @@ pycaffe-lite additions (SolverParameter fields from 1000 up):
 
     steps      Darknet's schedule: base_lr * product of scales[i] over every i with
                it >= steps[i]
-    burn_in    a warm-up usable with every policy: while it < burn_in the policy's rate is
-               multiplied by (it / burn_in) ^ burn_in_power (Darknet's default power: 4)
+    burn_in    a warm-up usable with every policy, as Darknet's: while it < burn_in the rate
+               is base_lr * (it / burn_in) ^ burn_in_power (Darknet's default power: 4),
+               and the policy takes over from iteration burn_in
 
 Each policy is registered in :data:`pycaffe_lite.registry.LR_POLICIES` as an object with
 ``check(param, where)`` (raise a :class:`~pycaffe_lite.errors.CaffeError` for settings it cannot
@@ -206,7 +207,8 @@ def get_policy(param, where="solver"):
 def learning_rate(param, it, state, policy=None):
     """The learning rate at iteration ``it``, warm-up included."""
     policy = policy or get_policy(param)
-    rate = policy.rate(param, it, state)
+    rate = policy.rate(param, it, state)  # also keeps the policy's step counter current
     if param.burn_in > 0 and it < param.burn_in:
-        rate = f32(rate * f32(f32(f32(it) / f32(param.burn_in)) ** param.burn_in_power))
+        rate = f32(param.base_lr * f32(f32(f32(it) / f32(param.burn_in)) **
+                                        param.burn_in_power))
     return rate

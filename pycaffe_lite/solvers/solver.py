@@ -45,6 +45,30 @@ def build_net(net_param):
     return net
 
 
+def _varint(n):
+    out = bytearray()
+    while True:
+        low = n & 0x7F
+        n >>= 7
+        if not n:
+            out.append(low)
+            return bytes(out)
+        out.append(low | 0x80)
+
+
+def fill_blobproto(proto, arr):
+    """Set ``proto`` (a BlobProto) to ``arr``'s shape and float32 values.
+
+    The values go in as one packed field (``data`` = field 5), parsed by protobuf's C code:
+    far faster than extending the repeated field element by element.
+    """
+    raw = np.ascontiguousarray(arr, dtype="<f4").tobytes()
+    proto.Clear()
+    proto.shape.dim.extend(np.shape(arr))
+    proto.MergeFromString(b"\x2a" + _varint(len(raw)) + raw)
+    return proto
+
+
 def _fmt(value):
     """A number as Caffe's log prints it (ostream's default: 6 significant digits)."""
     return "%g" % float(value)
@@ -131,7 +155,9 @@ class Solver:
                 log.info("snapshot_prefix was not specified and is set to %s",
                          param.snapshot_prefix)
             else:
-                folder = paths.find(param.snapshot_prefix, self.search_dirs, isdir=True)
+                # Caffe: a prefix naming a folder (here: in the working directory or next to
+                # the solver) means <folder>/<solver name>
+                folder = paths.find(param.snapshot_prefix, self.search_dirs[:1], isdir=True)
                 if folder is not None:
                     stem = os.path.splitext(os.path.basename(self.source))[0]
                     param.snapshot_prefix = os.path.join(param.snapshot_prefix, stem)
@@ -139,6 +165,8 @@ class Solver:
                              param.snapshot_prefix)
         prefix = param.snapshot_prefix
         self.snapshot_prefix = paths.resolve_prefix(prefix, self.search_dirs)
+        if self.snapshot_prefix not in (None, prefix):
+            log.info("snapshot_prefix '%s' resolved to %s", prefix, self.snapshot_prefix)
         if self.snapshot_prefix is None:
             if param.snapshot > 0:
                 raise paths.prefix_error(prefix, self.search_dirs, self.where)
@@ -282,6 +310,7 @@ class Solver:
         average_loss = param.average_loss
         self._losses = []
         self.smoothed_loss = 0.0
+        self.requested_early_exit = False
         if self.progress is not None:
             self.progress.start(self.iter)
         while self.iter < stop_iter:
@@ -542,9 +571,7 @@ class Solver:
             state.learned_net = model_filename
             state.current_step = self.current_step
             for arr in self._history_host():
-                proto = state.history.add()
-                proto.shape.dim.extend(arr.shape)
-                proto.data.extend(np.ascontiguousarray(arr, np.float32).ravel())
+                fill_blobproto(state.history.add(), arr)
             state.resume_state = extra
             filename = self.snapshot_filename(".solverstate")
             log.info("Snapshotting solver state to binary proto file %s", filename)

@@ -18,7 +18,8 @@ class MishLayer(BottomKeepingNeuronLayer):
     ``t = tanh(sp)``, ``y = x * t``. Darknet switches its softplus to ``x`` above 20 and to
     ``exp(x)`` below -20; both differ from the exact softplus by less than float32's
     resolution there, so the outputs agree to rounding.
-    Backward: ``dx = dy * (t + x * (1 - t^2) * sigmoid(x))``.
+    Backward: ``dx = dy * (t + x * (1 - t^2) * sigmoid(x))``, with ``sigmoid(x) =
+    exp(x - sp)``.
     """
 
     def forward(self, bottom, top):
@@ -32,7 +33,8 @@ class MishLayer(BottomKeepingNeuronLayer):
             return
         x = self.backward_input(bottom, top)
         xp = get_array_module(x)
-        t = xp.tanh(xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x))))
-        sig = 0.5 * xp.tanh(0.5 * x) + 0.5
+        sp = xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+        t = xp.tanh(sp)
+        sig = xp.exp(x - sp)  # sigmoid(x), accurate for large negative x too
         dx = bottom[0].write_diff()
         dx[...] = top[0].read_diff() * (t + x * (1 - t * t) * sig)
