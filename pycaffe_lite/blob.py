@@ -270,15 +270,20 @@ def proto_shape(proto):
     return tuple(proto.shape.dim)
 
 
-def array_to_blobproto(arr, diff=None):
-    """A BlobProto holding ``arr`` (float32 values, N-D shape)."""
-    proto = caffe_pb2.BlobProto()
+def fill_blobproto(proto, arr, diff=None):
+    """Set ``proto`` (a BlobProto) to ``arr``'s N-D shape and float32 values (and ``diff``)."""
     arr = np.asarray(arr)
+    proto.Clear()
     proto.shape.dim.extend(arr.shape)
     proto.MergeFromString(_packed(5, arr, np.float32))
     if diff is not None:
         proto.MergeFromString(_packed(6, np.asarray(diff), np.float32))
     return proto
+
+
+def array_to_blobproto(arr, diff=None):
+    """A new BlobProto holding ``arr`` (float32 values, N-D shape)."""
+    return fill_blobproto(caffe_pb2.BlobProto(), arr, diff)
 
 
 def blobproto_to_array(proto, return_diff=False):

@@ -11,6 +11,7 @@ import sys
 from . import __version__
 from .commands import all_commands
 from .errors import CaffeError
+from .tools_log import use_glog_format
 
 
 def normalise_flags(argv):
@@ -38,8 +39,8 @@ def build_parser():
 
 def main(argv=None):
     argv = normalise_flags(sys.argv[1:] if argv is None else list(argv))
-    logging.basicConfig(level=logging.INFO, format="%(levelname).1s%(asctime)s %(message)s",
-                        datefmt="%m%d %H:%M:%S")
+    logging.basicConfig(level=logging.INFO)
+    use_glog_format()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):

@@ -155,6 +155,15 @@ class Net:
         if weights is not None:
             self.copy_from(weights)
 
+    @classmethod
+    def from_param(cls, net_param, dtype=np.float32):
+        """A Net from a NetParameter whose ``state`` (phase, level, stages) is already set,
+        as a solver builds its train and test nets."""
+        net = cls.__new__(cls)
+        net.dtype = np.dtype(dtype)
+        net._init(protoio.read_net_param(net_param))
+        return net
+
     # -- construction ------------------------------------------------------------------------
     def _init(self, in_param):
         self.phase = in_param.state.phase

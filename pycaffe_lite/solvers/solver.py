@@ -20,7 +20,7 @@ import numpy as np
 from google.protobuf import text_format
 
 from .. import backend, protoio
-from ..blob import blobproto_to_array
+from ..blob import blobproto_to_array, fill_blobproto
 from ..errors import CaffeError, ProtoError
 from ..net import Net
 from ..proto import caffe_pb2
@@ -39,34 +39,7 @@ def build_net(net_param):
     ``Net(...)`` takes the phase, level and stages as arguments; a solver merges them from
     several places first (Caffe's rules), so it builds the net from the finished parameter.
     """
-    net = Net.__new__(Net)
-    net.dtype = np.dtype(np.float32)
-    net._init(net_param)
-    return net
-
-
-def _varint(n):
-    out = bytearray()
-    while True:
-        low = n & 0x7F
-        n >>= 7
-        if not n:
-            out.append(low)
-            return bytes(out)
-        out.append(low | 0x80)
-
-
-def fill_blobproto(proto, arr):
-    """Set ``proto`` (a BlobProto) to ``arr``'s shape and float32 values.
-
-    The values go in as one packed field (``data`` = field 5), parsed by protobuf's C code:
-    far faster than extending the repeated field element by element.
-    """
-    raw = np.ascontiguousarray(arr, dtype="<f4").tobytes()
-    proto.Clear()
-    proto.shape.dim.extend(np.shape(arr))
-    proto.MergeFromString(b"\x2a" + _varint(len(raw)) + raw)
-    return proto
+    return Net.from_param(net_param)
 
 
 def _fmt(value):
