@@ -14,7 +14,7 @@ import pytest
 
 import pycaffe_lite as caffe
 
-ZOO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zoo")
+ZOO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "zoo")
 RTOL = 1e-4
 
 

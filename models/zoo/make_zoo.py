@@ -1,6 +1,6 @@
 """Regenerates the deploy prototxts of this folder (except the hand-written V1 net).
 
-Run ``python tests/zoo/make_zoo.py`` from the repository root. The nets are written with
+Run ``python models/zoo/make_zoo.py`` from the repository root. The nets are written with
 :mod:`pycaffe_lite.net_spec`, following the published architectures' layer names, shapes and
 parameters: CaffeNet, AlexNet, GoogLeNet, VGG-16, ResNet-50 and SqueezeNet 1.1, each for a
 batch of one image.
