@@ -9,10 +9,10 @@ is synchronised before its time is read.
 """
 
 import logging
-import time
 
 from .. import Net, backend
 from ..errors import CaffeError
+from ..profiling import synchronize, time_layers
 from ..proto import caffe_pb2
 from ..tools_log import use_glog_format
 from .train import parse_gpus, parse_stages
@@ -55,14 +55,6 @@ def select_single_gpu(flag):
         backend.set_mode_cpu()
 
 
-def _synchronize():
-    if backend.mode() == backend.GPU:
-        mod = backend.device_module()
-        cuda = getattr(mod, "cuda", None)
-        if cuda is not None and hasattr(cuda, "runtime"):
-            cuda.runtime.deviceSynchronize()
-
-
 def run(args):
     use_glog_format()
     if not args.model:
@@ -77,47 +69,22 @@ def run(args):
     log.info("Initial loss: %g", initial_loss)
     log.info("Performing Backward")
     net.backward_from_to()
-    _synchronize()
-    layers = net.layers
-    n = len(layers)
-    forward_ms = [0.0] * n
-    backward_ms = [0.0] * n
-    forward_total = backward_total = 0.0
+    synchronize()
     log.info("*** Benchmark begins ***")
     log.info("Testing for %d iterations.", args.iterations)
-    clock = time.perf_counter
-    total_start = clock()
-    for j in range(args.iterations):
-        iter_start = clock()
-        for i in range(n):
-            t = clock()
-            net.forward_from_to(i, i)
-            _synchronize()
-            forward_ms[i] += (clock() - t) * 1000.0
-        backward_start = clock()
-        forward_total += (backward_start - iter_start) * 1000.0
-        for i in range(n - 1, -1, -1):
-            t = clock()
-            if net.layer_need_backward[i]:
-                net.backward_from_to(i, i)
-                _synchronize()
-            backward_ms[i] += (clock() - t) * 1000.0
-        end = clock()
-        backward_total += (end - backward_start) * 1000.0
-        log.info("Iteration: %d forward-backward time: %g ms.", j + 1, (end - iter_start) * 1000)
-    total = (clock() - total_start) * 1000.0
-    its = args.iterations
+    t = time_layers(net, args.iterations, lambda j, ms: log.info(
+        "Iteration: %d forward-backward time: %g ms.", j + 1, ms))
     log.info("Average time per layer: ")
-    for i, name in enumerate(net.layer_names):
-        log.info("%10s\tforward: %g ms.", name, forward_ms[i] / its)
-        log.info("%10s\tbackward: %g ms.", name, backward_ms[i] / its)
-    log.info("Average Forward pass: %g ms.", forward_total / its)
-    log.info("Average Backward pass: %g ms.", backward_total / its)
-    log.info("Average Forward-Backward: %g ms.", total / its)
-    log.info("Total Time: %g ms.", total)
+    for i, name in enumerate(t["layers"]):
+        log.info("%10s\tforward: %g ms.", name, t["forward"][i])
+        log.info("%10s\tbackward: %g ms.", name, t["backward"][i])
+    log.info("Average Forward pass: %g ms.", t["forward_total"])
+    log.info("Average Backward pass: %g ms.", t["backward_total"])
+    log.info("Average Forward-Backward: %g ms.", t["total"])
+    log.info("Total Time: %g ms.", t["total_all_ms"])
     log.info("*** Benchmark ends ***")
-    args.timings = {"forward": forward_ms, "backward": backward_ms, "total_ms": total,
-                    "layers": net.layer_names}
+    args.timings = {"forward": t["forward"], "backward": t["backward"],
+                    "total_ms": t["total_all_ms"], "layers": t["layers"]}
     return 0
 
 

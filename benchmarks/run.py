@@ -1,0 +1,329 @@
+"""Speed and memory benchmarks of pycaffe-lite on the CPU, side by side with PyTorch.
+
+    python benchmarks/run.py                       # every workload, table + JSON
+    python benchmarks/run.py --only lenet_step caffenet --json out.json
+    python benchmarks/run.py --lenet-iters 2000    # the full LeNet run (with its tests)
+
+Workloads:
+  gemm        float32 GEMM peak through numpy (the physical ceiling for conv/IP layers)
+  lenet_train LeNet training through the solver and the Data layer (tests included)
+  lenet_step  one LeNet training step (ours through the Data layer; PyTorch on tensors)
+  caffenet    CaffeNet forward+backward (batch 10 by default) + per-layer breakdown
+  googlenet   GoogLeNet forward+backward (batch 4)
+  resnet50    ResNet-50 forward+backward (batch 1)
+With ``torch`` installed (``pip install torch==2.13.0``), the same workloads run in PyTorch in
+this process and the report prints ours / PyTorch: that ratio is the figure to track, as
+timings on a shared machine drift. Peak RSS is the process's (``ru_maxrss``); run one
+workload per process (``--only``) for a per-workload figure.
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+import pycaffe_lite as caffe  # noqa: E402
+from pycaffe_lite import protoio  # noqa: E402
+from pycaffe_lite.profiling import time_layers  # noqa: E402
+
+ZOO = os.path.join(ROOT, "models", "zoo")
+LENET = os.path.join(ROOT, "models", "lenet")
+
+
+def peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def best_of(fn, repeats, warmup=2):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)) * 1e3
+
+
+def torch_or_none(enabled):
+    if not enabled:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
+    return torch
+
+
+# ---- GEMM peak ---------------------------------------------------------------------------
+def bench_gemm(args, torch):
+    n = 1024
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).random((n, n), dtype=np.float32)
+    ms = best_of(lambda: a @ b, 10)
+    return {"ms": ms, "gflops": 2 * n ** 3 / ms / 1e6}
+
+
+# ---- zoo nets: forward + backward -----------------------------------------------------------
+def zoo_net(name, batch):
+    param = protoio.read_net_param(os.path.join(ZOO, name + "_deploy.prototxt"))
+    param.force_backward = True
+    for layer in param.layer:
+        if layer.type == "Input":
+            for shape in layer.input_param.shape:
+                shape.dim[0] = batch
+    caffe.set_random_seed(0)
+    net = caffe.Net(param, caffe.TEST)
+    rng = np.random.default_rng(0)
+    for blobs in net.params.values():
+        for blob in blobs:
+            fan_in = max(1, blob.count // max(1, blob.shape[0]))
+            blob.data[...] = rng.normal(0, 1.0 / np.sqrt(fan_in), blob.shape)
+    for name_, layer in net.layer_dict.items():
+        if layer.type == "BatchNorm":
+            layer.blobs[1].data[...] = 1.0
+            layer.blobs[2].data[...] = 1.0
+    data = net.inputs[0]
+    net.blobs[data].data[...] = rng.uniform(-1, 1, net.blobs[data].shape)
+    return net
+
+
+def conv_flops(net):
+    """Forward multiply-adds x2 of each Convolution / InnerProduct layer."""
+    flops = {}
+    for name, layer, tops in zip(net.layer_names, net.layers, net.top_vecs):
+        if layer.type in ("Convolution", "InnerProduct"):
+            w = layer.blobs[0]
+            out = tops[0]
+            if layer.type == "Convolution":
+                per_out = w.count // w.shape[0]
+                flops[name] = 2.0 * out.count * per_out
+            else:
+                flops[name] = 2.0 * out.count * (w.count // w.shape[0])
+    return flops
+
+
+def bench_zoo(name, batch, iters, torch, torch_model=None):
+    net = zoo_net(name, batch)
+    top = net.outputs[0]
+    net.blobs[top].diff[...] = 1.0 / net.blobs[top].count
+
+    def step():
+        net.forward_from_to()
+        net.backward_from_to()
+
+    ms = best_of(step, iters, warmup=1)
+    breakdown = time_layers(net, max(1, iters // 2))
+    flops = conv_flops(net)
+    # forward + backward (data and weights) is about 3x the forward's multiply-adds
+    gflops = {}
+    for i, n in enumerate(breakdown["layers"]):
+        spent = breakdown["forward"][i] + breakdown["backward"][i]
+        if n in flops and spent > 0:
+            gflops[n] = flops[n] * 3 / 1e6 / spent
+    result = {"batch": batch, "ms": ms, "total_gflop": sum(flops.values()) * 3 / 1e9,
+              "layers": breakdown, "layer_gflops": gflops}
+    if torch is not None and torch_model is not None:
+        model = torch_model(torch)
+        x = torch.rand(batch, *net.blobs[net.inputs[0]].shape[1:])
+
+        def tstep():
+            model.zero_grad(set_to_none=False)
+            model(x).sum().backward()
+
+        result["torch_ms"] = best_of(tstep, iters, warmup=1)
+        result["ratio"] = ms / result["torch_ms"]
+    return result
+
+
+def torch_caffenet(torch):
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Conv2d(3, 96, 11, stride=4), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, ceil_mode=True),
+        nn.LocalResponseNorm(5, 1e-4, 0.75), nn.Conv2d(96, 256, 5, padding=2, groups=2),
+        nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, ceil_mode=True),
+        nn.LocalResponseNorm(5, 1e-4, 0.75), nn.Conv2d(256, 384, 3, padding=1),
+        nn.ReLU(inplace=True), nn.Conv2d(384, 384, 3, padding=1, groups=2),
+        nn.ReLU(inplace=True), nn.Conv2d(384, 256, 3, padding=1, groups=2),
+        nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, ceil_mode=True), nn.Flatten(),
+        nn.Linear(9216, 4096), nn.ReLU(inplace=True), nn.Dropout(0.5),
+        nn.Linear(4096, 4096), nn.ReLU(inplace=True), nn.Dropout(0.5), nn.Linear(4096, 1000),
+        nn.Softmax(dim=1))
+
+
+# ---- LeNet ---------------------------------------------------------------------------------
+def lenet_solver(workdir, max_iter, test_interval):
+    from pycaffe_lite.solvers import example_data, get_solver
+
+    solver_path = os.path.join(LENET, "lenet_solver.prototxt")
+    param = protoio.read_solver_param(solver_path)
+    example_data.prepare_missing_sources(param, solver_path)
+    param.max_iter = max_iter
+    param.test_interval = test_interval
+    param.snapshot = 0
+    param.snapshot_after_train = False
+    param.display = 0
+    param.snapshot_prefix = os.path.join(workdir, "lenet")
+    param.random_seed = 1
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        return get_solver(param)
+    finally:
+        os.chdir(cwd)
+
+
+def load_mnist(split):
+    from pycaffe_lite.data.mnist import read_idx_images, read_idx_labels
+
+    prefix = "train" if split == "train" else "t10k"
+    images = read_idx_images(os.path.join(LENET, "mnist5k", prefix + "-images-idx3-ubyte.gz"))
+    labels = read_idx_labels(os.path.join(LENET, "mnist5k", prefix + "-labels-idx1-ubyte.gz"))
+    return images.astype(np.float32)[:, None] / 256.0, labels.astype(np.int64)
+
+
+def torch_lenet(torch):
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(1, 20, 5), nn.MaxPool2d(2, 2), nn.Conv2d(20, 50, 5),
+                         nn.MaxPool2d(2, 2), nn.Flatten(), nn.Linear(800, 500), nn.ReLU(),
+                         nn.Linear(500, 10))
+
+
+def torch_lenet_setup(torch):
+    model = torch_lenet(torch)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: (1 + 1e-4 * it) ** -0.75)
+    return model, opt, sched
+
+
+def bench_lenet_step(args, torch):
+    with tempfile.TemporaryDirectory() as tmp:
+        solver = lenet_solver(tmp, 10 ** 6, 10 ** 6)
+        solver.step(5)
+        ms = best_of(lambda: solver.step(1), args.step_iters, warmup=5)
+        result = {"ms": ms}
+    if torch is not None:
+        x, y = load_mnist("train")
+        tx, ty = torch.from_numpy(x[:64]), torch.from_numpy(y[:64])
+        model, opt, sched = torch_lenet_setup(torch)
+        loss_fn = torch.nn.functional.cross_entropy
+
+        def tstep():
+            opt.zero_grad()
+            loss_fn(model(tx), ty).backward()
+            opt.step()
+            sched.step()
+
+        result["torch_ms"] = best_of(tstep, args.step_iters, warmup=5)
+        result["ratio"] = ms / result["torch_ms"]
+    return result
+
+
+def bench_lenet_train(args, torch):
+    iters = args.lenet_iters
+    interval = max(1, min(500, iters))
+    with tempfile.TemporaryDirectory() as tmp:
+        solver = lenet_solver(tmp, iters, interval)
+        t = time.perf_counter()
+        solver.solve()
+        wall = time.perf_counter() - t
+        acc = dict(solver.test_scores[0]).get("accuracy") if solver.test_scores else None
+    result = {"iterations": iters, "wall_s": wall, "ms_per_iter": wall / iters * 1e3,
+              "accuracy": acc}
+    if torch is not None:
+        x, y = load_mnist("train")
+        tx, ty = load_mnist("test")
+        X, Y = torch.from_numpy(x), torch.from_numpy(y)
+        TX, TY = torch.from_numpy(tx), torch.from_numpy(ty)
+        torch.manual_seed(1)
+        model, opt, sched = torch_lenet_setup(torch)
+        loss_fn = torch.nn.functional.cross_entropy
+        t = time.perf_counter()
+        pos = 0
+        for it in range(iters):
+            if it % interval == 0 and it:
+                with torch.no_grad():
+                    correct = sum(int((model(TX[i:i + 100]).argmax(1) == TY[i:i + 100]).sum())
+                                  for i in range(0, 1000, 100))
+            xb, yb = X[pos:pos + 64], Y[pos:pos + 64]
+            pos = (pos + 64) % (len(X) - 64)
+            opt.zero_grad()
+            loss_fn(model(xb), yb).backward()
+            opt.step()
+            sched.step()
+        with torch.no_grad():
+            correct = sum(int((model(TX[i:i + 100]).argmax(1) == TY[i:i + 100]).sum())
+                          for i in range(0, 1000, 100))
+        twall = time.perf_counter() - t
+        result.update(torch_ms_per_iter=twall / iters * 1e3, torch_accuracy=correct / 1000.0,
+                      ratio=(wall / iters) / (twall / iters))
+    return result
+
+
+WORKLOADS = {
+    "gemm": bench_gemm,
+    "lenet_step": bench_lenet_step,
+    "lenet_train": bench_lenet_train,
+    "caffenet": lambda a, t: bench_zoo("caffenet", a.caffenet_batch, a.zoo_iters, t,
+                                       torch_caffenet),
+    "googlenet": lambda a, t: bench_zoo("googlenet", 4, a.zoo_iters, t),
+    "resnet50": lambda a, t: bench_zoo("resnet50", 1, a.zoo_iters, t),
+}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), help="workloads to run")
+    p.add_argument("--json", help="write the results here as JSON")
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch side")
+    p.add_argument("--lenet-iters", type=int, default=300)
+    p.add_argument("--step-iters", type=int, default=50)
+    p.add_argument("--zoo-iters", type=int, default=3)
+    p.add_argument("--caffenet-batch", type=int, default=10)
+    p.add_argument("--layers", action="store_true", help="print per-layer breakdowns")
+    args = p.parse_args(argv)
+    torch = torch_or_none(not args.no_torch)
+    names = args.only or ["gemm", "lenet_step", "lenet_train", "caffenet", "googlenet",
+                          "resnet50"]
+    results = {"numpy": np.__version__, "torch": getattr(torch, "__version__", None),
+               "threads": os.environ.get("OMP_NUM_THREADS")}
+    print("%-12s %12s %12s %8s" % ("workload", "ours (ms)", "torch (ms)", "ratio"))
+    for name in names:
+        r = WORKLOADS[name](args, torch)
+        r["peak_rss_mb"] = peak_rss_mb()
+        results[name] = r
+        ours = r.get("ms", r.get("ms_per_iter"))
+        theirs = r.get("torch_ms", r.get("torch_ms_per_iter"))
+        print("%-12s %12.2f %12s %8s" % (name, ours, "%.2f" % theirs if theirs else "-",
+                                         "%.2f" % r["ratio"] if "ratio" in r else "-"))
+        if name == "gemm":
+            print("%-12s %12.1f GFLOP/s" % ("", r["gflops"]))
+        if name == "lenet_train":
+            print("%-12s accuracy %s (torch %s), peak RSS %.0f MB" % (
+                "", r["accuracy"], r.get("torch_accuracy"), r["peak_rss_mb"]))
+        if args.layers and "layers" in r:
+            lt = r["layers"]
+            for i, ln in enumerate(lt["layers"]):
+                g = r["layer_gflops"].get(ln)
+                print("    %-24s fwd %8.2f  bwd %8.2f ms%s" % (
+                    ln, lt["forward"][i], lt["backward"][i],
+                    "  %6.1f GFLOP/s" % g if g else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=float)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
