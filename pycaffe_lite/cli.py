@@ -24,6 +24,15 @@ def normalise_flags(argv):
     return out
 
 
+def describe_os_error(exc):
+    """``path: reason`` for an OSError, as one line."""
+    reason = exc.strerror or str(exc)
+    names = [n for n in (exc.filename, exc.filename2) if n is not None]
+    if names:
+        return "%s: %s" % (" -> ".join(str(n) for n in names), reason)
+    return reason
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="pycaffe-lite",
@@ -50,6 +59,11 @@ def main(argv=None):
         return args.run(args) or 0
     except CaffeError as exc:
         print("pycaffe-lite %s: error: %s" % (args.command, exc), file=sys.stderr)
+        return 1
+    except OSError as exc:
+        # a user file or folder that cannot be opened, read or written: its name and why
+        print("pycaffe-lite %s: error: %s" % (args.command, describe_os_error(exc)),
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("pycaffe-lite %s: interrupted" % args.command, file=sys.stderr)

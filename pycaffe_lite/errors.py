@@ -50,3 +50,18 @@ class LayerError(CaffeError):
 
 class ShapeError(CaffeError):
     """Two shapes that must agree do not."""
+
+
+class NumericError(CaffeError):
+    """Training produced NaN or Inf; names the iteration and the first layer and blob that did
+    (``culprit``, a :class:`pycaffe_lite.health.Culprit`, when found)."""
+
+    def __init__(self, message, iteration=None, culprit=None):
+        super().__init__(message)
+        self.iteration = iteration
+        self.culprit = culprit
+
+
+class SnapshotError(CaffeError):
+    """A snapshot that could not be written (full disk, missing folder); names the last
+    complete snapshot to resume from."""

@@ -287,16 +287,7 @@ class Net:
         return sorted(names, key=lambda n: name_to_id[n])
 
     def _setup_layer(self, layer, bvec, tvec):
-        try:
-            layer.SetUp(bvec, tvec)
-        except LayerError:
-            raise
-        except CaffeError as exc:
-            raise LayerError(str(exc), layer.name, layer.type) from None
-        except (ValueError, IndexError, TypeError, ZeroDivisionError) as exc:
-            shapes = ", ".join(str(b.shape) for b in bvec)
-            raise LayerError("setup failed with bottom shapes [%s]: %s: %s"
-                             % (shapes, type(exc).__name__, exc), layer.name, layer.type) from exc
+        _call_layer(layer, "setup", bvec, layer.SetUp, bvec, tvec)
 
     def _append_param(self, param, layer_id, pid):
         layer = self.layers[layer_id]
@@ -453,17 +444,9 @@ class Net:
             layer = self.layers[i]
             for hook in hooks["before_forward"]:
                 hook(i)
-            try:
-                loss += layer.Forward(self.bottom_vecs[i], self.top_vecs[i])
-            except LayerError:
-                raise
-            except CaffeError as exc:
-                raise LayerError(str(exc), layer.name, layer.type) from None
-            except (ValueError, IndexError, TypeError) as exc:
-                shapes = ", ".join(str(b.shape) for b in self.bottom_vecs[i])
-                raise LayerError("forward failed with bottom shapes [%s]: %s: %s"
-                                 % (shapes, type(exc).__name__, exc), layer.name,
-                                 layer.type) from exc
+            bottom = self.bottom_vecs[i]
+            loss += _call_layer(layer, "forward", bottom, layer.Forward, bottom,
+                                self.top_vecs[i])
             for hook in hooks["after_forward"]:
                 hook(i)
         return loss
@@ -475,8 +458,10 @@ class Net:
             for hook in hooks["before_backward"]:
                 hook(i)
             if self.layer_need_backward[i]:
-                self.layers[i].Backward(self.top_vecs[i], self.bottom_need_backward[i],
-                                        self.bottom_vecs[i])
+                layer = self.layers[i]
+                bottom = self.bottom_vecs[i]
+                _call_layer(layer, "backward", bottom, layer.Backward, self.top_vecs[i],
+                            self.bottom_need_backward[i], bottom)
             for hook in hooks["after_backward"]:
                 hook(i)
 
@@ -492,6 +477,7 @@ class Net:
         """Run forward (pycaffe's signature); returns {output blob name: data array}."""
         start_ind = self.layer_index(start) if start is not None else 0
         end_ind = self.layer_index(end) if end is not None else len(self.layers) - 1
+        self._check_blob_names(blobs, "forward(blobs=...)")
         outputs = set(self.outputs if end is None else self.top_names[end]) | set(blobs or ())
         for name, value in kwargs.items():
             if name not in self.blobs:
@@ -508,12 +494,17 @@ class Net:
         """Run backward (pycaffe's signature); returns {input blob name: diff array}."""
         start_ind = self.layer_index(start) if start is not None else len(self.layers) - 1
         end_ind = self.layer_index(end) if end is not None else 0
+        self._check_blob_names(diffs, "backward(diffs=...)")
         outputs = set(self.inputs if end is None else self.bottom_names[end]) | set(diffs or ())
         for name, value in kwargs.items():
             if name not in self.blobs:
                 raise NetError("backward(): '%s' is not a blob of this net" % name)
             blob = self.blobs[name]
-            value = np.asarray(value)
+            try:
+                value = np.asarray(value, dtype=self.dtype)
+            except (ValueError, TypeError) as exc:
+                raise NetError("backward(): cannot use a %s as the diff of blob '%s' (%s)"
+                               % (type(value).__name__, name, exc)) from None
             if value.shape != blob.shape:
                 raise ShapeError("backward(): diff for blob '%s' has shape %s, the blob has %s"
                                  % (name, value.shape, blob.shape))
@@ -588,6 +579,14 @@ class Net:
                            "layer '%s'" % (layer_index, layer.type, layer.name))
         layer.reset(data, labels)
 
+    def _check_blob_names(self, names, what):
+        unknown = [n for n in names or () if n not in self.blobs]
+        if unknown:
+            raise NetError("%s: %s not a blob of this net (blobs: %s)"
+                           % (what, ", ".join("'%s'" % n for n in unknown)
+                              + (" is" if len(unknown) == 1 else " are"),
+                              ", ".join(self.blobs)))
+
     def before_forward(self, fn):
         self._hooks["before_forward"].append(fn)
 
@@ -602,7 +601,12 @@ class Net:
 
     def _set_blob(self, name, value):
         blob = self.blobs[name]
-        value = np.asarray(value)
+        try:
+            value = np.asarray(value, dtype=self.dtype)
+        except (ValueError, TypeError) as exc:
+            raise NetError("input '%s': cannot use a %s as blob data (%s); pass a numeric array "
+                           "of shape %s" % (name, type(value).__name__, exc, blob.shape)) \
+                from None
         if value.shape != blob.shape:
             if value.ndim != blob.num_axes or (blob.num_axes and value.shape[0] != blob.shape[0]):
                 raise ShapeError("input '%s' has shape %s, the net expects %s (reshape the blob "
@@ -613,7 +617,8 @@ class Net:
 
     def reshape(self):
         for i, layer in enumerate(self.layers):
-            layer.reshape(self.bottom_vecs[i], self.top_vecs[i])
+            bottom = self.bottom_vecs[i]
+            _call_layer(layer, "reshape", bottom, layer.reshape, bottom, self.top_vecs[i])
 
     def clear_param_diffs(self):
         for blob in self.learnable_params:
@@ -671,6 +676,26 @@ class Net:
     def __repr__(self):
         return "<Net '%s': %d layers, %d blobs>" % (self.name, len(self.layers), len(self.blobs))
 
+
+# Exceptions a layer's own code raises on inputs it cannot handle (a NumPy error on a shape, a
+# math domain error, an allocation that does not fit): reported as a LayerError naming the
+# layer, the step and the bottom shapes, with the original as the cause.
+LAYER_FAILURES = (ValueError, IndexError, TypeError, KeyError, ArithmeticError, MemoryError,
+                  np.linalg.LinAlgError)
+
+
+def _call_layer(layer, step, bottom, fn, *args):
+    try:
+        return fn(*args)
+    except LayerError:
+        raise
+    except CaffeError as exc:
+        raise LayerError(str(exc), layer.name, layer.type) from None
+    except LAYER_FAILURES as exc:
+        shapes = ", ".join(str(b.shape) for b in bottom)
+        raise LayerError("%s failed with bottom shapes [%s]: %s: %s"
+                         % (step, shapes, type(exc).__name__, exc), layer.name,
+                         layer.type) from exc
 
 
 register_net_class(Net)

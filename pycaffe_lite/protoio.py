@@ -4,6 +4,7 @@ Errors name the file and, for text, the line and column. Net and solver files ar
 Caffe's legacy forms on read (see :mod:`pycaffe_lite.upgrade`).
 """
 
+import errno
 import os
 import re
 
@@ -20,10 +21,35 @@ def _source_name(path):
     return path if path is not None else "<string>"
 
 
+def _decode_text(data, message, path):
+    """``data`` (bytes) as text. Bytes that are not UTF-8 are tolerated in comments only: in a
+    name or a value they would silently become another string (a layer name that no longer
+    matches its weights), so they are an error naming the line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    text = data.decode("utf-8", errors="replace")
+    for number, line in enumerate(text.split("\n"), 1):
+        bad = line.find("\ufffd")
+        if bad < 0:
+            continue
+        comment = line.find("#")
+        if 0 <= comment < bad:
+            continue
+        raw = data.split(b"\n")[number - 1]
+        byte = next((b for b in raw if b >= 0x80), 0)
+        raise ProtoError("cannot parse %s as %s: byte 0x%02x is not UTF-8 text; save the file "
+                         "as UTF-8 (names and strings must be UTF-8)"
+                         % (os.path.basename(_source_name(path)), message.DESCRIPTOR.name, byte),
+                         _source_name(path), number, bad + 1)
+    return text
+
+
 def parse_text(text, message, path=None):
     """Parse prototxt ``text`` into ``message`` (modified in place and returned)."""
     if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
+        text = _decode_text(text, message, path)
     try:
         text_format.Merge(text, message, allow_unknown_extension=False)
     except text_format.ParseError as exc:
@@ -48,6 +74,10 @@ def read_text(path, message):
 def read_binary(path, message):
     """Read a binary protobuf file (``.caffemodel``, ``.solverstate``, ``.binaryproto``)."""
     data = _read_bytes(path)
+    if not data:
+        raise ProtoError("file is empty (0 bytes), expected a binary %s: it was not written "
+                         "completely (a crash or a full disk?); use an earlier copy"
+                         % message.DESCRIPTOR.name, path)
     try:
         message.ParseFromString(data)
     except (_pb_message.DecodeError, RuntimeError) as exc:
@@ -78,13 +108,70 @@ def write_binary(message, path):
     atomic_write(path, message.SerializeToString())
 
 
-def atomic_write(path, data):
-    """Write ``data`` to ``path`` through a temporary file and a rename.
+#: errno values meaning "no room left": a full disk, a quota, a file size limit
+NO_SPACE_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG")
+                            if hasattr(errno, name))
 
-    A crash while writing leaves the previous file (if any) untouched.
-    """
+
+def is_no_space(exc):
+    """Whether the OSError ``exc`` says the disk (or a quota) is full. HDF5 reports it only in
+    its message."""
+    if getattr(exc, "errno", None) in NO_SPACE_ERRNOS:
+        return True
+    text = str(exc)
+    return "No space left" in text or "Disk quota exceeded" in text or "File too large" in text
+
+
+def write_error(exc, path, what="file"):
+    """A ProtoError for an OSError ``exc`` raised while writing ``path`` (a temporary file
+    and a rename): says what happened and that the previous file, if any, is unchanged."""
+    reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+    if is_no_space(exc):
+        return ProtoError("cannot write %s: the disk is full (%s); nothing was replaced (a "
+                          "previous file of this name is unchanged). Free some space, or write "
+                          "elsewhere" % (what, reason), path)
+    return ProtoError("cannot write %s: %s; nothing was replaced (a previous file of this name "
+                      "is unchanged)" % (what, reason), path)
+
+
+def temporary_name(path):
+    """The hidden temporary file next to ``path`` that :func:`atomic_write` renames into it
+    (``.<name>.tmp<pid>``). Removes those of writers that were killed before their rename."""
     folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, ".%s.tmp%d" % (os.path.basename(path), os.getpid()))
+    _remove_stale_temporaries(folder, os.path.basename(path))
+    return os.path.join(folder, ".%s.tmp%d" % (os.path.basename(path), os.getpid()))
+
+
+def _remove_stale_temporaries(folder, name):
+    prefix = ".%s.tmp" % name
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry[len(prefix):]
+        if not entry.startswith(prefix) or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its writer is still running
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            os.unlink(os.path.join(folder, entry))
+        except OSError:
+            pass
+
+
+def atomic_write(path, data):
+    """Write ``data`` to ``path`` through a temporary file, fsync and a rename.
+
+    A crash (even kill -9) or a full disk while writing leaves the previous file (if any)
+    untouched: ``path`` is always either the old or the new complete file.
+    """
+    tmp = temporary_name(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -96,19 +183,25 @@ def atomic_write(path, data):
             os.unlink(tmp)
         except OSError:
             pass
-        raise ProtoError("cannot write file: %s" % (exc.strerror or exc), path) from None
+        raise write_error(exc, path) from None
+
+
+# Control bytes that never occur in a prototxt but always early in a binary message (tags and
+# lengths below 0x20).
+_BINARY_BYTES = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def looks_like_text(data):
-    """Guess whether ``data`` is a prototxt (text) rather than a binary message."""
-    head = data[:512]
-    if b"\x00" in head:
-        return False
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+    """Guess whether ``data`` is a prototxt (text) rather than a binary message. Bytes above
+    0x7f do not decide: a prototxt with a Latin-1 character is still text (and reported as
+    such)."""
+    return not _BINARY_BYTES.search(data[:512])
+
+
+def _not_found(source, expected):
+    if isinstance(source, (str, os.PathLike)):
+        return ProtoError("file not found", os.fspath(source))
+    return ProtoError("expected %s, got %s" % (expected, type(source).__name__))
 
 
 def read_net_param(source, upgrade=True):
@@ -122,6 +215,9 @@ def read_net_param(source, upgrade=True):
     elif isinstance(source, (str, os.PathLike)) and os.path.exists(source):
         path = os.fspath(source)
         data = _read_bytes(path)
+        if not data.strip():
+            raise ProtoError("file is empty: expected a net definition (prototxt) or a binary "
+                             "NetParameter", path)
         param = caffe_pb2.NetParameter()
         if looks_like_text(data):
             parse_text(data, param, path)
@@ -131,7 +227,7 @@ def read_net_param(source, upgrade=True):
         path = None
         param = parse_text(source, caffe_pb2.NetParameter())
     else:
-        raise ProtoError("file not found", os.fspath(source))
+        raise _not_found(source, "a net: a prototxt path, prototxt text or a NetParameter")
     if upgrade:
         _upgrade.upgrade_net_as_needed(param, path or "<string>")
     return param
@@ -152,7 +248,8 @@ def read_solver_param(source, upgrade=True):
         path = None
         param = parse_text(source, caffe_pb2.SolverParameter())
     else:
-        raise ProtoError("file not found", os.fspath(source))
+        raise _not_found(source, "a solver: a prototxt path, prototxt text or a "
+                                 "SolverParameter")
     if upgrade:
         _upgrade.upgrade_solver_as_needed(param, path or "<string>")
     return param

@@ -23,8 +23,15 @@ def _h5py():
 
 
 def is_hdf5(path):
-    with open(path, "rb") as f:
-        return f.read(8) == b"\x89HDF\r\n\x1a\n"
+    """Whether ``path`` starts with the HDF5 signature (a ProtoError when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(8) == b"\x89HDF\r\n\x1a\n"
+    except IsADirectoryError:
+        raise ProtoError("is a directory, expected a weights file (.caffemodel or .h5)",
+                         path) from None
+    except OSError as exc:
+        raise ProtoError("cannot read file: %s" % (exc.strerror or exc), path) from None
 
 
 def copy_trained_layers(net, path):
@@ -42,6 +49,10 @@ def copy_trained_layers(net, path):
 def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
     """Copy blobs layer by layer name; layers absent from the net are ignored (fine-tuning)."""
     layers = net.layer_dict
+    if not len(source.layer):
+        raise ProtoError("the weights file holds no layers (not a .caffemodel, or written "
+                         "incompletely)", path)
+    copied = 0
     for src in source.layer:
         target = layers.get(src.name)
         if target is None:
@@ -49,6 +60,7 @@ def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
             continue
         if not len(src.blobs) and not target.blobs:
             continue
+        copied += 1
         log.debug("Copying source layer %s", src.name)
         if len(src.blobs) != len(target.blobs):
             raise ShapeError("%s: incompatible number of blobs for layer '%s': the file has %d, "
@@ -66,6 +78,19 @@ def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
             except ShapeError as exc:
                 raise ShapeError("%s: layer '%s' param %d: %s" % (path, src.name, j, exc)) \
                     from None
+            _warn_nonfinite(blob.data, path, src.name, j)
+    if not copied and any(layer.blobs for layer in net.layers):
+        log.warning("%s: no layer of the weights file matches a layer with parameters of net "
+                    "'%s' by name; nothing was copied (layers are matched by name)",
+                    path, net.name)
+
+
+def _warn_nonfinite(arr, path, layer, index):
+    if not np.isfinite(arr).all():
+        bad = int(arr.size - np.isfinite(arr).sum())
+        log.warning("%s: param %d of layer '%s' holds %d NaN or infinite values out of %d: "
+                    "these weights come from a run that diverged; use an earlier snapshot",
+                    path, index, layer, bad, arr.size)
 
 
 def _fmt(shape):
@@ -102,13 +127,13 @@ def copy_trained_layers_hdf5(net, path):
                         "Source param shape is %s; target param shape is %s."
                         % (path, j, name, _fmt(arr.shape), _fmt(blob.shape)))
                 blob.data[...] = arr
+                _warn_nonfinite(blob.data, path, name, j)
 
 
 def save_hdf5(net, path, write_diff=False):
     h5py = _h5py()
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, ".%s.tmp%d" % (os.path.basename(path), os.getpid()))
+    tmp = protoio.temporary_name(path)
     try:
         with h5py.File(tmp, "w") as f:
             groups = [("data", f.create_group("data"))]
@@ -126,4 +151,4 @@ def save_hdf5(net, path, write_diff=False):
     except OSError as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise ProtoError("cannot write HDF5 file: %s" % exc, path) from None
+        raise protoio.write_error(exc, path, "HDF5 file") from None

@@ -14,14 +14,15 @@ pycaffe's surface: ``solver.net``, ``solver.test_nets``, ``solver.iter``, ``solv
 """
 
 import logging
+import math
 import os
 
 import numpy as np
 from google.protobuf import text_format
 
-from .. import backend, protoio
+from .. import backend, health, protoio
 from ..blob import blobproto_to_array, fill_blobproto
-from ..errors import CaffeError, ProtoError
+from ..errors import CaffeError, ProtoError, SnapshotError
 from ..net import Net
 from ..proto import caffe_pb2
 from ..signals import SolverAction
@@ -59,6 +60,9 @@ class Solver:
     type = None
     #: names of the per-parameter state lists, in the order ``history`` stores them
     state_names = ("history",)
+    #: a NaN or Inf loss or gradient stops training with a NumericError naming the first
+    #: layer and blob that produced it (False: log that error once and go on, as Caffe does)
+    stop_on_nonfinite = True
 
     def __init__(self, source, base_dir=None, source_path=None):
         """``source``: a solver prototxt path, prototxt text or a SolverParameter.
@@ -90,6 +94,10 @@ class Solver:
         if param.iter_size < 1:
             raise CaffeError("%s: iter_size should be >= 1 (got %d)"
                              % (self.where, param.iter_size))
+        if not param.base_lr >= 0:
+            raise CaffeError("%s: base_lr must be >= 0 (got %g): a negative learning rate "
+                             "climbs the loss instead of descending it"
+                             % (self.where, param.base_lr))
         self.policy = get_policy(param, self.where)
         self._init_snapshot_prefix()
         if param.random_seed >= 0:
@@ -110,6 +118,10 @@ class Solver:
         self._output_cache = {}
         self.history = []
         self._state_xp = None
+        self.last_snapshot = None       # the newest complete .solverstate written or restored
+        self._debug_culprit = None      # first non-finite value seen by a debug_info pass
+        self._nonfinite_reported = False
+        self._diagnosed = set()
         self.sanity_check()
         self.presolve()
 
@@ -298,13 +310,18 @@ class Solver:
             display = bool(param.display) and self.iter % param.display == 0
             debug = display and param.debug_info
             loss = 0.0
+            self._debug_culprit = None
             for _ in range(param.iter_size):
                 loss += self._forward_backward(debug)
             loss /= param.iter_size
+            # the loss is checked every iteration (free), the gradients at display (one read)
+            if not math.isfinite(loss) or (display and not health.gradients_finite(self.net)):
+                self._nonfinite(loss, debug)
             self._update_smoothed_loss(loss, start_iter, average_loss)
             if display:
                 log.info("Iteration %d, loss = %s", self.iter, _fmt(self.smoothed_loss))
                 self._log_outputs(self.net, "Train", None, None)
+                self._diagnose(self.net)
             for cb in self.callbacks:
                 cb.on_gradients_ready()
             self.apply_update()
@@ -346,6 +363,36 @@ class Solver:
         if param.test_interval and self.iter % param.test_interval == 0:
             self.test_all()
         log.info("Optimization Done.")
+
+    # -- numeric health --------------------------------------------------------------------
+    def _nonfinite(self, loss, debug):
+        """The loss or the gradients of this iteration are not finite: name the first layer
+        and blob that produced NaN or Inf, and stop (or, with ``stop_on_nonfinite`` False, log
+        it once and go on)."""
+        if self._nonfinite_reported:
+            return
+        culprit = self._debug_culprit if debug else None
+        if culprit is None:
+            try:
+                culprit = health.locate(self.net)
+            except CaffeError as exc:
+                log.warning("Could not run the net again to find the first non-finite value: "
+                            "%s", exc)
+        error = health.nonfinite_error(self.iter, loss, culprit, self.last_snapshot)
+        if self.stop_on_nonfinite:
+            raise error
+        self._nonfinite_reported = True
+        log.error("%s", error)
+
+    def _diagnose(self, net):
+        """Warn (once per layer) about finite values that tell of a diverged net."""
+        for name, message in health.diagnose(net):
+            key = (id(net), name)
+            if key in self._diagnosed:
+                continue
+            self._diagnosed.add(key)
+            log.warning("Iteration %d, layer '%s': %s. %s.", self.iter, name, message,
+                        health.USUAL_CAUSES)
 
     def _update_smoothed_loss(self, loss, start_iter, average_loss):
         losses = self._losses
@@ -423,6 +470,7 @@ class Solver:
         if self.requested_early_exit:
             log.info("Test interrupted.")
             return
+        self._diagnose(net)
         if param.test_compute_loss:
             loss /= n_iter
             log.info("Test loss: %s", _fmt(loss))
@@ -447,6 +495,7 @@ class Solver:
         for i, layer in enumerate(net.layers):
             loss += net.forward_from_to(i, i)
             lname = net.layer_names[i]
+            self._debug_check(net, health.check_layer_forward(net, i), "Forward")
             for blob, tid in zip(net.top_vecs[i], net.top_ids[i]):
                 log.info("    [Forward] Layer %s, top blob %s data: %s", lname, names[tid],
                          _fmt(self._mean_abs(blob)))
@@ -462,6 +511,7 @@ class Solver:
                 continue
             net.backward_from_to(i, i)
             lname = net.layer_names[i]
+            self._debug_check(net, health.check_layer_backward(net, i), "Backward")
             for j, (blob, bid) in enumerate(zip(net.bottom_vecs[i], net.bottom_ids[i])):
                 if net.bottom_need_backward[i][j]:
                     log.info("    [Backward] Layer %s, bottom blob %s diff: %s", lname,
@@ -480,6 +530,15 @@ class Solver:
         log.info("    [Backward] All net params (data, diff): L1 norm = (%s, %s); L2 norm = "
                  "(%s, %s)", _fmt(asum_data), _fmt(asum_diff), _fmt(np.sqrt(sumsq_data)),
                  _fmt(np.sqrt(sumsq_diff)))
+
+    def _debug_check(self, net, culprit, what):
+        """With debug_info: log and remember the first non-finite value of the train net's
+        pass (the per-layer check the debug lines need anyway)."""
+        if culprit is None or net is not self.net or self._debug_culprit is not None:
+            return
+        self._debug_culprit = culprit
+        log.warning("    [%s] Iteration %d, first non-finite value: %s", what, self.iter,
+                    culprit.describe())
 
     def _forward_backward(self, debug):
         if not debug:
@@ -514,7 +573,27 @@ class Solver:
 
     def snapshot(self):
         """Write ``<prefix>_iter_N.caffemodel`` (``.caffemodel.h5``) and the solver state
-        ``.solverstate`` (``.solverstate.h5``); returns the weights file name."""
+        ``.solverstate`` (``.solverstate.h5``); returns the weights file name.
+
+        Each file is written to a temporary file and renamed, weights first: a crash or a full
+        disk at any point leaves every earlier snapshot complete, and a ``.solverstate`` never
+        refers to a missing or partial weights file. A failure raises a SnapshotError naming
+        the last complete snapshot."""
+        try:
+            model_filename, state_filename = self._write_snapshot()
+        except (ProtoError, OSError) as exc:
+            if self.last_snapshot:
+                where = ("The last complete snapshot, %s, is intact: once this is fixed, resume "
+                         "from it with --snapshot %s (solver.restore())"
+                         % (self.last_snapshot, self.last_snapshot))
+            else:
+                where = "No earlier snapshot of this run is complete"
+            raise SnapshotError("Iteration %d: the snapshot could not be written: %s. %s"
+                                % (self.iter, exc, where)) from None
+        self.last_snapshot = state_filename
+        return model_filename
+
+    def _write_snapshot(self):
         fmt = self.param.snapshot_format
         if fmt == _SP.BINARYPROTO:
             model_filename = self.snapshot_filename(".caffemodel")
@@ -526,8 +605,7 @@ class Solver:
             self.net.save_hdf5(model_filename, self.param.snapshot_diff)
         else:
             raise CaffeError("%s: unsupported snapshot_format %d" % (self.where, fmt))
-        self.snapshot_solver_state(model_filename)
-        return model_filename
+        return model_filename, self.snapshot_solver_state(model_filename)
 
     def _history_host(self):
         return [backend.to_host(h) for h in self.history]
@@ -554,8 +632,7 @@ class Solver:
     def _write_state_hdf5(self, filename, model_filename, extra):
         from ..weights import _h5py
         h5py = _h5py()
-        folder = os.path.dirname(os.path.abspath(filename))
-        tmp = os.path.join(folder, ".%s.tmp%d" % (os.path.basename(filename), os.getpid()))
+        tmp = protoio.temporary_name(filename)
         try:
             with h5py.File(tmp, "w") as f:
                 f.create_dataset("iter", data=np.array([self.iter], np.int32))
@@ -569,7 +646,7 @@ class Solver:
         except OSError as exc:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-            raise ProtoError("cannot write HDF5 solver state: %s" % exc, filename) from None
+            raise protoio.write_error(exc, filename, "HDF5 solver state") from None
 
     # -- restore -------------------------------------------------------------------------
     def restore(self, state_file):
@@ -584,6 +661,7 @@ class Solver:
             self._restore_hdf5(state_file)
         else:
             self._restore_binary(state_file)
+        self.last_snapshot = state_file
 
     def _learned_net_path(self, learned_net, state_file):
         if os.path.isfile(learned_net):

@@ -6,7 +6,7 @@ from ...backend import get_array_module
 from ...layer import LossLayer
 from ...registry import register_layer
 from ..common.softmax_layer import softmax_axis, softmax_forward
-from .loss_utils import check_labels, get_normalizer, normalization_mode
+from .loss_utils import LossParameter, check_labels, get_normalizer, normalization_mode
 
 FLT_MIN = float(np.finfo(np.float32).tiny)
 
@@ -77,15 +77,31 @@ class SoftmaxWithLossLayer(LossLayer):
         softmax_forward(scores.reshape(self.view_shape), prob)
         index, valid = self._labels(bottom)
         self.index, self.valid = index, valid
-        self.valid_count = int(valid.sum())
+        self.normalizer = self._normalizer(xp, valid, prob.dtype)
         picked = xp.take_along_axis(prob, index[:, None, :], axis=1)[:, 0, :]
         log_p = xp.log(xp.maximum(picked, prob.dtype.type(FLT_MIN)))
         total = -xp.where(valid, log_p, 0).sum()
-        normalizer = get_normalizer(self.normalization, self.outer_num, self.inner_num,
-                                    self.valid_count, layer=self)
-        top[0].write_data()[...] = total / normalizer
+        top[0].write_data()[...] = total / self.normalizer
         if len(top) >= 2:
             top[1].write_data()[...] = prob.reshape(bottom[0].shape)
+
+    def numeric_diagnosis(self):
+        """A warning when the last forward clipped the probability of a true class at FLT_MIN:
+        each such prediction adds -log(FLT_MIN) = 87.3365 to the summed loss (the loss "stuck
+        at 87.3365" of diverged Caffe runs). None when nothing was clipped."""
+        prob, index, valid = self.prob, getattr(self, "index", None), getattr(self, "valid", None)
+        if prob is None or index is None or prob.shape != self.view_shape or \
+                index.shape != (self.outer_num, self.inner_num):
+            return None
+        xp = get_array_module(prob)
+        picked = xp.take_along_axis(prob, index[:, None, :], axis=1)[:, 0, :]
+        clipped = int(((picked < prob.dtype.type(FLT_MIN)) & valid).sum())
+        if not clipped:
+            return None
+        return ("%d of %d predictions gave their true class a probability below FLT_MIN, "
+                "clipped so that each adds -log(FLT_MIN) = %.4f to the loss (a loss stuck at "
+                "87.3365 means all of them): the scores have diverged to huge values"
+                % (clipped, int(valid.sum()), -np.log(np.float32(FLT_MIN))))
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[1]:
@@ -103,6 +119,17 @@ class SoftmaxWithLossLayer(LossLayer):
         dx = bottom[0].write_diff().reshape(self.view_shape)
         xp.subtract(prob, onehot, out=dx)
         dx *= valid[:, None, :].astype(prob.dtype)
-        normalizer = get_normalizer(self.normalization, self.outer_num, self.inner_num,
-                                    self.valid_count, layer=self)
-        dx *= top[0].read_diff() / prob.dtype.type(normalizer)
+        dx *= top[0].read_diff() / self.normalizer
+
+    def _normalizer(self, xp, valid, dtype):
+        """The loss divisor as a scalar of ``dtype``. On the device, the VALID count stays
+        there (a 0-d array): no host round trip. Without an ignore label every label counts."""
+        if self.ignore_label is None:
+            self.valid_count = self.outer_num * self.inner_num
+        elif xp is np or self.normalization != LossParameter.VALID:
+            self.valid_count = int(valid.sum())
+        else:
+            self.valid_count = valid.sum()
+            return xp.maximum(self.valid_count, 1).astype(dtype)
+        return dtype.type(get_normalizer(self.normalization, self.outer_num, self.inner_num,
+                                         self.valid_count, layer=self))
