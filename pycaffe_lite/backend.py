@@ -7,6 +7,8 @@ tests a simulated device (:mod:`pycaffe_lite.testing.simdevice`) that keeps devi
 from host arrays so that the sync logic is exercised for real.
 """
 
+import threading
+
 import numpy as np
 
 from .errors import CaffeError
@@ -74,10 +76,20 @@ def set_mode_cpu():
 
 
 def set_mode_gpu():
+    """Compute on the GPU (device :func:`device_id`) from now on."""
     mod = device_module()
-    if hasattr(mod, "cuda") and hasattr(mod.cuda, "Device"):
-        mod.cuda.Device(_state["device_id"]).use()
+    if _is_cupy(mod):
+        count = mod.cuda.runtime.getDeviceCount()
+        dev = _state["device_id"]
+        if dev >= count:
+            raise GPUUnavailableError("GPU %d does not exist: this machine has %d CUDA "
+                                      "device(s), ids 0 to %d" % (dev, count, count - 1))
+        mod.cuda.Device(dev).use()
     _state["mode"] = GPU
+
+
+def _is_cupy(mod):
+    return getattr(mod, "__name__", "") == "cupy"
 
 
 def mode():
@@ -95,6 +107,100 @@ def set_device(device_id):
 
 def device_id():
     return _state["device_id"]
+
+
+def device_count():
+    """The number of CUDA devices (0 without CuPy or a driver)."""
+    try:
+        return int(_import_cupy().cuda.runtime.getDeviceCount())
+    except GPUUnavailableError:
+        return 0
+
+
+def device_properties(device_id=None):
+    """What ``device_query`` prints about a GPU: ``{"id", "name", "total_memory" (bytes),
+    "compute_capability" ("major.minor"), "multiprocessors", "clock_khz", "cuda_runtime",
+    "cuda_driver", "cupy", "cudnn"}``. Raises GPUUnavailableError without a usable GPU."""
+    cp = _import_cupy()
+    dev = _state["device_id"] if device_id is None else int(device_id)
+    count = cp.cuda.runtime.getDeviceCount()
+    if not 0 <= dev < count:
+        raise GPUUnavailableError("GPU %d does not exist: this machine has %d CUDA device(s)"
+                                  % (dev, count))
+    props = cp.cuda.runtime.getDeviceProperties(dev)
+    name = props["name"]
+    from .ops.gpu import cudnn
+    return {
+        "id": dev,
+        "name": name.decode() if isinstance(name, bytes) else str(name),
+        "total_memory": int(props["totalGlobalMem"]),
+        "compute_capability": "%d.%d" % (props["major"], props["minor"]),
+        "multiprocessors": int(props["multiProcessorCount"]),
+        "clock_khz": int(props.get("clockRate", 0)),
+        "cuda_runtime": _version_string(cp.cuda.runtime.runtimeGetVersion()),
+        "cuda_driver": _version_string(cp.cuda.runtime.driverGetVersion()),
+        "cupy": cp.__version__,
+        "cudnn": cudnn.version(),
+    }
+
+
+def _version_string(v):
+    v = int(v)
+    return "%d.%d" % (v // 1000, (v % 1000) // 10)
+
+
+def synchronize():
+    """Wait for the GPU's queued work (for timing); nothing to do on the CPU."""
+    if _state["mode"] == GPU:
+        mod = device_module()
+        if _is_cupy(mod):
+            mod.cuda.Device(_state["device_id"]).synchronize()
+
+
+# ---- host staging for the data layers --------------------------------------------------------
+def pinned_empty(size, dtype):
+    """A flat host array of ``size`` elements for loading data in GPU mode: page-locked memory
+    from CuPy's pinned memory pool (fast, asynchronous uploads); a plain NumPy array on the CPU
+    (or where the device module has no pinned memory)."""
+    if _state["mode"] == GPU:
+        mod = device_module()
+        alloc = getattr(mod, "empty_pinned", None)  # the simulated device's
+        if alloc is None and _is_cupy(mod):
+            import cupyx
+            alloc = cupyx.empty_pinned
+        if alloc is not None:
+            return alloc((int(size),), dtype=np.dtype(dtype))
+    return np.empty(int(size), dtype)
+
+
+_transfer = threading.local()
+
+
+def upload(synced_arrays):
+    """Copy the host side of each SyncedArray to the device from a loading thread, on that
+    thread's own non-blocking CUDA stream, and wait for the copies there, so that the main
+    thread finds the batch already on the device (Caffe's prefetch ``async_gpu_push``)."""
+    mod = device_module()
+    if not _is_cupy(mod):
+        for a in synced_arrays:
+            a.push_to_device(None)
+        return
+    with mod.cuda.Device(_state["device_id"]):
+        stream = getattr(_transfer, "stream", None)
+        if stream is None:
+            stream = _transfer.stream = mod.cuda.Stream(non_blocking=True)
+        for a in synced_arrays:
+            a.push_to_device(stream)
+        stream.synchronize()
+
+
+def copy_to_device(dst, src, stream=None):
+    """``dst`` (a device array) = ``src`` (a host array of its shape and dtype); on ``stream``
+    when given (asynchronous from pinned memory)."""
+    if stream is None:
+        dst.set(src)
+    else:
+        dst.set(src, stream=stream)
 
 
 def xp():

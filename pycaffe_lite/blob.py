@@ -145,6 +145,15 @@ class Blob:
     def write_diff(self):
         return self._view(self._diff.write())
 
+    def pin_host(self):
+        """Put the data's host side in page-locked memory (GPU-mode data loading)."""
+        self._data.pin_host()
+
+    @property
+    def synced_data(self):
+        """The data's SyncedArray (host/device storage and sync state)."""
+        return self._data
+
     @property
     def data_state(self):
         return self._data.head
@@ -295,5 +304,9 @@ def blobproto_to_array(proto, return_diff=False):
         values = proto.double_data if len(proto.double_data) else proto.data
     dtype = np.float64 if (len(proto.double_data) and not return_diff) or \
         (len(proto.double_diff) and return_diff) else np.float32
+    count = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    if len(values) != count:
+        raise ShapeError("blob proto holds %d %s values for its shape %s (%d values)"
+                         % (len(values), "diff" if return_diff else "data", tuple(shape), count))
     return np.asarray(values, dtype=dtype).reshape(shape)
 

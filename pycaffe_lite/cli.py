@@ -24,6 +24,11 @@ def normalise_flags(argv):
     return out
 
 
+def one_line(message):
+    """An error message on one line (a script reading stderr finds it whole)."""
+    return " ".join(part.strip() for part in message.splitlines() if part.strip())
+
+
 def describe_os_error(exc):
     """``path: reason`` for an OSError, as one line."""
     reason = exc.strerror or str(exc)
@@ -58,11 +63,12 @@ def main(argv=None):
     try:
         return args.run(args) or 0
     except CaffeError as exc:
-        print("pycaffe-lite %s: error: %s" % (args.command, exc), file=sys.stderr)
+        print("pycaffe-lite %s: error: %s" % (args.command, one_line(str(exc))),
+              file=sys.stderr)
         return 1
     except OSError as exc:
         # a user file or folder that cannot be opened, read or written: its name and why
-        print("pycaffe-lite %s: error: %s" % (args.command, describe_os_error(exc)),
+        print("pycaffe-lite %s: error: %s" % (args.command, one_line(describe_os_error(exc))),
               file=sys.stderr)
         return 1
     except KeyboardInterrupt:

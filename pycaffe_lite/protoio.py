@@ -127,9 +127,10 @@ def write_error(exc, path, what="file"):
     and a rename): says what happened and that the previous file, if any, is unchanged."""
     reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
     if is_no_space(exc):
-        return ProtoError("cannot write %s: the disk is full (%s); nothing was replaced (a "
-                          "previous file of this name is unchanged). Free some space, or write "
-                          "elsewhere" % (what, reason), path)
+        return ProtoError("cannot write %s: no space left for it (%s: the disk, a quota or "
+                          "the file size limit is full); nothing was replaced (a previous file "
+                          "of this name is unchanged). Free some space, or write elsewhere"
+                          % (what, reason), path)
     return ProtoError("cannot write %s: %s; nothing was replaced (a previous file of this name "
                       "is unchanged)" % (what, reason), path)
 
@@ -165,7 +166,7 @@ def _remove_stale_temporaries(folder, name):
             pass
 
 
-def atomic_write(path, data):
+def atomic_write(path, data, what="file"):
     """Write ``data`` to ``path`` through a temporary file, fsync and a rename.
 
     A crash (even kill -9) or a full disk while writing leaves the previous file (if any)
@@ -183,7 +184,7 @@ def atomic_write(path, data):
             os.unlink(tmp)
         except OSError:
             pass
-        raise write_error(exc, path) from None
+        raise write_error(exc, path, what) from None
 
 
 # Control bytes that never occur in a prototxt but always early in a binary message (tags and

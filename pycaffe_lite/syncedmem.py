@@ -76,6 +76,23 @@ class SyncedArray:
             self.head = HEAD_AT_GPU
         return self._gpu
 
+    def pin_host(self):
+        """Move the host side into page-locked memory (GPU mode; see backend.pinned_empty),
+        keeping its contents."""
+        host = backend.pinned_empty(self.size, self.dtype)
+        host[...] = self.cpu()
+        self._cpu = host
+
+    def push_to_device(self, stream=None):
+        """Bring the device side up to date from the host on ``stream`` (the caller waits for
+        it), as Caffe's async_gpu_push; both sides are current afterwards."""
+        if self.head != HEAD_AT_CPU:
+            return
+        if self._gpu is None:
+            self._gpu = backend.device_module().empty(self.size, self.dtype)
+        backend.copy_to_device(self._gpu, self._cpu, stream)
+        self.head = SYNCED
+
     def read(self):
         """The current-mode array for reading."""
         return self.cpu() if backend.mode() == backend.CPU else self.gpu()

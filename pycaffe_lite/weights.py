@@ -1,6 +1,7 @@
 """Trained weights in and out of a Net: ``.caffemodel`` (binary NetParameter) and Caffe's HDF5
 layout (``/data/<layer>/<i>`` and, optionally, ``/diff/<layer>/<i>``)."""
 
+import io
 import logging
 import os
 
@@ -130,25 +131,30 @@ def copy_trained_layers_hdf5(net, path):
                 _warn_nonfinite(blob.data, path, name, j)
 
 
-def save_hdf5(net, path, write_diff=False):
+def write_hdf5(path, fill, what="HDF5 file"):
+    """Write an HDF5 file built by ``fill(h5file)``: in memory first, then to ``path`` with
+    :func:`protoio.atomic_write`. A full disk or a crash then leaves any previous file intact,
+    and a failing write is a ProtoError rather than an HDF5 library error (which, on a full
+    disk, can bring the process down when the file is closed)."""
     h5py = _h5py()
-    path = os.fspath(path)
-    tmp = protoio.temporary_name(path)
-    try:
-        with h5py.File(tmp, "w") as f:
-            groups = [("data", f.create_group("data"))]
-            if write_diff:
-                groups.append(("diff", f.create_group("diff")))
-            for name, layer in zip(net.layer_names, net.layers):
-                if not layer.blobs:
-                    continue
-                for what, g in groups:
-                    lg = g.create_group(name)
-                    for j, blob in enumerate(layer.blobs):
-                        arr = blob.cpu_data() if what == "data" else blob.cpu_diff()
-                        lg.create_dataset(str(j), data=arr)
-        os.replace(tmp, path)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise protoio.write_error(exc, path, "HDF5 file") from None
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        fill(f)
+    protoio.atomic_write(path, buffer.getvalue(), what)
+
+
+def save_hdf5(net, path, write_diff=False):
+    def fill(f):
+        groups = [("data", f.create_group("data"))]
+        if write_diff:
+            groups.append(("diff", f.create_group("diff")))
+        for name, layer in zip(net.layer_names, net.layers):
+            if not layer.blobs:
+                continue
+            for what, g in groups:
+                lg = g.create_group(name)
+                for j, blob in enumerate(layer.blobs):
+                    arr = blob.cpu_data() if what == "data" else blob.cpu_diff()
+                    lg.create_dataset(str(j), data=arr)
+
+    write_hdf5(os.fspath(path), fill)

@@ -593,6 +593,22 @@ def solverstate_without_its_weights(tmp, monkeypatch):
     solver.restore(str(tmp / "snaps" / "run_iter_2.solverstate"))
 
 
+@case(ProtoError, "bad.caffemodel.h5", "cannot open as HDF5")
+def corrupt_hdf5_weights(tmp):
+    write(tmp, "bad.caffemodel.h5", b"\x89HDF\r\n\x1a\n" + b"\x00garbage" * 40)
+    classifier(tmp).copy_from(str(tmp / "bad.caffemodel.h5"))
+
+
+@case(ProtoError, "cut.solverstate.h5", "cannot open as HDF5")
+def truncated_hdf5_solverstate(tmp, monkeypatch):
+    monkeypatch.chdir(tmp)
+    solver = get_solver(solver_project(tmp, SOLVER + "snapshot_format: HDF5\n"))
+    solver.step(2)
+    data = (tmp / "snaps" / "run_iter_2.solverstate.h5").read_bytes()
+    write(tmp, "cut.solverstate.h5", data[:len(data) // 2])
+    solver.restore(str(tmp / "cut.solverstate.h5"))
+
+
 # -- data sources
 @case(LayerError, "layer 'data' (type Data)", "'{tmp}/nope' not found", "create the database")
 def missing_data_source(tmp):
@@ -622,6 +638,11 @@ def data_source_of_another_backend(tmp):
     build(tmp, data_net(lmdb_of(tmp, [datum_bytes()]), backend="LEVELDB"))
 
 
+@case(LayerError, "layer 'data' (type Data)", "'{tmp}' is not a LMDB database (no data.mdb")
+def data_source_that_is_not_a_database(tmp):
+    build(tmp, data_net(str(tmp)))
+
+
 @case(LayerError, "layer 'data' (type Data)", "is empty: there are no records")
 def empty_lmdb(tmp):
     build(tmp, data_net(lmdb_of(tmp, [])))
@@ -645,6 +666,18 @@ def snapshot_folder_missing(tmp, monkeypatch):
     get_solver(solver_project(tmp, SOLVER.replace("snaps/run", "gone/run")))
 
 
+@case(CaffeError, "solver.prototxt", "cannot write to snapshot prefix 'snaps/run'",
+      "Permission denied", "directory exists and is writeable")
+def snapshot_folder_not_writable(tmp, monkeypatch):
+    from pycaffe_lite.solvers import paths
+
+    def refuse(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+    monkeypatch.chdir(tmp)
+    monkeypatch.setattr(paths, "open", refuse, raising=False)  # as a read-only folder does
+    get_solver(solver_project(tmp))
+
+
 @case(SnapshotError, "Iteration 4", "run_iter_4.caffemodel", "No such file or directory",
       "last complete snapshot", "run_iter_2.solverstate", "--snapshot")
 def snapshot_folder_removed_while_training(tmp, monkeypatch):
@@ -655,7 +688,7 @@ def snapshot_folder_removed_while_training(tmp, monkeypatch):
     solver.step(2)
 
 
-@case(SnapshotError, "Iteration 4", "the disk is full", "run_iter_2.solverstate", "is intact")
+@case(SnapshotError, "Iteration 4", "no space left for it", "run_iter_2.solverstate", "is intact")
 def disk_full_while_snapshotting(tmp, monkeypatch):
     solver = trained_snapshot(tmp, monkeypatch)
 

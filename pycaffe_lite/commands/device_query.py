@@ -1,26 +1,41 @@
-"""``pycaffe-lite device_query``: the GPU that ``--gpu`` would use."""
+"""``pycaffe-lite device_query``: the GPU that ``--gpu`` would use (Caffe's device_query)."""
 
 from .. import backend
 
 
 def add_arguments(p):
-    p.add_argument("--gpu", default="0", help="device id (default 0)")
+    p.add_argument("--gpu", default="0", help="device id (default 0; 'all' lists every GPU)")
+
+
+def _print(props):
+    gib = props["total_memory"] / float(1 << 30)
+    print("Device id:                     %d" % props["id"])
+    print("Name:                          %s" % props["name"])
+    print("Compute capability:            %s" % props["compute_capability"])
+    print("Total global memory:           %d (%.1f GiB)" % (props["total_memory"], gib))
+    print("Multiprocessors:               %d" % props["multiprocessors"])
+    print("Clock rate:                    %d kHz" % props["clock_khz"])
+    print("CUDA runtime / driver:         %s / %s" % (props["cuda_runtime"],
+                                                      props["cuda_driver"]))
+    print("CuPy:                          %s" % props["cupy"])
+    print("cuDNN:                         %s" % (props["cudnn"] if props["cudnn"] is not None
+                                                 else "not available (CAFFE engine only)"))
 
 
 def run(args):
     if not backend.gpu_available():
         print("No CUDA device available (CuPy missing or no GPU): pycaffe-lite runs on the CPU.")
         return 0
-    mod = backend.device_module()
-    dev_id = int(str(args.gpu).split(",")[0])
-    props = mod.cuda.runtime.getDeviceProperties(dev_id)
-    name = props["name"]
-    print("Device id:                     %d" % dev_id)
-    name = name.decode() if isinstance(name, bytes) else name
-    print("Name:                          %s" % name)
-    print("Total global memory:           %d" % props["totalGlobalMem"])
-    print("Compute capability:            %d.%d" % (props["major"], props["minor"]))
-    print("Multiprocessors:               %d" % props["multiProcessorCount"])
+    flag = str(args.gpu).strip()
+    if flag == "all":
+        ids = list(range(backend.device_count()))
+    else:
+        from .train import parse_gpus
+        ids = parse_gpus(flag) or [0]
+    for i, dev_id in enumerate(ids):
+        if i:
+            print()
+        _print(backend.device_properties(dev_id))
     return 0
 
 

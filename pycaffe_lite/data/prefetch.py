@@ -83,6 +83,8 @@ def _worker(shared, ref):
         if error is None:
             try:
                 owner.fill_fn(plan, batch.blobs)
+                if owner.after_fill is not None:
+                    owner.after_fill(batch.blobs)
             except BaseException as exc:
                 error = exc
         del owner, plan
@@ -101,12 +103,15 @@ class Prefetcher:
 
     ``make_blobs()`` creates the blobs of one batch. ``count = 0`` loads synchronously in
     :meth:`next` (no thread). ``initial_state`` is the state before the first batch.
+    ``after_fill(blobs)`` runs in the loading thread after each fill (the data layers copy the
+    batch to the GPU there).
     """
 
     def __init__(self, plan_fn, fill_fn, make_blobs, count=4, threads=1, name="data",
-                 initial_state=None):
+                 initial_state=None, after_fill=None):
         self.plan_fn = plan_fn
         self.fill_fn = fill_fn
+        self.after_fill = after_fill
         self.count = max(0, int(count))
         self.threads = max(1, int(threads))
         self.name = name
@@ -208,6 +213,8 @@ class Prefetcher:
         try:
             plan, state = self.plan_fn()
             self.fill_fn(plan, batch.blobs)
+            if self.after_fill is not None:
+                self.after_fill(batch.blobs)
         except Exception as exc:
             self._error = _wrap(exc)
             raise self._error

@@ -15,6 +15,7 @@ also used for 2-D when ``force_nd`` is set).
 import itertools
 
 from ..backend import get_array_module
+from .gpu import im2col as _gpu
 
 
 def conv_output_shape(input_shape, kernel, pad, stride, dilation):
@@ -67,6 +68,8 @@ def im2col(x, kernel, pad, stride, dilation, out=None, out_spatial=None, force_n
     calls by the convolution layers); ``out_spatial``: the output spatial shape when the caller
     already knows it. Returns the ``(C * K, B * P)`` array.
     """
+    if _gpu.supported(x.shape, kernel, x, out):  # CuPy arrays: the CUDA kernel (ops/gpu)
+        return _gpu.im2col(x, kernel, pad, stride, dilation, out, out_spatial, force_nd)
     xp = get_array_module(x)
     nb, nc = x.shape[:2]
     spatial = tuple(x.shape[2:])
@@ -110,6 +113,8 @@ def col2im(col, image_shape, kernel, pad, stride, dilation, out=None, out_spatia
 
     ``out`` (same shape as the images, C-contiguous) is overwritten; returns it.
     """
+    if _gpu.supported(image_shape, kernel, col, out):  # CuPy arrays: the CUDA kernel
+        return _gpu.col2im(col, image_shape, kernel, pad, stride, dilation, out, out_spatial)
     xp = get_array_module(col)
     image_shape = tuple(int(v) for v in image_shape)
     nb, nc = image_shape[:2]

@@ -11,6 +11,7 @@ in an ``int32`` array shaped like the output; :func:`max_pool_mask` turns them i
 import numpy as np
 
 from ..backend import get_array_module
+from .gpu import pooling as _gpu
 
 FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -92,6 +93,8 @@ def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
     """Caffe's MAX pooling: ``top`` gets each window's maximum (the first one in row-major
     order on ties; ``-FLT_MAX`` for a window with no value above it, NaNs are skipped) and
     ``argmax`` the kernel offset where it was found (``-1`` when none)."""
+    if _gpu.supported(x, top, argmax):  # CuPy arrays: the CUDA kernel (ops/gpu)
+        return _gpu.max_pool_forward(x, kernel, pad, stride, pooled, top, argmax)
     xp = get_array_module(x)
     src = _source(x, kernel, pad, stride, pooled, -np.inf)
     top[...] = -FLT_MAX
@@ -124,10 +127,23 @@ def max_pool_mask(argmax, width, kernel, pad, stride, out=None):
     return out
 
 
+def _tiles_exactly(shape, kernel, pad, stride, pooled):
+    """Whether the windows neither overlap nor leave gaps (stride == kernel, no padding,
+    the pooled grid covering the input exactly): then each bottom element has one window."""
+    return pad == (0, 0) and tuple(stride) == tuple(kernel) and \
+        tuple(shape[-2:]) == (pooled[0] * kernel[0], pooled[1] * kernel[1])
+
+
 def _route(top_diff, choice, kernel, pad, stride, pooled, bottom_diff):
     xp = get_array_module(top_diff)
-    acc, inner = _accumulator(bottom_diff, kernel, pad, stride, pooled)
     picked = xp.empty(choice.shape, dtype=bool)
+    if _tiles_exactly(bottom_diff.shape, tuple(kernel), tuple(pad), stride, pooled):
+        # every bottom element belongs to one window: write, no accumulator, no zeroing
+        for k, window in _offsets(kernel, stride, pooled):
+            xp.equal(choice, k, out=picked)
+            xp.multiply(top_diff, picked, out=bottom_diff[window])
+        return
+    acc, inner = _accumulator(bottom_diff, kernel, pad, stride, pooled)
     share = xp.empty(top_diff.shape, dtype=top_diff.dtype)
     for k, window in _offsets(kernel, stride, pooled):
         xp.equal(choice, k, out=picked)
@@ -139,12 +155,16 @@ def _route(top_diff, choice, kernel, pad, stride, pooled, bottom_diff):
 
 def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff):
     """Route each top gradient to its window's maximum; ``bottom_diff`` is overwritten."""
+    if _gpu.supported(top_diff, argmax, bottom_diff):  # CuPy arrays: the CUDA kernel
+        return _gpu.max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff)
     _route(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff)
 
 
 # ---- AVE ----------------------------------------------------------------------------------
 def ave_pool_forward(x, kernel, pad, stride, pooled, top, divisors):
     """Caffe's AVE pooling: the sum of each window's in-image values over ``divisors``."""
+    if _gpu.supported(x, top, divisors):  # CuPy arrays: the CUDA kernel (ops/gpu)
+        return _gpu.ave_pool_forward(x, kernel, pad, stride, pooled, top, divisors)
     src = _source(x, kernel, pad, stride, pooled, 0)
     top[...] = 0
     for _, window in _offsets(kernel, stride, pooled):
@@ -154,6 +174,9 @@ def ave_pool_forward(x, kernel, pad, stride, pooled, top, divisors):
 
 def ave_pool_backward(top_diff, kernel, pad, stride, pooled, divisors, bottom_diff):
     """Spread ``top_diff / divisors`` over each window; ``bottom_diff`` is overwritten."""
+    if _gpu.supported(top_diff, divisors, bottom_diff):  # CuPy arrays: the CUDA kernel
+        return _gpu.ave_pool_backward(top_diff, kernel, pad, stride, pooled, divisors,
+                                      bottom_diff)
     acc, inner = _accumulator(bottom_diff, kernel, pad, stride, pooled)
     share = top_diff / divisors
     for _, window in _offsets(kernel, stride, pooled):

@@ -18,6 +18,12 @@ class AdaDeltaSolver(SGDSolver):
     type = "AdaDelta"
     state_names = ("history", "update_history")
 
+    fused_rule = "AdaDelta"
+
+    def fused_args(self, i, rate):
+        momentum = f32(self.param.momentum)
+        return self.local_rate(i, rate), [f32(self.param.delta), momentum, f32(1.0 - momentum)]
+
     def compute_update_value(self, i, rate):
         xp = self._state_xp
         delta = f32(self.param.delta)

@@ -18,6 +18,11 @@ class AdaGradSolver(SGDSolver):
         super().sanity_check()
         _check_no_momentum(self, "AdaGrad")
 
+    fused_rule = "AdaGrad"
+
+    def fused_args(self, i, rate):
+        return self.local_rate(i, rate), [f32(self.param.delta)]
+
     def compute_update_value(self, i, rate):
         xp = self._state_xp
         delta = f32(self.param.delta)

@@ -17,6 +17,14 @@ class AdamSolver(SGDSolver):
     type = "Adam"
     state_names = ("m", "v")
 
+    fused_rule = "Adam"
+
+    def fused_args(self, i, rate):
+        beta1, beta2 = f32(self.param.momentum), f32(self.param.momentum2)
+        correction = adam_correction(beta1, beta2, self.iter + 1)
+        return f32(self.local_rate(i, rate) * correction), \
+            [beta1, f32(1.0 - beta1), beta2, f32(1.0 - beta2), f32(self.param.delta)]
+
     def compute_update_value(self, i, rate):
         xp = self._state_xp
         beta1 = f32(self.param.momentum)

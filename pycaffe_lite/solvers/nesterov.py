@@ -12,6 +12,12 @@ from .sgd import SGDSolver
 class NesterovSolver(SGDSolver):
     type = "Nesterov"
 
+    fused_rule = "Nesterov"
+
+    def fused_args(self, i, rate):
+        momentum = f32(self.param.momentum)
+        return self.local_rate(i, rate), [momentum, f32(1.0 + momentum)]
+
     def compute_update_value(self, i, rate):
         xp = self._state_xp
         momentum = f32(self.param.momentum)

@@ -79,10 +79,15 @@ def dumps(obj):
     return json.dumps(_encode(obj), separators=(",", ":")).encode("utf-8")
 
 
-def loads(data):
-    if isinstance(data, (bytes, bytearray)):
-        data = bytes(data).decode("utf-8")
-    return _decode(json.loads(data))
+def loads(data, source="solver state"):
+    """The state :func:`dumps` encoded; a CaffeError naming ``source`` when it is corrupt."""
+    try:
+        if isinstance(data, (bytes, bytearray)):
+            data = bytes(data).decode("utf-8")
+        return _decode(json.loads(data))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CaffeError("%s: resume_state is corrupt (%s: %s); restore an earlier snapshot"
+                         % (source, type(exc).__name__, exc)) from None
 
 
 def _layer_states(net):
@@ -122,9 +127,16 @@ def apply(solver, state, source):
     if version != FORMAT_VERSION:
         raise CaffeError("%s: resume_state has an unknown format (version %r); it was written "
                          "by another pycaffe-lite version" % (source, version))
-    if state.get("rng") is not None:
-        backend.set_rng_state(state["rng"])
-    _restore_layers(solver.net, state.get("train_layers", {}), "train net")
-    tests = state.get("test_layers", [])
-    for i, (net, states) in enumerate(zip(solver.test_nets, tests)):
-        _restore_layers(net, states, "test net #%d" % i)
+    try:
+        if state.get("rng") is not None:
+            backend.set_rng_state(state["rng"])
+        _restore_layers(solver.net, state.get("train_layers", {}), "train net")
+        tests = state.get("test_layers", [])
+        for i, (net, states) in enumerate(zip(solver.test_nets, tests)):
+            _restore_layers(net, states, "test net #%d" % i)
+    except CaffeError as exc:
+        raise CaffeError("%s: %s" % (source, exc)) from None
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        raise CaffeError("%s: resume_state is corrupt or does not fit this net (%s: %s); "
+                         "restore an earlier snapshot" % (source, type(exc).__name__, exc)) \
+            from None

@@ -22,6 +22,13 @@ class RMSPropSolver(SGDSolver):
             raise CaffeError("%s: rms_decay should lie between 0 and 1 (0 <= rms_decay < 1, "
                              "got %g)" % (self.where, self.param.rms_decay))
 
+    fused_rule = "RMSProp"
+
+    def fused_args(self, i, rate):
+        rms_decay = f32(self.param.rms_decay)
+        return self.local_rate(i, rate), [f32(self.param.delta), rms_decay,
+                                          f32(1.0 - rms_decay)]
+
     def compute_update_value(self, i, rate):
         xp = self._state_xp
         delta = f32(self.param.delta)

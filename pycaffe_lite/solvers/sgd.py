@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import backend
 from ..errors import CaffeError
+from ..ops.gpu import solver_updates as _gpu_updates
 from ..registry import SOLVERS
 from .lr_policy import f32
 from .solver import Solver, _fmt
@@ -83,10 +84,44 @@ class SGDSolver(Solver):
             log.info("Iteration %d, lr = %s", self.iter, _fmt(rate))
         self.clip_gradients()
         for i in range(len(self.net.learnable_params)):
+            if self._fused_update(i, rate):  # CuPy arrays: one kernel per param (ops/gpu)
+                continue
             self.normalize(i)
             self.regularize(i)
             self.compute_update_value(i, rate)
         self.net.update()
+
+    # -- the fused GPU update (ops/gpu/solver_updates.py) -----------------------------------
+    #: the rule's kernel in :mod:`pycaffe_lite.ops.gpu.solver_updates` (None: no kernel)
+    fused_rule = "SGD"
+
+    def fused_args(self, i, rate):
+        """``(rate, coefficients)`` of the rule's kernel, computed as the NumPy steps do."""
+        return self.local_rate(i, rate), [f32(self.param.momentum)]
+
+    def _fused_update(self, i, rate):
+        """normalize + regularize + compute_update_value of param ``i`` in one kernel, when
+        its arrays are CuPy's. False when the NumPy steps must run instead."""
+        rule = _fused_rule(type(self))
+        if rule is None:
+            return False
+        n = len(self.net.learnable_params)
+        state = [self.history[k * n + i] for k in range(len(self.state_names))]
+        if not _gpu_updates.supported(*state):
+            return False
+        param = self.param
+        decay = f32(param.weight_decay * self.net.params_weight_decay[i])
+        if decay and param.regularization_type not in ("L2", "L1"):
+            return False  # the NumPy path raises the error
+        blob = self.net.learnable_params[i]
+        data, diff = blob.read_data(), blob.write_diff()
+        if not _gpu_updates.supported(data, diff, *state):
+            return False
+        norm = 1 if param.iter_size == 1 else f32(1.0 / param.iter_size)
+        kernel_rate, coefficients = self.fused_args(i, rate)
+        _gpu_updates.update(rule, data, diff, state, norm, decay,
+                            param.regularization_type == "L1", kernel_rate, coefficients)
+        return True
 
     def clip_gradients(self):
         clip = self.param.clip_gradients
@@ -145,6 +180,26 @@ class SGDSolver(Solver):
 
 
 SOLVERS.register("SGD", SGDSolver)
+
+
+_FUSED_CACHE = {}
+
+
+def _fused_rule(cls):
+    """``cls.fused_rule`` when ``cls`` computes its update exactly as the class that declares
+    that rule (a subclass overriding a step keeps the NumPy steps, and its override)."""
+    rule = _FUSED_CACHE.get(cls, False)
+    if rule is not False:
+        return rule
+    owner = next((k for k in cls.__mro__ if "fused_rule" in k.__dict__), None)
+    rule = None
+    if owner is not None and owner.fused_rule is not None and all(
+            getattr(cls, name) is getattr(owner, name)
+            for name in ("normalize", "regularize", "compute_update_value", "local_rate",
+                         "fused_args")):
+        rule = owner.fused_rule
+    _FUSED_CACHE[cls] = rule
+    return rule
 
 
 def _check_no_momentum(solver, name):

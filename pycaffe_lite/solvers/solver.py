@@ -630,23 +630,18 @@ class Solver:
         return filename
 
     def _write_state_hdf5(self, filename, model_filename, extra):
-        from ..weights import _h5py
-        h5py = _h5py()
-        tmp = protoio.temporary_name(filename)
-        try:
-            with h5py.File(tmp, "w") as f:
-                f.create_dataset("iter", data=np.array([self.iter], np.int32))
-                f.create_dataset("learned_net", data=np.bytes_(model_filename.encode("utf-8")))
-                f.create_dataset("current_step", data=np.array([self.current_step], np.int32))
-                group = f.create_group("history")
-                for i, arr in enumerate(self._history_host()):
-                    group.create_dataset(str(i), data=np.asarray(arr, np.float32))
-                f.create_dataset("resume_state", data=np.void(extra))
-            os.replace(tmp, filename)
-        except OSError as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise protoio.write_error(exc, filename, "HDF5 solver state") from None
+        from ..weights import write_hdf5
+
+        def fill(f):
+            f.create_dataset("iter", data=np.array([self.iter], np.int32))
+            f.create_dataset("learned_net", data=np.bytes_(model_filename.encode("utf-8")))
+            f.create_dataset("current_step", data=np.array([self.current_step], np.int32))
+            group = f.create_group("history")
+            for i, arr in enumerate(self._history_host()):
+                group.create_dataset(str(i), data=np.asarray(arr, np.float32))
+            f.create_dataset("resume_state", data=np.void(extra))
+
+        write_hdf5(filename, fill, "HDF5 solver state")
 
     # -- restore -------------------------------------------------------------------------
     def restore(self, state_file):
@@ -664,6 +659,8 @@ class Solver:
         self.last_snapshot = state_file
 
     def _learned_net_path(self, learned_net, state_file):
+        if isinstance(learned_net, bytes):  # protobuf hands over a non-UTF-8 string as bytes
+            learned_net = os.fsdecode(learned_net)
         if os.path.isfile(learned_net):
             return learned_net
         folder = os.path.dirname(os.path.abspath(state_file))
@@ -681,7 +678,14 @@ class Solver:
         if state.HasField("learned_net") and state.learned_net:
             self.net.copy_from(self._learned_net_path(state.learned_net, state_file))
         self.current_step = state.current_step
-        self._set_history([blobproto_to_array(h) for h in state.history], state_file)
+        history = []
+        for i, blob in enumerate(state.history):
+            try:
+                history.append(blobproto_to_array(blob))
+            except CaffeError as exc:
+                raise ProtoError("history blob %d: %s (a corrupt solver state)" % (i, exc),
+                                 state_file) from None
+        self._set_history(history, state_file)
         self._apply_resume_state(state.resume_state if state.HasField("resume_state") else None,
                                  state_file)
 
@@ -739,7 +743,7 @@ class Solver:
 
     def _apply_resume_state(self, extra, source):
         if extra:
-            resume.apply(self, resume.loads(extra), source)
+            resume.apply(self, resume.loads(extra, source), source)
         else:
             log.info("%s holds no random-generator or data-position state (written by Caffe?): "
                      "resuming with the current random numbers and data order", source)

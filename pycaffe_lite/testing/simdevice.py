@@ -30,6 +30,7 @@ Use::
 
 import collections
 import contextlib
+import threading
 import traceback
 import types
 
@@ -50,7 +51,7 @@ _SYNCING_FUNCTIONS = frozenset(["nonzero", "flatnonzero", "argwhere", "unique", 
 _HOST_ONLY_ATTRIBUTES = frozenset(["ctypes", "tofile", "__array_interface__",
                                    "__array_struct__", "data"])
 
-Transfer = collections.namedtuple("Transfer", "kind nbytes what where")
+Transfer = collections.namedtuple("Transfer", "kind nbytes what where thread")
 
 
 class HostTransferError(AssertionError):
@@ -70,6 +71,13 @@ def _caller():
 def _host_array_error(obj):
     return TypeError("Unsupported type %s: a host numpy.ndarray cannot be mixed into a device "
                      "computation; move it with xp.asarray() first" % type(obj))
+
+
+class _Pointer:
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr):
+        self.ptr = ptr
 
 
 class DeviceArray(NDArrayOperatorsMixin):
@@ -93,6 +101,8 @@ class DeviceArray(NDArrayOperatorsMixin):
     strides = property(lambda self: self._a.strides)
     flags = property(lambda self: self._a.flags)
     T = property(lambda self: DeviceArray(self._a.T, self._dev))
+    # like CuPy's ``MemoryPointer``: ``.data.ptr`` is the address of the first element
+    data = property(lambda self: _Pointer(self._a.__array_interface__["data"][0]))
 
     @shape.setter
     def shape(self, value):
@@ -303,8 +313,9 @@ class _DeviceRandom:
 class SimulatedDevice:
     """The device module of the simulation (what ``backend.device_module()`` returns).
 
-    Counters: ``to_device``, ``to_host``, ``scalar_syncs``; ``transfers`` holds one
-    :data:`Transfer` per crossing (kind, bytes, what, ``file:line`` of the caller).
+    Counters: ``to_device``, ``to_host``, ``scalar_syncs``, ``pinned_allocations``;
+    ``transfers`` holds one :data:`Transfer` per crossing (kind, bytes, what, ``file:line`` of
+    the caller, thread name).
     """
 
     __name__ = "pycaffe_lite.testing.simdevice"
@@ -314,24 +325,34 @@ class SimulatedDevice:
         self.to_device = 0
         self.to_host = 0
         self.scalar_syncs = 0
+        self.pinned_allocations = 0
         self.transfers = []
-        self._forbidden = collections.Counter()
+        self._lock = threading.Lock()
+        self._local = threading.local()  # forbid() applies to the thread that entered it
         self._cache = {}
         self.random = _DeviceRandom(self)
 
     # ---- bookkeeping -----------------------------------------------------------------------
+    def _forbidden(self):
+        counts = getattr(self._local, "forbidden", None)
+        if counts is None:
+            counts = self._local.forbidden = collections.Counter()
+        return counts
+
     def _record(self, kind, nbytes, what):
         where = _caller()
-        if self._forbidden[kind]:
+        thread = threading.current_thread().name
+        if self._forbidden()[kind]:
             raise HostTransferError("forbidden %s (%s, %d bytes) at %s"
                                     % (kind, what, nbytes, where))
-        if kind == TO_DEVICE:
-            self.to_device += 1
-        elif kind == TO_HOST:
-            self.to_host += 1
-        else:
-            self.scalar_syncs += 1
-        self.transfers.append(Transfer(kind, int(nbytes), what, where))
+        with self._lock:
+            if kind == TO_DEVICE:
+                self.to_device += 1
+            elif kind == TO_HOST:
+                self.to_host += 1
+            else:
+                self.scalar_syncs += 1
+            self.transfers.append(Transfer(kind, int(nbytes), what, where, thread))
 
     def counts(self):
         """``{kind: count}`` of the crossings so far."""
@@ -340,16 +361,18 @@ class SimulatedDevice:
     @contextlib.contextmanager
     def forbid(self, *kinds):
         """Inside the block, a crossing of one of ``kinds`` (``"to_host"``, ``"to_device"``,
-        ``"scalar_sync"``) raises :class:`HostTransferError` where it happens."""
+        ``"scalar_sync"``) by this thread raises :class:`HostTransferError` where it happens
+        (data-loading threads go on uploading)."""
+        forbidden = self._forbidden()
         for k in kinds:
             if k not in KINDS:
                 raise ValueError("unknown transfer kind %r (use one of %s)" % (k, KINDS))
-            self._forbidden[k] += 1
+            forbidden[k] += 1
         try:
             yield self
         finally:
             for k in kinds:
-                self._forbidden[k] -= 1
+                forbidden[k] -= 1
 
     @contextlib.contextmanager
     def recording(self):
@@ -424,6 +447,8 @@ class SimulatedDevice:
             else:
                 args.append(x)
         out = kwargs.get("out")
+        kwargs = {k: (self._unwrap(v, ufunc.__name__) if k != "out" else v)
+                  for k, v in kwargs.items()}
         if out is not None:
             outs = out if isinstance(out, tuple) else (out,)
             for o in outs:
@@ -499,6 +524,12 @@ class SimulatedDevice:
         if not isinstance(a, DeviceArray):
             return np.asarray(a, order=order)
         return a.get(order=order, out=out)
+
+    def empty_pinned(self, shape, dtype=float):
+        """Page-locked host memory (cupyx.empty_pinned): here a NumPy array, counted."""
+        with self._lock:
+            self.pinned_allocations += 1
+        return np.empty(shape, dtype)
 
     def get_array_module(self, *arrays):
         return self if any(isinstance(a, DeviceArray) for a in arrays) else np

@@ -231,8 +231,8 @@ def test_gpu_mode_reads_each_new_batch_on_the_device(tmp_path):
                 dev = top[0].read_data()
                 assert isinstance(dev, DeviceArray)
                 idx = [(2 * k) % 6, (2 * k + 1) % 6]
-                np.testing.assert_array_equal(np.asarray(dev), imgs[idx])
-                assert np.asarray(top[1].read_data()).tolist() == idx
+                np.testing.assert_array_equal(backend.to_host(dev), imgs[idx])
+                assert backend.to_host(top[1].read_data()).tolist() == idx
     finally:
         backend.set_mode_cpu()
         layer.close()

@@ -101,10 +101,20 @@ class BasePrefetchingDataLayer(BaseDataLayer):
         for t, s in zip(top, shapes):
             t.reshape(s)
         dtype = self.dtype
+        pinned = backend.mode() == backend.GPU
+
+        def make_blobs():
+            blobs = [Blob(s, dtype) for s in shapes]
+            if pinned:  # GPU mode: page-locked host buffers, uploaded asynchronously
+                for b in blobs:
+                    b.pin_host()
+            return blobs
+
         self._prefetcher = Prefetcher(
-            self._plan, self._fill, lambda: [Blob(s, dtype) for s in shapes],
+            self._plan, self._fill, make_blobs,
             count=self.prefetch_count, threads=self.prefetch_threads,
-            name="%s '%s'" % (self.type, self.name), initial_state=self.read_state())
+            name="%s '%s'" % (self.type, self.name), initial_state=self.read_state(),
+            after_fill=self._upload)
         self._prefetcher.start()
 
     def _plan(self):
@@ -113,6 +123,13 @@ class BasePrefetchingDataLayer(BaseDataLayer):
 
     def _fill(self, plan, blobs):
         self.fill_batch(plan, blobs)
+
+    @staticmethod
+    def _upload(blobs):
+        """In the loading thread: in GPU mode, copy the batch to the device (on a stream of
+        that thread, from pinned memory), so forward finds it there."""
+        if backend.mode() == backend.GPU:
+            backend.upload([b.synced_data for b in blobs])
 
     def forward(self, bottom, top):
         try:

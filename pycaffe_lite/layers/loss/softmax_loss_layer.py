@@ -4,6 +4,7 @@ import numpy as np
 
 from ...backend import get_array_module
 from ...layer import LossLayer
+from ...ops.gpu import softmax_loss as _gpu
 from ...registry import register_layer
 from ..common.softmax_layer import softmax_axis, softmax_forward
 from .loss_utils import LossParameter, check_labels, get_normalizer, normalization_mode
@@ -78,9 +79,12 @@ class SoftmaxWithLossLayer(LossLayer):
         index, valid = self._labels(bottom)
         self.index, self.valid = index, valid
         self.normalizer = self._normalizer(xp, valid, prob.dtype)
-        picked = xp.take_along_axis(prob, index[:, None, :], axis=1)[:, 0, :]
-        log_p = xp.log(xp.maximum(picked, prob.dtype.type(FLT_MIN)))
-        total = -xp.where(valid, log_p, 0).sum()
+        if _gpu.supported(prob, index, valid):  # CuPy arrays: the CUDA kernel (ops/gpu)
+            total = -_gpu.masked_log_prob(prob, index, valid).sum()
+        else:
+            picked = xp.take_along_axis(prob, index[:, None, :], axis=1)[:, 0, :]
+            log_p = xp.log(xp.maximum(picked, prob.dtype.type(FLT_MIN)))
+            total = -xp.where(valid, log_p, 0).sum()
         top[0].write_data()[...] = total / self.normalizer
         if len(top) >= 2:
             top[1].write_data()[...] = prob.reshape(bottom[0].shape)
@@ -114,9 +118,12 @@ class SoftmaxWithLossLayer(LossLayer):
                              f"{bottom[0].shape} first")
         prob, index, valid = self.prob, self.index, self.valid
         xp = get_array_module(prob)
+        dx = bottom[0].write_diff().reshape(self.view_shape)
+        if _gpu.supported(prob, index, valid):  # CuPy arrays: the CUDA kernel (ops/gpu)
+            _gpu.backward(prob, index, valid, top[0].read_diff() / self.normalizer, dx)
+            return
         classes = xp.arange(self.channels)[None, :, None]
         onehot = (classes == index[:, None, :]).astype(prob.dtype)
-        dx = bottom[0].write_diff().reshape(self.view_shape)
         xp.subtract(prob, onehot, out=dx)
         dx *= valid[:, None, :].astype(prob.dtype)
         dx *= top[0].read_diff() / self.normalizer

@@ -1,5 +1,6 @@
 """Convolution: learnable filters correlated with the input (Caffe's ConvolutionLayer)."""
 
+from ...ops.gpu import cudnn as _cudnn
 from ...registry import register_layer
 from .base_conv import BaseConvolutionLayer
 
@@ -18,8 +19,9 @@ class ConvolutionLayer(BaseConvolutionLayer):
     stride (1) | stride_h, stride_w  pad (0) | pad_h, pad_w  dilation (1)  group (1)
     bias_term (true)  weight_filler  bias_filler  axis (1)  force_nd_im2col (false) }``;
     ``kernel_size``/``stride``/``pad``/``dilation`` take one value for all spatial axes or one
-    per axis, the ``_h``/``_w`` forms are 2-D only. Blobs: weights ``(num_output, C / group,
-    *kernel)``, bias ``(num_output,)``.
+    per axis, the ``_h``/``_w`` forms are 2-D only; ``engine`` (DEFAULT: cuDNN on the GPU when
+    CuPy provides it, else CAFFE; see :mod:`pycaffe_lite.ops.gpu.cudnn`). Blobs: weights
+    ``(num_output, C / group, *kernel)``, bias ``(num_output,)``.
     """
 
     def compute_output_shape(self):
@@ -36,6 +38,8 @@ class ConvolutionLayer(BaseConvolutionLayer):
         return tuple(out)
 
     def forward(self, bottom, top):
+        if _cudnn.conv_forward(self, bottom, top):  # engine CUDNN on the GPU (ops/gpu)
+            return
         weights = self.blobs[0].read_data()
         for b, t in zip(bottom, top):
             y = t.write_data()
@@ -44,6 +48,8 @@ class ConvolutionLayer(BaseConvolutionLayer):
                 self.forward_bias(y, self.blobs[1].read_data())
 
     def backward(self, top, propagate_down, bottom):
+        if _cudnn.conv_backward(self, top, propagate_down, bottom):  # engine CUDNN
+            return
         weights = self.blobs[0].read_data()
         do_weights = self.param_propagate_down[0]
         do_bias = self.bias_term and self.param_propagate_down[1]

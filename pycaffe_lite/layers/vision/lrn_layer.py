@@ -2,6 +2,7 @@
 
 from ...backend import get_array_module
 from ...layer import Layer
+from ...ops.gpu import lrn as _gpu
 from ...proto import caffe_pb2
 from ...registry import register_layer
 
@@ -71,6 +72,10 @@ class LRNLayer(Layer):
 
     def forward(self, bottom, top):
         x = bottom[0].read_data()
+        if _gpu.supported(x):  # CuPy arrays: the CUDA kernels of ops/gpu/lrn.py
+            self.scale = _gpu.lrn_forward(x, top[0].write_data(), self.size, self.alpha,
+                                          self.beta, self.k, self.region == LRN.ACROSS_CHANNELS)
+            return
         dt = x.dtype.type
         summed = self._window(x * x)
         if self.region == LRN.ACROSS_CHANNELS:
@@ -90,6 +95,10 @@ class LRNLayer(Layer):
         x = bottom[0].read_data()
         y = top[0].read_data()
         dy = top[0].read_diff()
+        if _gpu.supported(x, y, dy, self.scale):  # CuPy arrays: the CUDA kernels
+            _gpu.lrn_backward(x, y, dy, self.scale, bottom[0].write_diff(), self.size,
+                              self.alpha, self.beta, self.region == LRN.ACROSS_CHANNELS)
+            return
         dt = x.dtype.type
         n = self.size if self.region == LRN.ACROSS_CHANNELS else self.size * self.size
         accum = self._window(dy * y / self.scale)

@@ -6,6 +6,7 @@ from ... import backend
 from ...backend import get_array_module
 from ...layer import Layer
 from ...ops import pooling as ops
+from ...ops.gpu import cudnn as _cudnn
 from ...proto import caffe_pb2
 from ...registry import register_layer
 
@@ -132,6 +133,8 @@ class PoolingLayer(Layer):
                                                   self.pooled, dtype=self.dtype)
 
     def forward(self, bottom, top):
+        if _cudnn.pool_forward(self, bottom, top):  # engine CUDNN on the GPU (ops/gpu)
+            return
         x = bottom[0].read_data()
         y = top[0].write_data()
         xp = get_array_module(x)
@@ -165,6 +168,8 @@ class PoolingLayer(Layer):
         return self.divisors
 
     def backward(self, top, propagate_down, bottom):
+        if _cudnn.pool_backward(self, top, propagate_down, bottom):  # engine CUDNN
+            return
         if not propagate_down[0]:
             return
         dy = top[0].read_diff()

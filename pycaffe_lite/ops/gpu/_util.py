@@ -1,0 +1,132 @@
+"""What the GPU kernels share: the lazy CuPy import, array checks, kernel caches and launches.
+
+Nothing here imports CuPy at module import: :func:`cupy` does, on first use, and only the
+kernel functions (which run on CuPy arrays, so CuPy is already loaded) call it.
+"""
+
+import os
+import threading
+
+import numpy as np
+
+# Kernels index with 32-bit ints (fast division on the GPU); larger arrays take the
+# xp-generic path instead.
+MAX_KERNEL_ELEMENTS = 2 ** 30
+BLOCK = 256
+MAX_GRID = 65535 * 32
+
+_lock = threading.Lock()
+# PYCAFFE_LITE_GPU_KERNELS=0 turns the kernels off: the xp-generic NumPy code then runs on
+# CuPy (for debugging and for timing the kernels against it).
+_enabled = [os.environ.get("PYCAFFE_LITE_GPU_KERNELS", "1") != "0"]
+
+
+def set_kernels_enabled(flag):
+    """Use the CUDA kernels on CuPy arrays (True, the default) or the generic code (False).
+    Returns the previous setting."""
+    old = _enabled[0]
+    _enabled[0] = bool(flag)
+    return old
+
+
+def kernels_enabled():
+    return _enabled[0]
+
+
+def cupy():
+    """The CuPy module (imported on first use)."""
+    import cupy as _cupy  # the one lazy import of ops/gpu
+    return _cupy
+
+
+def is_cupy(*arrays):
+    """True when every array is a CuPy ndarray (checked by type, without importing CuPy)."""
+    for a in arrays:
+        if a is None:
+            continue
+        if not type(a).__module__.startswith("cupy"):
+            return False
+    return bool(arrays)
+
+
+def on_gpu(*arrays):
+    """The kernels take these arrays: kernels enabled and every array a CuPy array."""
+    return _enabled[0] and is_cupy(*arrays)
+
+
+def fits(*sizes):
+    return all(int(s) < MAX_KERNEL_ELEMENTS for s in sizes)
+
+
+def kernel_dtype(*arrays):
+    """The C type name for the arrays' common float dtype, or None if unsupported."""
+    dtypes = {np.dtype(a.dtype) for a in arrays if a is not None}
+    if len(dtypes) != 1:
+        return None
+    dt = dtypes.pop()
+    return {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}.get(dt)
+
+
+class RawModuleCache:
+    """A CUDA source compiled once per element type (``T``) and device, on first use."""
+
+    def __init__(self, source, names):
+        self.source = source
+        self.names = tuple(names)
+        self._modules = {}
+
+    def function(self, name, ctype):
+        cp = cupy()
+        key = (ctype, cp.cuda.runtime.getDevice())
+        module = self._modules.get(key)
+        if module is None:
+            with _lock:
+                module = self._modules.get(key)
+                if module is None:
+                    code = "typedef %s T;\n%s" % (ctype, self.source)
+                    module = cp.RawModule(code=code, options=("--std=c++11",))
+                    self._modules[key] = module
+        return module.get_function(name)
+
+
+class LazyKernel:
+    """An ElementwiseKernel (or any CuPy kernel object) built once, on first use."""
+
+    def __init__(self, build):
+        self._build = build
+        self._kernel = None
+
+    def __call__(self, *args, **kwargs):
+        kernel = self._kernel
+        if kernel is None:
+            with _lock:
+                if self._kernel is None:
+                    self._kernel = self._build(cupy())
+                kernel = self._kernel
+        return kernel(*args, **kwargs)
+
+
+def launch(function, n, args):
+    """Run a grid-stride kernel over ``n`` items (``args`` as the CUDA signature wants:
+    contiguous CuPy arrays and NumPy scalars of the exact C types)."""
+    n = int(n)
+    if n <= 0:
+        return
+    grid = min((n + BLOCK - 1) // BLOCK, MAX_GRID)
+    function((grid,), (BLOCK,), args)
+
+
+def contiguous(a):
+    """``a`` itself when C-contiguous, else a contiguous copy (RawKernels index flat memory)."""
+    return a if a.flags.c_contiguous else cupy().ascontiguousarray(a)
+
+
+def write_back(out, result):
+    """Copy ``result`` into ``out`` when the kernel had to write into a contiguous temporary."""
+    if result is not out:
+        out[...] = result
+    return out
+
+
+def i32(v):
+    return np.int32(v)

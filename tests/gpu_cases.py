@@ -1,0 +1,402 @@
+"""The GPU-mode parity cases shared by tests/test_gpu_simulated.py (simulated device, every
+machine) and tests/test_gpu_cupy.py (a real GPU): one or more cases per registered layer type,
+the runner, and a small LeNet-style net with its solvers."""
+
+import collections
+import textwrap
+
+import numpy as np
+
+from pycaffe_lite import backend
+from pycaffe_lite.blob import Blob
+from pycaffe_lite.layers import create_layer
+from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite.testing import layer_param
+
+TRAIN, TEST = caffe_pb2.TRAIN, caffe_pb2.TEST
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _u(shape, seed=0, low=-1.0, high=1.0):
+    return _rng(seed).uniform(low, high, shape).astype(np.float32)
+
+
+def _labels(n, classes, seed=1, shape=None):
+    lab = _rng(seed).integers(0, classes, n).astype(np.float32)
+    return lab.reshape(shape) if shape is not None else lab
+
+
+# ---- the cases: one or more per registered layer type ----------------------------------------
+Case = collections.namedtuple("Case", "type text bottoms down tops phase host_io prepare")
+
+
+def case(type_, text, bottoms, down=None, tops=1, phase=TRAIN, host_io=False, prepare=None):
+    """``down``: propagate_down per bottom (default all True); ``host_io``: the layer reads or
+    writes host memory by design (data, file output and pycaffe-style Python layers);
+    ``prepare(layer)`` runs after setup."""
+    return Case(type_, text, bottoms, down, tops, phase, host_io, prepare)
+
+
+def _memory_data(layer):
+    layer.reset(_u((4, 1, 2, 2), 4), np.arange(4, dtype=np.float32))
+
+
+CONV = ('type: "Convolution" convolution_param { num_output: 4 kernel_size: 3 pad: 1 stride: 2 '
+        'group: 2 weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "uniform" '
+        'min: -0.5 max: 0.5 } }')
+X4 = (2, 4, 6, 5)
+
+CASES = [
+    case("AbsVal", 'type: "AbsVal"', [_u((2, 3, 4))]),
+    case("Accuracy", 'type: "Accuracy" accuracy_param { top_k: 2 }',
+         [_u((6, 5)), _labels(6, 5)], down=[False, False], tops=2),
+    case("ArgMax", 'type: "ArgMax" argmax_param { top_k: 2 out_max_val: true axis: 1 }',
+         [_u((2, 5, 3))], down=[False]),
+    case("BNLL", 'type: "BNLL"', [_u((2, 3, 4))]),
+    case("BatchNorm", 'type: "BatchNorm"', [_u((4, 3, 2, 2))]),
+    case("BatchNorm", 'type: "BatchNorm" batch_norm_param { use_global_stats: false }',
+         [_u((4, 3, 2, 2))], phase=TEST),
+    case("BatchReindex", 'type: "BatchReindex"',
+         [_u((4, 3)), np.array([3, 0, 3, 1, 2], np.float32)], down=[True, False]),
+    case("Bias", 'type: "Bias" bias_param { axis: 1 num_axes: 1 filler { type: "uniform" } }',
+         [_u((2, 3, 4))]),
+    case("Bias", 'type: "Bias" bias_param { axis: 1 }', [_u((2, 3, 4)), _u((3,), 5)]),
+    case("Clip", 'type: "Clip" clip_param { min: -0.5 max: 0.4 }', [_u((2, 3, 4))]),
+    case("Concat", 'type: "Concat" concat_param { axis: 1 }', [_u((2, 3, 2)), _u((2, 4, 2), 3)]),
+    case("ContrastiveLoss", 'type: "ContrastiveLoss" contrastive_loss_param { margin: 1.5 }',
+         [_u((4, 3)), _u((4, 3), 2), np.array([1, 0, 0, 1], np.float32)],
+         down=[True, True, False]),
+    case("Convolution", CONV, [_u(X4)]),
+    case("Convolution", CONV.replace("pad: 1 stride: 2", "dilation: 2") + " convolution_param "
+         "{ engine: CAFFE }", [_u((2, 4, 7, 7))]),
+    case("Convolution", 'type: "Convolution" convolution_param { num_output: 3 kernel_size: 1 '
+         'weight_filler { type: "xavier" } }', [_u((2, 4, 3, 3))]),
+    case("Convolution", 'type: "Convolution" convolution_param { num_output: 2 kernel_size: 2 '
+         'kernel_size: 1 kernel_size: 2 pad: 1 stride: 2 weight_filler { type: "xavier" } }',
+         [_u((2, 2, 3, 2, 3))]),
+    case("Crop", 'type: "Crop" crop_param { offset: 1 }', [_u((2, 3, 6, 5)), _u((2, 4, 4, 3))],
+         down=[True, False]),
+    case("Data", 'type: "Data" data_param {{ source: "{lmdb}" batch_size: 3 backend: LMDB }} '
+         'transform_param {{ scale: 0.5 mirror: true crop_size: 3 }}', [], tops=2,
+         host_io=True),
+    case("Deconvolution", CONV.replace("Convolution", "Deconvolution"), [_u(X4)]),
+    case("Dropout", 'type: "Dropout" dropout_param { dropout_ratio: 0.3 }', [_u((2, 3, 4, 5))]),
+    case("DummyData", 'type: "DummyData" dummy_data_param { shape { dim: 2 dim: 3 } '
+         'data_filler { type: "gaussian" } }', [], host_io=True),
+    case("ELU", 'type: "ELU" elu_param { alpha: 0.7 }', [_u((2, 3, 4))]),
+    case("Eltwise", 'type: "Eltwise" eltwise_param { operation: PROD }',
+         [_u((2, 3)), _u((2, 3), 1), _u((2, 3), 2)]),
+    case("Eltwise", 'type: "Eltwise" eltwise_param { coeff: 0.5 coeff: -2 }',
+         [_u((2, 3)), _u((2, 3), 1)]),
+    case("Eltwise", 'type: "Eltwise" eltwise_param { operation: MAX }',
+         [_u((2, 3)), _u((2, 3), 1), _u((2, 3), 2)]),
+    case("Embed", 'type: "Embed" embed_param { num_output: 3 input_dim: 5 '
+         'weight_filler { type: "uniform" } bias_filler { type: "uniform" } }',
+         [np.array([[0, 2, 4], [2, 2, 1]], np.float32)], down=[False]),
+    case("EuclideanLoss", 'type: "EuclideanLoss"', [_u((3, 2, 4)), _u((3, 2, 4), 1)]),
+    case("Exp", 'type: "Exp" exp_param { base: 2 scale: 0.5 shift: 0.1 }', [_u((2, 3, 4))]),
+    case("Filter", 'type: "Filter"', [_u((4, 3)), _u((4, 2), 1),
+                                      np.array([0, 1, 1, 0], np.float32)],
+         down=[True, True, False], tops=2),
+    case("Flatten", 'type: "Flatten"', [_u((2, 3, 4, 5))]),
+    case("HDF5Data", 'type: "HDF5Data" top: "data" top: "label" hdf5_data_param {{ '
+         'source: "{h5list}" batch_size: 3 }}', [], tops=2, host_io=True),
+    case("HDF5Output", 'type: "HDF5Output" hdf5_output_param {{ file_name: "{h5out}" }}',
+         [_u((2, 3, 4)), _labels(2, 3)], down=[False, False], tops=0, host_io=True),
+    case("HingeLoss", 'type: "HingeLoss" hinge_loss_param { norm: L2 }',
+         [_u((4, 5)), _labels(4, 5)], down=[True, False]),
+    case("Im2col", 'type: "Im2col" convolution_param { kernel_size: 2 pad: 1 stride_h: 1 '
+         'stride_w: 2 }', [_u((2, 2, 3, 4))]),
+    case("ImageData", 'type: "ImageData" image_data_param {{ source: "{imglist}" '
+         'root_folder: "{imgroot}" batch_size: 2 }}', [], tops=2, host_io=True),
+    case("InfogainLoss", 'type: "InfogainLoss"',
+         [_u((4, 3), 0, 0.05, 1.0), _labels(4, 3), _u((3, 3), 2, 0.0, 1.0)],
+         down=[True, False, False]),
+    case("InnerProduct", 'type: "InnerProduct" inner_product_param { num_output: 4 '
+         'weight_filler { type: "gaussian" } bias_filler { type: "gaussian" } }',
+         [_u((2, 3, 2, 2))]),
+    case("InnerProduct", 'type: "InnerProduct" inner_product_param { num_output: 3 '
+         'transpose: true axis: 2 weight_filler { type: "gaussian" } }', [_u((2, 2, 5))]),
+    case("Input", 'type: "Input" input_param { shape { dim: 2 dim: 3 } }', [], host_io=True),
+    case("LRN", 'type: "LRN" lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 k: 1.5 }',
+         [_u((2, 6, 3, 4))]),
+    case("LRN", 'type: "LRN" lrn_param { local_size: 3 norm_region: WITHIN_CHANNEL '
+         'alpha: 0.8 }', [_u((2, 3, 4, 5))]),
+    case("LSTM", 'type: "LSTM" recurrent_param { num_output: 4 weight_filler { type: '
+         '"gaussian" std: 0.4 } bias_filler { type: "gaussian" std: 0.2 } }',
+         [_u((3, 2, 3)), np.array([[0, 0], [1, 1], [1, 0]], np.float32)], down=[True, False]),
+    case("LSTMUnit", 'type: "LSTMUnit"', [_u((1, 3, 4)), _u((1, 3, 16), 1),
+                                          np.array([[1, 0, 1]], np.float32)],
+         down=[True, True, False], tops=2),
+    case("Log", 'type: "Log" log_param { shift: 2 scale: 0.5 }', [_u((2, 3, 4))]),
+    case("MVN", 'type: "MVN" mvn_param { across_channels: true }', [_u((2, 3, 2, 2))]),
+    case("MemoryData", 'type: "MemoryData" memory_data_param { batch_size: 2 channels: 1 '
+         'height: 2 width: 2 }', [], tops=2, host_io=True, prepare=_memory_data),
+    case("Mish", 'type: "Mish"', [_u((2, 3, 4))]),
+    case("MultinomialLogisticLoss", 'type: "MultinomialLogisticLoss"',
+         [_u((4, 3), 0, 0.05, 1.0), _labels(4, 3)], down=[True, False]),
+    case("MVN", 'type: "MVN" mvn_param { normalize_variance: false }', [_u((2, 3, 2, 2))]),
+    case("PReLU", 'type: "PReLU" prelu_param { filler { type: "uniform" } }', [_u((2, 3, 4))]),
+    case("Parameter", 'type: "Parameter" parameter_param { shape { dim: 2 dim: 3 } }', []),
+    case("Pooling", 'type: "Pooling" pooling_param { pool: MAX kernel_size: 3 stride: 2 '
+         'pad: 1 }', [_u(X4)], tops=2),
+    case("Pooling", 'type: "Pooling" pooling_param { pool: MAX kernel_size: 2 stride: 2 }',
+         [_u((2, 3, 6, 4))]),
+    case("Pooling", 'type: "Pooling" pooling_param { pool: AVE kernel_h: 3 kernel_w: 2 '
+         'stride: 2 pad_h: 1 pad_w: 1 }', [_u(X4)]),
+    case("Pooling", 'type: "Pooling" pooling_param { pool: AVE global_pooling: true }',
+         [_u(X4)]),
+    case("Pooling", 'type: "Pooling" pooling_param { pool: STOCHASTIC kernel_size: 3 '
+         'stride: 2 }', [_u(X4, 0, 0.0, 1.0)]),
+    case("Pooling", 'type: "Pooling" pooling_param { pool: STOCHASTIC kernel_size: 3 '
+         'stride: 2 }', [_u(X4, 0, 0.0, 1.0)], phase=TEST),
+    case("Power", 'type: "Power" power_param { power: 2 scale: 0.5 shift: 1.5 }',
+         [_u((2, 3, 4))]),
+    case("Python", 'type: "Python" python_param {{ module: "{pymodule}" layer: "Scale2" }}',
+         [_u((2, 3))], host_io=True),
+    case("RNN", 'type: "RNN" recurrent_param { num_output: 3 weight_filler { type: '
+         '"gaussian" std: 0.4 } bias_filler { type: "gaussian" std: 0.2 } }',
+         [_u((3, 2, 3)), np.array([[0, 0], [1, 1], [1, 0]], np.float32)], down=[True, False]),
+    case("ReLU", 'type: "ReLU" relu_param { negative_slope: 0.1 }', [_u((2, 3, 4, 5))]),
+    case("ReLU6", 'type: "ReLU6"', [_u((2, 3, 4), 0, -8, 8)]),
+    case("Reduction", 'type: "Reduction" reduction_param { operation: SUMSQ axis: 1 '
+         'coeff: 0.5 }', [_u((2, 3, 4))]),
+    case("Reduction", 'type: "Reduction" reduction_param { operation: ASUM }', [_u((2, 3, 4))]),
+    case("Reduction", 'type: "Reduction" reduction_param { operation: MEAN axis: -1 }',
+         [_u((2, 3, 4))]),
+    case("Region", 'type: "Region" region_param { classes: 3 coords: 4 num: 2 softmax: true '
+         'anchors: [1.08, 1.19, 3.42, 4.41] }', [_u((2, 16, 3, 2), 0, -3, 3)]),
+    case("Reshape", 'type: "Reshape" reshape_param { shape { dim: 0 dim: -1 dim: 2 } }',
+         [_u((2, 3, 4))]),
+    case("SPP", 'type: "SPP" spp_param { pyramid_height: 2 pool: MAX }', [_u((2, 3, 5, 4))]),
+    case("SPP", 'type: "SPP" spp_param { pyramid_height: 2 pool: AVE }', [_u((2, 3, 5, 4))]),
+    case("Scale", 'type: "Scale" scale_param { axis: 1 num_axes: 1 bias_term: true '
+         'filler { type: "uniform" } bias_filler { type: "uniform" } }', [_u((2, 3, 4))]),
+    case("Scale", 'type: "Scale" scale_param { axis: 0 }', [_u((2, 3, 4)), _u((2, 3), 1)]),
+    case("Sigmoid", 'type: "Sigmoid"', [_u((2, 3, 4))]),
+    case("SigmoidCrossEntropyLoss", 'type: "SigmoidCrossEntropyLoss" loss_param { '
+         'ignore_label: -1 }', [_u((3, 4), 0, -3, 3),
+                                np.array([[1, 0, -1, 1], [0, 0, 1, 1], [1, -1, 0, 1]],
+                                         np.float32)], down=[True, False]),
+    case("Silence", 'type: "Silence"', [_u((2, 3)), _u((4,), 1)], tops=0),
+    case("Slice", 'type: "Slice" slice_param { axis: 1 slice_point: 1 slice_point: 3 }',
+         [_u((2, 5, 2))], tops=3),
+    case("Softmax", 'type: "Softmax" softmax_param { axis: 1 }', [_u((2, 5, 3), 0, -3, 3)]),
+    case("SoftmaxWithLoss", 'type: "SoftmaxWithLoss"', [_u((6, 10), 0, -3, 3), _labels(6, 10)],
+         down=[True, False]),
+    case("SoftmaxWithLoss", 'type: "SoftmaxWithLoss" loss_param { ignore_label: 2 '
+         'normalization: FULL } loss_weight: 0.5 loss_weight: 0',
+         [_u((2, 4, 3, 2), 0, -3, 3), _labels(12, 4, 2, (2, 1, 3, 2))], down=[True, False],
+         tops=2),
+    case("Split", 'type: "Split"', [_u((2, 3))], tops=3),
+    case("Swish", 'type: "Swish" swish_param { beta: 1.5 }', [_u((2, 3, 4))]),
+    case("TanH", 'type: "TanH"', [_u((2, 3, 4))]),
+    case("Threshold", 'type: "Threshold" threshold_param { threshold: 0.2 }', [_u((2, 3, 4))],
+         down=[False]),
+    case("Tile", 'type: "Tile" tile_param { axis: 1 tiles: 3 }', [_u((2, 2, 3))]),
+    case("Upsample", 'type: "Upsample" upsample_param { scale: 2 }', [_u((2, 3, 3, 2))]),
+    case("WindowData", 'type: "WindowData" window_data_param {{ source: "{windows}" '
+         'root_folder: "{winroot}" batch_size: 4 fg_fraction: 0.5 }} transform_param {{ '
+         'crop_size: 8 mirror: true }}', [], tops=2, host_io=True),
+    case("Yolo", 'type: "Yolo" yolo_param { classes: 2 num: 6 mask: 3 mask: 4 mask: 5 '
+         'anchors: [10, 14, 23, 27, 37, 58, 81, 82, 135, 169, 344, 319] }',
+         [_u((2, 21, 3, 4), 0, -3, 3)]),
+]
+
+SOURCE_TYPES = ("Data", "HDF5Data", "HDF5Output", "ImageData", "WindowData", "Python")
+
+# Registered types that are not run here, with the reason. (None: every type is covered.)
+EXCLUDED = {}
+
+
+
+# ---- sources for the data layers ---------------------------------------------------------------
+USER_LAYER = '''
+import pycaffe_lite as caffe
+
+
+class Scale2(caffe.Layer):
+    """pycaffe style: works on the host arrays blob.data / blob.diff."""
+
+    def reshape(self, bottom, top):
+        top[0].reshape(*bottom[0].data.shape)
+
+    def forward(self, bottom, top):
+        top[0].data[...] = 2 * bottom[0].data
+
+    def backward(self, top, propagate_down, bottom):
+        if propagate_down[0]:
+            bottom[0].diff[...] = 2 * top[0].diff
+'''
+
+
+def make_sources(root):
+    """Files for the data layers' cases under ``root`` (a pathlib.Path); returns the dict the
+    case texts are formatted with (``_dir`` is where the Python layer's module is)."""
+    import h5py
+    import lmdb
+    from PIL import Image
+
+    rng = _rng(3)
+    out = {}
+    env = lmdb.open(str(root / "db"), map_size=1 << 24)
+    with env.begin(write=True) as txn:
+        for i in range(7):
+            img = rng.integers(0, 256, (2, 4, 5), dtype=np.uint8)
+            datum = caffe_pb2.Datum(channels=2, height=4, width=5, data=img.tobytes(), label=i)
+            txn.put(b"%08d" % i, datum.SerializeToString())
+    env.close()
+    out["lmdb"] = str(root / "db")
+    with h5py.File(root / "part.h5", "w") as f:
+        f["data"] = rng.normal(size=(5, 2, 3)).astype(np.float32)
+        f["label"] = np.arange(5, dtype=np.float32)
+    (root / "h5list.txt").write_text(str(root / "part.h5") + "\n")
+    out["h5list"] = str(root / "h5list.txt")
+    out["h5out"] = str(root / "out_%s.h5")
+    imgroot = root / "imgs"
+    imgroot.mkdir()
+    rgbs = rng.integers(0, 256, (3, 20, 24, 3), dtype=np.uint8)
+    for i, rgb in enumerate(rgbs):
+        Image.fromarray(rgb).save(imgroot / ("im%d.png" % i))
+    (root / "imglist.txt").write_text("".join("im%d.png %d\n" % (i, i) for i in range(3)))
+    out["imglist"], out["imgroot"] = str(root / "imglist.txt"), str(imgroot) + "/"
+    lines = []
+    for i, wins in enumerate([[(3, 0.9, 2, 3, 13, 10)], [(5, 0.1, 10, 4, 21, 17)]]):
+        lines += ["# %d" % i, "im%d.png" % i, "3", "20", "24", str(len(wins))]
+        lines += [" ".join(str(v) for v in w) for w in wins]
+    (root / "windows.txt").write_text("\n".join(lines) + "\n")
+    out["windows"], out["winroot"] = str(root / "windows.txt"), str(imgroot) + "/"
+    (root / "pcl_gpu_user_layer.py").write_text(textwrap.dedent(USER_LAYER))
+    out["pymodule"] = "pcl_gpu_user_layer"
+    out["_dir"] = str(root)
+    return out
+
+
+
+
+# ---- running a case ------------------------------------------------------------------------------
+def _blob(arr):
+    b = Blob(arr.shape, np.float32)
+    b.data[...] = arr
+    return b
+
+
+def run_case(c, sources, gpu, forbid=None, tag="cpu"):
+    """Forward + backward of case ``c`` in CPU or GPU mode (the device module installed);
+    returns (tops' data, bottoms' diffs, params' (data, diff), tops' data states after
+    forward, None for a top sharing a bottom's or param's storage). ``forbid()``: a context
+    manager wrapped around forward and backward (not for ``host_io`` cases)."""
+    src = dict(sources)
+    src["h5out"] = sources["h5out"] % tag
+    text = c.text.format(**src) if c.type in SOURCE_TYPES else c.text
+    backend.set_random_seed(11)
+    backend.set_mode_gpu() if gpu else backend.set_mode_cpu()
+    layer = create_layer(layer_param(text, c.phase), dtype=np.float32)
+    bottom = [_blob(a) for a in c.bottoms]
+    top = [Blob((), np.float32) for _ in range(c.tops)]
+    if layer.auto_top_blobs:
+        while len(top) < layer.needed_num_top_blobs():
+            top.append(Blob((), np.float32))
+    guard = forbid if forbid is not None and gpu and not c.host_io else _nothing
+    try:
+        layer.SetUp(bottom, top)
+        if c.prepare is not None:
+            c.prepare(layer)
+        with guard():
+            layer.Forward(bottom, top)
+        # a top that shares a bottom's or a param's storage (Split, Reshape, Parameter) is
+        # not computed: its state is its source's
+        sources_ = {id(b._data) for b in bottom} | {id(p._data) for p in layer.blobs}
+        states = [None if id(t._data) in sources_ else t.data_state for t in top]
+        rng = _rng(5)
+        for i, t in enumerate(top):
+            if not layer.loss(i):
+                t.diff[...] = rng.uniform(-1, 1, t.shape)
+        down = list(c.down) if c.down is not None else [True] * len(bottom)
+        with guard():
+            layer.Backward(top, down, bottom)
+        tops = [t.data.copy() for t in top]
+        diffs = [b.diff.copy() if d else None for b, d in zip(bottom, down)]
+        params = [(p.data.copy(), p.diff.copy()) for p in layer.blobs]
+    finally:
+        close = getattr(layer, "close", None)
+        if close is not None:
+            close()
+        backend.set_mode_cpu()
+    return tops, diffs, params, states
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def case_ids():
+    seen = collections.Counter()
+    ids = []
+    for c in CASES:
+        ids.append("%s-%d" % (c.type, seen[c.type]))
+        seen[c.type] += 1
+    return ids
+
+
+
+
+# ---- a short LeNet-style training run ----------------------------------------------------------
+LENET = """
+name: "lenet_small"
+layer { name: "data" type: "MemoryData" top: "data" top: "label"
+        memory_data_param { batch_size: 8 channels: 1 height: 12 width: 12 } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+        convolution_param { num_output: 4 kernel_size: 3
+          weight_filler { type: "xavier" } bias_filler { type: "constant" value: 0.1 } } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
+        pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2"
+        convolution_param { num_output: 6 kernel_size: 2
+          weight_filler { type: "xavier" } bias_filler { type: "constant" } } }
+layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2"
+        pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "pool2" top: "ip1"
+        inner_product_param { num_output: 16 weight_filler { type: "xavier" } } }
+layer { name: "relu1" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+        inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }
+"""
+
+SOLVERS = {
+    "SGD": 'type: "SGD" base_lr: 0.05 momentum: 0.9 weight_decay: 0.0005 lr_policy: "inv" '
+           'gamma: 0.0001 power: 0.75',
+    "Adam": 'type: "Adam" base_lr: 0.01 momentum: 0.9 momentum2: 0.999 delta: 1e-8 '
+            'lr_policy: "fixed" regularization_type: "L1" weight_decay: 0.001',
+}
+STEPS = 4
+
+
+def make_solver(kind, tmp_path):
+    from google.protobuf import text_format
+
+    from pycaffe_lite.solvers import get_solver
+
+    param = caffe_pb2.SolverParameter()
+    text_format.Merge(SOLVERS[kind] + ' random_seed: 3 max_iter: 100 display: 0 '
+                      'snapshot_after_train: false snapshot_prefix: "%s"'
+                      % (tmp_path / kind.lower()), param)
+    text_format.Merge(LENET, param.net_param)
+    solver = get_solver(param)
+    data = _u((32, 1, 12, 12), 9, 0.0, 1.0)
+    labels = _labels(32, 10, 8)
+    solver.net.set_input_arrays(data, labels)
+    return solver
+
+
+def weights(net):
+    return [p.data.copy() for p in net.learnable_params]
+
+
