@@ -86,12 +86,13 @@ def nonfinite_kind(arr):
 def gradients_finite(net):
     """The cheap check: whether the sum of all learnable parameter gradients is finite
     (accumulated in float64, so that large finite gradients do not overflow it)."""
-    total = 0.0
+    total = None
     for blob in net.learnable_params:
         diff = blob.read_diff()
         if diff.size:
-            total += float(diff.sum(dtype=np.float64))
-    return math.isfinite(total)
+            part = diff.sum(dtype=np.float64)
+            total = part if total is None else total + part
+    return total is None or math.isfinite(float(total))  # (one scalar read from a device)
 
 
 def check_layer_forward(net, i):

@@ -29,9 +29,9 @@ from pycaffe_lite.weights import copy_trained_layers_from_param
 # Longer local runs: PYCAFFE_LITE_FUZZ_SCALE=10 (ten times the examples) and
 # PYCAFFE_LITE_FUZZ_RANDOM=1 (new examples on each run instead of CI's fixed ones).
 SCALE = float(os.environ.get("PYCAFFE_LITE_FUZZ_SCALE", "1"))
-NET_EXAMPLES = int(2000 * SCALE)
-MUTATION_EXAMPLES = int(2000 * SCALE)
-BINARY_EXAMPLES = int(600 * SCALE)
+NET_EXAMPLES = int(1500 * SCALE)
+MUTATION_EXAMPLES = int(1500 * SCALE)
+BINARY_EXAMPLES = int(500 * SCALE)
 WATCHDOG_SECONDS = 30
 
 FUZZ = settings(derandomize=os.environ.get("PYCAFFE_LITE_FUZZ_RANDOM") != "1", database=None,
