@@ -111,3 +111,25 @@ def test_im2col_writes_into_a_reused_buffer():
     np.testing.assert_array_equal(col, im2col(x, (3, 3), (1, 1), (1, 1), (1, 1)))
     with pytest.raises(ValueError, match="expected"):
         im2col(x, (3, 3), (1, 1), (1, 1), (1, 1), out=np.empty(10, np.float32))
+
+
+@pytest.mark.parametrize("shape,kernel,pad,stride,dilation", [
+    ((3, 2, 7, 6), (3, 2), (1, 0), (2, 1), (1, 2)),
+    ((4, 3, 5, 5, 4), (2, 3, 2), (1, 1, 0), (1, 2, 1), (1, 1, 2)),
+    ((2, 1, 9, 9), (5, 5), (0, 0), (1, 1), (1, 1)),
+])
+def test_batch_last_layout_is_a_column_permutation(shape, kernel, pad, stride, dilation):
+    """The host layout (columns ordered (P, B)) holds exactly the (B, P) columns, permuted,
+    and its col2im is the same fold."""
+    from pycaffe_lite.ops.im2col import col2im_batch_last, im2col_batch_last
+
+    x = np.random.default_rng(5).standard_normal(shape)
+    ref = im2col(x, kernel, pad, stride, dilation, force_nd=True)
+    got = im2col_batch_last(x, kernel, pad, stride, dilation)
+    nb = shape[0]
+    npix = ref.shape[1] // nb
+    np.testing.assert_array_equal(got, ref.reshape(-1, nb, npix).transpose(0, 2, 1)
+                                  .reshape(ref.shape))
+    np.testing.assert_allclose(col2im_batch_last(got, shape, kernel, pad, stride, dilation),
+                               col2im(ref, shape, kernel, pad, stride, dilation, force_nd=True),
+                               rtol=1e-12, atol=1e-12)

@@ -26,10 +26,12 @@ skip im2col: the input is the column matrix.
 
 import threading
 
+import numpy as np
+
 from ...backend import get_array_module
 from ...fillers import fill
 from ...layer import Layer
-from ...ops.im2col import col2im, im2col
+from ...ops.im2col import col2im, col2im_batch_last, im2col, im2col_batch_last
 
 _shared = threading.local()
 
@@ -237,36 +239,58 @@ class BaseConvolutionLayer(Layer):
         size = self.kernel_dim * self.group * self.num * self.conv_out_spatial_dim
         return self.chunk >= self.num and size * self.dtype.itemsize <= self.col_cache_bytes
 
+    @staticmethod
+    def _batch_last(xp, nb):
+        """Column order of a chunk's matrices: ``(P, B)`` ("batch last") for host arrays of
+        several images, where it makes im2col/col2im's copies contiguous runs of
+        ``out_w * B`` values; ``(B, P)`` otherwise (the device kernels' layout)."""
+        return nb > 1 and xp is np
+
     def _columns(self, inp, xp, own=False):
-        """The column matrix of an input chunk ``(B, Cin, P_in)``, as ``(G, Kd, B * P)``;
-        ``own``: build it in this layer's buffer rather than the shared workspace."""
+        """The column matrix of an input chunk ``(B, Cin, P_in)``, as ``(G, Kd, B * P)``
+        (columns in ``_batch_last`` order); ``own``: build it in this layer's buffer rather
+        than the shared workspace."""
         nb = inp.shape[0]
         g, kd, npix = self.group, self.kernel_dim, self.conv_out_spatial_dim
         size = g * kd * nb * npix
+        last = self._batch_last(xp, nb)
         if self.is_1x1:
             if nb == 1:
                 return inp.reshape(g, kd, npix)
             col = self._own_buffer(size, xp, inp.dtype) if own else \
                 self._buffer("col", size, xp, inp.dtype)
-            col.reshape(kd * g, nb, npix)[...] = inp.swapaxes(0, 1)
+            if last:
+                col.reshape(kd * g, npix, nb)[...] = inp.transpose(1, 2, 0)
+            else:
+                col.reshape(kd * g, nb, npix)[...] = inp.swapaxes(0, 1)
             return col.reshape(g, kd, nb * npix)
         col = self._own_buffer(size, xp, inp.dtype) if own else \
             self._buffer("col", size, xp, inp.dtype)
         images = inp.reshape((nb, self.conv_in_channels) + tuple(self.conv_input_spatial))
-        im2col(images, self.kernel_shape, self.pad, self.stride, self.dilation, out=col,
-               out_spatial=self.conv_out_spatial, force_nd=self.force_nd_im2col)
+        if last:
+            im2col_batch_last(images, self.kernel_shape, self.pad, self.stride, self.dilation,
+                              out=col, out_spatial=self.conv_out_spatial)
+        else:
+            im2col(images, self.kernel_shape, self.pad, self.stride, self.dilation, out=col,
+                   out_spatial=self.conv_out_spatial, force_nd=self.force_nd_im2col)
         return col.reshape(g, kd, nb * npix)
 
     def _uncolumns(self, col, inp, xp):
         """Write the column matrix ``(G, Kd, B * P)`` back into an input chunk (col2im)."""
         nb = inp.shape[0]
+        last = self._batch_last(xp, nb)
         if self.is_1x1:
-            inp[...] = col.reshape(self.conv_in_channels, nb, -1).swapaxes(0, 1)
+            if last:
+                inp[...] = col.reshape(self.conv_in_channels, -1, nb).transpose(2, 0, 1)
+            else:
+                inp[...] = col.reshape(self.conv_in_channels, nb, -1).swapaxes(0, 1)
             return
         images = inp.reshape((nb, self.conv_in_channels) + tuple(self.conv_input_spatial))
-        col2im(col.reshape(self.group * self.kernel_dim, -1), images.shape, self.kernel_shape,
-               self.pad, self.stride, self.dilation, out=images,
-               out_spatial=self.conv_out_spatial, force_nd=self.force_nd_im2col)
+        fold = col2im_batch_last if last else col2im
+        extra = {} if last else {"force_nd": self.force_nd_im2col}
+        fold(col.reshape(self.group * self.kernel_dim, -1), images.shape, self.kernel_shape,
+             self.pad, self.stride, self.dilation, out=images,
+             out_spatial=self.conv_out_spatial, **extra)
 
     def _gemm_layout(self, out, xp, name="gemm"):
         """An output chunk ``(B, Cout, P)`` as ``(G, Mg, B * P)`` (a copy unless B == 1)."""
@@ -276,7 +300,11 @@ class BaseConvolutionLayer(Layer):
         if nb == 1:
             return out.reshape(g, mg, npix)
         buf = self._buffer(name, g * mg * nb * npix, xp, out.dtype)
-        buf.reshape(g, mg, nb, npix)[...] = out.reshape(nb, g, mg, npix).transpose(1, 2, 0, 3)
+        if self._batch_last(xp, nb):
+            buf.reshape(g, mg, npix, nb)[...] = out.reshape(nb, g, mg, npix).transpose(1, 2, 3, 0)
+        else:
+            buf.reshape(g, mg, nb, npix)[...] = \
+                out.reshape(nb, g, mg, npix).transpose(1, 2, 0, 3)
         return buf.reshape(g, mg, nb * npix)
 
     def _weights(self, weights):
@@ -347,8 +375,12 @@ class BaseConvolutionLayer(Layer):
                     buf = self._buffer("gemm", g * mg * nb * npix, xp, col.dtype)
                     buf = buf.reshape(g, mg, nb * npix)
                     self._matmul(w, col, buf)
-                    res.reshape(nb, g, mg, npix)[...] = \
-                        buf.reshape(g, mg, nb, npix).transpose(2, 0, 1, 3)
+                    if self._batch_last(xp, nb):
+                        res.reshape(nb, g, mg, npix)[...] = \
+                            buf.reshape(g, mg, npix, nb).transpose(3, 0, 1, 2)
+                    else:
+                        res.reshape(nb, g, mg, npix)[...] = \
+                            buf.reshape(g, mg, nb, npix).transpose(2, 0, 1, 3)
 
     def backward_gemm(self, output, weights, input):
         """``input = col2im(W^T * output)`` for the whole batch (overwrites ``input``)."""
