@@ -11,11 +11,9 @@ import logging
 
 import numpy as np
 
-from .. import Net
 from ..errors import CaffeError
 from ..tools_log import use_glog_format
-from .time import add_net_arguments, parse_phase, select_single_gpu
-from .train import parse_stages
+from .time import add_net_arguments, open_net
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -36,11 +34,7 @@ def run(args):
         raise CaffeError("need a model definition to score: --model path/to/net.prototxt")
     if not args.weights:
         raise CaffeError("need model weights to score: --weights path/to/weights.caffemodel")
-    if args.iterations < 1:
-        raise CaffeError("--iterations must be >= 1 (got %d)" % args.iterations)
-    select_single_gpu(args.gpu)
-    net = Net(args.model, parse_phase(args.phase, "TEST"), level=args.level,
-              stages=parse_stages(args.stage))
+    net = open_net(args, "TEST")
     for name in [w for w in args.weights.split(",") if w]:
         net.copy_from(name)
     log.info("Running for %d iterations.", args.iterations)

@@ -55,15 +55,21 @@ def select_single_gpu(flag):
         backend.set_mode_cpu()
 
 
+def open_net(args, default_phase):
+    """The net of the flags declared by :func:`add_net_arguments`, after checking
+    ``--iterations`` and selecting the device (``--gpu``)."""
+    if args.iterations < 1:
+        raise CaffeError("--iterations must be >= 1 (got %d)" % args.iterations)
+    select_single_gpu(args.gpu)
+    return Net(args.model, parse_phase(args.phase, default_phase), level=args.level,
+               stages=parse_stages(args.stage))
+
+
 def run(args):
     use_glog_format()
     if not args.model:
         raise CaffeError("need a model definition to time: --model path/to/net.prototxt")
-    if args.iterations < 1:
-        raise CaffeError("--iterations must be >= 1 (got %d)" % args.iterations)
-    select_single_gpu(args.gpu)
-    net = Net(args.model, parse_phase(args.phase, "TRAIN"), level=args.level,
-              stages=parse_stages(args.stage))
+    net = open_net(args, "TRAIN")
     log.info("Performing Forward")
     initial_loss = net.forward_from_to()
     log.info("Initial loss: %g", initial_loss)

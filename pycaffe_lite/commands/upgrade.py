@@ -38,19 +38,26 @@ def _read(path, message, binary):
         return None
 
 
+def _upgrade(param, path, needs_upgrade, upgrade_as_needed):
+    """Upgrade ``param`` (read from ``path``) in place when ``needs_upgrade(param)``; False
+    (after printing why) when the upgrade fails."""
+    if needs_upgrade(param):
+        try:
+            upgrade_as_needed(param, path)
+        except ProtoError as exc:
+            print("Encountered error(s) while upgrading %s: %s" % (path, exc), file=sys.stderr)
+            return False
+    else:
+        log.warning("File already in latest proto format: %s", path)
+    return True
+
+
 def _upgrade_net(args, binary):
     param = _read(args.input, caffe_pb2.NetParameter(), binary)
     if param is None:
         return 2
-    if upgrade.net_needs_upgrade(param):
-        try:
-            upgrade.upgrade_net_as_needed(param, args.input)
-        except ProtoError as exc:
-            print("Encountered error(s) while upgrading %s: %s" % (args.input, exc),
-                  file=sys.stderr)
-            return 1
-    else:
-        log.warning("File already in latest proto format: %s", args.input)
+    if not _upgrade(param, args.input, upgrade.net_needs_upgrade, upgrade.upgrade_net_as_needed):
+        return 1
     if binary:
         protoio.write_binary(param, args.output)
         log.info("Wrote upgraded NetParameter binary proto to %s", args.output)
@@ -72,15 +79,9 @@ def run_solver_text(args):
     param = _read(args.input, caffe_pb2.SolverParameter(), binary=False)
     if param is None:
         return 2
-    if upgrade.solver_needs_upgrade(param):
-        try:
-            upgrade.upgrade_solver_as_needed(param, args.input)
-        except ProtoError as exc:
-            print("Encountered error(s) while upgrading %s: %s" % (args.input, exc),
-                  file=sys.stderr)
-            return 1
-    else:
-        log.warning("File already in latest proto format: %s", args.input)
+    if not _upgrade(param, args.input, upgrade.solver_needs_upgrade,
+                    upgrade.upgrade_solver_as_needed):
+        return 1
     protoio.write_text(param, args.output)
     log.info("Wrote upgraded SolverParameter text proto to %s", args.output)
     return 0

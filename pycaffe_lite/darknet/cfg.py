@@ -225,14 +225,20 @@ def parse_cfg(text, path="<string>"):
     return DarknetCfg(path, sections[0], sections[1:])
 
 
-def read_cfg(path):
-    """A :class:`DarknetCfg` from a ``.cfg`` file."""
+def read_file(path):
+    """``(path, data)``: ``path`` as a string and the bytes of that file (a ``.cfg`` or
+    ``.weights`` file); a :class:`DarknetError` naming the file when it cannot be read."""
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            return path, f.read()
     except FileNotFoundError:
         raise DarknetError("file not found", path) from None
     except OSError as exc:
         raise DarknetError("cannot read file: %s" % (exc.strerror or exc), path) from None
+
+
+def read_cfg(path):
+    """A :class:`DarknetCfg` from a ``.cfg`` file."""
+    path, data = read_file(path)
     return parse_cfg(data, path)

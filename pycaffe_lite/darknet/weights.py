@@ -16,11 +16,9 @@ no separators or sizes: the reader must know each layer's counts from the ``.cfg
 A file shorter or longer than the ``.cfg`` asks for is an error naming the layer.
 """
 
-import os
-
 import numpy as np
 
-from .cfg import DarknetError
+from .cfg import DarknetError, read_file
 
 _HEADER = np.dtype("<i4")
 _FLOAT = np.dtype("<f4")
@@ -100,12 +98,5 @@ class DarknetWeights:
 
 def read_weights(path):
     """A :class:`DarknetWeights` over the bytes of a ``.weights`` file."""
-    path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise DarknetError("file not found", path) from None
-    except OSError as exc:
-        raise DarknetError("cannot read file: %s" % (exc.strerror or exc), path) from None
+    path, data = read_file(path)
     return DarknetWeights(data, path)

@@ -42,6 +42,24 @@ def _check_buffer(arr, shape, what):
         raise ValueError("%s must be C-contiguous" % what)
 
 
+def _normalize_args(spatial, kernel, pad, stride, dilation, out_spatial):
+    """``kernel``, ``pad``, ``stride``, ``dilation`` and ``out_spatial`` as tuples of ints
+    (``out_spatial`` computed from the input ``spatial`` shape when None)."""
+    kernel, pad, stride, dilation = (tuple(int(v) for v in a)
+                                     for a in (kernel, pad, stride, dilation))
+    if out_spatial is None:
+        out_spatial = conv_output_shape(spatial, kernel, pad, stride, dilation)
+    return kernel, pad, stride, dilation, tuple(out_spatial)
+
+
+def _output(out, shape, dtype, xp):
+    """``out`` checked (see :func:`_check_buffer`) and viewed as ``shape``, or a new array."""
+    if out is None:
+        return xp.empty(shape, dtype=dtype)
+    _check_buffer(out, shape, "im2col output")
+    return out.reshape(shape)
+
+
 def _padded_input(x, pad):
     """``x`` itself when there is no padding, else a zero-padded copy."""
     if not any(pad):
@@ -73,18 +91,11 @@ def im2col(x, kernel, pad, stride, dilation, out=None, out_spatial=None, force_n
     xp = get_array_module(x)
     nb, nc = x.shape[:2]
     spatial = tuple(x.shape[2:])
-    kernel, pad, stride, dilation = (tuple(int(v) for v in a)
-                                     for a in (kernel, pad, stride, dilation))
-    if out_spatial is None:
-        out_spatial = conv_output_shape(spatial, kernel, pad, stride, dilation)
-    out_spatial = tuple(out_spatial)
+    kernel, pad, stride, dilation, out_spatial = _normalize_args(
+        spatial, kernel, pad, stride, dilation, out_spatial)
     nk, npix = _prod(kernel), _prod(out_spatial)
     shape = (nc * nk, nb * npix)
-    if out is None:
-        out = xp.empty(shape, dtype=x.dtype)
-    else:
-        _check_buffer(out, shape, "im2col output")
-        out = out.reshape(shape)
+    out = _output(out, shape, x.dtype, xp)
     src = _padded_input(x, pad)
     # (C, *kernel, B, *out_spatial): column block of kernel offset k is cols[:, k...]
     cols = out.reshape((nc,) + kernel + (nb,) + out_spatial)
@@ -119,11 +130,8 @@ def col2im(col, image_shape, kernel, pad, stride, dilation, out=None, out_spatia
     image_shape = tuple(int(v) for v in image_shape)
     nb, nc = image_shape[:2]
     spatial = image_shape[2:]
-    kernel, pad, stride, dilation = (tuple(int(v) for v in a)
-                                     for a in (kernel, pad, stride, dilation))
-    if out_spatial is None:
-        out_spatial = conv_output_shape(spatial, kernel, pad, stride, dilation)
-    out_spatial = tuple(out_spatial)
+    kernel, pad, stride, dilation, out_spatial = _normalize_args(
+        spatial, kernel, pad, stride, dilation, out_spatial)
     nk, npix = _prod(kernel), _prod(out_spatial)
     _check_buffer(col, (nc * nk, nb * npix), "col2im input")
     cols = col.reshape((nc,) + kernel + (nb,) + out_spatial)
@@ -170,17 +178,10 @@ def im2col_batch_last(x, kernel, pad, stride, dilation, out=None, out_spatial=No
     xp = get_array_module(x)
     nb, nc = x.shape[:2]
     spatial = tuple(x.shape[2:])
-    kernel, pad, stride, dilation = (tuple(int(v) for v in a)
-                                     for a in (kernel, pad, stride, dilation))
-    if out_spatial is None:
-        out_spatial = conv_output_shape(spatial, kernel, pad, stride, dilation)
-    out_spatial = tuple(out_spatial)
+    kernel, pad, stride, dilation, out_spatial = _normalize_args(
+        spatial, kernel, pad, stride, dilation, out_spatial)
     shape = (nc * _prod(kernel), _prod(out_spatial) * nb)
-    if out is None:
-        out = xp.empty(shape, dtype=x.dtype)
-    else:
-        _check_buffer(out, shape, "im2col output")
-        out = out.reshape(shape)
+    out = _output(out, shape, x.dtype, xp)
     src = xp.zeros((nc,) + tuple(n + 2 * p for n, p in zip(spatial, pad)) + (nb,), x.dtype) \
         if any(pad) else xp.empty((nc,) + spatial + (nb,), x.dtype)
     inner = (slice(None),) + tuple(slice(p, p + n) for p, n in zip(pad, spatial))
@@ -200,11 +201,8 @@ def col2im_batch_last(col, image_shape, kernel, pad, stride, dilation, out=None,
     image_shape = tuple(int(v) for v in image_shape)
     nb, nc = image_shape[:2]
     spatial = image_shape[2:]
-    kernel, pad, stride, dilation = (tuple(int(v) for v in a)
-                                     for a in (kernel, pad, stride, dilation))
-    if out_spatial is None:
-        out_spatial = conv_output_shape(spatial, kernel, pad, stride, dilation)
-    out_spatial = tuple(out_spatial)
+    kernel, pad, stride, dilation, out_spatial = _normalize_args(
+        spatial, kernel, pad, stride, dilation, out_spatial)
     _check_buffer(col, (nc * _prod(kernel), _prod(out_spatial) * nb), "col2im input")
     cols = col.reshape((nc,) + kernel + out_spatial + (nb,))
     if out is None:

@@ -23,7 +23,7 @@ from google.protobuf import text_format
 from .. import backend, health, protoio
 from ..blob import blobproto_to_array, fill_blobproto
 from ..errors import CaffeError, ProtoError, SnapshotError
-from ..net import Net
+from ..net import LAYER_FAILURES, Net
 from ..proto import caffe_pb2
 from ..signals import SolverAction
 from . import paths, resume
@@ -375,7 +375,7 @@ class Solver:
         if culprit is None:
             try:
                 culprit = health.locate(self.net)
-            except CaffeError as exc:
+            except (CaffeError,) + LAYER_FAILURES as exc:
                 log.warning("Could not run the net again to find the first non-finite value: "
                             "%s", exc)
         error = health.nonfinite_error(self.iter, loss, culprit, self.last_snapshot)

@@ -1,10 +1,10 @@
 """Bias: add a (learned or given) bias blob, broadcast along the bottom's other axes."""
 
 from ...backend import get_array_module
-from ...errors import ShapeError
 from ...fillers import fill
 from ...layer import Layer
 from ...registry import register_layer
+from .common_utils import broadcast_dims, broadcast_param_shape
 
 
 @register_layer("Bias")
@@ -24,13 +24,6 @@ class BiasLayer(Layer):
     max_num_bottom_blobs = 2
     exact_num_top_blobs = 1
 
-    def _canonical(self, x, axis):
-        try:
-            return x.canonical_axis_index(axis)
-        except ShapeError:
-            raise self.error("axis %d out of range for a bottom of shape %s"
-                             % (axis, x.shape)) from None
-
     def setup(self, bottom, top):
         p = self.layer_param.bias_param
         if len(bottom) == 1 and len(self.blobs) > 0:
@@ -43,30 +36,14 @@ class BiasLayer(Layer):
                 raise self.error("has %d parameter blob(s), but the bias is given by bottom 1"
                                  % len(self.blobs))
             return
-        x = bottom[0]
-        axis = self._canonical(x, p.axis)
-        if p.num_axes < -1:
-            raise self.error("num_axes must be non-negative, or -1 to extend to the end of "
-                             "bottom[0], got %d" % p.num_axes)
-        if p.num_axes >= 0 and x.num_axes < axis + p.num_axes:
-            raise self.error("bias blob's shape extends past bottom[0]'s shape %s when applied "
-                             "starting with bottom[0] axis = %d (num_axes %d)"
-                             % (x.shape, axis, p.num_axes))
-        end = x.num_axes if p.num_axes == -1 else axis + p.num_axes
-        fill(self.blobs.add_blob(*x.shape[axis:end]), p.filler)
+        shape = broadcast_param_shape(self, bottom[0], p.axis, p.num_axes, "bias")
+        fill(self.blobs.add_blob(*shape), p.filler)
 
     def reshape(self, bottom, top):
         x = bottom[0]
         bias = bottom[1] if len(bottom) > 1 else self.blobs[0]
-        axis = 0 if bias.num_axes == 0 else self._canonical(x, self.layer_param.bias_param.axis)
-        if x.num_axes < axis + bias.num_axes or \
-                x.shape[axis:axis + bias.num_axes] != bias.shape:
-            raise self.error("bias of shape %s does not match bottom[0] of shape %s from axis "
-                             "%d (expected shape %s)" % (bias.shape, x.shape, axis,
-                                                         x.shape[axis:axis + bias.num_axes]))
-        self.outer = x.count_range(0, axis)
-        self.dim = bias.count
-        self.inner = x.count_range(axis + bias.num_axes)
+        self.outer, self.dim, self.inner = broadcast_dims(
+            self, x, self.layer_param.bias_param.axis, bias, "bias")
         if top[0] is not x:
             top[0].reshape(x.shape)
 

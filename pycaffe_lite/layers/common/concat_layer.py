@@ -1,8 +1,8 @@
 """Concat: join blobs along one axis."""
 
-from ...errors import ShapeError
 from ...layer import Layer
 from ...registry import register_layer
+from .common_utils import check_axis_or_legacy, legacy_axis
 
 
 @register_layer("Concat")
@@ -21,27 +21,10 @@ class ConcatLayer(Layer):
     exact_num_top_blobs = 1
 
     def setup(self, bottom, top):
-        p = self.layer_param.concat_param
-        if p.HasField("axis") and p.HasField("concat_dim"):
-            raise self.error("Either axis or concat_dim should be specified; not both (got "
-                             "axis: %d, concat_dim: %d)" % (p.axis, p.concat_dim))
-
-    def _concat_axis(self, x):
-        p = self.layer_param.concat_param
-        n = x.num_axes
-        if p.HasField("concat_dim"):
-            if p.concat_dim >= n:
-                raise self.error("concat_dim %d out of range for a bottom of shape %s "
-                                 "(expected 0 <= concat_dim < %d)" % (p.concat_dim, x.shape, n))
-            return int(p.concat_dim)
-        try:
-            return x.canonical_axis_index(p.axis)
-        except ShapeError:
-            raise self.error("axis %d out of range for a bottom of shape %s"
-                             % (p.axis, x.shape)) from None
+        check_axis_or_legacy(self, self.layer_param.concat_param, "concat_dim")
 
     def reshape(self, bottom, top):
-        axis = self._concat_axis(bottom[0])
+        axis = legacy_axis(self, bottom[0], self.layer_param.concat_param, "concat_dim")
         self.axis = axis
         shape = list(bottom[0].shape)
         for i, b in enumerate(bottom[1:], 1):

@@ -1,11 +1,9 @@
 """Embed: look up learned vectors by integer index (a one-hot InnerProduct, done by lookup)."""
 
-import math
-
 from ...backend import get_array_module
-from ...fillers import fill
 from ...layer import Layer
 from ...registry import register_layer
+from .common_utils import setup_weight_and_bias
 
 
 @register_layer("Embed")
@@ -33,23 +31,7 @@ class EmbedLayer(Layer):
             raise self.error("embed_param.num_output must be > 0, got %d" % self.num_output)
         if self.input_dim <= 0:
             raise self.error("embed_param.input_dim must be > 0, got %d" % self.input_dim)
-        k, n = self.input_dim, self.num_output
-        expected = [(k, n)] + ([(n,)] if self.bias_term else [])
-        if len(self.blobs) > 0:
-            # Parameters came with the layer (a saved net): they must fit the settings.
-            if len(self.blobs) != len(expected):
-                raise self.error("expected %d parameter blob(s) (bias_term: %s), got %d"
-                                 % (len(expected), self.bias_term, len(self.blobs)))
-            for i, (blob, shape) in enumerate(zip(self.blobs, expected)):
-                if blob.count != math.prod(shape):
-                    raise self.error("parameter blob %d has shape %s, expected %s"
-                                     % (i, blob.shape, shape))
-                if blob.shape != shape:
-                    blob.reshape(shape)
-            return
-        fill(self.blobs.add_blob(k, n), p.weight_filler)
-        if self.bias_term:
-            fill(self.blobs.add_blob(n), p.bias_filler)
+        setup_weight_and_bias(self, p, (self.input_dim, self.num_output))
 
     def reshape(self, bottom, top):
         top[0].reshape(bottom[0].shape + (self.num_output,))

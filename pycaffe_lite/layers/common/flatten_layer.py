@@ -1,12 +1,12 @@
 """Flatten: merge the axes ``axis`` to ``end_axis`` into one, without copying."""
 
 from ...errors import ShapeError
-from ...layer import Layer
 from ...registry import register_layer
+from .common_utils import ViewLayer
 
 
 @register_layer("Flatten")
-class FlattenLayer(Layer):
+class FlattenLayer(ViewLayer):
     """Collapse a range of axes into one; the top is a view of the bottom.
 
     Bottoms: x, any shape.
@@ -15,9 +15,6 @@ class FlattenLayer(Layer):
     Params: ``flatten_param { axis (1), end_axis (-1) }``; negative values count from the end.
     In-place computation is not allowed.
     """
-
-    exact_num_bottom_blobs = 1
-    exact_num_top_blobs = 1
 
     def reshape(self, bottom, top):
         if top[0] is bottom[0]:
@@ -34,12 +31,4 @@ class FlattenLayer(Layer):
             raise self.error("end_axis %d (axis %d) comes before axis %d (axis %d) for a bottom "
                              "of shape %s" % (p.end_axis, end, p.axis, start, x.shape))
         shape = x.shape[:start] + (x.count_range(start, end + 1),) + x.shape[end + 1:]
-        top[0].reshape(shape)
-        top[0].share_data(x)
-        top[0].share_diff(x)
-
-    def forward(self, bottom, top):
-        pass  # the top is a view of the bottom
-
-    def backward(self, top, propagate_down, bottom):
-        pass  # the bottom's diff is the top's diff
+        self.share_as_view(top[0], x, shape)

@@ -1,12 +1,10 @@
 """InnerProduct: a fully connected layer, y = x W^T + b over the axes from ``axis`` on."""
 
-import math
-
 from ...backend import get_array_module
 from ...errors import ShapeError
-from ...fillers import fill
 from ...layer import Layer
 from ...registry import register_layer
+from .common_utils import setup_weight_and_bias
 
 
 @register_layer("InnerProduct")
@@ -44,25 +42,7 @@ class InnerProductLayer(Layer):
         axis = self._axis(bottom[0])
         self.K = bottom[0].count_range(axis)
         n, k = self.num_output, self.K
-        weight_shape = (k, n) if self.transpose else (n, k)
-        expected = [weight_shape] + ([(n,)] if self.bias_term else [])
-        if len(self.blobs) > 0:
-            # Parameters given with the layer (a saved net): check they fit.
-            if len(self.blobs) != len(expected):
-                raise self.error("expected %d parameter blob(s) (bias_term: %s), got %d"
-                                 % (len(expected), self.bias_term, len(self.blobs)))
-            for i, (blob, shape) in enumerate(zip(self.blobs, expected)):
-                if blob.count != math.prod(shape):
-                    raise self.error("parameter blob %d has shape %s, expected %s"
-                                     % (i, blob.shape, shape))
-                if blob.shape != shape:
-                    blob.reshape(shape)
-            return
-        weight = self.blobs.add_blob(*weight_shape)
-        fill(weight, p.weight_filler)
-        if self.bias_term:
-            bias = self.blobs.add_blob(n)
-            fill(bias, p.bias_filler)
+        setup_weight_and_bias(self, p, (k, n) if self.transpose else (n, k))
 
     def reshape(self, bottom, top):
         axis = self._axis(bottom[0])

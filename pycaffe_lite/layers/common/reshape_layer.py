@@ -1,11 +1,11 @@
 """Reshape: change a blob's shape without copying (0 copies a dimension, -1 infers one)."""
 
-from ...layer import Layer
 from ...registry import register_layer
+from .common_utils import ViewLayer
 
 
 @register_layer("Reshape")
-class ReshapeLayer(Layer):
+class ReshapeLayer(ViewLayer):
     """Give the bottom a new shape; the top shares the bottom's data and diff.
 
     Bottoms: x, any shape.
@@ -16,9 +16,6 @@ class ReshapeLayer(Layer):
     a dim of 0 copies the corresponding bottom dimension, a single dim of -1 is inferred from
     the count. In-place computation is not allowed.
     """
-
-    exact_num_bottom_blobs = 1
-    exact_num_top_blobs = 1
 
     def setup(self, bottom, top):
         if top[0] is bottom[0]:
@@ -77,12 +74,4 @@ class ReshapeLayer(Layer):
             raise self.error("output count must match input count: new shape %s has %d "
                              "elements, the bottom of shape %s has %d"
                              % (tuple(shape), count, x.shape, x.count))
-        top[0].reshape(shape)
-        top[0].share_data(x)
-        top[0].share_diff(x)
-
-    def forward(self, bottom, top):
-        pass  # the top is a view of the bottom
-
-    def backward(self, top, propagate_down, bottom):
-        pass  # the top's diff is the bottom's diff
+        self.share_as_view(top[0], x, shape)

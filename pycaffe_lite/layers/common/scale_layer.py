@@ -2,11 +2,11 @@
 optional learned bias."""
 
 from ...backend import get_array_module
-from ...errors import ShapeError
 from ...fillers import fill
 from ...layer import Layer
 from ...proto import caffe_pb2
 from ...registry import register_layer
+from .common_utils import broadcast_dims, broadcast_param_shape
 
 
 @register_layer("Scale")
@@ -29,30 +29,12 @@ class ScaleLayer(Layer):
     max_num_bottom_blobs = 2
     exact_num_top_blobs = 1
 
-    def _canonical(self, x, axis):
-        try:
-            return x.canonical_axis_index(axis)
-        except ShapeError:
-            raise self.error("axis %d out of range for a bottom of shape %s"
-                             % (axis, x.shape)) from None
-
-    def _param_shape(self, x, num_axes, what):
-        axis = self._canonical(x, self.layer_param.scale_param.axis)
-        if num_axes < -1:
-            raise self.error("num_axes must be non-negative, or -1 to extend to the end of "
-                             "bottom[0], got %d" % num_axes)
-        if num_axes >= 0 and x.num_axes < axis + num_axes:
-            raise self.error("%s blob's shape extends past bottom[0]'s shape %s when applied "
-                             "starting with bottom[0] axis = %d (num_axes %d)"
-                             % (what, x.shape, axis, num_axes))
-        end = x.num_axes if num_axes == -1 else axis + num_axes
-        return x.shape[axis:end]
-
     def setup(self, bottom, top):
         p = self.layer_param.scale_param
         x = bottom[0]
         if len(bottom) == 1 and not self.blobs:
-            scale = self.blobs.add_blob(*self._param_shape(x, p.num_axes, "scale"))
+            shape = broadcast_param_shape(self, x, p.axis, p.num_axes, "scale")
+            scale = self.blobs.add_blob(*shape)
             filler = p.filler
             if not p.HasField("filler"):
                 filler = caffe_pb2.FillerParameter(type="constant", value=1.0)
@@ -62,8 +44,8 @@ class ScaleLayer(Layer):
             # As Caffe: the bias is created unless the blobs given with the layer include it.
             if len(self.blobs) + len(bottom) < 3:
                 num_axes = bottom[1].num_axes if len(bottom) > 1 else p.num_axes
-                fill(self.blobs.add_blob(*self._param_shape(x, num_axes, "bias")),
-                     p.bias_filler)
+                shape = broadcast_param_shape(self, x, p.axis, num_axes, "bias")
+                fill(self.blobs.add_blob(*shape), p.bias_filler)
             self.bias_index = len(self.blobs) - 1
         expected = (1 if len(bottom) == 1 else 0) + (1 if p.bias_term else 0)
         if len(self.blobs) != expected:
@@ -73,13 +55,7 @@ class ScaleLayer(Layer):
 
     def _dims(self, x, param, what):
         """(outer, dim, inner) of x around the axes that ``param`` (a blob) covers."""
-        axis = 0 if param.num_axes == 0 else self._canonical(x, self.layer_param.scale_param.axis)
-        if x.num_axes < axis + param.num_axes or \
-                x.shape[axis:axis + param.num_axes] != param.shape:
-            raise self.error("%s of shape %s does not match bottom[0] of shape %s from axis %d "
-                             "(expected shape %s)" % (what, param.shape, x.shape, axis,
-                                                      x.shape[axis:axis + param.num_axes]))
-        return (x.count_range(0, axis), param.count, x.count_range(axis + param.num_axes))
+        return broadcast_dims(self, x, self.layer_param.scale_param.axis, param, what)
 
     def _scale(self, bottom):
         return bottom[1] if len(bottom) > 1 else self.blobs[0]

@@ -1,8 +1,8 @@
 """Slice: cut a blob into pieces along one axis."""
 
-from ...errors import ShapeError
 from ...layer import Layer
 from ...registry import register_layer
+from .common_utils import check_axis_or_legacy, legacy_axis
 
 
 @register_layer("Slice")
@@ -23,28 +23,12 @@ class SliceLayer(Layer):
 
     def setup(self, bottom, top):
         p = self.layer_param.slice_param
-        if p.HasField("axis") and p.HasField("slice_dim"):
-            raise self.error("Either axis or slice_dim should be specified; not both (got "
-                             "axis: %d, slice_dim: %d)" % (p.axis, p.slice_dim))
+        check_axis_or_legacy(self, p, "slice_dim")
         self.slice_points = [int(s) for s in p.slice_point]
-
-    def _slice_axis(self, x):
-        p = self.layer_param.slice_param
-        n = x.num_axes
-        if p.HasField("slice_dim"):
-            if p.slice_dim >= n:
-                raise self.error("slice_dim %d out of range for a bottom of shape %s "
-                                 "(expected 0 <= slice_dim < %d)" % (p.slice_dim, x.shape, n))
-            return int(p.slice_dim)
-        try:
-            return x.canonical_axis_index(p.axis)
-        except ShapeError:
-            raise self.error("axis %d out of range for a bottom of shape %s"
-                             % (p.axis, x.shape)) from None
 
     def reshape(self, bottom, top):
         x = bottom[0]
-        axis = self._slice_axis(x)
+        axis = legacy_axis(self, x, self.layer_param.slice_param, "slice_dim")
         self.axis = axis
         dim = x.shape[axis]
         k = len(top)
