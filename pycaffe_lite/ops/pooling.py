@@ -127,7 +127,7 @@ def max_pool_mask(argmax, width, kernel, pad, stride, out=None):
     return out
 
 
-def _tiles_exactly(shape, kernel, pad, stride, pooled):
+def tiles_exactly(shape, kernel, pad, stride, pooled):
     """Whether the windows neither overlap nor leave gaps (stride == kernel, no padding,
     the pooled grid covering the input exactly): then each bottom element has one window."""
     return pad == (0, 0) and tuple(stride) == tuple(kernel) and \
@@ -137,7 +137,7 @@ def _tiles_exactly(shape, kernel, pad, stride, pooled):
 def _route(top_diff, choice, kernel, pad, stride, pooled, bottom_diff):
     xp = get_array_module(top_diff)
     picked = xp.empty(choice.shape, dtype=bool)
-    if _tiles_exactly(bottom_diff.shape, tuple(kernel), tuple(pad), stride, pooled):
+    if tiles_exactly(bottom_diff.shape, tuple(kernel), tuple(pad), stride, pooled):
         # every bottom element belongs to one window: write, no accumulator, no zeroing
         for k, window in _offsets(kernel, stride, pooled):
             xp.equal(choice, k, out=picked)
@@ -158,6 +158,36 @@ def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff
     if _gpu.supported(top_diff, argmax, bottom_diff):  # CuPy arrays: the CUDA kernel
         return _gpu.max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff)
     _route(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff)
+
+
+def max_pool_forward_tiled(x, kernel, pooled, top):
+    """:func:`max_pool_forward` for windows that tile the input exactly (see
+    :func:`tiles_exactly`), without recording the choices: a chain of ``fmax`` over the kernel
+    offsets, then the ``-FLT_MAX`` floor (Caffe's start value, which also stands for windows of
+    only NaN or -inf). Pair it with :func:`max_pool_backward_tiled`."""
+    xp = get_array_module(x)
+    windows = [x[window] for _, window in _offsets(kernel, kernel, pooled)]
+    if len(windows) == 1:
+        top[...] = windows[0]
+    else:
+        xp.fmax(windows[0], windows[1], out=top)
+        for v in windows[2:]:
+            xp.fmax(top, v, out=top)
+    xp.fmax(top, top.dtype.type(-FLT_MAX), out=top)
+
+
+def max_pool_backward_tiled(x, top, top_diff, kernel, pooled, bottom_diff):
+    """Route each gradient to the first element (row-major) of its window equal to the
+    window's maximum ``top`` from :func:`max_pool_forward_tiled` — the element Caffe's strict
+    ``>`` scan picks; nothing where the maximum is the ``-FLT_MAX`` floor. Overwrites."""
+    xp = get_array_module(x)
+    free = top > top.dtype.type(-FLT_MAX)  # windows whose gradient is not yet routed
+    hit = xp.empty(top.shape, dtype=bool)
+    for _, window in _offsets(kernel, kernel, pooled):
+        xp.equal(x[window], top, out=hit)
+        hit &= free
+        free ^= hit
+        xp.multiply(top_diff, hit, out=bottom_diff[window])
 
 
 # ---- AVE ----------------------------------------------------------------------------------

@@ -280,3 +280,38 @@ def test_invalid_usage(params, shape, num_top, message):
     with pytest.raises(LayerError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
         forward(params, shape, num_top)
     assert "pooling" in str(info.value)
+
+
+def _max_pool_pair(x, kernel):
+    """(output, bottom diff) of MAX pooling through the tiled host path (one top) and through
+    the general path (a mask top forces it), for the same input and top diff."""
+    from pycaffe_lite.testing import empty_blobs, make_layer, random_blobs
+
+    text = 'type: "Pooling" pooling_param { pool: MAX kernel_size: %d stride: %d }' % (
+        kernel, kernel)
+    results = []
+    for ntop in (1, 2):
+        layer = make_layer(text, dtype=np.float32)
+        bottom = random_blobs([x], dtype=np.float32)
+        top = empty_blobs(ntop, np.float32)
+        layer.SetUp(bottom, top)
+        layer.Forward(bottom, top)
+        out = top[0].data.copy()
+        top[0].data[...] = -7  # an in-place consumer overwriting the output must not matter
+        top[0].diff[...] = np.arange(top[0].count, dtype=np.float32).reshape(top[0].shape) + 1
+        layer.Backward(top, [True], bottom)
+        results.append((out, bottom[0].diff.copy()))
+    return results
+
+
+def test_tiled_max_path_equals_general_path_with_ties_nan_and_inf():
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, (2, 3, 6, 8)).astype(np.float32)  # many ties
+    x[0, 0, 0, 0] = np.nan                                    # NaN is skipped, as in Caffe
+    x[0, 1, 0:2, 0:2] = np.nan                                # an all-NaN window
+    x[1, 2, 2:4, 2:4] = -np.inf                               # an all -inf window
+    x[1, 0, 4:6, 6:8] = -np.finfo(np.float32).max             # exactly -FLT_MAX
+    (tiled_y, tiled_dx), (gen_y, gen_dx) = _max_pool_pair(x, 2)
+    np.testing.assert_array_equal(tiled_y, gen_y)
+    np.testing.assert_array_equal(tiled_dx, gen_dx)
+    assert tiled_y[0, 1, 0, 0] == -np.finfo(np.float32).max and tiled_dx[0, 1, :2, :2].sum() == 0

@@ -52,6 +52,27 @@ def _data_pointer(arr):
     return arr.__array_interface__["data"][0]
 
 
+# Moving the batch axis between first and last is a transposing copy; done a few channels
+# at a time, the strided side of each block stays in cache (about 4x faster than one copy).
+_BLOCK_ELEMENTS = 1 << 17
+
+
+def _batch_to_first(dst, src):
+    """``dst (B, C, P) = src (C, P, B)`` moved axis by axis, in cache-sized channel blocks."""
+    nc, npix, nb = src.shape
+    step = max(1, _BLOCK_ELEMENTS // max(1, npix * nb))
+    for c in range(0, nc, step):
+        dst[:, c:c + step] = src[c:c + step].transpose(2, 0, 1)
+
+
+def _batch_to_last(dst, src):
+    """``dst (C, P, B) = src (B, C, P)``, in cache-sized channel blocks."""
+    nb, nc, npix = src.shape
+    step = max(1, _BLOCK_ELEMENTS // max(1, npix * nb))
+    for c in range(0, nc, step):
+        dst[c:c + step] = src[:, c:c + step].transpose(1, 2, 0)
+
+
 def _prod(values):
     n = 1
     for v in values:
@@ -260,7 +281,7 @@ class BaseConvolutionLayer(Layer):
             col = self._own_buffer(size, xp, inp.dtype) if own else \
                 self._buffer("col", size, xp, inp.dtype)
             if last:
-                col.reshape(kd * g, npix, nb)[...] = inp.transpose(1, 2, 0)
+                _batch_to_last(col.reshape(kd * g, npix, nb), inp)
             else:
                 col.reshape(kd * g, nb, npix)[...] = inp.swapaxes(0, 1)
             return col.reshape(g, kd, nb * npix)
@@ -281,7 +302,7 @@ class BaseConvolutionLayer(Layer):
         last = self._batch_last(xp, nb)
         if self.is_1x1:
             if last:
-                inp[...] = col.reshape(self.conv_in_channels, -1, nb).transpose(2, 0, 1)
+                _batch_to_first(inp, col.reshape(self.conv_in_channels, -1, nb))
             else:
                 inp[...] = col.reshape(self.conv_in_channels, nb, -1).swapaxes(0, 1)
             return
@@ -301,7 +322,7 @@ class BaseConvolutionLayer(Layer):
             return out.reshape(g, mg, npix)
         buf = self._buffer(name, g * mg * nb * npix, xp, out.dtype)
         if self._batch_last(xp, nb):
-            buf.reshape(g, mg, npix, nb)[...] = out.reshape(nb, g, mg, npix).transpose(1, 2, 3, 0)
+            _batch_to_last(buf.reshape(g * mg, npix, nb), out.reshape(nb, g * mg, npix))
         else:
             buf.reshape(g, mg, nb, npix)[...] = \
                 out.reshape(nb, g, mg, npix).transpose(1, 2, 0, 3)
@@ -376,8 +397,8 @@ class BaseConvolutionLayer(Layer):
                     buf = buf.reshape(g, mg, nb * npix)
                     self._matmul(w, col, buf)
                     if self._batch_last(xp, nb):
-                        res.reshape(nb, g, mg, npix)[...] = \
-                            buf.reshape(g, mg, npix, nb).transpose(3, 0, 1, 2)
+                        _batch_to_first(res.reshape(nb, g * mg, npix),
+                                        buf.reshape(g * mg, npix, nb))
                     else:
                         res.reshape(nb, g, mg, npix)[...] = \
                             buf.reshape(g, mg, nb, npix).transpose(2, 0, 1, 3)

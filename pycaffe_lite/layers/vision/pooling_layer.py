@@ -103,6 +103,7 @@ class PoolingLayer(Layer):
         if p.round_mode not in (PP.CEIL, PP.FLOOR):
             raise self.error("unknown round_mode %d; expected CEIL or FLOOR" % p.round_mode)
         self.choice = None  # int32 kernel offset picked per output (MAX, STOCHASTIC TRAIN)
+        self._tiled_max = None  # MAX output kept for backward when windows tile the input
         self.divisors = None  # AVE divisors per output position
         self._divisor_key = None
 
@@ -138,7 +139,17 @@ class PoolingLayer(Layer):
         x = bottom[0].read_data()
         y = top[0].write_data()
         xp = get_array_module(x)
-        if self.pool == PP.MAX:
+        if self.pool == PP.MAX and len(top) == 1 and xp is np and \
+                ops.tiles_exactly(x.shape, self.kernel, self.pad, self.stride, self.pooled):
+            # Non-overlapping windows on the host: no choices recorded; backward finds each
+            # window's first maximum again from a private copy of the output.
+            ops.max_pool_forward_tiled(x, self.kernel, self.pooled, y)
+            self.choice = None
+            self._tiled_max = self._tiled_max if self._tiled_max is not None and \
+                self._tiled_max.shape == y.shape else np.empty_like(y)
+            self._tiled_max[...] = y
+        elif self.pool == PP.MAX:
+            self._tiled_max = None
             ops.max_pool_forward(x, self.kernel, self.pad, self.stride, self.pooled, y,
                                  self._choice_buffer(xp, y.shape))
             if len(top) > 1:
@@ -183,6 +194,12 @@ class PoolingLayer(Layer):
             # TEST phase: the exact gradient of sum(v^2) / sum(v) (Caffe has no defined one).
             ops.stochastic_pool_test_backward(bottom[0].read_data(), top[0].read_data(), dy,
                                               self.kernel, self.stride, self.pooled, dx)
+            return
+        tiled = getattr(self, "_tiled_max", None)
+        if self.pool == PP.MAX and tiled is not None and tiled.shape == dy.shape and \
+                get_array_module(dy) is np:
+            ops.max_pool_backward_tiled(bottom[0].read_data(), tiled, dy, self.kernel,
+                                        self.pooled, dx)
             return
         choice = self.choice
         if choice is None or choice.shape != dy.shape:
