@@ -315,3 +315,10 @@ def test_tiled_max_path_equals_general_path_with_ties_nan_and_inf():
     np.testing.assert_array_equal(tiled_y, gen_y)
     np.testing.assert_array_equal(tiled_dx, gen_dx)
     assert tiled_y[0, 1, 0, 0] == -np.finfo(np.float32).max and tiled_dx[0, 1, :2, :2].sum() == 0
+
+
+def test_tiled_max_path_equals_general_path_without_ties():
+    x = np.random.default_rng(4).standard_normal((3, 4, 8, 6)).astype(np.float32)
+    (tiled_y, tiled_dx), (gen_y, gen_dx) = _max_pool_pair(x, 2)
+    np.testing.assert_array_equal(tiled_y, gen_y)
+    np.testing.assert_array_equal(tiled_dx, gen_dx)
