@@ -31,6 +31,7 @@ import numpy as np
 from ...backend import get_array_module
 from ...fillers import fill
 from ...layer import Layer
+from ...proto import caffe_pb2
 from ...ops.im2col import col2im, col2im_batch_last, im2col, im2col_batch_last
 
 _shared = threading.local()
@@ -255,8 +256,12 @@ class BaseConvolutionLayer(Layer):
 
     def keeps_columns(self):
         """Whether forward keeps its column matrix for the weight gradient of the next
-        backward (saving one im2col): only when the batch is one chunk and it fits
-        ``col_cache_bytes``; it then lives in a buffer of this layer's own."""
+        backward (saving one im2col): only in TRAIN nets that learn this layer's weights,
+        when the batch is one chunk and it fits ``col_cache_bytes``; it then lives in a
+        buffer of this layer's own. (A TEST net's backward, if any, rebuilds the columns.)"""
+        if self.phase != caffe_pb2.TRAIN or not self.param_propagate_down[:1] or \
+                not self.param_propagate_down[0]:
+            return False
         size = self.kernel_dim * self.group * self.num * self.conv_out_spatial_dim
         return self.chunk >= self.num and size * self.dtype.itemsize <= self.col_cache_bytes
 
@@ -427,8 +432,9 @@ class BaseConvolutionLayer(Layer):
         for start, stop in self._chunks():
             nb = stop - start
             dy = self._gemm_layout(dy_all[start:stop], xp)
+            cached = None
             if weight_diff is not None:
-                col = self._cached_columns(input, start, stop)
+                cached = col = self._cached_columns(input, start, stop)
                 if col is None:
                     col = self._columns(inp[start:stop], xp)
                 self._accumulate_weight_grad(weight_diff, dy, col)
@@ -438,8 +444,12 @@ class BaseConvolutionLayer(Layer):
                 if self.is_1x1 and nb == 1:
                     self._matmul(wt, dy, dx.reshape(g, kd, -1))
                     continue
-                dcol = self._buffer("col", g * kd * nb * self.conv_out_spatial_dim, xp,
-                                    dy.dtype).reshape(g, kd, -1)
+                if cached is not None and not self.is_1x1:
+                    # the kept columns are used up: their buffer takes the column gradient
+                    dcol, self._col_cache = cached, None
+                else:
+                    dcol = self._buffer("col", g * kd * nb * self.conv_out_spatial_dim, xp,
+                                        dy.dtype).reshape(g, kd, -1)
                 self._matmul(wt, dy, dcol)
                 self._uncolumns(dcol, dx, xp)
 
