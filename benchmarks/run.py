@@ -83,7 +83,13 @@ def zoo_net(name, batch):
             for shape in layer.input_param.shape:
                 shape.dim[0] = batch
     caffe.set_random_seed(0)
-    net = caffe.Net(param, caffe.TEST)
+    # a training pass: TRAIN phase (dropout on, batch statistics), every param's gradient,
+    # and, like PyTorch with an input that needs no gradient, none for the data itself
+    net = caffe.Net(param, caffe.TRAIN)
+    data_ids = set(net._input_ids)
+    for i, ids in enumerate(net.bottom_ids):
+        net.bottom_need_backward[i] = [need and bid not in data_ids
+                                       for need, bid in zip(net.bottom_need_backward[i], ids)]
     rng = np.random.default_rng(0)
     for blobs in net.params.values():
         for blob in blobs:
@@ -136,6 +142,8 @@ def bench_zoo(name, batch, iters, torch, torch_model=None):
     if torch is not None and torch_model is not None:
         model = torch_model(torch)
         x = torch.rand(batch, *net.blobs[net.inputs[0]].shape[1:])
+
+        model.train()
 
         def tstep():
             model.zero_grad(set_to_none=False)

@@ -23,12 +23,18 @@ class ReLULayer(NeuronLayer):
         if self.negative_slope == 0:
             xp.maximum(x, 0, out=y)
         else:
-            y[...] = x * ((x > 0) + self.negative_slope * (x <= 0))
+            # the slope in the blobs' precision: no float64 temporaries
+            y[...] = xp.where(x > 0, x, x * x.dtype.type(self.negative_slope))
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
         # In place the bottom holds y, whose sign is x's for slope >= 0 (Caffe reads it too).
         x = bottom[0].read_data()
+        dy = top[0].read_diff()
         dx = bottom[0].write_diff()
-        dx[...] = top[0].read_diff() * ((x > 0) + self.negative_slope * (x <= 0))
+        xp = get_array_module(x)
+        if self.negative_slope == 0:
+            xp.multiply(dy, x > 0, out=dx)
+        else:
+            dx[...] = xp.where(x > 0, dy, dy * dy.dtype.type(self.negative_slope))
