@@ -1,7 +1,8 @@
 """Net: a directed acyclic graph of layers built from a NetParameter, as Caffe builds it.
 
 Construction: upgrade legacy forms, keep the layers the NetState includes (phase, level,
-stages), insert Split layers for blobs consumed more than once, then set up each layer in order,
+stages), insert Split layers for blobs consumed more than once (both in :mod:`net_graph`),
+then set up each layer in order,
 connecting blobs by name (in-place when a top reuses its bottom's name), sharing named params and
 working out which layers and blobs need backward.
 """
@@ -16,6 +17,7 @@ from . import protoio
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
 from .layers import create_layer
+from .net_graph import filter_net, insert_splits
 from .proto import caffe_pb2
 from .registry import register_net_class
 
@@ -23,104 +25,6 @@ log = logging.getLogger("pycaffe_lite")
 
 TRAIN = caffe_pb2.TRAIN
 TEST = caffe_pb2.TEST
-
-
-# ---- NetState filtering ------------------------------------------------------------------
-def state_meets_rule(state, rule):
-    if rule.HasField("phase") and rule.phase != state.phase:
-        return False
-    if rule.HasField("min_level") and state.level < rule.min_level:
-        return False
-    if rule.HasField("max_level") and state.level > rule.max_level:
-        return False
-    stages = set(state.stage)
-    if any(s not in stages for s in rule.stage):
-        return False
-    if any(s in stages for s in rule.not_stage):
-        return False
-    return True
-
-
-def filter_net(param):
-    """A copy of ``param`` holding only the layers its state includes."""
-    out = caffe_pb2.NetParameter()
-    out.CopyFrom(param)
-    del out.layer[:]
-    for layer in param.layer:
-        if layer.include and layer.exclude:
-            raise NetError("layer '%s': specify either include rules or exclude rules, not both"
-                           % layer.name)
-        included = not layer.include
-        if any(state_meets_rule(param.state, r) for r in layer.exclude):
-            included = False
-        if any(state_meets_rule(param.state, r) for r in layer.include):
-            included = True
-        if included:
-            out.layer.add().CopyFrom(layer)
-    return out
-
-
-# ---- Split insertion ---------------------------------------------------------------------
-def split_layer_name(layer_name, blob_name, blob_idx):
-    return "%s_%s_%d_split" % (layer_name, blob_name, blob_idx)
-
-
-def split_blob_name(layer_name, blob_name, blob_idx, split_idx):
-    return "%s_%s_%d_split_%d" % (layer_name, blob_name, blob_idx, split_idx)
-
-
-def insert_splits(param):
-    """Caffe's InsertSplits: a Split layer after every top consumed more than once
-    (a use as a loss counts as a consumer)."""
-    last_top = {}
-    bottom_source = {}
-    consumers = collections.Counter()
-    loss_weight = {}
-    for i, layer in enumerate(param.layer):
-        for j, name in enumerate(layer.bottom):
-            if name not in last_top:
-                raise NetError("unknown bottom blob '%s' (layer '%s', bottom index %d): no "
-                               "earlier layer produces it" % (name, layer.name, j))
-            bottom_source[(i, j)] = last_top[name]
-            consumers[last_top[name]] += 1
-        for j, name in enumerate(layer.top):
-            last_top[name] = (i, j)
-        for j in range(min(len(layer.loss_weight), len(layer.top))):
-            src = last_top[layer.top[j]]
-            loss_weight[src] = layer.loss_weight[j]
-            if loss_weight[src]:
-                consumers[src] += 1
-
-    out = caffe_pb2.NetParameter()
-    out.CopyFrom(param)
-    del out.layer[:]
-    next_split = collections.Counter()
-    for i, layer in enumerate(param.layer):
-        new = out.layer.add()
-        new.CopyFrom(layer)
-        for j in range(len(new.bottom)):
-            src = bottom_source[(i, j)]
-            if consumers[src] > 1:
-                new.bottom[j] = split_blob_name(param.layer[src[0]].name, new.bottom[j], src[1],
-                                                next_split[src])
-                next_split[src] += 1
-        for j, name in enumerate(layer.top):
-            n = consumers[(i, j)]
-            if n <= 1:
-                continue
-            w = loss_weight.get((i, j), 0.0)
-            split = out.layer.add()
-            split.name = split_layer_name(layer.name, name, j)
-            split.type = "Split"
-            split.bottom.append(name)
-            for k in range(n):
-                split.top.append(split_blob_name(layer.name, name, j, k))
-                if w:
-                    split.loss_weight.append(w if k == 0 else 0.0)
-            if w:
-                del new.loss_weight[:]
-                next_split[(i, j)] += 1
-    return out
 
 
 # ---- the Net -------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ import pytest
 
 import pycaffe_lite as caffe
 from pycaffe_lite.errors import CaffeError, LayerError, NetError, ProtoError, ShapeError
-from pycaffe_lite.net import Net, insert_splits
+from pycaffe_lite.net import Net
+from pycaffe_lite.net_graph import insert_splits
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite import protoio
 
