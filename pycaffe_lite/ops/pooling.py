@@ -160,34 +160,54 @@ def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff
     _route(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff)
 
 
-def max_pool_forward_tiled(x, kernel, pooled, top):
-    """:func:`max_pool_forward` for windows that tile the input exactly (see
-    :func:`tiles_exactly`), without recording the choices: a chain of ``fmax`` over the kernel
-    offsets, then the ``-FLT_MAX`` floor (Caffe's start value, which also stands for windows of
-    only NaN or -inf). Pair it with :func:`max_pool_backward_tiled`."""
+def max_pool_forward_values(x, kernel, pad, stride, pooled, top):
+    """The values of :func:`max_pool_forward` without recording the choices, separably: the
+    maximum over each window's columns for every row, then over its rows (``kh + kw`` passes
+    instead of ``kh * kw``), then the ``-FLT_MAX`` floor (Caffe's start value, which also
+    stands for windows of only NaN or -inf; ``fmax`` skips NaN as Caffe's ``>`` does). Pair it
+    with :func:`max_pool_backward_values`."""
     xp = get_array_module(x)
-    windows = [x[window] for _, window in _offsets(kernel, kernel, pooled)]
-    if len(windows) == 1:
-        top[...] = windows[0]
+    src = _source(x, kernel, pad, stride, pooled, -np.inf)
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, pooled
+    cols = [src[:, :, :, j:j + sw * (pw - 1) + 1:sw] for j in range(kw)]
+    if kw == 1:
+        rowmax = cols[0]
     else:
-        xp.fmax(windows[0], windows[1], out=top)
-        for v in windows[2:]:
-            xp.fmax(top, v, out=top)
+        rowmax = xp.fmax(cols[0], cols[1])
+        for v in cols[2:]:
+            xp.fmax(rowmax, v, out=rowmax)
+    rows = [rowmax[:, :, i:i + sh * (ph - 1) + 1:sh] for i in range(kh)]
+    top[...] = rows[0]
+    for v in rows[1:]:
+        xp.fmax(top, v, out=top)
     xp.fmax(top, top.dtype.type(-FLT_MAX), out=top)
 
 
-def max_pool_backward_tiled(x, top, top_diff, kernel, pooled, bottom_diff):
+def max_pool_backward_values(x, top, top_diff, kernel, pad, stride, pooled, bottom_diff):
     """Route each gradient to the first element (row-major) of its window equal to the
-    window's maximum ``top`` from :func:`max_pool_forward_tiled` — the element Caffe's strict
+    window's maximum ``top`` from :func:`max_pool_forward_values` — the element Caffe's strict
     ``>`` scan picks; nothing where the maximum is the ``-FLT_MAX`` floor. Overwrites."""
     xp = get_array_module(x)
+    src = _source(x, kernel, pad, stride, pooled, -np.inf)
     free = top > top.dtype.type(-FLT_MAX)  # windows whose gradient is not yet routed
     hit = xp.empty(top.shape, dtype=bool)
-    for _, window in _offsets(kernel, kernel, pooled):
-        xp.equal(x[window], top, out=hit)
+    if tiles_exactly(bottom_diff.shape, tuple(kernel), tuple(pad), stride, pooled):
+        for _, window in _offsets(kernel, stride, pooled):
+            xp.equal(src[window], top, out=hit)
+            hit &= free
+            free ^= hit
+            xp.multiply(top_diff, hit, out=bottom_diff[window])
+        return
+    acc, inner = _accumulator(bottom_diff, kernel, pad, stride, pooled)
+    share = xp.empty(top_diff.shape, dtype=top_diff.dtype)
+    for _, window in _offsets(kernel, stride, pooled):
+        xp.equal(src[window], top, out=hit)
         hit &= free
         free ^= hit
-        xp.multiply(top_diff, hit, out=bottom_diff[window])
+        xp.multiply(top_diff, hit, out=share)
+        acc[window] += share
+    if inner is not None:
+        bottom_diff[...] = acc[inner]
 
 
 # ---- AVE ----------------------------------------------------------------------------------

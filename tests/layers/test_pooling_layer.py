@@ -282,13 +282,13 @@ def test_invalid_usage(params, shape, num_top, message):
     assert "pooling" in str(info.value)
 
 
-def _max_pool_pair(x, kernel):
-    """(output, bottom diff) of MAX pooling through the tiled host path (one top) and through
-    the general path (a mask top forces it), for the same input and top diff."""
+def _max_pool_pair(x, kernel, stride=None, pad=0):
+    """(output, bottom diff) of MAX pooling through the host values-only path (one top) and
+    through the path recording choices (a mask top forces it), same input and top diff."""
     from pycaffe_lite.testing import empty_blobs, make_layer, random_blobs
 
-    text = 'type: "Pooling" pooling_param { pool: MAX kernel_size: %d stride: %d }' % (
-        kernel, kernel)
+    text = 'type: "Pooling" pooling_param { pool: MAX kernel_size: %d stride: %d pad: %d }' % (
+        kernel, stride or kernel, pad)
     results = []
     for ntop in (1, 2):
         layer = make_layer(text, dtype=np.float32)
@@ -322,3 +322,20 @@ def test_tiled_max_path_equals_general_path_without_ties():
     (tiled_y, tiled_dx), (gen_y, gen_dx) = _max_pool_pair(x, 2)
     np.testing.assert_array_equal(tiled_y, gen_y)
     np.testing.assert_array_equal(tiled_dx, gen_dx)
+
+
+@pytest.mark.parametrize("kernel,stride,pad,shape", [
+    (3, 2, 1, (2, 3, 9, 8)), (3, 1, 1, (1, 2, 6, 7)), (3, 2, 0, (2, 2, 8, 8)),
+    (2, 1, 0, (1, 2, 5, 5)), (3, 3, 1, (1, 2, 7, 10))])
+def test_values_max_path_equals_recorded_path_overlapping(kernel, stride, pad, shape):
+    rng = np.random.default_rng(kernel * 10 + stride + pad)
+    x = rng.integers(0, 3, shape).astype(np.float32)         # ties across overlapping windows
+    x[0, 0, 1, 1] = np.nan
+    x[-1, -1, :3, :3] = -np.inf
+    (vy, vdx), (ry, rdx) = _max_pool_pair(x, kernel, stride, pad)
+    np.testing.assert_array_equal(vy, ry)
+    np.testing.assert_array_equal(vdx, rdx)
+    y = rng.standard_normal(shape).astype(np.float32)
+    (vy, vdx), (ry, rdx) = _max_pool_pair(y, kernel, stride, pad)
+    np.testing.assert_array_equal(vy, ry)
+    np.testing.assert_array_equal(vdx, rdx)

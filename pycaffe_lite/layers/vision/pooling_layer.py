@@ -103,7 +103,7 @@ class PoolingLayer(Layer):
         if p.round_mode not in (PP.CEIL, PP.FLOOR):
             raise self.error("unknown round_mode %d; expected CEIL or FLOOR" % p.round_mode)
         self.choice = None  # int32 kernel offset picked per output (MAX, STOCHASTIC TRAIN)
-        self._tiled_max = None  # MAX output kept for backward when windows tile the input
+        self._tiled_max = None  # MAX output kept for backward (host, one top)
         self.divisors = None  # AVE divisors per output position
         self._divisor_key = None
 
@@ -139,11 +139,10 @@ class PoolingLayer(Layer):
         x = bottom[0].read_data()
         y = top[0].write_data()
         xp = get_array_module(x)
-        if self.pool == PP.MAX and len(top) == 1 and xp is np and \
-                ops.tiles_exactly(x.shape, self.kernel, self.pad, self.stride, self.pooled):
-            # Non-overlapping windows on the host: no choices recorded; backward finds each
+        if self.pool == PP.MAX and len(top) == 1 and xp is np:
+            # On the host: values only (separable, far fewer passes); backward finds each
             # window's first maximum again from a private copy of the output.
-            ops.max_pool_forward_tiled(x, self.kernel, self.pooled, y)
+            ops.max_pool_forward_values(x, self.kernel, self.pad, self.stride, self.pooled, y)
             self.choice = None
             self._tiled_max = self._tiled_max if self._tiled_max is not None and \
                 self._tiled_max.shape == y.shape else np.empty_like(y)
@@ -198,8 +197,8 @@ class PoolingLayer(Layer):
         tiled = getattr(self, "_tiled_max", None)
         if self.pool == PP.MAX and tiled is not None and tiled.shape == dy.shape and \
                 get_array_module(dy) is np:
-            ops.max_pool_backward_tiled(bottom[0].read_data(), tiled, dy, self.kernel,
-                                        self.pooled, dx)
+            ops.max_pool_backward_values(bottom[0].read_data(), tiled, dy, self.kernel,
+                                         self.pad, self.stride, self.pooled, dx)
             return
         choice = self.choice
         if choice is None or choice.shape != dy.shape:
