@@ -148,3 +148,23 @@ def test_caffe_wire_bytes():
     # fields go out in number order: data (5) before shape (7)
     assert blob.SerializeToString() == bytes.fromhex("2a040000803f") + \
         bytes.fromhex("3a040a020203")
+
+
+def test_installed_protobuf_requirement_matches_the_generated_module():
+    """Generated code needs a protobuf runtime of its own major version, at least as new: the
+    package's requirement is derived from it, so pip upgrades an older protobuf."""
+    import importlib.metadata
+    import re
+
+    from google.protobuf import __version__ as runtime
+
+    source = open(caffe_pb2.__file__).read()
+    gencode = re.search(r"Protobuf Python Version: (\d+)\.(\d+)\.(\d+)", source)
+    assert gencode, "the generated module names its protobuf version"
+    major, minor, patch = (int(v) for v in gencode.groups())
+    reqs = [r for r in importlib.metadata.requires("pycaffe-lite") or []
+            if r.startswith("protobuf")]
+    assert reqs == ["protobuf<%d,>=%d.%d.%d" % (major + 1, major, minor, patch)] or \
+        reqs == ["protobuf>=%d.%d.%d,<%d" % (major, minor, patch, major + 1)], reqs
+    run = tuple(int(v) for v in re.match(r"(\d+)\.(\d+)\.(\d+)", runtime).groups())
+    assert run[0] == major and run >= (major, minor, patch)
