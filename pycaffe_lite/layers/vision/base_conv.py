@@ -31,7 +31,6 @@ import numpy as np
 from ...backend import get_array_module
 from ...fillers import fill
 from ...layer import Layer
-from ...proto import caffe_pb2
 from ...ops.im2col import col2im, col2im_batch_last, im2col, im2col_batch_last
 
 _shared = threading.local()
@@ -43,14 +42,6 @@ def _workspace():
     if ws is None:
         ws = _shared.buffers = {}
     return ws
-
-
-def _data_pointer(arr):
-    """Where an array's data starts (NumPy or CuPy), to recognise the same input again."""
-    data = getattr(arr, "data", None)
-    if hasattr(data, "ptr"):
-        return data.ptr
-    return arr.__array_interface__["data"][0]
 
 
 # Moving the batch axis between first and last is a transposing copy; done a few channels
@@ -94,9 +85,9 @@ class BaseConvolutionLayer(Layer):
     min_num_top_blobs = 1
     equal_num_bottom_top_blobs = True
     # Largest column buffer (bytes) of one chunk of images; at least one image per chunk.
-    workspace_bytes = 64 << 20
-    # Largest column matrix (bytes) a layer keeps from forward for its next backward.
-    col_cache_bytes = 32 << 20
+    # 8 MB keeps LeNet's training in one chunk and its peak memory under 100 MB, and was as
+    # fast as 64 MB on CaffeNet (large chunks gain nothing once N = P * B is a few thousand).
+    workspace_bytes = 8 << 20
 
     # ---- what subclasses define --------------------------------------------------------
     def reverse_dimensions(self):
@@ -243,27 +234,9 @@ class BaseConvolutionLayer(Layer):
             ws[key] = buf
         return buf[:size]
 
-    def _own_buffer(self, size, xp, dtype):
-        buf = getattr(self, "_own_col", None)
-        if buf is None or buf.size < size or buf.dtype != dtype or \
-                get_array_module(buf) is not xp:
-            buf = self._own_col = xp.empty(size, dtype=dtype)
-        return buf[:size]
-
     def _batched(self, arr, channels, spatial):
         """``arr`` viewed as ``(num, channels, P)``."""
         return arr.reshape(self.num, channels, _prod(spatial))
-
-    def keeps_columns(self):
-        """Whether forward keeps its column matrix for the weight gradient of the next
-        backward (saving one im2col): only in TRAIN nets that learn this layer's weights,
-        when the batch is one chunk and it fits ``col_cache_bytes``; it then lives in a
-        buffer of this layer's own. (A TEST net's backward, if any, rebuilds the columns.)"""
-        if self.phase != caffe_pb2.TRAIN or not self.param_propagate_down[:1] or \
-                not self.param_propagate_down[0]:
-            return False
-        size = self.kernel_dim * self.group * self.num * self.conv_out_spatial_dim
-        return self.chunk >= self.num and size * self.dtype.itemsize <= self.col_cache_bytes
 
     @staticmethod
     def _batch_last(xp, nb):
@@ -272,10 +245,9 @@ class BaseConvolutionLayer(Layer):
         ``out_w * B`` values; ``(B, P)`` otherwise (the device kernels' layout)."""
         return nb > 1 and xp is np
 
-    def _columns(self, inp, xp, own=False):
+    def _columns(self, inp, xp):
         """The column matrix of an input chunk ``(B, Cin, P_in)``, as ``(G, Kd, B * P)``
-        (columns in ``_batch_last`` order); ``own``: build it in this layer's buffer rather
-        than the shared workspace."""
+        (columns in ``_batch_last`` order), built in the shared workspace."""
         nb = inp.shape[0]
         g, kd, npix = self.group, self.kernel_dim, self.conv_out_spatial_dim
         size = g * kd * nb * npix
@@ -283,15 +255,13 @@ class BaseConvolutionLayer(Layer):
         if self.is_1x1:
             if nb == 1:
                 return inp.reshape(g, kd, npix)
-            col = self._own_buffer(size, xp, inp.dtype) if own else \
-                self._buffer("col", size, xp, inp.dtype)
+            col = self._buffer("col", size, xp, inp.dtype)
             if last:
                 _batch_to_last(col.reshape(kd * g, npix, nb), inp)
             else:
                 col.reshape(kd * g, nb, npix)[...] = inp.swapaxes(0, 1)
             return col.reshape(g, kd, nb * npix)
-        col = self._own_buffer(size, xp, inp.dtype) if own else \
-            self._buffer("col", size, xp, inp.dtype)
+        col = self._buffer("col", size, xp, inp.dtype)
         images = inp.reshape((nb, self.conv_in_channels) + tuple(self.conv_input_spatial))
         if last:
             im2col_batch_last(images, self.kernel_shape, self.pad, self.stride, self.dilation,
@@ -353,14 +323,6 @@ class BaseConvolutionLayer(Layer):
         wd = weight_diff.reshape(g, self.conv_out_channels // g, self.kernel_dim)
         wd += xp.matmul(col, dy.transpose(0, 2, 1)).transpose(0, 2, 1)
 
-    def _cached_columns(self, input, start, stop):
-        """The column matrix the last forward pass built from ``input`` (the same array) for
-        images ``start:stop``, if it kept it, else None."""
-        cache = getattr(self, "_col_cache", None)
-        if cache is None or cache[0] != (_data_pointer(input), start, stop, self.num):
-            return None
-        return cache[1]
-
     def _chunks(self):
         for start in range(0, self.num, self.chunk):
             yield start, min(self.num, start + self.chunk)
@@ -383,13 +345,9 @@ class BaseConvolutionLayer(Layer):
             self._batched(output, self.conv_out_channels, self.conv_out_spatial)
         dy_all = None if weight_diff is None else \
             self._batched(grad_output, self.conv_out_channels, self.conv_out_spatial)
-        keep = output is not None and weight_diff is None and self.keeps_columns()
-        self._col_cache = None
         for start, stop in self._chunks():
             nb = stop - start
-            col = self._columns(inp[start:stop], xp, own=keep)
-            if keep:
-                self._col_cache = ((_data_pointer(input), start, stop, self.num), col)
+            col = self._columns(inp[start:stop], xp)
             if weight_diff is not None:
                 dy = self._gemm_layout(dy_all[start:stop], xp)
                 self._accumulate_weight_grad(weight_diff, dy, col)
@@ -432,11 +390,8 @@ class BaseConvolutionLayer(Layer):
         for start, stop in self._chunks():
             nb = stop - start
             dy = self._gemm_layout(dy_all[start:stop], xp)
-            cached = None
             if weight_diff is not None:
-                cached = col = self._cached_columns(input, start, stop)
-                if col is None:
-                    col = self._columns(inp[start:stop], xp)
+                col = self._columns(inp[start:stop], xp)
                 self._accumulate_weight_grad(weight_diff, dy, col)
             if input_diff is not None:
                 dx = dx_all[start:stop]
@@ -444,12 +399,8 @@ class BaseConvolutionLayer(Layer):
                 if self.is_1x1 and nb == 1:
                     self._matmul(wt, dy, dx.reshape(g, kd, -1))
                     continue
-                if cached is not None and not self.is_1x1:
-                    # the kept columns are used up: their buffer takes the column gradient
-                    dcol, self._col_cache = cached, None
-                else:
-                    dcol = self._buffer("col", g * kd * nb * self.conv_out_spatial_dim, xp,
-                                        dy.dtype).reshape(g, kd, -1)
+                dcol = self._buffer("col", g * kd * nb * self.conv_out_spatial_dim, xp,
+                                    dy.dtype).reshape(g, kd, -1)
                 self._matmul(wt, dy, dcol)
                 self._uncolumns(dcol, dx, xp)
 
