@@ -565,3 +565,16 @@ def simulated_device():
 
 __all__ = ["DeviceArray", "SimulatedDevice", "HostTransferError", "simulated_device",
            "copy_to_host", "Transfer", "TO_DEVICE", "TO_HOST", "SCALAR"]
+
+
+def cpu_and_simulated_gpu(run):
+    """``(run() in CPU mode, run() in GPU mode on a simulated device, that device)``: the
+    scaffold of a CPU/GPU parity test on machines without a GPU."""
+    cpu = run()
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        try:
+            gpu = run()
+        finally:
+            backend.set_mode_cpu()
+    return cpu, gpu, dev

@@ -166,8 +166,7 @@ def test_invalid_reshape():
 
 def test_device_path_gives_the_cpu_numbers():
     """In GPU mode (a simulated device here) forward and backward give the CPU numbers."""
-    from pycaffe_lite import backend
-    from pycaffe_lite.testing.simdevice import simulated_device
+    from pycaffe_lite.testing.simdevice import cpu_and_simulated_gpu
 
     def forward_backward():
         layer = make_layer(im2col_text("kernel_size: 3 pad: 1 stride: 2"))
@@ -178,13 +177,7 @@ def test_device_path_gives_the_cpu_numbers():
         layer.Backward(top, [True], bottom)
         return top[0].data.copy(), bottom[0].diff.copy()
 
-    cpu = forward_backward()
-    with simulated_device() as dev:
-        backend.set_mode_gpu()
-        try:
-            gpu = forward_backward()
-        finally:
-            backend.set_mode_cpu()
-        assert dev.to_device > 0
+    cpu, gpu, dev = cpu_and_simulated_gpu(forward_backward)
+    assert dev.to_device > 0
     for a, b in zip(cpu, gpu):
         np.testing.assert_array_equal(b, a)

@@ -235,7 +235,7 @@ def test_backward_before_forward():
 @pytest.mark.parametrize("pool", ["MAX", "AVE"])
 def test_device_path_gives_the_cpu_numbers(pool):
     """In GPU mode (a simulated device here) forward and backward give the CPU numbers."""
-    from pycaffe_lite.testing.simdevice import simulated_device
+    from pycaffe_lite.testing.simdevice import cpu_and_simulated_gpu
 
     def forward_backward():
         layer, bottom, top = run(spp_text(3, pool), distinct_values((2, 2, 7, 6), seed=8))
@@ -243,13 +243,7 @@ def test_device_path_gives_the_cpu_numbers(pool):
         layer.Backward(top, [True], bottom)
         return top[0].data.copy(), bottom[0].diff.copy()
 
-    cpu = forward_backward()
-    with simulated_device() as dev:
-        backend.set_mode_gpu()
-        try:
-            gpu = forward_backward()
-        finally:
-            backend.set_mode_cpu()
-        assert dev.to_device > 0
+    cpu, gpu, dev = cpu_and_simulated_gpu(forward_backward)
+    assert dev.to_device > 0
     for a, b in zip(cpu, gpu):
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-14)
