@@ -22,6 +22,7 @@ _state = {
     "device_module": None,  # resolved lazily
     "rng": np.random.default_rng(),
     "seed": None,
+    "device_seeded": set(),  # device ids whose generator has been given "seed"
 }
 
 
@@ -68,6 +69,7 @@ def use_device_module(module):
     """Replace the device module (``None`` goes back to CuPy). Returns the previous one."""
     old = _state["device_module"]
     _state["device_module"] = module
+    _state["device_seeded"] = set()  # the new module's generators have not been seeded
     return old
 
 
@@ -227,17 +229,49 @@ def to_device(array):
 
 
 def set_random_seed(seed):
-    """Seed every random stream the framework uses (fillers, dropout, data order)."""
+    """Seed every random stream the framework uses (fillers, dropout, data order): the host
+    generator now, the device's generator (one per GPU in CuPy) now in GPU mode, otherwise
+    before its first draw, so that the seed holds whether it is set before or after
+    ``set_mode_gpu`` / ``set_device``."""
     _state["seed"] = int(seed)
     _state["rng"] = np.random.default_rng(int(seed))
+    _state["device_seeded"] = set()
     mod = _state["device_module"]
-    if mod is not None and hasattr(mod, "random"):
-        mod.random.seed(int(seed))
+    if mod is not None and _state["mode"] == GPU:
+        _device_generator(mod)
+
+
+def _device_generator(mod):
+    """``mod.random``, seeded with the last :func:`set_random_seed` seed if the current device's
+    generator has not had it yet (``cupy.random.seed`` seeds the current device's only)."""
+    seed, dev = _state["seed"], _state["device_id"]
+    if seed is not None and dev not in _state["device_seeded"]:
+        mod.random.seed(seed)
+        _state["device_seeded"].add(dev)
+    return mod.random
 
 
 def rng():
     """The host random generator (a numpy Generator)."""
     return _state["rng"]
+
+
+def random_uniform(shape, dtype, xp):
+    """An array of ``shape`` of uniform random numbers in [0, 1) of ``dtype`` (float32 or
+    float64), made where ``xp`` keeps its arrays.
+
+    On the host (``xp`` is NumPy) they are drawn from :func:`rng`, whose state the solver
+    snapshots; on the device (``xp`` is the device module) by the device's own generator
+    (``xp.random``, seeded by :func:`set_random_seed`), with nothing copied from the host. The
+    two streams differ, so one seed gives different numbers in CPU and in GPU mode (as in
+    Caffe, which draws from cuRAND on the GPU).
+    """
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise CaffeError("random_uniform: dtype must be float32 or float64, got %s" % dtype)
+    if xp is np:
+        return _state["rng"].random(shape, dtype=dtype)
+    return _device_generator(xp).random_sample(shape, dtype)
 
 
 def get_rng_state():

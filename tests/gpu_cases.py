@@ -3,7 +3,9 @@ machine) and tests/test_gpu_cupy.py (a real GPU): one or more cases per register
 the runner, and a small LeNet-style net with its solvers."""
 
 import collections
+import contextlib
 import textwrap
+from unittest import mock
 
 import numpy as np
 
@@ -172,6 +174,8 @@ CASES = [
          [_u((2, 3, 4))]),
     case("SPP", 'type: "SPP" spp_param { pyramid_height: 2 pool: MAX }', [_u((2, 3, 5, 4))]),
     case("SPP", 'type: "SPP" spp_param { pyramid_height: 2 pool: AVE }', [_u((2, 3, 5, 4))]),
+    case("SPP", 'type: "SPP" spp_param { pyramid_height: 2 pool: STOCHASTIC }',
+         [_u((2, 3, 4, 4), 0, 0.0, 1.0)]),
     case("Scale", 'type: "Scale" scale_param { axis: 1 num_axes: 1 bias_term: true '
          'filler { type: "uniform" } bias_filler { type: "uniform" } }', [_u((2, 3, 4))]),
     case("Scale", 'type: "Scale" scale_param { axis: 0 }', [_u((2, 3, 4)), _u((2, 3), 1)]),
@@ -283,11 +287,30 @@ def _blob(arr):
     return b
 
 
+@contextlib.contextmanager
+def host_draws():
+    """``backend.random_uniform`` draws on the host in both modes (uploading in GPU mode).
+
+    GPU mode draws dropout masks and stochastic pooling choices on the device, from another
+    stream than the host's, so a CPU and a GPU run disagree there by design; with the host's
+    draws both modes compute on the same numbers and the layers' arithmetic can be compared.
+    The device draws themselves are tested in tests/test_gpu_random.py."""
+    draw = backend.random_uniform
+
+    def on_the_host(shape, dtype, xp):
+        values = draw(shape, dtype, np)
+        return values if xp is np else xp.asarray(values)
+
+    with mock.patch.object(backend, "random_uniform", on_the_host):
+        yield
+
+
 def run_case(c, sources, gpu, forbid=None, tag="cpu"):
-    """Forward + backward of case ``c`` in CPU or GPU mode (the device module installed);
-    returns (tops' data, bottoms' diffs, params' (data, diff), tops' data states after
-    forward, None for a top sharing a bottom's or param's storage). ``forbid()``: a context
-    manager wrapped around forward and backward (not for ``host_io`` cases)."""
+    """Forward + backward of case ``c`` in CPU or GPU mode (the device module installed),
+    random numbers drawn on the host (:func:`host_draws`); returns (tops' data, bottoms'
+    diffs, params' (data, diff), tops' data states after forward, None for a top sharing a
+    bottom's or param's storage). ``forbid()``: a context manager wrapped around forward and
+    backward (not for ``host_io`` cases)."""
     src = dict(sources)
     src["h5out"] = sources["h5out"] % tag
     text = c.text.format(**src) if c.type in SOURCE_TYPES else c.text
@@ -304,7 +327,7 @@ def run_case(c, sources, gpu, forbid=None, tag="cpu"):
         layer.SetUp(bottom, top)
         if c.prepare is not None:
             c.prepare(layer)
-        with guard():
+        with guard(), host_draws():
             layer.Forward(bottom, top)
         # a top that shares a bottom's or a param's storage (Split, Reshape, Parameter) is
         # not computed: its state is its source's

@@ -4,7 +4,10 @@ where ``pycaffe_lite.backend.gpu_available()`` is False; tests/conftest.py).
 Tolerances (float32):
 
 - every layer type, forward and backward, GPU vs CPU: ``rtol=1e-4, atol=1e-5`` (the CAFFE
-  engine; GPU reductions and matrix products sum in another order than NumPy's);
+  engine; GPU reductions and matrix products sum in another order than NumPy's), with the
+  random numbers of Dropout and STOCHASTIC pooling drawn on the host in both modes
+  (``gpu_cases.host_draws``); their own GPU draws (``cupy.random``) are checked by what they
+  do: the kept fraction within 5 binomial sigmas, the same masks for the same seed;
 - each CUDA kernel of :mod:`pycaffe_lite.ops.gpu` vs the NumPy function it replaces:
   ``rtol=1e-5, atol=1e-6`` (float32; the same terms, fused multiply-adds at most), and
   ``rtol=1e-12, atol=1e-13`` in float64;
@@ -327,3 +330,40 @@ def test_labels_on_the_gpu_are_checked():
     layer.SetUp(bottom, top)
     with pytest.raises(LayerError, match="label value 5 is out of range"):
         layer.Forward(bottom, top)
+
+
+def test_dropout_and_stochastic_pooling_draw_with_cupy_random():
+    from pycaffe_lite.testing import empty_blobs, make_layer, random_blobs
+
+    def dropout_mask(seed, shape=(8, 50, 25, 20)):
+        backend.set_random_seed(seed)
+        layer = make_layer('type: "Dropout" dropout_param { dropout_ratio: 0.3 }', np.float32)
+        bottom = random_blobs([np.ones(shape)], dtype=np.float32)
+        top = empty_blobs(1, np.float32)
+        layer.SetUp(bottom, top)
+        layer.Forward(bottom, top)
+        assert gpu.is_cupy(top[0].read_data())
+        return top[0].data != 0
+
+    backend.set_mode_gpu()
+    u = backend.random_uniform((1000, 100), np.float32, cp())
+    assert gpu.is_cupy(u) and u.dtype == np.float32
+    assert bool((u >= 0).all()) and bool((u < 1).all())
+    mask = dropout_mask(5)
+    n, p = mask.size, 0.7
+    assert abs(int(mask.sum()) - n * p) <= 5 * np.sqrt(n * p * (1 - p))
+    np.testing.assert_array_equal(dropout_mask(5), mask)
+    assert not np.array_equal(dropout_mask(6), mask)
+
+    backend.set_random_seed(4)  # 1 x 2 windows holding 1 and 3: 3 is picked 3/4 of the time
+    x = np.empty((4, 10, 500, 2), np.float32)
+    x[..., 0], x[..., 1] = 1.0, 3.0
+    layer = make_layer('type: "Pooling" pooling_param { pool: STOCHASTIC kernel_h: 1 '
+                       'kernel_w: 2 stride_h: 1 stride_w: 2 }', np.float32)
+    bottom, top = random_blobs([x], dtype=np.float32), empty_blobs(1, np.float32)
+    layer.SetUp(bottom, top)
+    layer.Forward(bottom, top)
+    y = top[0].data
+    n, p = y.size, 0.75
+    assert set(np.unique(y)) <= {1.0, 3.0}
+    assert abs(int((y == 3.0).sum()) - n * p) <= 5 * np.sqrt(n * p * (1 - p))

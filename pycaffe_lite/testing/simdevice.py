@@ -273,15 +273,18 @@ class _Namespace:
 
 
 class _DeviceRandom:
-    """``xp.random``: a device-side random stream (its own RandomState, as CuPy's generator is
-    separate from NumPy's)."""
+    """``xp.random``: a device-side random stream (its own generator, as CuPy's is separate from
+    NumPy's). As in CuPy, the float functions take ``dtype`` float32 or float64 only, and
+    ``rand``/``random``/``random_sample`` draw in that precision, in [0, 1)."""
 
     def __init__(self, dev):
         self._dev = dev
-        self._state = np.random.RandomState()
+        self.seed()
 
     def seed(self, seed=None):
-        self._state = np.random.RandomState(seed)
+        # Philox, not NumPy's default PCG64: one seed must not give the host's numbers here,
+        # as it does not on a GPU (cuRAND's XORWOW)
+        self._gen = np.random.Generator(np.random.Philox(seed))
 
     def _out(self, values, dtype):
         values = np.asarray(values)
@@ -289,25 +292,35 @@ class _DeviceRandom:
             values = values.astype(dtype)
         return DeviceArray(values, self._dev)
 
+    @staticmethod
+    def _float(dtype):
+        dtype = np.dtype(dtype)
+        if dtype.char not in "fd":  # CuPy's message
+            raise TypeError("cupy.random only supports float32 and float64")
+        return dtype
+
     def rand(self, *size, dtype=float):
-        return self._out(self._state.random_sample(size or None), dtype)
+        return self.random_sample(size or None, dtype)
 
-    def random(self, size=None, dtype=float):
-        return self._out(self._state.random_sample(size), dtype)
+    def random_sample(self, size=None, dtype=float):
+        # drawn in float32 itself: a float64 draw rounded to float32 can be 1.0
+        return self._out(self._gen.random(size, dtype=self._float(dtype)), None)
 
-    random_sample = random
+    random = random_sample
 
     def uniform(self, low=0.0, high=1.0, size=None, dtype=float):
-        return self._out(self._state.uniform(low, high, size), dtype)
+        return self._out(self._gen.uniform(low, high, size), self._float(dtype))
 
     def normal(self, loc=0.0, scale=1.0, size=None, dtype=float):
-        return self._out(self._state.normal(loc, scale, size), dtype)
+        return self._out(self._gen.normal(loc, scale, size), self._float(dtype))
 
     def standard_normal(self, size=None, dtype=float):
-        return self._out(self._state.standard_normal(size), dtype)
+        return self._out(self._gen.standard_normal(size), self._float(dtype))
 
     def randint(self, low, high=None, size=None, dtype=int):
-        return self._out(self._state.randint(low, high, size), dtype)
+        if high is None:
+            low, high = 0, low
+        return self._out(self._gen.integers(low, high, size), dtype)
 
 
 class SimulatedDevice:

@@ -17,9 +17,11 @@ class DropoutLayer(NeuronLayer):
     Params: ``dropout_param { dropout_ratio (0.5), in [0, 1) }``, and ``scale_train`` (true)
     where the schema has it (BVLC's final schema does not, so it is then always true).
 
-    TRAIN: a mask keeps each element with probability ``1 - dropout_ratio`` (drawn from
-    ``backend.rng()`` at every forward); ``y = x * mask / (1 - dropout_ratio)``, or
-    ``y = x * mask`` when ``scale_train`` is false. Backward applies the same mask and scale.
+    TRAIN: a mask keeps each element with probability ``1 - dropout_ratio``, drawn anew at
+    every forward where x lives (``backend.random_uniform``: the host generator
+    ``backend.rng()`` on the CPU, the device's generator on the GPU, with no upload);
+    ``y = x * mask / (1 - dropout_ratio)``, or ``y = x * mask`` when ``scale_train`` is
+    false. Backward applies the same mask and scale.
     TEST: ``y = x``, or ``y = x * (1 - dropout_ratio)`` when ``scale_train`` is false.
     """
 
@@ -42,8 +44,8 @@ class DropoutLayer(NeuronLayer):
         y = top[0].write_data()
         xp = get_array_module(x)
         if self._train():
-            keep = backend.rng().random(x.shape, dtype=np.float32) >= self.ratio
-            factor = xp.asarray(keep).astype(x.dtype)
+            uniform = backend.random_uniform(x.shape, np.float32, xp)
+            factor = (uniform >= self.ratio).astype(x.dtype)
             if self.scale_train:
                 factor *= self.scale
             self.factor = factor

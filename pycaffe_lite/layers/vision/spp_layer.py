@@ -33,10 +33,10 @@ class SPPLayer(Layer):
     per axis, giving (for every valid input) a ``2^l x 2^l`` grid per channel; pooling
     follows Pooling's rules exactly (MAX: first maximum in row-major order, padding never
     wins; AVE: divided by the window clipped to the padded input; STOCHASTIC: as Pooling,
-    TRAIN or TEST phase, only where no level needs padding). Each level is flattened per
-    image as ``(C, 2^l, 2^l)`` and the levels are concatenated in order. As in Caffe, every
-    level's pad must be smaller than its kernel, which needs ``H, W`` large enough for the
-    finest level.
+    TRAIN or TEST phase, drawing on the host or the device as Pooling does, only where no
+    level needs padding). Each level is flattened per image as ``(C, 2^l, 2^l)`` and the
+    levels are concatenated in order. As in Caffe, every level's pad must be smaller than its
+    kernel, which needs ``H, W`` large enough for the finest level.
 
     Bottoms: x ``(N, C, H, W)`` (exactly 4 axes, ``H, W > 0``).
     Tops: y ``(N, C * sum_l 4^l)``; with ``pyramid_height: 1`` Caffe's single global pooling,
@@ -154,10 +154,9 @@ class SPPLayer(Layer):
         out = xp.empty(x.shape[:2] + pooled, dtype=x.dtype)
         if self.phase == caffe_pb2.TRAIN:
             draw = np.float32 if x.dtype == np.float32 else np.float64
-            uniform = backend.rng().random(out.shape, dtype=draw).astype(x.dtype, copy=False)
+            uniform = backend.random_uniform(out.shape, draw, xp).astype(x.dtype, copy=False)
             choice = xp.empty(out.shape, dtype=np.int32)
-            ops.stochastic_pool_forward_train(x, kernel, kernel, pooled, xp.asarray(uniform),
-                                              out, choice)
+            ops.stochastic_pool_forward_train(x, kernel, kernel, pooled, uniform, out, choice)
             self._choices[i] = choice
         else:
             ops.stochastic_pool_forward_test(x, kernel, kernel, pooled, out)
