@@ -15,7 +15,11 @@ also used for 2-D when ``force_nd`` is set).
 import itertools
 
 from ..backend import get_array_module
+from . import cpu as _cpu
 from .gpu import im2col as _gpu
+
+# The compiled host kernels loop over the batch innermost: worth it from a few images on.
+_CPU_KERNEL_MIN_BATCH = 4
 
 
 def conv_output_shape(input_shape, kernel, pad, stride, dilation):
@@ -182,6 +186,8 @@ def im2col_batch_last(x, kernel, pad, stride, dilation, out=None, out_spatial=No
         spatial, kernel, pad, stride, dilation, out_spatial)
     shape = (nc * _prod(kernel), _prod(out_spatial) * nb)
     out = _output(out, shape, x.dtype, xp)
+    if len(spatial) == 2 and nb >= _CPU_KERNEL_MIN_BATCH and _cpu.supported(x, out):
+        return _cpu.im2col_batch_last(x, kernel, pad, stride, dilation, out_spatial, out)
     src = xp.zeros((nc,) + tuple(n + 2 * p for n, p in zip(spatial, pad)) + (nb,), x.dtype) \
         if any(pad) else xp.empty((nc,) + spatial + (nb,), x.dtype)
     inner = (slice(None),) + tuple(slice(p, p + n) for p, n in zip(pad, spatial))
@@ -204,9 +210,12 @@ def col2im_batch_last(col, image_shape, kernel, pad, stride, dilation, out=None,
     kernel, pad, stride, dilation, out_spatial = _normalize_args(
         spatial, kernel, pad, stride, dilation, out_spatial)
     _check_buffer(col, (nc * _prod(kernel), _prod(out_spatial) * nb), "col2im input")
-    cols = col.reshape((nc,) + kernel + out_spatial + (nb,))
     if out is None:
         out = xp.empty(image_shape, dtype=col.dtype)
+    if len(spatial) == 2 and nb >= _CPU_KERNEL_MIN_BATCH and _cpu.supported(col, out):
+        return _cpu.col2im_batch_last(col, image_shape, kernel, pad, stride, dilation,
+                                      out_spatial, out)
+    cols = col.reshape((nc,) + kernel + out_spatial + (nb,))
     acc = xp.zeros((nc,) + tuple(n + 2 * p for n, p in zip(spatial, pad)) + (nb,), col.dtype)
     for offset in itertools.product(*(range(k) for k in kernel)):
         window = _window_slices(offset, stride, dilation, out_spatial)

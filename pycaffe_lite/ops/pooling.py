@@ -11,6 +11,7 @@ in an ``int32`` array shaped like the output; :func:`max_pool_mask` turns them i
 import numpy as np
 
 from ..backend import get_array_module
+from . import cpu as _cpu
 from .gpu import pooling as _gpu
 
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -95,6 +96,8 @@ def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
     ``argmax`` the kernel offset where it was found (``-1`` when none)."""
     if _gpu.supported(x, top, argmax):  # CuPy arrays: the CUDA kernel (ops/gpu)
         return _gpu.max_pool_forward(x, kernel, pad, stride, pooled, top, argmax)
+    if _cpu.supported(x, top, argmax):  # NumPy arrays with numba installed (ops/cpu)
+        return _cpu.max_pool_forward(x, kernel, pad, stride, pooled, top, argmax)
     xp = get_array_module(x)
     src = _source(x, kernel, pad, stride, pooled, -np.inf)
     top[...] = -FLT_MAX
@@ -157,6 +160,9 @@ def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff
     """Route each top gradient to its window's maximum; ``bottom_diff`` is overwritten."""
     if _gpu.supported(top_diff, argmax, bottom_diff):  # CuPy arrays: the CUDA kernel
         return _gpu.max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff)
+    if _cpu.supported(top_diff, argmax, bottom_diff):  # numba installed (ops/cpu)
+        return _cpu.max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled,
+                                      bottom_diff)
     _route(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff)
 
 

@@ -3,6 +3,7 @@
 from ...backend import get_array_module
 from ...errors import ShapeError
 from ...layer import Layer
+from ...ops.cpu import accumulate_matmul
 from ...registry import register_layer
 from .common_utils import setup_weight_and_bias
 
@@ -73,9 +74,9 @@ class InnerProductLayer(Layer):
         if self.param_propagate_down[0]:
             dw = self.blobs[0].write_diff()
             if self.transpose:
-                dw += x.T @ dy
+                accumulate_matmul(dw, x.T, dy)
             else:
-                dw += dy.T @ x
+                accumulate_matmul(dw, dy.T, x)
         if self.bias_term and self.param_propagate_down[1]:
             db = self.blobs[1].write_diff()
             db += dy.sum(axis=0)

@@ -4,7 +4,8 @@ It reads ``convolution_param`` (kernel, stride, pad, dilation, group, bias, axis
 checks the weight and bias blobs, shapes the tops, and provides the im2col + matrix-product
 kernels on whole batches:
 
-- ``forward_gemm(input, weights, output)``: ``output = W * im2col(input)``;
+- ``forward_gemm(input, weights, output, bias=None)``: ``output = W * im2col(input)``
+  (``+ bias`` per output channel when given);
 - ``backward_gemm(output, weights, input)``: ``input = col2im(W^T * output)``;
 - ``weight_gemm(input, output, weight_diff)``: ``weight_diff += output * im2col(input)^T``;
 - ``forward_bias(output, bias)`` and ``backward_bias(bias_diff, output_diff)``;
@@ -31,6 +32,7 @@ import numpy as np
 from ...backend import get_array_module
 from ...fillers import fill
 from ...layer import Layer
+from ...ops import cpu as _cpu
 from ...ops.im2col import col2im, col2im_batch_last, im2col, im2col_batch_last
 
 _shared = threading.local()
@@ -49,12 +51,18 @@ def _workspace():
 _BLOCK_ELEMENTS = 1 << 17
 
 
-def _batch_to_first(dst, src):
-    """``dst (B, C, P) = src (C, P, B)`` moved axis by axis, in cache-sized channel blocks."""
+def _batch_to_first(dst, src, bias=None):
+    """``dst (B, C, P) = src (C, P, B)`` moved axis by axis, in cache-sized channel blocks
+    (``+ bias[c]`` when given; the compiled kernel adds it in the same pass)."""
+    if _cpu.supported(dst, src, bias):
+        _cpu.batch_to_first(dst, src, bias)
+        return
     nc, npix, nb = src.shape
     step = max(1, _BLOCK_ELEMENTS // max(1, npix * nb))
     for c in range(0, nc, step):
         dst[:, c:c + step] = src[c:c + step].transpose(2, 0, 1)
+    if bias is not None:
+        dst += bias.reshape(1, nc, 1)
 
 
 def _batch_to_last(dst, src):
@@ -328,15 +336,16 @@ class BaseConvolutionLayer(Layer):
             yield start, min(self.num, start + self.chunk)
 
     # ---- batch kernels -----------------------------------------------------------------
-    def forward_gemm(self, input, weights, output):
-        """``output = W * im2col(input)`` for the whole batch (overwrites ``output``)."""
-        self.forward_and_weight_gemm(input, weights, output=output)
+    def forward_gemm(self, input, weights, output, bias=None):
+        """``output = W * im2col(input) (+ bias)`` for the whole batch (overwrites
+        ``output``)."""
+        self.forward_and_weight_gemm(input, weights, output=output, bias=bias)
 
     def forward_and_weight_gemm(self, input, weights, output=None, grad_output=None,
-                                weight_diff=None):
-        """One im2col of ``input`` per chunk, used for ``output = W * col`` (when ``output``
-        is given) and for ``weight_diff += grad_output * col^T`` (when ``weight_diff`` is
-        given; ``grad_output`` is then on the output side)."""
+                                weight_diff=None, bias=None):
+        """One im2col of ``input`` per chunk, used for ``output = W * col (+ bias)`` (when
+        ``output`` is given) and for ``weight_diff += grad_output * col^T`` (when
+        ``weight_diff`` is given; ``grad_output`` is then on the output side)."""
         xp = get_array_module(input)
         inp = self._batched(input, self.conv_in_channels, self.conv_input_spatial)
         w = None if output is None else self._weights(weights)
@@ -361,10 +370,13 @@ class BaseConvolutionLayer(Layer):
                     self._matmul(w, col, buf)
                     if self._batch_last(xp, nb):
                         _batch_to_first(res.reshape(nb, g * mg, npix),
-                                        buf.reshape(g * mg, npix, nb))
-                    else:
-                        res.reshape(nb, g, mg, npix)[...] = \
-                            buf.reshape(g, mg, nb, npix).transpose(2, 0, 1, 3)
+                                        buf.reshape(g * mg, npix, nb), bias)
+                        continue
+                    res.reshape(nb, g, mg, npix)[...] = \
+                        buf.reshape(g, mg, nb, npix).transpose(2, 0, 1, 3)
+                if bias is not None:
+                    res.reshape(nb, self.num_output, npix)[...] += \
+                        bias.reshape(1, self.num_output, 1)
 
     def backward_gemm(self, output, weights, input):
         """``input = col2im(W^T * output)`` for the whole batch (overwrites ``input``)."""

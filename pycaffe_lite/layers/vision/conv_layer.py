@@ -43,9 +43,8 @@ class ConvolutionLayer(BaseConvolutionLayer):
         weights = self.blobs[0].read_data()
         for b, t in zip(bottom, top):
             y = t.write_data()
-            self.forward_gemm(b.read_data(), weights, y)
-            if self.bias_term:
-                self.forward_bias(y, self.blobs[1].read_data())
+            bias = self.blobs[1].read_data() if self.bias_term else None
+            self.forward_gemm(b.read_data(), weights, y, bias=bias)
 
     def backward(self, top, propagate_down, bottom):
         if _cudnn.conv_backward(self, top, propagate_down, bottom):  # engine CUDNN

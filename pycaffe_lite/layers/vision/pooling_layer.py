@@ -5,6 +5,7 @@ import numpy as np
 from ... import backend
 from ...backend import get_array_module
 from ...layer import Layer
+from ...ops import cpu as _cpu_kernels
 from ...ops import pooling as ops
 from ...ops.gpu import cudnn as _cudnn
 from ...proto import caffe_pb2
@@ -26,8 +27,9 @@ class PoolingLayer(Layer):
     - AVE: the sum of the in-image values divided by the window size clipped to the *padded*
       input (so border windows that hang into the padding count the padding);
     - STOCHASTIC (no padding; for non-negative inputs): in TRAIN a value sampled with
-      probability proportional to the values (host generator ``backend.rng()``), gradient
-      routed to it; in TEST ``sum(v^2) / sum(v)``.
+      probability proportional to the values (``backend.random_uniform``: the host generator
+      ``backend.rng()`` on the CPU, the device's on the GPU), gradient routed to it; in TEST
+      ``sum(v^2) / sum(v)``.
 
     Bottoms: x ``(N, C, H, W)`` (exactly 4 axes).
     Tops: y ``(N, C, PH, PW)``; for MAX an optional second top, the mask: the index
@@ -139,9 +141,11 @@ class PoolingLayer(Layer):
         x = bottom[0].read_data()
         y = top[0].write_data()
         xp = get_array_module(x)
-        if self.pool == PP.MAX and len(top) == 1 and xp is np:
-            # On the host: values only (separable, far fewer passes); backward finds each
-            # window's first maximum again from a private copy of the output.
+        if self.pool == PP.MAX and len(top) == 1 and xp is np and \
+                not _cpu_kernels.supported(x, y):
+            # On the host without the compiled kernels: values only (separable, far fewer
+            # passes); backward finds each window's first maximum again from a private copy
+            # of the output.
             ops.max_pool_forward_values(x, self.kernel, self.pad, self.stride, self.pooled, y)
             self.choice = None
             self._tiled_max = self._tiled_max if self._tiled_max is not None and \
@@ -159,8 +163,7 @@ class PoolingLayer(Layer):
                                  self._divisors(xp))
         elif self.phase == caffe_pb2.TRAIN:
             draw = np.float32 if x.dtype == np.float32 else np.float64
-            uniform = backend.rng().random(y.shape, dtype=draw).astype(x.dtype, copy=False)
-            uniform = xp.asarray(uniform)
+            uniform = backend.random_uniform(y.shape, draw, xp).astype(x.dtype, copy=False)
             ops.stochastic_pool_forward_train(x, self.kernel, self.stride, self.pooled,
                                               uniform, y, self._choice_buffer(xp, y.shape))
         else:

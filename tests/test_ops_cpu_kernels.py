@@ -1,0 +1,232 @@
+"""The compiled host kernels (pycaffe_lite.ops.cpu, numba) against the NumPy code they stand
+in for: the same results bit for bit, on every geometry the NumPy code handles. Each test
+runs the public function twice, kernels on and off, on the same inputs."""
+
+import contextlib
+import importlib
+
+import numpy as np
+import pytest
+
+from pycaffe_lite.layers.vision import base_conv
+from pycaffe_lite.ops import cpu, pooling
+
+im2col = importlib.import_module("pycaffe_lite.ops.im2col")  # the module, not the function
+
+needs_numba = pytest.mark.skipif(not cpu.numba_available(),
+                                 reason="the compiled kernels need numba ('pip install .[fast]')")
+
+
+@contextlib.contextmanager
+def kernels(flag):
+    old = cpu.set_kernels_enabled(flag)
+    try:
+        yield
+    finally:
+        cpu.set_kernels_enabled(old)
+
+
+def both(fn):
+    """``fn()`` with the NumPy code, then with the compiled kernels."""
+    with kernels(False):
+        reference = fn()
+    with kernels(True):
+        compiled = fn()
+    return reference, compiled
+
+
+@needs_numba
+def test_supported_checks_arrays():
+    a = np.zeros((2, 3), np.float32)
+    with kernels(True):
+        assert cpu.supported(a, np.zeros(3, np.int32))
+        assert not cpu.supported(a, np.zeros(3, np.float64))  # mixed float types
+        assert not cpu.supported(a.T)  # not C-contiguous
+        assert not cpu.supported(np.zeros(3, np.float16))
+        assert not cpu.supported(np.zeros(3, np.int64), a)
+        assert not cpu.supported(np.zeros(3, np.int32))  # no float array
+    with kernels(False):
+        assert not cpu.supported(a)
+
+
+CONV_GEOMETRIES = [
+    # (batch, channels, H, W, kernel, pad, stride, dilation)
+    (64, 1, 28, 28, (5, 5), (0, 0), (1, 1), (1, 1)),  # LeNet conv1
+    (8, 3, 13, 11, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (5, 4, 17, 19, (3, 5), (2, 1), (2, 3), (1, 1)),
+    (4, 2, 12, 12, (3, 3), (2, 2), (1, 1), (2, 2)),  # dilated
+    (6, 3, 9, 9, (1, 1), (0, 0), (2, 2), (1, 1)),
+    (4, 2, 6, 7, (4, 4), (3, 3), (3, 2), (1, 1)),  # pad larger than stride
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", CONV_GEOMETRIES)
+def test_im2col_and_col2im_batch_last(geometry, dtype):
+    nb, nc, h, w, kernel, pad, stride, dilation = geometry
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((nb, nc, h, w)).astype(dtype)
+    ref, got = both(lambda: im2col.im2col_batch_last(x, kernel, pad, stride, dilation))
+    assert got.shape == ref.shape and got.dtype == dtype
+    assert np.array_equal(got, ref)
+    col = rng.standard_normal(ref.shape).astype(dtype)
+    ref, got = both(lambda: im2col.col2im_batch_last(col, x.shape, kernel, pad, stride, dilation))
+    assert np.array_equal(got, ref)
+    # adjoint identity <im2col(x), col> == <x, col2im(col)>
+    with kernels(True):
+        lhs = np.vdot(im2col.im2col_batch_last(x, kernel, pad, stride, dilation), col)
+        rhs = np.vdot(x, im2col.col2im_batch_last(col, x.shape, kernel, pad, stride, dilation))
+    assert np.isclose(lhs, rhs, rtol=1e-4 if dtype == np.float32 else 1e-12)
+
+
+@needs_numba
+def test_im2col_matches_direct_gather():
+    """An independent reference: every column element read from the image by index."""
+    rng = np.random.default_rng(1)
+    nb, nc, h, w = 4, 2, 7, 6
+    kernel, pad, stride, dilation = (3, 2), (1, 2), (2, 1), (1, 2)
+    x = rng.standard_normal((nb, nc, h, w)).astype(np.float32)
+    oh, ow = im2col.conv_output_shape((h, w), kernel, pad, stride, dilation)
+    with kernels(True):
+        got = im2col.im2col_batch_last(x, kernel, pad, stride, dilation)
+    cols = got.reshape(nc, kernel[0], kernel[1], oh, ow, nb)
+    for c in range(nc):
+        for i in range(kernel[0]):
+            for j in range(kernel[1]):
+                for y in range(oh):
+                    for z in range(ow):
+                        r = y * stride[0] - pad[0] + i * dilation[0]
+                        q = z * stride[1] - pad[1] + j * dilation[1]
+                        inside = 0 <= r < h and 0 <= q < w
+                        want = x[:, c, r, q] if inside else np.zeros(nb, np.float32)
+                        assert np.array_equal(cols[c, i, j, y, z], want)
+
+
+@needs_numba
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batch_to_first(with_bias, dtype):
+    rng = np.random.default_rng(2)
+    src = rng.standard_normal((7, 33, 9)).astype(dtype)
+    bias = rng.standard_normal(7).astype(dtype) if with_bias else None
+
+    def run():
+        dst = np.empty((9, 7, 33), dtype)
+        base_conv._batch_to_first(dst, src, bias)
+        return dst
+    ref, got = both(run)
+    expected = src.transpose(2, 0, 1) + (0 if bias is None else bias[None, :, None])
+    assert np.array_equal(ref, expected)
+    assert np.array_equal(got, expected)
+
+
+POOL_GEOMETRIES = [
+    # (N, C, H, W, kernel, pad, stride)
+    (64, 20, 24, 24, (2, 2), (0, 0), (2, 2)),  # LeNet pool1, exact tiling
+    (3, 4, 13, 13, (3, 3), (0, 0), (2, 2)),  # CaffeNet-style overlapping windows
+    (2, 3, 9, 10, (3, 3), (1, 1), (2, 2)),  # padding
+    (2, 2, 7, 8, (3, 2), (0, 0), (3, 3)),  # ceil mode: the last windows hang over
+    (2, 2, 6, 6, (4, 4), (2, 1), (1, 2)),
+    (1, 1, 5, 5, (5, 5), (0, 0), (1, 1)),  # global
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", POOL_GEOMETRIES)
+def test_max_pool(geometry, dtype):
+    n, c, h, w, kernel, pad, stride = geometry
+    ph = pooling.pooled_size(h, kernel[0], pad[0], stride[0])
+    pw = pooling.pooled_size(w, kernel[1], pad[1], stride[1])
+    rng = np.random.default_rng(3)
+    # ties (rounded values), NaN and -inf exercise the first-maximum and skip rules
+    x = np.round(rng.standard_normal((n, c, h, w)) * 2).astype(dtype)
+    x.flat[::17] = np.nan
+    x.flat[5::23] = -np.inf
+    x[0, 0] = np.nan  # a plane with no value at all: -FLT_MAX and choice -1
+
+    def forward():
+        top = np.empty((n, c, ph, pw), dtype)
+        arg = np.empty((n, c, ph, pw), np.int32)
+        pooling.max_pool_forward(x, kernel, pad, stride, (ph, pw), top, arg)
+        return top, arg
+    (top_ref, arg_ref), (top, arg) = both(forward)
+    assert np.array_equal(top, top_ref) and np.array_equal(arg, arg_ref)
+    assert np.all(top[0, 0] == -np.finfo(np.float32).max) and np.all(arg[0, 0] == -1)
+    dy = rng.standard_normal(top.shape).astype(dtype)
+
+    def backward():
+        dx = np.full(x.shape, 7, dtype)  # overwritten
+        pooling.max_pool_backward(dy, arg, kernel, pad, stride, (ph, pw), dx)
+        return dx
+    ref, got = both(backward)
+    assert np.array_equal(got, ref)
+    # the gradient mass is conserved: every routed top gradient lands once
+    assert np.isclose(got.sum(), dy[arg >= 0].sum(), rtol=1e-5)
+
+
+@needs_numba
+def test_max_pool_against_a_loop():
+    """Independent reference: Caffe's scan, element by element."""
+    rng = np.random.default_rng(4)
+    x = np.round(rng.standard_normal((2, 2, 7, 7)) * 2).astype(np.float32)
+    kernel, pad, stride = (3, 3), (1, 1), (2, 2)
+    ph = pooling.pooled_size(7, 3, 1, 2)
+    top = np.empty((2, 2, ph, ph), np.float32)
+    arg = np.empty(top.shape, np.int32)
+    with kernels(True):
+        pooling.max_pool_forward(x, kernel, pad, stride, (ph, ph), top, arg)
+    for n in range(2):
+        for c in range(2):
+            for py in range(ph):
+                for px in range(ph):
+                    hs, ws = py * 2 - 1, px * 2 - 1
+                    best, pick = -np.finfo(np.float32).max, -1
+                    for r in range(max(hs, 0), min(hs + 3, 7)):
+                        for q in range(max(ws, 0), min(ws + 3, 7)):
+                            if x[n, c, r, q] > best:
+                                best, pick = x[n, c, r, q], (r - hs) * 3 + (q - ws)
+                    assert top[n, c, py, px] == np.float32(best)
+                    assert arg[n, c, py, px] == pick
+
+
+@needs_numba
+def test_threads_split_gives_the_same_result(monkeypatch):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 8, 12, 12)).astype(np.float32)
+    results = []
+    for n in (1, 3):
+        monkeypatch.setitem(cpu._state, "threads", n)
+        monkeypatch.setattr(cpu, "_MIN_ELEMENTS_PER_THREAD", 1)
+        with kernels(True):
+            results.append(im2col.im2col_batch_last(x, (3, 3), (1, 1), (1, 1), (1, 1)))
+    assert np.array_equal(results[0], results[1])
+
+
+def test_threads_setting(monkeypatch):
+    monkeypatch.setitem(cpu._state, "threads", None)
+    monkeypatch.setenv("PYCAFFE_LITE_CPU_THREADS", "3")
+    assert cpu.threads() == 3
+    monkeypatch.setitem(cpu._state, "threads", None)
+    monkeypatch.delenv("PYCAFFE_LITE_CPU_THREADS")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert cpu.threads() == 2
+    monkeypatch.setitem(cpu._state, "threads", None)
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_accumulate_matmul(dtype, blocked, monkeypatch):
+    """``c += a @ b`` in place (one block, or many small ones), against NumPy's product."""
+    if blocked:  # blocks of 2 rows of c
+        monkeypatch.setattr(cpu, "_ACCUMULATE_BLOCK_BYTES", 2 * 5 * np.dtype(dtype).itemsize)
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((14, 9)).astype(dtype).T  # (9, 14), not C-contiguous
+    b = rng.standard_normal((14, 5)).astype(dtype)
+    c = rng.standard_normal((9, 5)).astype(dtype)
+    expected = c + a @ b
+    buffer = c.__array_interface__["data"][0]
+    out = cpu.accumulate_matmul(c, a, b)
+    assert out is c and c.__array_interface__["data"][0] == buffer
+    assert np.allclose(c, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
