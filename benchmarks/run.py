@@ -25,7 +25,10 @@ import sys
 import tempfile
 import time
 
-import numpy as np
+# as ``import pycaffe_lite`` does, before NumPy loads OpenBLAS (see pycaffe_lite/__init__.py)
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -1,6 +1,6 @@
-"""The compiled host kernels (pycaffe_lite.ops.cpu, numba) against the NumPy code they stand
-in for: the same results bit for bit, on every geometry the NumPy code handles. Each test
-runs the public function twice, kernels on and off, on the same inputs."""
+"""The compiled host kernels (pycaffe_lite.ops.cpu, C built at install) against the NumPy code
+they stand in for: the same results bit for bit, on every geometry the NumPy code handles.
+Each test runs the public function twice, kernels on and off, on the same inputs."""
 
 import contextlib
 import importlib
@@ -13,8 +13,9 @@ from pycaffe_lite.ops import cpu, pooling
 
 im2col = importlib.import_module("pycaffe_lite.ops.im2col")  # the module, not the function
 
-needs_numba = pytest.mark.skipif(not cpu.numba_available(),
-                                 reason="the compiled kernels need numba ('pip install .[fast]')")
+needs_library = pytest.mark.skipif(
+    not cpu.library_available(),
+    reason="the C kernels were not built (%s)" % cpu.unavailable_reason())
 
 
 @contextlib.contextmanager
@@ -35,7 +36,7 @@ def both(fn):
     return reference, compiled
 
 
-@needs_numba
+@needs_library
 def test_supported_checks_arrays():
     a = np.zeros((2, 3), np.float32)
     with kernels(True):
@@ -60,7 +61,7 @@ CONV_GEOMETRIES = [
 ]
 
 
-@needs_numba
+@needs_library
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("geometry", CONV_GEOMETRIES)
 def test_im2col_and_col2im_batch_last(geometry, dtype):
@@ -80,7 +81,7 @@ def test_im2col_and_col2im_batch_last(geometry, dtype):
     assert np.isclose(lhs, rhs, rtol=1e-4 if dtype == np.float32 else 1e-12)
 
 
-@needs_numba
+@needs_library
 def test_im2col_matches_direct_gather():
     """An independent reference: every column element read from the image by index."""
     rng = np.random.default_rng(1)
@@ -103,7 +104,7 @@ def test_im2col_matches_direct_gather():
                         assert np.array_equal(cols[c, i, j, y, z], want)
 
 
-@needs_numba
+@needs_library
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_batch_to_first(with_bias, dtype):
@@ -132,7 +133,7 @@ POOL_GEOMETRIES = [
 ]
 
 
-@needs_numba
+@needs_library
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("geometry", POOL_GEOMETRIES)
 def test_max_pool(geometry, dtype):
@@ -166,7 +167,7 @@ def test_max_pool(geometry, dtype):
     assert np.isclose(got.sum(), dy[arg >= 0].sum(), rtol=1e-5)
 
 
-@needs_numba
+@needs_library
 def test_max_pool_against_a_loop():
     """Independent reference: Caffe's scan, element by element."""
     rng = np.random.default_rng(4)
@@ -191,7 +192,7 @@ def test_max_pool_against_a_loop():
                     assert arg[n, c, py, px] == pick
 
 
-@needs_numba
+@needs_library
 def test_threads_split_gives_the_same_result(monkeypatch):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((16, 8, 12, 12)).astype(np.float32)
@@ -230,3 +231,96 @@ def test_accumulate_matmul(dtype, blocked, monkeypatch):
     out = cpu.accumulate_matmul(c, a, b)
     assert out is c and c.__array_interface__["data"][0] == buffer
     assert np.allclose(c, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
+
+
+def test_library_is_built_where_a_compiler_exists():
+    """The kernels are an optional build; on a machine with a C compiler (CI's) they must
+    have been built, or the tests above would skip instead of checking them."""
+    import shutil
+    import sysconfig
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip("no C compiler (%s) on this machine: the NumPy code runs" % compiler)
+    assert cpu.library_available(), cpu.unavailable_reason()
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batch_to_last(dtype):
+    rng = np.random.default_rng(7)
+    src = rng.standard_normal((9, 7, 37)).astype(dtype)
+
+    def run():
+        dst = np.empty((7, 37, 9), dtype)
+        base_conv._batch_to_last(dst, src)
+        return dst
+    ref, got = both(run)
+    assert np.array_equal(ref, src.transpose(1, 2, 0))
+    assert np.array_equal(got, src.transpose(1, 2, 0))
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("norm, decay, l1", [(1, 0, False), (1, 5e-4, False), (0.5, 1e-3, True),
+                                             (0.25, 0, False)])
+def test_sgd_update_matches_the_numpy_steps(dtype, norm, decay, l1):
+    """The fused step against SGDSolver's NumPy steps written out (same roundings)."""
+    rng = np.random.default_rng(8)
+    n = 1000
+    data = rng.standard_normal(n).astype(dtype)
+    data[:5] = 0  # sign(0) = 0
+    diff = rng.standard_normal(n).astype(dtype)
+    history = rng.standard_normal(n).astype(dtype)
+    t = np.dtype(dtype).type
+    rate, momentum = t(0.01), t(0.9)
+    g = diff.copy()
+    if norm != 1:
+        g *= t(norm)
+    if decay:
+        g += (np.sign(data) if l1 else data) * t(decay)
+    h = history * momentum
+    g *= rate
+    h += g
+    cpu.sgd_update(diff, history, data, t(norm), t(decay), l1, rate, momentum)
+    assert np.array_equal(history, h) and np.array_equal(diff, h)
+
+
+@needs_library
+def test_sgd_solver_steps_equal_with_and_without_kernels(tmp_path, monkeypatch):
+    """A few SGD iterations (momentum, weight decay, iter_size 2) on a small conv net give
+    bit-identical weights with the compiled kernels and with the NumPy code."""
+    import pycaffe_lite as caffe
+    from pycaffe_lite.solvers import get_solver
+    from pycaffe_lite import protoio
+    net = """
+    layer { name: "data" type: "DummyData" top: "data" top: "label"
+      dummy_data_param { shape { dim: 8 dim: 2 dim: 12 dim: 12 } shape { dim: 8 }
+        data_filler { type: "gaussian" std: 1 } data_filler { type: "constant" value: 1 } } }
+    layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+      convolution_param { num_output: 4 kernel_size: 3 pad: 1
+        weight_filler { type: "xavier" } bias_filler { type: "constant" value: 0.1 } } }
+    layer { name: "pool" type: "Pooling" bottom: "conv" top: "pool"
+      pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+    layer { name: "ip" type: "InnerProduct" bottom: "pool" top: "ip"
+      inner_product_param { num_output: 3 weight_filler { type: "xavier" } } }
+    layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+    """
+    calls = []
+    fused = cpu.sgd_update
+    monkeypatch.setattr(cpu, "sgd_update", lambda *a: calls.append(1) or fused(*a))
+    results = []
+    for flag in (False, True):
+        with kernels(flag):
+            path = tmp_path / ("net%d.prototxt" % flag)
+            path.write_text(net)
+            param = protoio.read_solver_param(
+                'net: "%s" base_lr: 0.05 momentum: 0.9 weight_decay: 0.01 iter_size: 2 '
+                'lr_policy: "fixed" max_iter: 4 random_seed: 3 snapshot_after_train: false '
+                'solver_mode: CPU' % path)
+            caffe.set_random_seed(3)
+            solver = get_solver(param)
+            solver.step(4)
+            results.append([p.data.copy() for p in solver.net.learnable_params])
+    assert len(calls) == 4 * 4  # 4 updates of 4 parameter blobs, with the kernels only
+    for a, b in zip(*results):
+        assert np.array_equal(a, b)

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import backend
 from ..errors import CaffeError
+from ..ops import cpu as _cpu_kernels
 from ..ops.gpu import solver_updates as _gpu_updates
 from ..registry import SOLVERS
 from .lr_policy import f32
@@ -84,7 +85,7 @@ class SGDSolver(Solver):
             log.info("Iteration %d, lr = %s", self.iter, _fmt(rate))
         self.clip_gradients()
         for i in range(len(self.net.learnable_params)):
-            if self._fused_update(i, rate):  # CuPy arrays: one kernel per param (ops/gpu)
+            if self._fused_update(i, rate):  # one kernel per param (ops/gpu, ops/cpu)
                 continue
             self.normalize(i)
             self.regularize(i)
@@ -101,13 +102,15 @@ class SGDSolver(Solver):
 
     def _fused_update(self, i, rate):
         """normalize + regularize + compute_update_value of param ``i`` in one kernel, when
-        its arrays are CuPy's. False when the NumPy steps must run instead."""
+        its arrays are CuPy's (every rule), or host arrays with the compiled CPU kernels
+        (SGD). False when the NumPy steps must run instead."""
         rule = _fused_rule(type(self))
         if rule is None:
             return False
         n = len(self.net.learnable_params)
         state = [self.history[k * n + i] for k in range(len(self.state_names))]
-        if not _gpu_updates.supported(*state):
+        on_gpu = _gpu_updates.supported(*state)
+        if not on_gpu and not (rule == "SGD" and _cpu_kernels.supported(*state)):
             return False
         param = self.param
         decay = f32(param.weight_decay * self.net.params_weight_decay[i])
@@ -115,12 +118,18 @@ class SGDSolver(Solver):
             return False  # the NumPy path raises the error
         blob = self.net.learnable_params[i]
         data, diff = blob.read_data(), blob.write_diff()
-        if not _gpu_updates.supported(data, diff, *state):
+        supported = _gpu_updates.supported if on_gpu else _cpu_kernels.supported
+        if not supported(data, diff, *state):
             return False
         norm = 1 if param.iter_size == 1 else f32(1.0 / param.iter_size)
         kernel_rate, coefficients = self.fused_args(i, rate)
-        _gpu_updates.update(rule, data, diff, state, norm, decay,
-                            param.regularization_type == "L1", kernel_rate, coefficients)
+        l1 = param.regularization_type == "L1"
+        if on_gpu:
+            _gpu_updates.update(rule, data, diff, state, norm, decay, l1, kernel_rate,
+                                coefficients)
+        else:
+            _cpu_kernels.sgd_update(diff, state[0], data, norm, decay, l1, kernel_rate,
+                                    coefficients[0])
         return True
 
     def clip_gradients(self):

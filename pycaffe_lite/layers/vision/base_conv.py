@@ -67,6 +67,9 @@ def _batch_to_first(dst, src, bias=None):
 
 def _batch_to_last(dst, src):
     """``dst (C, P, B) = src (B, C, P)``, in cache-sized channel blocks."""
+    if _cpu.supported(dst, src):
+        _cpu.batch_to_last(dst, src)
+        return
     nb, nc, npix = src.shape
     step = max(1, _BLOCK_ELEMENTS // max(1, npix * nb))
     for c in range(0, nc, step):

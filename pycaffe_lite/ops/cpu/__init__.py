@@ -1,53 +1,106 @@
-"""Compiled host kernels for the CPU hot paths (optional; needs ``numba``).
+"""Compiled host kernels for the CPU hot paths (optional: built at install from C).
 
-``pip install 'pycaffe-lite[fast]'`` brings numba; then the host (NumPy) arrays of the hot
-paths below go through loops compiled by numba instead of a sequence of NumPy slice
-operations, and the results are the same: the same values, summed in the same order, so the
-two paths agree bit for bit (tests/test_ops_cpu_kernels.py checks it on every shape family).
-Without numba, or with ``PYCAFFE_LITE_CPU_KERNELS=0`` / :func:`set_kernels_enabled`, the
-NumPy code runs, as on a machine where numba is not installed.
+``pip install .`` compiles ``kernels.c`` into the extension ``pycaffe_lite.ops.cpu._kernels``
+when a C compiler is present (an optional build: without one the package installs all the
+same). Then the host (NumPy) arrays of the hot paths below go through these compiled loops
+instead of a sequence of NumPy slice operations, with the same results: the same values,
+summed in the same order, so the two paths agree bit for bit (tests/test_ops_cpu_kernels.py
+checks it on every geometry family). Without the library, or with
+``PYCAFFE_LITE_CPU_KERNELS=0`` / :func:`set_kernels_enabled`, the NumPy code runs.
 
 Why compiled code here: the NumPy forms of these kernels make ``kh * kw`` passes over the
 data, each a strided copy of a few dozen elements at a time (LeNet's im2col is 25 copies of
-runs of 8 to 24 values per image and channel); a loop that visits every element once is 3
-to 10 times faster, and these kernels were about half of a LeNet training step.
+runs of 8 to 24 values per image and channel), and MAX pooling's window scan has no NumPy
+form without a pass per kernel offset; a loop that visits every element once is several
+times faster. The library is plain C behind ctypes: no Python API in the loops, no runtime
+compiler, nothing to import but the shared object (a JIT such as numba would add about 140 MB
+of memory to a process whose whole LeNet training fits in 100 MB).
 
 - :func:`im2col_batch_last` / :func:`col2im_batch_last`: the convolution column matrix in the
   host layout of :mod:`pycaffe_lite.ops.im2col` (2-D);
-- :func:`batch_to_first`: the convolution layers' relayout of ``(C, P, B)`` matrix products
-  into ``(B, C, P)`` tops, with the bias added on the way;
+- :func:`batch_to_first` / :func:`batch_to_last`: the convolution layers' relayouts between
+  ``(C, P, B)`` matrix products and ``(B, C, P)`` blobs (the bias added on the way to the top);
 - :func:`max_pool_forward` / :func:`max_pool_backward`: MAX pooling with the window choices
   of :mod:`pycaffe_lite.ops.pooling`;
+- :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
 - :func:`accumulate_matmul` (NumPy only, always on): ``c += a @ b`` in cache-sized blocks, for
   the fully connected layers' weight gradients.
 
-Kernels release the GIL and split their work over ``threads()`` threads (by channel or
-image), so a 2-core machine runs them on both cores. Each kernel is compiled on first use
-(numba caches the machine code next to this file, or in ``NUMBA_CACHE_DIR``), once per dtype.
+ctypes releases the GIL during a call, so each kernel splits its work over ``threads()``
+threads (by channel or by plane) and a 2-core machine runs it on both cores.
 """
 
+import ctypes
 import os
 import threading
 
 import numpy as np
 
-_FLT_MAX = float(np.finfo(np.float32).max)
+_ABI_VERSION = 2
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
-_state = {"kernels": None, "checked": False, "pool": None, "threads": None}
+_state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
 
+_I = ctypes.c_int64
+_P = ctypes.c_void_p
+_F = "scalar"  # the element type's C scalar (float or double)
+_SIGNATURES = {
+    "im2col_batch_last": [_P, _P] + [_I] * 16,
+    "col2im_batch_last": [_P, _P] + [_I] * 16,
+    "batch_to_first": [_P, _P, _P] + [_I] * 5,
+    "batch_to_last": [_P, _P] + [_I] * 5,
+    "max_pool_forward": [_P, _P, _P] + [_I] * 12,
+    "max_pool_backward": [_P, _P, _P] + [_I] * 12,
+    "sgd_update": [_P, _P, _P, _F, _F, ctypes.c_int32, _F, _F, _I, _I],
+}
 
-def numba_available():
-    """Whether numba can be imported (checked once, without importing it at package import)."""
-    if not _state["checked"]:
-        import importlib.util
-        _state["available"] = importlib.util.find_spec("numba") is not None
+
+def _load():
+    """The compiled library (ctypes), or None when it was not built or does not load."""
+    if _state["checked"]:
+        return _state["lib"]
+    with _lock:
+        if _state["checked"]:
+            return _state["lib"]
+        lib = None
+        try:
+            import importlib.util
+            spec = importlib.util.find_spec(__name__ + "._kernels")
+            if spec is None or not spec.origin:
+                raise ImportError("the extension %s._kernels was not built" % __name__)
+            lib = ctypes.CDLL(spec.origin)
+            if lib.pcl_abi_version() != _ABI_VERSION:
+                raise ImportError("%s was built from other sources (ABI %d, expected %d): "
+                                  "reinstall the package" % (spec.origin,
+                                                             lib.pcl_abi_version(),
+                                                             _ABI_VERSION))
+            for name, args in _SIGNATURES.items():
+                for suffix, scalar in (("_f32", ctypes.c_float), ("_f64", ctypes.c_double)):
+                    fn = getattr(lib, "pcl_" + name + suffix)
+                    fn.argtypes = [scalar if a is _F else a for a in args]
+                    fn.restype = ctypes.c_int
+        except (ImportError, OSError, AttributeError) as exc:
+            _state["error"] = str(exc)
+            lib = None
+        _state["lib"] = lib
         _state["checked"] = True
-    return _state["available"]
+    return lib
+
+
+def library_available():
+    """Whether the compiled library was built and loads (the reason why not:
+    :func:`unavailable_reason`)."""
+    return _load() is not None
+
+
+def unavailable_reason():
+    """Why the compiled library is not used (None when it is)."""
+    _load()
+    return _state["error"]
 
 
 def set_kernels_enabled(flag):
-    """Use the compiled kernels when numba is installed (True, the default) or the NumPy code
+    """Use the compiled kernels when they were built (True, the default) or the NumPy code
     (False). Returns the previous setting."""
     old = _enabled[0]
     _enabled[0] = bool(flag)
@@ -55,8 +108,8 @@ def set_kernels_enabled(flag):
 
 
 def kernels_enabled():
-    """True when the compiled kernels are on and numba is installed."""
-    return _enabled[0] and numba_available()
+    """True when the compiled kernels are on and the library is there."""
+    return _enabled[0] and _load() is not None
 
 
 def supported(*arrays):
@@ -93,24 +146,26 @@ def threads():
     return n
 
 
-def _kernels():
-    k = _state["kernels"]
-    if k is None:
-        with _lock:
-            if _state["kernels"] is None:
-                from . import kernels  # imports numba: only when a kernel first runs
-                _state["kernels"] = kernels
-            k = _state["kernels"]
-    return k
+def _function(name, dtype):
+    return getattr(_load(), "pcl_%s_%s" % (name, "f32" if dtype == np.float32 else "f64"))
 
 
-def _split(kernel, total, *args, grain=1):
-    """Run ``kernel(*args, start, stop)`` over ``[0, total)`` split into contiguous ranges,
-    one per thread (the calling thread takes the first). ``grain``: the least work worth a
+def _address(a):
+    return a.ctypes.data
+
+
+def _call(fn, *args):
+    if fn(*args) != 0:
+        raise MemoryError("%s: could not allocate its work buffer" % fn.__name__)
+
+
+def _split(fn, total, args, grain=1):
+    """Run ``fn(*args, start, stop)`` over ``[0, total)`` split into contiguous ranges, one
+    per thread (the calling thread takes the first). ``grain``: the least work worth a
     thread, in units of ``total``."""
     n = min(threads(), total // max(1, grain))
     if n <= 1:
-        kernel(*args, 0, total)
+        _call(fn, *args, 0, total)
         return
     pool = _state["pool"]
     if pool is None or pool._max_workers < n - 1:
@@ -121,76 +176,100 @@ def _split(kernel, total, *args, grain=1):
                 pool = _state["pool"] = ThreadPoolExecutor(
                     n - 1, thread_name_prefix="pycaffe-lite-kernel")
     bounds = [total * i // n for i in range(n + 1)]
-    futures = [pool.submit(kernel, *args, bounds[i], bounds[i + 1]) for i in range(1, n)]
-    kernel(*args, bounds[0], bounds[1])
+    futures = [pool.submit(_call, fn, *args, bounds[i], bounds[i + 1]) for i in range(1, n)]
+    _call(fn, *args, bounds[0], bounds[1])
     for f in futures:
         f.result()
 
 
-# ---- convolution ----------------------------------------------------------------------------
-def im2col_batch_last(x, kernel, pad, stride, dilation, out_spatial, out):
-    """Columns ``out (C * kh * kw, OH * OW * B)`` of images ``x (B, C, H, W)``: element
-    ``[(c, i, j), (oy, ox, b)] = x[b, c, oy * sh - ph + i * dh, ox * sw - pw + j * dw]``,
-    zero outside the image."""
-    k = _kernels()
-    nb, nc, h, w = x.shape
-    oh, ow = out_spatial
-    cols = out.reshape(nc, kernel[0], kernel[1], oh, ow, nb)
-    _split(k.im2col_batch_last, nc, x, cols, pad[0], pad[1], stride[0], stride[1],
-           dilation[0], dilation[1], grain=_grain(cols[0].size))
-    return out
-
-
-def col2im_batch_last(col, image_shape, kernel, pad, stride, dilation, out_spatial, out):
-    """The adjoint of :func:`im2col_batch_last` into ``out (B, C, H, W)`` (overwritten);
-    overlapping windows are summed in kernel-offset order, as the NumPy code sums them."""
-    k = _kernels()
-    nb, nc, h, w = image_shape
-    oh, ow = out_spatial
-    cols = col.reshape(nc, kernel[0], kernel[1], oh, ow, nb)
-    _split(k.col2im_batch_last, nc, cols, out, pad[0], pad[1], stride[0], stride[1],
-           dilation[0], dilation[1], grain=_grain(cols[0].size))
-    return out
-
-
-def batch_to_first(dst, src, bias=None):
-    """``dst (B, C, P) = src (C, P, B)`` (plus ``bias[c]`` when given)."""
-    k = _kernels()
-    nc = src.shape[0]
-    b = np.zeros(0, src.dtype) if bias is None else bias.reshape(-1)
-    _split(k.batch_to_first, nc, dst, src, b, grain=_grain(src[0].size))
-
-
-# ---- MAX pooling ----------------------------------------------------------------------------
-def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
-    """:func:`pycaffe_lite.ops.pooling.max_pool_forward` (first maximum in row-major order,
-    NaN skipped, ``-FLT_MAX`` floor, kernel offset or -1 in ``argmax``)."""
-    forward = _kernels().max_pool_kernels(*kernel)[0]
-    n, c = x.shape[:2]
-    planes = x.reshape(n * c, x.shape[2], x.shape[3])
-    _split(forward, n * c, planes, top.reshape(n * c, pooled[0], pooled[1]),
-           argmax.reshape(n * c, pooled[0], pooled[1]), top.dtype.type(-_FLT_MAX), pad[0],
-           pad[1], stride[0], stride[1], grain=_grain(planes[0].size))
-
-
-def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff):
-    """:func:`pycaffe_lite.ops.pooling.max_pool_backward` (overwrites ``bottom_diff``; a
-    bottom element picked by several windows sums them in kernel-offset order)."""
-    backward = _kernels().max_pool_kernels(*kernel)[1]
-    n, c, h, w = bottom_diff.shape
-    _split(backward, n * c, top_diff.reshape(n * c, pooled[0], pooled[1]),
-           argmax.reshape(n * c, pooled[0], pooled[1]), bottom_diff.reshape(n * c, h, w),
-           pad[0], pad[1], stride[0], stride[1], grain=_grain(h * w))
-
-
-# A thread is worth starting for about this many elements of work (its start and join cost
-# some tens of microseconds).
+# A thread is worth starting for about this many elements of work (handing a range to a
+# worker and waiting for it cost some tens of microseconds).
 _MIN_ELEMENTS_PER_THREAD = 1 << 15
 
 
 def _grain(elements_per_unit):
     """Units of work per thread so that each thread moves at least the minimum."""
     return max(1, _MIN_ELEMENTS_PER_THREAD // max(1, int(elements_per_unit)))
+
+
+# ---- convolution ----------------------------------------------------------------------------
+def _conv_geometry(image_shape, kernel, pad, stride, dilation, out_spatial):
+    nb, nc, h, w = (int(v) for v in image_shape)
+    return [nb, nc, h, w, kernel[0], kernel[1], pad[0], pad[1], stride[0], stride[1],
+            dilation[0], dilation[1], out_spatial[0], out_spatial[1]]
+
+
+def im2col_batch_last(x, kernel, pad, stride, dilation, out_spatial, out):
+    """Columns ``out (C * kh * kw, OH * OW * B)`` of images ``x (B, C, H, W)``: element
+    ``[(c, i, j), (oy, ox, b)] = x[b, c, oy * sh - ph + i * dh, ox * sw - pw + j * dw]``,
+    zero outside the image."""
+    geometry = _conv_geometry(x.shape, kernel, pad, stride, dilation, out_spatial)
+    per_channel = out.size // max(1, x.shape[1])
+    _split(_function("im2col_batch_last", x.dtype), x.shape[1],
+           [_address(x), _address(out)] + geometry, grain=_grain(per_channel))
+    return out
+
+
+def col2im_batch_last(col, image_shape, kernel, pad, stride, dilation, out_spatial, out):
+    """The adjoint of :func:`im2col_batch_last` into ``out (B, C, H, W)`` (overwritten);
+    overlapping windows are summed in kernel-offset order, as the NumPy code sums them."""
+    geometry = _conv_geometry(image_shape, kernel, pad, stride, dilation, out_spatial)
+    per_channel = col.size // max(1, image_shape[1])
+    _split(_function("col2im_batch_last", col.dtype), int(image_shape[1]),
+           [_address(col), _address(out)] + geometry, grain=_grain(per_channel))
+    return out
+
+
+def batch_to_first(dst, src, bias=None):
+    """``dst (B, C, P) = src (C, P, B)`` (plus ``bias[c]`` when given)."""
+    nc, npix, nb = src.shape
+    _split(_function("batch_to_first", src.dtype), nc,
+           [_address(dst), _address(src), None if bias is None else _address(bias),
+            nc, npix, nb], grain=_grain(npix * nb))
+
+
+def batch_to_last(dst, src):
+    """``dst (C, P, B) = src (B, C, P)``."""
+    nb, nc, npix = src.shape
+    _split(_function("batch_to_last", src.dtype), nc,
+           [_address(dst), _address(src), nc, npix, nb], grain=_grain(npix * nb))
+
+
+# ---- MAX pooling ----------------------------------------------------------------------------
+def _pool_geometry(image_shape, kernel, pad, stride, pooled):
+    h, w = (int(v) for v in image_shape[2:])
+    return [h, w, pooled[0], pooled[1], kernel[0], kernel[1], pad[0], pad[1], stride[0],
+            stride[1]]
+
+
+def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
+    """:func:`pycaffe_lite.ops.pooling.max_pool_forward` (first maximum in row-major order,
+    NaN skipped, ``-FLT_MAX`` floor, kernel offset or -1 in ``argmax``)."""
+    planes = x.shape[0] * x.shape[1]
+    _split(_function("max_pool_forward", x.dtype), planes,
+           [_address(x), _address(top), _address(argmax)] +
+           _pool_geometry(x.shape, kernel, pad, stride, pooled),
+           grain=_grain(x.shape[2] * x.shape[3]))
+
+
+def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff):
+    """:func:`pycaffe_lite.ops.pooling.max_pool_backward` (overwrites ``bottom_diff``; a
+    bottom element picked by several windows sums them in kernel-offset order)."""
+    shape = bottom_diff.shape
+    _split(_function("max_pool_backward", bottom_diff.dtype), shape[0] * shape[1],
+           [_address(top_diff), _address(argmax), _address(bottom_diff)] +
+           _pool_geometry(shape, kernel, pad, stride, pooled),
+           grain=_grain(shape[2] * shape[3]))
+
+
+# ---- solver ---------------------------------------------------------------------------------
+def sgd_update(diff, history, data, norm, decay, l1, rate, momentum):
+    """The SGD solver's normalize + regularize + compute_update_value for one parameter in
+    one pass (``diff`` and ``history`` updated in place; see kernels_impl.h), with the same
+    float rounding as its NumPy steps. The scalars are the ones those steps use."""
+    _split(_function("sgd_update", diff.dtype), diff.size,
+           [_address(diff), _address(history), _address(data), norm, decay, int(bool(l1)),
+            rate, momentum], grain=1 << 18)
 
 
 # ---- matrix products accumulated in place ---------------------------------------------------

@@ -1,0 +1,52 @@
+/* Compiled host kernels of pycaffe_lite.ops.cpu: im2col/col2im in the batch-last column
+ * layout, the convolution layers' relayouts, MAX pooling forward and backward, the SGD
+ * solver's update.
+ *
+ * Plain C functions over raw arrays, called through ctypes (which releases the GIL, so
+ * several threads can run parts of one kernel). setup.py builds this file as an optional
+ * extension module: without a C compiler the package installs and runs the NumPy code.
+ * The kernels are written once, in kernels_impl.h, and instantiated for float and double.
+ * Build without -ffast-math and with -ffp-contract=off: results must equal NumPy's exactly.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <float.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(_WIN32)
+#define EXPORT __declspec(dllexport)
+#else
+#define EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef int64_t idx;
+
+/* Positions per tile of the transposing copy. */
+#define TILE 16
+
+#define T float
+#define NAME(f) pcl_##f##_f32
+#include "kernels_impl.h"
+#undef T
+#undef NAME
+
+#define T double
+#define NAME(f) pcl_##f##_f64
+#include "kernels_impl.h"
+#undef T
+#undef NAME
+
+/* An ABI number: the Python side refuses a library built from other sources. */
+EXPORT int pcl_abi_version(void) { return 2; }
+
+static struct PyModuleDef kernels_module = {
+    PyModuleDef_HEAD_INIT, "_kernels",
+    "Compiled host kernels (plain C functions, loaded through ctypes by pycaffe_lite.ops.cpu).",
+    -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&kernels_module); }
