@@ -254,7 +254,9 @@ def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
 
 def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff):
     """:func:`pycaffe_lite.ops.pooling.max_pool_backward` (overwrites ``bottom_diff``; a
-    bottom element picked by several windows sums them in kernel-offset order)."""
+    bottom element picked by several windows sums them in kernel-offset order). A NaN top
+    gradient reaches only its window's picked element, as in Caffe (the NumPy code's
+    ``top_diff * (choice == k)`` spreads it over the window)."""
     shape = bottom_diff.shape
     _split(_function("max_pool_backward", bottom_diff.dtype), shape[0] * shape[1],
            [_address(top_diff), _address(argmax), _address(bottom_diff)] +
