@@ -324,3 +324,19 @@ def test_sgd_solver_steps_equal_with_and_without_kernels(tmp_path, monkeypatch):
     assert len(calls) == 4 * 4  # 4 updates of 4 parameter blobs, with the kernels only
     for a, b in zip(*results):
         assert np.array_equal(a, b)
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", CONV_GEOMETRIES + [(1, 3, 31, 29, (11, 11), (0, 0),
+                                                         (4, 4), (1, 1))])
+def test_im2col_and_col2im_of_one_image(geometry, dtype):
+    """One image: Caffe's column layout, which the compiled kernel also writes."""
+    _, nc, h, w, kernel, pad, stride, dilation = geometry
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, nc, h, w)).astype(dtype)
+    ref, got = both(lambda: im2col.im2col(x, kernel, pad, stride, dilation))
+    assert np.array_equal(got, ref)
+    col = rng.standard_normal(ref.shape).astype(dtype)
+    ref, got = both(lambda: im2col.col2im(col, x.shape, kernel, pad, stride, dilation))
+    assert np.array_equal(got, ref)

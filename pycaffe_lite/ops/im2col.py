@@ -18,8 +18,6 @@ from ..backend import get_array_module
 from . import cpu as _cpu
 from .gpu import im2col as _gpu
 
-# The compiled host kernels loop over the batch innermost: worth it from a few images on.
-_CPU_KERNEL_MIN_BATCH = 4
 
 
 def conv_output_shape(input_shape, kernel, pad, stride, dilation):
@@ -100,6 +98,9 @@ def im2col(x, kernel, pad, stride, dilation, out=None, out_spatial=None, force_n
     nk, npix = _prod(kernel), _prod(out_spatial)
     shape = (nc * nk, nb * npix)
     out = _output(out, shape, x.dtype, xp)
+    if nb == 1 and len(spatial) == 2 and not force_nd and _cpu.supported(x, out):
+        # one image: the batch-last matrix is this one (the compiled kernel, ops/cpu)
+        return _cpu.im2col_batch_last(x, kernel, pad, stride, dilation, out_spatial, out)
     src = _padded_input(x, pad)
     # (C, *kernel, B, *out_spatial): column block of kernel offset k is cols[:, k...]
     cols = out.reshape((nc,) + kernel + (nb,) + out_spatial)
@@ -138,9 +139,12 @@ def col2im(col, image_shape, kernel, pad, stride, dilation, out=None, out_spatia
         spatial, kernel, pad, stride, dilation, out_spatial)
     nk, npix = _prod(kernel), _prod(out_spatial)
     _check_buffer(col, (nc * nk, nb * npix), "col2im input")
-    cols = col.reshape((nc,) + kernel + (nb,) + out_spatial)
     if out is None:
         out = xp.empty(image_shape, dtype=col.dtype)
+    if nb == 1 and len(spatial) == 2 and not force_nd and _cpu.supported(col, out):
+        return _cpu.col2im_batch_last(col, image_shape, kernel, pad, stride, dilation,
+                                      out_spatial, out)
+    cols = col.reshape((nc,) + kernel + (nb,) + out_spatial)
     padded = any(pad)
     if padded:
         acc = xp.zeros((nb, nc) + tuple(n + 2 * p for n, p in zip(spatial, pad)),
@@ -186,7 +190,7 @@ def im2col_batch_last(x, kernel, pad, stride, dilation, out=None, out_spatial=No
         spatial, kernel, pad, stride, dilation, out_spatial)
     shape = (nc * _prod(kernel), _prod(out_spatial) * nb)
     out = _output(out, shape, x.dtype, xp)
-    if len(spatial) == 2 and nb >= _CPU_KERNEL_MIN_BATCH and _cpu.supported(x, out):
+    if len(spatial) == 2 and _cpu.supported(x, out):  # the compiled kernel (ops/cpu)
         return _cpu.im2col_batch_last(x, kernel, pad, stride, dilation, out_spatial, out)
     src = xp.zeros((nc,) + tuple(n + 2 * p for n, p in zip(spatial, pad)) + (nb,), x.dtype) \
         if any(pad) else xp.empty((nc,) + spatial + (nb,), x.dtype)
@@ -212,7 +216,7 @@ def col2im_batch_last(col, image_shape, kernel, pad, stride, dilation, out=None,
     _check_buffer(col, (nc * _prod(kernel), _prod(out_spatial) * nb), "col2im input")
     if out is None:
         out = xp.empty(image_shape, dtype=col.dtype)
-    if len(spatial) == 2 and nb >= _CPU_KERNEL_MIN_BATCH and _cpu.supported(col, out):
+    if len(spatial) == 2 and _cpu.supported(col, out):  # the compiled kernel (ops/cpu)
         return _cpu.col2im_batch_last(col, image_shape, kernel, pad, stride, dilation,
                                       out_spatial, out)
     cols = col.reshape((nc,) + kernel + out_spatial + (nb,))

@@ -32,6 +32,12 @@ EXPORT int NAME(im2col_batch_last)(const T *x, T *cols, idx nb, idx nc, idx h, i
                         out += ow * nb;
                         continue;
                     }
+                    if (nb == 1) {
+                        for (idx xo = 0; xo < ow; ++xo)
+                            out[xo] = row[xo * stride_w];
+                        out += ow;
+                        continue;
+                    }
                     for (idx xo = 0; xo < ow; ++xo, out += nb)
                         memcpy(out, row + xo * stride_w * nb, (size_t)nb * sizeof(T));
                 }
