@@ -195,6 +195,9 @@ def test_bad_phase_is_reported(project, capsys):
 
 
 def test_signal_handler_maps_signals_to_actions():
+    # what was installed before (the default handler, or SIG_IGN where the test process
+    # was started in the background by a shell) is what must be back afterwards
+    previous = signal.getsignal(signal.SIGINT)
     handler = SignalHandler("snapshot", "stop")
     with handler:
         assert handler.get_action() == SolverAction.NONE
@@ -203,7 +206,7 @@ def test_signal_handler_maps_signals_to_actions():
         assert handler.get_action() == SolverAction.NONE
         os.kill(os.getpid(), signal.SIGHUP)
         assert handler.get_action() == SolverAction.STOP
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is previous
 
 
 def _start_training(project, *flags):

@@ -340,3 +340,39 @@ def test_im2col_and_col2im_of_one_image(geometry, dtype):
     col = rng.standard_normal(ref.shape).astype(dtype)
     ref, got = both(lambda: im2col.col2im(col, x.shape, kernel, pad, stride, dilation))
     assert np.array_equal(got, ref)
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [1, 3, 5])
+def test_lrn_across_channels(dtype, size):
+    """LRN's forward and backward through the layer, with and without the compiled channel
+    sums: identical."""
+    import pycaffe_lite as caffe
+    from pycaffe_lite.layers.vision.lrn_layer import LRNLayer
+    from pycaffe_lite.proto import caffe_pb2
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((3, 7, 5, 4)).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+
+    def run():
+        param = caffe_pb2.LayerParameter(name="norm", type="LRN")
+        param.lrn_param.local_size = size
+        param.lrn_param.alpha = 0.3
+        param.lrn_param.beta = 0.75
+        param.lrn_param.k = 2
+        bottom, top = caffe.Blob(x.shape), caffe.Blob(x.shape)
+        bottom.data[...] = x
+        layer = LRNLayer(param)
+        layer.SetUp([bottom], [top])
+        layer.Forward([bottom], [top])
+        top.diff[...] = dy
+        layer.Backward([top], [True], [bottom])
+        return top.data.copy(), bottom.diff.copy()
+    (y_ref, dx_ref), (y, dx) = both(run)
+    assert np.array_equal(y, y_ref) and np.array_equal(dx, dx_ref)
+    # independent reference for the forward
+    pre = (size - 1) // 2
+    sq = np.pad(x.astype(np.float64) ** 2, ((0, 0), (pre, pre), (0, 0), (0, 0)))
+    scale = 2 + 0.3 / size * sum(sq[:, i:i + 7] for i in range(size))
+    assert np.allclose(y, x * scale ** -0.75, rtol=1e-5)

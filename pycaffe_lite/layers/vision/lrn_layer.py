@@ -1,7 +1,10 @@
 """LRN: local response normalisation (Caffe's LRNLayer)."""
 
+import numpy as np
+
 from ...backend import get_array_module
 from ...layer import Layer
+from ...ops import cpu as _cpu
 from ...ops.gpu import lrn as _gpu
 from ...proto import caffe_pb2
 from ...registry import register_layer
@@ -77,11 +80,16 @@ class LRNLayer(Layer):
                                           self.beta, self.k, self.region == LRN.ACROSS_CHANNELS)
             return
         dt = x.dtype.type
-        summed = self._window(x * x)
-        if self.region == LRN.ACROSS_CHANNELS:
+        across = self.region == LRN.ACROSS_CHANNELS
+        if across and _cpu.supported(x):  # the compiled channel sums (ops/cpu)
+            summed = np.empty_like(x)
+            _cpu.lrn_scale(x, summed, self.size, dt(self.alpha / self.size), dt(self.k))
+        elif across:
+            summed = self._window(x * x)
             summed *= dt(self.alpha / self.size)
             summed += dt(self.k)
         else:
+            summed = self._window(x * x)
             summed /= dt(self.size * self.size)
             summed *= dt(self.alpha)
             summed += dt(1)
@@ -101,7 +109,11 @@ class LRNLayer(Layer):
             return
         dt = x.dtype.type
         n = self.size if self.region == LRN.ACROSS_CHANNELS else self.size * self.size
-        accum = self._window(dy * y / self.scale)
+        if self.region == LRN.ACROSS_CHANNELS and _cpu.supported(x, y, dy, self.scale):
+            accum = np.empty_like(x)
+            _cpu.lrn_accum(dy, y, self.scale, np.empty_like(x), accum, self.size)
+        else:
+            accum = self._window(dy * y / self.scale)
         dx = bottom[0].write_diff()
         dx[...] = dy * self.scale ** dt(-self.beta) - \
             dt(2.0 * self.alpha * self.beta / n) * x * accum

@@ -22,6 +22,8 @@ of memory to a process whose whole LeNet training fits in 100 MB).
   ``(C, P, B)`` matrix products and ``(B, C, P)`` blobs (the bias added on the way to the top);
 - :func:`max_pool_forward` / :func:`max_pool_backward`: MAX pooling with the window choices
   of :mod:`pycaffe_lite.ops.pooling`;
+- :func:`lrn_scale` / :func:`lrn_accum`: LRN's sums over neighbouring channels (the power
+  stays NumPy's);
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
 - :func:`accumulate_matmul` (NumPy only, always on): ``c += a @ b`` in cache-sized blocks, for
   the fully connected layers' weight gradients.
@@ -36,7 +38,7 @@ import threading
 
 import numpy as np
 
-_ABI_VERSION = 2
+_ABI_VERSION = 3
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
@@ -52,6 +54,8 @@ _SIGNATURES = {
     "max_pool_forward": [_P, _P, _P] + [_I] * 12,
     "max_pool_backward": [_P, _P, _P] + [_I] * 12,
     "sgd_update": [_P, _P, _P, _F, _F, ctypes.c_int32, _F, _F, _I, _I],
+    "lrn_scale": [_P, _P, _I, _I, _I, _F, _F, _I, _I],
+    "lrn_accum": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I],
 }
 
 
@@ -262,6 +266,26 @@ def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff
            [_address(top_diff), _address(argmax), _address(bottom_diff)] +
            _pool_geometry(shape, kernel, pad, stride, pooled),
            grain=_grain(shape[2] * shape[3]))
+
+
+# ---- LRN across channels ----------------------------------------------------------------------
+def lrn_scale(x, scale, size, a, k):
+    """``scale = k + a * window_sum(x^2)`` over ``size`` channels of ``x (N, C, H, W)`` (the
+    NumPy code's order and roundings; ``a`` and ``k`` already in the arrays' type)."""
+    n, c = x.shape[:2]
+    npix = x.size // max(1, n * c)
+    _split(_function("lrn_scale", x.dtype), n,
+           [_address(x), _address(scale), c, npix, size, a, k], grain=_grain(c * npix))
+
+
+def lrn_accum(top_diff, top, scale, work, accum, size):
+    """``accum = window_sum(top_diff * top / scale)`` over ``size`` channels (``work``: a
+    buffer shaped like the others)."""
+    n, c = top.shape[:2]
+    npix = top.size // max(1, n * c)
+    _split(_function("lrn_accum", top.dtype), n,
+           [_address(top_diff), _address(top), _address(scale), _address(work),
+            _address(accum), c, npix, size], grain=_grain(c * npix))
 
 
 # ---- solver ---------------------------------------------------------------------------------

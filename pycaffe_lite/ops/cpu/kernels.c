@@ -1,6 +1,6 @@
 /* Compiled host kernels of pycaffe_lite.ops.cpu: im2col/col2im in the batch-last column
- * layout, the convolution layers' relayouts, MAX pooling forward and backward, the SGD
- * solver's update.
+ * layout, the convolution layers' relayouts, MAX pooling forward and backward, LRN's channel
+ * sums, the SGD solver's update.
  *
  * Plain C functions over raw arrays, called through ctypes (which releases the GIL, so
  * several threads can run parts of one kernel). setup.py builds this file as an optional
@@ -41,7 +41,7 @@ typedef int64_t idx;
 #undef NAME
 
 /* An ABI number: the Python side refuses a library built from other sources. */
-EXPORT int pcl_abi_version(void) { return 2; }
+EXPORT int pcl_abi_version(void) { return 3; }
 
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT, "_kernels",
