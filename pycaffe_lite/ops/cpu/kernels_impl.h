@@ -48,7 +48,7 @@ EXPORT int NAME(im2col_batch_last)(const T *x, T *cols, idx nb, idx nc, idx h, i
 
 /* out (B, C, H, W) = the sum over overlapping windows of cols (C, kh, kw, OH, OW, B), kernel
  * offsets in row-major order, channels [start, stop). */
-EXPORT int NAME(col2im_batch_last)(const T *cols, T *out, idx nb, idx nc, idx h, idx w, idx kh,
+EXPORT int NAME(col2im_batch_last)(const T *restrict cols, T *restrict out, idx nb, idx nc, idx h, idx w, idx kh,
                                    idx kw, idx pad_h, idx pad_w, idx stride_h, idx stride_w,
                                    idx dil_h, idx dil_w, idx oh, idx ow, idx start, idx stop)
 {
@@ -58,11 +58,23 @@ EXPORT int NAME(col2im_batch_last)(const T *cols, T *out, idx nb, idx nc, idx h,
         return -1;
     for (idx c = start; c < stop; ++c) {
         memset(acc, 0, (size_t)(hp * wp * nb) * sizeof(T));
-        const T *in = cols + c * kh * kw * oh * ow * nb;
+        const T *restrict in = cols + c * kh * kw * oh * ow * nb;
         for (idx i = 0; i < kh; ++i)
             for (idx j = 0; j < kw; ++j)
                 for (idx y = 0; y < oh; ++y) {
-                    T *row = acc + ((y * stride_h + i * dil_h) * wp + j * dil_w) * nb;
+                    T *restrict row = acc + ((y * stride_h + i * dil_h) * wp + j * dil_w) * nb;
+                    if (stride_w == 1) { /* one run of OW * B values */
+                        for (idx e = 0; e < ow * nb; ++e)
+                            row[e] += in[e];
+                        in += ow * nb;
+                        continue;
+                    }
+                    if (nb == 1) {
+                        for (idx xo = 0; xo < ow; ++xo)
+                            row[xo * stride_w] += in[xo];
+                        in += ow;
+                        continue;
+                    }
                     for (idx xo = 0; xo < ow; ++xo, in += nb) {
                         T *a = row + xo * stride_w * nb;
                         for (idx b = 0; b < nb; ++b)
