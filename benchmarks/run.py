@@ -13,8 +13,10 @@ Workloads:
   resnet50    ResNet-50 forward+backward (batch 1)
 With ``torch`` installed (``pip install torch==2.13.0``), the same workloads run in PyTorch in
 this process and the report prints ours / PyTorch: that ratio is the figure to track, as
-timings on a shared machine drift. Peak RSS is the process's (``ru_maxrss``); run one
-workload per process (``--only``) for a per-workload figure.
+timings on a shared machine drift. The LeNet step and the zoo nets alternate with PyTorch
+round by round and report each side's fastest round (medians in the JSON). Peak RSS is the
+process's (``ru_maxrss``); run one workload per process (``--only``) for a per-workload figure.
+``--numpy-only`` runs without the compiled CPU kernels, for comparison.
 """
 
 import argparse
@@ -55,6 +57,26 @@ def best_of(fn, repeats, warmup=2):
         fn()
         times.append(time.perf_counter() - t)
     return float(np.median(times)) * 1e3
+
+
+def side_by_side(ours, theirs, rounds, per_round, warmup=2):
+    """Time ``ours`` and ``theirs`` in alternating rounds of ``per_round`` calls, so both see
+    the same machine (load from other jobs drifts over seconds). Returns ms per call: the
+    fastest round of each (the figure least disturbed by other jobs) and the medians."""
+    for _ in range(warmup):
+        ours()
+        theirs()
+    times = {"ours": [], "theirs": []}
+    for _ in range(rounds):
+        for key, fn in (("ours", ours), ("theirs", theirs)):
+            t = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            times[key].append((time.perf_counter() - t) / per_round * 1e3)
+    return {"ms": min(times["ours"]), "torch_ms": min(times["theirs"]),
+            "ratio": min(times["ours"]) / min(times["theirs"]),
+            "ms_median": float(np.median(times["ours"])),
+            "torch_ms_median": float(np.median(times["theirs"]))}
 
 
 def torch_or_none(enabled):
@@ -132,6 +154,15 @@ def bench_zoo(name, batch, iters, torch, torch_model=None):
         net.backward_from_to()
 
     ms = best_of(step, iters, warmup=1)
+    tstep = None
+    if torch is not None and torch_model is not None:
+        model = torch_model(torch)
+        x = torch.rand(batch, *net.blobs[net.inputs[0]].shape[1:])
+        model.train()
+
+        def tstep():
+            model.zero_grad(set_to_none=False)
+            model(x).sum().backward()
     breakdown = time_layers(net, max(1, iters // 2))
     flops = conv_flops(net)
     # forward + backward (data and weights) is about 3x the forward's multiply-adds
@@ -142,18 +173,8 @@ def bench_zoo(name, batch, iters, torch, torch_model=None):
             gflops[n] = flops[n] * 3 / 1e6 / spent
     result = {"batch": batch, "ms": ms, "total_gflop": sum(flops.values()) * 3 / 1e9,
               "layers": breakdown, "layer_gflops": gflops}
-    if torch is not None and torch_model is not None:
-        model = torch_model(torch)
-        x = torch.rand(batch, *net.blobs[net.inputs[0]].shape[1:])
-
-        model.train()
-
-        def tstep():
-            model.zero_grad(set_to_none=False)
-            model(x).sum().backward()
-
-        result["torch_ms"] = best_of(tstep, iters, warmup=1)
-        result["ratio"] = ms / result["torch_ms"]
+    if tstep is not None:
+        result.update(side_by_side(step, tstep, iters, 1, warmup=1))
     return result
 
 
@@ -221,9 +242,8 @@ def bench_lenet_step(args, torch):
     with tempfile.TemporaryDirectory() as tmp:
         solver = lenet_solver(tmp, 10 ** 6, 10 ** 6)
         solver.step(5)
-        ms = best_of(lambda: solver.step(1), args.step_iters, warmup=5)
-        result = {"ms": ms}
-    if torch is not None:
+        if torch is None:
+            return {"ms": best_of(lambda: solver.step(1), args.step_iters, warmup=5)}
         x, y = load_mnist("train")
         tx, ty = torch.from_numpy(x[:64]), torch.from_numpy(y[:64])
         model, opt, sched = torch_lenet_setup(torch)
@@ -235,9 +255,8 @@ def bench_lenet_step(args, torch):
             opt.step()
             sched.step()
 
-        result["torch_ms"] = best_of(tstep, args.step_iters, warmup=5)
-        result["ratio"] = ms / result["torch_ms"]
-    return result
+        return side_by_side(lambda: solver.step(1), tstep, max(1, args.step_iters // 5), 5,
+                            warmup=5)
 
 
 def bench_lenet_train(args, torch):
@@ -303,12 +322,23 @@ def main(argv=None):
     p.add_argument("--zoo-iters", type=int, default=3)
     p.add_argument("--caffenet-batch", type=int, default=10)
     p.add_argument("--layers", action="store_true", help="print per-layer breakdowns")
+    p.add_argument("--numpy-only", action="store_true",
+                   help="without the compiled CPU kernels (pycaffe_lite/ops/cpu)")
     args = p.parse_args(argv)
+    from pycaffe_lite.ops import cpu
+    if args.numpy_only:
+        cpu.set_kernels_enabled(False)
     torch = torch_or_none(not args.no_torch)
     names = args.only or ["gemm", "lenet_step", "lenet_train", "caffenet", "googlenet",
                           "resnet50"]
     results = {"numpy": np.__version__, "torch": getattr(torch, "__version__", None),
-               "threads": os.environ.get("OMP_NUM_THREADS")}
+               "threads": os.environ.get("OMP_NUM_THREADS"),
+               "cpu_kernels": cpu.kernels_enabled(),
+               "cpu_kernels_missing": None if cpu.kernels_enabled() else
+               cpu.unavailable_reason()}
+    print("compiled CPU kernels: %s" % ("on" if cpu.kernels_enabled() else
+                                        "off (%s)" % (cpu.unavailable_reason() or
+                                                      "--numpy-only")))
     print("%-12s %12s %12s %8s" % ("workload", "ours (ms)", "torch (ms)", "ratio"))
     for name in names:
         r = WORKLOADS[name](args, torch)
