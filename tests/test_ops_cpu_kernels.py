@@ -8,7 +8,6 @@ import importlib
 import numpy as np
 import pytest
 
-from pycaffe_lite.layers.vision import base_conv
 from pycaffe_lite.ops import cpu, pooling
 
 im2col = importlib.import_module("pycaffe_lite.ops.im2col")  # the module, not the function
@@ -62,36 +61,17 @@ CONV_GEOMETRIES = [
 
 
 @needs_library
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("geometry", CONV_GEOMETRIES)
-def test_im2col_and_col2im_batch_last(geometry, dtype):
-    nb, nc, h, w, kernel, pad, stride, dilation = geometry
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((nb, nc, h, w)).astype(dtype)
-    ref, got = both(lambda: im2col.im2col_batch_last(x, kernel, pad, stride, dilation))
-    assert got.shape == ref.shape and got.dtype == dtype
-    assert np.array_equal(got, ref)
-    col = rng.standard_normal(ref.shape).astype(dtype)
-    ref, got = both(lambda: im2col.col2im_batch_last(col, x.shape, kernel, pad, stride, dilation))
-    assert np.array_equal(got, ref)
-    # adjoint identity <im2col(x), col> == <x, col2im(col)>
-    with kernels(True):
-        lhs = np.vdot(im2col.im2col_batch_last(x, kernel, pad, stride, dilation), col)
-        rhs = np.vdot(x, im2col.col2im_batch_last(col, x.shape, kernel, pad, stride, dilation))
-    assert np.isclose(lhs, rhs, rtol=1e-4 if dtype == np.float32 else 1e-12)
-
-
-@needs_library
 def test_im2col_matches_direct_gather():
-    """An independent reference: every column element read from the image by index."""
+    """An independent reference: every column element read from the image by index, and
+    the adjoint identity <im2col(x), c> == <x, col2im(c)>."""
     rng = np.random.default_rng(1)
     nb, nc, h, w = 4, 2, 7, 6
     kernel, pad, stride, dilation = (3, 2), (1, 2), (2, 1), (1, 2)
     x = rng.standard_normal((nb, nc, h, w)).astype(np.float32)
     oh, ow = im2col.conv_output_shape((h, w), kernel, pad, stride, dilation)
     with kernels(True):
-        got = im2col.im2col_batch_last(x, kernel, pad, stride, dilation)
-    cols = got.reshape(nc, kernel[0], kernel[1], oh, ow, nb)
+        got = im2col.im2col(x, kernel, pad, stride, dilation)
+    cols = got.reshape(nc, kernel[0], kernel[1], nb, oh, ow)
     for c in range(nc):
         for i in range(kernel[0]):
             for j in range(kernel[1]):
@@ -101,25 +81,11 @@ def test_im2col_matches_direct_gather():
                         q = z * stride[1] - pad[1] + j * dilation[1]
                         inside = 0 <= r < h and 0 <= q < w
                         want = x[:, c, r, q] if inside else np.zeros(nb, np.float32)
-                        assert np.array_equal(cols[c, i, j, y, z], want)
-
-
-@needs_library
-@pytest.mark.parametrize("with_bias", [False, True])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_batch_to_first(with_bias, dtype):
-    rng = np.random.default_rng(2)
-    src = rng.standard_normal((7, 33, 9)).astype(dtype)
-    bias = rng.standard_normal(7).astype(dtype) if with_bias else None
-
-    def run():
-        dst = np.empty((9, 7, 33), dtype)
-        base_conv._batch_to_first(dst, src, bias)
-        return dst
-    ref, got = both(run)
-    expected = src.transpose(2, 0, 1) + (0 if bias is None else bias[None, :, None])
-    assert np.array_equal(ref, expected)
-    assert np.array_equal(got, expected)
+                        assert np.array_equal(cols[c, i, j, :, y, z], want)
+    col = rng.standard_normal(got.shape).astype(np.float32)
+    with kernels(True):
+        back = im2col.col2im(col, x.shape, kernel, pad, stride, dilation)
+    assert np.isclose(np.vdot(got, col), np.vdot(x, back), rtol=1e-4)
 
 
 POOL_GEOMETRIES = [
@@ -201,7 +167,7 @@ def test_threads_split_gives_the_same_result(monkeypatch):
         monkeypatch.setitem(cpu._state, "threads", n)
         monkeypatch.setattr(cpu, "_MIN_ELEMENTS_PER_THREAD", 1)
         with kernels(True):
-            results.append(im2col.im2col_batch_last(x, (3, 3), (1, 1), (1, 1), (1, 1)))
+            results.append(im2col.im2col(x, (3, 3), (1, 1), (1, 1), (1, 1)))
     assert np.array_equal(results[0], results[1])
 
 
@@ -246,21 +212,6 @@ def test_library_is_built_where_a_compiler_exists():
 
 @needs_library
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_batch_to_last(dtype):
-    rng = np.random.default_rng(7)
-    src = rng.standard_normal((9, 7, 37)).astype(dtype)
-
-    def run():
-        dst = np.empty((7, 37, 9), dtype)
-        base_conv._batch_to_last(dst, src)
-        return dst
-    ref, got = both(run)
-    assert np.array_equal(ref, src.transpose(1, 2, 0))
-    assert np.array_equal(got, src.transpose(1, 2, 0))
-
-
-@needs_library
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("norm, decay, l1", [(1, 0, False), (1, 5e-4, False), (0.5, 1e-3, True),
                                              (0.25, 0, False)])
 def test_sgd_update_matches_the_numpy_steps(dtype, norm, decay, l1):
@@ -288,7 +239,9 @@ def test_sgd_update_matches_the_numpy_steps(dtype, norm, decay, l1):
 @needs_library
 def test_sgd_solver_steps_equal_with_and_without_kernels(tmp_path, monkeypatch):
     """A few SGD iterations (momentum, weight decay, iter_size 2) on a small conv net give
-    bit-identical weights with the compiled kernels and with the NumPy code."""
+    the same weights with the compiled kernels and with the NumPy code (to float rounding:
+    the two order a convolution's column matrix differently, so BLAS sums in another order;
+    the update itself is checked bit for bit above)."""
     import pycaffe_lite as caffe
     from pycaffe_lite.solvers import get_solver
     from pycaffe_lite import protoio
@@ -323,18 +276,25 @@ def test_sgd_solver_steps_equal_with_and_without_kernels(tmp_path, monkeypatch):
             results.append([p.data.copy() for p in solver.net.learnable_params])
     assert len(calls) == 4 * 4  # 4 updates of 4 parameter blobs, with the kernels only
     for a, b in zip(*results):
-        assert np.array_equal(a, b)
+        assert np.allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 @needs_library
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("geometry", CONV_GEOMETRIES + [(1, 3, 31, 29, (11, 11), (0, 0),
                                                          (4, 4), (1, 1))])
-def test_im2col_and_col2im_of_one_image(geometry, dtype):
-    """One image: Caffe's column layout, which the compiled kernel also writes."""
-    _, nc, h, w, kernel, pad, stride, dilation = geometry
+def test_im2col_and_col2im_batch_first(geometry, dtype):
+    """Caffe's column layout, images side by side (im2col / col2im), and one image alone."""
+    nb, nc, h, w, kernel, pad, stride, dilation = geometry
     rng = np.random.default_rng(9)
-    x = rng.standard_normal((1, nc, h, w)).astype(dtype)
+    for images in (nb, 1):
+        check_batch_first(rng.standard_normal((images, nc, h, w)).astype(dtype), kernel, pad,
+                          stride, dilation)
+
+
+def check_batch_first(x, kernel, pad, stride, dilation):
+    rng = np.random.default_rng(11)
+    dtype = x.dtype
     ref, got = both(lambda: im2col.im2col(x, kernel, pad, stride, dilation))
     assert np.array_equal(got, ref)
     col = rng.standard_normal(ref.shape).astype(dtype)

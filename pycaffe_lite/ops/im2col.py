@@ -98,9 +98,8 @@ def im2col(x, kernel, pad, stride, dilation, out=None, out_spatial=None, force_n
     nk, npix = _prod(kernel), _prod(out_spatial)
     shape = (nc * nk, nb * npix)
     out = _output(out, shape, x.dtype, xp)
-    if nb == 1 and len(spatial) == 2 and not force_nd and _cpu.supported(x, out):
-        # one image: the batch-last matrix is this one (the compiled kernel, ops/cpu)
-        return _cpu.im2col_batch_last(x, kernel, pad, stride, dilation, out_spatial, out)
+    if len(spatial) == 2 and not force_nd and _cpu.supported(x, out):  # compiled (ops/cpu)
+        return _cpu.im2col_batch_first(x, kernel, pad, stride, dilation, out_spatial, out)
     src = _padded_input(x, pad)
     # (C, *kernel, B, *out_spatial): column block of kernel offset k is cols[:, k...]
     cols = out.reshape((nc,) + kernel + (nb,) + out_spatial)
@@ -141,9 +140,9 @@ def col2im(col, image_shape, kernel, pad, stride, dilation, out=None, out_spatia
     _check_buffer(col, (nc * nk, nb * npix), "col2im input")
     if out is None:
         out = xp.empty(image_shape, dtype=col.dtype)
-    if nb == 1 and len(spatial) == 2 and not force_nd and _cpu.supported(col, out):
-        return _cpu.col2im_batch_last(col, image_shape, kernel, pad, stride, dilation,
-                                      out_spatial, out)
+    if len(spatial) == 2 and not force_nd and _cpu.supported(col, out):  # compiled (ops/cpu)
+        return _cpu.col2im_batch_first(col, image_shape, kernel, pad, stride, dilation,
+                                       out_spatial, out)
     cols = col.reshape((nc,) + kernel + (nb,) + out_spatial)
     padded = any(pad)
     if padded:
@@ -190,8 +189,6 @@ def im2col_batch_last(x, kernel, pad, stride, dilation, out=None, out_spatial=No
         spatial, kernel, pad, stride, dilation, out_spatial)
     shape = (nc * _prod(kernel), _prod(out_spatial) * nb)
     out = _output(out, shape, x.dtype, xp)
-    if len(spatial) == 2 and _cpu.supported(x, out):  # the compiled kernel (ops/cpu)
-        return _cpu.im2col_batch_last(x, kernel, pad, stride, dilation, out_spatial, out)
     src = xp.zeros((nc,) + tuple(n + 2 * p for n, p in zip(spatial, pad)) + (nb,), x.dtype) \
         if any(pad) else xp.empty((nc,) + spatial + (nb,), x.dtype)
     inner = (slice(None),) + tuple(slice(p, p + n) for p, n in zip(pad, spatial))
@@ -216,9 +213,6 @@ def col2im_batch_last(col, image_shape, kernel, pad, stride, dilation, out=None,
     _check_buffer(col, (nc * _prod(kernel), _prod(out_spatial) * nb), "col2im input")
     if out is None:
         out = xp.empty(image_shape, dtype=col.dtype)
-    if len(spatial) == 2 and _cpu.supported(col, out):  # the compiled kernel (ops/cpu)
-        return _cpu.col2im_batch_last(col, image_shape, kernel, pad, stride, dilation,
-                                      out_spatial, out)
     cols = col.reshape((nc,) + kernel + out_spatial + (nb,))
     acc = xp.zeros((nc,) + tuple(n + 2 * p for n, p in zip(spatial, pad)) + (nb,), col.dtype)
     for offset in itertools.product(*(range(k) for k in kernel)):

@@ -53,10 +53,7 @@ _BLOCK_ELEMENTS = 1 << 17
 
 def _batch_to_first(dst, src, bias=None):
     """``dst (B, C, P) = src (C, P, B)`` moved axis by axis, in cache-sized channel blocks
-    (``+ bias[c]`` when given; the compiled kernel adds it in the same pass)."""
-    if _cpu.supported(dst, src, bias):
-        _cpu.batch_to_first(dst, src, bias)
-        return
+    (``+ bias[c]`` when given)."""
     nc, npix, nb = src.shape
     step = max(1, _BLOCK_ELEMENTS // max(1, npix * nb))
     for c in range(0, nc, step):
@@ -67,9 +64,6 @@ def _batch_to_first(dst, src, bias=None):
 
 def _batch_to_last(dst, src):
     """``dst (C, P, B) = src (B, C, P)``, in cache-sized channel blocks."""
-    if _cpu.supported(dst, src):
-        _cpu.batch_to_last(dst, src)
-        return
     nb, nc, npix = src.shape
     step = max(1, _BLOCK_ELEMENTS // max(1, npix * nb))
     for c in range(0, nc, step):
@@ -257,9 +251,11 @@ class BaseConvolutionLayer(Layer):
     @staticmethod
     def _batch_last(xp, nb):
         """Column order of a chunk's matrices: ``(P, B)`` ("batch last") for host arrays of
-        several images, where it makes im2col/col2im's copies contiguous runs of
-        ``out_w * B`` values; ``(B, P)`` otherwise (the device kernels' layout)."""
-        return nb > 1 and xp is np
+        several images when the NumPy code runs im2col/col2im: its copies are then runs of
+        ``out_w * B`` values instead of ``out_w``; ``(B, P)`` otherwise (the compiled host
+        kernels and the device kernels), where the tops and bottoms move to and from the
+        matrix products as runs of ``P`` values instead of transposes."""
+        return nb > 1 and xp is np and not _cpu.kernels_enabled()
 
     def _columns(self, inp, xp):
         """The column matrix of an input chunk ``(B, Cin, P_in)``, as ``(G, Kd, B * P)``
@@ -380,8 +376,13 @@ class BaseConvolutionLayer(Layer):
                         _batch_to_first(res.reshape(nb, g * mg, npix),
                                         buf.reshape(g * mg, npix, nb), bias)
                         continue
-                    res.reshape(nb, g, mg, npix)[...] = \
-                        buf.reshape(g, mg, nb, npix).transpose(2, 0, 1, 3)
+                    moved = buf.reshape(g, mg, nb, npix).transpose(2, 0, 1, 3)
+                    if bias is None:
+                        res.reshape(nb, g, mg, npix)[...] = moved
+                    else:  # the bias added on the way
+                        xp.add(moved, bias.reshape(1, g, mg, 1),
+                               out=res.reshape(nb, g, mg, npix))
+                    continue
                 if bias is not None:
                     res.reshape(nb, self.num_output, npix)[...] += \
                         bias.reshape(1, self.num_output, 1)

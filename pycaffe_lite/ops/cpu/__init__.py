@@ -16,10 +16,8 @@ times faster. The library is plain C behind ctypes: no Python API in the loops, 
 compiler, nothing to import but the shared object (a JIT such as numba would add about 140 MB
 of memory to a process whose whole LeNet training fits in 100 MB).
 
-- :func:`im2col_batch_last` / :func:`col2im_batch_last`: the convolution column matrix in the
-  host layout of :mod:`pycaffe_lite.ops.im2col` (2-D);
-- :func:`batch_to_first` / :func:`batch_to_last`: the convolution layers' relayouts between
-  ``(C, P, B)`` matrix products and ``(B, C, P)`` blobs (the bias added on the way to the top);
+- :func:`im2col_batch_first` / :func:`col2im_batch_first`: the convolution column matrix,
+  Caffe's per-image layout with the images side by side (2-D);
 - :func:`max_pool_forward` / :func:`max_pool_backward`: MAX pooling with the window choices
   of :mod:`pycaffe_lite.ops.pooling`;
 - :func:`lrn_scale` / :func:`lrn_accum`: LRN's sums over neighbouring channels (the power
@@ -38,7 +36,7 @@ import threading
 
 import numpy as np
 
-_ABI_VERSION = 3
+_ABI_VERSION = 5
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
@@ -47,10 +45,8 @@ _I = ctypes.c_int64
 _P = ctypes.c_void_p
 _F = "scalar"  # the element type's C scalar (float or double)
 _SIGNATURES = {
-    "im2col_batch_last": [_P, _P] + [_I] * 16,
-    "col2im_batch_last": [_P, _P] + [_I] * 16,
-    "batch_to_first": [_P, _P, _P] + [_I] * 5,
-    "batch_to_last": [_P, _P] + [_I] * 5,
+    "im2col_batch_first": [_P, _P] + [_I] * 16,
+    "col2im_batch_first": [_P, _P] + [_I] * 16,
     "max_pool_forward": [_P, _P, _P] + [_I] * 12,
     "max_pool_backward": [_P, _P, _P] + [_I] * 12,
     "sgd_update": [_P, _P, _P, _F, _F, ctypes.c_int32, _F, _F, _I, _I],
@@ -203,40 +199,24 @@ def _conv_geometry(image_shape, kernel, pad, stride, dilation, out_spatial):
             dilation[0], dilation[1], out_spatial[0], out_spatial[1]]
 
 
-def im2col_batch_last(x, kernel, pad, stride, dilation, out_spatial, out):
-    """Columns ``out (C * kh * kw, OH * OW * B)`` of images ``x (B, C, H, W)``: element
-    ``[(c, i, j), (oy, ox, b)] = x[b, c, oy * sh - ph + i * dh, ox * sw - pw + j * dw]``,
-    zero outside the image."""
+def im2col_batch_first(x, kernel, pad, stride, dilation, out_spatial, out):
+    """:func:`pycaffe_lite.ops.im2col.im2col` (2-D): columns ``(C * kh * kw, B * OH * OW)``,
+    each image's columns side by side."""
     geometry = _conv_geometry(x.shape, kernel, pad, stride, dilation, out_spatial)
     per_channel = out.size // max(1, x.shape[1])
-    _split(_function("im2col_batch_last", x.dtype), x.shape[1],
+    _split(_function("im2col_batch_first", x.dtype), x.shape[1],
            [_address(x), _address(out)] + geometry, grain=_grain(per_channel))
     return out
 
 
-def col2im_batch_last(col, image_shape, kernel, pad, stride, dilation, out_spatial, out):
-    """The adjoint of :func:`im2col_batch_last` into ``out (B, C, H, W)`` (overwritten);
-    overlapping windows are summed in kernel-offset order, as the NumPy code sums them."""
+def col2im_batch_first(col, image_shape, kernel, pad, stride, dilation, out_spatial, out):
+    """:func:`pycaffe_lite.ops.im2col.col2im` (2-D) into ``out`` (overwritten), overlaps
+    summed in kernel-offset order."""
     geometry = _conv_geometry(image_shape, kernel, pad, stride, dilation, out_spatial)
     per_channel = col.size // max(1, image_shape[1])
-    _split(_function("col2im_batch_last", col.dtype), int(image_shape[1]),
+    _split(_function("col2im_batch_first", col.dtype), int(image_shape[1]),
            [_address(col), _address(out)] + geometry, grain=_grain(per_channel))
     return out
-
-
-def batch_to_first(dst, src, bias=None):
-    """``dst (B, C, P) = src (C, P, B)`` (plus ``bias[c]`` when given)."""
-    nc, npix, nb = src.shape
-    _split(_function("batch_to_first", src.dtype), nc,
-           [_address(dst), _address(src), None if bias is None else _address(bias),
-            nc, npix, nb], grain=_grain(npix * nb))
-
-
-def batch_to_last(dst, src):
-    """``dst (C, P, B) = src (B, C, P)``."""
-    nb, nc, npix = src.shape
-    _split(_function("batch_to_last", src.dtype), nc,
-           [_address(dst), _address(src), nc, npix, nb], grain=_grain(npix * nb))
 
 
 # ---- MAX pooling ----------------------------------------------------------------------------

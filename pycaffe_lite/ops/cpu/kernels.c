@@ -1,6 +1,5 @@
-/* Compiled host kernels of pycaffe_lite.ops.cpu: im2col/col2im in the batch-last column
- * layout, the convolution layers' relayouts, MAX pooling forward and backward, LRN's channel
- * sums, the SGD solver's update.
+/* Compiled host kernels of pycaffe_lite.ops.cpu: im2col/col2im, MAX pooling forward and
+ * backward, LRN's channel sums, the SGD solver's update.
  *
  * Plain C functions over raw arrays, called through ctypes (which releases the GIL, so
  * several threads can run parts of one kernel). setup.py builds this file as an optional
@@ -25,9 +24,6 @@
 
 typedef int64_t idx;
 
-/* Positions per tile of the transposing copy. */
-#define TILE 16
-
 #define T float
 #define NAME(f) pcl_##f##_f32
 #include "kernels_impl.h"
@@ -41,7 +37,7 @@ typedef int64_t idx;
 #undef NAME
 
 /* An ABI number: the Python side refuses a library built from other sources. */
-EXPORT int pcl_abi_version(void) { return 3; }
+EXPORT int pcl_abi_version(void) { return 5; }
 
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT, "_kernels",

@@ -4,149 +4,89 @@
  * in the order the NumPy code takes them, so the results are the same bit for bit.
  */
 
-/* cols (C, kh, kw, OH, OW, B) of images x (B, C, H, W), channels [start, stop). Each channel
- * is first copied, batch last and zero-padded, into a buffer; every column element is then a
- * copy of B contiguous values (OW * B of them when the horizontal stride is 1). */
-EXPORT int NAME(im2col_batch_last)(const T *x, T *cols, idx nb, idx nc, idx h, idx w, idx kh,
-                                   idx kw, idx pad_h, idx pad_w, idx stride_h, idx stride_w,
-                                   idx dil_h, idx dil_w, idx oh, idx ow, idx start, idx stop)
+/* The output columns [*lo, *hi) whose input column xo * stride - pad + offset lies in
+ * [0, width). */
+static void NAME(inside)(idx offset, idx pad, idx stride, idx width, idx count, idx *lo,
+                         idx *hi)
 {
-    idx hp = h + 2 * pad_h, wp = w + 2 * pad_w;
-    T *buf = (T *)calloc((size_t)(hp * wp * nb), sizeof(T));
-    if (buf == NULL)
-        return -1;
-    for (idx c = start; c < stop; ++c) {
-        for (idx b = 0; b < nb; ++b) {
-            const T *src = x + (b * nc + c) * h * w;
-            for (idx r = 0; r < h; ++r)
-                for (idx q = 0; q < w; ++q)
-                    buf[((r + pad_h) * wp + q + pad_w) * nb + b] = src[r * w + q];
-        }
-        T *out = cols + c * kh * kw * oh * ow * nb;
-        for (idx i = 0; i < kh; ++i)
-            for (idx j = 0; j < kw; ++j)
-                for (idx y = 0; y < oh; ++y) {
-                    const T *row = buf + ((y * stride_h + i * dil_h) * wp + j * dil_w) * nb;
-                    if (stride_w == 1) {
-                        memcpy(out, row, (size_t)(ow * nb) * sizeof(T));
-                        out += ow * nb;
-                        continue;
-                    }
-                    if (nb == 1) {
-                        for (idx xo = 0; xo < ow; ++xo)
-                            out[xo] = row[xo * stride_w];
-                        out += ow;
-                        continue;
-                    }
-                    for (idx xo = 0; xo < ow; ++xo, out += nb)
-                        memcpy(out, row + xo * stride_w * nb, (size_t)nb * sizeof(T));
-                }
-    }
-    free(buf);
-    return 0;
-}
-
-/* out (B, C, H, W) = the sum over overlapping windows of cols (C, kh, kw, OH, OW, B), kernel
- * offsets in row-major order, channels [start, stop). */
-EXPORT int NAME(col2im_batch_last)(const T *restrict cols, T *restrict out, idx nb, idx nc, idx h, idx w, idx kh,
-                                   idx kw, idx pad_h, idx pad_w, idx stride_h, idx stride_w,
-                                   idx dil_h, idx dil_w, idx oh, idx ow, idx start, idx stop)
-{
-    idx hp = h + 2 * pad_h, wp = w + 2 * pad_w;
-    T *acc = (T *)malloc((size_t)(hp * wp * nb) * sizeof(T));
-    if (acc == NULL)
-        return -1;
-    for (idx c = start; c < stop; ++c) {
-        memset(acc, 0, (size_t)(hp * wp * nb) * sizeof(T));
-        const T *restrict in = cols + c * kh * kw * oh * ow * nb;
-        for (idx i = 0; i < kh; ++i)
-            for (idx j = 0; j < kw; ++j)
-                for (idx y = 0; y < oh; ++y) {
-                    T *restrict row = acc + ((y * stride_h + i * dil_h) * wp + j * dil_w) * nb;
-                    if (stride_w == 1) { /* one run of OW * B values */
-                        for (idx e = 0; e < ow * nb; ++e)
-                            row[e] += in[e];
-                        in += ow * nb;
-                        continue;
-                    }
-                    if (nb == 1) {
-                        for (idx xo = 0; xo < ow; ++xo)
-                            row[xo * stride_w] += in[xo];
-                        in += ow;
-                        continue;
-                    }
-                    for (idx xo = 0; xo < ow; ++xo, in += nb) {
-                        T *a = row + xo * stride_w * nb;
-                        for (idx b = 0; b < nb; ++b)
-                            a[b] += in[b];
-                    }
-                }
-        for (idx b = 0; b < nb; ++b) {
-            T *dst = out + (b * nc + c) * h * w;
-            for (idx r = 0; r < h; ++r)
-                for (idx q = 0; q < w; ++q)
-                    dst[r * w + q] = acc[((r + pad_h) * wp + q + pad_w) * nb + b];
-        }
-    }
-    free(acc);
-    return 0;
-}
-
-/* dst (B, C, P) = src (C, P, B), plus bias[c] when bias is not NULL, channels [start, stop);
- * in tiles of TILE positions, whose B-long source rows and TILE-long destination runs stay in
- * cache. */
-EXPORT int NAME(batch_to_first)(T *dst, const T *src, const T *bias, idx nc, idx npix, idx nb,
-                                idx start, idx stop)
-{
-    for (idx c = start; c < stop; ++c) {
-        for (idx p0 = 0; p0 < npix; p0 += TILE) {
-            idx p1 = p0 + TILE < npix ? p0 + TILE : npix;
-            for (idx b = 0; b < nb; ++b) {
-                T *d = dst + (b * nc + c) * npix;
-                const T *s = src + c * npix * nb + b;
-                if (bias != NULL) {
-                    T add = bias[c];
-                    for (idx p = p0; p < p1; ++p)
-                        d[p] = s[p * nb] + add;
-                } else {
-                    for (idx p = p0; p < p1; ++p)
-                        d[p] = s[p * nb];
-                }
-            }
-        }
-    }
-    return 0;
-}
-
-/* dst (C, P, B) = src (B, C, P), channels [start, stop), in tiles of TILE positions. */
-EXPORT int NAME(batch_to_last)(T *restrict dst, const T *restrict src, idx nc, idx npix, idx nb,
-                               idx start, idx stop)
-{
-    for (idx c = start; c < stop; ++c)
-        for (idx p0 = 0; p0 < npix; p0 += TILE) {
-            idx p1 = p0 + TILE < npix ? p0 + TILE : npix;
-            for (idx b = 0; b < nb; ++b) {
-                const T *s = src + (b * nc + c) * npix;
-                T *d = dst + c * npix * nb + b;
-                for (idx p = p0; p < p1; ++p)
-                    d[p * nb] = s[p];
-            }
-        }
-    return 0;
-}
-
-/* The output columns [*lo, *hi) whose window column j (an offset in the kernel) lies in the
- * image: 0 <= px * stride - pad + j < width. */
-static void NAME(inside_columns)(idx j, idx pad, idx stride, idx width, idx pooled, idx *lo,
-                                 idx *hi)
-{
-    idx first = pad - j, last = width - 1 + pad - j;
+    idx first = pad - offset, last = width - 1 + pad - offset;
     *lo = first <= 0 ? 0 : (first + stride - 1) / stride;
     *hi = last < 0 ? 0 : last / stride + 1;
-    if (*hi > pooled)
-        *hi = pooled;
+    if (*hi > count)
+        *hi = count;
+    if (*lo > count)
+        *lo = count;
     if (*hi < *lo)
         *hi = *lo;
+}
+
+/* cols (C, kh, kw, B, OH, OW) of images x (B, C, H, W), channels [start, stop): Caffe's
+ * column matrix of each image side by side (column b * OH * OW + p), zero outside. */
+EXPORT int NAME(im2col_batch_first)(const T *restrict x, T *restrict cols, idx nb, idx nc,
+                                    idx h, idx w, idx kh, idx kw, idx pad_h, idx pad_w,
+                                    idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh,
+                                    idx ow, idx start, idx stop)
+{
+    for (idx c = start; c < stop; ++c)
+        for (idx i = 0; i < kh; ++i)
+            for (idx j = 0; j < kw; ++j) {
+                idx lo, hi;
+                NAME(inside)(j * dil_w, pad_w, stride_w, w, ow, &lo, &hi);
+                for (idx b = 0; b < nb; ++b) {
+                    const T *plane = x + (b * nc + c) * h * w;
+                    T *out = cols + ((((c * kh + i) * kw + j) * nb + b) * oh) * ow;
+                    for (idx y = 0; y < oh; ++y, out += ow) {
+                        idx r = y * stride_h - pad_h + i * dil_h;
+                        if (r < 0 || r >= h) {
+                            for (idx xo = 0; xo < ow; ++xo)
+                                out[xo] = (T)0;
+                            continue;
+                        }
+                        const T *row = plane + r * w - pad_w + j * dil_w;
+                        for (idx xo = 0; xo < lo; ++xo)
+                            out[xo] = (T)0;
+                        if (stride_w == 1)
+                            memcpy(out + lo, row + lo, (size_t)(hi - lo) * sizeof(T));
+                        else
+                            for (idx xo = lo; xo < hi; ++xo)
+                                out[xo] = row[xo * stride_w];
+                        for (idx xo = hi; xo < ow; ++xo)
+                            out[xo] = (T)0;
+                    }
+                }
+            }
+    return 0;
+}
+
+/* The adjoint of im2col_batch_first into out (B, C, H, W) (overwritten), channels
+ * [start, stop); overlapping windows summed in kernel-offset order. */
+EXPORT int NAME(col2im_batch_first)(const T *restrict cols, T *restrict out, idx nb, idx nc,
+                                    idx h, idx w, idx kh, idx kw, idx pad_h, idx pad_w,
+                                    idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh,
+                                    idx ow, idx start, idx stop)
+{
+    for (idx c = start; c < stop; ++c) {
+        for (idx b = 0; b < nb; ++b)
+            memset(out + (b * nc + c) * h * w, 0, (size_t)(h * w) * sizeof(T));
+        for (idx i = 0; i < kh; ++i)
+            for (idx j = 0; j < kw; ++j) {
+                idx lo, hi;
+                NAME(inside)(j * dil_w, pad_w, stride_w, w, ow, &lo, &hi);
+                for (idx b = 0; b < nb; ++b) {
+                    T *plane = out + (b * nc + c) * h * w;
+                    const T *in = cols + ((((c * kh + i) * kw + j) * nb + b) * oh) * ow;
+                    for (idx y = 0; y < oh; ++y, in += ow) {
+                        idx r = y * stride_h - pad_h + i * dil_h;
+                        if (r < 0 || r >= h)
+                            continue;
+                        T *row = plane + r * w - pad_w + j * dil_w;
+                        for (idx xo = lo; xo < hi; ++xo)
+                            row[xo * stride_w] += in[xo];
+                    }
+                }
+            }
+    }
+    return 0;
 }
 
 /* MAX pooling over planes [start, stop) of x (S, H, W): each window's first maximum in
@@ -176,7 +116,7 @@ EXPORT int NAME(max_pool_forward)(const T *restrict x, T *restrict top,
                     continue;
                 for (idx j = 0; j < kw; ++j) {
                     idx lo, hi;
-                    NAME(inside_columns)(j, pad_w, stride_w, w, pw, &lo, &hi);
+                    NAME(inside)(j, pad_w, stride_w, w, pw, &lo, &hi);
                     const T *restrict row = plane + r * w - pad_w + j;
                     int32_t k = (int32_t)(i * kw + j);
                     for (idx px = lo; px < hi; ++px) {
