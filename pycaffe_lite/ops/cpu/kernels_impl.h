@@ -183,57 +183,56 @@ EXPORT int NAME(sgd_update)(T *restrict diff, T *restrict history, const T *rest
     return 0;
 }
 
-/* LRN across channels, images [start, stop) of x (N, C, P): scale = k + a * (the sum of x^2
- * over the size channels centred on each channel; a = alpha / size), the sum taken in
- * window order from the first channel, as the NumPy code does. */
+/* One image of LRN: out (C, P) = the sum over the size channels centred on each channel of
+ * src (C, P) (squared first when square), in window order from the first channel, as the
+ * NumPy code sums. */
+static void NAME(channel_window_sum)(const T *restrict src, T *restrict out, idx nc, idx npix,
+                                     idx size, int square)
+{
+    idx pre = (size - 1) / 2;
+    for (idx c = 0; c < nc; ++c, out += npix) {
+        for (idx p = 0; p < npix; ++p)
+            out[p] = (T)0;
+        for (idx i = 0; i < size; ++i) {
+            idx cc = c - pre + i;
+            if (cc < 0 || cc >= nc)
+                continue;
+            const T *restrict row = src + cc * npix;
+            if (square)
+                for (idx p = 0; p < npix; ++p)
+                    out[p] += row[p] * row[p];
+            else
+                for (idx p = 0; p < npix; ++p)
+                    out[p] += row[p];
+        }
+    }
+}
+
+/* LRN across channels, images [start, stop) of x (N, C, P): scale = k + a * (the window sum
+ * of x^2; a = alpha / size). */
 EXPORT int NAME(lrn_scale)(const T *restrict x, T *restrict scale, idx nc, idx npix, idx size,
                            T a, T k, idx start, idx stop)
 {
-    idx pre = (size - 1) / 2;
-    for (idx n = start; n < stop; ++n)
-        for (idx c = 0; c < nc; ++c) {
-            T *restrict out = scale + (n * nc + c) * npix;
-            for (idx p = 0; p < npix; ++p)
-                out[p] = (T)0;
-            for (idx i = 0; i < size; ++i) {
-                idx cc = c - pre + i;
-                if (cc < 0 || cc >= nc)
-                    continue;
-                const T *restrict row = x + (n * nc + cc) * npix;
-                for (idx p = 0; p < npix; ++p)
-                    out[p] += row[p] * row[p];
-            }
-            for (idx p = 0; p < npix; ++p)
-                out[p] = out[p] * a + k;
-        }
+    for (idx n = start; n < stop; ++n) {
+        T *restrict out = scale + n * nc * npix;
+        NAME(channel_window_sum)(x + n * nc * npix, out, nc, npix, size, 1);
+        for (idx e = 0; e < nc * npix; ++e)
+            out[e] = out[e] * a + k;
+    }
     return 0;
 }
 
-/* LRN's backward window term, images [start, stop): accum = the sum over the size channels
- * centred on each channel of top_diff * top / scale (computed once per element into work,
- * an (N, C, P) buffer). */
+/* LRN's backward window term, images [start, stop): accum = the window sum of
+ * top_diff * top / scale (computed once per element into work, an (N, C, P) buffer). */
 EXPORT int NAME(lrn_accum)(const T *restrict top_diff, const T *restrict top,
                            const T *restrict scale, T *restrict work, T *restrict accum,
                            idx nc, idx npix, idx size, idx start, idx stop)
 {
-    idx pre = (size - 1) / 2;
     for (idx n = start; n < stop; ++n) {
         idx base = n * nc * npix;
         for (idx e = base; e < base + nc * npix; ++e)
             work[e] = top_diff[e] * top[e] / scale[e];
-        for (idx c = 0; c < nc; ++c) {
-            T *restrict out = accum + base + c * npix;
-            for (idx p = 0; p < npix; ++p)
-                out[p] = (T)0;
-            for (idx i = 0; i < size; ++i) {
-                idx cc = c - pre + i;
-                if (cc < 0 || cc >= nc)
-                    continue;
-                const T *restrict row = work + base + cc * npix;
-                for (idx p = 0; p < npix; ++p)
-                    out[p] += row[p];
-            }
-        }
+        NAME(channel_window_sum)(work + base, accum + base, nc, npix, size, 0);
     }
     return 0;
 }
