@@ -42,7 +42,7 @@ EXPORT int pcl_abi_version(void) { return 5; }
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT, "_kernels",
     "Compiled host kernels (plain C functions, loaded through ctypes by pycaffe_lite.ops.cpu).",
-    -1, NULL,
+    -1, NULL, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&kernels_module); }

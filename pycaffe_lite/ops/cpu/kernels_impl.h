@@ -140,6 +140,7 @@ EXPORT int NAME(max_pool_backward)(const T *top_diff, const int32_t *argmax, T *
                                    idx h, idx w, idx ph, idx pw, idx kh, idx kw, idx pad_h,
                                    idx pad_w, idx stride_h, idx stride_w, idx start, idx stop)
 {
+    (void)kh; /* the same geometry arguments as the forward */
     for (idx s = start; s < stop; ++s) {
         T *d = bottom_diff + s * h * w;
         const T *g = top_diff + s * ph * pw;
