@@ -4,7 +4,7 @@ These are leaves: they import only NumPy and :mod:`pycaffe_lite.backend`, and ev
 works on NumPy or device (CuPy) arrays alike, picking the module with ``get_array_module``.
 On CuPy arrays the public functions hand over, at their top, to the CUDA kernels of
 :mod:`pycaffe_lite.ops.gpu` (same arguments, same results), which import CuPy only when used;
-on NumPy arrays, when numba is installed, the hot ones hand over to the compiled loops of
+on NumPy arrays, where the C kernels were built, the hot ones hand over to the compiled loops of
 :mod:`pycaffe_lite.ops.cpu` (same results, bit for bit).
 """
 

@@ -96,7 +96,7 @@ def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
     ``argmax`` the kernel offset where it was found (``-1`` when none)."""
     if _gpu.supported(x, top, argmax):  # CuPy arrays: the CUDA kernel (ops/gpu)
         return _gpu.max_pool_forward(x, kernel, pad, stride, pooled, top, argmax)
-    if _cpu.supported(x, top, argmax):  # NumPy arrays with numba installed (ops/cpu)
+    if _cpu.supported(x, top, argmax):  # NumPy arrays, the C kernels built (ops/cpu)
         return _cpu.max_pool_forward(x, kernel, pad, stride, pooled, top, argmax)
     xp = get_array_module(x)
     src = _source(x, kernel, pad, stride, pooled, -np.inf)
@@ -160,7 +160,7 @@ def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff
     """Route each top gradient to its window's maximum; ``bottom_diff`` is overwritten."""
     if _gpu.supported(top_diff, argmax, bottom_diff):  # CuPy arrays: the CUDA kernel
         return _gpu.max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff)
-    if _cpu.supported(top_diff, argmax, bottom_diff):  # numba installed (ops/cpu)
+    if _cpu.supported(top_diff, argmax, bottom_diff):  # the C kernels built (ops/cpu)
         return _cpu.max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled,
                                       bottom_diff)
     _route(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff)
