@@ -36,7 +36,7 @@ import threading
 
 import numpy as np
 
-_ABI_VERSION = 5
+_ABI_VERSION = 6
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
@@ -78,7 +78,7 @@ def _load():
                 for suffix, scalar in (("_f32", ctypes.c_float), ("_f64", ctypes.c_double)):
                     fn = getattr(lib, "pcl_" + name + suffix)
                     fn.argtypes = [scalar if a is _F else a for a in args]
-                    fn.restype = ctypes.c_int
+                    fn.restype = None
         except (ImportError, OSError, AttributeError) as exc:
             _state["error"] = str(exc)
             lib = None
@@ -154,18 +154,13 @@ def _address(a):
     return a.ctypes.data
 
 
-def _call(fn, *args):
-    if fn(*args) != 0:
-        raise MemoryError("%s: could not allocate its work buffer" % fn.__name__)
-
-
 def _split(fn, total, args, grain=1):
     """Run ``fn(*args, start, stop)`` over ``[0, total)`` split into contiguous ranges, one
     per thread (the calling thread takes the first). ``grain``: the least work worth a
     thread, in units of ``total``."""
     n = min(threads(), total // max(1, grain))
     if n <= 1:
-        _call(fn, *args, 0, total)
+        fn(*args, 0, total)
         return
     pool = _state["pool"]
     if pool is None or pool._max_workers < n - 1:
@@ -176,8 +171,8 @@ def _split(fn, total, args, grain=1):
                 pool = _state["pool"] = ThreadPoolExecutor(
                     n - 1, thread_name_prefix="pycaffe-lite-kernel")
     bounds = [total * i // n for i in range(n + 1)]
-    futures = [pool.submit(_call, fn, *args, bounds[i], bounds[i + 1]) for i in range(1, n)]
-    _call(fn, *args, bounds[0], bounds[1])
+    futures = [pool.submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(1, n)]
+    fn(*args, bounds[0], bounds[1])
     for f in futures:
         f.result()
 

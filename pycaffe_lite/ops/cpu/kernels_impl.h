@@ -22,10 +22,10 @@ static void NAME(inside)(idx offset, idx pad, idx stride, idx width, idx count, 
 
 /* cols (C, kh, kw, B, OH, OW) of images x (B, C, H, W), channels [start, stop): Caffe's
  * column matrix of each image side by side (column b * OH * OW + p), zero outside. */
-EXPORT int NAME(im2col_batch_first)(const T *restrict x, T *restrict cols, idx nb, idx nc,
-                                    idx h, idx w, idx kh, idx kw, idx pad_h, idx pad_w,
-                                    idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh,
-                                    idx ow, idx start, idx stop)
+EXPORT void NAME(im2col_batch_first)(const T *restrict x, T *restrict cols, idx nb, idx nc,
+                                     idx h, idx w, idx kh, idx kw, idx pad_h, idx pad_w,
+                                     idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh,
+                                     idx ow, idx start, idx stop)
 {
     for (idx c = start; c < stop; ++c)
         for (idx i = 0; i < kh; ++i)
@@ -55,15 +55,14 @@ EXPORT int NAME(im2col_batch_first)(const T *restrict x, T *restrict cols, idx n
                     }
                 }
             }
-    return 0;
 }
 
 /* The adjoint of im2col_batch_first into out (B, C, H, W) (overwritten), channels
  * [start, stop); overlapping windows summed in kernel-offset order. */
-EXPORT int NAME(col2im_batch_first)(const T *restrict cols, T *restrict out, idx nb, idx nc,
-                                    idx h, idx w, idx kh, idx kw, idx pad_h, idx pad_w,
-                                    idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh,
-                                    idx ow, idx start, idx stop)
+EXPORT void NAME(col2im_batch_first)(const T *restrict cols, T *restrict out, idx nb, idx nc,
+                                     idx h, idx w, idx kh, idx kw, idx pad_h, idx pad_w,
+                                     idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh,
+                                     idx ow, idx start, idx stop)
 {
     for (idx c = start; c < stop; ++c) {
         for (idx b = 0; b < nb; ++b)
@@ -86,7 +85,6 @@ EXPORT int NAME(col2im_batch_first)(const T *restrict cols, T *restrict out, idx
                 }
             }
     }
-    return 0;
 }
 
 /* MAX pooling over planes [start, stop) of x (S, H, W): each window's first maximum in
@@ -95,10 +93,10 @@ EXPORT int NAME(col2im_batch_first)(const T *restrict cols, T *restrict out, idx
  * offsets are the outer loops and the output columns the inner one: a long loop without
  * branches (on random data the processor would mispredict every other comparison), where a
  * loop per window would be a few steps long. */
-EXPORT int NAME(max_pool_forward)(const T *restrict x, T *restrict top,
-                                  int32_t *restrict argmax, idx h, idx w, idx ph,
-                                  idx pw, idx kh, idx kw, idx pad_h, idx pad_w, idx stride_h,
-                                  idx stride_w, idx start, idx stop)
+EXPORT void NAME(max_pool_forward)(const T *restrict x, T *restrict top,
+                                   int32_t *restrict argmax, idx h, idx w, idx ph,
+                                   idx pw, idx kh, idx kw, idx pad_h, idx pad_w, idx stride_h,
+                                   idx stride_w, idx start, idx stop)
 {
     const T floor = (T)-FLT_MAX;
     for (idx s = start; s < stop; ++s) {
@@ -129,16 +127,15 @@ EXPORT int NAME(max_pool_forward)(const T *restrict x, T *restrict top,
             }
         }
     }
-    return 0;
 }
 
 /* The gradient of max_pool_forward over planes [start, stop): bottom_diff (S, H, W) zeroed,
  * then each window's gradient added at its picked element (none where argmax is -1). The
  * windows are visited in reverse raster order: a bottom element picked by several windows
  * then sums them in increasing kernel offset, the order of the NumPy code. */
-EXPORT int NAME(max_pool_backward)(const T *top_diff, const int32_t *argmax, T *bottom_diff,
-                                   idx h, idx w, idx ph, idx pw, idx kh, idx kw, idx pad_h,
-                                   idx pad_w, idx stride_h, idx stride_w, idx start, idx stop)
+EXPORT void NAME(max_pool_backward)(const T *top_diff, const int32_t *argmax, T *bottom_diff,
+                                    idx h, idx w, idx ph, idx pw, idx kh, idx kw, idx pad_h,
+                                    idx pad_w, idx stride_h, idx stride_w, idx start, idx stop)
 {
     (void)kh; /* the same geometry arguments as the forward */
     for (idx s = start; s < stop; ++s) {
@@ -155,16 +152,15 @@ EXPORT int NAME(max_pool_backward)(const T *top_diff, const int32_t *argmax, T *
                 d[r * w + q] += g[py * pw + px];
             }
     }
-    return 0;
 }
 
 /* The SGD solver's step for elements [start, stop) of one parameter, as its NumPy steps do it,
  * rounding after every operation as they do: g = diff * norm (norm = 1 / iter_size; skipped
  * when 1); g += decay * data (L2) or decay * sign(data) (L1) when decay is not 0; history =
  * history * momentum + g * rate; diff = history. */
-EXPORT int NAME(sgd_update)(T *restrict diff, T *restrict history, const T *restrict data,
-                            T norm, T decay, int32_t l1, T rate, T momentum, idx start,
-                            idx stop)
+EXPORT void NAME(sgd_update)(T *restrict diff, T *restrict history, const T *restrict data,
+                             T norm, T decay, int32_t l1, T rate, T momentum, idx start,
+                             idx stop)
 {
     for (idx i = start; i < stop; ++i) {
         T g = diff[i];
@@ -181,7 +177,6 @@ EXPORT int NAME(sgd_update)(T *restrict diff, T *restrict history, const T *rest
         history[i] = h;
         diff[i] = h;
     }
-    return 0;
 }
 
 /* One image of LRN: out (C, P) = the sum over the size channels centred on each channel of
@@ -211,8 +206,8 @@ static void NAME(channel_window_sum)(const T *restrict src, T *restrict out, idx
 
 /* LRN across channels, images [start, stop) of x (N, C, P): scale = k + a * (the window sum
  * of x^2; a = alpha / size). */
-EXPORT int NAME(lrn_scale)(const T *restrict x, T *restrict scale, idx nc, idx npix, idx size,
-                           T a, T k, idx start, idx stop)
+EXPORT void NAME(lrn_scale)(const T *restrict x, T *restrict scale, idx nc, idx npix, idx size,
+                            T a, T k, idx start, idx stop)
 {
     for (idx n = start; n < stop; ++n) {
         T *restrict out = scale + n * nc * npix;
@@ -220,14 +215,13 @@ EXPORT int NAME(lrn_scale)(const T *restrict x, T *restrict scale, idx nc, idx n
         for (idx e = 0; e < nc * npix; ++e)
             out[e] = out[e] * a + k;
     }
-    return 0;
 }
 
 /* LRN's backward window term, images [start, stop): accum = the window sum of
  * top_diff * top / scale (computed once per element into work, an (N, C, P) buffer). */
-EXPORT int NAME(lrn_accum)(const T *restrict top_diff, const T *restrict top,
-                           const T *restrict scale, T *restrict work, T *restrict accum,
-                           idx nc, idx npix, idx size, idx start, idx stop)
+EXPORT void NAME(lrn_accum)(const T *restrict top_diff, const T *restrict top,
+                            const T *restrict scale, T *restrict work, T *restrict accum,
+                            idx nc, idx npix, idx size, idx start, idx stop)
 {
     for (idx n = start; n < stop; ++n) {
         idx base = n * nc * npix;
@@ -235,5 +229,4 @@ EXPORT int NAME(lrn_accum)(const T *restrict top_diff, const T *restrict top,
             work[e] = top_diff[e] * top[e] / scale[e];
         NAME(channel_window_sum)(work + base, accum + base, nc, npix, size, 0);
     }
-    return 0;
 }
