@@ -577,6 +577,30 @@ class Net:
         from . import weights
         weights.copy_trained_layers_hdf5(self, path)
 
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self):
+        """Stop every layer's loading threads, then close the files and databases they read
+        (:mod:`pycaffe_lite.lifecycle`); the data layers cannot run afterwards. Closing twice
+        does nothing. A net that is dropped, or still open at exit, is released the same way.
+        Also ``with Net(...) as net:``."""
+        errors = []
+        for layer in self.layers:
+            close = getattr(layer, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except CaffeError as exc:
+                    errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
     def __repr__(self):
         return "<Net '%s': %d layers, %d blobs>" % (self.name, len(self.layers), len(self.blobs))
 

@@ -69,7 +69,7 @@ def test_parse_caffe_log_rows(caffe_log):
 
 def _run_tool(name, *args):
     return subprocess.run([sys.executable, os.path.join(ROOT, "tools", name), *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
 
 
 def test_parse_log_tool_writes_caffe_csv_files(caffe_log, tmp_path):

@@ -218,11 +218,14 @@ def _start_training(project, *flags):
     return proc, log
 
 
-def _wait_for(path, text, proc, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if text in path.read_text():
-            return
+def _wait_for(path, text, proc, timeout=600, after=0):
+    """Wait until ``text`` appears in ``path`` after offset ``after``; returns the offset just
+    past it. Fails if the process ends first (``timeout`` only guards against a hang)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = path.read_text().find(text, after)
+        if found >= 0:
+            return found + len(text)
         if proc.poll() is not None:
             break
         time.sleep(0.05)
@@ -234,7 +237,7 @@ def test_sigint_snapshots_and_stops(project):
     try:
         _wait_for(project / "train.log", "Iteration 20, Testing net", proc)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=600) == 0
     finally:
         proc.kill()
         log.close()
@@ -250,11 +253,11 @@ def test_sighup_snapshots_and_continues(project):
     try:
         _wait_for(project / "train.log", "Iteration 10, Testing net", proc)
         proc.send_signal(signal.SIGHUP)
-        _wait_for(project / "train.log", "Snapshotting solver state", proc)
-        time.sleep(0.2)
-        assert proc.poll() is None  # still training
+        snapped = _wait_for(project / "train.log", "Snapshotting solver state", proc)
+        # still training: a later iteration is logged after the snapshot
+        _wait_for(project / "train.log", ", Testing net (#0)", proc, after=snapped)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        assert proc.wait(timeout=600) == 0
     finally:
         proc.kill()
         log.close()
@@ -265,7 +268,7 @@ def test_glog_lines_parse_into_caffe_csv_rows(project):
     """A real training log, written in glog's format, read back by the log parser."""
     out = subprocess.run([sys.executable, "-m", "pycaffe_lite.cli", "train", "--solver",
                           "solver.prototxt"], cwd=project, capture_output=True, text=True,
-                         timeout=120)
+                         timeout=600)
     assert out.returncode == 0, out.stderr
     (project / "caffe.INFO").write_text(out.stderr)
     lines = [ln for ln in out.stderr.splitlines() if "Iteration 10, loss" in ln]

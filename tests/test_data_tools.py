@@ -213,15 +213,15 @@ def test_tools_scripts_take_caffes_arguments(tmp_path):
     script = os.path.join(ROOT, "tools", "convert_mnist.py")
     db = str(tmp_path / "db")
     result = subprocess.run([sys.executable, script, IMAGES, LABELS, db, "-backend", "lmdb"],
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert len(_records(db)) == 1000
     mean = str(tmp_path / "m.binaryproto")
     result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "compute_image_mean.py"),
-                             db, mean], capture_output=True, text=True, timeout=60)
+                             db, mean], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and os.path.exists(mean)
     result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "convert_imageset.py"),
                              str(tmp_path), str(tmp_path / "nolist.txt"), str(tmp_path / "o")],
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 1 and "list file '%s' not found" % (tmp_path / "nolist.txt") \
         in result.stderr

@@ -167,7 +167,7 @@ def test_a_real_write_failure_through_the_cli(tmp_path, fmt):
     line naming the last complete snapshot, which reads back unchanged."""
     folder = project(tmp_path, fmt)
     result = subprocess.run([sys.executable, "-c", LIMITED], cwd=folder, capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=600)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
     lines = [x for x in result.stderr.splitlines() if x.startswith("pycaffe-lite train: error")]

@@ -778,7 +778,7 @@ def test_cli_end_to_end_in_a_subprocess(tmp_path):
     solver_project(tmp_path, SOLVER.replace("net.prototxt", "missing_net.prototxt"))
     result = subprocess.run([sys.executable, "-m", "pycaffe_lite.cli", "train", "--solver",
                              "solver.prototxt"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=600)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "pycaffe-lite train: error: solver.prototxt: net file 'missing_net.prototxt' not " \

@@ -4,7 +4,8 @@ Building a net from any of them and running it forward and backward either works
 our CaffeError; any other exception (a NumPy, protobuf or Python error from deep inside) or a
 hang fails the test, and Hypothesis then shrinks the input to a minimal example.
 
-The runs are bounded (``max_examples``, a deadline per example, a watchdog alarm) and
+The runs are bounded (``max_examples``, and a watchdog alarm that turns a hang into a failure;
+no per-example deadline, so a slow machine does not fail) and
 reproducible (``derandomize=True``: the same examples on every run). The figures of the last run are
 printed at the end (``pytest -s``).
 """
@@ -12,7 +13,6 @@ printed at the end (``pytest -s``).
 import os
 import signal
 from contextlib import contextmanager
-from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -32,10 +32,10 @@ SCALE = float(os.environ.get("PYCAFFE_LITE_FUZZ_SCALE", "1"))
 NET_EXAMPLES = int(1500 * SCALE)
 MUTATION_EXAMPLES = int(1500 * SCALE)
 BINARY_EXAMPLES = int(500 * SCALE)
-WATCHDOG_SECONDS = 30
+WATCHDOG_SECONDS = 600  # a guard against endless loops, far above any example's run time
 
 FUZZ = settings(derandomize=os.environ.get("PYCAFFE_LITE_FUZZ_RANDOM") != "1", database=None,
-                deadline=timedelta(seconds=10),
+                deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
                 print_blob=True)
 

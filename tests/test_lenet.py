@@ -125,7 +125,7 @@ def test_train_command_prepares_the_data_of_a_fresh_clone(tmp_path):
     elsewhere.mkdir()
     out = subprocess.run([sys.executable, "-m", "pycaffe_lite.cli", "train", "--solver",
                           str(repo / "models" / "lenet" / "lenet_solver.prototxt")],
-                         cwd=elsewhere, capture_output=True, text=True, timeout=300)
+                         cwd=elsewhere, capture_output=True, text=True, timeout=1800)
     _check_run(repo, out, 40)
     assert "models/lenet/mnist_train_lmdb is missing: converting" in out.stderr
 
@@ -135,7 +135,7 @@ def test_train_lenet_sh_from_any_directory(tmp_path):
     repo = _fresh_copy(tmp_path, 40)
     env = dict(os.environ, PYTHON=sys.executable)
     out = subprocess.run(["sh", str(repo / "models" / "lenet" / "train_lenet.sh")],
-                         cwd=str(tmp_path), capture_output=True, text=True, timeout=300,
+                         cwd=str(tmp_path), capture_output=True, text=True, timeout=1800,
                          env=env)
     _check_run(repo, out, 40)
     assert "Creating models/lenet/mnist_train_lmdb" in out.stdout

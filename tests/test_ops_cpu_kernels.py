@@ -171,6 +171,38 @@ def test_threads_split_gives_the_same_result(monkeypatch):
     assert np.array_equal(results[0], results[1])
 
 
+def test_split_finishes_the_work_when_the_pool_refuses_it(monkeypatch):
+    """At interpreter exit the kernel thread pool takes no more work: the calling thread does
+    the rest, and the result is the same."""
+    class ClosedPool:
+        _max_workers = 8
+
+        def __init__(self):
+            self.accepted = 0
+
+        def submit(self, fn, *args):
+            if self.accepted == 1:
+                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+            self.accepted += 1
+            fn(*args)  # run now; a finished future
+            return _Done()
+
+    class _Done:
+        @staticmethod
+        def result():
+            return None
+
+    out = np.zeros(1000, np.int64)
+
+    def fill(start, stop):
+        out[start:stop] += np.arange(start, stop)
+
+    monkeypatch.setitem(cpu._state, "threads", 4)
+    monkeypatch.setitem(cpu._state, "pool", ClosedPool())
+    cpu._split(fill, 1000, ())
+    assert np.array_equal(out, np.arange(1000))  # every element once
+
+
 def test_threads_setting(monkeypatch):
     monkeypatch.setitem(cpu._state, "threads", None)
     monkeypatch.setenv("PYCAFFE_LITE_CPU_THREADS", "3")

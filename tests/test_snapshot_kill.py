@@ -4,7 +4,8 @@ continues to exactly the weights of an uninterrupted run.
 Training runs are forked by a helper process (``snapshot_kill_child.py``) and killed with
 SIGKILL. Aimed kills wait until a given snapshot file is partly written (the writer is slowed
 to 4 KiB chunks, so a kill lands inside it) and kill after a random fraction of its bytes;
-blind kills (HDF5 snapshots, normal speed) land at random times. After each kill every
+blind kills (both formats, normal speed) land at random points after a run's k-th
+snapshot. After each kill every
 snapshot file left must parse, the newest ``.solverstate`` must refer to complete weights, and
 a resume from it must end with the weights of the uninterrupted run, bit for bit.
 """
@@ -110,7 +111,7 @@ class Forker:
 
     def close(self):
         self.proc.stdin.close()
-        self.proc.wait(timeout=30)
+        self.proc.wait(timeout=600)
         self.log.close()
 
 
@@ -121,7 +122,8 @@ def forker(tmp_path_factory):
     f.close()
 
 
-def wait_for(predicate, timeout=20.0):
+def wait_for(predicate, timeout=600.0):
+    """Poll ``predicate`` until it holds (``timeout`` only guards against a hang)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -236,21 +238,23 @@ def test_kill_inside_snapshot_writes(tmp_path, forker, reference):
 
 @pytest.mark.parametrize("fmt", ["HDF5", "BINARYPROTO"])
 def test_kill_at_random_times(tmp_path, forker, references, fmt):
+    """Kills at points taken from each run's own progress: once snapshot k (random) is
+    complete, after a random delay of up to the time that run took from snapshot k - 1 to k.
+    At least three iterations are left then, so the kill lands while it trains (or writes a
+    snapshot), whatever the machine's speed."""
     rng = random.Random(fmt)
-    # when a whole run writes its first snapshot and when it ends, here
-    folder = project(tmp_path / "timing", fmt, BLIND_MAX_ITER)
-    ext = ".caffemodel.h5" if fmt == "HDF5" else ".caffemodel"
-    t0 = time.monotonic()
-    forker.start(folder, slow=False)
-    wait_for((folder / "snaps" / ("run_iter_1" + ext)).exists)
-    first = time.monotonic() - t0
-    assert forker.wait() == 0
-    end = time.monotonic() - t0
+    suffix = ".solverstate.h5" if fmt == "HDF5" else ".solverstate"
     killed = 0
     for run in range(BLIND_KILLS // 2):
         folder = project(tmp_path / ("run%d" % run), fmt, BLIND_MAX_ITER)
+        k = rng.randint(2, BLIND_MAX_ITER - 3)
         pid = forker.start(folder, slow=False)
-        time.sleep(rng.uniform(first, 0.75 * end))
+        previous = folder / "snaps" / ("run_iter_%d%s" % (k - 1, suffix))
+        wait_for(previous.exists)
+        seen_previous = time.monotonic()
+        wait_for((folder / "snaps" / ("run_iter_%d%s" % (k, suffix))).exists)
+        iteration = time.monotonic() - seen_previous
+        time.sleep(rng.uniform(0.0, iteration))
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -259,8 +263,9 @@ def test_kill_at_random_times(tmp_path, forker, references, fmt):
         assert code in (-signal.SIGKILL, 0)
         killed += code == -signal.SIGKILL
         last = check_files_and_resume(folder, references[BLIND_MAX_ITER], fmt)
-        print("%s: killed %s, resumed from %s" % (fmt, code, last))
-    assert killed >= BLIND_KILLS // 2 - 3
+        assert last is not None and last >= k
+        print("%s: snapshot %d seen, killed %s, resumed from %s" % (fmt, k, code, last))
+    assert killed >= BLIND_KILLS // 2 - 1
 
 
 def test_cli_resumes_a_killed_run_from_its_last_snapshot(tmp_path, monkeypatch, reference):
@@ -273,7 +278,7 @@ def test_cli_resumes_a_killed_run_from_its_last_snapshot(tmp_path, monkeypatch, 
     proc = subprocess.Popen([sys.executable, "-c", slow], cwd=folder,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tmp = folder / "snaps" / (".run_iter_4.solverstate.tmp%d" % proc.pid)
-    wait_for(lambda: size_of(tmp) > 20000, timeout=60)
+    wait_for(lambda: size_of(tmp) > 20000, timeout=600)
     proc.kill()
     assert proc.wait() == -signal.SIGKILL
     assert tmp.exists()

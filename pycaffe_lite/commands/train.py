@@ -144,8 +144,7 @@ def run(args):
         try:
             solver.solve()
         finally:
-            if bar is not None:
-                bar.close()
+            solver.close()
         elapsed = time.perf_counter() - t0
     done = solver.iter - start_iter
     log.info("Optimization Done.")

@@ -14,6 +14,7 @@ LevelDB needs the optional ``plyvel`` package. Backends are registered in
 
 import os
 import threading
+import weakref
 
 from ..errors import CaffeError
 from ..proto import caffe_pb2
@@ -94,27 +95,70 @@ def _check_source(source, mode, backend):
 
 
 class Cursor:
-    """Walks the records in key order."""
+    """Walks the records in key order.
+
+    Every call is serialised with :meth:`close` by a lock, and a call after ``close()`` raises
+    a :class:`DBError`: a closed handle is never passed to the native library. Backends
+    implement the underscored methods.
+    """
 
     valid = False
 
+    def __init__(self, source):
+        self.source = source
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _call(self, fn, *args):
+        with self._lock:
+            if self._closed:
+                raise DBError("the cursor of database '%s' is closed" % self.source)
+            return fn(*args)
+
     def seek_to_first(self):
-        raise NotImplementedError
+        self._call(self._seek_to_first)
 
     def next(self):
-        raise NotImplementedError
+        self._call(self._next)
 
     def key(self):
-        raise NotImplementedError
+        return self._call(self._key)
 
     def value(self):
-        raise NotImplementedError
+        return self._call(self._value)
 
     def seek(self, key):
         """Go to ``key``; True if it exists (else the cursor is left at the first record)."""
-        raise NotImplementedError
+        return self._call(self._seek, _as_bytes(key))
 
     def close(self):
+        """Release the cursor; closing twice does nothing."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.valid = False
+                self._close()
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def _seek_to_first(self):
+        raise NotImplementedError
+
+    def _next(self):
+        raise NotImplementedError
+
+    def _key(self):
+        raise NotImplementedError
+
+    def _value(self):
+        raise NotImplementedError
+
+    def _seek(self, key):
+        raise NotImplementedError
+
+    def _close(self):
         pass
 
     def __iter__(self):
@@ -148,9 +192,25 @@ class DB:
     def __init__(self, source, mode=READ):
         self.source = os.fspath(source)
         self.mode = mode
+        self._cursors = weakref.WeakSet()
 
     def cursor(self):
+        """A new cursor at the first record; ``close()`` closes it if it is still open."""
+        if self._closed_handle():
+            raise DBError("database '%s' is closed" % self.source)
+        cursor = self._open_cursor()
+        self._cursors.add(cursor)
+        return cursor
+
+    def _open_cursor(self):
         raise NotImplementedError
+
+    def _closed_handle(self):
+        return False
+
+    def _close_cursors(self):
+        for cursor in list(self._cursors):
+            cursor.close()
 
     def transaction(self):
         raise NotImplementedError
@@ -212,37 +272,34 @@ def _import_lmdb():
 
 class LMDBCursor(Cursor):
     def __init__(self, env, source):
-        self._source = source
+        super().__init__(source)
         self._txn = env.begin(buffers=False)
         self._cursor = self._txn.cursor()
         self.valid = self._cursor.first()
 
-    def seek_to_first(self):
+    def _seek_to_first(self):
         self.valid = self._cursor.first()
 
-    def next(self):
+    def _next(self):
         self.valid = self._cursor.next()
 
-    def key(self):
+    def _key(self):
         return self._cursor.key()
 
-    def value(self):
+    def _value(self):
         return self._cursor.value()
 
-    def seek(self, key):
-        found = self._cursor.set_key(_as_bytes(key))
-        if not found:
+    def _seek(self, key):
+        if not self._cursor.set_key(key):
             self.valid = self._cursor.first()
             return False
         self.valid = True
         return True
 
-    def close(self):
-        if self._txn is not None:
-            self._cursor.close()
-            self._txn.abort()
-            self._txn = None
-            self.valid = False
+    def _close(self):
+        self._cursor.close()
+        self._txn.abort()
+        self._cursor = self._txn = None
 
 
 class LMDBTransaction(Transaction):
@@ -302,8 +359,11 @@ class LMDB(DB):
             # does when built with ALLOW_LMDB_NOLOCK.
             return lmdb.open(self.source, readonly=True, lock=False, subdir=True)
 
-    def cursor(self):
+    def _open_cursor(self):
         return LMDBCursor(self.env, self.source)
+
+    def _closed_handle(self):
+        return getattr(self, "env", None) is None
 
     def transaction(self):
         if self.mode == READ:
@@ -317,6 +377,7 @@ class LMDB(DB):
         env = getattr(self, "env", None)
         if env is None:
             return
+        self._close_cursors()
         if self._key is not None:
             _release(self._key, lambda e: e.close())
         else:
@@ -336,40 +397,40 @@ def _import_plyvel():
 
 
 class LevelDBCursor(Cursor):
-    def __init__(self, db):
+    def __init__(self, db, source):
+        super().__init__(source)
         self._it = db.iterator(fill_cache=False)
         self._current = None
-        self.seek_to_first()
+        self._seek_to_first()
 
     def _advance(self):
         self._current = next(self._it, None)
         self.valid = self._current is not None
 
-    def seek_to_first(self):
+    def _seek_to_first(self):
         self._it.seek_to_start()
         self._advance()
 
-    def next(self):
+    def _next(self):
         self._advance()
 
-    def key(self):
+    def _key(self):
         return self._current[0]
 
-    def value(self):
+    def _value(self):
         return self._current[1]
 
-    def seek(self, key):
-        key = _as_bytes(key)
+    def _seek(self, key):
         self._it.seek(key)
         self._advance()
         if self.valid and self._current[0] == key:
             return True
-        self.seek_to_first()
+        self._seek_to_first()
         return False
 
-    def close(self):
+    def _close(self):
         self._it.close()
-        self.valid = False
+        self._it = None
 
 
 class LevelDBTransaction(Transaction):
@@ -402,8 +463,11 @@ class LevelDB(DB):
         except plyvel.Error as exc:
             raise DBError("cannot open LevelDB database '%s': %s" % (self.source, exc)) from None
 
-    def cursor(self):
-        return LevelDBCursor(self.handle)
+    def _open_cursor(self):
+        return LevelDBCursor(self.handle, self.source)
+
+    def _closed_handle(self):
+        return getattr(self, "handle", None) is None
 
     def transaction(self):
         if self.mode == READ:
@@ -412,5 +476,6 @@ class LevelDB(DB):
 
     def close(self):
         if getattr(self, "handle", None) is not None:
+            self._close_cursors()
             _release(self._key, lambda h: h.close())
             self.handle = None

@@ -18,10 +18,16 @@ on the thread count. The state after the last delivered batch is what a snapshot
 to resume exactly (:attr:`Prefetcher.state`). An exception raised by ``plan`` or ``fill``
 stops loading; :meth:`next` raises it (with its message) when the consumer reaches that batch,
 and every later call raises it again.
+
+The threads stop, and are joined, when the prefetcher is closed or collected or the interpreter
+exits, whichever comes first (:mod:`pycaffe_lite.lifecycle`); a prefetcher's owner closes it
+before closing what ``plan`` and ``fill`` read.
 """
 
 import threading
 import weakref
+
+from ..lifecycle import Resources, stop_and_join
 
 
 class PrefetchError(Exception):
@@ -50,6 +56,7 @@ class _Shared:
         self.next_seq = 0
         self.stop = False
         self.failed = False
+        self.threads = []
 
     def shutdown(self):
         with self.cond:
@@ -118,30 +125,45 @@ class Prefetcher:
         self.state = initial_state
         self._make_blobs = make_blobs
         self._shared = _Shared()
-        self._threads = []
         self._current = None
         self._next_consume = 0
         self._error = None
         n = self.count + 1 if self.count else 1
         self._all = [_Batch(make_blobs()) for _ in range(n)]
         self._shared.free = list(reversed(self._all))
-        self._finalizer = weakref.finalize(self, self._shared.shutdown)
+        self.resources = Resources(self, "the %s loading threads" % name)
+        self.resources.push(stop_and_join(self._shared.threads, self._shared.shutdown))
 
     # ---- control -------------------------------------------------------------------------
     def start(self):
         """Start the threads (no-op in synchronous mode or when running)."""
-        if self.count == 0 or self._threads:
+        self._check_open()
+        threads = self._shared.threads
+        if self.count == 0 or threads:
             return
         ref = weakref.ref(self)
         for i in range(min(self.threads, self.count)):
             t = threading.Thread(target=_worker, args=(self._shared, ref), daemon=True,
                                  name="pycaffe-lite prefetch %s #%d" % (self.name, i))
+            threads.append(t)
             t.start()
-            self._threads.append(t)
 
     @property
     def running(self):
-        return any(t.is_alive() for t in self._threads)
+        return any(t.is_alive() for t in self._shared.threads)
+
+    @property
+    def worker_threads(self):
+        """The loading threads now running (a tuple)."""
+        return tuple(self._shared.threads)
+
+    @property
+    def closed(self):
+        return self.resources.closed
+
+    def _check_open(self):
+        if self.resources.closed:
+            raise PrefetchError("the %s prefetcher is closed" % self.name)
 
     def stop(self):
         """Stop the threads and drop every batch loaded but not delivered; the next batch
@@ -150,9 +172,9 @@ class Prefetcher:
         with shared.cond:
             shared.stop = True
             shared.cond.notify_all()
-        for t in self._threads:
+        for t in shared.threads:
             t.join()
-        self._threads = []
+        del shared.threads[:]
         with shared.cond:
             shared.free = [b for b in self._all if b is not self._current]
             shared.done.clear()
@@ -163,8 +185,9 @@ class Prefetcher:
         self._error = None
 
     def close(self):
-        self.stop()
-        self._finalizer.detach()
+        """Stop and join the threads; the prefetcher cannot be used afterwards. Closing
+        twice does nothing."""
+        self.resources.release()
 
     def restart(self, state):
         """Stop, take ``state`` as the state before the next batch, start again (the caller
@@ -182,6 +205,7 @@ class Prefetcher:
         """
         if self._error is not None:
             raise self._error
+        self._check_open()
         shared = self._shared
         if self.count == 0:
             return self._next_sync()

@@ -286,6 +286,24 @@ class Solver:
         n = len(self.net.learnable_params)
         return {name: self.history[k * n:(k + 1) * n] for k, name in enumerate(self.state_names)}
 
+    # -- lifetime ------------------------------------------------------------------------
+    def close(self):
+        """Close the train net and the test nets (their loading threads stop, then their
+        databases and files close) and take the progress bar off the log handlers. Closing
+        twice does nothing; also ``with SGDSolver(...) as solver:``."""
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
+        for net in [self.net] + list(self.test_nets):
+            net.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
     # -- the loop ------------------------------------------------------------------------
     def step(self, iters):
         """Run ``iters`` iterations (or fewer if a stop is requested)."""

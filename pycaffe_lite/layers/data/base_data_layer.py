@@ -2,6 +2,7 @@
 
 import logging
 import os
+import weakref
 
 import numpy as np
 
@@ -10,6 +11,7 @@ from ...blob import Blob
 from ...data.prefetch import PrefetchError, Prefetcher
 from ...errors import CaffeError, LayerError
 from ...layer import Layer
+from ...lifecycle import Resources
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -64,8 +66,31 @@ class BaseDataLayer(Layer):
                              % (state.get("type") if isinstance(state, dict) else
                                 type(state).__name__, self.type))
 
+    @property
+    def resources(self):
+        """The layer's :class:`~pycaffe_lite.lifecycle.Resources`: what it opened or
+        started, released newest first by :meth:`close`, by garbage collection or at exit."""
+        res = self.__dict__.get("_resources")
+        if res is None:
+            res = self._resources = Resources(self, "layer '%s' (%s)" % (self.name, self.type))
+        return res
+
+    @property
+    def closed(self):
+        res = self.__dict__.get("_resources")
+        return res is not None and res.closed
+
     def close(self):
-        """Release files, databases and threads (the layer cannot be used afterwards)."""
+        """Stop the layer's loading threads, then close the files and databases they read.
+        The layer cannot be used afterwards; closing twice does nothing."""
+        res = self.__dict__.get("_resources")
+        if res is not None:
+            res.release(raise_errors=True)
+
+    def check_open(self):
+        if self.closed:
+            raise self.error("the layer is closed (its net or solver was closed): build a new "
+                             "net to read data again")
 
 
 class BasePrefetchingDataLayer(BaseDataLayer):
@@ -93,10 +118,11 @@ class BasePrefetchingDataLayer(BaseDataLayer):
         self.rng = layer_rng()
         try:
             shapes = self.data_setup(top)
-        except LayerError:
+        except BaseException as exc:
+            self.resources.release()  # what data_setup opened before it failed
+            if isinstance(exc, CaffeError) and not isinstance(exc, LayerError):
+                raise self.error(str(exc)) from None
             raise
-        except CaffeError as exc:
-            raise self.error(str(exc)) from None
         shapes = [tuple(int(d) for d in s) for s in shapes[:len(top)]]
         for t, s in zip(top, shapes):
             t.reshape(s)
@@ -110,11 +136,14 @@ class BasePrefetchingDataLayer(BaseDataLayer):
                     b.pin_host()
             return blobs
 
+        # The prefetcher calls the layer through weak references, so that a dropped layer is
+        # collected at once (and its threads stopped) rather than by the cycle collector.
         self._prefetcher = Prefetcher(
-            self._plan, self._fill, make_blobs,
+            _weak_call(self._plan), _weak_call(self._fill), make_blobs,
             count=self.prefetch_count, threads=self.prefetch_threads,
             name="%s '%s'" % (self.type, self.name), initial_state=self.read_state(),
             after_fill=self._upload)
+        self.resources.push(self._prefetcher.close)
         self._prefetcher.start()
 
     def _plan(self):
@@ -132,6 +161,7 @@ class BasePrefetchingDataLayer(BaseDataLayer):
             backend.upload([b.synced_data for b in blobs])
 
     def forward(self, bottom, top):
+        self.check_open()
         try:
             blobs = self._prefetcher.next()
         except PrefetchError as exc:
@@ -153,21 +183,13 @@ class BasePrefetchingDataLayer(BaseDataLayer):
 
     def set_state(self, state):
         self._check_state(state)
+        self.check_open()
         self._prefetcher.stop()
         try:
             self.write_state(state)
         except CaffeError as exc:
             raise self.error("cannot restore the data state: %s" % exc) from None
         self._prefetcher.restart(self.read_state())
-
-    def close(self):
-        pf = getattr(self, "_prefetcher", None)
-        if pf is not None:
-            pf.close()
-        self.close_source()
-
-    def close_source(self):
-        pass
 
     # -- helpers for subclasses ------------------------------------------------------------
     def _rng_state(self):
@@ -180,3 +202,16 @@ class BasePrefetchingDataLayer(BaseDataLayer):
     @staticmethod
     def _batch_rng(seed):
         return np.random.default_rng(seed) if seed is not None else None
+
+
+def _weak_call(method):
+    """``method`` called through a weak reference to its object."""
+    ref = weakref.WeakMethod(method)
+    name = method.__name__
+
+    def call(*args):
+        fn = ref()
+        if fn is None:
+            raise CaffeError("the data layer was closed before %s ran" % name)
+        return fn(*args)
+    return call

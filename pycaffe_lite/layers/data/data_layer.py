@@ -1,7 +1,6 @@
 """Data: batches of Datum records from an LMDB or LevelDB database."""
 
 import logging
-import weakref
 
 import numpy as np
 
@@ -57,14 +56,10 @@ class DataLayer(BasePrefetchingDataLayer):
         self.transformer = DataTransformer(tp, self.phase, "transform_param of layer '%s'"
                                            % self.name)
         self.db = dbmod.open_db(self.source, self.backend, dbmod.READ)
+        self.resources.push(self.db.close)
         self.cursor = self.db.cursor()
-        # a layer dropped without close() still releases its database when collected
-        self._release = weakref.finalize(self, _close_db, self.cursor, self.db)
-        try:
-            return self._setup_from_first(p)
-        except BaseException:
-            self.close_source()
-            raise
+        self.resources.push(self.cursor.close)
+        return self._setup_from_first(p)
 
     def _setup_from_first(self, p):
         if not self.cursor.valid:
@@ -180,15 +175,3 @@ class DataLayer(BasePrefetchingDataLayer):
         tf.transform(images, data.data, self._batch_rng(seed))
         if len(blobs) > 1:
             blobs[1].data[...] = [d.label for d in datums]
-
-    def close_source(self):
-        release = getattr(self, "_release", None)
-        if release is not None:
-            release()
-        self.cursor = None
-        self.db = None
-
-
-def _close_db(cursor, db):
-    cursor.close()
-    db.close()

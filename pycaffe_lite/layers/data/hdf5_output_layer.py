@@ -33,6 +33,7 @@ class HDF5OutputLayer(BaseDataLayer):
         except (OSError, ValueError) as exc:
             raise self.error("cannot create HDF5 file '%s': %s" % (self.file_name, exc)) \
                 from None
+        self.resources.push(self.file.close)
 
     @staticmethod
     def _legacy(shape):
@@ -41,7 +42,7 @@ class HDF5OutputLayer(BaseDataLayer):
         return tuple(shape) + (1,) * (4 - len(shape))
 
     def forward(self, bottom, top):
-        if self.file is None:
+        if self.closed:
             raise self.error("the HDF5 output file '%s' was closed" % self.file_name)
         if bottom[0].shape[:1] != bottom[1].shape[:1]:
             raise self.error("data and label must have the same first dimension, got %s and %s"
@@ -61,14 +62,3 @@ class HDF5OutputLayer(BaseDataLayer):
             ds.resize(n + arr.shape[0], axis=0)
             ds[n:] = arr
         self.file.flush()
-
-    def close(self):
-        if getattr(self, "file", None) is not None:
-            self.file.close()
-            self.file = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -171,7 +171,13 @@ def _split(fn, total, args, grain=1):
                 pool = _state["pool"] = ThreadPoolExecutor(
                     n - 1, thread_name_prefix="pycaffe-lite-kernel")
     bounds = [total * i // n for i in range(n + 1)]
-    futures = [pool.submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(1, n)]
+    futures = []
+    try:
+        for i in range(1, n):
+            futures.append(pool.submit(fn, *args, bounds[i], bounds[i + 1]))
+    except RuntimeError:
+        # the interpreter is exiting (the pool takes no more work): the rest in this thread
+        fn(*args, bounds[len(futures) + 1], total)
     fn(*args, bounds[0], bounds[1])
     for f in futures:
         f.result()

@@ -1,0 +1,125 @@
+"""One shutdown path for everything that outlives a call: loading threads, database cursors
+and environments, open files.
+
+An object that owns such things (a data layer, a prefetcher, an output layer) keeps them in
+one :class:`Resources`: a stack of release steps pushed as each thing is acquired. The stack
+is unwound once, newest first, by whichever comes first of
+
+- the owner's ``close()`` (and so ``Net.close()``, ``Solver.close()``, ``with`` blocks),
+- garbage collection of the owner (``del``, a dropped net),
+- interpreter exit, which unwinds every stack still open, newest first, before ``atexit``
+  handlers and module teardown run (so before h5py, CuPy or LMDB clean up after themselves).
+
+Because threads are started after the handles they read, their stop-and-join step runs
+before the handles close: no loading thread can touch a closed handle. A step refers to the
+resources, never to the owner, so the owner can still be collected. Unwinding twice, or from
+several threads at once, does the work once; a second caller waits for the first to finish.
+"""
+
+import logging
+import threading
+import weakref
+
+from .errors import CaffeError
+
+log = logging.getLogger("pycaffe_lite")
+
+_open = {}              # id -> Resources not yet released, in creation order
+_open_lock = threading.Lock()
+_exit_hook = []
+
+
+class Resources:
+    """The release steps of ``owner``, described as ``what`` in messages."""
+
+    def __init__(self, owner, what):
+        self.what = what
+        self.closed = False
+        self._steps = []
+        self._lock = threading.RLock()
+        finalizer = weakref.finalize(owner, self.release)
+        finalizer.atexit = False  # exit is handled by release_all, before atexit handlers
+        with _open_lock:
+            _open[id(self)] = self
+        _install_exit_hook()
+
+    def push(self, step):
+        """Add ``step()`` (no arguments); steps run newest first. Returns ``step``."""
+        with self._lock:
+            if self.closed:
+                raise CaffeError("%s is closed" % self.what)
+            self._steps.append(step)
+        return step
+
+    def release(self, raise_errors=False):
+        """Run every step once, newest first. A step that fails does not stop the others;
+        its error is logged, or raised (as a CaffeError, after the other steps ran) when
+        ``raise_errors``."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            errors = []
+            while self._steps:
+                step = self._steps.pop()
+                try:
+                    step()
+                except Exception as exc:
+                    errors.append(exc)
+            with _open_lock:
+                _open.pop(id(self), None)
+        if errors:
+            first = errors[0]
+            message = "closing %s: %s: %s" % (self.what, type(first).__name__, first)
+            if raise_errors:
+                raise CaffeError(message) from first
+            log.warning("%s", message)
+
+
+def release_all():
+    """Release every open :class:`Resources`, newest first (run at interpreter exit)."""
+    while True:
+        with _open_lock:
+            if not _open:
+                return
+            newest = next(reversed(_open.values()))
+        newest.release()
+
+
+def stop_and_join(threads, stop):
+    """A release step: call ``stop()`` (which must wake the threads and make them end), then
+    join every thread of ``threads`` (a list, read when the step runs) but the calling one: a
+    step can run in one of the threads it stops, when that thread drops the owner's last
+    reference."""
+    def step():
+        stop()
+        current = threading.current_thread()
+        for t in list(threads):
+            if t is not current:
+                t.join()
+    return step
+
+
+def open_count():
+    """How many :class:`Resources` are not released yet (for tests and leak checks)."""
+    with _open_lock:
+        return len(_open)
+
+
+def _install_exit_hook():
+    if _exit_hook:
+        return
+    with _open_lock:
+        if _exit_hook:
+            return
+        _exit_hook.append(True)
+    # threading's own exit hook runs before non-daemon threads are joined and before any
+    # atexit handler; the plain atexit hook is the fallback where it does not exist.
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise RuntimeError
+        register(release_all)
+    except RuntimeError:
+        import atexit
+        atexit.register(release_all)
