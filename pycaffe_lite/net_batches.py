@@ -1,0 +1,81 @@
+"""pycaffe's calls over many items at once (``python/caffe/pycaffe.py``'s ``forward_all``,
+``forward_backward_all``, ``set_input_arrays``), a base of :class:`pycaffe_lite.net.Net`: they
+cut the items into batches of the net's batch size and use only the net's public calls."""
+
+import itertools
+
+import numpy as np
+
+from .errors import NetError
+
+
+class BatchedCalls:
+    """Mixin of :class:`~pycaffe_lite.net.Net` (needs ``forward``, ``backward``, ``blobs``,
+    ``inputs``, ``outputs`` and ``layers``)."""
+
+    def forward_all(self, blobs=None, **kwargs):
+        """Forward any number of items in batches of the net's batch size (pycaffe's); the
+        last batch is padded and the padding dropped from the outputs."""
+        outputs = list(dict.fromkeys(self.outputs + list(blobs or ())))
+        collected = {name: [] for name in outputs}
+        for batch in self._batches(kwargs):
+            out = self.forward(blobs=blobs, **batch)
+            for name in outputs:
+                collected[name].append(out[name].copy())
+        return self._unpad(collected, kwargs)
+
+    def forward_backward_all(self, blobs=None, diffs=None, **kwargs):
+        """forward_all and backward over batches; returns (outputs, input diffs)."""
+        outputs = list(dict.fromkeys(self.outputs + list(blobs or ())))
+        grads = list(dict.fromkeys(self.inputs + list(diffs or ())))
+        fwd_in = {k: v for k, v in kwargs.items() if k in self.inputs}
+        bwd_in = {k: v for k, v in kwargs.items() if k not in self.inputs}
+        all_out = {n: [] for n in outputs}
+        all_diff = {n: [] for n in grads}
+        bwd_batches = self._batches(bwd_in) if bwd_in else itertools.repeat({})
+        for fb, bb in zip(self._batches(fwd_in), bwd_batches):
+            out = self.forward(blobs=blobs, **fb)
+            diff = self.backward(diffs=diffs, **bb)
+            for n in outputs:
+                all_out[n].append(out[n].copy())
+            for n in grads:
+                all_diff[n].append(diff[n].copy())
+        return self._unpad(all_out, fwd_in), self._unpad(all_diff, fwd_in)
+
+    def _batches(self, arrays):
+        if not arrays:
+            return
+        first = next(iter(arrays))
+        total = len(arrays[first])
+        size = self.blobs[first].shape[0]
+        for start in range(0, total, size):
+            batch = {}
+            for name, value in arrays.items():
+                chunk = np.asarray(value[start:start + size])
+                if len(chunk) < size:
+                    pad = np.zeros((size - len(chunk),) + chunk.shape[1:], chunk.dtype)
+                    chunk = np.concatenate([chunk, pad])
+                batch[name] = chunk
+            yield batch
+
+    @staticmethod
+    def _unpad(collected, inputs):
+        """Join per-batch outputs; items are cut back to the input count, while scalars
+        (losses) stay one value per batch."""
+        total = len(next(iter(inputs.values()))) if inputs else None
+        result = {}
+        for name, parts in collected.items():
+            if parts and parts[0].ndim == 0:
+                result[name] = np.stack(parts)
+            else:
+                joined = np.concatenate(parts) if parts else np.zeros(0)
+                result[name] = joined[:total] if total is not None else joined
+        return result
+
+    def set_input_arrays(self, data, labels, layer_index=0):
+        """Point a MemoryData layer at arrays (pycaffe's set_input_arrays)."""
+        layer = self.layers[layer_index]
+        if layer.type != "MemoryData":
+            raise NetError("set_input_arrays needs a MemoryData layer at index %d, found %s "
+                           "layer '%s'" % (layer_index, layer.type, layer.name))
+        layer.reset(data, labels)
