@@ -25,7 +25,7 @@ from .errors import CaffeError
 log = logging.getLogger("pycaffe_lite")
 
 _open = {}              # id -> Resources not yet released, in creation order
-_open_lock = threading.Lock()
+_open_lock = threading.RLock()  # re-entrant: a collection can run a release inside
 _exit_hook = []
 
 
