@@ -20,8 +20,10 @@ class NormalizeLayer(Layer):
     Params: ``norm_param { across_spatial (true) scale_filler (constant 1)
     channel_shared (true) eps (1e-10) }`` (the SSD fork's NormalizeParameter); one blob, the
     scale: shape ``()`` when channel_shared, else ``(C,)``.
-    Backward: ``dx = s * (dy - x * sum(x * dy) / norm^2) / norm`` over the normalised group;
-    ``ds = sum(dy * x / norm)`` (per channel, or in total when shared).
+    Backward: with ``g = s * dy``, ``dx = (g - x * sum(x * g) / norm^2) / norm`` over the
+    normalised group; ``ds = sum(dy * x / norm)`` (per channel, or in total when shared).
+    This is the exact gradient; the fork multiplies by the scale after the sum, which
+    differs once the per-channel scales are no longer equal.
     """
 
     exact_num_bottom_blobs = 1
@@ -90,6 +92,6 @@ class NormalizeLayer(Layer):
             diff = self.blobs[0].write_diff()
             diff[...] += ds.reshape(diff.shape)
         if propagate_down[0]:
-            dot = (x * dy).sum(axis=axes, keepdims=True)
-            dx = (dy - x * dot / (norm * norm)) / norm
-            bottom[0].write_diff()[...] = dx * self._scale(xp, x)
+            g = dy * self._scale(xp, x)
+            dot = (x * g).sum(axis=axes, keepdims=True)
+            bottom[0].write_diff()[...] = (g - x * dot / (norm * norm)) / norm
