@@ -168,3 +168,36 @@ def test_public_ssd_deploy_nets_detect_as_opencv(tmp_path, name, conf_scale, min
     else:
         assert len(set(found[:, 1])) >= 3
     np.testing.assert_allclose(canonical(ours), canonical(theirs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_detect_helper_matches_opencv_preprocessing_and_scales_boxes(tmp_path):
+    from pycaffe_lite.detection import detect
+
+    proto = os.path.join(DATA, "mobilenet_ssd_deploy.prototxt")
+    caffe.set_random_seed(3)
+    net = caffe.Net(proto, caffe.TEST)
+    random_weights(net, 0)
+    weights = tmp_path / "weights.caffemodel"
+    net.save(str(weights))
+    image = np.random.default_rng(2).integers(0, 256, (300, 300, 3)).astype(np.uint8)
+    found = detect(net, image, mean=(127.5, 127.5, 127.5), scale=1 / 127.5, swap_rb=True,
+                   confidence_threshold=0.3, clip=False)
+    assert len(found.scores) >= 10
+    blob = cv2.dnn.blobFromImage(image, 1 / 127.5, (300, 300), (127.5, 127.5, 127.5),
+                                 swapRB=True)
+    rows = cv_forward(proto, weights, {"data": blob}, "detection_out").reshape(-1, 7)
+    rows = rows[(rows[:, 2] >= 0.3)]
+    rows = rows[np.argsort(-rows[:, 2], kind="stable")]
+    np.testing.assert_array_equal(found.labels, rows[:, 1])
+    np.testing.assert_allclose(found.scores, rows[:, 2], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(found.boxes, rows[:, 3:7] * 300, rtol=1e-4, atol=1e-2)
+
+    wide = np.random.default_rng(3).uniform(0, 255, (200, 320, 3)).astype(np.float32)
+    found = detect(net, wide, mean=(127.5,), scale=1 / 127.5)
+    rows = net.blobs["detection_out"].data.reshape(-1, 7)
+    rows = rows[np.argsort(-rows[:, 2], kind="stable")]
+    assert len(found.scores) == len(rows) > 0
+    np.testing.assert_allclose(found.boxes, np.clip(rows[:, 3:7] * [320, 200, 320, 200], 0,
+                                                    [320, 200, 320, 200]), rtol=1e-6)
+    assert (found.boxes[:, 2] <= 320).all() and (found.boxes[:, 3] <= 200).all()
