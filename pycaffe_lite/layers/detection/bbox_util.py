@@ -123,26 +123,50 @@ def nms_fast(boxes, scores, score_threshold, nms_threshold, eta=1.0, top_k=-1):
     if order.size == 0:
         return order
     if eta >= 1:
-        # With a fixed threshold, suppressing by each kept box in turn keeps the same boxes.
-        kept = []
-        rest = order
-        while rest.size:
-            best = rest[0]
-            kept.append(best)
-            rest = rest[1:]
-            if rest.size:
-                rest = rest[jaccard(boxes[best:best + 1], boxes[rest])[0] <= nms_threshold]
-        return np.asarray(kept, dtype=np.int64)
+        return order[_greedy(boxes[order], nms_threshold)]
     # The adaptive threshold is a float in the fork: shrink it in single precision.
     threshold = np.float32(nms_threshold)
     eta = np.float32(eta)
+    ious = _overlaps(boxes[order])
     kept = []
-    for idx in order:
-        if kept and not (jaccard(boxes[idx:idx + 1], boxes[kept])[0] <= threshold).all():
+    for k in range(order.size):
+        row = ious(k)
+        if kept and not (row[kept] <= threshold).all():
             continue
-        kept.append(idx)
+        kept.append(k)
         if threshold > 0.5:
             threshold = np.float32(threshold * eta)
+    return order[np.asarray(kept, dtype=np.int64)]
+
+
+# Candidates up to this many get their overlaps as one matrix (32 MB in float64 at most).
+_MATRIX_LIMIT = 2048
+
+
+def _overlaps(boxes):
+    """``row(k)``: the overlaps of box ``k`` with all of ``boxes``, from one matrix when the
+    boxes are few enough, else computed row by row."""
+    if len(boxes) <= _MATRIX_LIMIT:
+        matrix = jaccard(boxes, boxes)
+        return lambda k: matrix[k]
+    return lambda k: jaccard(boxes[k:k + 1], boxes)[0]
+
+
+def _greedy(boxes, threshold, limit=-1):
+    """Positions kept by greedy suppression of ``boxes`` (already best first): each kept
+    box removes the later ones overlapping it by more than ``threshold``; stops after
+    ``limit`` kept boxes when ``limit > -1``. With a fixed threshold this keeps exactly the
+    boxes that overlap no earlier kept box by more than the threshold."""
+    ious = _overlaps(boxes)
+    removed = np.zeros(len(boxes), dtype=bool)
+    kept = []
+    for k in range(len(boxes)):
+        if removed[k]:
+            continue
+        kept.append(k)
+        if -1 < limit <= len(kept):
+            break
+        removed |= ious(k) > threshold
     return np.asarray(kept, dtype=np.int64)
 
 
@@ -154,18 +178,8 @@ def nms(boxes, scores, nms_threshold, top_k=-1):
     order = sort_descending(scores)
     if top_k > -1:
         order = order[:top_k]
-    small = bbox_size(boxes) < 1e-5
-    kept = []
-    rest = order[~small[order]]
-    while rest.size:
-        best = rest[0]
-        kept.append(best)
-        rest = rest[1:]
-        if top_k > -1 and len(kept) >= top_k:
-            break
-        if rest.size:
-            rest = rest[jaccard(boxes[best:best + 1], boxes[rest])[0] <= nms_threshold]
-    return np.asarray(kept, dtype=np.int64)
+    order = order[bbox_size(boxes[order]) >= 1e-5]
+    return order[_greedy(boxes[order], nms_threshold, top_k)]
 
 
 def cross_boundary(boxes):
