@@ -1,4 +1,5 @@
-"""The compiled schema against BVLC Caffe's final caffe.proto, fact by fact."""
+"""The compiled schema against BVLC Caffe's final caffe.proto and the SSD fork's additions,
+fact by fact."""
 
 import ast
 import os
@@ -15,6 +16,7 @@ from pycaffe_lite.proto import caffe_pb2
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TSV = os.path.join(HERE, "data", "caffe_proto_fields.tsv")
+SSD_TSV = os.path.join(HERE, "data", "ssd_fork_proto_fields.tsv")
 
 FDP = descriptor_pb2.FieldDescriptorProto
 LABELS = {FDP.LABEL_OPTIONAL: "optional", FDP.LABEL_REPEATED: "repeated",
@@ -25,15 +27,21 @@ SCALARS = {FD.TYPE_DOUBLE: "double", FD.TYPE_FLOAT: "float", FD.TYPE_INT64: "int
            FD.TYPE_SINT32: "sint32", FD.TYPE_SINT64: "sint64"}
 
 
-def _rows():
-    with open(TSV) as f:
+def _rows(path):
+    with open(path) as f:
         for line in f:
             if line.startswith("#") or not line.strip():
                 continue
             yield (line.rstrip("\n").split("\t") + [""] * 7)[:7]
 
 
-ROWS = list(_rows())
+ROWS = list(_rows(TSV))
+SSD_ROWS = list(_rows(SSD_TSV))
+
+# The SSD fork's fields whose number BVLC gives to another field of the same message: BVLC
+# keeps its number, the fork's field takes one from 1000 up.
+SSD_RENUMBERED = {("SolverParameter", "eval_type"): 1004,
+                  ("SolverParameter", "ap_version"): 1005}
 
 
 def _type_name(field):
@@ -62,7 +70,10 @@ def test_tsv_is_complete():
 @pytest.mark.parametrize("row", [r for r in ROWS if r[0] == "field"],
                          ids=lambda r: "%s.%s" % (r[1], r[2]))
 def test_field(row):
-    _, message, name, number, label, type_, default = row
+    _check_field(*row[1:])
+
+
+def _check_field(message, name, number, label, type_, default):
     desc = caffe_pb2.DESCRIPTOR.message_types_by_name[message]
     field = desc.fields_by_name[name]
     proto_field = descriptor_pb2.DescriptorProto()
@@ -97,9 +108,54 @@ def test_enum_value(row):
     assert desc.values_by_name[name].number == int(number)
 
 
+def test_ssd_tsv_is_complete():
+    messages = {r[1] for r in SSD_ROWS if r[0] == "field"}
+    assert {"AnnotatedDatum", "Annotation", "AnnotationGroup", "NormalizedBBox", "LabelMap",
+            "LabelMapItem", "PriorBoxParameter", "DetectionOutputParameter",
+            "MultiBoxLossParameter", "NormalizeParameter", "PermuteParameter",
+            "DetectionEvaluateParameter", "AnnotatedDataParameter", "BatchSampler",
+            "Sampler", "SampleConstraint", "EmitConstraint", "ResizeParameter",
+            "NoiseParameter", "SaltPepperParameter", "DistortionParameter",
+            "ExpansionParameter", "NonMaximumSuppressionParameter", "SaveOutputParameter",
+            "TransformationParameter", "SolverParameter", "LayerParameter"} <= messages
+    layer = {r[2]: int(r[3]) for r in SSD_ROWS if r[0] == "field" and r[1] == "LayerParameter"}
+    assert {n: layer[n] for n in ("annotated_data_param", "multibox_loss_param",
+                                  "permute_param", "prior_box_param", "detection_output_param",
+                                  "detection_evaluate_param", "norm_param")} == {
+        "annotated_data_param": 200, "multibox_loss_param": 201, "permute_param": 202,
+        "prior_box_param": 203, "detection_output_param": 204,
+        "detection_evaluate_param": 205, "norm_param": 206}
+    # none of the fork's rows repeats a BVLC field
+    assert not {(r[1], r[2]) for r in SSD_ROWS} & {(r[1], r[2]) for r in ROWS}
+
+
+def test_ssd_renumbered_fields_are_exactly_the_collisions():
+    """A fork number moves to 1000+ only where BVLC's message already uses it."""
+    bvlc_numbers = {(r[1], int(r[3])) for r in ROWS if r[0] == "field"}
+    collisions = {(r[1], r[2]) for r in SSD_ROWS
+                  if r[0] == "field" and (r[1], int(r[3])) in bvlc_numbers}
+    assert collisions == set(SSD_RENUMBERED)
+    assert all(n >= 1000 for n in SSD_RENUMBERED.values())
+
+
+@pytest.mark.parametrize("row", [r for r in SSD_ROWS if r[0] == "field"],
+                         ids=lambda r: "%s.%s" % (r[1], r[2]))
+def test_ssd_fork_field(row):
+    _, message, name, number, label, type_, default = row
+    number = str(SSD_RENUMBERED.get((message, name), number))
+    _check_field(message, name, number, label, type_, default)
+
+
+@pytest.mark.parametrize("row", [r for r in SSD_ROWS if r[0] == "enum"],
+                         ids=lambda r: "%s.%s" % (r[1], r[2]))
+def test_ssd_fork_enum_value(row):
+    test_enum_value(row)
+
+
 def test_no_unlisted_fields_below_1000():
-    """Every field of ours under 1000 is a Caffe field; additions use numbers >= 1000."""
-    listed = {(r[1], r[2]) for r in ROWS if r[0] == "field"}
+    """Every field of ours under 1000 is a Caffe (or SSD fork) field; additions use numbers
+    >= 1000."""
+    listed = {(r[1], r[2]) for r in ROWS + SSD_ROWS if r[0] == "field"}
     for mname, desc in caffe_pb2.DESCRIPTOR.message_types_by_name.items():
         for f in desc.fields:
             if (mname, f.name) not in listed:
@@ -168,3 +224,79 @@ def test_installed_protobuf_requirement_matches_the_generated_module():
         reqs == ["protobuf>=%d.%d.%d,<%d" % (major, minor, patch, major + 1)], reqs
     run = tuple(int(v) for v in re.match(r"(\d+)\.(\d+)\.(\d+)", runtime).groups())
     assert run[0] == major and run >= (major, minor, patch)
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _key(number, wire_type):
+    return _varint(number << 3 | wire_type)
+
+
+def _len(number, payload):
+    return _key(number, 2) + _varint(len(payload)) + payload
+
+
+def _f32(number, value):
+    return _key(number, 5) + struct.pack("<f", value)
+
+
+def _vint(number, value):
+    return _key(number, 0) + _varint(value)
+
+
+def test_ssd_fork_wire_bytes_parse():
+    """Bytes laid out as the SSD fork writes them (its field numbers, proto2 unpacked repeated
+    floats) parse into the fork's fields: a net with a PriorBox layer, an AnnotatedDatum."""
+    prior = (_f32(1, 30.0) + _f32(2, 60.0) + _f32(3, 2.0) + _f32(3, 3.0) + _vint(4, 0)
+             + _vint(5, 1) + b"".join(_f32(6, v) for v in (0.1, 0.1, 0.2, 0.2))
+             + _vint(7, 300) + _f32(10, 8.0) + _f32(13, 0.25))
+    nms = _f32(1, 0.45) + _vint(2, 400) + _f32(3, 0.9)
+    det_out = (_vint(1, 21) + _vint(2, 1) + _vint(3, 0) + _len(4, nms) + _vint(6, 2)
+               + _vint(7, 200) + _f32(9, 0.01))
+    layer1 = _len(1, b"mbox_priorbox") + _len(2, b"PriorBox") + _len(203, prior)
+    layer2 = _len(1, b"detection_out") + _len(2, b"DetectionOutput") + _len(204, det_out)
+    layer3 = (_len(1, b"conv4_3_norm") + _len(2, b"Normalize")
+              + _len(206, _vint(1, 0) + _len(2, _len(1, b"constant") + _f32(2, 20.0))
+                     + _vint(3, 0)))
+    wire = _len(100, layer1) + _len(100, layer2) + _len(100, layer3)
+    net = caffe_pb2.NetParameter.FromString(wire)
+    # nothing was left as an unknown field: the bytes (in field order) come back unchanged
+    assert net.SerializeToString() == wire
+    p = net.layer[0].prior_box_param
+    assert list(p.min_size) == [30.0] and list(p.max_size) == [60.0]
+    assert list(p.aspect_ratio) == [2.0, 3.0] and not p.flip and p.clip
+    assert list(p.variance) == pytest.approx([0.1, 0.1, 0.2, 0.2])
+    assert (p.img_size, p.step, p.offset) == (300, 8.0, 0.25)
+    d = net.layer[1].detection_output_param
+    assert (d.num_classes, d.share_location, d.background_label_id, d.keep_top_k) == \
+        (21, True, 0, 200)
+    assert d.code_type == caffe_pb2.PriorBoxParameter.CENTER_SIZE
+    assert d.confidence_threshold == pytest.approx(0.01)
+    assert (d.nms_param.nms_threshold, d.nms_param.top_k, d.nms_param.eta) == \
+        pytest.approx((0.45, 400, 0.9))
+    n = net.layer[2].norm_param
+    assert not n.across_spatial and not n.channel_shared
+    assert (n.scale_filler.type, n.scale_filler.value) == ("constant", 20.0)
+
+    bbox = (_f32(1, 0.1) + _f32(2, 0.2) + _f32(3, 0.5) + _f32(4, 0.75) + _vint(6, 1))
+    group = _vint(1, 3) + _len(2, _vint(1, 7) + _len(2, bbox))
+    datum = _vint(1, 3) + _vint(2, 2) + _vint(3, 2) + _len(4, bytes(range(12))) + _vint(7, 0)
+    record = _len(1, datum) + _vint(2, 0) + _len(3, group)
+    anno = caffe_pb2.AnnotatedDatum.FromString(record)
+    assert anno.type == caffe_pb2.AnnotatedDatum.BBOX and anno.HasField("type")
+    assert (anno.datum.channels, anno.datum.height, anno.datum.width) == (3, 2, 2)
+    assert anno.datum.data == bytes(range(12))
+    g = anno.annotation_group[0]
+    assert g.group_label == 3 and g.annotation[0].instance_id == 7
+    b = g.annotation[0].bbox
+    assert (b.xmin, b.ymin, b.xmax, b.ymax) == pytest.approx((0.1, 0.2, 0.5, 0.75))
+    assert b.difficult
+    # and the same bytes come back when written here
+    assert anno.SerializeToString() == record
