@@ -1,6 +1,7 @@
 """The compiled schema against BVLC Caffe's final caffe.proto, fact by fact."""
 
 import ast
+import glob
 import os
 import struct
 import subprocess
@@ -25,8 +26,12 @@ SCALARS = {FD.TYPE_DOUBLE: "double", FD.TYPE_FLOAT: "float", FD.TYPE_INT64: "int
            FD.TYPE_SINT32: "sint32", FD.TYPE_SINT64: "sint64"}
 
 
-def _rows():
-    with open(TSV) as f:
+# Caffe forks' fields that BVLC lacks, with the forks' numbers (one file per group of forks).
+FORK_TSVS = sorted(glob.glob(os.path.join(HERE, "data", "*fork*_proto_fields.tsv")))
+
+
+def _rows(path=TSV):
+    with open(path) as f:
         for line in f:
             if line.startswith("#") or not line.strip():
                 continue
@@ -34,6 +39,7 @@ def _rows():
 
 
 ROWS = list(_rows())
+FORK_ROWS = [row for path in FORK_TSVS for row in _rows(path)]
 
 
 def _type_name(field):
@@ -59,7 +65,7 @@ def test_tsv_is_complete():
     assert {r[0] for r in ROWS} == {"field", "enum"}
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if r[0] == "field"],
+@pytest.mark.parametrize("row", [r for r in ROWS + FORK_ROWS if r[0] == "field"],
                          ids=lambda r: "%s.%s" % (r[1], r[2]))
 def test_field(row):
     _, message, name, number, label, type_, default = row
@@ -85,7 +91,7 @@ def test_field(row):
         assert not proto_field.HasField("default_value")
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if r[0] == "enum"],
+@pytest.mark.parametrize("row", [r for r in ROWS + FORK_ROWS if r[0] == "enum"],
                          ids=lambda r: "%s.%s" % (r[1], r[2]))
 def test_enum_value(row):
     _, enum, name, number = row[:4]
@@ -98,8 +104,9 @@ def test_enum_value(row):
 
 
 def test_no_unlisted_fields_below_1000():
-    """Every field of ours under 1000 is a Caffe field; additions use numbers >= 1000."""
-    listed = {(r[1], r[2]) for r in ROWS if r[0] == "field"}
+    """Every field of ours under 1000 is a Caffe field (BVLC's or a fork's); additions use
+    numbers >= 1000."""
+    listed = {(r[1], r[2]) for r in ROWS + FORK_ROWS if r[0] == "field"}
     for mname, desc in caffe_pb2.DESCRIPTOR.message_types_by_name.items():
         for f in desc.fields:
             if (mname, f.name) not in listed:
