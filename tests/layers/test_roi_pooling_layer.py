@@ -123,6 +123,20 @@ def test_forward_matches_the_forks_loops(dtype):
     np.testing.assert_array_equal(_layer.argmax, arg)
 
 
+def test_regions_in_several_chunks(monkeypatch):
+    """Large batches of regions go in chunks (sorted by height): the same results."""
+    from pycaffe_lite.layers.detection import roi_pooling_layer
+
+    monkeypatch.setattr(roi_pooling_layer, "_CHUNK_ELEMENTS", 200)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    rois = np.column_stack([rng.integers(0, 2, 30), rng.uniform(-8, 50, (30, 4))])
+    layer, bottom, top = run(roi_text(3, 2, 0.25), x, rois.astype(np.float32))
+    y, arg = naive_roi_pool(x, bottom[1].data, 3, 2, 0.25)
+    np.testing.assert_array_equal(top[0].data, y)
+    np.testing.assert_array_equal(layer.argmax, arg)
+
+
 def test_gradient():
     rng = np.random.default_rng(0)
     # distinct values 0.1 apart: the maxima do not switch under the checker's steps

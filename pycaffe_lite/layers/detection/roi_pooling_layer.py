@@ -13,35 +13,31 @@ def c_round(values, xp):
     return xp.sign(values) * xp.floor(xp.abs(values) + 0.5)
 
 
-def _window_max(xp, lo, hi, size, gather, spread, carry=None):
-    """Max over the windows ``[lo, hi)`` of one axis, for every region and bin.
+def _running_max(xp, lo, hi, size, gather):
+    """Max and position of the max over the windows ``[lo, hi)`` of one axis.
 
-    ``lo``, ``hi``: (R, bins) integer arrays (already clipped to ``[0, size]``);
-    ``gather(index)`` gives the values at positions ``index`` (R, bins) in the result's layout
-    and ``spread`` turns an (R, bins) array into a broadcastable one of that layout. Positions
+    ``lo``, ``hi``: (R, bins) integer arrays clipped to ``[0, size]``; ``gather(index)`` gives
+    the values at positions ``index`` (R, bins), with (R, bins) as its leading axes. Positions
     are visited in increasing order and a value wins only when strictly greater, so ties keep
-    the first position, as Caffe's scan does. Returns ``(best, position)`` (``-inf`` and -1
-    for an empty window) and, with ``carry`` (a gather of another array), the carried values
-    at the winning positions too.
+    the first position, as Caffe's scan does; past a window's end its last element is read
+    again, which never wins. Empty windows (``hi <= lo``) give meaningless values: the caller
+    masks them. Returns ``(best, position)``, positions as int32.
     """
-    span = int((hi - lo).max()) if lo.size else 0
-    best = pos = kept = None
-    for k in range(max(span, 1)):
-        index = lo + k
-        inside = spread(index < hi)
-        clipped = xp.clip(index, 0, size - 1)
-        values = xp.where(inside, gather(clipped), -xp.inf)
-        at = xp.broadcast_to(xp.where(inside, spread(index), -1), values.shape)
-        extra = carry(clipped) if carry is not None else None
+    span = max(1, int((hi - lo).max()) if lo.size else 1)
+    last = xp.clip(hi - 1, 0, size - 1)
+    best = position = None
+    for k in range(span):
+        index = xp.minimum(xp.clip(lo + k, 0, size - 1), last)
+        values = gather(index)
+        where = index.astype(xp.int32).reshape(index.shape + (1,) * (values.ndim - index.ndim))
         if best is None:
-            best, pos, kept = values, at, extra
-        else:
-            better = values > best
-            best = xp.where(better, values, best)
-            pos = xp.where(better, at, pos)
-            if carry is not None:
-                kept = xp.where(better, extra, kept)
-    return (best, pos, kept) if carry is not None else (best, pos)
+            best = values  # a gather is a new array
+            position = xp.broadcast_to(where, values.shape).copy()
+            continue
+        better = values > best
+        xp.maximum(best, values, out=best)
+        position = xp.where(better, where, position)
+    return best, position
 
 
 @register_layer("ROIPooling")
@@ -142,34 +138,43 @@ class ROIPoolingLayer(Layer):
         if y.size == 0 or x.size == 0:
             y[...] = 0
             return
-        chunk = max(1, _CHUNK_ELEMENTS // (channels * height * self.pooled_w))
+        # (N, W, H, C): a gather at (image, column, row) copies a run of C values
+        planes = xp.ascontiguousarray(x.transpose(0, 3, 2, 1))
+        # regions in order of their height in rows, so that a chunk gathers few spare rows
+        first = row_lo[:, 0]
+        extent = xp.maximum(row_hi[:, -1] - first, 1)
+        order = xp.argsort(extent, kind="stable")
+        chunk = max(1, _CHUNK_ELEMENTS // (channels * int(extent.max()) * self.pooled_w))
         for r0 in range(0, batch.shape[0], chunk):
-            sl = slice(r0, r0 + chunk)
-            best, where = self._pool(x, batch[sl], row_lo[sl], row_hi[sl], col_lo[sl],
-                                     col_hi[sl])
-            y[sl] = xp.where(where < 0, 0, best)
-            self.argmax[sl] = where
+            take = order[r0:r0 + chunk]
+            y[take], self.argmax[take] = self._pool(
+                planes, batch[take], first[take], int(extent[take].max()), row_lo[take],
+                row_hi[take], col_lo[take], col_hi[take])
 
     @staticmethod
-    def _pool(x, batch, row_lo, row_hi, col_lo, col_hi):
+    def _pool(planes, batch, first, span, row_lo, row_hi, col_lo, col_hi):
         """Max and flat argmax (row * W + column; -1 when the bin is empty) of the bins of
-        some regions: first over each row's column bins, then over the row bins."""
-        xp = get_array_module(x)
-        height, width = x.shape[2:]
-        # (R, C, H, PW): per row of the map, the max over each column bin
-        by_row, col_at = _window_max(
-            xp, col_lo, col_hi, width,
-            lambda index: x[batch[:, None], :, :, index].transpose(0, 2, 3, 1),
-            lambda m: m[:, None, None, :])
+        some regions, (R, C, PH, PW): first over the column bins of the ``span`` rows from
+        each region's ``first`` row, then over the row bins. ``planes``: the map as
+        (N, W, H, C)."""
+        xp = get_array_module(planes)
+        width, height = planes.shape[1], planes.shape[2]
+        rows = xp.clip(first[:, None] + xp.arange(span)[None, :], 0, height - 1)
         ar = xp.arange(batch.shape[0])[:, None]
-        # (R, C, PH, PW): the max over the rows of each row bin, with its column
-        best, row_at, col_at = _window_max(
-            xp, row_lo, row_hi, height,
-            lambda index: by_row[ar, :, index, :].transpose(0, 2, 1, 3),
-            lambda m: m[:, None, :, None],
-            carry=lambda index: col_at[ar, :, index, :].transpose(0, 2, 1, 3))
-        empty = (row_at < 0) | (col_at < 0)
-        return best, xp.where(empty, -1, row_at * width + col_at)
+        # (R, PW, span, C): per row, the max over each column bin
+        by_row, col_at = _running_max(
+            xp, col_lo, col_hi, width,
+            lambda index: planes[batch[:, None, None], index[:, :, None], rows[:, None, :]])
+        # (R, PH, PW, C): the max over the rows of each row bin (rows counted from first)
+        best, row_at = _running_max(xp, row_lo - first[:, None], row_hi - first[:, None], span,
+                                    lambda index: by_row[ar, :, index])
+        col_at = col_at[ar[:, :, None, None], xp.arange(col_at.shape[1])[None, None, :, None],
+                        row_at, xp.arange(col_at.shape[3])[None, None, None, :]]
+        empty = ((row_hi <= row_lo)[:, :, None] | (col_hi <= col_lo)[:, None, :])[..., None]
+        row_at = row_at.astype(xp.int64) + first[:, None, None, None]
+        flat = xp.where(empty, -1, row_at * width + col_at)
+        best = xp.where(empty, 0, best)
+        return best.transpose(0, 3, 1, 2), flat.transpose(0, 3, 1, 2)
 
     def backward(self, top, propagate_down, bottom):
         if propagate_down[1]:
