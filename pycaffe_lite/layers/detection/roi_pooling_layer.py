@@ -35,7 +35,7 @@ def _running_max(xp, lo, hi, size, gather):
             position = xp.broadcast_to(where, values.shape).copy()
             continue
         better = values > best
-        xp.maximum(best, values, out=best)
+        best = xp.where(better, values, best)  # (not maximum: a NaN never wins, as in Caffe)
         position = xp.where(better, where, position)
     return best, position
 
