@@ -184,3 +184,11 @@ def test_batch_index_out_of_range():
             "region 1 has batch index 2.0, outside the 2 image(s) of bottom 0 (expected "
             "0 <= index < 2)")):
         layer.Forward(bottom, top)
+
+
+def test_a_nan_never_wins():
+    # Caffe's scan keeps the first strictly greater value: NaN compares false and is passed
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    x[0, 0, 0, 0] = x[0, 0, 3, 3] = np.nan
+    layer, _, top = run(roi_text(1, 1), x, np.array([[0, 0, 0, 3, 3]], np.float32))
+    assert top[0].data.ravel().tolist() == [14] and layer.argmax.ravel().tolist() == [14]

@@ -31,11 +31,11 @@ def _running_max(xp, lo, hi, size, gather):
         values = gather(index)
         where = index.astype(xp.int32).reshape(index.shape + (1,) * (values.ndim - index.ndim))
         if best is None:
-            best = values  # a gather is a new array
+            best = xp.where(values == values, values, -xp.inf)  # a NaN never wins (Caffe)
             position = xp.broadcast_to(where, values.shape).copy()
             continue
         better = values > best
-        best = xp.where(better, values, best)  # (not maximum: a NaN never wins, as in Caffe)
+        best = xp.where(better, values, best)
         position = xp.where(better, where, position)
     return best, position
 
