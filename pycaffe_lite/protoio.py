@@ -11,6 +11,7 @@ import re
 from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 
+from . import fork_fields
 from .errors import ProtoError
 from .proto import caffe_pb2
 
@@ -229,6 +230,7 @@ def read_net_param(source, upgrade=True):
         param = parse_text(source, caffe_pb2.NetParameter())
     else:
         raise _not_found(source, "a net: a prototxt path, prototxt text or a NetParameter")
+    fork_fields.restore(param)
     if upgrade:
         _upgrade.upgrade_net_as_needed(param, path or "<string>")
     return param

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from . import protoio
+from . import fork_fields, protoio
 from .blob import proto_shape
 from .errors import CaffeError, ProtoError, ShapeError
 from .proto import caffe_pb2
@@ -42,6 +42,7 @@ def copy_trained_layers(net, path):
     if is_hdf5(path):
         return copy_trained_layers_hdf5(net, path)
     source = protoio.read_binary(path, caffe_pb2.NetParameter())
+    fork_fields.restore(source)
     from . import upgrade
     upgrade.upgrade_net_as_needed(source, path)
     copy_trained_layers_from_param(net, source, path)

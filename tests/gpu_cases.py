@@ -75,6 +75,8 @@ def _ssd_probs(seed):
 
 CASES = [
     case("AbsVal", 'type: "AbsVal"', [_u((2, 3, 4))]),
+    case("Axpy", 'type: "Axpy"', [_u((2, 3, 1, 1)), _u((2, 3, 4, 5), 1), _u((2, 3, 4, 5), 2)]),
+    case("Axpy", 'type: "Axpy"', [_u((2, 3)), _u((2, 3, 4), 1), _u((2, 3, 4), 2)]),
     case("Accuracy", 'type: "Accuracy" accuracy_param { top_k: 2 }',
          [_u((6, 5)), _labels(6, 5)], down=[False, False], tops=2),
     case("ArgMax", 'type: "ArgMax" argmax_param { top_k: 2 out_max_val: true axis: 1 }',
@@ -93,6 +95,9 @@ CASES = [
     case("ContrastiveLoss", 'type: "ContrastiveLoss" contrastive_loss_param { margin: 1.5 }',
          [_u((4, 3)), _u((4, 3), 2), np.array([1, 0, 0, 1], np.float32)],
          down=[True, True, False]),
+    case("ConvolutionDepthwise", 'type: "ConvolutionDepthwise" convolution_param { kernel_size: 3 '
+         'pad: 1 stride: 2 weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: '
+         '"uniform" } }', [_u(X4)]),
     case("Convolution", CONV, [_u(X4)]),
     case("Convolution", CONV.replace("pad: 1 stride: 2", "dilation: 2") + " convolution_param "
          "{ engine: CAFFE }", [_u((2, 4, 7, 7))]),
@@ -107,6 +112,9 @@ CASES = [
          'transform_param {{ scale: 0.5 mirror: true crop_size: 3 }}', [], tops=2,
          host_io=True),
     case("Deconvolution", CONV.replace("Convolution", "Deconvolution"), [_u(X4)]),
+    case("DepthwiseConvolution", 'type: "DepthwiseConvolution" convolution_param { '
+         'num_output: 8 kernel_size: 2 weight_filler { type: "gaussian" std: 0.3 } }',
+         [_u(X4)]),
     case("Dropout", 'type: "Dropout" dropout_param { dropout_ratio: 0.3 }', [_u((2, 3, 4, 5))]),
     case("DummyData", 'type: "DummyData" dummy_data_param { shape { dim: 2 dim: 3 } '
          'data_filler { type: "gaussian" } }', [], host_io=True),
@@ -145,6 +153,8 @@ CASES = [
     case("InnerProduct", 'type: "InnerProduct" inner_product_param { num_output: 3 '
          'transpose: true axis: 2 weight_filler { type: "gaussian" } }', [_u((2, 2, 5))]),
     case("Input", 'type: "Input" input_param { shape { dim: 2 dim: 3 } }', [], host_io=True),
+    case("Interp", 'type: "Interp" interp_param { zoom_factor: 2 pad_beg: -1 }', [_u(X4)]),
+    case("Interp", 'type: "Interp" interp_param { height: 4 width: 9 }', [_u(X4)]),
     case("LRN", 'type: "LRN" lrn_param { local_size: 3 alpha: 0.5 beta: 0.75 k: 1.5 }',
          [_u((2, 6, 3, 4))]),
     case("LRN", 'type: "LRN" lrn_param { local_size: 3 norm_region: WITHIN_CHANNEL '
@@ -193,6 +203,10 @@ CASES = [
          [_u((2, 3, 4))]),
     case("Region", 'type: "Region" region_param { classes: 3 coords: 4 num: 2 softmax: true '
          'anchors: [1.08, 1.19, 3.42, 4.41] }', [_u((2, 16, 3, 2), 0, -3, 3)]),
+    case("ROIPooling", 'type: "ROIPooling" roi_pooling_param { pooled_h: 3 pooled_w: 2 '
+         'spatial_scale: 0.5 }',
+         [_u((2, 3, 7, 8)), np.array([[0, 1, 1, 9, 11], [1, 0, 0, 15, 13], [1, 6, 4, 3, 2],
+                                      [0, 12, 12, 30, 30]], np.float32)], down=[True, False]),
     case("Reshape", 'type: "Reshape" reshape_param { shape { dim: 0 dim: -1 dim: 2 } }',
          [_u((2, 3, 4))]),
     case("SPP", 'type: "SPP" spp_param { pyramid_height: 2 pool: MAX }', [_u((2, 3, 5, 4))]),
@@ -202,6 +216,8 @@ CASES = [
     case("Scale", 'type: "Scale" scale_param { axis: 1 num_axes: 1 bias_term: true '
          'filler { type: "uniform" } bias_filler { type: "uniform" } }', [_u((2, 3, 4))]),
     case("Scale", 'type: "Scale" scale_param { axis: 0 }', [_u((2, 3, 4)), _u((2, 3), 1)]),
+    case("ShuffleChannel", 'type: "ShuffleChannel" shuffle_channel_param { group: 2 }',
+         [_u(X4)]),
     case("Sigmoid", 'type: "Sigmoid"', [_u((2, 3, 4))]),
     case("SigmoidCrossEntropyLoss", 'type: "SigmoidCrossEntropyLoss" loss_param { '
          'ignore_label: -1 }', [_u((3, 4), 0, -3, 3),

@@ -310,6 +310,26 @@ def pool_kernel_larger_than_padded_input(tmp):
                      'pooling_param { kernel_size: 7 } }'))
 
 
+@case(LayerError, "layer 'roi' (type ROIPooling)", "regions (bottom 1) must be R x 5",
+      "got shape (2,)")
+def roi_pooling_regions_not_5_wide(tmp):
+    build(tmp, layer('layer { name: "roi" type: "ROIPooling" bottom: "x" bottom: "label" '
+                     'top: "y" roi_pooling_param { pooled_h: 2 pooled_w: 2 } }'))
+
+
+@case(LayerError, "layer 's' (type ShuffleChannel)", "the 3 channels", "not a multiple of "
+      "group 2")
+def shuffle_channel_group_does_not_divide(tmp):
+    build(tmp, layer('layer { name: "s" type: "ShuffleChannel" bottom: "x" top: "y" '
+                     'shuffle_channel_param { group: 2 } }'))
+
+
+@case(LayerError, "layer 'a' (type Axpy)", "N = 2, C = 3", "got shape (2,)")
+def axpy_scale_shape_mismatch(tmp):
+    build(tmp, layer('layer { name: "a" type: "Axpy" bottom: "label" bottom: "x" bottom: "x" '
+                     'top: "y" }'))
+
+
 @case(LayerError, "layer 'c' (type Convolution)", "input channels (3) must be a multiple of "
       "group (2)")
 def group_not_dividing_channels(tmp):

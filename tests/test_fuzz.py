@@ -126,7 +126,8 @@ def pooling_param(draw, p):
 
 def layer_params(draw, lp):
     t = lp.type
-    if t in ("Convolution", "Deconvolution", "Im2col"):
+    if t in ("Convolution", "Deconvolution", "Im2col", "ConvolutionDepthwise",
+             "DepthwiseConvolution"):
         conv_param(draw, lp.convolution_param)
     elif t == "Pooling":
         pooling_param(draw, lp.pooling_param)
@@ -261,6 +262,17 @@ def layer_params(draw, lp):
         lp.multibox_loss_param.mining_type = draw(st.sampled_from([0, 1, 2]))
     elif t == "DetectionEvaluate":
         lp.detection_evaluate_param.num_classes = draw(st.integers(1, 4))
+    elif t == "ROIPooling":
+        lp.roi_pooling_param.pooled_h = draw(st.integers(0, 3))
+        lp.roi_pooling_param.pooled_w = draw(st.integers(0, 3))
+        lp.roi_pooling_param.spatial_scale = draw(st.sampled_from([0.0, 0.25, 1.0, -1.0]))
+    elif t == "ShuffleChannel":
+        lp.shuffle_channel_param.group = draw(st.integers(0, 3))
+    elif t == "Interp":
+        p = lp.interp_param
+        for field in ("zoom_factor", "shrink_factor", "height", "width", "pad_beg", "pad_end"):
+            if draw(st.booleans()):
+                setattr(p, field, draw(st.integers(-2, 4)))
     if draw(st.integers(0, 9)) == 0:
         lp.loss_weight.append(draw(real))
     if draw(st.integers(0, 19)) == 0:
@@ -277,7 +289,9 @@ PALETTE = {
     "Mish": (1, 1, 1), "ReLU6": (1, 1, 1), "Dropout": (1, 1, 1), "PReLU": (1, 1, 1),
     "Softmax": (1, 1, 1), "LRN": (1, 1, 1), "BatchNorm": (1, 1, 1), "MVN": (1, 1, 1),
     "Flatten": (1, 1, 1), "Reshape": (1, 1, 1), "ArgMax": (1, 1, 1), "Tile": (1, 1, 1),
-    "Reduction": (1, 1, 1), "Upsample": (1, 1, 1),
+    "Reduction": (1, 1, 1), "Upsample": (1, 1, 1), "Interp": (1, 1, 1),
+    "ShuffleChannel": (1, 1, 1), "ConvolutionDepthwise": (1, 1, 1),
+    "DepthwiseConvolution": (1, 1, 1), "ROIPooling": (2, 2, 1), "Axpy": (3, 3, 1),
     "Concat": (1, 3, 1), "Eltwise": (2, 3, 1), "Slice": (1, 1, 2), "Split": (1, 1, 2),
     "Scale": (1, 2, 1), "Bias": (1, 2, 1), "Crop": (2, 2, 1), "Filter": (2, 3, 1),
     "BatchReindex": (2, 2, 1), "Silence": (1, 2, 0),

@@ -2,6 +2,7 @@
 fact by fact."""
 
 import ast
+import glob
 import os
 import struct
 import subprocess
@@ -27,6 +28,12 @@ SCALARS = {FD.TYPE_DOUBLE: "double", FD.TYPE_FLOAT: "float", FD.TYPE_INT64: "int
            FD.TYPE_SINT32: "sint32", FD.TYPE_SINT64: "sint64"}
 
 
+# Other Caffe forks' fields that BVLC lacks, with the forks' numbers (one file per group of
+# forks); the SSD fork's table has its own tests below (some of its numbers move).
+FORK_TSVS = sorted(p for p in glob.glob(os.path.join(HERE, "data", "*fork*_proto_fields.tsv"))
+                   if os.path.basename(p) != os.path.basename(SSD_TSV))
+
+
 def _rows(path):
     with open(path) as f:
         for line in f:
@@ -37,6 +44,7 @@ def _rows(path):
 
 ROWS = list(_rows(TSV))
 SSD_ROWS = list(_rows(SSD_TSV))
+FORK_ROWS = [row for path in FORK_TSVS for row in _rows(path)]
 
 # The SSD fork's fields whose number BVLC gives to another field of the same message: BVLC
 # keeps its number, the fork's field takes one from 1000 up.
@@ -67,7 +75,7 @@ def test_tsv_is_complete():
     assert {r[0] for r in ROWS} == {"field", "enum"}
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if r[0] == "field"],
+@pytest.mark.parametrize("row", [r for r in ROWS + FORK_ROWS if r[0] == "field"],
                          ids=lambda r: "%s.%s" % (r[1], r[2]))
 def test_field(row):
     _check_field(*row[1:])
@@ -96,7 +104,7 @@ def _check_field(message, name, number, label, type_, default):
         assert not proto_field.HasField("default_value")
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if r[0] == "enum"],
+@pytest.mark.parametrize("row", [r for r in ROWS + FORK_ROWS if r[0] == "enum"],
                          ids=lambda r: "%s.%s" % (r[1], r[2]))
 def test_enum_value(row):
     _, enum, name, number = row[:4]
@@ -153,9 +161,9 @@ def test_ssd_fork_enum_value(row):
 
 
 def test_no_unlisted_fields_below_1000():
-    """Every field of ours under 1000 is a Caffe (or SSD fork) field; additions use numbers
-    >= 1000."""
-    listed = {(r[1], r[2]) for r in ROWS + SSD_ROWS if r[0] == "field"}
+    """Every field of ours under 1000 is a Caffe field (BVLC's or a fork's); additions use
+    numbers >= 1000."""
+    listed = {(r[1], r[2]) for r in ROWS + SSD_ROWS + FORK_ROWS if r[0] == "field"}
     for mname, desc in caffe_pb2.DESCRIPTOR.message_types_by_name.items():
         for f in desc.fields:
             if (mname, f.name) not in listed:
