@@ -26,6 +26,7 @@ ACTIVATIONS = {
     "relu6": ("ReLU6", None),
 }
 
+
 class _Out:
     """A Darknet layer's output: its Caffe blob and Darknet's (c, h, w); ``flat`` when the
     blob has two axes (N, c), as after [connected]."""
