@@ -122,7 +122,8 @@ def device_count():
 def device_properties(device_id=None):
     """What ``device_query`` prints about a GPU: ``{"id", "name", "total_memory" (bytes),
     "compute_capability" ("major.minor"), "multiprocessors", "clock_khz", "cuda_runtime",
-    "cuda_driver", "cupy", "cudnn"}``. Raises GPUUnavailableError without a usable GPU."""
+    "cuda_driver", "cupy"}``. Raises GPUUnavailableError without a usable GPU. (cuDNN's version
+    is :func:`pycaffe_lite.ops.gpu.cudnn.version`.)"""
     cp = _import_cupy()
     dev = _state["device_id"] if device_id is None else int(device_id)
     count = cp.cuda.runtime.getDeviceCount()
@@ -131,7 +132,6 @@ def device_properties(device_id=None):
                                   % (dev, count))
     props = cp.cuda.runtime.getDeviceProperties(dev)
     name = props["name"]
-    from .ops.gpu import cudnn
     return {
         "id": dev,
         "name": name.decode() if isinstance(name, bytes) else str(name),
@@ -142,7 +142,6 @@ def device_properties(device_id=None):
         "cuda_runtime": _version_string(cp.cuda.runtime.runtimeGetVersion()),
         "cuda_driver": _version_string(cp.cuda.runtime.driverGetVersion()),
         "cupy": cp.__version__,
-        "cudnn": cudnn.version(),
     }
 
 
