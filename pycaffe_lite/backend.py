@@ -91,7 +91,21 @@ def set_mode_gpu():
 
 
 def _is_cupy(mod):
+    """Whether the device module is CuPy itself (not the simulated device)."""
     return getattr(mod, "__name__", "") == "cupy"
+
+
+def is_cupy_array(*arrays):
+    """True when every array (None aside) is a CuPy ndarray; checked by type, without
+    importing CuPy. False for no arrays."""
+    found = False
+    for a in arrays:
+        if a is None:
+            continue
+        if not type(a).__module__.startswith("cupy"):
+            return False
+        found = True
+    return found
 
 
 def mode():
