@@ -213,7 +213,7 @@ class ConvGeometry:
         for start in range(0, self.num, self.chunk):
             yield start, min(self.num, start + self.chunk)
 
-    def forward_and_weight(self, input, weights, output=None, grad_output=None,
+    def _forward_and_weight(self, input, weights, output=None, grad_output=None,
                                 weight_diff=None, bias=None):
         """One im2col of ``input`` per chunk, used for ``output = W * col (+ bias)`` (when
         ``output`` is given) and for ``weight_diff += grad_output * col^T`` (when
@@ -255,7 +255,7 @@ class ConvGeometry:
                     res.reshape(nb, self.conv_out_channels, npix)[...] += \
                         bias.reshape(1, self.conv_out_channels, 1)
 
-    def backward_and_weight(self, input, output_diff, weights, input_diff=None,
+    def _backward_and_weight(self, input, output_diff, weights, input_diff=None,
                                  weight_diff=None):
         """Convolution's backward on a batch, sharing the relayout of ``output_diff``:
         ``weight_diff += output_diff * im2col(input)^T`` (when ``weight_diff`` is given) and
@@ -294,7 +294,7 @@ def forward(x, weights, y, geom, bias=None):
         _cudnn.conv_forward(x, weights, bias, y, geom.pad, geom.stride, geom.dilation,
                             geom.group)
         return
-    geom.forward_and_weight(x, weights, output=y, bias=bias)
+    geom._forward_and_weight(x, weights, output=y, bias=bias)
 
 
 def backward(x, dy, weights, geom, dx=None, dw=None):
@@ -305,11 +305,11 @@ def backward(x, dy, weights, geom, dx=None, dw=None):
         _cudnn.conv_backward(x, dy, weights, dx, dw, geom.pad, geom.stride, geom.dilation,
                              geom.group)
         return
-    geom.backward_and_weight(x, dy, weights, input_diff=dx, weight_diff=dw)
+    geom._backward_and_weight(x, dy, weights, input_diff=dx, weight_diff=dw)
 
 
 def forward_and_weight(x, weights, geom, y=None, dy=None, dw=None, bias=None):
     """One im2col of ``x`` per chunk, used for ``y = W * col (+ bias)`` (when ``y`` is given)
     and for ``dw += dy * col^T`` (when ``dw`` is given; ``dy`` is then on the output side):
     Deconvolution's backward."""
-    geom.forward_and_weight(x, weights, output=y, grad_output=dy, weight_diff=dw, bias=bias)
+    geom._forward_and_weight(x, weights, output=y, grad_output=dy, weight_diff=dw, bias=bias)
