@@ -91,7 +91,21 @@ def set_mode_gpu():
 
 
 def _is_cupy(mod):
+    """Whether the device module is CuPy itself (not the simulated device)."""
     return getattr(mod, "__name__", "") == "cupy"
+
+
+def is_cupy_array(*arrays):
+    """True when every array (None aside) is a CuPy ndarray; checked by type, without
+    importing CuPy. False for no arrays."""
+    found = False
+    for a in arrays:
+        if a is None:
+            continue
+        if not type(a).__module__.startswith("cupy"):
+            return False
+        found = True
+    return found
 
 
 def mode():
@@ -122,7 +136,8 @@ def device_count():
 def device_properties(device_id=None):
     """What ``device_query`` prints about a GPU: ``{"id", "name", "total_memory" (bytes),
     "compute_capability" ("major.minor"), "multiprocessors", "clock_khz", "cuda_runtime",
-    "cuda_driver", "cupy", "cudnn"}``. Raises GPUUnavailableError without a usable GPU."""
+    "cuda_driver", "cupy"}``. Raises GPUUnavailableError without a usable GPU. (cuDNN's version
+    is :func:`pycaffe_lite.ops.gpu.cudnn.version`.)"""
     cp = _import_cupy()
     dev = _state["device_id"] if device_id is None else int(device_id)
     count = cp.cuda.runtime.getDeviceCount()
@@ -131,7 +146,6 @@ def device_properties(device_id=None):
                                   % (dev, count))
     props = cp.cuda.runtime.getDeviceProperties(dev)
     name = props["name"]
-    from .ops.gpu import cudnn
     return {
         "id": dev,
         "name": name.decode() if isinstance(name, bytes) else str(name),
@@ -142,7 +156,6 @@ def device_properties(device_id=None):
         "cuda_runtime": _version_string(cp.cuda.runtime.runtimeGetVersion()),
         "cuda_driver": _version_string(cp.cuda.runtime.driverGetVersion()),
         "cupy": cp.__version__,
-        "cudnn": cudnn.version(),
     }
 
 

@@ -121,18 +121,6 @@ class Blob:
     def cpu_diff(self):
         return self._view(self._diff.cpu())
 
-    def gpu_data(self):
-        return self._view(self._data.gpu())
-
-    def gpu_diff(self):
-        return self._view(self._diff.gpu())
-
-    def mutable_gpu_data(self):
-        return self._view(self._data.mutable_gpu())
-
-    def mutable_gpu_diff(self):
-        return self._view(self._diff.mutable_gpu())
-
     def read_data(self):
         return self._view(self._data.read())
 

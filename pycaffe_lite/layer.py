@@ -53,6 +53,9 @@ class Layer:
     auto_top_blobs = False
     # Loss layers weigh their first top by 1 unless the prototxt says otherwise.
     is_loss = False
+    # The forward draws random numbers (in some phase): two layers of the same parameters and
+    # inputs may give different outputs (the test harness then skips its output comparison).
+    draws_random = False
 
     def __init__(self, layer_param=None, dtype=np.float32):
         param = caffe_pb2.LayerParameter()

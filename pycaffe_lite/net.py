@@ -19,7 +19,6 @@ from .layers import create_layer
 from .net_batches import BatchedCalls
 from .net_graph import filter_net, insert_splits
 from .proto import caffe_pb2
-from .registry import register_net_class
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -557,6 +556,3 @@ def _call_layer(layer, step, bottom, fn, *args):
         raise LayerError("%s failed with bottom shapes [%s]: %s: %s"
                          % (step, shapes, type(exc).__name__, exc), layer.name,
                          layer.type) from exc
-
-
-register_net_class(Net)

@@ -88,17 +88,3 @@ def register_layer(type_name):
 def layer_type_list():
     return LAYERS.names()
 
-
-_net_class = []
-
-
-def register_net_class(cls):
-    """Called by net.py so that layers holding an inner net (RNN, LSTM) can build one without
-    importing the Net module (layers sit below the Net in the dependency order)."""
-    _net_class[:] = [cls]
-
-
-def net_class():
-    if not _net_class:
-        from . import net  # noqa: F401  (registers itself on import)
-    return _net_class[0]

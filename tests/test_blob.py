@@ -122,21 +122,25 @@ def test_sync_state_machine_with_simulated_device():
         assert b.data_state == syncedmem.UNINITIALIZED
         b.data[...] = 1                      # host write
         assert b.data_state == syncedmem.HEAD_AT_CPU
-        g = b.gpu_data()                     # read on device: copies up, both current
-        assert isinstance(g, DeviceArray) and dev.to_device == 1
-        assert b.data_state == syncedmem.SYNCED
-        b.gpu_data()                         # no second copy
-        assert dev.to_device == 1
-        b.mutable_gpu_data()[...] = 4        # device write: host stale
-        assert b.data_state == syncedmem.HEAD_AT_GPU and dev.to_host == 0
-        assert (b.cpu_data() == 4).all()     # host read copies down
-        assert dev.to_host == 1 and b.data_state == syncedmem.SYNCED
-        b.data[0, 0] = 9                     # pycaffe's .data is a write
-        assert b.data_state == syncedmem.HEAD_AT_CPU
-        assert b.gpu_data()[0, 0] == 9 and dev.to_device == 2
-        fresh = Blob((4,))
-        assert isinstance(fresh.mutable_gpu_diff(), DeviceArray)   # allocated on device
-        assert fresh.diff_state == syncedmem.HEAD_AT_GPU and dev.to_device == 2
+        backend.set_mode_gpu()               # read_/write_ now reach the device side
+        try:
+            g = b.read_data()                # read on device: copies up, both current
+            assert isinstance(g, DeviceArray) and dev.to_device == 1
+            assert b.data_state == syncedmem.SYNCED
+            b.read_data()                    # no second copy
+            assert dev.to_device == 1
+            b.write_data()[...] = 4          # device write: host stale
+            assert b.data_state == syncedmem.HEAD_AT_GPU and dev.to_host == 0
+            assert (b.cpu_data() == 4).all()  # host read copies down
+            assert dev.to_host == 1 and b.data_state == syncedmem.SYNCED
+            b.data[0, 0] = 9                 # pycaffe's .data is a write
+            assert b.data_state == syncedmem.HEAD_AT_CPU
+            assert b.read_data()[0, 0] == 9 and dev.to_device == 2
+            fresh = Blob((4,))
+            assert isinstance(fresh.write_diff(), DeviceArray)   # allocated on device
+            assert fresh.diff_state == syncedmem.HEAD_AT_GPU and dev.to_device == 2
+        finally:
+            backend.set_mode_cpu()
 
 
 def test_update_runs_on_the_device_in_gpu_mode():

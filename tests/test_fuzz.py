@@ -273,6 +273,18 @@ def layer_params(draw, lp):
         for field in ("zoom_factor", "shrink_factor", "height", "width", "pad_beg", "pad_end"):
             if draw(st.booleans()):
                 setattr(p, field, draw(st.integers(-2, 4)))
+    elif t in ("Region", "Yolo"):
+        p = lp.region_param if t == "Region" else lp.yolo_param
+        p.classes = draw(st.integers(0, 3))
+        p.num = draw(st.integers(0, 3))
+        for _ in range(draw(st.integers(0, 6))):
+            p.anchors.append(draw(real))
+        if t == "Region":
+            p.coords = draw(st.integers(0, 5))
+            p.softmax = draw(st.booleans())
+        else:
+            for _ in range(draw(st.integers(0, 3))):
+                p.mask.append(draw(st.integers(0, 3)))
     if draw(st.integers(0, 9)) == 0:
         lp.loss_weight.append(draw(real))
     if draw(st.integers(0, 19)) == 0:
@@ -299,9 +311,24 @@ PALETTE = {
     "SigmoidCrossEntropyLoss": (2, 2, 1), "MultinomialLogisticLoss": (2, 2, 1),
     "InfogainLoss": (3, 3, 1), "ContrastiveLoss": (3, 3, 1), "Accuracy": (2, 2, 1),
     "LSTM": (2, 3, 1), "RNN": (2, 3, 1), "LSTMUnit": (3, 3, 3),
-    "Parameter": (0, 0, 1), "DummyData": (0, 0, 1), "Bogus": (1, 1, 1),
+    "Parameter": (0, 0, 1), "DummyData": (0, 0, 1), "Region": (1, 1, 1), "Yolo": (1, 1, 1),
+    "Bogus": (1, 1, 1),
     "Normalize": (1, 1, 1), "Permute": (1, 1, 1), "PriorBox": (2, 2, 1),
     "DetectionOutput": (3, 3, 1), "MultiBoxLoss": (4, 4, 1), "DetectionEvaluate": (2, 2, 1),
+}
+
+# Built-in layer types the random nets leave out, and why. Every other registered type must be
+# in PALETTE (test_every_built_in_layer_type_is_in_the_palette): a new layer type joins the
+# palette, with its parameters drawn in layer_params, or this list with a reason.
+NOT_IN_PALETTE = {
+    "Input": "every random net starts with one (net_params)",
+    "Data": "reads a database from disk; its checks are in tests/layers/test_data_layer.py",
+    "ImageData": "reads an image list from disk; checked in its own tests",
+    "WindowData": "reads a window file and images from disk; checked in its own tests",
+    "HDF5Data": "reads HDF5 files from disk; checked in its own tests",
+    "HDF5Output": "writes HDF5 files to disk; checked in its own tests",
+    "MemoryData": "needs arrays handed over from Python (set_input_arrays) before forward",
+    "Python": "imports a user module named in its parameters",
 }
 
 
@@ -370,6 +397,20 @@ def fuzz(run, examples, ran_key, ok_key, what, capsys, **kwargs):
               % (ran, what, ok))
     assert ran >= examples  # (examples that overran Hypothesis's buffer are drawn again)
     return ok / ran
+
+
+def test_every_built_in_layer_type_is_in_the_palette():
+    from pycaffe_lite.layers import load_all
+    from pycaffe_lite.registry import LAYERS
+
+    load_all()
+    builtin = {name for name, cls in LAYERS.items()
+               if cls.__module__.startswith("pycaffe_lite.layers.")}  # not tests' own types
+    missing = sorted(builtin - set(PALETTE) - set(NOT_IN_PALETTE))
+    assert not missing, "layer types missing from the fuzz palette (add them to PALETTE, " \
+        "or to NOT_IN_PALETTE with a reason): %s" % missing
+    stale = sorted(set(NOT_IN_PALETTE) - builtin)
+    assert not stale, "NOT_IN_PALETTE names types that are not registered: %s" % stale
 
 
 def test_random_nets_work_or_raise_our_error(capsys):

@@ -1,6 +1,7 @@
 """``pycaffe-lite device_query``: the GPU that ``--gpu`` would use (Caffe's device_query)."""
 
 from .. import backend
+from ..ops.gpu import cudnn
 
 
 def add_arguments(p):
@@ -18,7 +19,8 @@ def _print(props):
     print("CUDA runtime / driver:         %s / %s" % (props["cuda_runtime"],
                                                       props["cuda_driver"]))
     print("CuPy:                          %s" % props["cupy"])
-    print("cuDNN:                         %s" % (props["cudnn"] if props["cudnn"] is not None
+    version = cudnn.version()
+    print("cuDNN:                         %s" % (version if version is not None
                                                  else "not available (CAFFE engine only)"))
 
 

@@ -15,7 +15,8 @@ key becomes is tabulated in ``README.md`` next to this file.
 """
 
 from .cfg import CfgSection, DarknetCfg, DarknetError, DarknetWarning, parse_cfg, read_cfg
-from .convert import BN_VARIANTS, Conversion, convert, darknet2caffe, solver_from_cfg
+from .convert import BN_VARIANTS, Conversion, convert, darknet2caffe
+from .solver import solver_from_cfg
 from .weights import DarknetWeights, read_weights
 
 __all__ = ["BN_VARIANTS", "CfgSection", "Conversion", "DarknetCfg", "DarknetError",

@@ -19,7 +19,6 @@ from . import cpu as _cpu
 from .gpu import im2col as _gpu
 
 
-
 def conv_output_shape(input_shape, kernel, pad, stride, dilation):
     """Caffe's output size per spatial axis: ``(in + 2p - (d*(k-1)+1)) // s + 1``.
 
@@ -30,7 +29,8 @@ def conv_output_shape(input_shape, kernel, pad, stride, dilation):
                  for i, k, p, s, d in zip(input_shape, kernel, pad, stride, dilation))
 
 
-def _prod(values):
+def prod(values):
+    """The product of ``values`` as a Python int (1 for none)."""
     n = 1
     for v in values:
         n *= int(v)
@@ -38,7 +38,7 @@ def _prod(values):
 
 
 def _check_buffer(arr, shape, what):
-    if tuple(arr.shape) != tuple(shape) and arr.size != _prod(shape):
+    if tuple(arr.shape) != tuple(shape) and arr.size != prod(shape):
         raise ValueError("%s has shape %s, expected %s" % (what, tuple(arr.shape), tuple(shape)))
     if not arr.flags.c_contiguous:
         raise ValueError("%s must be C-contiguous" % what)
@@ -95,7 +95,7 @@ def im2col(x, kernel, pad, stride, dilation, out=None, out_spatial=None, force_n
     spatial = tuple(x.shape[2:])
     kernel, pad, stride, dilation, out_spatial = _normalize_args(
         spatial, kernel, pad, stride, dilation, out_spatial)
-    nk, npix = _prod(kernel), _prod(out_spatial)
+    nk, npix = prod(kernel), prod(out_spatial)
     shape = (nc * nk, nb * npix)
     out = _output(out, shape, x.dtype, xp)
     if len(spatial) == 2 and not force_nd and _cpu.supported(x, out):  # compiled (ops/cpu)
@@ -136,7 +136,7 @@ def col2im(col, image_shape, kernel, pad, stride, dilation, out=None, out_spatia
     spatial = image_shape[2:]
     kernel, pad, stride, dilation, out_spatial = _normalize_args(
         spatial, kernel, pad, stride, dilation, out_spatial)
-    nk, npix = _prod(kernel), _prod(out_spatial)
+    nk, npix = prod(kernel), prod(out_spatial)
     _check_buffer(col, (nc * nk, nb * npix), "col2im input")
     if out is None:
         out = xp.empty(image_shape, dtype=col.dtype)
@@ -187,7 +187,7 @@ def im2col_batch_last(x, kernel, pad, stride, dilation, out=None, out_spatial=No
     spatial = tuple(x.shape[2:])
     kernel, pad, stride, dilation, out_spatial = _normalize_args(
         spatial, kernel, pad, stride, dilation, out_spatial)
-    shape = (nc * _prod(kernel), _prod(out_spatial) * nb)
+    shape = (nc * prod(kernel), prod(out_spatial) * nb)
     out = _output(out, shape, x.dtype, xp)
     src = xp.zeros((nc,) + tuple(n + 2 * p for n, p in zip(spatial, pad)) + (nb,), x.dtype) \
         if any(pad) else xp.empty((nc,) + spatial + (nb,), x.dtype)
@@ -210,7 +210,7 @@ def col2im_batch_last(col, image_shape, kernel, pad, stride, dilation, out=None,
     spatial = image_shape[2:]
     kernel, pad, stride, dilation, out_spatial = _normalize_args(
         spatial, kernel, pad, stride, dilation, out_spatial)
-    _check_buffer(col, (nc * _prod(kernel), _prod(out_spatial) * nb), "col2im input")
+    _check_buffer(col, (nc * prod(kernel), prod(out_spatial) * nb), "col2im input")
     if out is None:
         out = xp.empty(image_shape, dtype=col.dtype)
     cols = col.reshape((nc,) + kernel + out_spatial + (nb,))

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..backend import get_array_module
 from . import cpu as _cpu
+from .gpu import cudnn as _cudnn
 from .gpu import pooling as _gpu
 
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -314,3 +315,83 @@ def stochastic_pool_test_backward(x, top, top_diff, kernel, stride, pooled, bott
         acc[window] += share * (2 * src[window] - top)
     if inner is not None:
         bottom_diff[...] = acc[inner]
+
+
+# ---- what the Pooling layer calls: the implementation is chosen here ----------------------------
+class PoolMemo:
+    """What a pooling forward leaves for its backward; the layer keeps it without looking in.
+
+    ``choice``: the kernel offset chosen per output (MAX on the kernels' paths, STOCHASTIC in
+    TRAIN); ``values``: a private copy of MAX's output (on the host without the compiled
+    kernels the backward finds each window's first maximum again, and an in-place consumer of
+    the top must not change that); nothing for cuDNN, which reads the bottom and the top.
+    """
+
+    def __init__(self):
+        self.choice = None
+        self.values = None
+        self.shape = None  # the top shape of the last forward that recorded something
+
+    def choice_buffer(self, xp, shape):
+        """The int32 choice array for a top of ``shape`` on ``xp`` (kept between calls)."""
+        if self.choice is None or self.choice.shape != tuple(shape) or \
+                get_array_module(self.choice) is not xp:
+            self.choice = xp.empty(shape, dtype=np.int32)
+        self.values = None
+        self.shape = tuple(shape)
+        return self.choice
+
+    def ready(self, shape):
+        """Whether a forward for a top of ``shape`` left what the backward needs."""
+        return self.shape == tuple(shape)
+
+
+def max_pool(x, kernel, pad, stride, pooled, top, memo, engine=_cudnn.CAFFE, mask=None):
+    """MAX pooling's forward into ``top`` (and Caffe's mask top into ``mask`` when given),
+    through cuDNN, the device or C kernels, or NumPy."""
+    if mask is None and _cudnn.pool_takes(engine, x, kernel, stride, pooled, top):
+        _cudnn.pool_forward(_cudnn.POOL_MAX, x, top, kernel, stride)
+        memo.choice, memo.values, memo.shape = None, None, tuple(top.shape)
+        return
+    xp = get_array_module(x)
+    if mask is None and xp is np and not _cpu.supported(x, top):
+        # values only (separable, far fewer passes), and a private copy of the output
+        max_pool_forward_values(x, kernel, pad, stride, pooled, top)
+        if memo.values is None or memo.values.shape != top.shape:
+            memo.values = np.empty_like(top)
+        memo.values[...] = top
+        memo.choice, memo.shape = None, tuple(top.shape)
+        return
+    max_pool_forward(x, kernel, pad, stride, pooled, top, memo.choice_buffer(xp, top.shape))
+    if mask is not None:
+        max_pool_mask(memo.choice, x.shape[3], kernel, pad, stride, out=mask)
+
+
+def max_pool_grad(x, top, top_diff, kernel, pad, stride, pooled, memo, bottom_diff,
+                  engine=_cudnn.CAFFE):
+    """MAX pooling's backward (after :func:`max_pool` recorded ``memo``); ``bottom_diff`` is
+    overwritten."""
+    if memo.values is not None and get_array_module(top_diff) is np:
+        max_pool_backward_values(x, memo.values, top_diff, kernel, pad, stride, pooled,
+                                 bottom_diff)
+    elif memo.choice is not None:
+        max_pool_backward(top_diff, memo.choice, kernel, pad, stride, pooled, bottom_diff)
+    else:
+        _cudnn.pool_backward(_cudnn.POOL_MAX, x, top, top_diff, bottom_diff, kernel, stride)
+
+
+def ave_pool(x, kernel, pad, stride, pooled, top, divisors, engine=_cudnn.CAFFE):
+    """AVE pooling's forward through cuDNN, the device kernels or NumPy."""
+    if _cudnn.pool_takes(engine, x, kernel, stride, pooled, top):
+        _cudnn.pool_forward(_cudnn.POOL_AVE, x, top, kernel, stride)
+    else:
+        ave_pool_forward(x, kernel, pad, stride, pooled, top, divisors)
+
+
+def ave_pool_grad(x, top, top_diff, kernel, pad, stride, pooled, divisors, bottom_diff,
+                  engine=_cudnn.CAFFE):
+    """AVE pooling's backward; ``bottom_diff`` is overwritten."""
+    if _cudnn.pool_takes(engine, x, kernel, stride, pooled, top, top_diff, bottom_diff):
+        _cudnn.pool_backward(_cudnn.POOL_AVE, x, top, top_diff, bottom_diff, kernel, stride)
+    else:
+        ave_pool_backward(top_diff, kernel, pad, stride, pooled, divisors, bottom_diff)

@@ -4,8 +4,9 @@
 ``models/lenet/mnist_train_lmdb`` and ``mnist_test_lmdb`` missing (they are build products, not
 in git). When a Data layer's LMDB source named ``mnist_train_lmdb`` or ``mnist_test_lmdb`` is
 missing and the MNIST idx files (``train-``/``t10k-images-idx3-ubyte[.gz]`` and the labels) lie
-in its folder or a subfolder of it, they are converted with ``pycaffe-lite convert_mnist``
-first. Any other missing source is left for the data layer to report.
+in its folder or a subfolder of it, they are converted first (by :func:`data.mnist.convert_mnist`,
+as ``pycaffe-lite convert_mnist`` does). Any other missing source is left for the data layer
+to report.
 """
 
 import glob
@@ -14,6 +15,7 @@ import os
 import re
 
 from .. import protoio
+from ..data.mnist import convert_mnist
 from ..errors import CaffeError
 from . import paths
 
@@ -84,9 +86,8 @@ def prepare_missing_sources(param, solver_path=None):
     """Convert the missing MNIST LMDBs of the example (see the module doc)."""
     for db, images, labels in missing_mnist_sources(param, solver_path):
         log.info("%s is missing: converting %s and %s with convert_mnist", db, images, labels)
-        from .. import cli
-        code = cli.main(["convert_mnist", images, labels, db])
-        if code:
-            raise CaffeError("could not prepare %s (convert_mnist exited with %d); run "
-                             "pycaffe-lite convert_mnist %s %s %s to see why"
-                             % (db, code, images, labels, db))
+        try:
+            convert_mnist(images, labels, db)
+        except CaffeError as exc:
+            raise CaffeError("could not prepare %s from %s and %s: %s"
+                             % (db, images, labels, exc)) from None

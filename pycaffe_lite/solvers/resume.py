@@ -38,7 +38,7 @@ def _encode(obj):
         return [_encode(v) for v in obj]
     if isinstance(obj, (bytes, bytearray)):
         return {"__bytes__": base64.b64encode(bytes(obj)).decode("ascii")}
-    if isinstance(obj, np.ndarray) or type(obj).__module__.startswith("cupy"):
+    if isinstance(obj, np.ndarray) or backend.is_cupy_array(obj):
         arr = np.ascontiguousarray(backend.to_host(obj))
         return {"__ndarray__": {"dtype": arr.dtype.str, "shape": list(arr.shape),
                                 "data": base64.b64encode(arr.tobytes()).decode("ascii")}}

@@ -25,13 +25,15 @@ import numpy as np
 
 from .. import backend
 from ..errors import CaffeError
-from ..ops import cpu as _cpu_kernels
-from ..ops.gpu import solver_updates as _gpu_updates
+from ..ops import solver_update
 from ..registry import SOLVERS
 from .lr_policy import f32
 from .solver import Solver, _fmt
 
 log = logging.getLogger("pycaffe_lite")
+
+# The steps a fused kernel replaces (see SGDSolver.fused_rule).
+_STEPS = ("normalize", "regularize", "compute_update_value", "local_rate", "fused_args")
 
 
 class SGDSolver(Solver):
@@ -39,6 +41,16 @@ class SGDSolver(Solver):
 
     type = "SGD"
     state_names = ("history",)
+
+    #: the rule's fused kernel (see :mod:`pycaffe_lite.ops.solver_update`; None: no kernel). A
+    #: subclass that overrides one of ``_STEPS`` without declaring its own rule gets None: its
+    #: update is its own, so the NumPy steps (with its overrides) run.
+    fused_rule = "SGD"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "fused_rule" not in cls.__dict__ and any(name in cls.__dict__ for name in _STEPS):
+            cls.fused_rule = None
 
     # -- state -------------------------------------------------------------------------------
     def sanity_check(self):
@@ -85,51 +97,36 @@ class SGDSolver(Solver):
             log.info("Iteration %d, lr = %s", self.iter, _fmt(rate))
         self.clip_gradients()
         for i in range(len(self.net.learnable_params)):
-            if self._fused_update(i, rate):  # one kernel per param (ops/gpu, ops/cpu)
+            if self._fused_update(i, rate):  # one kernel per param, where one takes the arrays
                 continue
             self.normalize(i)
             self.regularize(i)
             self.compute_update_value(i, rate)
         self.net.update()
 
-    # -- the fused GPU update (ops/gpu/solver_updates.py) -----------------------------------
-    #: the rule's kernel in :mod:`pycaffe_lite.ops.gpu.solver_updates` (None: no kernel)
-    fused_rule = "SGD"
-
+    # -- the fused update (ops/solver_update.py) ---------------------------------------------
     def fused_args(self, i, rate):
         """``(rate, coefficients)`` of the rule's kernel, computed as the NumPy steps do."""
         return self.local_rate(i, rate), [f32(self.param.momentum)]
 
     def _fused_update(self, i, rate):
-        """normalize + regularize + compute_update_value of param ``i`` in one kernel, when
-        its arrays are CuPy's (every rule), or host arrays with the compiled CPU kernels
-        (SGD). False when the NumPy steps must run instead."""
-        rule = _fused_rule(type(self))
+        """normalize + regularize + compute_update_value of param ``i`` in one kernel; False
+        when no kernel takes its arrays (the NumPy steps run instead)."""
+        rule = self.fused_rule
         if rule is None:
             return False
         n = len(self.net.learnable_params)
         state = [self.history[k * n + i] for k in range(len(self.state_names))]
-        on_gpu = _gpu_updates.supported(*state)
-        if not on_gpu and not (rule == "SGD" and _cpu_kernels.supported(*state)):
-            return False
         param = self.param
-        decay = f32(param.weight_decay * self.net.params_weight_decay[i])
-        if decay and param.regularization_type not in ("L2", "L1"):
-            return False  # the NumPy path raises the error
         blob = self.net.learnable_params[i]
         data, diff = blob.read_data(), blob.write_diff()
-        supported = _gpu_updates.supported if on_gpu else _cpu_kernels.supported
-        if not supported(data, diff, *state):
+        if not solver_update.takes(rule, data, diff, *state):
             return False
         norm = 1 if param.iter_size == 1 else f32(1.0 / param.iter_size)
+        decay = f32(param.weight_decay * self.net.params_weight_decay[i])
         kernel_rate, coefficients = self.fused_args(i, rate)
-        l1 = param.regularization_type == "L1"
-        if on_gpu:
-            _gpu_updates.update(rule, data, diff, state, norm, decay, l1, kernel_rate,
-                                coefficients)
-        else:
-            _cpu_kernels.sgd_update(diff, state[0], data, norm, decay, l1, kernel_rate,
-                                    coefficients[0])
+        solver_update.update(rule, data, diff, state, norm, decay,
+                             param.regularization_type == "L1", kernel_rate, coefficients)
         return True
 
     def clip_gradients(self):
@@ -163,14 +160,11 @@ class SGDSolver(Solver):
         blob = self.net.learnable_params[i]
         xp = self._state_xp
         temp = self._buffer(self._temp, i)
-        if param.regularization_type == "L2":
-            xp.multiply(blob.read_data(), local_decay, out=temp)
-        elif param.regularization_type == "L1":
+        if param.regularization_type == "L1":  # L2 or L1 (sanity_check)
             xp.sign(blob.read_data(), out=temp)
             temp *= local_decay
         else:
-            raise CaffeError("%s: unknown regularization_type \"%s\"; use \"L2\" or \"L1\""
-                             % (self.where, param.regularization_type))
+            xp.multiply(blob.read_data(), local_decay, out=temp)
         diff = blob.write_diff()
         diff += temp
 
@@ -189,26 +183,6 @@ class SGDSolver(Solver):
 
 
 SOLVERS.register("SGD", SGDSolver)
-
-
-_FUSED_CACHE = {}
-
-
-def _fused_rule(cls):
-    """``cls.fused_rule`` when ``cls`` computes its update exactly as the class that declares
-    that rule (a subclass overriding a step keeps the NumPy steps, and its override)."""
-    rule = _FUSED_CACHE.get(cls, False)
-    if rule is not False:
-        return rule
-    owner = next((k for k in cls.__mro__ if "fused_rule" in k.__dict__), None)
-    rule = None
-    if owner is not None and owner.fused_rule is not None and all(
-            getattr(cls, name) is getattr(owner, name)
-            for name in ("normalize", "regularize", "compute_update_value", "local_rate",
-                         "fused_args")):
-        rule = owner.fused_rule
-    _FUSED_CACHE[cls] = rule
-    return rule
 
 
 def _check_no_momentum(solver, name):

@@ -4,12 +4,10 @@ import numpy as np
 
 from ...backend import get_array_module
 from ...layer import LossLayer
-from ...ops.gpu import softmax_loss as _gpu
+from ...ops.softmax_loss import FLT_MIN, loss_backward, loss_sum
 from ...registry import register_layer
 from ..common.softmax_layer import softmax_axis, softmax_forward
 from .loss_utils import LossParameter, check_labels, get_normalizer, normalization_mode
-
-FLT_MIN = float(np.finfo(np.float32).tiny)
 
 
 @register_layer("SoftmaxWithLoss")
@@ -79,13 +77,7 @@ class SoftmaxWithLossLayer(LossLayer):
         index, valid = self._labels(bottom)
         self.index, self.valid = index, valid
         self.normalizer = self._normalizer(xp, valid, prob.dtype)
-        if _gpu.supported(prob, index, valid):  # CuPy arrays: the CUDA kernel (ops/gpu)
-            total = -_gpu.masked_log_prob(prob, index, valid).sum()
-        else:
-            picked = xp.take_along_axis(prob, index[:, None, :], axis=1)[:, 0, :]
-            log_p = xp.log(xp.maximum(picked, prob.dtype.type(FLT_MIN)))
-            total = -xp.where(valid, log_p, 0).sum()
-        top[0].write_data()[...] = total / self.normalizer
+        top[0].write_data()[...] = loss_sum(prob, index, valid) / self.normalizer
         if len(top) >= 2:
             top[1].write_data()[...] = prob.reshape(bottom[0].shape)
 
@@ -117,16 +109,8 @@ class SoftmaxWithLossLayer(LossLayer):
             raise self.error(f"backward needs a forward pass on scores of shape "
                              f"{bottom[0].shape} first")
         prob, index, valid = self.prob, self.index, self.valid
-        xp = get_array_module(prob)
         dx = bottom[0].write_diff().reshape(self.view_shape)
-        if _gpu.supported(prob, index, valid):  # CuPy arrays: the CUDA kernel (ops/gpu)
-            _gpu.backward(prob, index, valid, top[0].read_diff() / self.normalizer, dx)
-            return
-        classes = xp.arange(self.channels)[None, :, None]
-        onehot = (classes == index[:, None, :]).astype(prob.dtype)
-        xp.subtract(prob, onehot, out=dx)
-        dx *= valid[:, None, :].astype(prob.dtype)
-        dx *= top[0].read_diff() / self.normalizer
+        loss_backward(prob, index, valid, top[0].read_diff() / self.normalizer, dx)
 
     def _normalizer(self, xp, valid, dtype):
         """The loss divisor as a scalar of ``dtype``. On the device, the VALID count stays

@@ -25,6 +25,8 @@ class DropoutLayer(NeuronLayer):
     TEST: ``y = x``, or ``y = x * (1 - dropout_ratio)`` when ``scale_train`` is false.
     """
 
+    draws_random = True
+
     def setup(self, bottom, top):
         param = self.layer_param.dropout_param
         ratio = float(param.dropout_ratio)

@@ -1,6 +1,6 @@
 """Convolution: learnable filters correlated with the input (Caffe's ConvolutionLayer)."""
 
-from ...ops.gpu import cudnn as _cudnn
+from ...ops.gpu import cudnn
 from ...registry import register_layer
 from .base_conv import BaseConvolutionLayer
 
@@ -37,9 +37,12 @@ class ConvolutionLayer(BaseConvolutionLayer):
             out.append((n + 2 * p - extent) // s + 1)
         return tuple(out)
 
+    def choose_engine(self):
+        why_not = cudnn.conv_why_not(self.num_spatial_axes, self.channel_axis)
+        return cudnn.choose_engine(self.layer_param.convolution_param.engine, why_not,
+                                   self.name)
+
     def forward(self, bottom, top):
-        if _cudnn.conv_forward(self, bottom, top):  # engine CUDNN on the GPU (ops/gpu)
-            return
         weights = self.blobs[0].read_data()
         for b, t in zip(bottom, top):
             y = t.write_data()
@@ -47,8 +50,6 @@ class ConvolutionLayer(BaseConvolutionLayer):
             self.forward_gemm(b.read_data(), weights, y, bias=bias)
 
     def backward(self, top, propagate_down, bottom):
-        if _cudnn.conv_backward(self, top, propagate_down, bottom):  # engine CUDNN
-            return
         weights = self.blobs[0].read_data()
         do_weights = self.param_propagate_down[0]
         do_bias = self.bias_term and self.param_propagate_down[1]

@@ -3,15 +3,8 @@
 from ...backend import get_array_module
 from ...errors import ShapeError
 from ...layer import Layer
-from ...ops.im2col import col2im, im2col
+from ...ops.im2col import col2im, im2col, prod
 from ...registry import register_layer
-
-
-def _prod(values):
-    n = 1
-    for v in values:
-        n *= int(v)
-    return n
 
 
 @register_layer("Im2col")
@@ -103,11 +96,11 @@ class Im2colLayer(Layer):
                                  "padded input %d (size %d + 2 * pad %d) on spatial axis %d"
                                  % (extent, k, d, n + 2 * p, n, p, i))
             out.append((n + 2 * p - extent) // s + 1)
-        self.num = _prod(x.shape[:self.channel_axis])
+        self.num = prod(x.shape[:self.channel_axis])
         self.channels = x.shape[self.channel_axis]
         self.input_spatial = tuple(spatial)
         self.output_spatial = tuple(out)
-        self.kernel_count = _prod(self.kernel_shape)
+        self.kernel_count = prod(self.kernel_shape)
         top[0].reshape(x.shape[:self.channel_axis] + (self.channels * self.kernel_count,)
                        + self.output_spatial)
 
@@ -117,7 +110,7 @@ class Im2colLayer(Layer):
     def forward(self, bottom, top):
         x = self._images(bottom[0].read_data())
         y = top[0].write_data()
-        rows, npix = self.channels * self.kernel_count, _prod(self.output_spatial)
+        rows, npix = self.channels * self.kernel_count, prod(self.output_spatial)
         if self.num == 0:
             return
         if self.num == 1:  # the column matrix is the top itself
@@ -133,7 +126,7 @@ class Im2colLayer(Layer):
         if not propagate_down[0]:
             return
         dy = top[0].read_diff()
-        rows, npix = self.channels * self.kernel_count, _prod(self.output_spatial)
+        rows, npix = self.channels * self.kernel_count, prod(self.output_spatial)
         if self.num == 0:
             return
         if self.num == 1:

@@ -5,9 +5,8 @@ import numpy as np
 from ... import backend
 from ...backend import get_array_module
 from ...layer import Layer
-from ...ops import cpu as _cpu_kernels
 from ...ops import pooling as ops
-from ...ops.gpu import cudnn as _cudnn
+from ...ops.gpu import cudnn
 from ...proto import caffe_pb2
 from ...registry import register_layer
 
@@ -104,8 +103,9 @@ class PoolingLayer(Layer):
         self.ceil_mode = p.round_mode == PP.CEIL
         if p.round_mode not in (PP.CEIL, PP.FLOOR):
             raise self.error("unknown round_mode %d; expected CEIL or FLOOR" % p.round_mode)
-        self.choice = None  # int32 kernel offset picked per output (MAX, STOCHASTIC TRAIN)
-        self._tiled_max = None  # MAX output kept for backward (host, one top)
+        self.memo = ops.PoolMemo()  # what the forward leaves for the backward
+        self.engine = cudnn.choose_engine(
+            p.engine, cudnn.pool_why_not(self.pool, len(top), self.pad), self.name)
         self.divisors = None  # AVE divisors per output position
         self._divisor_key = None
 
@@ -136,44 +136,22 @@ class PoolingLayer(Layer):
                                                   self.pooled, dtype=self.dtype)
 
     def forward(self, bottom, top):
-        if _cudnn.pool_forward(self, bottom, top):  # engine CUDNN on the GPU (ops/gpu)
-            return
         x = bottom[0].read_data()
         y = top[0].write_data()
         xp = get_array_module(x)
-        if self.pool == PP.MAX and len(top) == 1 and xp is np and \
-                not _cpu_kernels.supported(x, y):
-            # On the host without the compiled kernels: values only (separable, far fewer
-            # passes); backward finds each window's first maximum again from a private copy
-            # of the output.
-            ops.max_pool_forward_values(x, self.kernel, self.pad, self.stride, self.pooled, y)
-            self.choice = None
-            self._tiled_max = self._tiled_max if self._tiled_max is not None and \
-                self._tiled_max.shape == y.shape else np.empty_like(y)
-            self._tiled_max[...] = y
-        elif self.pool == PP.MAX:
-            self._tiled_max = None
-            ops.max_pool_forward(x, self.kernel, self.pad, self.stride, self.pooled, y,
-                                 self._choice_buffer(xp, y.shape))
-            if len(top) > 1:
-                ops.max_pool_mask(self.choice, x.shape[3], self.kernel, self.pad, self.stride,
-                                  out=top[1].write_data())
+        if self.pool == PP.MAX:
+            ops.max_pool(x, self.kernel, self.pad, self.stride, self.pooled, y, self.memo,
+                         self.engine, mask=top[1].write_data() if len(top) > 1 else None)
         elif self.pool == PP.AVE:
-            ops.ave_pool_forward(x, self.kernel, self.pad, self.stride, self.pooled, y,
-                                 self._divisors(xp))
+            ops.ave_pool(x, self.kernel, self.pad, self.stride, self.pooled, y,
+                         self._divisors(xp), self.engine)
         elif self.phase == caffe_pb2.TRAIN:
             draw = np.float32 if x.dtype == np.float32 else np.float64
             uniform = backend.random_uniform(y.shape, draw, xp).astype(x.dtype, copy=False)
             ops.stochastic_pool_forward_train(x, self.kernel, self.stride, self.pooled,
-                                              uniform, y, self._choice_buffer(xp, y.shape))
+                                              uniform, y, self.memo.choice_buffer(xp, y.shape))
         else:
             ops.stochastic_pool_forward_test(x, self.kernel, self.stride, self.pooled, y)
-
-    def _choice_buffer(self, xp, shape):
-        if self.choice is None or self.choice.shape != shape or \
-                get_array_module(self.choice) is not xp:
-            self.choice = xp.empty(shape, dtype=np.int32)
-        return self.choice
 
     def _divisors(self, xp):
         if get_array_module(self.divisors) is not xp:
@@ -181,34 +159,27 @@ class PoolingLayer(Layer):
         return self.divisors
 
     def backward(self, top, propagate_down, bottom):
-        if _cudnn.pool_backward(self, top, propagate_down, bottom):  # engine CUDNN
-            return
         if not propagate_down[0]:
             return
         dy = top[0].read_diff()
         dx = bottom[0].write_diff()
         xp = get_array_module(dy)
         if self.pool == PP.AVE:
-            ops.ave_pool_backward(dy, self.kernel, self.pad, self.stride, self.pooled,
-                                  self._divisors(xp), dx)
+            ops.ave_pool_grad(bottom[0].read_data(), top[0].read_data(), dy, self.kernel,
+                              self.pad, self.stride, self.pooled, self._divisors(xp), dx,
+                              self.engine)
             return
         if self.pool == PP.STOCHASTIC and self.phase != caffe_pb2.TRAIN:
             # TEST phase: the exact gradient of sum(v^2) / sum(v) (Caffe has no defined one).
             ops.stochastic_pool_test_backward(bottom[0].read_data(), top[0].read_data(), dy,
                                               self.kernel, self.stride, self.pooled, dx)
             return
-        tiled = getattr(self, "_tiled_max", None)
-        if self.pool == PP.MAX and tiled is not None and tiled.shape == dy.shape and \
-                get_array_module(dy) is np:
-            ops.max_pool_backward_values(bottom[0].read_data(), tiled, dy, self.kernel,
-                                         self.pad, self.stride, self.pooled, dx)
-            return
-        choice = self.choice
-        if choice is None or choice.shape != dy.shape:
+        if not self.memo.ready(dy.shape):
             raise self.error("backward needs a forward pass first (no recorded window "
                              "choices for top shape %s)" % (dy.shape,))
         if self.pool == PP.MAX:
-            ops.max_pool_backward(dy, choice, self.kernel, self.pad, self.stride, self.pooled,
-                                  dx)
+            ops.max_pool_grad(bottom[0].read_data(), top[0].read_data(), dy, self.kernel,
+                              self.pad, self.stride, self.pooled, self.memo, dx, self.engine)
         else:
-            ops.stochastic_pool_backward(dy, choice, self.kernel, self.stride, self.pooled, dx)
+            ops.stochastic_pool_backward(dy, self.memo.choice, self.kernel, self.stride,
+                                         self.pooled, dx)

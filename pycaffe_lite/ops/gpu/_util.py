@@ -9,6 +9,8 @@ import threading
 
 import numpy as np
 
+from ...backend import is_cupy_array as is_cupy  # noqa: F401  (re-exported)
+
 # Kernels index with 32-bit ints (fast division on the GPU); larger arrays take the
 # xp-generic path instead.
 MAX_KERNEL_ELEMENTS = 2 ** 30
@@ -37,16 +39,6 @@ def cupy():
     """The CuPy module (imported on first use)."""
     import cupy as _cupy  # the one lazy import of ops/gpu
     return _cupy
-
-
-def is_cupy(*arrays):
-    """True when every array is a CuPy ndarray (checked by type, without importing CuPy)."""
-    for a in arrays:
-        if a is None:
-            continue
-        if not type(a).__module__.startswith("cupy"):
-            return False
-    return bool(arrays)
 
 
 def on_gpu(*arrays):
