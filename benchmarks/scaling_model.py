@@ -33,7 +33,7 @@ def ring_seconds(nbytes, ranks, gbit_per_s):
 def table(name, params, compute_s):
     nbytes = 4 * params
     lines = ["%s: %.1f M parameters (%.0f MB of float32 gradients), t_c = %.0f ms per "
-             "iteration" % (name, params / 1e6, nbytes / 1e6, 1000 * compute_s),
+             "iteration" % (name, params / 1e6, nbytes / 1e6, 1000 * compute_s), "",
              "| N | " + " | ".join("%d Gb/s: t_comm, efficiency, speed-up" % b
                                    for b in BANDWIDTHS) + " |",
              "|---|" + "---|" * len(BANDWIDTHS)]
@@ -47,6 +47,7 @@ def table(name, params, compute_s):
             if eff < 0.5 and bw not in stops:
                 stops[bw] = n
         lines.append("| %d | %s |" % (n, " | ".join(cells)))
+    lines.append("")
     for bw in BANDWIDTHS:
         verdict = ("stops scaling at N = %d" % stops[bw] if bw in stops else
                    "still above 50%% efficiency at N = %d" % RANKS[-1])
