@@ -3,6 +3,7 @@
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -140,8 +141,10 @@ class Job:
     def __init__(self, n, args, cwd, env=None):
         command = [mpiexec(), "-n", str(n), sys.executable, "-m", "pycaffe_lite.cli"] + \
             list(args)
+        # a session of its own, as a terminal's job: Ctrl-C is a SIGINT to the whole group
         self.proc = subprocess.Popen(command, cwd=str(cwd), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=_env(env))
+                                     stderr=subprocess.STDOUT, text=True, env=_env(env),
+                                     start_new_session=True)
         self.lines = []
         self._queue = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -180,7 +183,14 @@ class Job:
                 self.lines.append(line)
         return rc, "".join(self.lines)
 
+    def ctrl_c(self):
+        """SIGINT to the launcher and every process of its group, as Ctrl-C in a terminal."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+
     def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        """End whatever is left of the job (its process group)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()

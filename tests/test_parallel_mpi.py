@@ -209,12 +209,12 @@ def test_a_raising_rank_ends_the_job_with_its_rank_and_cause(tmp_path, tiny):
     assert "[rank 1] rank 1 of 2 failed" in out and "the disk of rank 1 is gone" in out
 
 
-def test_sigint_to_the_launcher_stops_every_rank_with_a_final_snapshot(tmp_path, tiny):
+def test_ctrl_c_stops_every_rank_with_a_final_snapshot(tmp_path, tiny):
     solver = _endless(tmp_path, tiny)
     job = Job(2, ["train", "--solver", str(solver), "--sigint_effect", "stop"], tmp_path)
     try:
         job.wait_for("Iteration 20, loss")
-        job.proc.send_signal(signal.SIGINT)
+        job.ctrl_c()
         stopped = job.wait_for("Optimization stopped early.")
         rc, out = job.finish(timeout=60)
     finally:
@@ -233,4 +233,19 @@ def test_a_mismatched_mpi_is_refused_instead_of_training_copies(tmp_path, tiny):
     rc, out = run_single(["train", "--solver", str(solver)], tmp_path,
                          env={"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"})
     assert rc == 1 and "mpi4py sees a job of 1" in out, out
+    assert not list((tmp_path / "p" / "snaps").iterdir())
+
+
+def test_a_gpu_list_runs_one_rank_per_gpu_through_mpiexec(tmp_path, tiny):
+    """Without GPUs each of the two ranks that --gpu 0,1 starts reports that it cannot use
+    its device, and the job ends with an error (on a GPU machine tests/test_parallel_gpu.py
+    trains)."""
+    from pycaffe_lite import backend
+    if backend.gpu_available():
+        pytest.skip("GPUs present: tests/test_parallel_gpu.py covers this")
+    solver = tiny_project(tmp_path / "p", tiny, max_iter=2)
+    rc, out = run_single(["train", "--solver", str(solver), "--gpu", "0,1"], tmp_path)
+    assert rc != 0
+    assert "Starting one process per GPU: " in out and " -n 2 " in out
+    assert re.search(r"rank [01] of 2 failed: GPUUnavailableError", out), out
     assert not list((tmp_path / "p" / "snaps").iterdir())

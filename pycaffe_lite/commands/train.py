@@ -132,10 +132,9 @@ def run(args):
     comm = launch.join()
     if comm is None and args.gpu and len(parse_gpus(args.gpu)) > 1:
         # Caffe's -gpu 0,1,2,3: one process per listed GPU on this machine
-        import subprocess
         command = launch.relaunch_command(len(parse_gpus(args.gpu)), relaunch_argv(args))
         log.info("Starting one process per GPU: %s", " ".join(command))
-        return subprocess.call(command)
+        return launch.run_launcher(command)
     if comm is None or comm.size == 1:
         return train(args, None)
     launch.rank_logging(comm.rank)

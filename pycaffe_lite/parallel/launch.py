@@ -45,6 +45,20 @@ def relaunch_command(n, argv):
         list(argv)
 
 
+def run_launcher(command):
+    """Run ``command`` (mpiexec ...) and return its exit status. Ctrl-C reaches mpiexec, which
+    forwards it to the ranks (they stop together, snapshotting as --sigint_effect says): this
+    process only waits, instead of killing mpiexec and leaving the ranks behind."""
+    import signal
+    import subprocess
+    proc = subprocess.Popen(command)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def join(environ=None):
     """An MPIComm when this process was started by an MPI launcher, else None."""
     launched = context.launcher_rank(environ)
