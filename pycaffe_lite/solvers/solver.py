@@ -159,7 +159,7 @@ class Solver:
                 raise paths.prefix_error(prefix, self.search_dirs, self.where)
             if param.snapshot_after_train:
                 log.warning("%s", paths.prefix_error(prefix, self.search_dirs, self.where))
-        elif param.snapshot > 0:
+        elif param.snapshot > 0 and context.root_solver():  # the rank that writes them
             paths.check_writable(self.snapshot_prefix, self.where)
 
     def _read_net_file(self, path, field):
