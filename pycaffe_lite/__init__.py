@@ -59,3 +59,10 @@ __all__ = ["Net", "TRAIN", "TEST", "Blob", "Layer", "CaffeError", "caffe_pb2", "
 # ---- solvers (pycaffe's caffe.SGDSolver & co., caffe.get_solver) --------------------------------
 from .solvers import (AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,  # noqa: E402
                       RMSPropSolver, SGDSolver, get_solver)
+
+# ---- data-parallel training (pycaffe's caffe.NCCL, set_solver_count & co.) --------------------
+from .parallel import (NCCL, set_multiprocess, set_solver_count,  # noqa: E402
+                       set_solver_rank, solver_count, solver_rank)
+
+__all__ += ["NCCL", "set_multiprocess", "set_solver_count", "set_solver_rank", "solver_count",
+            "solver_rank"]

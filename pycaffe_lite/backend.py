@@ -65,6 +65,22 @@ def device_module():
     return mod
 
 
+def nccl():
+    """CuPy's NCCL binding (``cupy.cuda.nccl``), for gradient reduction between GPUs."""
+    mod = device_module()
+    try:
+        from cupy.cuda import nccl as binding
+        if not binding.available:
+            raise ImportError("cupy.cuda.nccl.available is False")
+    except (ImportError, AttributeError) as exc:
+        raise GPUUnavailableError(
+            "NCCL is not usable by CuPy (%s): install it with pip install "
+            "'pycaffe-lite[gpu]' (nvidia-nccl-cu12)" % exc) from None
+    if not _is_cupy(mod):
+        raise GPUUnavailableError("NCCL needs CuPy arrays, not %s" % mod.__name__)
+    return binding
+
+
 def use_device_module(module):
     """Replace the device module (``None`` goes back to CuPy). Returns the previous one."""
     old = _state["device_module"]

@@ -20,6 +20,7 @@ import time
 
 from .. import backend, protoio
 from ..errors import CaffeError
+from ..parallel import context, launch
 from ..signals import SignalHandler, SolverAction
 from ..tools_log import use_glog_format
 
@@ -34,7 +35,9 @@ def add_arguments(p):
     p.add_argument("--snapshot", default="", help="a .solverstate (or .solverstate.h5) to "
                    "resume training from")
     p.add_argument("--gpu", default="",
-                   help="run on the GPU with this device id (one id; 'all' means 0)")
+                   help="run on the GPU with this device id; several ids ('0,1,2,3') or "
+                        "'all' start one data-parallel process per GPU (under mpiexec, rank r "
+                        "takes the r-th listed id, modulo their number)")
     p.add_argument("--level", type=int, default=0, help="the net level (NetState)")
     p.add_argument("--stage", default="", help="net stages, separated by ','")
     p.add_argument("--sigint_effect", default=SolverAction.STOP,
@@ -45,9 +48,9 @@ def add_arguments(p):
 
 
 def parse_gpus(value):
-    """Device ids from ``--gpu`` ('0', '0,1', 'all')."""
+    """Device ids from ``--gpu`` ('0', '0,1', 'all': every device, or [0] when none)."""
     if value == "all":
-        return [0]
+        return list(range(backend.device_count())) or [0]
     ids = []
     for part in str(value).split(","):
         part = part.strip()
@@ -65,14 +68,16 @@ def select_mode(gpu_flag, solver_mode=None, device_id=0):
     """Set CPU or GPU mode as ``caffe train`` would, falling back to the CPU (with a warning)
     when the solver asks for the GPU but none is usable. Returns the device id or None."""
     gpus = parse_gpus(gpu_flag) if gpu_flag else []
-    if len(gpus) > 1:
-        log.warning("Multi-GPU training is not supported; using GPU %d only", gpus[0])
+    rank, count = context.solver_rank(), context.solver_count()
     if gpus:
-        backend.set_device(gpus[0])
+        device = gpus[rank % len(gpus)]  # under mpiexec: rank r takes the r-th listed id
+        backend.set_device(device)
         backend.set_mode_gpu()  # raises GPUUnavailableError with what to do
-        log.info("Using GPUs %d", gpus[0])
-        return gpus[0]
+        log.info("Using GPUs %s", ", ".join(str(g) for g in gpus[:count]))
+        return device
     if solver_mode == 1:  # SolverParameter.GPU
+        if count > 1:
+            device_id = rank % max(backend.device_count(), 1)
         try:
             backend.set_device(device_id)
             backend.set_mode_gpu()
@@ -107,22 +112,57 @@ def peak_rss_mib():
     return usage / 1024.0 if sys.platform != "darwin" else usage / (1024.0 * 1024.0)
 
 
+def relaunch_argv(args):
+    """The train command's flags, to run again under mpiexec."""
+    argv = ["train", "--solver", args.solver, "--gpu", args.gpu, "--level", str(args.level),
+            "--sigint_effect", args.sigint_effect, "--sighup_effect", args.sighup_effect]
+    for flag in ("weights", "snapshot", "stage"):
+        if getattr(args, flag):
+            argv += ["--" + flag, getattr(args, flag)]
+    return argv
+
+
 def run(args):
     use_glog_format()
-    from ..solvers import solver_class
-    from ..solvers.example_data import prepare_missing_sources
-    from ..solvers.progress import ProgressBar
-
     if not args.solver:
         raise CaffeError("need a solver definition to train: --solver path/to/solver.prototxt")
     if args.snapshot and args.weights:
         raise CaffeError("give a snapshot to resume training or weights to fine-tune, but not "
                          "both (--snapshot and --weights)")
+    comm = launch.join()
+    if comm is None and args.gpu and len(parse_gpus(args.gpu)) > 1:
+        # Caffe's -gpu 0,1,2,3: one process per listed GPU on this machine
+        command = launch.relaunch_command(len(parse_gpus(args.gpu)), relaunch_argv(args))
+        log.info("Starting one process per GPU: %s", " ".join(command))
+        return launch.run_launcher(command)
+    if comm is None or comm.size == 1:
+        return train(args, None)
+    launch.rank_logging(comm.rank)
+    launch.log_ranks(comm)
+    try:
+        return train(args, comm)
+    except BaseException as exc:  # noqa: BLE001 - any failure must end every rank
+        if isinstance(exc, SystemExit) and not exc.code:
+            raise
+        launch.fail(comm, exc)
+
+
+def train(args, comm):
+    from ..parallel import DataParallel, derive_rank_random_state, init
+    from ..solvers import solver_class
+    from ..solvers.example_data import prepare_missing_sources
+    from ..solvers.progress import ProgressBar
+
     param = protoio.read_solver_param(args.solver)
     param.train_state.level = args.level
     param.train_state.stage.extend(parse_stages(args.stage))
     select_mode(args.gpu, param.solver_mode, param.device_id)
-    prepare_missing_sources(param, args.solver)
+    if comm is not None and comm.rank == 0:
+        prepare_missing_sources(param, args.solver)
+    if comm is not None:
+        comm.barrier()  # rank 0 made any missing example data first
+    if comm is None:
+        prepare_missing_sources(param, args.solver)
 
     cls = solver_class(param.type, "type in %s" % args.solver)
     base_dir = os.path.dirname(os.path.abspath(args.solver))
@@ -134,8 +174,16 @@ def run(args):
             solver.restore(args.snapshot)
         elif args.weights:
             copy_layers(solver, args.weights)
+        if comm is not None:
+            if args.snapshot:
+                derive_rank_random_state(solver)
+            if backend.mode() == backend.GPU:
+                comm = init(comm.comm, nccl=True)
+            sync = DataParallel(solver, comm, actions=handler.get_action).attach()
+            log.info("Data-parallel training on %d processes (batch size per process as in "
+                     "the net): %s", comm.size, sync.describe())
         bar = None
-        if ProgressBar.wanted():
+        if context.root_solver() and ProgressBar.wanted():
             bar = ProgressBar(solver.max_iter).attach()
             solver.progress = bar
         log.info("Starting Optimization")

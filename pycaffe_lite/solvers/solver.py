@@ -24,6 +24,7 @@ from .. import backend, health, protoio
 from ..blob import blobproto_to_array, fill_blobproto
 from ..errors import CaffeError, ProtoError, SnapshotError
 from ..net import LAYER_FAILURES, Net
+from ..parallel import context
 from ..proto import caffe_pb2
 from ..signals import SolverAction
 from . import paths, resume
@@ -102,7 +103,8 @@ class Solver:
         self.policy = get_policy(param, self.where)
         self._init_snapshot_prefix()
         if param.random_seed >= 0:
-            backend.set_random_seed(param.random_seed)
+            # as Caffe: each data-parallel rank draws its own random numbers
+            backend.set_random_seed(param.random_seed + context.solver_rank())
         self._init_train_net()
         self._init_test_nets()
         log.info("Solver scaffolding done.")
@@ -158,7 +160,7 @@ class Solver:
                 raise paths.prefix_error(prefix, self.search_dirs, self.where)
             if param.snapshot_after_train:
                 log.warning("%s", paths.prefix_error(prefix, self.search_dirs, self.where))
-        elif param.snapshot > 0:
+        elif param.snapshot > 0 and context.root_solver():  # the rank that writes them
             paths.check_writable(self.snapshot_prefix, self.where)
 
     def _read_net_file(self, path, field):
@@ -450,6 +452,8 @@ class Solver:
                 index += 1
 
     def test_all(self):
+        if not context.root_solver():
+            return  # rank 0 tests, over the whole test set
         for test_net_id in range(len(self.test_nets)):
             if self.requested_early_exit:
                 break
@@ -600,7 +604,10 @@ class Solver:
         Each file is written to a temporary file and renamed, weights first: a crash or a full
         disk at any point leaves every earlier snapshot complete, and a ``.solverstate`` never
         refers to a missing or partial weights file. A failure raises a SnapshotError naming
-        the last complete snapshot."""
+        the last complete snapshot. In data-parallel training only rank 0 writes (the
+        others return None)."""
+        if not context.root_solver():
+            return None
         try:
             model_filename, state_filename = self._write_snapshot()
         except (ProtoError, OSError) as exc:

@@ -7,6 +7,7 @@ import numpy as np
 from ...data import db as dbmod
 from ...data.datum import DataError, decode_image, parse_datum, raw_shape
 from ...data.transformer import DataTransformer
+from ...parallel.context import ranks
 from ...registry import register_layer
 from .base_data_layer import BasePrefetchingDataLayer, default_threads
 
@@ -120,10 +121,16 @@ class DataLayer(BasePrefetchingDataLayer):
 
     # ---- loading -------------------------------------------------------------------------
     def plan_batch(self):
+        # Caffe's DataLayer::Skip: in TRAIN, N data-parallel solvers read the same stream
+        # and rank r keeps the records r, r + N, r + 2N, ...: a batch covers N x batch_size
+        # records, so the position (what a snapshot stores) is the same on every rank
+        count, rank = ranks(self.phase)
         records = []
         for _ in range(self.batch_size):
+            self._advance(rank)
             records.append((self.position, self.cursor.key(), self.cursor.value()))
             self._next()
+            self._advance(count - 1 - rank)
         return records, self._batch_seed(self.transformer.needs_random)
 
     def fill_batch(self, plan, blobs):

@@ -1,0 +1,207 @@
+"""Communicators: what data-parallel training needs from MPI (mpi4py) or NCCL (CuPy).
+
+Every communicator offers the same few operations on contiguous 1-D buffers, in place:
+``start_allreduce(buf)`` (a handle with ``test()`` and ``wait()``; the sum over ranks),
+``allreduce(buf)``, ``bcast(buf, root)``, ``agree(code)`` (the largest of a small int over
+the ranks, for stop and snapshot requests) and ``abort(code)``. ``on_device`` tells whether the
+buffers live on the GPU (NCCL) or on the host (MPI).
+
+mpi4py is imported only when a communicator is made, so the package works without it; an MPI
+built against any implementation (MPICH, Open MPI, Intel MPI) serves.
+"""
+
+import logging
+
+import numpy as np
+
+from .. import backend
+from ..errors import CaffeError
+from . import context
+
+log = logging.getLogger("pycaffe_lite")
+
+MPI_EXTRA = "pip install 'pycaffe-lite[mpi]' (mpi4py and MPICH's mpiexec)"
+
+
+def import_mpi():
+    """mpi4py's ``MPI`` module (initialises MPI), or a CaffeError naming the ``mpi`` extra."""
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise CaffeError("data-parallel training needs mpi4py, which is not importable (%s): "
+                         "%s" % (exc, MPI_EXTRA)) from None
+    return MPI
+
+
+class _Done:
+    """The handle of an operation that is already complete."""
+
+    def test(self):
+        return True
+
+    def wait(self):
+        pass
+
+
+class LocalComm:
+    """One process: every collective is the identity."""
+
+    rank = 0
+    size = 1
+    on_device = False
+    name = "local"
+
+    def start_allreduce(self, buf):
+        return _Done()
+
+    def allreduce(self, buf):
+        pass
+
+    def bcast(self, buf, root=0):
+        pass
+
+    def agree(self, code):
+        return int(code)
+
+    def barrier(self):
+        pass
+
+    def abort(self, code=1):
+        raise SystemExit(code)
+
+
+class _MPIRequest:
+    def __init__(self, request):
+        self._request = request
+        self._done = False
+
+    def test(self):
+        if not self._done:
+            self._done = bool(self._request.Test())
+        return self._done
+
+    def wait(self):
+        if not self._done:
+            self._request.Wait()
+            self._done = True
+
+
+class MPIComm:
+    """An MPI communicator (``COMM_WORLD`` unless given). Buffers are host NumPy arrays."""
+
+    on_device = False
+    name = "MPI"
+
+    def __init__(self, comm=None):
+        self.MPI = import_mpi()
+        self.comm = self.MPI.COMM_WORLD if comm is None else comm
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        # errors in a collective end the job (with the launcher's abort) instead of hanging
+        self.comm.Set_errhandler(self.MPI.ERRORS_ARE_FATAL)
+
+    def start_allreduce(self, buf):
+        if self.size == 1:
+            return _Done()
+        return _MPIRequest(self.comm.Iallreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM))
+
+    def allreduce(self, buf):
+        if self.size > 1:
+            self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+
+    def bcast(self, buf, root=0):
+        if self.size > 1:
+            self.comm.Bcast(buf, root=root)
+
+    def bcast_object(self, obj, root=0):
+        return self.comm.bcast(obj, root=root)
+
+    def agree(self, code):
+        if self.size == 1:
+            return int(code)
+        value = np.array([int(code)], np.int64)
+        self.comm.Allreduce(self.MPI.IN_PLACE, value, op=self.MPI.MAX)
+        return int(value[0])
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def abort(self, code=1):
+        self.comm.Abort(code)
+
+
+class _StreamHandle:
+    def __init__(self, stream):
+        self._stream = stream
+
+    def test(self):
+        return self._stream.done
+
+    def wait(self):
+        self._stream.synchronize()
+
+
+class NCCLComm:
+    """NCCL through CuPy: buffers stay on the GPU, reduced device to device on a stream of
+    their own (so a reduction overlaps the rest of the backward pass).
+
+    ``uid``: ``NCCLComm.new_uid()`` on rank 0, handed to the other ranks (by MPI, or by the
+    caller as in pycaffe's ``train.py``); ``mpi``: an :class:`MPIComm` for ``agree``/``abort``
+    (optional)."""
+
+    on_device = True
+    name = "NCCL"
+
+    def __init__(self, uid, rank=None, size=None, mpi=None):
+        self.nccl = backend.nccl()
+        self.rank = context.solver_rank() if rank is None else int(rank)
+        self.size = context.solver_count() if size is None else int(size)
+        self.mpi = mpi
+        cp = backend.device_module()
+        self.cp = cp
+        self.comm = self.nccl.NcclCommunicator(self.size, uid, self.rank)
+        self.stream = cp.cuda.Stream(non_blocking=True)
+
+    @staticmethod
+    def new_uid():
+        return backend.nccl().get_unique_id()
+
+    def _dtype(self, buf):
+        if buf.dtype == np.float32:
+            return self.nccl.NCCL_FLOAT32
+        if buf.dtype == np.float64:
+            return self.nccl.NCCL_FLOAT64
+        raise CaffeError("NCCL reduces float32 or float64 buffers, not %s" % buf.dtype)
+
+    def start_allreduce(self, buf):
+        # the gradients were written on the current stream: the reduction waits for them
+        self.stream.wait_event(self.cp.cuda.get_current_stream().record())
+        self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self._dtype(buf),
+                            self.nccl.NCCL_SUM, self.stream.ptr)
+        return _StreamHandle(self.stream)
+
+    def allreduce(self, buf):
+        self.start_allreduce(buf).wait()
+
+    def bcast(self, buf, root=0):
+        self.stream.wait_event(self.cp.cuda.get_current_stream().record())
+        self.comm.bcast(buf.data.ptr, buf.size, self._dtype(buf), root, self.stream.ptr)
+        self.stream.synchronize()
+
+    def agree(self, code):
+        if self.mpi is not None:
+            return self.mpi.agree(code)
+        value = self.cp.asarray(np.array([int(code)], np.float64))
+        self.comm.allReduce(value.data.ptr, value.data.ptr, 1, self.nccl.NCCL_FLOAT64,
+                            self.nccl.NCCL_MAX, self.stream.ptr)
+        self.stream.synchronize()
+        return int(value.get()[0])
+
+    def barrier(self):
+        self.agree(0)
+
+    def abort(self, code=1):
+        if self.mpi is not None:
+            self.mpi.abort(code)
+        self.comm.abort()
+        raise SystemExit(code)
