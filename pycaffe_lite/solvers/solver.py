@@ -21,13 +21,14 @@ import numpy as np
 from google.protobuf import text_format
 
 from .. import backend, health, protoio
-from ..blob import blobproto_to_array, fill_blobproto
 from ..errors import CaffeError, ProtoError, SnapshotError
 from ..net import LAYER_FAILURES, Net
 from ..parallel import context
 from ..proto import caffe_pb2
 from ..signals import SolverAction
-from . import paths, resume
+from . import debug_info, paths
+from . import snapshot as snapshot_io
+from .debug_info import fmt as _fmt
 from .detection_test import test_detection
 from .lr_policy import get_policy, learning_rate
 
@@ -43,11 +44,6 @@ def build_net(net_param):
     several places first (Caffe's rules), so it builds the net from the finished parameter.
     """
     return Net.from_param(net_param)
-
-
-def _fmt(value):
-    """A number as Caffe's log prints it (ostream's default: 6 significant digits)."""
-    return "%g" % float(value)
 
 
 class _Callback:
@@ -347,7 +343,7 @@ class Solver:
                 cb.on_gradients_ready()
             self.apply_update()
             if debug:
-                self._update_debug_info()
+                debug_info.update(self.net)
             self.iter += 1
             if self.progress is not None:
                 self.progress.update(self.iter, self.smoothed_loss)
@@ -509,54 +505,6 @@ class Solver:
         self._log_outputs(net, "Test", scores, n_iter)
 
     # -- debug info (Caffe's Net debug_info lines) ----------------------------------------
-    @staticmethod
-    def _mean_abs(blob, diff=False):
-        if blob.count == 0:
-            return 0.0
-        return (blob.asum_diff() if diff else blob.asum_data()) / blob.count
-
-    def _forward_debug(self, net):
-        names = net.blob_names
-        loss = 0.0
-        for i, layer in enumerate(net.layers):
-            loss += net.forward_from_to(i, i)
-            lname = net.layer_names[i]
-            self._debug_check(net, health.check_layer_forward(net, i), "Forward")
-            for blob, tid in zip(net.top_vecs[i], net.top_ids[i]):
-                log.info("    [Forward] Layer %s, top blob %s data: %s", lname, names[tid],
-                         _fmt(self._mean_abs(blob)))
-            for blob, pid in zip(layer.blobs, net.param_id_vecs[i]):
-                log.info("    [Forward] Layer %s, param blob %s data: %s", lname,
-                         net.param_display_names[pid], _fmt(self._mean_abs(blob)))
-        return loss
-
-    def _backward_debug(self, net):
-        names = net.blob_names
-        for i in range(len(net.layers) - 1, -1, -1):
-            if not net.layer_need_backward[i]:
-                continue
-            net.backward_from_to(i, i)
-            lname = net.layer_names[i]
-            self._debug_check(net, health.check_layer_backward(net, i), "Backward")
-            for j, (blob, bid) in enumerate(zip(net.bottom_vecs[i], net.bottom_ids[i])):
-                if net.bottom_need_backward[i][j]:
-                    log.info("    [Backward] Layer %s, bottom blob %s diff: %s", lname,
-                             names[bid], _fmt(self._mean_abs(blob, True)))
-            layer = net.layers[i]
-            for j, blob in enumerate(layer.blobs):
-                if layer.param_propagate_down[j]:
-                    log.info("    [Backward] Layer %s, param blob %d diff: %s", lname, j,
-                             _fmt(self._mean_abs(blob, True)))
-        asum_data = asum_diff = sumsq_data = sumsq_diff = 0.0
-        for blob in net.learnable_params:
-            asum_data += blob.asum_data()
-            asum_diff += blob.asum_diff()
-            sumsq_data += blob.sumsq_data()
-            sumsq_diff += blob.sumsq_diff()
-        log.info("    [Backward] All net params (data, diff): L1 norm = (%s, %s); L2 norm = "
-                 "(%s, %s)", _fmt(asum_data), _fmt(asum_diff), _fmt(np.sqrt(sumsq_data)),
-                 _fmt(np.sqrt(sumsq_diff)))
-
     def _debug_check(self, net, culprit, what):
         """With debug_info: log and remember the first non-finite value of the train net's
         pass (the per-layer check the debug lines need anyway)."""
@@ -569,26 +517,11 @@ class Solver:
     def _forward_backward(self, debug):
         if not debug:
             return self.net.forward_backward()
-        loss = self._forward_debug(self.net)
-        self._backward_debug(self.net)
+        loss = debug_info.forward(self.net, self._debug_check)
+        debug_info.backward(self.net, self._debug_check)
         return loss
 
-    def _update_debug_info(self):
-        net = self.net
-        for pid, blob in enumerate(net.param_blobs):
-            lname = net.layer_names[net.param_layer_indices[pid][0]]
-            owner = net.param_owners[pid]
-            if owner < 0:
-                log.info("    [Update] Layer %s, param %s data: %s; diff: %s", lname,
-                         net.param_display_names[pid], _fmt(self._mean_abs(blob)),
-                         _fmt(self._mean_abs(blob, True)))
-            else:
-                log.info("    [Update] Layer %s, param blob %s (owned by layer %s, param %s) "
-                         "diff: %s", lname, net.param_display_names[pid],
-                         net.layer_names[net.param_layer_indices[owner][0]],
-                         net.param_display_names[owner], _fmt(self._mean_abs(blob, True)))
-
-    # -- snapshots -----------------------------------------------------------------------
+    # -- snapshots (written and read by pycaffe_lite.solvers.snapshot) ---------------------
     def snapshot_filename(self, extension):
         return "%s_iter_%d%s" % (self._prefix(), self.iter, extension)
 
@@ -609,7 +542,7 @@ class Solver:
         if not context.root_solver():
             return None
         try:
-            model_filename, state_filename = self._write_snapshot()
+            model_filename, state_filename = snapshot_io.write(self)
         except (ProtoError, OSError) as exc:
             if self.last_snapshot:
                 where = ("The last complete snapshot, %s, is intact: once this is fixed, resume "
@@ -622,157 +555,14 @@ class Solver:
         self.last_snapshot = state_filename
         return model_filename
 
-    def _write_snapshot(self):
-        fmt = self.param.snapshot_format
-        if fmt == _SP.BINARYPROTO:
-            model_filename = self.snapshot_filename(".caffemodel")
-            log.info("Snapshotting to binary proto file %s", model_filename)
-            protoio.write_binary(self.net.to_proto(self.param.snapshot_diff), model_filename)
-        elif fmt == _SP.HDF5:
-            model_filename = self.snapshot_filename(".caffemodel.h5")
-            log.info("Snapshotting to HDF5 file %s", model_filename)
-            self.net.save_hdf5(model_filename, self.param.snapshot_diff)
-        else:
-            raise CaffeError("%s: unsupported snapshot_format %d" % (self.where, fmt))
-        return model_filename, self.snapshot_solver_state(model_filename)
-
-    def _history_host(self):
-        return [backend.to_host(h) for h in self.history]
-
     def snapshot_solver_state(self, model_filename):
-        extra = resume.dumps(resume.capture(self))
-        if self.param.snapshot_format == _SP.HDF5:
-            filename = self.snapshot_filename(".solverstate.h5")
-            log.info("Snapshotting solver state to HDF5 file %s", filename)
-            self._write_state_hdf5(filename, model_filename, extra)
-        else:
-            state = caffe_pb2.SolverState()
-            state.iter = self.iter
-            state.learned_net = model_filename
-            state.current_step = self.current_step
-            for arr in self._history_host():
-                fill_blobproto(state.history.add(), arr)
-            state.resume_state = extra
-            filename = self.snapshot_filename(".solverstate")
-            log.info("Snapshotting solver state to binary proto file %s", filename)
-            protoio.write_binary(state, filename)
-        return filename
+        """Write the solver state that refers to ``model_filename``; its file name."""
+        return snapshot_io.write_state(self, model_filename)
 
-    def _write_state_hdf5(self, filename, model_filename, extra):
-        from ..weights import write_hdf5
-
-        def fill(f):
-            f.create_dataset("iter", data=np.array([self.iter], np.int32))
-            f.create_dataset("learned_net", data=np.bytes_(model_filename.encode("utf-8")))
-            f.create_dataset("current_step", data=np.array([self.current_step], np.int32))
-            group = f.create_group("history")
-            for i, arr in enumerate(self._history_host()):
-                group.create_dataset(str(i), data=np.asarray(arr, np.float32))
-            f.create_dataset("resume_state", data=np.void(extra))
-
-        write_hdf5(filename, fill, "HDF5 solver state")
-
-    # -- restore -------------------------------------------------------------------------
     def restore(self, state_file):
         """Continue from a ``.solverstate`` (binary, or HDF5 ``.h5``) written by a solver of the
         same type, here or by Caffe: iteration, weights, lr schedule step and history (and,
         for pycaffe-lite states, the random generator and the data layers' positions)."""
         state_file = os.fspath(state_file)
-        if not os.path.isfile(state_file):
-            raise ProtoError("solver state file not found", state_file)
-        from ..weights import is_hdf5
-        if state_file.endswith(".h5") or is_hdf5(state_file):
-            self._restore_hdf5(state_file)
-        else:
-            self._restore_binary(state_file)
+        snapshot_io.restore(self, state_file)
         self.last_snapshot = state_file
-
-    def _learned_net_path(self, learned_net, state_file):
-        if isinstance(learned_net, bytes):  # protobuf hands over a non-UTF-8 string as bytes
-            learned_net = os.fsdecode(learned_net)
-        if os.path.isfile(learned_net):
-            return learned_net
-        folder = os.path.dirname(os.path.abspath(state_file))
-        for candidate in (os.path.join(folder, os.path.basename(learned_net)),
-                          os.path.join(folder, learned_net)):
-            if os.path.isfile(candidate):
-                return candidate
-        raise ProtoError("the solver state refers to the weights file '%s', which is not found "
-                         "(looked in the working directory and in %s); keep the .caffemodel "
-                         "next to its .solverstate" % (learned_net, folder), state_file)
-
-    def _restore_binary(self, state_file):
-        state = protoio.read_binary(state_file, caffe_pb2.SolverState())
-        self.iter = state.iter
-        if state.HasField("learned_net") and state.learned_net:
-            self.net.copy_from(self._learned_net_path(state.learned_net, state_file))
-        self.current_step = state.current_step
-        history = []
-        for i, blob in enumerate(state.history):
-            try:
-                history.append(blobproto_to_array(blob))
-            except CaffeError as exc:
-                raise ProtoError("history blob %d: %s (a corrupt solver state)" % (i, exc),
-                                 state_file) from None
-        self._set_history(history, state_file)
-        self._apply_resume_state(state.resume_state if state.HasField("resume_state") else None,
-                                 state_file)
-
-    def _restore_hdf5(self, state_file):
-        from ..weights import _h5py
-        h5py = _h5py()
-        try:
-            f = h5py.File(state_file, "r")
-        except OSError as exc:
-            raise ProtoError("cannot open as HDF5: %s" % exc, state_file) from None
-        with f:
-            for key in ("iter", "current_step", "history"):
-                if key not in f:
-                    raise ProtoError("HDF5 solver state has no '%s' dataset" % key, state_file)
-            self.iter = int(np.asarray(f["iter"][()]).ravel()[0])
-            if "learned_net" in f:
-                raw = f["learned_net"][()]
-                if isinstance(raw, np.ndarray):
-                    raw = raw.ravel()[0]
-                learned = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-                learned = learned.rstrip("\x00")
-                if learned:
-                    self.net.copy_from(self._learned_net_path(learned, state_file))
-            self.current_step = int(np.asarray(f["current_step"][()]).ravel()[0])
-            group = f["history"]
-            arrays = []
-            for i in range(len(group)):
-                if str(i) not in group:
-                    raise ProtoError("HDF5 solver state: history has no dataset '%d'" % i,
-                                     state_file)
-                arrays.append(np.asarray(group[str(i)][...], np.float32))
-            extra = None
-            if "resume_state" in f:
-                extra = f["resume_state"][()]
-                extra = extra.tobytes() if hasattr(extra, "tobytes") else bytes(extra)
-        self._set_history(arrays, state_file)
-        self._apply_resume_state(extra, state_file)
-
-    def _set_history(self, arrays, source):
-        log.info("%s: restoring history", type(self).__name__)
-        if len(arrays) != len(self.history):
-            n = len(self.net.learnable_params)
-            raise CaffeError(
-                "%s: incorrect length of history blobs: the state holds %d, a %s on this net "
-                "needs %d (%d learnable params x %d); was it written by another solver type or "
-                "for another net?" % (source, len(arrays), type(self).__name__,
-                                      len(self.history), n, len(self.state_names)))
-        for i, (dst, src) in enumerate(zip(self.history, arrays)):
-            if src.size != dst.size:
-                raise CaffeError("%s: history blob %d holds %d values (shape %s), the param it "
-                                 "belongs to has %d (shape %s)"
-                                 % (source, i, src.size, src.shape, dst.size, dst.shape))
-            xp = backend.get_array_module(dst)
-            dst[...] = xp.asarray(src.reshape(dst.shape).astype(np.float32, copy=False))
-
-    def _apply_resume_state(self, extra, source):
-        if extra:
-            resume.apply(self, resume.loads(extra, source), source)
-        else:
-            log.info("%s holds no random-generator or data-position state (written by Caffe?): "
-                     "resuming with the current random numbers and data order", source)
