@@ -179,6 +179,8 @@ def warp(img, p, rng):
     mode = RP.LINEAR
     if len(p.interp_mode):
         mode = p.interp_mode[int(rng.integers(len(p.interp_mode)))]
+    if img.shape[:2] == (p.height, p.width) and mode in (RP.LINEAR, RP.NEAREST):
+        return img  # both are the identity at the same size
     if mode == RP.LINEAR:
         return resize(img, p.height, p.width)
     if mode == RP.NEAREST:
