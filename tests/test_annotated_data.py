@@ -363,3 +363,16 @@ def test_boxes_of_reads_groups_in_order():
     assert b.labels.tolist() == [2, 2, 1]
     assert b.instance.tolist() == [0, 1, 0]
     assert b.difficult.tolist() == [False, False, True]
+
+
+def test_label_missing_from_the_label_map_names_record_and_label(tmp_path, db):
+    path, _ = db
+    labelmap = tmp_path / "labelmap.prototxt"
+    labelmap.write_text('item { name: "bg" label: 0 } item { name: "a" label: 1 } '
+                        'item { name: "b" label: 2 }')
+    net = _net(tmp_path, path, batch=2, extra='label_map_file: "%s"' % labelmap)
+    try:
+        with pytest.raises(CaffeError, match=r"layer 'data'.*record 1 .*label 3"):
+            net.forward()  # record 1 has a box of label 3
+    finally:
+        _close(net)

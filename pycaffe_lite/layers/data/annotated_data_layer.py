@@ -7,7 +7,7 @@ import numpy as np
 
 from ...data import anno_transform as at
 from ...data import sampler
-from ...data.annotation import Boxes, boxes_of
+from ...data.annotation import Boxes, boxes_of, read_label_map
 from ...data.datum import DataError, decode_image, raw_shape
 from ...data.mean import load_mean
 from ...proto import caffe_pb2
@@ -51,6 +51,9 @@ class AnnotatedDataLayer(DataLayer):
     ``mirror``, ``mean_value``/``mean_file``, ``scale``, ``force_color``/``force_gray``.
     See :mod:`pycaffe_lite.data.anno_transform` for the order and the formulas.
 
+    With ``label_map_file``, a box whose label the map does not list is an error naming the
+    record and the label.
+
     As in the fork, the batch samplers, distortion and expansion apply in whichever phase
     lists them (test nets normally list none); the random crop is TRAIN-only (centred in
     TEST). All randomness of a batch comes from one generator seeded from the layer's own,
@@ -65,6 +68,9 @@ class AnnotatedDataLayer(DataLayer):
         ap = self.layer_param.annotated_data_param
         tp = self.layer_param.transform_param
         self.tparam = tp
+        self.known_labels = None
+        if ap.label_map_file:
+            self.known_labels = {int(i.label) for i in read_label_map(ap.label_map_file).item}
         self.samplers = list(ap.batch_sampler)
         for i, bs in enumerate(self.samplers):
             sampler.check_sampler(bs, "annotated_data_param.batch_sampler[%d]" % i)
@@ -138,6 +144,12 @@ class AnnotatedDataLayer(DataLayer):
             raise DataError("%s has %d channels, the first record %d"
                             % (where, img.shape[2], self.channels))
         boxes = boxes_of(anno) if self.has_anno_type else Boxes.empty()
+        if self.known_labels is not None and len(boxes):
+            unknown = sorted(set(boxes.labels.tolist()) - self.known_labels)
+            if unknown:
+                raise DataError("%s has boxes of label %s, which label_map_file '%s' does not "
+                                "list" % (where, ", ".join(map(str, unknown)),
+                                          self.layer_param.annotated_data_param.label_map_file))
         emit = tp.emit_constraint if tp.HasField("emit_constraint") else None
         if tp.HasField("distort_param"):
             img = at.distort(img, tp.distort_param, rng)
