@@ -50,6 +50,29 @@ CONV = ('type: "Convolution" convolution_param { num_output: 4 kernel_size: 3 pa
         'min: -0.5 max: 0.5 } }')
 X4 = (2, 4, 6, 5)
 
+def _ssd_priors():
+    """A PriorBox top (2 x 2 map, 4 priors per cell) for the SSD cases."""
+    layer = create_layer(layer_param('type: "PriorBox" prior_box_param { min_size: 9 '
+                                     'max_size: 18 aspect_ratio: 2 variance: 0.1 '
+                                     'variance: 0.1 variance: 0.2 variance: 0.2 }'))
+    bottom = [Blob((1, 1, 2, 2), np.float32), Blob((1, 3, 20, 20), np.float32)]
+    top = [Blob((), np.float32)]
+    layer.SetUp(bottom, top)
+    layer.Forward(bottom, top)
+    return top[0].data.copy()
+
+
+SSD_PRIORS = _ssd_priors()
+SSD_GT = np.array([[[[0, 1, 0, 0.1, 0.1, 0.6, 0.55, 0], [0, 2, 1, 0.5, 0.4, 0.95, 0.95, 0],
+                     [1, 1, 0, 0.2, 0.3, 0.7, 0.8, 0]]]], np.float32)
+
+
+def _ssd_probs(seed):
+    z = _u((2, 16, 3), seed, -3, 3)
+    e = np.exp(z - z.max(axis=2, keepdims=True))
+    return (e / e.sum(axis=2, keepdims=True)).reshape(2, 48)
+
+
 CASES = [
     case("AbsVal", 'type: "AbsVal"', [_u((2, 3, 4))]),
     case("Accuracy", 'type: "Accuracy" accuracy_param { top_k: 2 }',
@@ -211,6 +234,27 @@ CASES = [
     case("Yolo", 'type: "Yolo" yolo_param { classes: 2 num: 6 mask: 3 mask: 4 mask: 5 '
          'anchors: [10, 14, 23, 27, 37, 58, 81, 82, 135, 169, 344, 319] }',
          [_u((2, 21, 3, 4), 0, -3, 3)]),
+    # the SSD fork's layers; the box post-processing ones work on the host, as the fork's do
+    case("Normalize", 'type: "Normalize" norm_param { across_spatial: false channel_shared: '
+         'false scale_filler { type: "uniform" min: 1 max: 3 } }', [_u((2, 3, 4, 2))]),
+    case("Normalize", 'type: "Normalize"', [_u((2, 3, 2, 2))]),
+    case("Permute", 'type: "Permute" permute_param { order: 0 order: 2 order: 3 order: 1 }',
+         [_u((2, 3, 4, 5))]),
+    case("PriorBox", 'type: "PriorBox" prior_box_param { min_size: 4 max_size: 9 '
+         'aspect_ratio: 3 clip: true }', [_u((1, 2, 3, 4)), _u((1, 3, 12, 16))],
+         down=[False, False], host_io=True),
+    case("DetectionOutput", 'type: "DetectionOutput" detection_output_param { num_classes: 3 '
+         'nms_param { nms_threshold: 0.45 top_k: 10 } code_type: CENTER_SIZE keep_top_k: 5 '
+         'confidence_threshold: 0.2 }', [_u((2, 64), 1, -0.5, 0.5), _ssd_probs(2),
+                                          SSD_PRIORS], down=[False] * 3, host_io=True),
+    case("MultiBoxLoss", 'type: "MultiBoxLoss" multibox_loss_param { num_classes: 3 '
+         'code_type: CENTER_SIZE }', [_u((2, 64), 3), _u((2, 48), 4, -2, 2), SSD_PRIORS,
+                                      SSD_GT], down=[True, True, False, False], host_io=True),
+    case("DetectionEvaluate", 'type: "DetectionEvaluate" detection_evaluate_param { '
+         'num_classes: 3 }', [np.array([[[[0, 1, 0.9, 0.1, 0.1, 0.6, 0.5], [0, 2, 0.8, 0, 0,
+                                                                           0.2, 0.2],
+                                          [1, 1, 0.7, 0.2, 0.3, 0.7, 0.8]]]], np.float32),
+                              SSD_GT], down=[False, False], host_io=True),
 ]
 
 SOURCE_TYPES = ("AnnotatedData", "Data", "HDF5Data", "HDF5Output", "ImageData", "WindowData",

@@ -242,6 +242,25 @@ def layer_params(draw, lp):
         lp.upsample_param.scale = draw(st.integers(0, 3))
     elif t == "ContrastiveLoss":
         lp.contrastive_loss_param.margin = draw(real)
+    elif t == "Normalize":
+        lp.norm_param.across_spatial = draw(st.booleans())
+        lp.norm_param.channel_shared = draw(st.booleans())
+    elif t == "Permute":
+        lp.permute_param.order.extend(draw(st.lists(st.integers(0, 4), max_size=4)))
+    elif t == "PriorBox":
+        lp.prior_box_param.min_size.append(draw(st.integers(-2, 8)))
+        if draw(st.booleans()):
+            lp.prior_box_param.max_size.append(draw(st.integers(-2, 12)))
+        lp.prior_box_param.aspect_ratio.extend(draw(st.lists(real, max_size=2)))
+        lp.prior_box_param.clip = draw(st.booleans())
+    elif t == "DetectionOutput":
+        lp.detection_output_param.num_classes = draw(st.integers(1, 4))
+        lp.detection_output_param.keep_top_k = draw(st.integers(-1, 3))
+    elif t == "MultiBoxLoss":
+        lp.multibox_loss_param.num_classes = draw(st.integers(1, 4))
+        lp.multibox_loss_param.mining_type = draw(st.sampled_from([0, 1, 2]))
+    elif t == "DetectionEvaluate":
+        lp.detection_evaluate_param.num_classes = draw(st.integers(1, 4))
     if draw(st.integers(0, 9)) == 0:
         lp.loss_weight.append(draw(real))
     if draw(st.integers(0, 19)) == 0:
@@ -267,6 +286,8 @@ PALETTE = {
     "InfogainLoss": (3, 3, 1), "ContrastiveLoss": (3, 3, 1), "Accuracy": (2, 2, 1),
     "LSTM": (2, 3, 1), "RNN": (2, 3, 1), "LSTMUnit": (3, 3, 3),
     "Parameter": (0, 0, 1), "DummyData": (0, 0, 1), "Bogus": (1, 1, 1),
+    "Normalize": (1, 1, 1), "Permute": (1, 1, 1), "PriorBox": (2, 2, 1),
+    "DetectionOutput": (3, 3, 1), "MultiBoxLoss": (4, 4, 1), "DetectionEvaluate": (2, 2, 1),
 }
 
 

@@ -27,6 +27,7 @@ from ..net import LAYER_FAILURES, Net
 from ..proto import caffe_pb2
 from ..signals import SolverAction
 from . import paths, resume
+from .detection_test import test_detection
 from .lr_policy import get_policy, learning_rate
 
 log = logging.getLogger("pycaffe_lite")
@@ -437,7 +438,10 @@ class Solver:
             self.test(test_net_id)
 
     def test(self, test_net_id=0):
-        """Run test net ``test_net_id`` for its test_iter batches; log and keep the means."""
+        """Run test net ``test_net_id`` for its test_iter batches; log and keep the means
+        (the mean average precision with the SSD fork's ``eval_type: "detection"``)."""
+        if self.param.eval_type != "classification":
+            return test_detection(self, test_net_id)
         param = self.param
         log.info("Iteration %d, Testing net (#%d)", self.iter, test_net_id)
         net = self.test_nets[test_net_id]

@@ -1,0 +1,147 @@
+"""DetectionOutput: the SSD fork's decoding and non-maximum suppression (weiliu89/caffe)."""
+
+import numpy as np
+
+from ...layer import Layer
+from ...registry import register_layer
+from .bbox_util import CODE_NAMES, decode, nms_fast
+
+NO_THRESHOLD = -float(np.finfo(np.float32).max)
+
+
+def split_priors(prior_data, num_priors):
+    """Prior boxes ``(P, 4)`` and variances ``(P, 4)`` from a PriorBox top (boxes first)."""
+    flat = np.asarray(prior_data).reshape(-1)
+    return flat[:num_priors * 4].reshape(num_priors, 4), \
+        flat[num_priors * 4:num_priors * 8].reshape(num_priors, 4)
+
+
+@register_layer("DetectionOutput")
+class DetectionOutputLayer(Layer):
+    """Final detections of an SSD net: decoded boxes after per-class suppression.
+
+    For each image: the location predictions are decoded against the priors (``code_type``;
+    the variances scale the offsets unless ``variance_encoded_in_target``); for each class
+    but the background, the boxes scoring above ``confidence_threshold`` go through
+    non-maximum suppression (``nms_param``: ``nms_threshold``, ``top_k`` candidates,
+    adaptive ``eta``); then, when more than ``keep_top_k`` (>= 0) detections remain, only
+    the ``keep_top_k`` best of the image are kept.
+
+    Bottoms: loc ``(N, P * L * 4)`` (``L`` = 1 with ``share_location``, else num_classes),
+    conf ``(N, P * num_classes)`` (probabilities), priors ``(1, 2, P * 4)`` (PriorBox's
+    layout; any leading shape with the boxes then the variances).
+    Tops: ``(1, 1, K, 7)``, one row per detection: image id, label, score, xmin, ymin, xmax,
+    ymax (normalised, not clipped), images in order, classes ascending within an image and
+    scores descending within a class. With no detection at all the fork's placeholder is
+    written: one row per image ``[i, -1, -1, -1, -1, -1, -1]``.
+    Params: ``detection_output_param`` (the SSD fork's DetectionOutputParameter, plus
+    OpenCV's ``clip``: decoded boxes clipped to [0, 1] before suppression); saving results to
+    files (``save_output_param``) and ``visualize`` are not provided.
+    """
+
+    exact_num_bottom_blobs = 3
+    exact_num_top_blobs = 1
+
+    def setup(self, bottom, top):
+        p = self.layer_param.detection_output_param
+        if not p.HasField("num_classes"):
+            raise self.error("detection_output_param needs num_classes")
+        self.num_classes = int(p.num_classes)
+        self.share_location = bool(p.share_location)
+        self.num_loc_classes = 1 if self.share_location else self.num_classes
+        self.background_label_id = int(p.background_label_id)
+        if p.code_type not in CODE_NAMES:
+            raise self.error("unknown code_type %d" % p.code_type)
+        self.code_type = p.code_type
+        self.variance_encoded_in_target = bool(p.variance_encoded_in_target)
+        self.clip = bool(p.clip)
+        self.keep_top_k = int(p.keep_top_k)
+        self.confidence_threshold = float(p.confidence_threshold) \
+            if p.HasField("confidence_threshold") else NO_THRESHOLD
+        self.nms_threshold = float(p.nms_param.nms_threshold)
+        if self.nms_threshold < 0:
+            raise self.error("nms_threshold must be non-negative, got %g" % self.nms_threshold)
+        self.eta = float(p.nms_param.eta)
+        if not 0 < self.eta <= 1:
+            raise self.error("nms_param eta must be in (0, 1], got %g" % self.eta)
+        self.top_k = int(p.nms_param.top_k) if p.nms_param.HasField("top_k") else -1
+        if p.save_output_param.output_directory:
+            raise self.error("save_output_param (writing detections to files) is not "
+                             "supported; read the top blob instead")
+        if p.visualize:
+            raise self.error("visualize is not supported; draw the top blob's boxes instead")
+
+    def reshape(self, bottom, top):
+        loc, conf, prior = bottom
+        if loc.shape[0] != conf.shape[0]:
+            raise self.error("loc has %d images and conf %d" % (loc.shape[0], conf.shape[0]))
+        if prior.count % 8:
+            raise self.error("the prior blob holds %d values, not boxes and variances (a "
+                             "multiple of 8)" % prior.count)
+        self.num_priors = prior.count // 8
+        loc_per = loc.count // max(loc.shape[0], 1)
+        conf_per = conf.count // max(conf.shape[0], 1)
+        if loc_per != self.num_priors * self.num_loc_classes * 4:
+            raise self.error(
+                "loc has %d values per image; %d priors x %d location classes x 4 = %d "
+                "expected (the number of priors must match the location predictions)"
+                % (loc_per, self.num_priors, self.num_loc_classes,
+                   self.num_priors * self.num_loc_classes * 4))
+        if conf_per != self.num_priors * self.num_classes:
+            raise self.error(
+                "conf has %d values per image; %d priors x %d classes = %d expected (the "
+                "number of priors must match the confidence predictions)"
+                % (conf_per, self.num_priors, self.num_classes,
+                   self.num_priors * self.num_classes))
+        top[0].reshape(1, 1, 1, 7)
+
+    def detect(self, loc, conf, prior):
+        """Rows ``(K, 7)`` for host arrays shaped as the bottoms."""
+        num = loc.shape[0]
+        P, C = self.num_priors, self.num_classes
+        priors, variances = split_priors(prior, P)
+        loc = loc.reshape(num, P, self.num_loc_classes, 4)
+        conf = conf.reshape(num, P, C)
+        rows = []
+        for i in range(num):
+            boxes = decode(priors, variances, self.code_type, self.variance_encoded_in_target,
+                           loc[i].transpose(1, 0, 2)).astype(loc.dtype, copy=False)
+            if self.clip:
+                boxes = np.clip(boxes, 0, 1)
+            picks = []                        # (label, kept indices) per class
+            for c in range(C):
+                if c == self.background_label_id:
+                    continue
+                cls_boxes = boxes[0 if self.share_location else c]
+                kept = nms_fast(cls_boxes, conf[i, :, c], self.confidence_threshold,
+                                self.nms_threshold, self.eta, self.top_k)
+                picks.append((c, kept))
+            total = sum(len(k) for _, k in picks)
+            if -1 < self.keep_top_k < total:
+                labels = np.concatenate([np.full(len(k), c) for c, k in picks])
+                idx = np.concatenate([k for _, k in picks])
+                scores = conf[i, idx, labels]
+                best = np.argsort(-scores, kind="stable")[:self.keep_top_k]
+                # back to the fork's order: classes ascending, scores descending within one
+                best = best[np.lexsort((np.arange(best.size), labels[best]))]
+                picks = [(c, idx[best][labels[best] == c]) for c in np.unique(labels[best])]
+            for c, kept in picks:
+                if not len(kept):
+                    continue
+                cls_boxes = boxes[0 if self.share_location else c]
+                block = np.empty((len(kept), 7), dtype=np.float64)
+                block[:, 0] = i
+                block[:, 1] = c
+                block[:, 2] = conf[i, kept, c]
+                block[:, 3:] = cls_boxes[kept]
+                rows.append(block)
+        if not rows:
+            empty = np.full((num, 7), -1.0)
+            empty[:, 0] = np.arange(num)
+            return empty
+        return np.concatenate(rows)
+
+    def forward(self, bottom, top):
+        rows = self.detect(bottom[0].cpu_data(), bottom[1].cpu_data(), bottom[2].cpu_data())
+        top[0].reshape(1, 1, rows.shape[0], 7)
+        top[0].data[...] = rows.reshape(1, 1, -1, 7)
