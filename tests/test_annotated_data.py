@@ -223,7 +223,8 @@ def _anno_datum(img, rows, encoded=False):
 
 def _close(net):
     for layer in net.layers:
-        layer.close()
+        if hasattr(layer, "close"):
+            layer.close()
 
 
 def _write_db(path, records):

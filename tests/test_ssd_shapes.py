@@ -58,7 +58,7 @@ def test_short_training_reaches_a_map_far_above_chance(tmp_path, monkeypatch):
     pytest.importorskip("pycaffe_lite.layers.detection.average_precision")
     gen = _load("generate_shapes")
     data = tmp_path / "data"
-    gen.generate(str(data), train=800, test=100, size=96, seed=11)
+    gen.generate(str(data), train=400, test=100, size=96, seed=11)
     for split in ("train", "test"):
         assert main(["convert_annoset", "--anno_type=detection", "--label_map_file",
                      str(data / "labelmap.prototxt"), "--encoded", "--encode_type=png",
@@ -69,11 +69,11 @@ def test_short_training_reaches_a_map_far_above_chance(tmp_path, monkeypatch):
     (tmp_path / "net.prototxt").write_text(net)
     solver = open(os.path.join(EXAMPLE, "ssd_shapes_solver.prototxt")).read()
     for old, new in (("models/ssd_shapes/ssd_shapes.prototxt", str(tmp_path / "net.prototxt")),
-                     ("max_iter: 2000", "max_iter: %d" % ITERS),
-                     ("snapshot: 2000", "snapshot: 0"), ("stepvalue: 1500", "stepvalue: %d"
+                     ("max_iter: 1000", "max_iter: %d" % ITERS),
+                     ("snapshot: 1000", "snapshot: 0"), ("stepvalue: 750", "stepvalue: %d"
                                                          % (ITERS * 3 // 4)),
                      ("models/ssd_shapes/ssd_shapes\"", str(tmp_path / "shapes") + "\""),
-                     ("test_interval: 500", "test_interval: %d" % (ITERS + 1))):
+                     ("test_interval: 250", "test_interval: %d" % (ITERS + 1))):
         assert old in solver
         solver = solver.replace(old, new)
     (tmp_path / "solver.prototxt").write_text(solver)
@@ -82,10 +82,12 @@ def test_short_training_reaches_a_map_far_above_chance(tmp_path, monkeypatch):
     assert weights.exists()
     m, per_class = _load("evaluate_map").evaluate(str(weights), str(tmp_path / "net.prototxt"),
                                                   iters=4)
-    # random boxes score an AP near 0 (few reach IoU 0.5 with an object of the right class)
+    # random boxes score an AP near 0 (few reach IoU 0.5 with an object of the right class);
+    # 100 iterations on 400 images give about 0.43 here, 250 on 3,000 about 0.9
     assert sorted(per_class) == [1, 2, 3]
     assert m > MIN_MAP, per_class
 
 
-ITERS = 300
-MIN_MAP = 0.3
+# 100 iterations of 32 images: well under 60 s of training on two free cores
+ITERS = 100
+MIN_MAP = 0.25

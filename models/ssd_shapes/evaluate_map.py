@@ -27,7 +27,8 @@ def evaluate(weights, net_file, iters, ap_version="11point"):
             acc.add(net.blobs["detection_eval"].data.reshape(-1, 5))
     finally:
         for layer in net.layers:
-            layer.close()
+            if hasattr(layer, "close"):
+                layer.close()
     return acc.mean_average_precision(ap_version), acc.average_precisions(ap_version)
 
 

@@ -16,7 +16,7 @@ if [ ! -d models/ssd_shapes/data/train_lmdb ] || [ ! -d models/ssd_shapes/data/t
   models/ssd_shapes/create_data.sh
 fi
 
-# the solver tests every 500 iterations and at the end (eval_type "detection"): each test
+# the solver tests every 250 iterations and at the end (eval_type "detection"): each test
 # logs "Test net output #0: detection_eval = <mAP>" over the 300 test images
 LOG=models/ssd_shapes/train.log
 $CAFFE train --solver models/ssd_shapes/ssd_shapes_solver.prototxt "$@" 2>&1 | tee "$LOG"
