@@ -154,8 +154,11 @@ class AnnotatedDataLayer(DataLayer):
         if tp.HasField("distort_param"):
             img = at.distort(img, tp.distort_param, rng)
         if tp.HasField("expand_param"):
+            # the canvas takes the mean values, rounded to pixels (a mean_file cannot fit
+            # a canvas of random size: 0 then)
             fill = 0 if self.mean is None or self.mean.shape[1:] != (1, 1) else \
-                np.broadcast_to(self.mean.reshape(-1), (self.channels,))
+                np.clip(np.rint(np.broadcast_to(self.mean.reshape(-1), (self.channels,))),
+                        0, 255)
             img, boxes = at.expand(img, boxes, tp.expand_param, fill, rng, emit)
         if self.samplers:
             patches = sampler.generate_samples(boxes.boxes, self.samplers, rng)
