@@ -81,6 +81,10 @@ CASES = [
          [_u((6, 5)), _labels(6, 5)], down=[False, False], tops=2),
     case("ArgMax", 'type: "ArgMax" argmax_param { top_k: 2 out_max_val: true axis: 1 }',
          [_u((2, 5, 3))], down=[False]),
+    case("AnnotatedData", 'type: "AnnotatedData" data_param {{ source: "{annolmdb}" '
+         'batch_size: 3 backend: LMDB }} transform_param {{ mirror: true resize_param {{ '
+         'height: 6 width: 6 }} }} annotated_data_param {{ batch_sampler {{ }} batch_sampler '
+         '{{ sampler {{ min_scale: 0.5 }} max_trials: 5 }} }}', [], tops=2, host_io=True),
     case("BNLL", 'type: "BNLL"', [_u((2, 3, 4))]),
     case("BatchNorm", 'type: "BatchNorm"', [_u((4, 3, 2, 2))]),
     case("BatchNorm", 'type: "BatchNorm" batch_norm_param { use_global_stats: false }',
@@ -269,7 +273,8 @@ CASES = [
                               SSD_GT], down=[False, False], host_io=True),
 ]
 
-SOURCE_TYPES = ("Data", "HDF5Data", "HDF5Output", "ImageData", "WindowData", "Python")
+SOURCE_TYPES = ("AnnotatedData", "Data", "HDF5Data", "HDF5Output", "ImageData", "WindowData",
+                "Python")
 
 # Registered types that are not run here, with the reason. (None: every type is covered.)
 EXCLUDED = {}
@@ -313,6 +318,17 @@ def make_sources(root):
             txn.put(b"%08d" % i, datum.SerializeToString())
     env.close()
     out["lmdb"] = str(root / "db")
+    env = lmdb.open(str(root / "annodb"), map_size=1 << 24)
+    with env.begin(write=True) as txn:
+        for i in range(4):
+            anno = caffe_pb2.AnnotatedDatum(type=caffe_pb2.AnnotatedDatum.BBOX)
+            anno.datum.CopyFrom(caffe_pb2.Datum(channels=3, height=8, width=10, data=rng.integers(
+                0, 256, (3, 8, 10), dtype=np.uint8).tobytes()))
+            box = anno.annotation_group.add(group_label=1 + i % 2).annotation.add().bbox
+            box.xmin, box.ymin, box.xmax, box.ymax = 0.1 * i, 0.2, 0.5 + 0.1 * i, 0.9
+            txn.put(b"%08d" % i, anno.SerializeToString())
+    env.close()
+    out["annolmdb"] = str(root / "annodb")
     with h5py.File(root / "part.h5", "w") as f:
         f["data"] = rng.normal(size=(5, 2, 3)).astype(np.float32)
         f["label"] = np.arange(5, dtype=np.float32)
