@@ -151,6 +151,33 @@ def test_residual_block_and_constant_arithmetic(tmp_path):
     assert layers["head_b"].type == "Scale"  # a vector offset: a Scale by ones with a bias
 
 
+def other_ops_model():
+    """ConvTranspose (group, stride, pads), ceil-mode MaxPool, PRelu, Elu, Tanh, Softplus,
+    Concat, Max, Sub of tensors, a channel-wise Div, LRN, Squeeze."""
+    g = Graph((1, 4, 6, 6))
+    y = g.op("ConvTranspose", ["x", g.w(4, 3, 3, 3), g.w(6, scale=0.1)], "deconv",
+             kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], group=2)
+    y = g.op("MaxPool", [y], "pool", kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    a = g.op("PRelu", [y, g.w(6, 1, 1, scale=0.3)], "prelu")
+    b = g.op("Elu", [y], "elu", alpha=0.5)
+    c = g.op("Tanh", [g.op("Softplus", [y], "softplus")], "tanh")
+    y = g.op("Concat", [g.op("Max", [a, b], "max"), g.op("Sub", [b, c], "sub")], "cat",
+             axis=1)
+    y = g.op("Div", [y, g.w(1, 12, 1, 1, positive=True)], "div")
+    y = g.op("LRN", [y], "lrn", size=3, alpha=0.3, beta=0.7)  # OpenCV reads no k (bias)
+    y = g.op("GlobalMaxPool", [y], "gmp")
+    g.op("Squeeze", [y, g.w(2)], "squeeze")
+    g.inits[-1].CopyFrom(numpy_helper.from_array(np.array([2, 3], np.int64), g.inits[-1].name))
+    return g.model(["squeeze"])
+
+
+def test_deconvolution_activations_and_lrn(tmp_path):
+    deploy, net = convert_and_compare(other_ops_model(), tmp_path, "other")
+    types = [layer.type for layer in deploy.layer]
+    assert {"Deconvolution", "PReLU", "ELU", "BNLL", "TanH", "LRN", "Reshape"} <= set(types)
+    assert net.blobs["pool"].shape == (1, 6, 6, 6)  # 11 -> 6, rounded up in both
+
+
 def test_unsupported_op_names_the_node(tmp_path):
     g = Graph((1, 3, 4, 4))
     g.op("Transpose", ["x"], "to_nhwc", perm=[0, 2, 3, 1])
