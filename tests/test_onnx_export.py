@@ -136,13 +136,13 @@ def inputs_for(key, net, shapes, rng):
     return feeds
 
 
-def export_and_compare(key, text, shapes, tmp_path):
+def export_and_compare(key, text, shapes, tmp_path, opset=None):
     net = net_from_text(text)
     rng = fill_random(net, seed=sum(map(ord, key)))
     feeds = inputs_for(key, net, shapes, rng)
     ours = {k: v.copy() for k, v in net.forward(**feeds).items()}
     path = tmp_path / (key + ".onnx")
-    model, report = caffe_onnx.export(net, str(path))
+    model, report = caffe_onnx.export(net, str(path), opset=opset)
     assert path.exists()
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
     assert sorted(report["outputs"]) == sorted(ours)
@@ -159,6 +159,16 @@ def test_layer_exports_with_caffe_numbers(key, tmp_path):
     # names come from the Caffe net: the layer's node and its top
     assert any(n.name.startswith("layer") for n in model.graph.node) or key in (
         "split", "dropout")
+
+
+@pytest.mark.parametrize("key", ["reduction_sum", "reduction_asum", "reduction_sumsq_all",
+                                 "reduction_mean", "mvn", "batch_norm_batch_stats", "mish",
+                                 "upsample", "slice", "ave_pool_divisor_at_border"])
+def test_oldest_opset_13(key, tmp_path):
+    """Reduce* axes are attributes before opset 18, Mish is composed before 18."""
+    text, shapes = CASES[key]
+    model = export_and_compare(key, text, shapes, tmp_path, opset=13)
+    assert model.opset_import[0].version == 13
 
 
 def test_every_converter_type_is_covered():
@@ -258,3 +268,23 @@ layer { name: "i2c" type: "Im2col" bottom: "data" top: "out"
         assert [n.op_type for n in model.graph.node] == ["Identity"]
     finally:
         caffe_onnx.CONVERTERS.pop("Im2col", None)
+
+
+def test_missing_onnx_names_the_extra(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx now raises ImportError
+    net = net_from_text(input_layers({"data": (1, 2)}) +
+                        'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }')
+    with pytest.raises(CaffeError, match=r"pip install 'pycaffe-lite\[onnx\]'"):
+        caffe_onnx.export(net, None)
+    with pytest.raises(CaffeError, match=r"pip install 'pycaffe-lite\[onnx\]'"):
+        caffe_onnx.to_caffe("model.onnx", None)
+
+
+def test_opset_out_of_range_is_refused():
+    net = net_from_text(input_layers({"data": (1, 2)}) +
+                        'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }')
+    with pytest.raises(CaffeError, match="opset 9 is not supported"):
+        caffe_onnx.export(net, None, opset=9)
+    model, _ = caffe_onnx.export(net, None, opset=13)
+    assert model.opset_import[0].version == 13
