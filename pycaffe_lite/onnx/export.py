@@ -47,7 +47,7 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
         raise CaffeError("ONNX opset %d is not supported: choose %d..%d"
                          % (opset, MIN_OPSET, onnx.defs.onnx_opset_version()))
     g = GraphBuilder(opset)
-    names = list(net._blob_names)
+    names = list(net._blob_names)  # by blob id, as bottom_ids / top_ids index them
     shapes = [tuple(b.shape) for b in net._blobs]
     for n in names:
         g.reserve(n)
@@ -59,8 +59,9 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
     batch = None if static_batch else "N"
     current, inputs, dropped, available, order = {}, [], [], [], {}
     split_source = {}  # top of a Split that the net inserted -> the blob it copies
+    layer_names = net.layer_names
     for i, layer in enumerate(net.layers):
-        lname = net._layer_names[i]
+        lname = layer_names[i]
         if is_dropped(layer.type):
             dropped.append((lname, layer.type))
             log.info("ONNX export: dropped layer '%s' (type %s), not part of a deploy net",

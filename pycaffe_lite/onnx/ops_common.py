@@ -75,14 +75,14 @@ def _broadcast_operand(call, axis_field, what):
         target = shape + [1] * (rank - axis - len(shape))
         if axis == 0 and target:
             target[0] = 0  # the batch axis, copied
-        return call.reshape(call.inputs[1], target, suffix=what + "_shape"), 1
+        return call.reshape(call.inputs[1], target, suffix=what + "_shape")
     blob = call.blobs[0]
-    return call.const(what, blob.reshape(list(blob.shape) + [1] * (rank - axis - blob.ndim))), 1
+    return call.const(what, blob.reshape(list(blob.shape) + [1] * (rank - axis - blob.ndim)))
 
 
 @register_converter("Scale")
 def scale(call):
-    s, used = _broadcast_operand(call, "scale_param", "scale")
+    s = _broadcast_operand(call, "scale_param", "scale")
     if not call.param.scale_param.bias_term:
         call.node("Mul", [call.inputs[0], s], call.outputs)
         return
@@ -97,7 +97,7 @@ def scale(call):
 
 @register_converter("Bias")
 def bias(call):
-    b, _ = _broadcast_operand(call, "bias_param", "bias")
+    b = _broadcast_operand(call, "bias_param", "bias")
     call.node("Add", [call.inputs[0], b], call.outputs)
 
 
