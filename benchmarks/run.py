@@ -11,6 +11,9 @@ Workloads:
   caffenet    CaffeNet forward+backward (batch 10 by default) + per-layer breakdown
   googlenet   GoogLeNet forward+backward (batch 4)
   resnet50    ResNet-50 forward+backward (batch 1)
+  ort_<net>   batch-1 inference of a zoo net, ours and onnxruntime's side by side (the
+              ratio is ours / onnxruntime; see bench_onnx.py); run where onnxruntime is
+              installed
 With ``torch`` installed (``pip install torch==2.13.0``), the same workloads run in PyTorch in
 this process and the report prints ours / PyTorch: that ratio is the figure to track, as
 timings on a shared machine drift. The LeNet step and the zoo nets alternate with PyTorch
@@ -39,6 +42,8 @@ sys.path.insert(0, ROOT)
 import pycaffe_lite as caffe  # noqa: E402
 from pycaffe_lite import protoio  # noqa: E402
 from pycaffe_lite.profiling import time_layers  # noqa: E402
+
+import bench_onnx  # noqa: E402
 
 ZOO = os.path.join(ROOT, "models", "zoo")
 LENET = os.path.join(ROOT, "models", "lenet")
@@ -311,6 +316,13 @@ WORKLOADS = {
 }
 
 
+def _ort_workload(net):
+    return lambda args, torch: bench_onnx.bench_net(net, args.zoo_iters + 2)
+
+
+WORKLOADS.update(("ort_" + net, _ort_workload(net)) for net in bench_onnx.NETS)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -330,7 +342,7 @@ def main(argv=None):
         cpu.set_kernels_enabled(False)
     torch = torch_or_none(not args.no_torch)
     names = args.only or ["gemm", "lenet_step", "lenet_train", "caffenet", "googlenet",
-                          "resnet50"]
+                          "resnet50"] + ["ort_" + net for net in bench_onnx.NETS]
     results = {"numpy": np.__version__, "torch": getattr(torch, "__version__", None),
                "threads": os.environ.get("OMP_NUM_THREADS"),
                "cpu_kernels": cpu.kernels_enabled(),
@@ -339,13 +351,17 @@ def main(argv=None):
     print("compiled CPU kernels: %s" % ("on" if cpu.kernels_enabled() else
                                         "off (%s)" % (cpu.unavailable_reason() or
                                                       "--numpy-only")))
-    print("%-12s %12s %12s %8s" % ("workload", "ours (ms)", "torch (ms)", "ratio"))
+    print("%-12s %12s %12s %8s" % ("workload", "ours (ms)", "ref (ms)", "ratio"))
+    print("(ref: PyTorch, or onnxruntime for the ort_* workloads)")
     for name in names:
         r = WORKLOADS[name](args, torch)
+        if r is None:
+            print("%-12s skipped: onnxruntime is not installed" % name)
+            continue
         r["peak_rss_mb"] = peak_rss_mb()
         results[name] = r
         ours = r.get("ms", r.get("ms_per_iter"))
-        theirs = r.get("torch_ms", r.get("torch_ms_per_iter"))
+        theirs = r.get("torch_ms", r.get("torch_ms_per_iter", r.get("ort_ms")))
         print("%-12s %12.2f %12s %8s" % (name, ours, "%.2f" % theirs if theirs else "-",
                                          "%.2f" % r["ratio"] if "ratio" in r else "-"))
         if name == "gemm":

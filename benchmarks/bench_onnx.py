@@ -1,0 +1,104 @@
+"""Batch-1 inference of the zoo deploy nets: pycaffe-lite's forward and onnxruntime's run of
+the same net exported with :func:`pycaffe_lite.onnx.export`, side by side.
+
+    python benchmarks/bench_onnx.py [--nets caffenet resnet50 ...] [--rounds 5]
+    python benchmarks/run.py --only ort_caffenet ort_resnet50
+
+Both run in this process on the CPU, in alternating rounds (the load of other jobs drifts
+over seconds); each side's fastest round is reported, and ours / onnxruntime is the figure
+to track. The outputs are checked to agree before anything is timed. Needs ``onnx`` and
+``onnxruntime`` (the test extra installs both).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+ZOO = os.path.join(ROOT, "models", "zoo")
+NETS = ["squeezenet1.1", "caffenet", "alexnet", "googlenet", "resnet50", "vgg16"]
+
+
+def _session(model, threads):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def bench_net(name, rounds=5, per_round=1, threads=None):
+    """ms per batch-1 forward, ours and onnxruntime's (fastest round of each), and the
+    ratio; ``None`` when onnx / onnxruntime are missing."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return None
+    sys.path.insert(0, ROOT)
+    import pycaffe_lite as caffe
+    from pycaffe_lite import onnx as caffe_onnx
+
+    caffe.set_random_seed(0)
+    net = caffe.Net(os.path.join(ZOO, name + "_deploy.prototxt"), caffe.TEST)
+    rng = np.random.default_rng(0)
+    for layer in net.layers:
+        for i, blob in enumerate(layer.blobs):
+            if layer.type == "BatchNorm":
+                blob.data[...] = (0.0, 1.0, 1.0)[i]
+            else:
+                fan_in = max(1, blob.count // max(1, blob.shape[0]))
+                blob.data[...] = rng.normal(0, np.sqrt(2.0 / fan_in), blob.shape)
+    x = rng.uniform(-1, 1, net.blobs["data"].shape).astype(np.float32)
+    model, _ = caffe_onnx.export(net, None)
+    sess = _session(model, threads)
+    out = net.outputs[0]
+    ours_out = net.forward(data=x)[out].copy()
+    theirs_out = sess.run([out], {"data": x})[0]
+    np.testing.assert_allclose(theirs_out, ours_out, rtol=1e-3, atol=1e-5)
+
+    def ours():
+        net.forward(data=x)
+
+    def theirs():
+        sess.run([out], {"data": x})
+
+    ours()
+    theirs()
+    times = {"ours": [], "ort": []}
+    for _ in range(rounds):
+        for key, fn in (("ours", ours), ("ort", theirs)):
+            t = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            times[key].append((time.perf_counter() - t) / per_round * 1e3)
+    return {"batch": 1, "ms": min(times["ours"]), "ort_ms": min(times["ort"]),
+            "ratio": min(times["ours"]) / min(times["ort"]),
+            "ms_median": float(np.median(times["ours"])),
+            "ort_ms_median": float(np.median(times["ort"]))}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nets", nargs="*", choices=NETS, default=NETS)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    args = p.parse_args(argv)
+    print("%-14s %10s %14s %8s" % ("net (batch 1)", "ours (ms)", "onnxruntime", "ratio"))
+    for name in args.nets:
+        r = bench_net(name, args.rounds, threads=args.threads)
+        if r is None:
+            print("onnxruntime is not installed (pip install onnx onnxruntime)")
+            return 1
+        print("%-14s %10.2f %14.2f %8.2f" % (name, r["ms"], r["ort_ms"], r["ratio"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""``pycaffe-lite export_onnx``: a deploy prototxt and its weights as an ONNX model."""
+
+from ..errors import CaffeError
+
+
+def add_arguments(p):
+    p.add_argument("--model", required=True, help="the deploy net (.prototxt)")
+    p.add_argument("--weights", help="trained weights (.caffemodel or .h5); without them the "
+                   "net's fillers give the weights")
+    p.add_argument("--output", required=True, help="the ONNX file to write")
+    p.add_argument("--opset", type=int, default=None,
+                   help="ONNX opset to target (default: the exporter's, 21)")
+    p.add_argument("--static-batch", action="store_true",
+                   help="keep the prototxt's batch size instead of a dynamic batch axis")
+
+
+def run(args):
+    from ..onnx import export_files
+
+    if args.opset is not None and args.opset <= 0:
+        raise CaffeError("--opset must be positive, got %d" % args.opset)
+    _, report = export_files(args.model, args.weights, args.output, opset=args.opset,
+                             static_batch=args.static_batch)
+    for name, type_ in report["dropped"]:
+        print("dropped layer '%s' (type %s): not part of a deploy net" % (name, type_))
+    print("inputs: %s" % ", ".join(report["inputs"]))
+    print("outputs: %s" % ", ".join(report["outputs"]))
+    print("wrote %s" % args.output)
+    return 0
+
+
+COMMANDS = [("export_onnx", "export a Caffe net and its weights to ONNX", add_arguments, run)]

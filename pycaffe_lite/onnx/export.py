@@ -1,0 +1,137 @@
+"""Caffe net -> ONNX model.
+
+The exported graph follows the net's layers in order. Data layers (Input, Data, ImageData,
+...) become graph inputs of their tops' shapes, with the batch axis dynamic unless asked
+otherwise; losses, Accuracy and Silence are left out, as a deploy conversion expects (the
+returned report lists them); any other layer without a converter is an error naming it.
+Nodes and initializers are named after the Caffe layers, values after the Caffe blobs: the
+last value of each blob carries the blob's own name, earlier values of an in-place blob are
+``layer/blob``.
+"""
+
+import logging
+
+from ..errors import CaffeError
+from ._lib import require_onnx
+from .builder import CONVERTERS, Call, GraphBuilder
+from . import ops_common, ops_neuron, ops_vision  # noqa: F401  (they register converters)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OPSET = 21
+MIN_OPSET = 13
+DATA_TYPES = {"Input", "Data", "ImageData", "HDF5Data", "MemoryData", "WindowData",
+              "DummyData", "AnnotatedData"}
+DROPPED_TYPES = {"Accuracy", "Silence", "HDF5Output", "DetectionEvaluate"}
+
+
+def is_dropped(layer_type):
+    return layer_type.endswith("Loss") or layer_type in DROPPED_TYPES
+
+
+def _value_info(onnx, name, shape, batch_name):
+    dims = [int(d) for d in shape]
+    if batch_name and dims:
+        dims[0] = batch_name
+    return onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, dims)
+
+
+def export(net, path=None, opset=None, static_batch=False, check=True):
+    """Write ``net`` (a :class:`pycaffe_lite.Net`, usually built in the TEST phase) as an
+    ONNX model to ``path`` (when given). Returns ``(model, report)``: the ``onnx.ModelProto``
+    and a dict with the graph's ``inputs`` and ``outputs`` and the ``dropped`` layers as
+    ``(name, type)`` pairs."""
+    onnx = require_onnx()
+    opset = DEFAULT_OPSET if opset is None else int(opset)
+    if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+        raise CaffeError("ONNX opset %d is not supported: choose %d..%d"
+                         % (opset, MIN_OPSET, onnx.defs.onnx_opset_version()))
+    g = GraphBuilder(opset)
+    names = list(net._blob_names)  # by blob id, as bottom_ids / top_ids index them
+    shapes = [tuple(b.shape) for b in net._blobs]
+    for n in names:
+        g.reserve(n)
+    kept = [i for i, layer in enumerate(net.layers) if not is_dropped(layer.type)]
+    last_writer = {}
+    for i in kept:
+        for t in net.top_ids[i]:
+            last_writer[t] = i
+    batch = None if static_batch else "N"
+    current, inputs, dropped, available, order = {}, [], [], [], {}
+    split_source = {}  # top of a Split that the net inserted -> the blob it copies
+    layer_names = net.layer_names
+    for i, layer in enumerate(net.layers):
+        lname = layer_names[i]
+        if is_dropped(layer.type):
+            dropped.append((lname, layer.type))
+            log.info("ONNX export: dropped layer '%s' (type %s), not part of a deploy net",
+                     lname, layer.type)
+            continue
+        if layer.type in DATA_TYPES:
+            for t in net.top_ids[i]:
+                current[t] = names[t]
+                inputs.append(_value_info(onnx, names[t], shapes[t], batch))
+                available.append(t)
+            continue
+        converter = CONVERTERS.get(layer.type)
+        if converter is None:
+            raise CaffeError("layer '%s' of type %s has no ONNX equivalent; it cannot be "
+                             "exported" % (lname, layer.type))
+        bottoms = []
+        for b in net.bottom_ids[i]:
+            if b not in current:
+                raise CaffeError("layer '%s' (type %s) reads blob '%s', which comes from a "
+                                 "layer left out of the ONNX graph" % (lname, layer.type,
+                                                                       names[b]))
+            bottoms.append(current[b])
+            if b in available:
+                available.remove(b)
+        tops = [names[t] if last_writer.get(t) == i else g.fresh("%s/%s" % (lname, names[t]))
+                for t in net.top_ids[i]]
+        call = Call(g, layer, bottoms, tops, [shapes[b] for b in net.bottom_ids[i]],
+                    [shapes[t] for t in net.top_ids[i]])
+        call.name = lname
+        if layer.type == "Split" and lname.endswith("_split"):
+            for t in net.top_ids[i]:
+                split_source[t] = net.bottom_ids[i][0]
+        produced = converter(call) or tops
+        for t, value in zip(net.top_ids[i], produced):
+            current[t] = value
+            if t not in available:
+                available.append(t)
+            order[t] = i
+    outputs, seen = [], set()
+    for t in available:
+        # an inserted Split's copy that only dropped layers read stands for its source
+        t = split_source.get(t, t)
+        if t not in order or t in seen:
+            continue  # a data layer's blob that nothing reads (a label): not an output
+        seen.add(t)
+        if current[t] != names[t]:
+            g.node("Identity", [current[t]], [names[t]], name=names[t] + "/output")
+        outputs.append(_value_info(onnx, names[t], shapes[t], batch))
+    used = {name for node in g.nodes for name in node.input}
+    inputs = [v for v in inputs if v.name in used]
+    graph = onnx.helper.make_graph(g.nodes, net.name or "net", inputs,
+                                   outputs, initializer=g.initializers)
+    opsets = [onnx.helper.make_opsetid("", opset)]
+    model = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="pycaffe-lite")
+    model.ir_version = onnx.helper.find_min_ir_version_for(opsets)
+    if check:
+        onnx.checker.check_model(model, full_check=True)
+    if path is not None:
+        onnx.save(model, str(path))
+    report = {"inputs": [v.name for v in inputs], "outputs": [v.name for v in outputs],
+              "dropped": dropped}
+    return model, report
+
+
+def export_files(model_path, weights_path, output, opset=None, static_batch=False):
+    """Build the net of a deploy prototxt (TEST phase) with its weights, and export it."""
+    from ..net import Net
+    from ..proto import caffe_pb2
+
+    net = Net(str(model_path), caffe_pb2.TEST,
+              weights=str(weights_path) if weights_path else None)
+    return export(net, output, opset=opset, static_batch=static_batch)
+

@@ -1,0 +1,191 @@
+"""ONNX model -> Caffe ``.prototxt`` + ``.caffemodel``.
+
+The graph's inputs become Input layers of static shapes (a symbolic axis becomes 1, or the
+size given in ``input_shapes``); initializers and Constant nodes are weights; a node whose
+inputs are all known constants (and Shape of a static shape) is folded to a constant; every
+other node becomes Caffe layers through the importers of :mod:`.import_ops`. A node with no
+Caffe equivalent is an error naming the node and its op.
+"""
+
+import os
+
+import numpy as np
+
+from ..blob import fill_blobproto
+from ..errors import CaffeError
+from ..proto import caffe_pb2
+from ._lib import require_onnx
+from . import import_ops
+
+
+class ImportContext:
+    """What is known while the graph is walked: constants, static shapes, the Caffe blob
+    that carries each ONNX value, and the layers written so far."""
+
+    def __init__(self, onnx, graph):
+        self.onnx = onnx
+        self.consts = {}
+        self.shapes = {}
+        self.alias = {}
+        self.layers = []
+        self.layer_names = set()
+        self.padded = {}  # a Pad's output -> (input, begin pads, end pads), for a pool
+        self.opset = 1
+        self.scales = {}  # an ONNX value -> the Scale layer (from a Mul) that writes it
+        self.consumers = {}  # an ONNX value -> how many nodes (and outputs) read it
+        for node in graph.node:
+            for name in node.input:
+                self.consumers[name] = self.consumers.get(name, 0) + 1
+        for out in graph.output:
+            self.consumers[out.name] = self.consumers.get(out.name, 0) + 1
+        for init in graph.initializer:
+            self.consts[init.name] = onnx.numpy_helper.to_array(init)
+        for info in list(graph.input) + list(graph.value_info) + list(graph.output):
+            t = info.type.tensor_type
+            if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
+                self.shapes[info.name] = tuple(int(d.dim_value) for d in t.shape.dim)
+
+    # -- values -------------------------------------------------------------------------
+    def blob(self, name):
+        """The Caffe blob carrying ONNX value ``name``."""
+        return self.alias.get(name, name)
+
+    def shape(self, name, node):
+        if name in self.consts:
+            return tuple(self.consts[name].shape)
+        if name not in self.shapes:
+            raise self.error(node, "the shape of '%s' is unknown (shape inference could not "
+                                   "work it out)" % name)
+        return self.shapes[name]
+
+    def const(self, name, node, what="input"):
+        if name not in self.consts:
+            raise self.error(node, "its %s '%s' must be a constant (an initializer) to "
+                                   "convert to Caffe" % (what, name))
+        return np.asarray(self.consts[name])
+
+    def error(self, node, message):
+        return CaffeError("ONNX node '%s' (op %s): %s" % (node.name or node.output[0],
+                                                         node.op_type, message))
+
+    # -- layers -------------------------------------------------------------------------
+    def layer(self, type_, name, bottoms, tops, blobs=()):
+        """Appends a Caffe layer (``bottoms`` as ONNX value names, ``tops`` as the Caffe
+        blob names to write) and returns its LayerParameter."""
+        base, i = name, 0
+        while name in self.layer_names:
+            i += 1
+            name = "%s_%d" % (base, i)
+        self.layer_names.add(name)
+        for b in bottoms:
+            if b in self.padded:
+                raise CaffeError("ONNX value '%s' comes from a Pad that only an AveragePool "
+                                 "may read (as Caffe's pooling pad)" % b)
+        lp = caffe_pb2.LayerParameter(name=name, type=type_)
+        lp.bottom.extend(self.blob(b) for b in bottoms)
+        lp.top.extend(tops)
+        for arr in blobs:
+            fill_blobproto(lp.blobs.add(), np.asarray(arr, dtype=np.float32))
+        self.layers.append(lp)
+        return lp
+
+
+def _static_inputs(onnx, model, input_shapes):
+    graph = model.graph
+    inits = {i.name for i in graph.initializer}
+    for value in graph.input:
+        if value.name in inits:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        given = (input_shapes or {}).get(value.name)
+        if given is not None:
+            if len(given) != len(dims):
+                raise CaffeError("input_shapes['%s'] has %d axes; the ONNX input has %d"
+                                 % (value.name, len(given), len(dims)))
+            for d, size in zip(dims, given):
+                d.Clear()
+                d.dim_value = int(size)
+        for d in dims:
+            if not d.HasField("dim_value") or d.dim_value <= 0:
+                d.Clear()
+                d.dim_value = 1
+    return model
+
+
+def _fold(ctx, node):
+    """The node evaluated on its constant inputs (onnx's reference evaluator), or None."""
+    if node.op_type == "Constant":
+        from onnx.reference import ReferenceEvaluator
+        ctx.consts[node.output[0]] = ReferenceEvaluator(node).run(None, {})[0]
+        return True
+    if node.op_type == "Shape" and node.input[0] in ctx.shapes and not node.attribute:
+        ctx.consts[node.output[0]] = np.asarray(ctx.shapes[node.input[0]], dtype=np.int64)
+        return True
+    names = [n for n in node.input if n]
+    if not names or not all(n in ctx.consts for n in names):
+        return False
+    from onnx.reference import ReferenceEvaluator
+    outs = ReferenceEvaluator(node).run(None, {n: ctx.consts[n] for n in names})
+    for name, value in zip(node.output, outs):
+        ctx.consts[name] = np.asarray(value)
+    return True
+
+
+def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
+    """Convert an ONNX model (a path or a ``ModelProto``) to Caffe. Writes
+    ``output_prefix.prototxt`` and ``output_prefix.caffemodel`` when a prefix is given.
+    Returns ``(net_param, weights, outputs)``: the deploy NetParameter, the NetParameter
+    holding the weights (what the ``.caffemodel`` contains), and a dict from each ONNX
+    output's name to the Caffe blob that carries it (the same name unless an Identity or
+    Dropout was folded away)."""
+    onnx = require_onnx()
+    if not hasattr(model, "graph"):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise CaffeError("%s: no such ONNX file" % path)
+        model = onnx.load(path)
+    else:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
+    model = _static_inputs(onnx, model, input_shapes)
+    try:
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as exc:  # onnx raises its own error types here
+        raise CaffeError("ONNX shape inference failed on the model: %s" % exc) from None
+    graph = model.graph
+    ctx = ImportContext(onnx, graph)
+    ctx.opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] +
+                    [1])
+    inits = {i.name for i in graph.initializer}
+    for value in graph.input:
+        if value.name in inits:
+            continue
+        shape = ctx.shapes[value.name]
+        lp = ctx.layer("Input", value.name, [], [value.name])
+        lp.input_param.shape.add().dim.extend(shape)
+    for node in graph.node:
+        if _fold(ctx, node):
+            continue
+        handler = import_ops.IMPORTERS.get(node.op_type)
+        if handler is None or node.domain not in ("", "ai.onnx"):
+            raise ctx.error(node, "this op has no Caffe equivalent")
+        handler(ctx, node)
+    if ctx.padded:
+        raise CaffeError("ONNX Pad output(s) %s read by nothing that converts"
+                         % sorted(ctx.padded))
+    for out in graph.output:
+        if out.name in ctx.consts:
+            raise CaffeError("ONNX output '%s' is a constant; a Caffe net cannot output a "
+                             "constant" % out.name)
+    weights = caffe_pb2.NetParameter(name=name or graph.name or "net")
+    weights.layer.extend(ctx.layers)
+    deploy = caffe_pb2.NetParameter()
+    deploy.CopyFrom(weights)
+    for layer in deploy.layer:
+        del layer.blobs[:]
+    if output_prefix is not None:
+        from ..protoio import write_binary, write_text
+        write_text(deploy, str(output_prefix) + ".prototxt")
+        write_binary(weights, str(output_prefix) + ".caffemodel")
+    return deploy, weights, {out.name: ctx.blob(out.name) for out in graph.output}

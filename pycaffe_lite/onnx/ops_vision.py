@@ -1,0 +1,143 @@
+"""Converters of Caffe's vision layers: Convolution, Deconvolution, Pooling, LRN, Crop,
+Upsample."""
+
+import numpy as np
+
+from ..proto import caffe_pb2
+from .builder import register_converter
+
+PP = caffe_pb2.PoolingParameter
+LRNP = caffe_pb2.LRNParameter
+
+
+def _spatial(values, default, n, h=None, w=None):
+    """Caffe's repeated geometry field (none, one, or one per axis) or its ``_h``/``_w``."""
+    if h is not None:
+        return [int(h), int(w)]
+    values = [int(v) for v in values]
+    if not values:
+        return [default] * n
+    return values * n if len(values) == 1 else values
+
+
+def conv_geometry(p, n):
+    """(kernel, stride, pad, dilation) of a ConvolutionParameter with ``n`` spatial axes."""
+    kernel = _spatial(p.kernel_size, 1, n, *((p.kernel_h, p.kernel_w)
+                                             if p.HasField("kernel_h") else ()))
+    stride = _spatial(p.stride, 1, n, *((p.stride_h, p.stride_w)
+                                        if p.HasField("stride_h") else ()))
+    pad = _spatial(p.pad, 0, n, *((p.pad_h, p.pad_w) if p.HasField("pad_h") else ()))
+    dilation = _spatial(p.dilation, 1, n)
+    return kernel, stride, pad, dilation
+
+
+@register_converter("Convolution", "Deconvolution")
+def convolution(call):
+    p = call.param.convolution_param
+    rank = len(call.in_shapes[0])
+    if p.axis not in (1, 1 - rank):
+        raise call.error("only channel axis 1 converts to ONNX, got axis %d" % p.axis)
+    blobs = call.blobs
+    n = rank - 2
+    _, stride, pad, dilation = conv_geometry(p, n)
+    inputs = [call.inputs[0], call.const("weight", blobs[0])]
+    if p.bias_term:
+        inputs.append(call.const("bias", blobs[1].reshape(-1)))
+    op = "Conv" if call.type == "Convolution" else "ConvTranspose"
+    call.node(op, inputs, call.outputs, kernel_shape=list(blobs[0].shape[2:]), strides=stride,
+              pads=pad + pad, dilations=dilation, group=int(p.group))
+
+
+def _pool_geometry(p):
+    kernel = [p.kernel_h, p.kernel_w] if p.HasField("kernel_h") else [p.kernel_size] * 2
+    stride = [p.stride_h, p.stride_w] if p.HasField("stride_h") else [p.stride] * 2
+    pad = [p.pad_h, p.pad_w] if p.HasField("pad_h") else [p.pad] * 2
+    return [int(k) for k in kernel], [int(s) for s in stride], [int(q) for q in pad]
+
+
+@register_converter("Pooling")
+def pooling(call):
+    """Caffe's pooled size (rounded up, the last window clipped to start inside the input)
+    is taken from our net; ONNX pools with no rounding (floor) over explicit pads chosen so
+    that exactly those windows exist. AVE divides by the window's overlap with the padded
+    input (Caffe's divisor): the input is zero-padded by ``pad`` first, and any extent the
+    last window needs beyond that is ONNX padding excluded from the count."""
+    p = call.param.pooling_param
+    x = call.inputs[0]
+    if len(call.outputs) > 1:
+        raise call.error("the MAX pooling mask (second top) has no ONNX equivalent")
+    if p.global_pooling:
+        op = {PP.MAX: "GlobalMaxPool", PP.AVE: "GlobalAveragePool"}.get(p.pool)
+        if op is None:
+            raise call.error("global STOCHASTIC pooling does not convert to ONNX")
+        call.node(op, [x], call.outputs)
+        return
+    kernel, stride, pad = _pool_geometry(p)
+    h, w = call.in_shapes[0][2:]
+    oh, ow = call.out_shapes[0][2:]
+    extra = [max(0, (o - 1) * s + k - size - q)
+             for o, s, k, size, q in zip((oh, ow), stride, kernel, (h, w), pad)]
+    if p.pool == PP.MAX:
+        call.node("MaxPool", [x], call.outputs, kernel_shape=kernel, strides=stride,
+                  pads=pad + extra)
+        return
+    if any(pad):
+        x = call.node("Pad", [x, call.ints("pads", [0, 0] + pad + [0, 0] + pad)],
+                      suffix="pad", mode="constant")
+    beyond = [max(0, e - q) for e, q in zip(extra, pad)]
+    if p.pool == PP.AVE:
+        call.node("AveragePool", [x], call.outputs, kernel_shape=kernel, strides=stride,
+                  pads=[0, 0] + beyond, count_include_pad=0)
+        return
+    # STOCHASTIC at inference: the activations weighted by themselves, sum(x^2) / sum(x);
+    # both averages share their divisors, which cancel
+    sq = call.node("Mul", [x, x], suffix="square")
+    num = call.node("AveragePool", [sq], suffix="sum_sq", kernel_shape=kernel, strides=stride,
+                    pads=[0, 0] + beyond, count_include_pad=0)
+    den = call.node("AveragePool", [x], suffix="sum", kernel_shape=kernel, strides=stride,
+                    pads=[0, 0] + beyond, count_include_pad=0)
+    call.node("Div", [num, den], call.outputs)
+
+
+@register_converter("LRN")
+def lrn(call):
+    p = call.param.lrn_param
+    size = int(p.local_size)
+    if p.norm_region == LRNP.ACROSS_CHANNELS:
+        call.node("LRN", call.inputs, call.outputs, size=size, alpha=float(p.alpha),
+                  beta=float(p.beta), bias=float(p.k))
+        return
+    # WITHIN_CHANNEL: x * (1 + alpha * mean(x^2 over a size x size window))^-beta, the window
+    # zero-padded by (size - 1) / 2 and always divided by size^2 (as Caffe's AVE pooling at
+    # stride 1 does)
+    x = call.inputs[0]
+    half = (size - 1) // 2
+    sq = call.node("Mul", [x, x], suffix="square")
+    mean = call.node("AveragePool", [sq], suffix="mean", kernel_shape=[size, size],
+                     strides=[1, 1], pads=[half] * 4, count_include_pad=1)
+    scaled = call.node("Mul", [mean, call.const("alpha", float(p.alpha))], suffix="alpha")
+    base = call.node("Add", [scaled, call.const("one", 1.0)], suffix="one_plus")
+    scale = call.node("Pow", [base, call.const("neg_beta", -float(p.beta))], suffix="pow")
+    call.node("Mul", [x, scale], call.outputs)
+
+
+@register_converter("Crop")
+def crop(call):
+    p = call.param.crop_param
+    shape, ref = call.in_shapes[0], call.in_shapes[1]
+    rank = len(shape)
+    start = p.axis + rank if p.axis < 0 else p.axis
+    axes = list(range(start, rank))
+    offsets = [int(p.offset[0] if len(p.offset) == 1 else p.offset[i])
+               if len(p.offset) else 0 for i in range(len(axes))]
+    ends = [o + int(ref[a]) for o, a in zip(offsets, axes)]
+    call.node("Slice", [call.inputs[0], call.ints("starts", offsets), call.ints("ends", ends),
+                        call.ints("axes", axes)], call.outputs)
+
+
+@register_converter("Upsample")
+def upsample(call):
+    s = float(call.param.upsample_param.scale)
+    scales = call.const("scales", np.array([1.0, 1.0, s, s], np.float32))
+    call.node("Resize", [call.inputs[0], "", scales], call.outputs, mode="nearest",
+              coordinate_transformation_mode="asymmetric", nearest_mode="floor")

@@ -1,0 +1,146 @@
+"""Whole models through ONNX: the zoo deploy nets (random weights, He-scaled, as
+test_model_zoo.py fills them) and a LeNet trained here on real MNIST digits export, and
+onnxruntime gives our outputs; the CLI commands write files that run the same.
+
+Deep nets are compared to 1e-4 relative (plus 1e-4 of the largest magnitude), as the zoo's
+OpenCV comparison is: float32 sums over tens of layers in a different order; single layers
+are held to 1e-5 in test_onnx_export.py.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from onnx_helpers import assert_close, onnx, run_ort
+from test_model_zoo import LOGITS, fill_random, path
+
+import pycaffe_lite as caffe
+from pycaffe_lite import cli, protoio
+from pycaffe_lite import onnx as caffe_onnx
+from pycaffe_lite.solvers import SGDSolver
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LENET = os.path.join(ROOT, "models", "lenet")
+RTOL = 1e-4
+
+
+def export_zoo_and_compare(key, tmp_path):
+    caffe.set_random_seed(11)
+    net = caffe.Net(path(key), caffe.TEST)
+    rng = fill_random(net, seed=sum(map(ord, key)))
+    x = rng.uniform(-1.0, 1.0, net.blobs["data"].shape).astype(np.float32)
+    prob = net.forward(data=x)["prob"].copy()
+    logits = net.blobs[LOGITS[key]].data.copy()
+    # in memory (the .caffemodel round trip of these nets is test_model_zoo.py's; the file
+    # path is the LeNet test's)
+    model, report = caffe_onnx.export(net, None)
+    assert report["inputs"] == ["data"] and report["outputs"] == ["prob"]
+    # the logits are an intermediate value of the graph: expose them to compare
+    model.graph.output.append(onnx.helper.make_tensor_value_info(LOGITS[key],
+                                                                 onnx.TensorProto.FLOAT, None))
+    theirs = run_ort(model, {"data": x})
+    assert_close(logits, theirs[LOGITS[key]], "%s: %s" % (key, LOGITS[key]), rtol=RTOL)
+    assert_close(prob, theirs["prob"], "%s: prob" % key, rtol=RTOL)
+    assert prob.argmax() == theirs["prob"].argmax()
+
+
+def test_squeezenet_exports(tmp_path):
+    export_zoo_and_compare("squeezenet1.1", tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["caffenet", "alexnet", "googlenet", "resnet50", "vgg16"])
+def test_zoo_net_exports(key, tmp_path):
+    export_zoo_and_compare(key, tmp_path)
+
+
+def _lmdbs(folder):
+    data = os.path.join(LENET, "mnist5k")
+    for part, name in (("train", "mnist_train_lmdb"), ("t10k", "mnist_test_lmdb")):
+        assert cli.main(["convert_mnist", os.path.join(data, part + "-images-idx3-ubyte.gz"),
+                         os.path.join(data, part + "-labels-idx1-ubyte.gz"),
+                         str(folder / name)]) == 0
+    return folder / "mnist_train_lmdb", folder / "mnist_test_lmdb"
+
+
+@pytest.fixture(scope="module")
+def trained_lenet(tmp_path_factory):
+    """LeNet after 60 iterations of the README's solver on the real MNIST subset."""
+    tmp = tmp_path_factory.mktemp("lenet")
+    train_db, test_db = _lmdbs(tmp)
+    net = protoio.read_net_param(os.path.join(LENET, "lenet_train_test.prototxt"))
+    for layer in net.layer:
+        if layer.type == "Data":
+            layer.data_param.source = str(train_db if layer.include[0].phase == 0 else test_db)
+    param = protoio.read_solver_param(os.path.join(LENET, "lenet_solver.prototxt"))
+    param.ClearField("net")
+    param.net_param.CopyFrom(net)
+    param.snapshot_prefix = str(tmp / "lenet")
+    param.random_seed = 1
+    solver = SGDSolver(param)
+    solver.step(60)
+    weights = tmp / "lenet.caffemodel"
+    solver.net.save(str(weights))
+    return tmp, weights, net
+
+
+def _mnist_test_images(n):
+    from pycaffe_lite.data.mnist import read_idx_images, read_idx_labels
+    images = read_idx_images(os.path.join(LENET, "mnist5k", "t10k-images-idx3-ubyte.gz"))
+    labels = read_idx_labels(os.path.join(LENET, "mnist5k", "t10k-labels-idx1-ubyte.gz"))
+    # the Data layer's transform_param scale: 0.00390625
+    return images[:n, None].astype(np.float32) * np.float32(0.00390625), labels[:n]
+
+
+def test_trained_lenet_exports_through_the_command(trained_lenet, tmp_path, capsys):
+    _, weights, _ = trained_lenet
+    out = tmp_path / "lenet.onnx"
+    deploy = os.path.join(LENET, "lenet.prototxt")
+    assert cli.main(["export_onnx", "--model", deploy, "--weights", str(weights),
+                     "--output", str(out)]) == 0
+    assert "wrote %s" % out in capsys.readouterr().out
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model, full_check=True)
+    x, labels = _mnist_test_images(200)
+    net = caffe.Net(deploy, str(weights), caffe.TEST)
+    net.blobs["data"].reshape(*x.shape)
+    net.reshape()
+    ours = net.forward(data=x)["prob"]
+    theirs = run_ort(model, {"data": x})["prob"]
+    assert_close(ours, theirs, "LeNet prob", rtol=RTOL)
+    assert (ours.argmax(1) == theirs.argmax(1)).all()
+    assert (theirs.argmax(1) == labels).mean() > 0.8  # it is trained
+
+    # and back: the imported Caffe files give the same numbers here
+    prefix = tmp_path / "lenet_back"
+    assert cli.main(["import_onnx", str(out), "--output-prefix", str(prefix),
+                     "--input-shape", "data=200,1,28,28"]) == 0
+    back = caffe.Net(str(prefix) + ".prototxt", str(prefix) + ".caffemodel", caffe.TEST)
+    assert_close(ours, back.forward(data=x)["prob"], "LeNet after import", rtol=RTOL)
+
+
+def test_train_test_net_drops_losses_and_takes_data_as_inputs(trained_lenet, tmp_path,
+                                                             capsys):
+    tmp, weights, net_param = trained_lenet
+    prototxt = tmp / "train_test.prototxt"
+    protoio.write_text(net_param, str(prototxt))
+    out = tmp_path / "tt.onnx"
+    assert cli.main(["export_onnx", "--model", str(prototxt), "--weights", str(weights),
+                     "--output", str(out), "--static-batch"]) == 0
+    printed = capsys.readouterr().out
+    assert "dropped layer 'accuracy' (type Accuracy)" in printed
+    assert "dropped layer 'loss' (type SoftmaxWithLoss)" in printed
+    model = onnx.load(str(out))
+    assert [i.name for i in model.graph.input] == ["data"]
+    assert [o.name for o in model.graph.output] == ["ip2"]
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_value == 100
+
+
+def test_commands_report_bad_input(tmp_path, capsys):
+    assert cli.main(["import_onnx", str(tmp_path / "missing.onnx"),
+                     "--output-prefix", str(tmp_path / "p")]) == 1
+    assert "no such ONNX file" in capsys.readouterr().err
+    assert cli.main(["import_onnx", "x.onnx", "--output-prefix", "p",
+                     "--input-shape", "data=1,a"]) == 1
+    assert "expected NAME=D0,D1" in capsys.readouterr().err
