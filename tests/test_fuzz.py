@@ -323,6 +323,8 @@ PALETTE = {
 NOT_IN_PALETTE = {
     "Input": "every random net starts with one (net_params)",
     "Data": "reads a database from disk; its checks are in tests/layers/test_data_layer.py",
+    "AnnotatedData": "reads a database of AnnotatedDatum records from disk; checked in "
+                     "tests/test_annotated_data.py",
     "ImageData": "reads an image list from disk; checked in its own tests",
     "WindowData": "reads a window file and images from disk; checked in its own tests",
     "HDF5Data": "reads HDF5 files from disk; checked in its own tests",
