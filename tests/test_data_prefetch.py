@@ -120,3 +120,40 @@ def test_threads_end_when_the_prefetcher_is_dropped():
     for t in threads:
         t.join(60)  # a guard against a hang, not a speed assumption
         assert not t.is_alive()
+
+
+def test_close_ends_the_threads_after_an_interrupt_left_the_lock_held():
+    # A KeyboardInterrupt that lands between taking the lock and entering a `with` block
+    # leaves the consumer's thread holding it; the workers then wait for it, and closing must
+    # still stop and join them rather than wait for ever.
+    pf = _make(Counter(), count=2, threads=2)
+    pf.start()
+    assert pf.next()[0].data[0, 0] == 0
+    threads = pf.worker_threads
+    pf._shared.lock.acquire()
+    pf._shared.lock.acquire()  # twice: an RLock taken by two cut-short blocks
+    pf.close()
+    assert not any(t.is_alive() for t in threads)
+    with pytest.raises(PrefetchError, match="closed"):
+        pf.next()
+
+
+def test_the_consumer_waits_for_a_slow_batch_on_the_bell():
+    gate = threading.Event()
+
+    class Slow(Counter):
+        def fill(self, k, blobs):
+            if k == 1:
+                gate.wait()
+            blobs[0].data[...] = k
+
+    pf = _make(Slow(), count=1, threads=1)
+    pf.start()
+    assert pf.next()[0].data[0, 0] == 0
+    got = []
+    consumer = threading.Thread(target=lambda: got.append(pf.next()[0].data[0, 0]))
+    consumer.start()
+    gate.set()  # batch 1 arrives whenever the consumer has started waiting (or before)
+    consumer.join(60)  # a guard against a hang only
+    assert got == [1]
+    pf.close()

@@ -46,10 +46,21 @@ class _Batch:
 
 class _Shared:
     """State shared between the consumer and the worker threads (no reference back to the
-    prefetcher, so that an unused prefetcher can be collected and its threads end)."""
+    prefetcher, so that an unused prefetcher can be collected and its threads end).
+
+    The consumer runs in the main thread, where a KeyboardInterrupt can land between any two
+    bytecodes. So it takes ``lock`` only as a C-level ``with`` block (never through
+    Condition's Python ``__enter__``/``__exit__``, between whose call and the lock's own an
+    interrupt would leave the lock held), never waits on ``cond`` (whose ``wait`` releases and
+    retakes the lock in Python code), and waits for batches on ``bell``, a plain lock that the
+    workers release after each batch. The workers, which receive no signals, wait on ``cond``.
+    """
 
     def __init__(self):
-        self.cond = threading.Condition()
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.bell = threading.Lock()
+        self.bell.acquire()  # held: no news for the consumer
         self.plan_lock = threading.Lock()
         self.free = []
         self.done = {}
@@ -58,15 +69,27 @@ class _Shared:
         self.failed = False
         self.threads = []
 
+    def ring(self):
+        """Tell the consumer that a batch (or an error) is ready."""
+        try:
+            self.bell.release()
+        except RuntimeError:
+            pass  # already rung, not yet heard
+
     def shutdown(self):
-        with self.cond:
+        # Nothing of ours holds the lock while it closes: if the closing thread holds it, an
+        # interrupt cut a `with` block short, and the workers would wait for it for ever.
+        owned = getattr(self.lock, "_is_owned", None)
+        while owned is not None and owned():
+            self.lock.release()
+        with self.lock:
             self.stop = True
             self.cond.notify_all()
 
 
 def _worker(shared, ref):
     while True:
-        with shared.cond:
+        with shared.lock:
             while not shared.stop and not shared.failed and not shared.free:
                 shared.cond.wait()
             if shared.stop or shared.failed:
@@ -78,7 +101,7 @@ def _worker(shared, ref):
         error = None
         with shared.plan_lock:
             if shared.stop or shared.failed:
-                with shared.cond:
+                with shared.lock:
                     shared.free.append(batch)
                 return
             seq = shared.next_seq
@@ -95,12 +118,13 @@ def _worker(shared, ref):
             except BaseException as exc:
                 error = exc
         del owner, plan
-        with shared.cond:
+        with shared.lock:
             batch.seq, batch.state, batch.error = seq, state, error
             shared.done[seq] = batch
             if error is not None:
                 shared.failed = True
             shared.cond.notify_all()
+        shared.ring()
         if error is not None:
             return
 
@@ -169,13 +193,13 @@ class Prefetcher:
         """Stop the threads and drop every batch loaded but not delivered; the next batch
         after :meth:`start` is planned from the current producer state."""
         shared = self._shared
-        with shared.cond:
+        with shared.lock:
             shared.stop = True
             shared.cond.notify_all()
         for t in shared.threads:
             t.join()
         del shared.threads[:]
-        with shared.cond:
+        with shared.lock:
             shared.free = [b for b in self._all if b is not self._current]
             shared.done.clear()
             shared.next_seq = 0
@@ -209,23 +233,27 @@ class Prefetcher:
         shared = self._shared
         if self.count == 0:
             return self._next_sync()
-        with shared.cond:
-            if self._current is not None:
-                shared.free.append(self._current)
-                self._current = None
+        with shared.lock:
+            current, self._current = self._current, None
+            if current is not None:
+                shared.free.append(current)
                 shared.cond.notify_all()
-            seq = self._next_consume
-            while seq not in shared.done:
-                if not self.running:
-                    self._error = PrefetchError("the %s loading threads stopped without "
-                                                "producing batch %d" % (self.name, seq))
-                    raise self._error
-                shared.cond.wait(1.0)
-            batch = shared.done.pop(seq)
+        seq = self._next_consume
+        while True:
+            with shared.lock:
+                batch = shared.done.pop(seq, None)
+            if batch is not None:
+                break
+            if not self.running:
+                self._error = PrefetchError("the %s loading threads stopped without producing "
+                                            "batch %d" % (self.name, seq))
+                raise self._error
+            shared.bell.acquire(timeout=1.0)  # rung after every batch; the timeout notices
+            # threads that ended without one
         self._next_consume += 1
         if batch.error is not None:
             self._error = _wrap(batch.error)
-            with shared.cond:
+            with shared.lock:
                 shared.free.append(batch)
             raise self._error
         self._current = batch
