@@ -5,6 +5,8 @@ Each test runs the public function twice, kernels on and off, on the same inputs
 import contextlib
 import importlib
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -172,25 +174,21 @@ def test_threads_split_gives_the_same_result(monkeypatch):
 
 
 def test_split_finishes_the_work_when_the_pool_refuses_it(monkeypatch):
-    """At interpreter exit the kernel thread pool takes no more work: the calling thread does
-    the rest, and the result is the same."""
+    """At interpreter exit the kernel threads take no more work: the calling thread does the
+    rest, and the result is the same."""
     class ClosedPool:
-        _max_workers = 8
+        size = 8
+        closed = False
 
         def __init__(self):
             self.accepted = 0
 
-        def submit(self, fn, *args):
+        def run(self, job, fn, args, start, stop):
             if self.accepted == 1:
-                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+                raise RuntimeError("the kernel threads are closed")
             self.accepted += 1
-            fn(*args)  # run now; a finished future
-            return _Done()
-
-    class _Done:
-        @staticmethod
-        def result():
-            return None
+            fn(*args, start, stop)  # done at once
+            job.done()
 
     out = np.zeros(1000, np.int64)
 
@@ -201,6 +199,50 @@ def test_split_finishes_the_work_when_the_pool_refuses_it(monkeypatch):
     monkeypatch.setitem(cpu._state, "pool", ClosedPool())
     cpu._split(fill, 1000, ())
     assert np.array_equal(out, np.arange(1000))  # every element once
+
+
+def test_split_waits_for_the_threads_before_an_error_or_interrupt_goes_on(monkeypatch):
+    """The parts write into the caller's arrays: whatever the calling thread raises, it
+    unwinds only after every part handed to a thread has finished; a part's own error
+    reaches the caller."""
+    monkeypatch.setitem(cpu._state, "threads", 2)
+    release = threading.Lock()
+    release.acquire()
+    finished = []
+
+    def part(start, stop):
+        if start == 0:  # the calling thread's part
+            release.release()
+            raise KeyboardInterrupt
+        release.acquire()  # the thread's part runs on after the caller's part raised
+        finished.append((start, stop))
+
+    with pytest.raises(KeyboardInterrupt):
+        cpu._split(part, 10, ())
+    assert finished == [(5, 10)]
+
+    def failing(start, stop):
+        if start:
+            raise ValueError("part %d-%d failed" % (start, stop))
+
+    with pytest.raises(ValueError, match="part 5-10 failed"):
+        cpu._split(failing, 10, ())
+
+
+def test_the_kernel_threads_end_when_their_pool_closes(monkeypatch):
+    monkeypatch.setitem(cpu._state, "threads", 3)
+    pool = cpu._pool(2)
+    threads = list(pool.threads)
+    assert len(threads) >= 2 and all(t.is_alive() for t in threads)
+    pool.resources.release()
+    assert not any(t.is_alive() for t in threads)
+    out = np.zeros(12)
+
+    def fill(start, stop):
+        out[start:stop] = 1
+
+    cpu._split(fill, 12, ())  # a fresh pool replaces the closed one
+    assert out.sum() == 12 and cpu._state["pool"] is not pool
 
 
 def test_threads_setting(monkeypatch):

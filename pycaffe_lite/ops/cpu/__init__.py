@@ -154,6 +154,107 @@ def _address(a):
     return a.ctypes.data
 
 
+class _Job:
+    """One call's ranges in flight: the last part to finish releases ``finished``."""
+
+    __slots__ = ("lock", "left", "finished", "error")
+
+    def __init__(self, parts):
+        self.lock = threading.Lock()
+        self.left = parts
+        self.finished = threading.Lock()
+        self.finished.acquire()
+        self.error = None
+        if parts == 0:
+            self.finished.release()
+
+    def done(self, parts=1, error=None):
+        with self.lock:
+            if error is not None and self.error is None:
+                self.error = error
+            self.left -= parts
+            last = self.left == 0
+        if last:
+            self.finished.release()
+
+    def wait(self):
+        """Wait for every part, through interrupts: the parts write into arrays the caller
+        owns, so the caller unwinds only once they are done (then the interrupt goes on)."""
+        interrupted = None
+        while True:
+            try:
+                self.finished.acquire()
+                break
+            except BaseException as exc:  # KeyboardInterrupt, or another signal's exception
+                interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+        if self.error is not None:
+            raise self.error
+
+
+def _work(tasks):
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        job, fn, args, start, stop = task
+        try:
+            fn(*args, start, stop)
+        except BaseException as exc:
+            job.done(error=exc)
+        else:
+            job.done()
+
+
+class _Pool:
+    """The kernels' worker threads. The calling thread talks to them only through C-level
+    objects (a SimpleQueue, plain locks), never a Python Condition: a KeyboardInterrupt in
+    the calling thread can then never leave behind a lock that a worker waits for. The
+    threads end, joined, when the pool is closed: at interpreter exit before atexit handlers
+    (:mod:`pycaffe_lite.lifecycle`), or when a larger pool replaces it."""
+
+    def __init__(self, size):
+        import queue
+
+        from ...lifecycle import Resources, stop_and_join
+        self.size = size
+        self.tasks = queue.SimpleQueue()
+        self.threads = []
+        self.resources = Resources(self, "the C kernels' threads")
+        self.resources.push(stop_and_join(self.threads, self._stop))
+        for i in range(size):
+            t = threading.Thread(target=_work, args=(self.tasks,), daemon=True,
+                                 name="pycaffe-lite-kernel #%d" % i)
+            self.threads.append(t)
+            t.start()
+
+    def _stop(self):
+        for _ in self.threads:
+            self.tasks.put(None)
+
+    @property
+    def closed(self):
+        return self.resources.closed
+
+    def run(self, job, fn, args, start, stop):
+        if self.resources.closed:
+            raise RuntimeError("the kernel threads are closed")
+        self.tasks.put((job, fn, args, start, stop))
+
+
+def _pool(size):
+    pool = _state["pool"]
+    if pool is None or pool.closed or pool.size < size:
+        with _lock:
+            pool = _state["pool"]
+            if pool is None or pool.closed or pool.size < size:
+                if pool is not None:
+                    pool.resources.release()
+                pool = _state["pool"] = _Pool(size)
+    return pool
+
+
 def _split(fn, total, args, grain=1):
     """Run ``fn(*args, start, stop)`` over ``[0, total)`` split into contiguous ranges, one
     per thread (the calling thread takes the first). ``grain``: the least work worth a
@@ -162,25 +263,25 @@ def _split(fn, total, args, grain=1):
     if n <= 1:
         fn(*args, 0, total)
         return
-    pool = _state["pool"]
-    if pool is None or pool._max_workers < n - 1:
-        with _lock:
-            pool = _state["pool"]
-            if pool is None or pool._max_workers < n - 1:
-                from concurrent.futures import ThreadPoolExecutor
-                pool = _state["pool"] = ThreadPoolExecutor(
-                    n - 1, thread_name_prefix="pycaffe-lite-kernel")
     bounds = [total * i // n for i in range(n + 1)]
-    futures = []
+    job = _Job(n - 1)
+    handed = 1  # parts 1 .. handed - 1 are with the threads
     try:
-        for i in range(1, n):
-            futures.append(pool.submit(fn, *args, bounds[i], bounds[i + 1]))
-    except RuntimeError:
-        # the interpreter is exiting (the pool takes no more work): the rest in this thread
-        fn(*args, bounds[len(futures) + 1], total)
-    fn(*args, bounds[0], bounds[1])
-    for f in futures:
-        f.result()
+        try:
+            pool = _pool(n - 1)
+            for i in range(1, n):
+                pool.run(job, fn, args, bounds[i], bounds[i + 1])
+                handed = i + 1
+        except RuntimeError:
+            # the interpreter is exiting (the threads are closed): the rest in this thread
+            job.done(n - handed)
+            fn(*args, bounds[handed], total)
+        except BaseException:
+            job.done(n - handed)  # not handed: nobody will count them down
+            raise
+        fn(*args, bounds[0], bounds[1])
+    finally:
+        job.wait()
 
 
 # A thread is worth starting for about this many elements of work (handing a range to a
