@@ -353,6 +353,8 @@ def test_layer_errors_name_the_problem(tmp_path, db):
         _net(tmp_path, path, "resize_param { resize_mode: FIT_SMALL_SIZE height: 4 width: 4 }")
     with pytest.raises(CaffeError, match="smaller than the crop"):
         _net(tmp_path, path, "crop_size: 40")
+    with pytest.raises(CaffeError, match="layer 'data'.*sets noise_param.*not implemented"):
+        _net(tmp_path, path, "noise_param { prob: 0.5 }")
     with pytest.raises(DataError, match="max_expand_ratio"):
         at.expand(_image(), _boxes([]), caffe_pb2.ExpansionParameter(max_expand_ratio=0.5),
                   0, FakeRng([0.0]))

@@ -653,6 +653,22 @@ def truncated_lmdb_record(tmp):
     build(tmp, data_net(lmdb_of(tmp, [datum_bytes(), whole.SerializeToString()])))
 
 
+@case(LayerError, "layer 'data' (type Data)", "sets resize_param", "SSD fork",
+      "only by the AnnotatedData layer")
+def ssd_fork_transform_on_a_plain_data_layer(tmp):
+    text = data_net(lmdb_of(tmp, [datum_bytes()])).replace(
+        "prefetch: 0 }", "prefetch: 0 }\n        transform_param { resize_param { height: 8 "
+        "width: 8 } }")
+    build(tmp, text)
+
+
+@case(LayerError, "layer 'data' (type ImageData)", "sets crop_h", "SSD fork")
+def ssd_fork_crop_h_on_image_data(tmp):
+    build(tmp, 'layer { name: "data" type: "ImageData" top: "data" top: "label"\n'
+               '  image_data_param { source: "list.txt" batch_size: 1 }\n'
+               '  transform_param { crop_h: 4 crop_w: 4 } }\n')
+
+
 @case(LayerError, "layer 'data' (type Data)", "looks like a LMDB database", "set backend: LMDB")
 def data_source_of_another_backend(tmp):
     build(tmp, data_net(lmdb_of(tmp, [datum_bytes()]), backend="LEVELDB"))

@@ -45,14 +45,36 @@ def _size(shape):
     return "x".join(str(int(d)) for d in shape)
 
 
-class DataTransformer:
-    """Applies a TransformationParameter to batches of (C, H, W) images."""
+# The SSD fork's fields of TransformationParameter. The AnnotatedData layer applies those it
+# names in ``transform_applied_here``; elsewhere each is an error, never a field quietly ignored.
+SSD_FORK_FIELDS = ("resize_param", "noise_param", "distort_param", "expand_param",
+                   "emit_constraint", "crop_h", "crop_w")
 
-    def __init__(self, param=None, phase=TRAIN, where="transform_param"):
+
+def check_fork_fields(param, where, applies_itself=()):
+    """A DataError naming the first SSD fork field of TransformationParameter ``param`` that
+    is set and not among ``applies_itself``."""
+    for field in SSD_FORK_FIELDS:
+        if field not in applies_itself and param.HasField(field):
+            what = ("not implemented" if field == "noise_param" else
+                    "applied only by the AnnotatedData layer")
+            raise DataError("%s sets %s: a field of the SSD fork's transformation, %s; remove "
+                            "it" % (where, field, what))
+
+
+class DataTransformer:
+    """Applies a TransformationParameter to batches of (C, H, W) images.
+
+    ``applies_itself`` names the SSD fork's fields that the calling layer applies on its own;
+    any other of them that is set raises a DataError naming it.
+    """
+
+    def __init__(self, param=None, phase=TRAIN, where="transform_param", applies_itself=()):
         self.param = caffe_pb2.TransformationParameter()
         if param is not None:
             self.param.CopyFrom(param)
         p = self.param
+        check_fork_fields(p, where, applies_itself)
         self.phase = phase
         self.where = where
         self.scale = np.float32(p.scale)

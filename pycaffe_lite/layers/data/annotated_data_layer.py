@@ -61,6 +61,9 @@ class AnnotatedDataLayer(DataLayer):
     loading threads.
     """
 
+    transform_applied_here = ("resize_param", "distort_param", "expand_param",
+                              "emit_constraint", "crop_h", "crop_w")
+
     def _setup_from_first(self, p):
         if not self.cursor.valid:
             raise DataError("database '%s' (%s) is empty: there are no records to read"

@@ -36,6 +36,10 @@ class DataLayer(BasePrefetchingDataLayer):
     ``crop_size`` when cropping). Random crop happens in TRAIN only, mirror in both phases.
     """
 
+    # the SSD fork's transform_param fields that this layer applies itself (none: the
+    # transformer refuses them)
+    transform_applied_here = ()
+
     def data_setup(self, top):
         p = self.layer_param.data_param
         if not p.source:
@@ -55,7 +59,7 @@ class DataLayer(BasePrefetchingDataLayer):
             tp.CopyFrom(self.layer_param.transform_param)
             tp.force_color = True
         self.transformer = DataTransformer(tp, self.phase, "transform_param of layer '%s'"
-                                           % self.name)
+                                           % self.name, self.transform_applied_here)
         self.db = dbmod.open_db(self.source, self.backend, dbmod.READ)
         self.resources.push(self.db.close)
         self.cursor = self.db.cursor()

@@ -8,6 +8,7 @@ import numpy as np
 from ...data.datum import DataError, decode_image, read_file, resize
 from ...data.imageset import join_root
 from ...data.mean import load_mean
+from ...data.transformer import check_fork_fields
 from ...registry import register_layer
 from .base_data_layer import BasePrefetchingDataLayer, default_threads
 
@@ -88,6 +89,7 @@ class WindowDataLayer(BasePrefetchingDataLayer):
     def data_setup(self, top):
         p = self.layer_param.window_data_param
         tp = self.layer_param.transform_param
+        check_fork_fields(tp, "transform_param of layer '%s'" % self.name)
         if not p.source:
             raise DataError("window_data_param.source is empty: name the window file")
         if p.batch_size <= 0:
