@@ -69,9 +69,9 @@ def test_short_training_reaches_a_map_far_above_chance(tmp_path, monkeypatch):
     (tmp_path / "net.prototxt").write_text(net)
     solver = open(os.path.join(EXAMPLE, "ssd_shapes_solver.prototxt")).read()
     for old, new in (("models/ssd_shapes/ssd_shapes.prototxt", str(tmp_path / "net.prototxt")),
-                     ("max_iter: 1000", "max_iter: %d" % ITERS),
-                     ("snapshot: 1000", "snapshot: 0"), ("stepvalue: 750", "stepvalue: %d"
-                                                         % (ITERS * 3 // 4)),
+                     ("max_iter: 500", "max_iter: %d" % ITERS),
+                     ("snapshot: 500", "snapshot: 0"), ("stepvalue: 400", "stepvalue: %d"
+                                                        % (ITERS * 4 // 5)),
                      ("models/ssd_shapes/ssd_shapes\"", str(tmp_path / "shapes") + "\""),
                      ("test_interval: 250", "test_interval: %d" % (ITERS + 1))):
         assert old in solver
