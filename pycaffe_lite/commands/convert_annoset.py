@@ -3,7 +3,7 @@ labels or annotation files (VOC XML, COCO-style JSON) to a database of Annotated
 the SSD fork's flags."""
 
 from ..data.annoset import ANNO_TYPES, LABEL_TYPES, convert_annoset
-from ..data.cli_flags import add_backend_flag, add_bool_flag
+from ..data.cli_flags import add_backend_flag, add_bool_flag, add_image_flags
 
 
 def add_arguments(p):
@@ -24,14 +24,7 @@ def add_arguments(p):
                    help="resize so that the short side is at least this (keeps the aspect)")
     p.add_argument("--max_dim", type=int, default=0,
                    help="resize so that the long side is at most this (keeps the aspect)")
-    p.add_argument("--resize_width", type=int, default=0,
-                   help="width images are resized to (with --resize_height)")
-    p.add_argument("--resize_height", type=int, default=0,
-                   help="height images are resized to (with --resize_width)")
-    add_bool_flag(p, "check_size", "check that all the datums have the same size")
-    add_bool_flag(p, "encoded", "store the images encoded (compressed) in the datums")
-    p.add_argument("--encode_type", default="",
-                   help="encoding of the stored images ('png', 'jpg', ...); implies --encoded")
+    add_image_flags(p)
 
 
 def run(args):

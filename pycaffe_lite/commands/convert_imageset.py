@@ -2,7 +2,7 @@
 ``path label`` lines to a database of Datums, with Caffe's flags."""
 
 from ..data.imageset import convert_imageset
-from ..data.cli_flags import add_backend_flag, add_bool_flag
+from ..data.cli_flags import add_backend_flag, add_bool_flag, add_image_flags
 
 
 def add_arguments(p):
@@ -12,14 +12,7 @@ def add_arguments(p):
     add_bool_flag(p, "gray", "decode the images in greyscale")
     add_bool_flag(p, "shuffle", "randomly shuffle the order of the images")
     add_backend_flag(p)
-    p.add_argument("--resize_width", type=int, default=0,
-                   help="width images are resized to (with --resize_height)")
-    p.add_argument("--resize_height", type=int, default=0,
-                   help="height images are resized to (with --resize_width)")
-    add_bool_flag(p, "check_size", "check that all the datums have the same size")
-    add_bool_flag(p, "encoded", "store the images encoded (compressed) in the datums")
-    p.add_argument("--encode_type", default="",
-                   help="encoding of the stored images ('png', 'jpg', ...); implies --encoded")
+    add_image_flags(p)
 
 
 def run(args):

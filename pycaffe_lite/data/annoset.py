@@ -12,7 +12,7 @@ from ..proto import caffe_pb2
 from . import db as dbmod
 from .annotation import BBOX, name_to_label, read_annotations, read_label_map
 from .datum import DataError, decode_image, encode_image, image_format, read_file, resize
-from .imageset import join_root
+from .imageset import join_root, record_encoding
 from .progress import Progress
 
 log = logging.getLogger("pycaffe_lite")
@@ -130,12 +130,7 @@ def convert_annoset(root_folder, list_file, db_name, anno_type="classification",
 
     def load(item):
         number, name, second = item
-        enc = encode_type
-        if encoded and not enc:
-            dot = name.rfind(".")
-            if dot < 0:
-                log.warning("Failed to guess the encoding of '%s'", name)
-            enc = name[dot + 1:].lower() if dot >= 0 else ""
+        enc = record_encoding(name, encoded, encode_type)
         path = join_root(root_folder, name)
         try:
             label = second if anno_type == "classification" else -1

@@ -14,3 +14,17 @@ def add_bool_flag(parser, name, help_text, default=False):
 def add_backend_flag(parser):
     parser.add_argument("--backend", default="lmdb", choices=("lmdb", "leveldb"),
                         type=str.lower, help="the database format (default lmdb)")
+
+
+def add_image_flags(parser):
+    """The image flags shared by convert_imageset and convert_annoset: resize, size check,
+    encoding."""
+    parser.add_argument("--resize_width", type=int, default=0,
+                        help="width images are resized to (with --resize_height)")
+    parser.add_argument("--resize_height", type=int, default=0,
+                        help="height images are resized to (with --resize_width)")
+    add_bool_flag(parser, "check_size", "check that all the datums have the same size")
+    add_bool_flag(parser, "encoded", "store the images encoded (compressed) in the datums")
+    parser.add_argument("--encode_type", default="",
+                        help="encoding of the stored images ('png', 'jpg', ...); implies "
+                             "--encoded")

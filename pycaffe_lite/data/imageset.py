@@ -44,6 +44,18 @@ def read_list_file(path, numbered=False):
     return lines
 
 
+def record_encoding(name, encoded, encode_type):
+    """How the tools store image ``name``: ``encode_type``, else with ``encoded`` the format
+    its extension names (Caffe's guess), else "" (raw pixels)."""
+    if encode_type or not encoded:
+        return encode_type
+    dot = name.rfind(".")
+    if dot < 0:
+        log.warning("Failed to guess the encoding of '%s'", name)
+        return ""
+    return name[dot + 1:].lower()
+
+
 def join_root(root_folder, name):
     """``root_folder + name`` as Caffe forms it, with a separator added when missing."""
     if not root_folder or root_folder.endswith(("/", os.sep)):
@@ -92,12 +104,7 @@ def convert_imageset(root_folder, list_file, db_name, gray=False, shuffle=False,
 
     def load(item):
         _, name, label = item
-        enc = encode_type
-        if encoded and not enc:
-            dot = name.rfind(".")
-            if dot < 0:
-                log.warning("Failed to guess the encoding of '%s'", name)
-            enc = name[dot + 1:].lower() if dot >= 0 else ""
+        enc = record_encoding(name, encoded, encode_type)
         path = join_root(root_folder, name)
         try:
             return path, read_image_to_datum(path, label, resize_height, resize_width,
