@@ -1,7 +1,6 @@
 """``convert_annoset``: a list of images with their annotation files to a database of
 AnnotatedDatum records (the SSD fork's tool)."""
 
-import concurrent.futures
 import logging
 import os
 
@@ -14,6 +13,7 @@ from .annotation import BBOX, name_to_label, read_annotations, read_label_map
 from .datum import DataError, decode_image, encode_image, image_format, read_file, resize
 from .imageset import join_root, record_encoding
 from .progress import Progress
+from .workers import ThreadMap
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -151,12 +151,12 @@ def convert_annoset(root_folder, list_file, db_name, anno_type="classification",
     data_size = None
     workers = threads or min(4, os.cpu_count() or 1)
     with dbmod.open_db(db_name, backend, dbmod.NEW) as db, \
-            concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            ThreadMap(load, workers, "pycaffe-lite convert") as pool:
         txn = db.transaction()
         chunk = 64 * workers
         for start in range(0, len(lines), chunk):
             part = lines[start:start + chunk]
-            for offset, anno in enumerate(pool.map(load, part)):
+            for offset, anno in enumerate(pool.map(part)):
                 number, name, _ = part[offset]
                 prog.update()
                 if isinstance(anno, DataError):

@@ -1,6 +1,5 @@
 """Image list files and ``convert_imageset`` (a list of images to a database of Datums)."""
 
-import concurrent.futures
 import logging
 import os
 
@@ -10,6 +9,7 @@ from .. import backend as _backend
 from . import db as dbmod
 from .datum import DataError, read_image_to_datum
 from .progress import Progress
+from .workers import ThreadMap
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -114,12 +114,12 @@ def convert_imageset(root_folder, list_file, db_name, gray=False, shuffle=False,
 
     workers = threads or min(4, os.cpu_count() or 1)
     with dbmod.open_db(db_name, backend, dbmod.NEW) as db, \
-            concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            ThreadMap(load, workers, "pycaffe-lite convert") as pool:
         txn = db.transaction()
         chunk = 64 * workers
         for start in range(0, len(lines), chunk):
             part = lines[start:start + chunk]
-            for offset, (path, datum) in enumerate(pool.map(load, part)):
+            for offset, (path, datum) in enumerate(pool.map(part)):
                 line_id = start + offset
                 number, name, _ = part[offset]
                 if isinstance(datum, DataError):
