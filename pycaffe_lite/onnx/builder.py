@@ -99,6 +99,9 @@ class Call:
         self.outputs = outputs
         self.in_shapes = in_shapes
         self.out_shapes = out_shapes
+        # a converter whose tops' shapes vary at run time sets one list of dims per top
+        # (ints, or names for the varying axes); the graph declares them for its outputs
+        self.out_dims = None
 
     @property
     def blobs(self):
