@@ -119,6 +119,10 @@ def detection_output(call):
         raise call.error("every class is the background class: nothing to detect")
     CP = len(classes)
     k = P if layer.top_k < 0 else min(layer.top_k, P)
+    call.out_dims = [[1, 1, call.name + "_detections", 7]]
+    if k == 0:  # no candidates (top_k 0): the placeholder rows alone
+        _with_placeholder(ops, call, None, loc)
+        return
 
     # priors and variances (1, P, 4); offsets (N, L, P, 4); boxes decoded (N, L, P, 4)
     pri, var = ops.split(call.reshape(prior, [2, P, 4], suffix="prior"), 2, 0, "prior_var")
@@ -182,7 +186,6 @@ def detection_output(call):
     if -1 < layer.keep_top_k:
         rows = _keep_top_k(ops, call, rows, image, score, count, layer.keep_top_k)
     _with_placeholder(ops, call, rows, loc)
-    call.out_dims = [[1, 1, call.name + "_detections", 7]]
 
 
 def _keep_top_k(ops, call, rows, image, score, count, keep):
@@ -212,7 +215,7 @@ def _keep_top_k(ops, call, rows, image, score, count, keep):
 def _with_placeholder(ops, call, rows, loc):
     """``rows`` as ``(1, 1, K, 7)``, or the placeholders ``[i, -1, ..., -1]`` for each image
     ``i`` when there are none: the two stacked, and the first ``K`` rows taken, or the
-    ``N`` placeholders when ``K`` is 0."""
+    ``N`` placeholders when ``K`` is 0. ``rows`` None: the placeholders alone."""
     num = ops("Slice", [ops("Shape", [loc], "loc_shape"), call.ints("n_start", [0]),
                         call.ints("n_end", [1])], "num_images")
     ids = ops("Range", [call.const("ids_start", 0.0), ops("Cast", [ops.scalar(num, "n")],
@@ -223,13 +226,15 @@ def _with_placeholder(ops, call, rows, loc):
                                axis=0)], "minus_ones")
     placeholder = ops("Concat", [ops("Unsqueeze", [ids, call.ints("id_axes", [1])], "id_col"),
                                  minus], "placeholder", axis=1)
+    if rows is None:
+        call.reshape(placeholder, [1, 1, -1, 7], call.outputs, suffix="output")
+        return
     stacked = ops("Concat", [rows, placeholder], "stacked", axis=0)
     found = ops("Slice", [ops("Shape", [rows], "rows_shape"), call.ints("k_start", [0]),
                           call.ints("k_end", [1])], "found")
     none = ops("Cast", [ops("Equal", [found, call.ints("zero_rows", [0])], "none_found")],
                "none_int", to=INT64)
     end = ops("Add", [found, ops("Mul", [none, num], "placeholder_rows")], "end")
-    taken = ops("Slice", [stacked, call.ints("rows_start", [0]), end, call.ints("rows_axes",
-                                                                                  [0])],
-                "taken")
+    taken = ops("Slice", [stacked, call.ints("rows_start", [0]), end,
+                          call.ints("rows_axes", [0])], "taken")
     call.reshape(taken, [1, 1, -1, 7], call.outputs, suffix="output")
