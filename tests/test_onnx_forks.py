@@ -246,10 +246,18 @@ def test_detection_output_oldest_opset(tmp_path):
 
 
 def test_adaptive_eta_is_an_export_error():
-    net, _ = detection_problem(DET.replace("top_k: 50", "top_k: 50 eta: 0.9"))
+    net, _ = detection_problem(DET.replace("nms_threshold: 0.45", "nms_threshold: 0.6 eta: 0.9"))
     with pytest.raises(CaffeError, match=r"layer 'det' \(type DetectionOutput\): nms_param "
-                                         r"eta 0.9 .*no ONNX equivalent"):
+                                         r"eta 0.9 with nms_threshold 0.6 .*no ONNX equivalent"):
         caffe_onnx.export(net, None)
+
+
+def test_eta_that_never_acts_exports(tmp_path):
+    """eta lowers the threshold only while it is above 0.5: at 0.45 the layer's suppression
+    is the plain greedy one."""
+    net, feeds = detection_problem(DET.replace("top_k: 50", "top_k: 50 eta: 0.7"))
+    ours, theirs, _ = export_and_run(net, feeds, tmp_path, "eta")
+    np.testing.assert_allclose(theirs["det"], ours["det"], rtol=1e-5, atol=1e-6)
 
 
 def test_every_fork_converter_is_covered():

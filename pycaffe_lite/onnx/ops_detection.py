@@ -9,8 +9,9 @@ How each step keeps the layer's result:
   prior order) and keeps ``top_k`` of them; TopK sorts the same way (ties by lower index), and
   taking the top ``k`` first and the threshold after selects the same set;
 - suppression: NonMaxSuppression runs greedily over each class's candidates, suppressing
-  overlaps above the threshold as the layer does with ``eta == 1`` (an adaptive ``eta < 1``
-  has no ONNX equivalent: an export error). The layer counts an inverted box (xmax < xmin or
+  overlaps above the threshold as the layer does with a fixed threshold (``eta`` 1, or a
+  threshold of at most 0.5, which ``eta`` never lowers); the adaptive threshold has no ONNX
+  equivalent: an export error. The layer counts an inverted box (xmax < xmin or
   ymax < ymin) as overlapping nothing, where ONNX reorders its corners: such boxes are given
   to NonMaxSuppression as empty boxes, which overlap nothing there either;
 - order: the rows are sorted by (image, class, rank among the class's candidates), which is
@@ -103,10 +104,12 @@ def _as_suppressed(ops, boxes):
 @register_converter("DetectionOutput")
 def detection_output(call):
     layer = call.layer
-    if layer.eta != 1.0:
-        raise call.error("nms_param eta %g (adaptive suppression) has no ONNX equivalent: "
-                         "NonMaxSuppression keeps its threshold fixed; export with eta 1"
-                         % layer.eta)
+    # the threshold adapts (times eta after each kept box) only while it is above 0.5
+    if layer.eta < 1.0 and layer.nms_threshold > 0.5:
+        raise call.error("nms_param eta %g with nms_threshold %g (adaptive suppression) has "
+                         "no ONNX equivalent: NonMaxSuppression keeps its threshold fixed; "
+                         "export with eta 1 (or a threshold of at most 0.5, which eta never "
+                         "changes)" % (layer.eta, layer.nms_threshold))
     if layer.code_type not in (CORNER, CENTER_SIZE, CORNER_SIZE):
         raise call.error("code_type %d does not convert to ONNX" % layer.code_type)
     ops = _Ops(call)
