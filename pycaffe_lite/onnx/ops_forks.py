@@ -55,7 +55,8 @@ def interp(call):
     """The fork samples output ``o`` at ``o * (in - 1) / (out - 1)`` of the cropped input
     (0 for a single output), bilinearly, with the last input row and column repeated:
     ONNX Resize's linear mode with ``align_corners``, which maps the same way (and a single
-    output to 0). The crop (pad_beg, pad_end <= 0) is a Slice first."""
+    output to 0); runtimes work the weights out in another order, so the results agree to
+    float rounding. The crop (pad_beg, pad_end <= 0) is a Slice first."""
     x = call.inputs[0]
     layer = call.layer
     h, w = call.in_shapes[0][2:]
