@@ -2,6 +2,7 @@
 the same net exported with :func:`pycaffe_lite.onnx.export`, side by side.
 
     python benchmarks/bench_onnx.py [--nets caffenet resnet50 ...] [--rounds 5]
+    python benchmarks/bench_onnx.py --nets mobilenet_ssd res10_ssd   # SSD, 300 x 300
     python benchmarks/run.py --only ort_caffenet ort_resnet50
 
 Both run in this process on the CPU, in alternating rounds (the load of other jobs drifts
@@ -20,7 +21,11 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ZOO = os.path.join(ROOT, "models", "zoo")
+SSD = os.path.join(ROOT, "tests", "data", "ssd")
 NETS = ["squeezenet1.1", "caffenet", "alexnet", "googlenet", "resnet50", "vgg16"]
+# the public SSD deploy nets of the tests, DetectionOutput included (on request: --nets)
+PROTOTXT = {"mobilenet_ssd": os.path.join(SSD, "mobilenet_ssd_deploy.prototxt"),
+            "res10_ssd": os.path.join(SSD, "res10_deploy.prototxt")}
 
 
 def _session(model, threads):
@@ -45,7 +50,8 @@ def bench_net(name, rounds=5, per_round=1, threads=None):
     from pycaffe_lite import onnx as caffe_onnx
 
     caffe.set_random_seed(0)
-    net = caffe.Net(os.path.join(ZOO, name + "_deploy.prototxt"), caffe.TEST)
+    proto = PROTOTXT.get(name, os.path.join(ZOO, name + "_deploy.prototxt"))
+    net = caffe.Net(proto, caffe.TEST)
     rng = np.random.default_rng(0)
     for layer in net.layers:
         for i, blob in enumerate(layer.blobs):
@@ -86,7 +92,7 @@ def bench_net(name, rounds=5, per_round=1, threads=None):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nets", nargs="*", choices=NETS, default=NETS)
+    p.add_argument("--nets", nargs="*", choices=NETS + sorted(PROTOTXT), default=NETS)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     args = p.parse_args(argv)

@@ -4,7 +4,9 @@ A converter is ``fn(call)`` where ``call`` is a :class:`Call`: the Caffe layer, 
 parameter, the ONNX value names of its bottoms and of the tops it must produce, the static
 shapes our net gave every bottom and top, and the :class:`GraphBuilder` to add nodes and
 constants to. Shapes are those of the built net; the batch axis stays dynamic, so converters
-write ``0`` ("copy this axis") for the batch dimension where ONNX allows it.
+write ``0`` ("copy this axis") for the batch dimension where ONNX allows it. A converter
+whose tops' shapes vary at run time (DetectionOutput's number of rows) sets
+``call.out_dims``, and graph outputs are declared with those dims.
 """
 
 import numpy as np
@@ -99,6 +101,9 @@ class Call:
         self.outputs = outputs
         self.in_shapes = in_shapes
         self.out_shapes = out_shapes
+        # a converter whose tops' shapes vary at run time sets one list of dims per top
+        # (ints, or names for the varying axes); the graph declares them for its outputs
+        self.out_dims = None
 
     @property
     def blobs(self):

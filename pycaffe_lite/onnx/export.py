@@ -14,7 +14,8 @@ import logging
 from ..errors import CaffeError
 from ._lib import require_onnx
 from .builder import CONVERTERS, Call, GraphBuilder
-from . import ops_common, ops_neuron, ops_vision  # noqa: F401  (they register converters)
+# imported for their register_converter side effect
+from . import ops_common, ops_detection, ops_forks, ops_neuron, ops_vision  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +30,11 @@ def is_dropped(layer_type):
     return layer_type.endswith("Loss") or layer_type in DROPPED_TYPES
 
 
-def _value_info(onnx, name, shape, batch_name):
-    dims = [int(d) for d in shape]
-    if batch_name and dims:
-        dims[0] = batch_name
+def _value_info(onnx, name, shape, batch_name, dims=None):
+    if dims is None:
+        dims = [int(d) for d in shape]
+        if batch_name and dims:
+            dims[0] = batch_name
     return onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, dims)
 
 
@@ -59,6 +61,7 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
     batch = None if static_batch else "N"
     current, inputs, dropped, available, order = {}, [], [], [], {}
     split_source = {}  # top of a Split that the net inserted -> the blob it copies
+    declared = {}  # blob -> the dims a converter declared for it (shapes that vary)
     layer_names = net.layer_names
     for i, layer in enumerate(net.layers):
         lname = layer_names[i]
@@ -95,6 +98,9 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
             for t in net.top_ids[i]:
                 split_source[t] = net.bottom_ids[i][0]
         produced = converter(call) or tops
+        dims = call.out_dims or [None] * len(tops)
+        for t, d in zip(net.top_ids[i], dims):
+            declared[t] = d
         for t, value in zip(net.top_ids[i], produced):
             current[t] = value
             if t not in available:
@@ -109,7 +115,7 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
         seen.add(t)
         if current[t] != names[t]:
             g.node("Identity", [current[t]], [names[t]], name=names[t] + "/output")
-        outputs.append(_value_info(onnx, names[t], shapes[t], batch))
+        outputs.append(_value_info(onnx, names[t], shapes[t], batch, declared.get(t)))
     used = {name for node in g.nodes for name in node.input}
     inputs = [v for v in inputs if v.name in used]
     graph = onnx.helper.make_graph(g.nodes, net.name or "net", inputs,

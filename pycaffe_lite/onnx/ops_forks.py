@@ -1,0 +1,128 @@
+"""Converters of the Caffe forks' layers: Permute, Normalize, PriorBox (SSD), Interp
+(DeepLab / PSPNet), ShuffleChannel (ShuffleNet), ROIPooling (Fast R-CNN),
+ConvolutionDepthwise / DepthwiseConvolution (MobileNet, ShuffleNet) and Axpy (SENet).
+DetectionOutput is in :mod:`.ops_detection`."""
+
+from ..blob import Blob
+from .builder import register_converter
+from .ops_vision import conv_geometry
+
+
+@register_converter("Permute")
+def permute(call):
+    call.node("Transpose", call.inputs, call.outputs, perm=[int(a) for a in call.layer.order])
+
+
+@register_converter("Normalize")
+def normalize(call):
+    """``x / sqrt(sum x^2 + eps) * scale``, the sum over (C, H, W) with ``across_spatial``,
+    over C alone otherwise; eps inside the square root, as the layer."""
+    x = call.inputs[0]
+    rank = len(call.in_shapes[0])
+    axes = list(range(1, rank)) if call.layer.across_spatial else [1]
+    sq = call.node("Mul", [x, x], suffix="square")
+    total = call.g.reduce("ReduceSum", sq, axes, True, name=call.name + "/sum")
+    norm = call.node("Sqrt", [call.node("Add", [total, call.const("eps", call.layer.eps)],
+                                        suffix="eps")], suffix="norm")
+    unit = call.node("Div", [x, norm], suffix="unit")
+    s = call.blobs[0].reshape(-1)
+    s = s.reshape(()) if call.layer.channel_shared else s.reshape((1, -1) + (1,) * (rank - 2))
+    call.node("Mul", [unit, call.const("scale", s)], call.outputs)
+
+
+@register_converter("PriorBox")
+def prior_box(call):
+    """The priors depend only on the shapes of the feature map and the image, which the
+    exported graph fixes (only the batch axis is dynamic, and the priors do not depend on
+    it): our layer computes them once and they become a constant of the graph."""
+    bottom = [Blob(call.in_shapes[0]), Blob(call.in_shapes[1])]
+    top = [Blob(call.out_shapes[0])]
+    call.layer.forward(bottom, top)
+    call.out_dims = [[int(d) for d in call.out_shapes[0]]]  # one copy for every batch size
+    return [call.const("priors", top[0].data)]
+
+
+def _spatial_sizes(call, x, hw):
+    """``sizes`` for Resize: the input's N and C (N may be dynamic) with ``hw``."""
+    shape = call.node("Shape", [x], suffix="shape")
+    nc = call.node("Slice", [shape, call.ints("nc_start", [0]), call.ints("nc_end", [2])],
+                   suffix="nc")
+    return call.node("Concat", [nc, call.ints("hw", hw)], suffix="sizes", axis=0)
+
+
+@register_converter("Interp")
+def interp(call):
+    """The fork samples output ``o`` at ``o * (in - 1) / (out - 1)`` of the cropped input
+    (0 for a single output), bilinearly, with the last input row and column repeated:
+    ONNX Resize's linear mode with ``align_corners``, which maps the same way (and a single
+    output to 0); runtimes work the weights out in another order, so the results agree to
+    float rounding. The crop (pad_beg, pad_end <= 0) is a Slice first."""
+    x = call.inputs[0]
+    layer = call.layer
+    h, w = call.in_shapes[0][2:]
+    if layer.pad_beg or layer.pad_end:
+        begin = -layer.pad_beg
+        x = call.node("Slice", [x, call.ints("crop_starts", [begin, begin]),
+                                call.ints("crop_ends", [h + layer.pad_end, w + layer.pad_end]),
+                                call.ints("crop_axes", [2, 3])], suffix="crop")
+    hw = [int(d) for d in call.out_shapes[0][2:]]
+    sizes = _spatial_sizes(call, x, hw)
+    call.node("Resize", [x, "", "", sizes], call.outputs, mode="linear",
+              coordinate_transformation_mode="align_corners")
+
+
+@register_converter("ShuffleChannel")
+def shuffle_channel(call):
+    shape = [int(d) for d in call.in_shapes[0]]
+    group = call.layer.group
+    rest = shape[2:]
+    grouped = call.reshape(call.inputs[0], [0, group, shape[1] // group] + rest,
+                           suffix="grouped")
+    perm = [0, 2, 1] + list(range(3, 3 + len(rest)))
+    swapped = call.node("Transpose", [grouped], suffix="transpose", perm=perm)
+    call.reshape(swapped, [0, shape[1]] + rest, call.outputs, suffix="reshape")
+
+
+@register_converter("ROIPooling")
+def roi_pooling(call):
+    """ONNX MaxRoiPool defines the fork's rounding: corners ``round(x * spatial_scale)``
+    (halves away from zero), bins ``floor(i * h / pooled)`` to ``ceil((i + 1) * h /
+    pooled)`` of the region's ``max(extent, 1)`` cells, clipped to the map, 0 for an empty
+    bin."""
+    layer = call.layer
+    rois = call.inputs[1]
+    if len(call.in_shapes[1]) != 2:
+        rois = call.reshape(rois, [-1, 5], suffix="rois")
+    call.node("MaxRoiPool", [call.inputs[0], rois], call.outputs,
+              pooled_shape=[layer.pooled_h, layer.pooled_w],
+              spatial_scale=float(layer.spatial_scale))
+
+
+@register_converter("ConvolutionDepthwise", "DepthwiseConvolution")
+def depthwise_convolution(call):
+    """A Conv with one group per input channel (the layer's weights are already shaped
+    ``(num_output, 1, kh, kw)``)."""
+    p = call.param.convolution_param
+    rank = len(call.in_shapes[0])
+    channels = int(call.in_shapes[0][1])
+    if p.axis not in (1, 1 - rank):
+        raise call.error("only channel axis 1 converts to ONNX, got axis %d" % p.axis)
+    blobs = call.blobs
+    _, stride, pad, dilation = conv_geometry(p, rank - 2)
+    inputs = [call.inputs[0], call.const("weight", blobs[0])]
+    if p.bias_term:
+        inputs.append(call.const("bias", blobs[1].reshape(-1)))
+    call.node("Conv", inputs, call.outputs, kernel_shape=list(blobs[0].shape[2:]),
+              strides=stride, pads=pad + pad, dilations=dilation, group=channels)
+
+
+@register_converter("Axpy")
+def axpy(call):
+    """``a * x + y`` with ``a`` (N, C[, 1, 1]) reshaped to broadcast over x."""
+    a, x, y = call.inputs
+    rank = len(call.in_shapes[1])
+    channels = int(call.in_shapes[1][1])
+    scale = call.reshape(a, [0, channels] + [1] * (rank - 2), suffix="a")
+    prod = call.node("Mul", [scale, x], suffix="ax")
+    call.node("Add", [prod, y], call.outputs)
+
