@@ -14,6 +14,12 @@ Workloads:
   ort_<net>   batch-1 inference of a zoo net, ours and onnxruntime's side by side (the
               ratio is ours / onnxruntime; see bench_onnx.py); run where onnxruntime is
               installed
+  cv_<net>    TEST-phase inference with weights (folding on), ours and OpenCV dnn's
+              (cv2.dnn.readNetFromCaffe, same .caffemodel) side by side at the batches of
+              --cv-batches, with each engine's peak memory measured in a fresh process (see
+              bench_opencv.py); nets: caffenet googlenet resnet50 vgg16 squeezenet1.1
+              mobilenet mobilenet_ssd. ``--only infer`` runs them all and prints the
+              geometric means of the ratios.
 With ``torch`` installed (``pip install torch==2.13.0``), the same workloads run in PyTorch in
 this process and the report prints ours / PyTorch: that ratio is the figure to track, as
 timings on a shared machine drift. The LeNet step and the zoo nets alternate with PyTorch
@@ -44,6 +50,7 @@ from pycaffe_lite import protoio  # noqa: E402
 from pycaffe_lite.profiling import time_layers  # noqa: E402
 
 import bench_onnx  # noqa: E402
+import bench_opencv  # noqa: E402
 
 ZOO = os.path.join(ROOT, "models", "zoo")
 LENET = os.path.join(ROOT, "models", "lenet")
@@ -323,6 +330,29 @@ def _ort_workload(net):
 WORKLOADS.update(("ort_" + net, _ort_workload(net)) for net in bench_onnx.NETS)
 
 
+def _cv_workload(net):
+    def run(args, torch):
+        # VGG-16 is by far the largest: fewer rounds keep the whole table to a few minutes
+        rounds = {("vgg16", b): max(1, args.cv_rounds - 1) for b in args.cv_batches}
+        return bench_opencv.bench_net(net, args.cv_batches, args.cv_rounds,
+                                      not args.no_memory, rounds)
+    return run
+
+
+CV_WORKLOADS = ["cv_" + net for net in bench_opencv.NETS]
+WORKLOADS.update(("cv_" + net, _cv_workload(net)) for net in bench_opencv.NETS)
+WORKLOADS["infer"] = None  # every cv_<net>, then the geometric means
+
+
+def print_cv(name, r, batches):
+    for batch in batches:
+        b = r[batch]
+        print("%-12s %12.2f %12.2f %8.2f  batch %d, peak MB ours %s / OpenCV %s" % (
+            name if batch == batches[0] else "", b["ms"], b["cv_ms"], b["ratio"], batch,
+            "%.0f" % b["peak_mb"] if "peak_mb" in b else "-",
+            "%.0f" % b["cv_peak_mb"] if "cv_peak_mb" in b else "-"))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -334,6 +364,10 @@ def main(argv=None):
     p.add_argument("--zoo-iters", type=int, default=3)
     p.add_argument("--caffenet-batch", type=int, default=10)
     p.add_argument("--layers", action="store_true", help="print per-layer breakdowns")
+    p.add_argument("--cv-batches", nargs="*", type=int, default=[1, 8])
+    p.add_argument("--cv-rounds", type=int, default=3)
+    p.add_argument("--no-memory", action="store_true",
+                   help="cv_*: skip the per-engine peak memory processes")
     p.add_argument("--numpy-only", action="store_true",
                    help="without the compiled CPU kernels (pycaffe_lite/ops/cpu)")
     args = p.parse_args(argv)
@@ -342,7 +376,11 @@ def main(argv=None):
         cpu.set_kernels_enabled(False)
     torch = torch_or_none(not args.no_torch)
     names = args.only or ["gemm", "lenet_step", "lenet_train", "caffenet", "googlenet",
-                          "resnet50"] + ["ort_" + net for net in bench_onnx.NETS]
+                          "resnet50"] + ["ort_" + net for net in bench_onnx.NETS] + \
+        CV_WORKLOADS
+    if "infer" in names:
+        i = names.index("infer")
+        names = names[:i] + [n for n in CV_WORKLOADS if n not in names] + names[i + 1:]
     results = {"numpy": np.__version__, "torch": getattr(torch, "__version__", None),
                "threads": os.environ.get("OMP_NUM_THREADS"),
                "cpu_kernels": cpu.kernels_enabled(),
@@ -352,11 +390,16 @@ def main(argv=None):
                                         "off (%s)" % (cpu.unavailable_reason() or
                                                       "--numpy-only")))
     print("%-12s %12s %12s %8s" % ("workload", "ours (ms)", "ref (ms)", "ratio"))
-    print("(ref: PyTorch, or onnxruntime for the ort_* workloads)")
+    print("(ref: PyTorch, onnxruntime for the ort_* workloads, OpenCV dnn for cv_*)")
     for name in names:
         r = WORKLOADS[name](args, torch)
         if r is None:
-            print("%-12s skipped: onnxruntime is not installed" % name)
+            print("%-12s skipped: %s is not installed"
+                  % (name, "OpenCV" if name.startswith("cv_") else "onnxruntime"))
+            continue
+        if name.startswith("cv_"):
+            results[name] = r
+            print_cv(name, r, args.cv_batches)
             continue
         r["peak_rss_mb"] = peak_rss_mb()
         results[name] = r
@@ -376,6 +419,11 @@ def main(argv=None):
                 print("    %-24s fwd %8.2f  bwd %8.2f ms%s" % (
                     ln, lt["forward"][i], lt["backward"][i],
                     "  %6.1f GFLOP/s" % g if g else ""))
+    cv = [n for n in names if n.startswith("cv_") and n in results]
+    for batch in args.cv_batches if cv else ():
+        g = bench_opencv.geomean([results[n][batch]["ratio"] for n in cv])
+        results["cv_geomean_batch%d" % batch] = g
+        print("geometric mean of ours / OpenCV, batch %d (%d nets): %.2f" % (batch, len(cv), g))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=float)

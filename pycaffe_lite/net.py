@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from . import protoio
+from . import net_fold, protoio
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
 from .layers import create_layer
@@ -33,10 +33,14 @@ class Net(BatchedCalls):
         Net(prototxt, phase)
         Net(prototxt, weights, phase)
         Net(prototxt, phase, level=0, stages=(), weights=None)
+
+    A TEST net built with weights runs with BatchNorm, Scale and ReLU folded into the
+    convolution or inner product before them (``fold=False`` or ``PYCAFFE_LITE_FOLD=0`` to
+    turn it off; ``keep_intermediates=True`` to keep every blob): see :mod:`net_fold`.
     """
 
     def __init__(self, model, *args, phase=None, level=0, stages=(), weights=None,
-                 dtype=np.float32):
+                 dtype=np.float32, fold=None, keep_intermediates=False):
         args = list(args)
         if args and isinstance(args[0], (str, bytes)) or (args and hasattr(args[0], "__fspath__")):
             weights = args.pop(0)
@@ -57,6 +61,8 @@ class Net(BatchedCalls):
         self._init(param)
         if weights is not None:
             self.copy_from(weights)
+            if phase == TEST and (net_fold.enabled_by_default() if fold is None else fold):
+                net_fold.fold(self, keep_intermediates)
 
     @classmethod
     def from_param(cls, net_param, dtype=np.float32):
@@ -80,6 +86,8 @@ class Net(BatchedCalls):
         self.bottom_ids, self.top_ids = [], []
         self.bottom_need_backward = []
         self.layer_need_backward = []
+        self._fused = {}            # layer index -> its forward when folded (net_fold)
+        self.folding = None
         self._hooks = {"before_forward": [], "after_forward": [], "before_backward": [],
                        "after_backward": []}
         self._blobs = []            # all blobs, by id
@@ -342,13 +350,13 @@ class Net(BatchedCalls):
     def forward_from_to(self, start=0, end=None):
         end = len(self.layers) - 1 if end is None else end
         loss = 0.0
-        hooks = self._hooks
+        hooks, fused = self._hooks, self._fused
         for i in range(start, end + 1):
             layer = self.layers[i]
             for hook in hooks["before_forward"]:
                 hook(i)
             bottom = self.bottom_vecs[i]
-            loss += _call_layer(layer, "forward", bottom, layer.Forward, bottom,
+            loss += _call_layer(layer, "forward", bottom, fused.get(i, layer.Forward), bottom,
                                 self.top_vecs[i])
             for hook in hooks["after_forward"]:
                 hook(i)
@@ -390,6 +398,8 @@ class Net(BatchedCalls):
                 raise NetError("forward(): '%s' is not an input of this net (inputs: %s)"
                                % (name, ", ".join(self.inputs)))
             self._set_blob(name, value)
+        if self.folding is not None:
+            self.folding.check_range(self, start_ind, end_ind)
         self.forward_from_to(start_ind, end_ind)
         return {name: self.blobs[name].data for name in outputs}
 
@@ -466,6 +476,7 @@ class Net(BatchedCalls):
 
     def share_with(self, other):
         """Use ``other``'s trained params, matched by layer name (ShareTrainedLayersWith)."""
+        net_fold.unfold(self)  # the shared blobs change under a folded copy
         mine = self.layer_dict
         for name, layer in zip(other._layer_names, other.layers):
             target = mine.get(name)
@@ -484,7 +495,8 @@ class Net(BatchedCalls):
     def copy_from(self, path):
         """Load trained weights from a ``.caffemodel`` (binary NetParameter) or Caffe HDF5."""
         from . import weights
-        weights.copy_trained_layers(self, path)
+        with net_fold.refolding(self):
+            weights.copy_trained_layers(self, path)
 
     def to_proto(self, write_diff=False):
         param = caffe_pb2.NetParameter()
@@ -507,7 +519,17 @@ class Net(BatchedCalls):
 
     def load_hdf5(self, path):
         from . import weights
-        weights.copy_trained_layers_hdf5(self, path)
+        with net_fold.refolding(self):
+            weights.copy_trained_layers_hdf5(self, path)
+
+    def fold(self, keep_intermediates=False):
+        """Fold BatchNorm/Scale/ReLU into the layers before them, from the current weights
+        (a TEST net; see :mod:`pycaffe_lite.net_fold`)."""
+        return net_fold.fold(self, keep_intermediates)
+
+    def unfold(self):
+        """Run every layer on its own again, with writable params and every blob listed."""
+        net_fold.unfold(self)
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self):

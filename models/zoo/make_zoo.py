@@ -2,8 +2,8 @@
 
 Run ``python models/zoo/make_zoo.py`` from the repository root. The nets are written with
 :mod:`pycaffe_lite.net_spec`, following the published architectures' layer names, shapes and
-parameters: CaffeNet, AlexNet, GoogLeNet, VGG-16, ResNet-50 and SqueezeNet 1.1, each for a
-batch of one image.
+parameters: CaffeNet, AlexNet, GoogLeNet, VGG-16, ResNet-50, SqueezeNet 1.1 and MobileNet v1,
+each for a batch of one image.
 """
 
 import os
@@ -238,6 +238,37 @@ def squeezenet11():
     return n, "SqueezeNet_v1.1"
 
 
+def mobilenet_unit(n, bottom, name, num_output, kernel, stride=1, pad=0, group=1,
+                   relu_name=None):
+    """Convolution (no bias) + BatchNorm + Scale + ReLU, named as in the published MobileNet
+    v1 Caffe deploy (``conv2_1/dw``, ``conv2_1/dw/bn``, ``conv2_1/dw/scale``, ``relu2_1/dw``)."""
+    n[name] = conv(bottom, num_output, kernel, stride=stride, pad=pad, group=group, bias=False)
+    n[name + "/bn"] = L.BatchNorm(n[name], use_global_stats=True, in_place=True)
+    n[name + "/scale"] = L.Scale(n[name], bias_term=True, in_place=True)
+    n[relu_name] = relu(n[name])
+    return n[name]
+
+
+def mobilenet():
+    """MobileNet v1 (width 1.0, 224x224): depthwise convolutions as Convolution with group."""
+    n = NetSpec()
+    data_input(n, 224)
+    x = mobilenet_unit(n, n.data, "conv1", 32, 3, stride=2, pad=1, relu_name="relu1")
+    channels = 32
+    plan = [("2_1", 64, 1), ("2_2", 128, 2), ("3_1", 128, 1), ("3_2", 256, 2), ("4_1", 256, 1),
+            ("4_2", 512, 2), ("5_1", 512, 1), ("5_2", 512, 1), ("5_3", 512, 1), ("5_4", 512, 1),
+            ("5_5", 512, 1), ("5_6", 1024, 2), ("6", 1024, 1)]
+    for tag, width, stride in plan:
+        x = mobilenet_unit(n, x, "conv%s/dw" % tag, channels, 3, stride=stride, pad=1,
+                           group=channels, relu_name="relu%s/dw" % tag)
+        x = mobilenet_unit(n, x, "conv%s/sep" % tag, width, 1, relu_name="relu%s/sep" % tag)
+        channels = width
+    n.pool6 = L.Pooling(x, pool=P.Pooling.AVE, global_pooling=True)
+    n.fc7 = conv(n.pool6, 1000, 1)
+    n.prob = L.Softmax(n.fc7)
+    return n, "MOBILENET"
+
+
 NETS = {
     "caffenet": lambda: caffenet(alexnet=False),
     "alexnet": lambda: caffenet(alexnet=True),
@@ -245,6 +276,7 @@ NETS = {
     "vgg16": vgg16,
     "resnet50": resnet50,
     "squeezenet1.1": squeezenet11,
+    "mobilenet": mobilenet,
 }
 
 

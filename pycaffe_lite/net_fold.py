@@ -1,0 +1,332 @@
+"""Inference-time folding of a TEST net built with weights.
+
+When a TEST-phase :class:`~pycaffe_lite.net.Net` is built with weights
+(``Net(prototxt, weights, TEST)``), a Convolution (or ConvolutionDepthwise,
+DepthwiseConvolution) or InnerProduct layer followed directly by
+
+    [BatchNorm (global statistics)] [Scale (one bottom, per channel, with or without bias)]
+    [ReLU (negative_slope 0)]
+
+runs as one layer: BatchNorm's ``(x - mean) / sqrt(var + eps)`` and Scale's ``gamma x + beta``
+are per-channel affine maps, so they fold into the producer's weights and bias
+(``W' = a W``, ``b' = a b + c`` with ``a`` and ``c`` per output channel), and the ReLU runs on
+the producer's output as soon as it is written. The absorbed layers do nothing at run time.
+
+What the user sees (the rule, also in the README):
+
+- ``net.layers``, ``net.layer_names``, ``net.params`` are Caffe's: every layer, with its
+  original (unfolded) blobs. The folded copies are private to the rewrite.
+- ``net.blobs`` holds, after a full ``forward()``, what Caffe would show (to float rounding) for
+  every blob it lists. A chain computed in place (ResNet's ``conv -> bn -> scale -> relu`` all on
+  one blob) keeps its blob: Caffe too shows only the last value there. The intermediate blobs of
+  a chain that is not in place (``conv1 -> bn1 -> scale1``) are not computed: they leave
+  ``net.blobs`` (reading one raises :class:`FoldedBlobError`) and take no memory. Build with
+  ``keep_intermediates=True`` to fold only in-place links and keep every blob.
+- ``forward(start=..., end=...)`` may not start or end inside a folded chain (a
+  :class:`~pycaffe_lite.errors.NetError` says which layer holds it).
+- Weight safety: the blobs that were folded (the producer's weights and bias, BatchNorm's
+  statistics, Scale's blobs) become read-only on the host, so net surgery on them fails loudly
+  instead of leaving a stale folded copy; ``net.unfold()`` makes them writable and runs the net
+  layer by layer again, ``net.fold()`` folds the current values. ``copy_from`` and
+  ``load_hdf5`` on a folded net unfold, load and fold again; ``share_with`` unfolds for good.
+- Nothing is folded in a TRAIN net, in a net with ``force_backward``, or where any layer of the
+  chain needs backward, has a loss weight or a second top; nor when the intermediate value is read
+  by any other layer. ``Net(..., fold=False)`` or the environment variable
+  ``PYCAFFE_LITE_FOLD=0`` turns folding off.
+"""
+
+import collections
+import contextlib
+import os
+
+import numpy as np
+
+from .backend import get_array_module
+from .errors import NetError
+from .layers import create_layer
+from .proto import caffe_pb2
+
+ENV_VAR = "PYCAFFE_LITE_FOLD"
+PRODUCERS = ("Convolution", "ConvolutionDepthwise", "DepthwiseConvolution", "InnerProduct")
+_ORDER = {"BatchNorm": 0, "Scale": 1, "ReLU": 2}
+
+
+def enabled_by_default():
+    """False when the environment variable ``PYCAFFE_LITE_FOLD`` is 0/false/no/off."""
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class FoldedBlobError(NetError, KeyError):
+    """A blob that folding did not compute (a NetError and a KeyError, so ``in`` and ``get``
+    behave as for any absent blob)."""
+
+    __str__ = NetError.__str__
+
+
+class BlobDict(collections.OrderedDict):
+    """``net.blobs``: names the folded-away blobs when one of them is asked for."""
+
+    def __init__(self, items=(), folded=None):
+        super().__init__(items)
+        self.folded = dict(folded or {})
+
+    def __missing__(self, name):
+        holder = self.folded.get(name)
+        if holder is None:
+            raise KeyError(name)
+        raise FoldedBlobError(
+            "blob '%s' is an intermediate of the chain folded into layer '%s' at inference and "
+            "is not computed; build the net with keep_intermediates=True (or fold=False), or "
+            "call net.unfold()" % (name, holder))
+
+
+class Chain:
+    """A producer (layer index) and the layers folded into it."""
+
+    def __init__(self, producer, absorbed, net):
+        self.producer = producer
+        self.absorbed = absorbed
+        self.types = [net.layers[i].type for i in absorbed]
+        self.relu = "ReLU" in self.types
+        self.affine = any(t != "ReLU" for t in self.types)
+        last = absorbed[-1]
+        self.final = net.top_vecs[last][0]
+        self.intermediates = sorted(
+            {net._blob_names[t] for i in [producer] + absorbed[:-1] for t in net.top_ids[i]}
+            - {net._blob_names[net.top_ids[last][0]]})
+        self.fused = None  # the producer with folded blobs (when BatchNorm/Scale fold)
+        self.frozen = []   # the blobs made read-only
+
+
+class Folding:
+    """The state of a folded net (``net.folding``)."""
+
+    def __init__(self, chains, keep_intermediates):
+        self.chains = chains
+        self.keep_intermediates = keep_intermediates
+        self.inside = {}  # layer index -> (chain, position): 0 producer, k absorbed
+        for c in chains:
+            self.inside[c.producer] = (c, 0)
+            for k, i in enumerate(c.absorbed, 1):
+                self.inside[i] = (c, k)
+
+    def check_range(self, net, start, end):
+        """A forward from ``start`` to ``end`` (layer indices) must run whole chains."""
+        for index, what in ((start, "start"), (end, "end")):
+            entry = self.inside.get(index)
+            if entry is None:
+                continue
+            chain, pos = entry
+            if (what == "start" and pos > 0) or (what == "end" and pos < len(chain.absorbed)):
+                raise NetError(
+                    "forward(%s='%s'): layer '%s' is part of the chain folded into layer '%s' "
+                    "(through '%s'); %s at a chain's ends, or build the net with fold=False"
+                    % (what, net.layer_names[index], net.layer_names[index],
+                       net.layer_names[chain.producer], net.layer_names[chain.absorbed[-1]],
+                       "start" if what == "start" else "end"))
+
+
+# ---- finding the chains ------------------------------------------------------------------
+def _readers(net, blob_id, after):
+    """The layers after index ``after`` that read the value blob ``blob_id`` holds then (up to
+    and including the first one that overwrites it in place)."""
+    found = []
+    for i in range(after + 1, len(net.layers)):
+        if blob_id in net.bottom_ids[i]:
+            found.append(i)
+            if blob_id in net.top_ids[i]:
+                break
+        elif blob_id in net.top_ids[i]:
+            break
+    return found
+
+
+def _plain(net, i):
+    """A layer that may take part in a chain: one bottom, one top, no backward, no loss."""
+    layer = net.layers[i]
+    return (len(net.bottom_ids[i]) == 1 and len(net.top_ids[i]) == 1
+            and not net.layer_need_backward[i] and not layer.loss(0))
+
+
+def _foldable(net, i, channels):
+    layer = net.layers[i]
+    if layer.type == "BatchNorm":
+        return layer.use_global_stats and layer.channels == channels
+    if layer.type == "Scale":
+        p = layer.layer_param.scale_param
+        return (len(layer.blobs) >= 1 and layer.blobs[0].shape == (channels,)
+                and net.bottom_vecs[i][0].canonical_axis_index(p.axis) == 1)
+    if layer.type == "ReLU":
+        return layer.negative_slope == 0
+    return False
+
+
+def _producer_channels(net, i):
+    """The output channels of a producer whose channel axis is 1, else None."""
+    layer = net.layers[i]
+    if layer.type not in PRODUCERS or not _plain(net, i):
+        return None
+    top = net.top_vecs[i][0]
+    if layer.type == "InnerProduct":
+        return layer.num_output if top.num_axes == 2 else None
+    return layer.num_output if layer.channel_axis == 1 else None
+
+
+def find_chains(net, keep_intermediates=False):
+    chains = []
+    for i in range(len(net.layers)):
+        channels = _producer_channels(net, i)
+        if channels is None:
+            continue
+        absorbed, stage, last = [], 0, i
+        while True:
+            cur = net.top_ids[last][0]
+            readers = _readers(net, cur, last)
+            if len(readers) != 1:
+                break
+            j = readers[0]
+            kind = _ORDER.get(net.layers[j].type)
+            if kind is None or kind < stage or not _plain(net, j) or \
+                    not _foldable(net, j, channels):
+                break
+            in_place = net.top_ids[j][0] == cur
+            if keep_intermediates and not in_place:
+                break
+            absorbed.append(j)
+            stage, last = kind + 1, j
+            if kind == _ORDER["ReLU"]:
+                break
+        if absorbed:
+            chains.append(Chain(i, absorbed, net))
+    return chains
+
+
+# ---- the folded weights ------------------------------------------------------------------
+def _affine(net, chain):
+    """Per-channel ``a``, ``c`` (float64) with ``chain(x) = a * x + c`` before the ReLU."""
+    channels = _producer_channels(net, chain.producer)
+    a, c = np.ones(channels), np.zeros(channels)
+    for i in chain.absorbed:
+        layer = net.layers[i]
+        if layer.type == "BatchNorm":
+            s = float(layer.blobs[2].cpu_data()[0])
+            factor = 0.0 if s == 0 else 1.0 / s
+            mean = layer.blobs[0].cpu_data().astype(np.float64) * factor
+            var = layer.blobs[1].cpu_data().astype(np.float64) * factor
+            inv = 1.0 / np.sqrt(var + layer.eps)
+            a, c = a * inv, (c - mean) * inv
+        elif layer.type == "Scale":
+            gamma = layer.blobs[0].cpu_data().astype(np.float64)
+            a, c = a * gamma, c * gamma
+            if layer.bias_index is not None:
+                c = c + layer.blobs[layer.bias_index].cpu_data().astype(np.float64)
+    return a, c
+
+
+def _fused_layer(net, chain):
+    """A copy of the producer with its weights and bias folded."""
+    producer = net.layers[chain.producer]
+    a, c = _affine(net, chain)
+    w = producer.blobs[0].cpu_data().astype(np.float64)
+    if producer.type == "InnerProduct" and producer.transpose:
+        w = w * a[None, :]
+    else:
+        w = w * a.reshape((-1,) + (1,) * (w.ndim - 1))
+    b = c.copy()
+    if producer.bias_term:
+        b += a * producer.blobs[1].cpu_data().astype(np.float64)
+    lp = caffe_pb2.LayerParameter()
+    lp.CopyFrom(producer.layer_param)
+    del lp.blobs[:]
+    del lp.param[:]
+    if lp.type == "InnerProduct":
+        lp.inner_product_param.bias_term = True
+    else:
+        lp.convolution_param.bias_term = True
+    fused = create_layer(lp, dtype=net.dtype)
+    fused.blobs.add_blob(*w.shape).data[...] = w
+    fused.blobs.add_blob(*b.shape).data[...] = b
+    fused.SetUp(net.bottom_vecs[chain.producer], [chain.final])
+    for pid in range(len(fused.blobs)):
+        fused.set_param_propagate_down(pid, False)
+    return fused
+
+
+def _set_writable(blobs, writable):
+    for blob in blobs:
+        blob._data.cpu().flags.writeable = writable
+
+
+def _relu_after(forward):
+    def run(bottom, top):
+        loss = forward(bottom, top)
+        for t in top:
+            y = t.write_data()
+            get_array_module(y).maximum(y, 0, out=y)
+        return loss
+    return run
+
+
+def _skip(bottom, top):
+    return 0.0
+
+
+# ---- folding and unfolding ---------------------------------------------------------------
+def fold(net, keep_intermediates=False):
+    """Fold ``net`` (a TEST net) in place; returns the chains folded. Folding a folded net
+    unfolds it first, so the current weights are used."""
+    unfold(net)
+    if net.phase != caffe_pb2.TEST or net.param.force_backward:
+        return []
+    chains = find_chains(net, keep_intermediates)
+    folded_names = {}
+    for chain in chains:
+        producer = net.layers[chain.producer]
+        final = chain.final
+        if chain.affine:
+            chain.fused = _fused_layer(net, chain)
+            run = chain.fused.Forward
+            chain.frozen = list(producer.blobs) + [
+                b for i in chain.absorbed for b in net.layers[i].blobs]
+            _set_writable(chain.frozen, False)
+        else:
+            def run(bottom, top, producer=producer):
+                return producer.Forward(bottom, top)
+        forward = _relu_after(run) if chain.relu else run
+        net._fused[chain.producer] = (lambda fwd, out: lambda bottom, top: fwd(bottom, [out]))(
+            forward, final)
+        for i in chain.absorbed:
+            net._fused[i] = _skip
+        for name in chain.intermediates:
+            folded_names[name] = producer.name
+    if chains:
+        net.blobs = BlobDict(((n, b) for n, b in net.blobs.items() if n not in folded_names),
+                             folded_names)
+        net.folding = Folding(chains, keep_intermediates)
+    return chains
+
+
+@contextlib.contextmanager
+def refolding(net):
+    """Run the body on the unfolded net, then fold it again as it was (``copy_from``)."""
+    folding = net.folding
+    unfold(net)
+    try:
+        yield
+    finally:
+        if folding is not None:
+            fold(net, folding.keep_intermediates)
+
+
+def unfold(net):
+    """Undo :func:`fold`: every layer runs on its own again, the blobs are writable and every
+    blob is listed in ``net.blobs``. Does nothing on a net that is not folded."""
+    folding = net.folding
+    if folding is None:
+        return
+    for chain in folding.chains:
+        _set_writable(chain.frozen, True)
+    net._fused.clear()
+    net.folding = None
+    net.blobs = collections.OrderedDict(
+        (n, net._blobs[i]) for i, n in enumerate(net._blob_names) if n != "(automatic)")
