@@ -36,11 +36,12 @@ class Net(BatchedCalls):
 
     A TEST net built with weights runs with BatchNorm, Scale and ReLU folded into the
     convolution or inner product before them (``fold=False`` or ``PYCAFFE_LITE_FOLD=0`` to
-    turn it off; ``keep_intermediates=True`` to keep every blob): see :mod:`net_fold`.
+    turn it off; ``keep_intermediates=False`` also folds chains that are not in place, whose
+    intermediate blobs then leave ``net.blobs``): see :mod:`net_fold`.
     """
 
     def __init__(self, model, *args, phase=None, level=0, stages=(), weights=None,
-                 dtype=np.float32, fold=None, keep_intermediates=False):
+                 dtype=np.float32, fold=None, keep_intermediates=True):
         args = list(args)
         if args and isinstance(args[0], (str, bytes)) or (args and hasattr(args[0], "__fspath__")):
             weights = args.pop(0)
@@ -398,9 +399,11 @@ class Net(BatchedCalls):
                 raise NetError("forward(): '%s' is not an input of this net (inputs: %s)"
                                % (name, ", ".join(self.inputs)))
             self._set_blob(name, value)
-        if self.folding is not None:
-            self.folding.check_range(self, start_ind, end_ind)
-        self.forward_from_to(start_ind, end_ind)
+        if self.folding is not None and self.folding.cuts(start_ind, end_ind):
+            with net_fold.unfused(self):
+                self.forward_from_to(start_ind, end_ind)
+        else:
+            self.forward_from_to(start_ind, end_ind)
         return {name: self.blobs[name].data for name in outputs}
 
     def backward(self, diffs=None, start=None, end=None, **kwargs):
@@ -522,7 +525,7 @@ class Net(BatchedCalls):
         with net_fold.refolding(self):
             weights.copy_trained_layers_hdf5(self, path)
 
-    def fold(self, keep_intermediates=False):
+    def fold(self, keep_intermediates=True):
         """Fold BatchNorm/Scale/ReLU into the layers before them, from the current weights
         (a TEST net; see :mod:`pycaffe_lite.net_fold`)."""
         return net_fold.fold(self, keep_intermediates)

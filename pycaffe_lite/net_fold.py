@@ -16,14 +16,14 @@ What the user sees (the rule, also in the README):
 
 - ``net.layers``, ``net.layer_names``, ``net.params`` are Caffe's: every layer, with its
   original (unfolded) blobs. The folded copies are private to the rewrite.
-- ``net.blobs`` holds, after a full ``forward()``, what Caffe would show (to float rounding) for
-  every blob it lists. A chain computed in place (ResNet's ``conv -> bn -> scale -> relu`` all on
-  one blob) keeps its blob: Caffe too shows only the last value there. The intermediate blobs of
-  a chain that is not in place (``conv1 -> bn1 -> scale1``) are not computed: they leave
-  ``net.blobs`` (reading one raises :class:`FoldedBlobError`) and take no memory. Build with
-  ``keep_intermediates=True`` to fold only in-place links and keep every blob.
-- ``forward(start=..., end=...)`` may not start or end inside a folded chain (a
-  :class:`~pycaffe_lite.errors.NetError` says which layer holds it).
+- ``net.blobs`` holds, after ``forward()``, what Caffe would show (to float rounding) for every
+  blob, and lists every blob. By default only links computed in place are folded (ResNet's
+  ``conv -> bn -> scale -> relu`` all on one blob, CaffeNet's in-place ReLUs): Caffe too shows
+  only the last value there. ``keep_intermediates=False`` also folds chains that are not in
+  place (``conv1 -> bn1 -> scale1``); their intermediate blobs are then not computed, take no
+  memory and leave ``net.blobs`` (reading one raises :class:`FoldedBlobError`).
+- ``forward(start=..., end=...)`` that starts or ends inside a folded chain runs every layer
+  of that call on its own, so the blobs hold Caffe's values at that point.
 - Weight safety: the blobs that were folded (the producer's weights and bias, BatchNorm's
   statistics, Scale's blobs) become read-only on the host, so net surgery on them fails loudly
   instead of leaving a stale folded copy; ``net.unfold()`` makes them writable and runs the net
@@ -76,7 +76,8 @@ class BlobDict(collections.OrderedDict):
             raise KeyError(name)
         raise FoldedBlobError(
             "blob '%s' is an intermediate of the chain folded into layer '%s' at inference and "
-            "is not computed; build the net with keep_intermediates=True (or fold=False), or "
+            "is not computed; build the net with keep_intermediates=True (the default) or "
+            "fold=False, or "
             "call net.unfold()" % (name, holder))
 
 
@@ -110,20 +111,21 @@ class Folding:
             for k, i in enumerate(c.absorbed, 1):
                 self.inside[i] = (c, k)
 
-    def check_range(self, net, start, end):
-        """A forward from ``start`` to ``end`` (layer indices) must run whole chains."""
-        for index, what in ((start, "start"), (end, "end")):
-            entry = self.inside.get(index)
-            if entry is None:
-                continue
-            chain, pos = entry
-            if (what == "start" and pos > 0) or (what == "end" and pos < len(chain.absorbed)):
-                raise NetError(
-                    "forward(%s='%s'): layer '%s' is part of the chain folded into layer '%s' "
-                    "(through '%s'); %s at a chain's ends, or build the net with fold=False"
-                    % (what, net.layer_names[index], net.layer_names[index],
-                       net.layer_names[chain.producer], net.layer_names[chain.absorbed[-1]],
-                       "start" if what == "start" else "end"))
+    def cuts(self, start, end):
+        """Whether a forward from ``start`` to ``end`` (layer indices) begins or ends inside a
+        chain (such a forward runs every layer on its own, as Caffe would)."""
+        first, last = self.inside.get(start), self.inside.get(end)
+        return bool((first and first[1] > 0) or (last and last[1] < len(last[0].absorbed)))
+
+
+@contextlib.contextmanager
+def unfused(net):
+    """Run the body with every layer on its own (the folded copies are not used)."""
+    fused, net._fused = net._fused, {}
+    try:
+        yield
+    finally:
+        net._fused = fused
 
 
 # ---- finding the chains ------------------------------------------------------------------
@@ -172,7 +174,7 @@ def _producer_channels(net, i):
     return layer.num_output if layer.channel_axis == 1 else None
 
 
-def find_chains(net, keep_intermediates=False):
+def find_chains(net, keep_intermediates=True):
     chains = []
     for i in range(len(net.layers)):
         channels = _producer_channels(net, i)
@@ -272,7 +274,7 @@ def _skip(bottom, top):
 
 
 # ---- folding and unfolding ---------------------------------------------------------------
-def fold(net, keep_intermediates=False):
+def fold(net, keep_intermediates=True):
     """Fold ``net`` (a TEST net) in place; returns the chains folded. Folding a folded net
     unfolds it first, so the current weights are used."""
     unfold(net)
