@@ -34,6 +34,7 @@ import numpy as np
 
 from ..backend import get_array_module
 from . import cpu as _cpu
+from .cpu import convolution as _cpu_conv
 from .gpu import cudnn as _cudnn
 from .im2col import col2im, col2im_batch_last, im2col, im2col_batch_last, prod
 
@@ -98,6 +99,15 @@ class ConvGeometry:
         self.conv_out_spatial_dim = prod(self.conv_out_spatial)
         self.is_1x1 = all(k == 1 and s == 1 and q == 0
                           for k, s, q in zip(self.kernel_shape, self.stride, self.pad))
+        two_d = len(self.kernel_shape) == 2
+        # one filter per channel: the direct depthwise kernels (host arrays)
+        self.is_depthwise = two_d and self.group == self.conv_in_channels == \
+            self.conv_out_channels
+        # Winograd's F(2x2, 3x3) takes the forward where it pays (host arrays)
+        self.winograd = two_d and self.group == 1 and self.kernel_shape == (3, 3) and \
+            self.stride == (1, 1) and self.dilation == (1, 1) and \
+            _winograd_pays(self.conv_in_channels, self.conv_out_channels,
+                           self.conv_out_spatial)
         per_image = max(self.kernel_dim * self.group, self.conv_out_channels) * \
             self.conv_out_spatial_dim * int(itemsize)
         self.chunk = int(max(1, min(self.num, workspace_bytes // max(per_image, 1))))
@@ -286,6 +296,64 @@ class ConvGeometry:
                 self._uncolumns(dcol, dx, xp)
 
 
+    # ---- the compiled kernels that are not im2col + GEMM ---------------------------------
+    def _images(self, arr, channels, spatial):
+        """``arr`` viewed as ``(num, channels, *spatial)``."""
+        return arr.reshape((self.num, channels) + tuple(spatial))
+
+    def _direct_args(self):
+        return (self.kernel_shape, self.pad, self.stride, self.dilation, self.conv_out_spatial)
+
+    def _depthwise(self, x=None, weights=None, y=None, dy=None, dx=None, dw=None, bias=None):
+        """The depthwise kernels: ``y = conv(x) (+ bias)``, ``dw += dconv/dw (x, dy)`` and
+        ``dx = dconv/dx (dy)``, for those given."""
+        cin, cout = self.conv_in_channels, self.conv_out_channels
+        ins, outs = self.conv_input_spatial, self.conv_out_spatial
+        if bias is not None:
+            bias = bias.reshape(-1)
+        if y is not None:
+            _cpu_conv.depthwise_forward(self._images(x, cin, ins), weights, bias,
+                                        self._images(y, cout, outs), *self._direct_args())
+        if dw is not None:
+            _cpu_conv.depthwise_backward_weight(self._images(x, cin, ins),
+                                                self._images(dy, cout, outs), dw,
+                                                *self._direct_args())
+        if dx is not None:
+            _cpu_conv.depthwise_backward_data(self._images(dy, cout, outs), weights,
+                                              self._images(dx, cin, ins), *self._direct_args())
+
+    def _winograd_forward(self, x, weights, y, bias=None):
+        """``y = conv(x) (+ bias)`` through Winograd's F(2x2, 3x3), a chunk of images at a
+        time, its transforms in the shared workspace."""
+        cin, cout = self.conv_in_channels, self.conv_out_channels
+        images = self._images(x, cin, self.conv_input_spatial)
+        out = self._images(y, cout, self.conv_out_spatial)
+        if bias is not None:
+            bias = bias.reshape(-1)
+        dtype = x.dtype
+        _, _, tiles = _cpu_conv.winograd_tiles(self.chunk, self.conv_out_spatial)
+        u = self._buffer("winograd_u", 16 * cout * cin, np, dtype)
+        v = self._buffer("col", 16 * cin * tiles, np, dtype)
+        m = self._buffer("gemm", 16 * cout * tiles, np, dtype)
+        for start, stop in self._chunks():
+            _cpu_conv.winograd_forward(images[start:stop], weights, bias, out[start:stop],
+                                       self.pad, self.conv_out_spatial, u, v, m)
+
+
+# Winograd's F(2x2, 3x3) against im2col + GEMM (measured by benchmarks/bench_kernels.py): its
+# transforms cost a pass over the input and one over the output per channel, its products are
+# 16 smaller ones of 2.25x fewer multiplications in all; it pays once there are enough channels
+# for the products to dominate, and enough tiles for them to run at BLAS speed.
+_WINOGRAD_MIN_CHANNELS = 32
+_WINOGRAD_MIN_TILES = 16
+
+
+def _winograd_pays(in_channels, out_channels, out_spatial):
+    tiles = ((out_spatial[0] + 1) // 2) * ((out_spatial[1] + 1) // 2)
+    return min(in_channels, out_channels) >= _WINOGRAD_MIN_CHANNELS and \
+        tiles >= _WINOGRAD_MIN_TILES
+
+
 # ---- the entry points ------------------------------------------------------------------------
 def forward(x, weights, y, geom, bias=None):
     """``y = W * im2col(x) (+ bias per output channel)`` for the whole batch (overwrites
@@ -293,6 +361,12 @@ def forward(x, weights, y, geom, bias=None):
     if _cudnn.conv_takes(geom.engine, x, weights, y, bias):
         _cudnn.conv_forward(x, weights, bias, y, geom.pad, geom.stride, geom.dilation,
                             geom.group)
+        return
+    if geom.is_depthwise and _cpu.supported(x, weights, y, bias):
+        geom._depthwise(x, weights, y=y, bias=bias)
+        return
+    if geom.winograd and _cpu_conv.winograd_enabled() and _cpu.supported(x, weights, y, bias):
+        geom._winograd_forward(x, weights, y, bias=bias)
         return
     geom._forward_and_weight(x, weights, output=y, bias=bias)
 
@@ -305,6 +379,10 @@ def backward(x, dy, weights, geom, dx=None, dw=None):
         _cudnn.conv_backward(x, dy, weights, dx, dw, geom.pad, geom.stride, geom.dilation,
                              geom.group)
         return
+    if geom.is_depthwise and _cpu.supported(x if dw is not None else None, dy, weights, dx,
+                                            dw):
+        geom._depthwise(x, weights, dy=dy, dx=dx, dw=dw)
+        return
     geom._backward_and_weight(x, dy, weights, input_diff=dx, weight_diff=dw)
 
 
@@ -312,4 +390,8 @@ def forward_and_weight(x, weights, geom, y=None, dy=None, dw=None, bias=None):
     """One im2col of ``x`` per chunk, used for ``y = W * col (+ bias)`` (when ``y`` is given)
     and for ``dw += dy * col^T`` (when ``dw`` is given; ``dy`` is then on the output side):
     Deconvolution's backward."""
+    if geom.is_depthwise and _cpu.supported(x, weights if y is not None else None, y, dy, dw,
+                                            bias):
+        geom._depthwise(x, weights, y=y, dy=dy, dw=dw, bias=bias)
+        return
     geom._forward_and_weight(x, weights, output=y, grad_output=dy, weight_diff=dw, bias=bias)
