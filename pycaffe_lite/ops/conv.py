@@ -351,7 +351,8 @@ _WINOGRAD_MIN_TILES = 16
 def _winograd_pays(in_channels, out_channels, out_spatial):
     tiles = ((out_spatial[0] + 1) // 2) * ((out_spatial[1] + 1) // 2)
     return min(in_channels, out_channels) >= _WINOGRAD_MIN_CHANNELS and \
-        tiles >= _WINOGRAD_MIN_TILES
+        tiles >= _WINOGRAD_MIN_TILES and \
+        (out_spatial[1] + 1) // 2 <= _cpu_conv.WINOGRAD_MAX_ROW_TILES
 
 
 # ---- the entry points ------------------------------------------------------------------------

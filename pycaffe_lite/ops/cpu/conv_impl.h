@@ -144,110 +144,158 @@ EXPORT void NAME(depthwise_backward_weight)(const T *restrict x, const T *restri
  *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
  *   A^T = [1 1 1 0; 0 1 -1 -1]. */
 
-/* U (16, K, C) = G g G^T of the filters g (K, C, 3, 3), output channels [start, stop). */
+#ifndef PCL_WINOGRAD_MAX_TW
+#define PCL_WINOGRAD_MAX_TW 1024 /* tiles per row: outputs up to 2048 wide */
+#endif
+
+#define PCL_WINOGRAD_BLOCK 64
+
+/* U (16, K, C) = G g G^T of the filters g (K, C, 3, 3), output channels [start, stop). The
+ * filters PCL_WINOGRAD_BLOCK at a time: their taps gathered tap-major into f, then the
+ * transform as loops over the block that the compiler vectorises, writing runs of U. */
 EXPORT void NAME(winograd_weights)(const T *restrict g, T *restrict u, idx nk, idx nc,
                                    idx start, idx stop)
 {
-    for (idx k = start; k < stop; ++k)
-        for (idx c = 0; c < nc; ++c) {
-            const T *f = g + (k * nc + c) * 9;
-            T t[4][3]; /* G g */
-            for (idx j = 0; j < 3; ++j) {
-                T a = f[j], b = f[3 + j], e = f[6 + j];
-                t[0][j] = a;
-                t[1][j] = (a + b + e) * (T)0.5;
-                t[2][j] = (a - b + e) * (T)0.5;
-                t[3][j] = e;
-            }
-            for (idx r = 0; r < 4; ++r) {
-                T a = t[r][0], b = t[r][1], e = t[r][2];
-                T *o = u + (r * 4) * nk * nc + k * nc + c;
-                o[0] = a;
-                o[nk * nc] = (a + b + e) * (T)0.5;
-                o[2 * nk * nc] = (a - b + e) * (T)0.5;
-                o[3 * nk * nc] = e;
+    T f[9][PCL_WINOGRAD_BLOCK], t[12][PCL_WINOGRAD_BLOCK]; /* t: G g, 4 x 3 */
+    idx plane = nk * nc;
+    for (idx first = start * nc; first < stop * nc; first += PCL_WINOGRAD_BLOCK) {
+        idx n = stop * nc - first < PCL_WINOGRAD_BLOCK ? stop * nc - first : PCL_WINOGRAD_BLOCK;
+        for (idx e = 0; e < n; ++e)
+            for (idx a = 0; a < 9; ++a)
+                f[a][e] = g[(first + e) * 9 + a];
+        for (idx j = 0; j < 3; ++j) {
+            const T *restrict a = f[j], *restrict b = f[3 + j], *restrict c = f[6 + j];
+            T *restrict t0 = t[j], *restrict t1 = t[3 + j], *restrict t2 = t[6 + j];
+            T *restrict t3 = t[9 + j];
+            for (idx e = 0; e < n; ++e) {
+                t0[e] = a[e];
+                t1[e] = (a[e] + b[e] + c[e]) * (T)0.5;
+                t2[e] = (a[e] - b[e] + c[e]) * (T)0.5;
+                t3[e] = c[e];
             }
         }
+        for (idx r = 0; r < 4; ++r) {
+            const T *restrict a = t[3 * r], *restrict b = t[3 * r + 1];
+            const T *restrict c = t[3 * r + 2];
+            T *restrict o0 = u + (r * 4) * plane + first, *restrict o1 = o0 + plane;
+            T *restrict o2 = o1 + plane, *restrict o3 = o2 + plane;
+            for (idx e = 0; e < n; ++e) {
+                o0[e] = a[e];
+                o1[e] = (a[e] + b[e] + c[e]) * (T)0.5;
+                o2[e] = (a[e] - b[e] + c[e]) * (T)0.5;
+                o3[e] = c[e];
+            }
+        }
+    }
 }
 
 /* V (16, C, T) = B^T d B for every tile of x (B, C, H, W) padded by (pad_h, pad_w) with
  * zeros, tiles t = (b * th + ty) * tw + tx with their top-left input corner at
- * (2 ty - pad_h, 2 tx - pad_w), channels [start, stop). */
-EXPORT void NAME(winograd_input)(const T *restrict x, T *restrict v, idx nb, idx nc, idx h,
-                                 idx w, idx pad_h, idx pad_w, idx th, idx tw, idx start,
-                                 idx stop)
+ * (2 ty - pad_h, 2 tx - pad_w), channels [start, stop). A row of tiles at a time: its four
+ * input rows, padded, into work; B^T d along the columns (e, four rows); then d B for all the
+ * tiles of the row, loops over tx that write runs of V and that the compiler vectorises.
+ * work: 8 * (2 tw + 2) elements, this call's own. */
+static void NAME(winograd_input_rows)(const T *restrict x, T *restrict v, T *restrict work,
+                                      idx nb, idx nc, idx h, idx w, idx pad_h, idx pad_w,
+                                      idx th, idx tw, idx start, idx stop)
 {
-    idx nt = nb * th * tw, stride = nc * nt;
+    idx nt = nb * th * tw, stride = nc * nt, wide = 2 * tw + 2;
+    T *d = work, *e = work + 4 * wide;
+    idx lo = pad_w < wide ? pad_w : wide; /* padded columns [lo, hi) hold the input */
+    idx hi = pad_w + w < wide ? pad_w + w : wide;
     for (idx c = start; c < stop; ++c)
         for (idx b = 0; b < nb; ++b) {
             const T *plane = x + (b * nc + c) * h * w;
             for (idx ty = 0; ty < th; ++ty) {
-                idx r0 = 2 * ty - pad_h;
-                int rows_inside = r0 >= 0 && r0 + 4 <= h;
-                for (idx tx = 0; tx < tw; ++tx) {
-                    idx c0 = 2 * tx - pad_w;
-                    T d[4][4];
-                    if (rows_inside && c0 >= 0 && c0 + 4 <= w) {
-                        for (idx r = 0; r < 4; ++r)
-                            for (idx q = 0; q < 4; ++q)
-                                d[r][q] = plane[(r0 + r) * w + c0 + q];
-                    } else {
-                        for (idx r = 0; r < 4; ++r)
-                            for (idx q = 0; q < 4; ++q) {
-                                idx rr = r0 + r, cc = c0 + q;
-                                d[r][q] = (rr >= 0 && rr < h && cc >= 0 && cc < w)
-                                              ? plane[rr * w + cc] : (T)0;
-                            }
+                for (idx r = 0; r < 4; ++r) {
+                    T *row = d + r * wide;
+                    idx rr = 2 * ty - pad_h + r;
+                    if (rr < 0 || rr >= h || hi <= lo) {
+                        memset(row, 0, (size_t)wide * sizeof(T));
+                        continue;
                     }
-                    T e[4][4]; /* B^T d */
-                    for (idx q = 0; q < 4; ++q) {
-                        e[0][q] = d[0][q] - d[2][q];
-                        e[1][q] = d[1][q] + d[2][q];
-                        e[2][q] = d[2][q] - d[1][q];
-                        e[3][q] = d[1][q] - d[3][q];
-                    }
-                    T *o = v + c * nt + (b * th + ty) * tw + tx;
-                    for (idx r = 0; r < 4; ++r) { /* (B^T d) B */
-                        o[(r * 4 + 0) * stride] = e[r][0] - e[r][2];
-                        o[(r * 4 + 1) * stride] = e[r][1] + e[r][2];
-                        o[(r * 4 + 2) * stride] = e[r][2] - e[r][1];
-                        o[(r * 4 + 3) * stride] = e[r][1] - e[r][3];
+                    memset(row, 0, (size_t)lo * sizeof(T));
+                    memcpy(row + lo, plane + rr * w + (lo - pad_w),
+                           (size_t)(hi - lo) * sizeof(T));
+                    memset(row + hi, 0, (size_t)(wide - hi) * sizeof(T));
+                }
+                const T *d0 = d, *d1 = d + wide, *d2 = d + 2 * wide, *d3 = d + 3 * wide;
+                T *e0 = e, *e1 = e + wide, *e2 = e + 2 * wide, *e3 = e + 3 * wide;
+                for (idx q = 0; q < wide; ++q) {
+                    e0[q] = d0[q] - d2[q];
+                    e1[q] = d1[q] + d2[q];
+                    e2[q] = d2[q] - d1[q];
+                    e3[q] = d1[q] - d3[q];
+                }
+                T *o = v + c * nt + (b * th + ty) * tw;
+                for (idx r = 0; r < 4; ++r) {
+                    const T *restrict er = e + r * wide;
+                    T *restrict o0 = o + (r * 4) * stride, *restrict o1 = o0 + stride;
+                    T *restrict o2 = o1 + stride, *restrict o3 = o2 + stride;
+                    for (idx tx = 0; tx < tw; ++tx) {
+                        T a = er[2 * tx], p = er[2 * tx + 1], q = er[2 * tx + 2];
+                        T z = er[2 * tx + 3];
+                        o0[tx] = a - q;
+                        o1[tx] = p + q;
+                        o2[tx] = q - p;
+                        o3[tx] = p - z;
                     }
                 }
             }
         }
 }
 
+/* The callers keep tw <= PCL_WINOGRAD_MAX_TW (ops.cpu.convolution checks it). */
+EXPORT void NAME(winograd_input)(const T *restrict x, T *restrict v, idx nb, idx nc, idx h,
+                                 idx w, idx pad_h, idx pad_w, idx th, idx tw, idx start,
+                                 idx stop)
+{
+    T work[8 * (2 * PCL_WINOGRAD_MAX_TW + 2)];
+    NAME(winograd_input_rows)(x, v, work, nb, nc, h, w, pad_h, pad_w, th, tw, start, stop);
+}
+
 /* y (B, K, OH, OW) = A^T m A for every tile of M (16, K, T) (+ bias[k] when bias is not
  * NULL), the outputs beyond (OH, OW) of the last row and column of tiles dropped, output
- * channels [start, stop). */
-EXPORT void NAME(winograd_output)(const T *restrict m, const T *restrict bias, T *restrict y,
-                                  idx nb, idx nk, idx oh, idx ow, idx th, idx tw, idx start,
-                                  idx stop)
+ * channels [start, stop). A row of tiles at a time into two output rows in work
+ * (4 tw elements, this call's own), then copied. */
+static void NAME(winograd_output_rows)(const T *restrict m, const T *restrict bias,
+                                       T *restrict y, T *restrict work, idx nb, idx nk,
+                                       idx oh, idx ow, idx th, idx tw, idx start, idx stop)
 {
     idx nt = nb * th * tw, stride = nk * nt;
+    T *row0 = work, *row1 = work + 2 * tw;
     for (idx k = start; k < stop; ++k) {
         T b0 = bias ? bias[k] : (T)0;
         for (idx b = 0; b < nb; ++b) {
             T *plane = y + (b * nk + k) * oh * ow;
-            for (idx ty = 0; ty < th; ++ty)
+            for (idx ty = 0; ty < th; ++ty) {
+                const T *restrict s = m + k * nt + (b * th + ty) * tw;
                 for (idx tx = 0; tx < tw; ++tx) {
-                    const T *s = m + k * nt + (b * th + ty) * tw + tx;
-                    T t[2][4]; /* A^T m */
+                    T t0[4], t1[4]; /* A^T m */
                     for (idx q = 0; q < 4; ++q) {
-                        T m0 = s[q * stride], m1 = s[(4 + q) * stride];
-                        T m2 = s[(8 + q) * stride], m3 = s[(12 + q) * stride];
-                        t[0][q] = m0 + m1 + m2;
-                        t[1][q] = m1 - m2 - m3;
+                        T m0 = s[q * stride + tx], m1 = s[(4 + q) * stride + tx];
+                        T m2 = s[(8 + q) * stride + tx], m3 = s[(12 + q) * stride + tx];
+                        t0[q] = m0 + m1 + m2;
+                        t1[q] = m1 - m2 - m3;
                     }
-                    idx oy = 2 * ty, ox = 2 * tx;
-                    for (idx r = 0; r < 2 && oy + r < oh; ++r) {
-                        T *out = plane + (oy + r) * ow + ox;
-                        out[0] = t[r][0] + t[r][1] + t[r][2] + b0;
-                        if (ox + 1 < ow)
-                            out[1] = t[r][1] - t[r][2] - t[r][3] + b0;
-                    }
+                    row0[2 * tx] = t0[0] + t0[1] + t0[2] + b0;
+                    row0[2 * tx + 1] = t0[1] - t0[2] - t0[3] + b0;
+                    row1[2 * tx] = t1[0] + t1[1] + t1[2] + b0;
+                    row1[2 * tx + 1] = t1[1] - t1[2] - t1[3] + b0;
                 }
+                idx oy = 2 * ty;
+                memcpy(plane + oy * ow, row0, (size_t)ow * sizeof(T));
+                if (oy + 1 < oh)
+                    memcpy(plane + (oy + 1) * ow, row1, (size_t)ow * sizeof(T));
+            }
         }
     }
+}
+
+EXPORT void NAME(winograd_output)(const T *restrict m, const T *restrict bias, T *restrict y,
+                                  idx nb, idx nk, idx oh, idx ow, idx th, idx tw, idx start,
+                                  idx stop)
+{
+    T work[4 * PCL_WINOGRAD_MAX_TW];
+    NAME(winograd_output_rows)(m, bias, y, work, nb, nk, oh, ow, th, tw, start, stop);
 }

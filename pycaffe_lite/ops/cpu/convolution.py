@@ -81,6 +81,11 @@ def depthwise_backward_weight(x, dy, dw, kernel, pad, stride, dilation, out_spat
 
 
 # ---- Winograd F(2x2, 3x3) --------------------------------------------------------------------
+# The most tiles per row the transforms take (PCL_WINOGRAD_MAX_TW in conv_impl.h: their rows
+# of work live on the stack).
+WINOGRAD_MAX_ROW_TILES = 1024
+
+
 def winograd_tiles(num, out_spatial):
     """The 2x2 output tiles of a batch: ``(rows, columns, total)``."""
     th, tw = (int(out_spatial[0]) + 1) // 2, (int(out_spatial[1]) + 1) // 2
@@ -95,6 +100,9 @@ def winograd_forward(x, weights, bias, y, pad, out_spatial, u, v, m):
     nb, nc, h, w = (int(s) for s in x.shape)
     nk = int(weights.shape[0])
     th, tw, nt = winograd_tiles(nb, out_spatial)
+    if tw > WINOGRAD_MAX_ROW_TILES:
+        raise ValueError("Winograd's transforms take outputs up to %d wide, not %d"
+                         % (2 * WINOGRAD_MAX_ROW_TILES, out_spatial[1]))
     u, v, m = u[:16 * nk * nc], v[:16 * nc * nt], m[:16 * nk * nt]
     _split(_function("winograd_weights", x.dtype), nk,
            [_address(weights), _address(u), nk, nc], grain=_grain(16 * nc))
