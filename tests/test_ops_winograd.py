@@ -41,7 +41,7 @@ SHAPES = [
 def always(monkeypatch):
     """Winograd taken for every shape it can take (the rule's thresholds at their least)."""
     monkeypatch.setattr(conv, "_WINOGRAD_MIN_CHANNELS", 1)
-    monkeypatch.setattr(conv, "_WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(conv, "_WINOGRAD_TILES_PER_CHANNEL", 0)
 
 
 def geometry(shape, dtype, workspace=1 << 26):
@@ -85,7 +85,7 @@ def test_within_the_bound_of_the_exact_result(shape, dtype, workspace, always, m
     conv.forward(x, w, y, geom, bias=b)
     taken = out[1] <= 2 * cpu_conv.WINOGRAD_MAX_ROW_TILES
     assert geom.winograd == taken
-    assert len(calls) == (geom.num // geom.chunk if taken else 0)
+    assert len(calls) == (-(-geom.num // geom.winograd_chunk) if taken else 0)
     assert np.abs(y - exact).max() <= BOUND[dtype] * np.abs(exact).max()
     with_gemm = np.empty_like(y)
     geom._forward_and_weight(x, w, output=with_gemm, bias=b)
@@ -127,10 +127,11 @@ def test_the_environment_switch():
 
 
 def test_the_rule():
-    def geom(kernel=(3, 3), stride=(1, 1), dilation=(1, 1), group=1, ci=64, co=64, size=56):
+    def geom(kernel=(3, 3), stride=(1, 1), dilation=(1, 1), group=1, ci=64, co=64, size=56,
+             num=1):
         k = len(kernel)
         return conv.ConvGeometry(kernel, (1,) * k, stride, dilation, group, ci, co,
-                                 (size,) * k, (size,) * k, 1, 4, 1 << 26).winograd
+                                 (size,) * k, (size,) * k, num, 4, 1 << 28).winograd
 
     assert geom()  # ResNet-50's res2 3x3
     assert not geom(stride=(2, 2))
@@ -140,6 +141,9 @@ def test_the_rule():
     assert not geom(kernel=(3, 3, 3), stride=(1,) * 3, dilation=(1,) * 3)
     assert not geom(ci=3)  # VGG's conv1_1: too few channels for the products to dominate
     assert not geom(size=2)  # too few tiles
+    assert geom(ci=128, co=128, size=14)  # VGG's conv5: 49 tiles for 128 channels
+    assert not geom(ci=512, co=512, size=14)  # ... not enough for 512 channels
+    assert geom(ci=512, co=512, size=14, num=8)  # but 8 images make 392
 
 
 @needs_library

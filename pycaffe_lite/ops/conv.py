@@ -103,11 +103,6 @@ class ConvGeometry:
         # one filter per channel: the direct depthwise kernels (host arrays)
         self.is_depthwise = two_d and self.group == self.conv_in_channels == \
             self.conv_out_channels
-        # Winograd's F(2x2, 3x3) takes the forward where it pays (host arrays)
-        self.winograd = two_d and self.group == 1 and self.kernel_shape == (3, 3) and \
-            self.stride == (1, 1) and self.dilation == (1, 1) and \
-            _winograd_pays(self.conv_in_channels, self.conv_out_channels,
-                           self.conv_out_spatial)
         per_image = max(self.kernel_dim * self.group, self.conv_out_channels) * \
             self.conv_out_spatial_dim * int(itemsize)
         self.chunk = int(max(1, min(self.num, workspace_bytes // max(per_image, 1))))
@@ -116,6 +111,17 @@ class ConvGeometry:
             # and writes the top in place, where a batch would first move both between
             # layouts (2-4x slower for GoogLeNet's 1x1 layers at batch 4, never faster).
             self.chunk = 1
+        # Winograd's F(2x2, 3x3) takes the forward where it pays (host arrays), in chunks
+        # whose transforms (16 values per tile and channel, in and out) fit the workspace
+        self.winograd = two_d and self.group == 1 and self.kernel_shape == (3, 3) and \
+            self.stride == (1, 1) and self.dilation == (1, 1)
+        if self.winograd:
+            tiles = _cpu_conv.winograd_tiles(1, self.conv_out_spatial)[2]
+            per_image = 16 * (self.conv_in_channels + self.conv_out_channels) * tiles * \
+                int(itemsize)
+            self.winograd_chunk = int(max(1, min(self.num, workspace_bytes // per_image)))
+            self.winograd = _winograd_pays(self.conv_in_channels, self.conv_out_channels,
+                                           self.conv_out_spatial, self.winograd_chunk)
 
     # ---- buffers and layouts -----------------------------------------------------------
     def _buffer(self, name, size, xp, dtype):
@@ -331,28 +337,35 @@ class ConvGeometry:
         if bias is not None:
             bias = bias.reshape(-1)
         dtype = x.dtype
-        _, _, tiles = _cpu_conv.winograd_tiles(self.chunk, self.conv_out_spatial)
+        chunk = self.winograd_chunk
+        _, _, tiles = _cpu_conv.winograd_tiles(chunk, self.conv_out_spatial)
         u = self._buffer("winograd_u", 16 * cout * cin, np, dtype)
         v = self._buffer("col", 16 * cin * tiles, np, dtype)
         m = self._buffer("gemm", 16 * cout * tiles, np, dtype)
-        for start, stop in self._chunks():
+        for start in range(0, self.num, chunk):
+            stop = min(self.num, start + chunk)
             _cpu_conv.winograd_forward(images[start:stop], weights, bias, out[start:stop],
                                        self.pad, self.conv_out_spatial, u, v, m)
 
 
-# Winograd's F(2x2, 3x3) against im2col + GEMM (measured by benchmarks/bench_kernels.py): its
-# transforms cost a pass over the input and one over the output per channel, its products are
-# 16 smaller ones of 2.25x fewer multiplications in all; it pays once there are enough channels
-# for the products to dominate, and enough tiles for them to run at BLAS speed.
-_WINOGRAD_MIN_CHANNELS = 32
-_WINOGRAD_MIN_TILES = 16
+# Winograd's F(2x2, 3x3) against im2col + GEMM (measured with benchmarks/bench_kernels.py on
+# an AVX2 machine, one thread: 0.55-0.8x the time where it pays). Its products take 2.25x
+# fewer multiplications but read 16/9 as many (transformed) filter values and write 4x the
+# output (16 values per tile of 4) before the output transform: with few input channels that
+# traffic outweighs the saving (VGG's conv1_1, 3 channels: 3x slower), and with few tiles per
+# filter the products are bound by reading the filters (512 channels at 7x7: 1.8x slower).
+_WINOGRAD_MIN_CHANNELS = 8
+_WINOGRAD_TILES_PER_CHANNEL = 0.25
 
 
-def _winograd_pays(in_channels, out_channels, out_spatial):
-    tiles = ((out_spatial[0] + 1) // 2) * ((out_spatial[1] + 1) // 2)
-    return min(in_channels, out_channels) >= _WINOGRAD_MIN_CHANNELS and \
-        tiles >= _WINOGRAD_MIN_TILES and \
-        (out_spatial[1] + 1) // 2 <= _cpu_conv.WINOGRAD_MAX_ROW_TILES
+def _winograd_pays(in_channels, out_channels, out_spatial, images):
+    """Whether Winograd's F(2x2, 3x3) is faster than im2col + GEMM for a chunk of ``images``
+    (the 3x3, stride 1, dilation 1, one group geometry being given)."""
+    row_tiles = (out_spatial[1] + 1) // 2
+    tiles = images * ((out_spatial[0] + 1) // 2) * row_tiles
+    return in_channels >= _WINOGRAD_MIN_CHANNELS and \
+        tiles > _WINOGRAD_TILES_PER_CHANNEL * max(in_channels, out_channels) and \
+        row_tiles <= _cpu_conv.WINOGRAD_MAX_ROW_TILES
 
 
 # ---- the entry points ------------------------------------------------------------------------
