@@ -10,8 +10,10 @@
 
 /* y (B * C, OH, OW) = the correlation of each plane of x (B * C, H, W) with its channel's
  * filter (plane s has channel s % nc) (+ bias[channel] when bias is not NULL), planes
- * [start, stop). Each output row is summed tap by tap over runs of output columns, a loop
- * the compiler vectorises when the stride is 1. */
+ * [start, stop). The plane is summed tap by tap (each output's taps in row-major order), each
+ * tap a pass over runs of output columns, a loop the compiler vectorises when the stride is
+ * 1; the plane stays in cache between the passes. */
+VECTOR_CLONES
 EXPORT void NAME(depthwise_forward)(const T *restrict x, const T *restrict wts,
                                     const T *restrict bias, T *restrict y, idx nc, idx h,
                                     idx w, idx kh, idx kw, idx pad_h, idx pad_w, idx stride_h,
@@ -22,38 +24,39 @@ EXPORT void NAME(depthwise_forward)(const T *restrict x, const T *restrict wts,
         idx c = s % nc;
         const T *plane = x + s * h * w;
         const T *f = wts + c * kh * kw;
-        for (idx oy = 0; oy < oh; ++oy) {
-            T *restrict out = y + (s * oh + oy) * ow;
-            for (idx ox = 0; ox < ow; ++ox)
-                out[ox] = (T)0;
-            for (idx i = 0; i < kh; ++i) {
-                idx r = oy * stride_h - pad_h + i * dil_h;
-                if (r < 0 || r >= h)
-                    continue;
-                for (idx j = 0; j < kw; ++j) {
-                    idx lo, hi;
-                    NAME(inside)(j * dil_w, pad_w, stride_w, w, ow, &lo, &hi);
-                    const T *restrict row = plane + r * w - pad_w + j * dil_w;
-                    T v = f[i * kw + j];
+        T *restrict out = y + s * oh * ow;
+        T b = bias ? bias[c] : (T)0;
+        for (idx e = 0; e < oh * ow; ++e)
+            out[e] = (T)0;
+        for (idx i = 0; i < kh; ++i) {
+            idx ylo, yhi; /* the output rows whose input row is inside */
+            NAME(inside)(i * dil_h, pad_h, stride_h, h, oh, &ylo, &yhi);
+            for (idx j = 0; j < kw; ++j) {
+                idx lo, hi;
+                NAME(inside)(j * dil_w, pad_w, stride_w, w, ow, &lo, &hi);
+                T v = f[i * kw + j];
+                for (idx oy = ylo; oy < yhi; ++oy) {
+                    const T *restrict row = plane + (oy * stride_h - pad_h + i * dil_h) * w -
+                                            pad_w + j * dil_w;
+                    T *restrict o = out + oy * ow;
                     if (stride_w == 1)
                         for (idx ox = lo; ox < hi; ++ox)
-                            out[ox] += v * row[ox];
+                            o[ox] += v * row[ox];
                     else
                         for (idx ox = lo; ox < hi; ++ox)
-                            out[ox] += v * row[ox * stride_w];
+                            o[ox] += v * row[ox * stride_w];
                 }
             }
-            if (bias) {
-                T b = bias[c];
-                for (idx ox = 0; ox < ow; ++ox)
-                    out[ox] += b;
-            }
         }
+        if (bias)
+            for (idx e = 0; e < oh * ow; ++e)
+                out[e] += b;
     }
 }
 
 /* The gradient of depthwise_forward with respect to x: dx (B * C, H, W) (overwritten) from
- * dy (B * C, OH, OW), planes [start, stop). */
+ * dy (B * C, OH, OW), planes [start, stop), tap by tap as the forward. */
+VECTOR_CLONES
 EXPORT void NAME(depthwise_backward_data)(const T *restrict dy, const T *restrict wts,
                                           T *restrict dx, idx nc, idx h, idx w, idx kh,
                                           idx kw, idx pad_h, idx pad_w, idx stride_h,
@@ -65,17 +68,17 @@ EXPORT void NAME(depthwise_backward_data)(const T *restrict dy, const T *restric
         T *plane = dx + s * h * w;
         const T *f = wts + c * kh * kw;
         memset(plane, 0, (size_t)(h * w) * sizeof(T));
-        for (idx oy = 0; oy < oh; ++oy) {
-            const T *restrict g = dy + (s * oh + oy) * ow;
-            for (idx i = 0; i < kh; ++i) {
-                idx r = oy * stride_h - pad_h + i * dil_h;
-                if (r < 0 || r >= h)
-                    continue;
-                for (idx j = 0; j < kw; ++j) {
-                    idx lo, hi;
-                    NAME(inside)(j * dil_w, pad_w, stride_w, w, ow, &lo, &hi);
-                    T *restrict row = plane + r * w - pad_w + j * dil_w;
-                    T v = f[i * kw + j];
+        for (idx i = 0; i < kh; ++i) {
+            idx ylo, yhi;
+            NAME(inside)(i * dil_h, pad_h, stride_h, h, oh, &ylo, &yhi);
+            for (idx j = 0; j < kw; ++j) {
+                idx lo, hi;
+                NAME(inside)(j * dil_w, pad_w, stride_w, w, ow, &lo, &hi);
+                T v = f[i * kw + j];
+                for (idx oy = ylo; oy < yhi; ++oy) {
+                    const T *restrict g = dy + (s * oh + oy) * ow;
+                    T *restrict row = plane + (oy * stride_h - pad_h + i * dil_h) * w -
+                                      pad_w + j * dil_w;
                     if (stride_w == 1)
                         for (idx ox = lo; ox < hi; ++ox)
                             row[ox] += v * g[ox];
@@ -95,6 +98,7 @@ EXPORT void NAME(depthwise_backward_data)(const T *restrict dy, const T *restric
  * Each tap's sum runs over blocks of up to PCL_DW_BLOCK output columns: a vector of partial
  * sums (one per column, a loop the compiler vectorises) over all images and rows, then
  * summed. */
+VECTOR_CLONES
 EXPORT void NAME(depthwise_backward_weight)(const T *restrict x, const T *restrict dy,
                                             T *restrict dw, idx nb, idx nc, idx h, idx w,
                                             idx kh, idx kw, idx pad_h, idx pad_w,
@@ -153,6 +157,7 @@ EXPORT void NAME(depthwise_backward_weight)(const T *restrict x, const T *restri
 /* U (16, K, C) = G g G^T of the filters g (K, C, 3, 3), output channels [start, stop). The
  * filters PCL_WINOGRAD_BLOCK at a time: their taps gathered tap-major into f, then the
  * transform as loops over the block that the compiler vectorises, writing runs of U. */
+VECTOR_CLONES
 EXPORT void NAME(winograd_weights)(const T *restrict g, T *restrict u, idx nk, idx nc,
                                    idx start, idx stop)
 {
@@ -195,6 +200,7 @@ EXPORT void NAME(winograd_weights)(const T *restrict g, T *restrict u, idx nk, i
  * input rows, padded, into work; B^T d along the columns (e, four rows); then d B for all the
  * tiles of the row, loops over tx that write runs of V and that the compiler vectorises.
  * work: 8 * (2 tw + 2) elements, this call's own. */
+VECTOR_CLONES
 static void NAME(winograd_input_rows)(const T *restrict x, T *restrict v, T *restrict work,
                                       idx nb, idx nc, idx h, idx w, idx pad_h, idx pad_w,
                                       idx th, idx tw, idx start, idx stop)
@@ -258,6 +264,7 @@ EXPORT void NAME(winograd_input)(const T *restrict x, T *restrict v, idx nb, idx
  * NULL), the outputs beyond (OH, OW) of the last row and column of tiles dropped, output
  * channels [start, stop). A row of tiles at a time into two output rows in work
  * (4 tw elements, this call's own), then copied. */
+VECTOR_CLONES
 static void NAME(winograd_output_rows)(const T *restrict m, const T *restrict bias,
                                        T *restrict y, T *restrict work, idx nb, idx nk,
                                        idx oh, idx ow, idx th, idx tw, idx start, idx stop)

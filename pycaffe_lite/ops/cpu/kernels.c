@@ -26,6 +26,19 @@
 
 typedef int64_t idx;
 
+/* The vector loops of the convolution kernels (conv_impl.h) are built several times, for
+ * AVX-512, AVX2 and the baseline instruction set, and the dynamic loader picks the one the
+ * processor runs (GCC/Clang target_clones, ELF ifuncs): one build serves every x86-64
+ * machine. The clones compute the same IEEE operations in the same order (no fused
+ * multiply-adds: -ffp-contract=off; no reassociation), only more elements at a time. */
+#if defined(VECTOR_CLONES) /* given by the build: -DVECTOR_CLONES= builds the baseline only */
+#elif defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
+    ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && __GNUC__ >= 6))
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
 #define T float
 #define NAME(f) pcl_##f##_f32
 #include "kernels_impl.h"
