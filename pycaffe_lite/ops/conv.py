@@ -8,6 +8,11 @@ geometry, and the layer never learns which one ran:
 
 - cuDNN, when the geometry's engine (chosen once in the layer's setup, see
   :func:`pycaffe_lite.ops.gpu.cudnn.choose_engine`) is CUDNN and cuDNN takes the arrays;
+- on host arrays with the compiled kernels (:mod:`pycaffe_lite.ops.cpu.convolution`): the
+  direct depthwise kernels when ``group == in_channels == out_channels`` (2-D; forward and
+  gradients), and Winograd's F(2x2, 3x3) for the forward of 3x3, stride 1, dilation 1,
+  one-group convolutions where it pays (:func:`_winograd_pays`); both equal the
+  matrix-product path to float rounding;
 - else im2col + GEMM, whose column matrix is laid out for the arrays at hand:
   ``(B, P)`` "batch first" (Caffe's per-image layout with the images side by side) for device
   arrays and for host arrays with the compiled kernels, where the tops and bottoms move to and
