@@ -66,7 +66,8 @@ class BuildExtOptional(build_ext):
 
 
 KERNELS = Extension("pycaffe_lite.ops.cpu._kernels", ["pycaffe_lite/ops/cpu/kernels.c"],
-                    depends=["pycaffe_lite/ops/cpu/kernels_impl.h"], optional=True)
+                    depends=["pycaffe_lite/ops/cpu/kernels_impl.h",
+                             "pycaffe_lite/ops/cpu/conv_impl.h"], optional=True)
 
 compile_schema()
 setup(

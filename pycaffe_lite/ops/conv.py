@@ -8,6 +8,11 @@ geometry, and the layer never learns which one ran:
 
 - cuDNN, when the geometry's engine (chosen once in the layer's setup, see
   :func:`pycaffe_lite.ops.gpu.cudnn.choose_engine`) is CUDNN and cuDNN takes the arrays;
+- on host arrays with the compiled kernels (:mod:`pycaffe_lite.ops.cpu.convolution`): the
+  direct depthwise kernels when ``group == in_channels == out_channels`` (2-D; forward and
+  gradients), and Winograd's F(2x2, 3x3) for the forward of 3x3, stride 1, dilation 1,
+  one-group convolutions where it pays (:func:`_winograd_pays`); both equal the
+  matrix-product path to float rounding;
 - else im2col + GEMM, whose column matrix is laid out for the arrays at hand:
   ``(B, P)`` "batch first" (Caffe's per-image layout with the images side by side) for device
   arrays and for host arrays with the compiled kernels, where the tops and bottoms move to and
@@ -34,6 +39,7 @@ import numpy as np
 
 from ..backend import get_array_module
 from . import cpu as _cpu
+from .cpu import convolution as _cpu_conv
 from .gpu import cudnn as _cudnn
 from .im2col import col2im, col2im_batch_last, im2col, im2col_batch_last, prod
 
@@ -98,6 +104,10 @@ class ConvGeometry:
         self.conv_out_spatial_dim = prod(self.conv_out_spatial)
         self.is_1x1 = all(k == 1 and s == 1 and q == 0
                           for k, s, q in zip(self.kernel_shape, self.stride, self.pad))
+        two_d = len(self.kernel_shape) == 2
+        # one filter per channel: the direct depthwise kernels (host arrays)
+        self.is_depthwise = two_d and self.group == self.conv_in_channels == \
+            self.conv_out_channels
         per_image = max(self.kernel_dim * self.group, self.conv_out_channels) * \
             self.conv_out_spatial_dim * int(itemsize)
         self.chunk = int(max(1, min(self.num, workspace_bytes // max(per_image, 1))))
@@ -106,6 +116,17 @@ class ConvGeometry:
             # and writes the top in place, where a batch would first move both between
             # layouts (2-4x slower for GoogLeNet's 1x1 layers at batch 4, never faster).
             self.chunk = 1
+        # Winograd's F(2x2, 3x3) takes the forward where it pays (host arrays), in chunks
+        # whose transforms (16 values per tile and channel, in and out) fit the workspace
+        self.winograd = two_d and self.group == 1 and self.kernel_shape == (3, 3) and \
+            self.stride == (1, 1) and self.dilation == (1, 1)
+        if self.winograd:
+            tiles = _cpu_conv.winograd_tiles(1, self.conv_out_spatial)[2]
+            per_image = 16 * (self.conv_in_channels + self.conv_out_channels) * tiles * \
+                int(itemsize)
+            self.winograd_chunk = int(max(1, min(self.num, workspace_bytes // per_image)))
+            self.winograd = _winograd_pays(self.conv_in_channels, self.conv_out_channels,
+                                           self.conv_out_spatial, self.winograd_chunk)
 
     # ---- buffers and layouts -----------------------------------------------------------
     def _buffer(self, name, size, xp, dtype):
@@ -286,6 +307,72 @@ class ConvGeometry:
                 self._uncolumns(dcol, dx, xp)
 
 
+    # ---- the compiled kernels that are not im2col + GEMM ---------------------------------
+    def _images(self, arr, channels, spatial):
+        """``arr`` viewed as ``(num, channels, *spatial)``."""
+        return arr.reshape((self.num, channels) + tuple(spatial))
+
+    def _direct_args(self):
+        return (self.kernel_shape, self.pad, self.stride, self.dilation, self.conv_out_spatial)
+
+    def _depthwise(self, x=None, weights=None, y=None, dy=None, dx=None, dw=None, bias=None):
+        """The depthwise kernels: ``y = conv(x) (+ bias)``, ``dw += dconv/dw (x, dy)`` and
+        ``dx = dconv/dx (dy)``, for those given."""
+        cin, cout = self.conv_in_channels, self.conv_out_channels
+        ins, outs = self.conv_input_spatial, self.conv_out_spatial
+        if bias is not None:
+            bias = bias.reshape(-1)
+        if y is not None:
+            _cpu_conv.depthwise_forward(self._images(x, cin, ins), weights, bias,
+                                        self._images(y, cout, outs), *self._direct_args())
+        if dw is not None:
+            _cpu_conv.depthwise_backward_weight(self._images(x, cin, ins),
+                                                self._images(dy, cout, outs), dw,
+                                                *self._direct_args())
+        if dx is not None:
+            _cpu_conv.depthwise_backward_data(self._images(dy, cout, outs), weights,
+                                              self._images(dx, cin, ins), *self._direct_args())
+
+    def _winograd_forward(self, x, weights, y, bias=None):
+        """``y = conv(x) (+ bias)`` through Winograd's F(2x2, 3x3), a chunk of images at a
+        time, its transforms in the shared workspace."""
+        cin, cout = self.conv_in_channels, self.conv_out_channels
+        images = self._images(x, cin, self.conv_input_spatial)
+        out = self._images(y, cout, self.conv_out_spatial)
+        if bias is not None:
+            bias = bias.reshape(-1)
+        dtype = x.dtype
+        chunk = self.winograd_chunk
+        _, _, tiles = _cpu_conv.winograd_tiles(chunk, self.conv_out_spatial)
+        u = self._buffer("winograd_u", 16 * cout * cin, np, dtype)
+        v = self._buffer("col", 16 * cin * tiles, np, dtype)
+        m = self._buffer("gemm", 16 * cout * tiles, np, dtype)
+        for start in range(0, self.num, chunk):
+            stop = min(self.num, start + chunk)
+            _cpu_conv.winograd_forward(images[start:stop], weights, bias, out[start:stop],
+                                       self.pad, self.conv_out_spatial, u, v, m)
+
+
+# Winograd's F(2x2, 3x3) against im2col + GEMM (measured with benchmarks/bench_kernels.py on
+# an AVX2 machine, one thread: 0.55-0.8x the time where it pays). Its products take 2.25x
+# fewer multiplications but read 16/9 as many (transformed) filter values and write 4x the
+# output (16 values per tile of 4) before the output transform: with few input channels that
+# traffic outweighs the saving (VGG's conv1_1, 3 channels: 3x slower), and with few tiles per
+# filter the products are bound by reading the filters (512 channels at 7x7: 1.8x slower).
+_WINOGRAD_MIN_CHANNELS = 8
+_WINOGRAD_TILES_PER_CHANNEL = 0.25
+
+
+def _winograd_pays(in_channels, out_channels, out_spatial, images):
+    """Whether Winograd's F(2x2, 3x3) is faster than im2col + GEMM for a chunk of ``images``
+    (the 3x3, stride 1, dilation 1, one group geometry being given)."""
+    row_tiles = (out_spatial[1] + 1) // 2
+    tiles = images * ((out_spatial[0] + 1) // 2) * row_tiles
+    return in_channels >= _WINOGRAD_MIN_CHANNELS and \
+        tiles > _WINOGRAD_TILES_PER_CHANNEL * max(in_channels, out_channels) and \
+        row_tiles <= _cpu_conv.WINOGRAD_MAX_ROW_TILES
+
+
 # ---- the entry points ------------------------------------------------------------------------
 def forward(x, weights, y, geom, bias=None):
     """``y = W * im2col(x) (+ bias per output channel)`` for the whole batch (overwrites
@@ -293,6 +380,12 @@ def forward(x, weights, y, geom, bias=None):
     if _cudnn.conv_takes(geom.engine, x, weights, y, bias):
         _cudnn.conv_forward(x, weights, bias, y, geom.pad, geom.stride, geom.dilation,
                             geom.group)
+        return
+    if geom.is_depthwise and _cpu.supported(x, weights, y, bias):
+        geom._depthwise(x, weights, y=y, bias=bias)
+        return
+    if geom.winograd and _cpu_conv.winograd_enabled() and _cpu.supported(x, weights, y, bias):
+        geom._winograd_forward(x, weights, y, bias=bias)
         return
     geom._forward_and_weight(x, weights, output=y, bias=bias)
 
@@ -305,6 +398,10 @@ def backward(x, dy, weights, geom, dx=None, dw=None):
         _cudnn.conv_backward(x, dy, weights, dx, dw, geom.pad, geom.stride, geom.dilation,
                              geom.group)
         return
+    if geom.is_depthwise and _cpu.supported(x if dw is not None else None, dy, weights, dx,
+                                            dw):
+        geom._depthwise(x, weights, dy=dy, dx=dx, dw=dw)
+        return
     geom._backward_and_weight(x, dy, weights, input_diff=dx, weight_diff=dw)
 
 
@@ -312,4 +409,8 @@ def forward_and_weight(x, weights, geom, y=None, dy=None, dw=None, bias=None):
     """One im2col of ``x`` per chunk, used for ``y = W * col (+ bias)`` (when ``y`` is given)
     and for ``dw += dy * col^T`` (when ``dw`` is given; ``dy`` is then on the output side):
     Deconvolution's backward."""
+    if geom.is_depthwise and _cpu.supported(x, weights if y is not None else None, y, dy, dw,
+                                            bias):
+        geom._depthwise(x, weights, y=y, dy=dy, dw=dw, bias=bias)
+        return
     geom._forward_and_weight(x, weights, output=y, grad_output=dy, weight_diff=dw, bias=bias)

@@ -23,6 +23,8 @@ of memory to a process whose whole LeNet training fits in 100 MB).
 - :func:`lrn_scale` / :func:`lrn_accum`: LRN's sums over neighbouring channels (the power
   stays NumPy's);
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
+- :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) (equal to
+  the matrix-product path to float rounding, not bit for bit: see there);
 - :func:`accumulate_matmul` (NumPy only, always on): ``c += a @ b`` in cache-sized blocks, for
   the fully connected layers' weight gradients.
 
@@ -36,7 +38,7 @@ import threading
 
 import numpy as np
 
-_ABI_VERSION = 6
+_ABI_VERSION = 7
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
@@ -52,6 +54,12 @@ _SIGNATURES = {
     "sgd_update": [_P, _P, _P, _F, _F, ctypes.c_int32, _F, _F, _I, _I],
     "lrn_scale": [_P, _P, _I, _I, _I, _F, _F, _I, _I],
     "lrn_accum": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I],
+    "depthwise_forward": [_P, _P, _P, _P] + [_I] * 15,
+    "depthwise_backward_data": [_P, _P, _P] + [_I] * 15,
+    "depthwise_backward_weight": [_P, _P, _P] + [_I] * 16,
+    "winograd_weights": [_P, _P] + [_I] * 4,
+    "winograd_input": [_P, _P] + [_I] * 10,
+    "winograd_output": [_P, _P, _P] + [_I] * 8,
 }
 
 

@@ -1,11 +1,13 @@
 /* Compiled host kernels of pycaffe_lite.ops.cpu: im2col/col2im, MAX pooling forward and
- * backward, LRN's channel sums, the SGD solver's update.
+ * backward, LRN's channel sums, the SGD solver's update (kernels_impl.h); the direct
+ * depthwise convolution and Winograd's F(2x2, 3x3) transforms (conv_impl.h).
  *
  * Plain C functions over raw arrays, called through ctypes (which releases the GIL, so
  * several threads can run parts of one kernel). setup.py builds this file as an optional
  * extension module: without a C compiler the package installs and runs the NumPy code.
- * The kernels are written once, in kernels_impl.h, and instantiated for float and double.
- * Build without -ffast-math and with -ffp-contract=off: results must equal NumPy's exactly.
+ * The kernels are written once, in kernels_impl.h and conv_impl.h, and instantiated for
+ * float and double. Build without -ffast-math and with -ffp-contract=off: the kernels of
+ * kernels_impl.h must equal NumPy's results exactly.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -24,20 +26,35 @@
 
 typedef int64_t idx;
 
+/* The vector loops (col2im, MAX pooling, LRN, the SGD update, the convolution kernels) are
+ * built several times, for AVX-512, AVX2 and the baseline instruction set, and the dynamic
+ * loader picks the one the processor runs (GCC/Clang target_clones, ELF ifuncs): one build
+ * serves every x86-64 machine. The clones compute the same IEEE operations in the same order (no fused
+ * multiply-adds: -ffp-contract=off; no reassociation), only more elements at a time. */
+#if defined(VECTOR_CLONES) /* given by the build: -DVECTOR_CLONES= builds the baseline only */
+#elif defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
+    ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && __GNUC__ >= 6))
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
 #define T float
 #define NAME(f) pcl_##f##_f32
 #include "kernels_impl.h"
+#include "conv_impl.h"
 #undef T
 #undef NAME
 
 #define T double
 #define NAME(f) pcl_##f##_f64
 #include "kernels_impl.h"
+#include "conv_impl.h"
 #undef T
 #undef NAME
 
 /* An ABI number: the Python side refuses a library built from other sources. */
-EXPORT int pcl_abi_version(void) { return 6; }
+EXPORT int pcl_abi_version(void) { return 7; }
 
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT, "_kernels",

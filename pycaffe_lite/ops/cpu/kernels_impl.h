@@ -59,6 +59,7 @@ EXPORT void NAME(im2col_batch_first)(const T *restrict x, T *restrict cols, idx 
 
 /* The adjoint of im2col_batch_first into out (B, C, H, W) (overwritten), channels
  * [start, stop); overlapping windows summed in kernel-offset order. */
+VECTOR_CLONES
 EXPORT void NAME(col2im_batch_first)(const T *restrict cols, T *restrict out, idx nb, idx nc,
                                      idx h, idx w, idx kh, idx kw, idx pad_h, idx pad_w,
                                      idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh,
@@ -93,6 +94,7 @@ EXPORT void NAME(col2im_batch_first)(const T *restrict cols, T *restrict out, id
  * offsets are the outer loops and the output columns the inner one: a long loop without
  * branches (on random data the processor would mispredict every other comparison), where a
  * loop per window would be a few steps long. */
+VECTOR_CLONES
 EXPORT void NAME(max_pool_forward)(const T *restrict x, T *restrict top,
                                    int32_t *restrict argmax, idx h, idx w, idx ph,
                                    idx pw, idx kh, idx kw, idx pad_h, idx pad_w, idx stride_h,
@@ -158,6 +160,7 @@ EXPORT void NAME(max_pool_backward)(const T *top_diff, const int32_t *argmax, T 
  * rounding after every operation as they do: g = diff * norm (norm = 1 / iter_size; skipped
  * when 1); g += decay * data (L2) or decay * sign(data) (L1) when decay is not 0; history =
  * history * momentum + g * rate; diff = history. */
+VECTOR_CLONES
 EXPORT void NAME(sgd_update)(T *restrict diff, T *restrict history, const T *restrict data,
                              T norm, T decay, int32_t l1, T rate, T momentum, idx start,
                              idx stop)
@@ -182,6 +185,7 @@ EXPORT void NAME(sgd_update)(T *restrict diff, T *restrict history, const T *res
 /* One image of LRN: out (C, P) = the sum over the size channels centred on each channel of
  * src (C, P) (squared first when square), in window order from the first channel, as the
  * NumPy code sums. */
+VECTOR_CLONES
 static void NAME(channel_window_sum)(const T *restrict src, T *restrict out, idx nc, idx npix,
                                      idx size, int square)
 {
@@ -206,6 +210,7 @@ static void NAME(channel_window_sum)(const T *restrict src, T *restrict out, idx
 
 /* LRN across channels, images [start, stop) of x (N, C, P): scale = k + a * (the window sum
  * of x^2; a = alpha / size). */
+VECTOR_CLONES
 EXPORT void NAME(lrn_scale)(const T *restrict x, T *restrict scale, idx nc, idx npix, idx size,
                             T a, T k, idx start, idx stop)
 {
@@ -219,6 +224,7 @@ EXPORT void NAME(lrn_scale)(const T *restrict x, T *restrict scale, idx nc, idx 
 
 /* LRN's backward window term, images [start, stop): accum = the window sum of
  * top_diff * top / scale (computed once per element into work, an (N, C, P) buffer). */
+VECTOR_CLONES
 EXPORT void NAME(lrn_accum)(const T *restrict top_diff, const T *restrict top,
                             const T *restrict scale, T *restrict work, T *restrict accum,
                             idx nc, idx npix, idx size, idx start, idx stop)

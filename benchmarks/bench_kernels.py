@@ -1,0 +1,169 @@
+"""Per-layer times of the convolution kernels that are not im2col + GEMM, against that path and
+against OpenCV dnn running a one-layer net of the same shape.
+
+    python benchmarks/bench_kernels.py [--groups vgg16 resnet50 mobilenet] [--batch 1 8]
+                                       [--rounds 3] [--no-opencv]
+
+For every layer shape: ms of ``gemm`` (im2col + GEMM with the compiled im2col, the path
+before these kernels), ``new`` (what :func:`pycaffe_lite.ops.conv.forward` picks: Winograd's
+F(2x2, 3x3) for 3x3 stride-1 layers where it pays, the direct kernel for depthwise layers),
+their ratio, and OpenCV dnn's forward of a net holding only that convolution (``cv2``, when
+installed). Depthwise layers also time the backward (data and filter gradients). The sides
+run in alternating rounds (the load of other jobs drifts over seconds) and each side's
+fastest round is reported. The outputs are checked to agree before anything is timed.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from pycaffe_lite.ops import conv, cpu  # noqa: E402
+
+# (name, in channels, out channels, map size, kernel, stride, pad, group)
+VGG16 = [("conv1_1", 3, 64, 224), ("conv1_2", 64, 64, 224), ("conv2_1", 64, 128, 112),
+         ("conv2_2", 128, 128, 112), ("conv3_1", 128, 256, 56), ("conv3_x", 256, 256, 56),
+         ("conv4_1", 256, 512, 28), ("conv4_x", 512, 512, 28), ("conv5_x", 512, 512, 14)]
+RESNET50 = [("res2_3x3", 64, 64, 56), ("res3_3x3", 128, 128, 28), ("res4_3x3", 256, 256, 14),
+            ("res5_3x3", 512, 512, 7)]
+MOBILENET = [("dw1", 32, 112, 1), ("dw2", 64, 112, 2), ("dw3", 128, 56, 1), ("dw4", 128, 56, 2),
+             ("dw5", 256, 28, 1), ("dw6", 256, 28, 2), ("dw7", 512, 14, 1),
+             ("dw12", 512, 14, 2), ("dw13", 1024, 7, 1)]
+
+
+def shapes(groups):
+    out = []
+    for group in groups:
+        if group == "vgg16":
+            out += [("vgg16/" + n, ci, co, s, 3, 1, 1, 1) for n, ci, co, s in VGG16]
+        elif group == "resnet50":
+            out += [("resnet50/" + n, ci, co, s, 3, 1, 1, 1) for n, ci, co, s in RESNET50]
+        elif group == "mobilenet":
+            out += [("mobilenet/" + n, c, c, s, 3, st, 1, c) for n, c, s, st in MOBILENET]
+    return out
+
+
+def geometry(ci, co, size, k, stride, pad, group, num):
+    o = (size + 2 * pad - k) // stride + 1
+    return conv.ConvGeometry((k, k), (pad, pad), (stride, stride), (1, 1), group, ci, co,
+                             (size, size), (o, o), num, 4, 1 << 30), o
+
+
+def _best(fn, rounds):
+    fn()  # warm: buffers, pages, thread pool
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def opencv_net(ci, co, size, k, stride, pad, group, num, w, b, folder):
+    """An OpenCV dnn net holding one Convolution with these weights (None without cv2)."""
+    try:
+        import cv2
+    except ImportError:
+        return None
+    import pycaffe_lite as caffe
+    proto = os.path.join(folder, "one.prototxt")
+    with open(proto, "w") as f:
+        f.write('input: "data" input_shape { dim: %d dim: %d dim: %d dim: %d }\n'
+                'layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"\n'
+                '  convolution_param { num_output: %d kernel_size: %d stride: %d pad: %d '
+                'group: %d } }\n' % (num, ci, size, size, co, k, stride, pad, group))
+    net = caffe.Net(proto, caffe.TEST)
+    net.params["conv"][0].data[...] = w
+    net.params["conv"][1].data[...] = b
+    model = os.path.join(folder, "one.caffemodel")
+    net.save(model)
+    cv2.setNumThreads(cpu.threads())
+    return cv2.dnn.readNetFromCaffe(proto, model)
+
+
+def bench_layer(name, ci, co, size, k, stride, pad, group, num, rounds, use_opencv):
+    geom, o = geometry(ci, co, size, k, stride, pad, group, num)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((num, ci, size, size)).astype(np.float32)
+    w = (rng.standard_normal((co, ci // group, k, k)) / np.sqrt(ci // group * k * k))
+    w = w.astype(np.float32)
+    b = rng.standard_normal(co).astype(np.float32)
+    y_gemm = np.empty((num, co, o, o), np.float32)
+    y_new = np.empty_like(y_gemm)
+
+    def gemm():
+        geom._forward_and_weight(x, w, output=y_gemm, bias=b)
+
+    def new():
+        conv.forward(x, w, y_new, geom, bias=b)
+
+    sides = {"gemm": gemm, "new": new}
+    gemm()
+    new()
+    scale = np.abs(y_gemm).max()
+    err = float(np.abs(y_new - y_gemm).max() / scale)
+    assert err < 1e-4, "%s: the outputs differ by %g of their scale" % (name, err)
+    if geom.is_depthwise:
+        dy = rng.standard_normal(y_gemm.shape).astype(np.float32)
+        dx, dw = np.empty_like(x), np.zeros_like(w)
+
+        def back_gemm():
+            geom._backward_and_weight(x, dy, w, input_diff=dx, weight_diff=dw)
+
+        def back_new():
+            conv.backward(x, dy, w, geom, dx=dx, dw=dw)
+
+        sides.update(back_gemm=back_gemm, back_new=back_new)
+    with tempfile.TemporaryDirectory() as folder:
+        net = opencv_net(ci, co, size, k, stride, pad, group, num, w, b, folder) \
+            if use_opencv else None
+        if net is not None:
+            def opencv():
+                net.setInput(x)
+                return net.forward()
+
+            got = opencv()
+            assert np.abs(got - y_gemm).max() / scale < 1e-3, "%s: OpenCV differs" % name
+            sides["opencv"] = opencv
+        best = {key: float("inf") for key in sides}
+        for _ in range(rounds):
+            for key, fn in sides.items():
+                best[key] = min(best[key], _best(fn, 1))
+    return {key: 1e3 * v for key, v in best.items()}, err, geom
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--groups", nargs="+", default=["vgg16", "resnet50", "mobilenet"])
+    ap.add_argument("--batch", nargs="+", type=int, default=[1])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-opencv", action="store_true")
+    args = ap.parse_args(argv)
+    if not cpu.library_available():
+        sys.exit("the compiled kernels are not built: %s" % cpu.unavailable_reason())
+    print("threads %d; ms per call, fastest of %d alternating rounds" % (cpu.threads(),
+                                                                        args.rounds))
+    print("%-20s %5s %8s %8s %6s %8s %8s %9s %9s %7s" % (
+        "layer", "batch", "gemm", "new", "new/g", "opencv", "new/cv", "bwd_gemm", "bwd_new",
+        "rel.err"))
+    for num in args.batch:
+        for shape in shapes(args.groups):
+            t, err, geom = bench_layer(*shape, num=num, rounds=args.rounds,
+                                       use_opencv=not args.no_opencv)
+            cv = t.get("opencv")
+            print("%-20s %5d %8.2f %8.2f %6.2f %8s %8s %9s %9s %7.1e" % (
+                shape[0], num, t["gemm"], t["new"], t["new"] / t["gemm"],
+                "-" if cv is None else "%.2f" % cv,
+                "-" if cv is None else "%.2f" % (t["new"] / cv),
+                "%.2f" % t["back_gemm"] if "back_gemm" in t else "-",
+                "%.2f" % t["back_new"] if "back_new" in t else "-", err), flush=True)
+
+
+if __name__ == "__main__":
+    main()

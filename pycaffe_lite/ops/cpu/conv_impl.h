@@ -1,0 +1,308 @@
+/* Convolution kernels of kernels.c for one element type (included once per type, with T the
+ * type and NAME(f) the exported name of f for it): the direct depthwise convolution and the
+ * transforms of Winograd's F(2x2, 3x3). Unlike the kernels of kernels_impl.h these do not
+ * repeat the NumPy code's order of operations (that code is a matrix product whose order is
+ * BLAS's): their results equal it to float rounding, with the bounds their tests state.
+ * Every kernel handles a range [start, stop) of planes or channels, for threads.
+ */
+
+/* ---- depthwise convolution: group == channels == outputs, one filter (kh, kw) per plane -- */
+
+/* y (B * C, OH, OW) = the correlation of each plane of x (B * C, H, W) with its channel's
+ * filter (plane s has channel s % nc) (+ bias[channel] when bias is not NULL), planes
+ * [start, stop). The plane is summed tap by tap (each output's taps in row-major order), each
+ * tap a pass over runs of output columns, a loop the compiler vectorises when the stride is
+ * 1; the plane stays in cache between the passes. */
+VECTOR_CLONES
+EXPORT void NAME(depthwise_forward)(const T *restrict x, const T *restrict wts,
+                                    const T *restrict bias, T *restrict y, idx nc, idx h,
+                                    idx w, idx kh, idx kw, idx pad_h, idx pad_w, idx stride_h,
+                                    idx stride_w, idx dil_h, idx dil_w, idx oh, idx ow,
+                                    idx start, idx stop)
+{
+    for (idx s = start; s < stop; ++s) {
+        idx c = s % nc;
+        const T *plane = x + s * h * w;
+        const T *f = wts + c * kh * kw;
+        T *restrict out = y + s * oh * ow;
+        T b = bias ? bias[c] : (T)0;
+        for (idx e = 0; e < oh * ow; ++e)
+            out[e] = (T)0;
+        for (idx i = 0; i < kh; ++i) {
+            idx ylo, yhi; /* the output rows whose input row is inside */
+            NAME(inside)(i * dil_h, pad_h, stride_h, h, oh, &ylo, &yhi);
+            for (idx j = 0; j < kw; ++j) {
+                idx lo, hi;
+                NAME(inside)(j * dil_w, pad_w, stride_w, w, ow, &lo, &hi);
+                T v = f[i * kw + j];
+                for (idx oy = ylo; oy < yhi; ++oy) {
+                    const T *restrict row = plane + (oy * stride_h - pad_h + i * dil_h) * w -
+                                            pad_w + j * dil_w;
+                    T *restrict o = out + oy * ow;
+                    if (stride_w == 1)
+                        for (idx ox = lo; ox < hi; ++ox)
+                            o[ox] += v * row[ox];
+                    else
+                        for (idx ox = lo; ox < hi; ++ox)
+                            o[ox] += v * row[ox * stride_w];
+                }
+            }
+        }
+        if (bias)
+            for (idx e = 0; e < oh * ow; ++e)
+                out[e] += b;
+    }
+}
+
+/* The gradient of depthwise_forward with respect to x: dx (B * C, H, W) (overwritten) from
+ * dy (B * C, OH, OW), planes [start, stop), tap by tap as the forward. */
+VECTOR_CLONES
+EXPORT void NAME(depthwise_backward_data)(const T *restrict dy, const T *restrict wts,
+                                          T *restrict dx, idx nc, idx h, idx w, idx kh,
+                                          idx kw, idx pad_h, idx pad_w, idx stride_h,
+                                          idx stride_w, idx dil_h, idx dil_w, idx oh, idx ow,
+                                          idx start, idx stop)
+{
+    for (idx s = start; s < stop; ++s) {
+        idx c = s % nc;
+        T *plane = dx + s * h * w;
+        const T *f = wts + c * kh * kw;
+        memset(plane, 0, (size_t)(h * w) * sizeof(T));
+        for (idx i = 0; i < kh; ++i) {
+            idx ylo, yhi;
+            NAME(inside)(i * dil_h, pad_h, stride_h, h, oh, &ylo, &yhi);
+            for (idx j = 0; j < kw; ++j) {
+                idx lo, hi;
+                NAME(inside)(j * dil_w, pad_w, stride_w, w, ow, &lo, &hi);
+                T v = f[i * kw + j];
+                for (idx oy = ylo; oy < yhi; ++oy) {
+                    const T *restrict g = dy + (s * oh + oy) * ow;
+                    T *restrict row = plane + (oy * stride_h - pad_h + i * dil_h) * w -
+                                      pad_w + j * dil_w;
+                    if (stride_w == 1)
+                        for (idx ox = lo; ox < hi; ++ox)
+                            row[ox] += v * g[ox];
+                    else
+                        for (idx ox = lo; ox < hi; ++ox)
+                            row[ox * stride_w] += v * g[ox];
+                }
+            }
+        }
+    }
+}
+
+#define PCL_DW_BLOCK 256
+
+/* The gradient of depthwise_forward with respect to the filters, summed over the batch:
+ * dw (C, kh, kw) += sum over images and output positions of dy * x, channels [start, stop).
+ * Each tap's sum runs over blocks of up to PCL_DW_BLOCK output columns: a vector of partial
+ * sums (one per column, a loop the compiler vectorises) over all images and rows, then
+ * summed. */
+VECTOR_CLONES
+EXPORT void NAME(depthwise_backward_weight)(const T *restrict x, const T *restrict dy,
+                                            T *restrict dw, idx nb, idx nc, idx h, idx w,
+                                            idx kh, idx kw, idx pad_h, idx pad_w,
+                                            idx stride_h, idx stride_w, idx dil_h, idx dil_w,
+                                            idx oh, idx ow, idx start, idx stop)
+{
+    T acc[PCL_DW_BLOCK];
+    for (idx c = start; c < stop; ++c)
+        for (idx i = 0; i < kh; ++i)
+            for (idx j = 0; j < kw; ++j) {
+                idx lo, hi;
+                NAME(inside)(j * dil_w, pad_w, stride_w, w, ow, &lo, &hi);
+                T total = (T)0;
+                for (idx b0 = lo; b0 < hi; b0 += PCL_DW_BLOCK) {
+                    idx n = hi - b0 < PCL_DW_BLOCK ? hi - b0 : PCL_DW_BLOCK;
+                    for (idx k = 0; k < n; ++k)
+                        acc[k] = (T)0;
+                    for (idx b = 0; b < nb; ++b) {
+                        const T *plane = x + (b * nc + c) * h * w;
+                        for (idx oy = 0; oy < oh; ++oy) {
+                            idx r = oy * stride_h - pad_h + i * dil_h;
+                            if (r < 0 || r >= h)
+                                continue;
+                            const T *restrict g = dy + ((b * nc + c) * oh + oy) * ow + b0;
+                            const T *restrict row = plane + r * w - pad_w + j * dil_w +
+                                                    b0 * stride_w;
+                            if (stride_w == 1)
+                                for (idx k = 0; k < n; ++k)
+                                    acc[k] += g[k] * row[k];
+                            else
+                                for (idx k = 0; k < n; ++k)
+                                    acc[k] += g[k] * row[k * stride_w];
+                        }
+                    }
+                    for (idx k = 0; k < n; ++k)
+                        total += acc[k];
+                }
+                dw[(c * kh + i) * kw + j] += total;
+            }
+}
+
+/* ---- Winograd F(2x2, 3x3): 3x3 filters, stride 1, dilation 1, one group ------------------
+ * Each 2x2 block of outputs ("tile") comes from a 4x4 block of input, d, as
+ * Y = A^T [(G g G^T) . (B^T d B)] A, where . is the elementwise product; summed over input
+ * channels, the 16 elementwise products become 16 matrix products (U (16, K, C) times
+ * V (16, C, T), T tiles), done by BLAS between the transforms below. The matrices:
+ *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
+ *   A^T = [1 1 1 0; 0 1 -1 -1]. */
+
+#ifndef PCL_WINOGRAD_MAX_TW
+#define PCL_WINOGRAD_MAX_TW 1024 /* tiles per row: outputs up to 2048 wide */
+#endif
+
+#define PCL_WINOGRAD_BLOCK 64
+
+/* U (16, K, C) = G g G^T of the filters g (K, C, 3, 3), output channels [start, stop). The
+ * filters PCL_WINOGRAD_BLOCK at a time: their taps gathered tap-major into f, then the
+ * transform as loops over the block that the compiler vectorises, writing runs of U. */
+VECTOR_CLONES
+EXPORT void NAME(winograd_weights)(const T *restrict g, T *restrict u, idx nk, idx nc,
+                                   idx start, idx stop)
+{
+    T f[9][PCL_WINOGRAD_BLOCK], t[12][PCL_WINOGRAD_BLOCK]; /* t: G g, 4 x 3 */
+    idx plane = nk * nc;
+    for (idx first = start * nc; first < stop * nc; first += PCL_WINOGRAD_BLOCK) {
+        idx n = stop * nc - first < PCL_WINOGRAD_BLOCK ? stop * nc - first : PCL_WINOGRAD_BLOCK;
+        for (idx e = 0; e < n; ++e)
+            for (idx a = 0; a < 9; ++a)
+                f[a][e] = g[(first + e) * 9 + a];
+        for (idx j = 0; j < 3; ++j) {
+            const T *restrict a = f[j], *restrict b = f[3 + j], *restrict c = f[6 + j];
+            T *restrict t0 = t[j], *restrict t1 = t[3 + j], *restrict t2 = t[6 + j];
+            T *restrict t3 = t[9 + j];
+            for (idx e = 0; e < n; ++e) {
+                t0[e] = a[e];
+                t1[e] = (a[e] + b[e] + c[e]) * (T)0.5;
+                t2[e] = (a[e] - b[e] + c[e]) * (T)0.5;
+                t3[e] = c[e];
+            }
+        }
+        for (idx r = 0; r < 4; ++r) {
+            const T *restrict a = t[3 * r], *restrict b = t[3 * r + 1];
+            const T *restrict c = t[3 * r + 2];
+            T *restrict o0 = u + (r * 4) * plane + first, *restrict o1 = o0 + plane;
+            T *restrict o2 = o1 + plane, *restrict o3 = o2 + plane;
+            for (idx e = 0; e < n; ++e) {
+                o0[e] = a[e];
+                o1[e] = (a[e] + b[e] + c[e]) * (T)0.5;
+                o2[e] = (a[e] - b[e] + c[e]) * (T)0.5;
+                o3[e] = c[e];
+            }
+        }
+    }
+}
+
+/* V (16, C, T) = B^T d B for every tile of x (B, C, H, W) padded by (pad_h, pad_w) with
+ * zeros, tiles t = (b * th + ty) * tw + tx with their top-left input corner at
+ * (2 ty - pad_h, 2 tx - pad_w), channels [start, stop). A row of tiles at a time: its four
+ * input rows, padded, into work; B^T d along the columns (e, four rows); then d B for all the
+ * tiles of the row, loops over tx that write runs of V and that the compiler vectorises.
+ * work: 8 * (2 tw + 2) elements, this call's own. */
+VECTOR_CLONES
+static void NAME(winograd_input_rows)(const T *restrict x, T *restrict v, T *restrict work,
+                                      idx nb, idx nc, idx h, idx w, idx pad_h, idx pad_w,
+                                      idx th, idx tw, idx start, idx stop)
+{
+    idx nt = nb * th * tw, stride = nc * nt, wide = 2 * tw + 2;
+    T *d = work, *e = work + 4 * wide;
+    idx lo = pad_w < wide ? pad_w : wide; /* padded columns [lo, hi) hold the input */
+    idx hi = pad_w + w < wide ? pad_w + w : wide;
+    for (idx c = start; c < stop; ++c)
+        for (idx b = 0; b < nb; ++b) {
+            const T *plane = x + (b * nc + c) * h * w;
+            for (idx ty = 0; ty < th; ++ty) {
+                for (idx r = 0; r < 4; ++r) {
+                    T *row = d + r * wide;
+                    idx rr = 2 * ty - pad_h + r;
+                    if (rr < 0 || rr >= h || hi <= lo) {
+                        memset(row, 0, (size_t)wide * sizeof(T));
+                        continue;
+                    }
+                    memset(row, 0, (size_t)lo * sizeof(T));
+                    memcpy(row + lo, plane + rr * w + (lo - pad_w),
+                           (size_t)(hi - lo) * sizeof(T));
+                    memset(row + hi, 0, (size_t)(wide - hi) * sizeof(T));
+                }
+                const T *d0 = d, *d1 = d + wide, *d2 = d + 2 * wide, *d3 = d + 3 * wide;
+                T *e0 = e, *e1 = e + wide, *e2 = e + 2 * wide, *e3 = e + 3 * wide;
+                for (idx q = 0; q < wide; ++q) {
+                    e0[q] = d0[q] - d2[q];
+                    e1[q] = d1[q] + d2[q];
+                    e2[q] = d2[q] - d1[q];
+                    e3[q] = d1[q] - d3[q];
+                }
+                T *o = v + c * nt + (b * th + ty) * tw;
+                for (idx r = 0; r < 4; ++r) {
+                    const T *restrict er = e + r * wide;
+                    T *restrict o0 = o + (r * 4) * stride, *restrict o1 = o0 + stride;
+                    T *restrict o2 = o1 + stride, *restrict o3 = o2 + stride;
+                    for (idx tx = 0; tx < tw; ++tx) {
+                        T a = er[2 * tx], p = er[2 * tx + 1], q = er[2 * tx + 2];
+                        T z = er[2 * tx + 3];
+                        o0[tx] = a - q;
+                        o1[tx] = p + q;
+                        o2[tx] = q - p;
+                        o3[tx] = p - z;
+                    }
+                }
+            }
+        }
+}
+
+/* The callers keep tw <= PCL_WINOGRAD_MAX_TW (ops.cpu.convolution checks it). */
+EXPORT void NAME(winograd_input)(const T *restrict x, T *restrict v, idx nb, idx nc, idx h,
+                                 idx w, idx pad_h, idx pad_w, idx th, idx tw, idx start,
+                                 idx stop)
+{
+    T work[8 * (2 * PCL_WINOGRAD_MAX_TW + 2)];
+    NAME(winograd_input_rows)(x, v, work, nb, nc, h, w, pad_h, pad_w, th, tw, start, stop);
+}
+
+/* y (B, K, OH, OW) = A^T m A for every tile of M (16, K, T) (+ bias[k] when bias is not
+ * NULL), the outputs beyond (OH, OW) of the last row and column of tiles dropped, output
+ * channels [start, stop). A row of tiles at a time into two output rows in work
+ * (4 tw elements, this call's own), then copied. */
+VECTOR_CLONES
+static void NAME(winograd_output_rows)(const T *restrict m, const T *restrict bias,
+                                       T *restrict y, T *restrict work, idx nb, idx nk,
+                                       idx oh, idx ow, idx th, idx tw, idx start, idx stop)
+{
+    idx nt = nb * th * tw, stride = nk * nt;
+    T *row0 = work, *row1 = work + 2 * tw;
+    for (idx k = start; k < stop; ++k) {
+        T b0 = bias ? bias[k] : (T)0;
+        for (idx b = 0; b < nb; ++b) {
+            T *plane = y + (b * nk + k) * oh * ow;
+            for (idx ty = 0; ty < th; ++ty) {
+                const T *restrict s = m + k * nt + (b * th + ty) * tw;
+                for (idx tx = 0; tx < tw; ++tx) {
+                    T t0[4], t1[4]; /* A^T m */
+                    for (idx q = 0; q < 4; ++q) {
+                        T m0 = s[q * stride + tx], m1 = s[(4 + q) * stride + tx];
+                        T m2 = s[(8 + q) * stride + tx], m3 = s[(12 + q) * stride + tx];
+                        t0[q] = m0 + m1 + m2;
+                        t1[q] = m1 - m2 - m3;
+                    }
+                    row0[2 * tx] = t0[0] + t0[1] + t0[2] + b0;
+                    row0[2 * tx + 1] = t0[1] - t0[2] - t0[3] + b0;
+                    row1[2 * tx] = t1[0] + t1[1] + t1[2] + b0;
+                    row1[2 * tx + 1] = t1[1] - t1[2] - t1[3] + b0;
+                }
+                idx oy = 2 * ty;
+                memcpy(plane + oy * ow, row0, (size_t)ow * sizeof(T));
+                if (oy + 1 < oh)
+                    memcpy(plane + (oy + 1) * ow, row1, (size_t)ow * sizeof(T));
+            }
+        }
+    }
+}
+
+EXPORT void NAME(winograd_output)(const T *restrict m, const T *restrict bias, T *restrict y,
+                                  idx nb, idx nk, idx oh, idx ow, idx th, idx tw, idx start,
+                                  idx stop)
+{
+    T work[4 * PCL_WINOGRAD_MAX_TW];
+    NAME(winograd_output_rows)(m, bias, y, work, nb, nk, oh, ow, th, tw, start, stop);
+}

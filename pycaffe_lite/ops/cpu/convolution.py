@@ -1,0 +1,115 @@
+"""Compiled convolution kernels for host arrays that are not im2col + GEMM: the direct depthwise
+convolution and Winograd's F(2x2, 3x3). :mod:`pycaffe_lite.ops.conv` decides when they run.
+
+Unlike the other compiled kernels these do not repeat the NumPy code's order of operations
+(the matrix-product path sums in BLAS's order, which has no loop form), so their results equal
+it to float rounding only; the tests state the bounds:
+
+- depthwise (``group == channels == outputs``, 2-D, any kernel, stride, pad, dilation): the
+  forward and the data gradient sum ``kh * kw`` products per element, the filter gradient
+  ``num * out_h * out_w`` per tap; each differs from the exact sum by at most the classical
+  bound ``n * eps * sum |terms|`` (``eps`` the element type's machine epsilon);
+- Winograd F(2x2, 3x3) (3x3 filters, stride 1, dilation 1, one group, any pad): the forward
+  only. Each 2x2 block of outputs comes from a 4x4 block of input through the transforms
+  ``Y = A^T [(G g G^T) . (B^T d B)] A``, summed over channels as 16 matrix products (BLAS);
+  2.25 times fewer multiplications than the direct form, for a transform error bounded by a
+  small multiple of ``eps`` times the sum of ``|w| * |x|`` over the window (float32: within
+  ``1e-5`` of the output's scale on the shapes of tests/test_ops_winograd.py).
+  ``PYCAFFE_LITE_WINOGRAD=0`` or :func:`set_winograd_enabled` turns it off.
+"""
+
+import os
+
+import numpy as np
+
+from . import _address, _function, _grain, _split
+
+_winograd = [os.environ.get("PYCAFFE_LITE_WINOGRAD", "1") != "0"]
+
+
+def set_winograd_enabled(flag):
+    """Use Winograd's F(2x2, 3x3) where it pays (True, the default) or never (False). Returns
+    the previous setting."""
+    old = _winograd[0]
+    _winograd[0] = bool(flag)
+    return old
+
+
+def winograd_enabled():
+    """Whether Winograd's F(2x2, 3x3) may run (the compiled library is checked apart)."""
+    return _winograd[0]
+
+
+def _geometry(image_shape, kernel, pad, stride, dilation, out_spatial):
+    h, w = (int(v) for v in image_shape[2:])
+    return [h, w, kernel[0], kernel[1], pad[0], pad[1], stride[0], stride[1], dilation[0],
+            dilation[1], out_spatial[0], out_spatial[1]]
+
+
+# ---- depthwise -------------------------------------------------------------------------------
+def depthwise_forward(x, weights, bias, y, kernel, pad, stride, dilation, out_spatial):
+    """``y (N, C, OH, OW)`` (overwritten) = each channel of ``x (N, C, H, W)`` correlated with
+    its filter ``weights (C, 1, kh, kw)`` (+ ``bias (C,)`` when given)."""
+    nb, nc = x.shape[:2]
+    taps = int(kernel[0]) * int(kernel[1])
+    _split(_function("depthwise_forward", x.dtype), nb * nc,
+           [_address(x), _address(weights), None if bias is None else _address(bias),
+            _address(y), nc] + _geometry(x.shape, kernel, pad, stride, dilation, out_spatial),
+           grain=_grain(taps * out_spatial[0] * out_spatial[1]))
+
+
+def depthwise_backward_data(dy, weights, dx, kernel, pad, stride, dilation, out_spatial):
+    """``dx (N, C, H, W)`` (overwritten): the gradient of :func:`depthwise_forward` with
+    respect to ``x``, from ``dy (N, C, OH, OW)``."""
+    nb, nc = dx.shape[:2]
+    taps = int(kernel[0]) * int(kernel[1])
+    _split(_function("depthwise_backward_data", dx.dtype), nb * nc,
+           [_address(dy), _address(weights), _address(dx), nc] +
+           _geometry(dx.shape, kernel, pad, stride, dilation, out_spatial),
+           grain=_grain(taps * out_spatial[0] * out_spatial[1]))
+
+
+def depthwise_backward_weight(x, dy, dw, kernel, pad, stride, dilation, out_spatial):
+    """``dw (C, 1, kh, kw) +=`` the gradient of :func:`depthwise_forward` with respect to the
+    filters, summed over the batch (threads split the channels)."""
+    nb, nc = x.shape[:2]
+    taps = int(kernel[0]) * int(kernel[1])
+    _split(_function("depthwise_backward_weight", x.dtype), nc,
+           [_address(x), _address(dy), _address(dw), nb, nc] +
+           _geometry(x.shape, kernel, pad, stride, dilation, out_spatial),
+           grain=_grain(nb * taps * out_spatial[0] * out_spatial[1]))
+
+
+# ---- Winograd F(2x2, 3x3) --------------------------------------------------------------------
+# The most tiles per row the transforms take (PCL_WINOGRAD_MAX_TW in conv_impl.h: their rows
+# of work live on the stack).
+WINOGRAD_MAX_ROW_TILES = 1024
+
+
+def winograd_tiles(num, out_spatial):
+    """The 2x2 output tiles of a batch: ``(rows, columns, total)``."""
+    th, tw = (int(out_spatial[0]) + 1) // 2, (int(out_spatial[1]) + 1) // 2
+    return th, tw, int(num) * th * tw
+
+
+def winograd_forward(x, weights, bias, y, pad, out_spatial, u, v, m):
+    """``y (N, K, OH, OW)`` (overwritten) = ``x (N, C, H, W)`` convolved with ``weights
+    (K, C, 3, 3)`` at stride 1 with ``pad`` (+ ``bias (K,)`` when given), through Winograd's
+    F(2x2, 3x3). ``u``, ``v``, ``m``: flat work buffers of at least ``16 K C``, ``16 C T`` and
+    ``16 K T`` elements (``T``: :func:`winograd_tiles`)."""
+    nb, nc, h, w = (int(s) for s in x.shape)
+    nk = int(weights.shape[0])
+    th, tw, nt = winograd_tiles(nb, out_spatial)
+    if tw > WINOGRAD_MAX_ROW_TILES:
+        raise ValueError("Winograd's transforms take outputs up to %d wide, not %d"
+                         % (2 * WINOGRAD_MAX_ROW_TILES, out_spatial[1]))
+    u, v, m = u[:16 * nk * nc], v[:16 * nc * nt], m[:16 * nk * nt]
+    _split(_function("winograd_weights", x.dtype), nk,
+           [_address(weights), _address(u), nk, nc], grain=_grain(16 * nc))
+    _split(_function("winograd_input", x.dtype), nc,
+           [_address(x), _address(v), nb, nc, h, w, int(pad[0]), int(pad[1]), th, tw],
+           grain=_grain(16 * nt))
+    np.matmul(u.reshape(16, nk, nc), v.reshape(16, nc, nt), out=m.reshape(16, nk, nt))
+    _split(_function("winograd_output", x.dtype), nk,
+           [_address(m), None if bias is None else _address(bias), _address(y), nb, nk,
+            int(out_spatial[0]), int(out_spatial[1]), th, tw], grain=_grain(16 * nt))
