@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from pycaffe_lite.data.workers import ThreadMap
+from process_helpers import as_at_a_terminal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,13 +69,14 @@ def test_ctrl_c_during_a_map_ends_the_process_by_the_interrupt(tmp_path):
             return k
 
         with ThreadMap(load, 2) as workers:
-            for i, k in enumerate(workers.map(range(10 ** 6))):
+            for i, k in enumerate(workers.map(range(10 ** 5))):
                 if i == 10:
                     print("READY", flush=True)
     """))
     for _ in range(10):
         proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                                stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                preexec_fn=as_at_a_terminal)
         assert proc.stdout.readline().strip() == "READY"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=300)  # a guard against a hang only

@@ -22,6 +22,7 @@ from pycaffe_lite import lifecycle
 from pycaffe_lite.data import db as dbmod
 from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.proto import caffe_pb2
+from process_helpers import as_at_a_terminal
 
 REPEATS = 20
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -127,7 +128,8 @@ def _run(path, interrupt):
     """Run one script to its end; for the interrupt endings, SIGINT once it printed READY."""
     proc = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+                            env=dict(os.environ, PYTHONFAULTHANDLER="1"),
+                            preexec_fn=as_at_a_terminal)
     if interrupt:
         line = proc.stdout.readline()  # blocks until the script is inside its forward loop
         if line.strip() == "READY":
