@@ -2,7 +2,6 @@
 they stand in for: the same results bit for bit, on every geometry the NumPy code handles.
 Each test runs the public function twice, kernels on and off, on the same inputs."""
 
-import contextlib
 import importlib
 
 import threading
@@ -11,21 +10,10 @@ import numpy as np
 import pytest
 
 from pycaffe_lite.ops import cpu, pooling
+from kernel_helpers import kernels, needs_library
 
 im2col = importlib.import_module("pycaffe_lite.ops.im2col")  # the module, not the function
 
-needs_library = pytest.mark.skipif(
-    not cpu.library_available(),
-    reason="the C kernels were not built (%s)" % cpu.unavailable_reason())
-
-
-@contextlib.contextmanager
-def kernels(flag):
-    old = cpu.set_kernels_enabled(flag)
-    try:
-        yield
-    finally:
-        cpu.set_kernels_enabled(old)
 
 
 def both(fn):

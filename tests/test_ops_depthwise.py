@@ -8,7 +8,6 @@ the forward and the data gradient, the images times the output positions for the
 gradient; ``eps``: the type's machine epsilon); and against the matrix-product path run with
 the kernels off."""
 
-import contextlib
 
 import numpy as np
 import pytest
@@ -16,19 +15,8 @@ import pytest
 from pycaffe_lite.ops import conv, cpu
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
 from pycaffe_lite.testing import check_layer
+from kernel_helpers import kernels, needs_library
 
-needs_library = pytest.mark.skipif(
-    not cpu.library_available(),
-    reason="the C kernels were not built (%s)" % cpu.unavailable_reason())
-
-
-@contextlib.contextmanager
-def kernels(flag):
-    old = cpu.set_kernels_enabled(flag)
-    try:
-        yield
-    finally:
-        cpu.set_kernels_enabled(old)
 
 
 # num, channels, height, width, kernel (h, w), pad (h, w), stride (h, w), dilation (h, w)

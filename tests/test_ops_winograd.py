@@ -17,10 +17,8 @@ import pytest
 from pycaffe_lite.ops import conv, cpu
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
 from pycaffe_lite.testing import check_layer
+from kernel_helpers import needs_library
 
-needs_library = pytest.mark.skipif(
-    not cpu.library_available(),
-    reason="the C kernels were not built (%s)" % cpu.unavailable_reason())
 
 BOUND = {np.float32: 1e-5, np.float64: 1e-13}
 
