@@ -113,6 +113,25 @@ def test_debug_info_lines(caplog):
     assert "[Update] Layer ip, param 0 data:" in text
 
 
+def test_debug_info_lines_of_a_test_net(caplog):
+    """With debug_info the test net runs layer by layer too, and its loss is the same."""
+    caplog.set_level("INFO", "pycaffe_lite")
+    solver = SGDSolver(solver_param(FIXED + "test_iter: 2 test_interval: 1 max_iter: 1 "
+                                    "test_compute_loss: true debug_info: true"))
+    test_data = batches(2, seed=7)
+    feed(solver.net, batches(1, seed=6))
+    feed(solver.test_nets[0], test_data)
+    W0, b0 = params_of(solver)
+    solver.step(1)
+    want = np.mean([np.float32(grads(W0, b0, x, y)[0]) for x, y in test_data])
+    assert solver.test_scores[0] == [("loss", pytest.approx(want, rel=1e-5))]
+    text = caplog.text
+    testing = text[text.index("Testing net (#0)"):]
+    z = test_data[0][0].astype(np.float64) @ W0.T + b0
+    top = logged_values(testing, r"\[Forward\] Layer ip, top blob z data: ([-\d.e+]+)")
+    assert top[0] == pytest.approx(np.abs(z).mean(), rel=1e-5)
+
+
 def test_requested_stop_ends_training_and_snapshots(tmp_path, caplog):
     caplog.set_level("INFO", "pycaffe_lite")
     param = solver_param(FIXED + "max_iter: 100 snapshot_after_train: true "

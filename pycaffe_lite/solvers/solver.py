@@ -479,7 +479,7 @@ class Solver:
             if self.requested_early_exit:
                 break
             if param.debug_info:
-                iter_loss = self._forward_debug(net)
+                iter_loss = debug_info.forward(net, self._debug_check)
             else:
                 iter_loss = net.forward_from_to()
             if param.test_compute_loss:
