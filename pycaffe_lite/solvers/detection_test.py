@@ -10,7 +10,6 @@ import logging
 
 from ..errors import CaffeError
 from ..layers.detection.average_precision import AP_VERSIONS, DetectionAccumulator
-from ..signals import SolverAction
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -40,14 +39,7 @@ def test_detection(solver, test_net_id=0):
     loss = 0.0
     n_iter = param.test_iter[test_net_id]
     for _ in range(n_iter):
-        request = solver.get_requested_action()
-        while request != SolverAction.NONE:
-            if request == SolverAction.SNAPSHOT:
-                solver.snapshot()
-            elif request == SolverAction.STOP:
-                solver.requested_early_exit = True
-            request = solver.get_requested_action()
-        if solver.requested_early_exit:
+        if solver._requests_stop_testing():
             log.info("Test interrupted.")
             return None
         iter_loss = net.forward_from_to()

@@ -455,6 +455,18 @@ class Solver:
                 break
             self.test(test_net_id)
 
+    def _requests_stop_testing(self):
+        """Between test iterations: act on every pending request (snapshot, stop); whether
+        testing must stop."""
+        request = self.get_requested_action()
+        while request != SolverAction.NONE:
+            if request == SolverAction.SNAPSHOT:
+                self.snapshot()
+            elif request == SolverAction.STOP:
+                self.requested_early_exit = True
+            request = self.get_requested_action()
+        return self.requested_early_exit
+
     def test(self, test_net_id=0):
         """Run test net ``test_net_id`` for its test_iter batches; log and keep the means
         (the mean average precision with the SSD fork's ``eval_type: "detection"``)."""
@@ -469,14 +481,7 @@ class Solver:
         scores = None
         loss = 0.0
         for _ in range(n_iter):
-            request = self.get_requested_action()
-            while request != SolverAction.NONE:
-                if request == SolverAction.SNAPSHOT:
-                    self.snapshot()
-                elif request == SolverAction.STOP:
-                    self.requested_early_exit = True
-                request = self.get_requested_action()
-            if self.requested_early_exit:
+            if self._requests_stop_testing():
                 break
             if param.debug_info:
                 iter_loss = debug_info.forward(net, self._debug_check)
