@@ -16,6 +16,30 @@ def split_priors(prior_data, num_priors):
         flat[num_priors * 4:num_priors * 8].reshape(num_priors, 4)
 
 
+def count_priors(layer, loc, conf, prior, num_loc_classes, num_classes):
+    """The number of priors in ``prior`` (a PriorBox top), after checking that the location
+    (``num_loc_classes`` x 4 per prior) and confidence (``num_classes`` per prior) bottoms of
+    ``layer`` predict that many; a LayerError naming the numbers otherwise."""
+    if loc.shape[0] != conf.shape[0]:
+        raise layer.error("loc has %d images and conf %d" % (loc.shape[0], conf.shape[0]))
+    if prior.count % 8:
+        raise layer.error("the prior blob holds %d values, not boxes and variances (a "
+                          "multiple of 8)" % prior.count)
+    num_priors = prior.count // 8
+    n = max(loc.shape[0], 1)
+    if loc.count // n != num_priors * num_loc_classes * 4:
+        raise layer.error(
+            "loc has %d values per image; %d priors x %d location classes x 4 = %d "
+            "expected (the number of priors must match the location predictions)"
+            % (loc.count // n, num_priors, num_loc_classes, num_priors * num_loc_classes * 4))
+    if conf.count // n != num_priors * num_classes:
+        raise layer.error(
+            "conf has %d values per image; %d priors x %d classes = %d expected (the "
+            "number of priors must match the confidence predictions)"
+            % (conf.count // n, num_priors, num_classes, num_priors * num_classes))
+    return num_priors
+
+
 @register_layer("DetectionOutput")
 class DetectionOutputLayer(Layer):
     """Final detections of an SSD net: decoded boxes after per-class suppression.
@@ -72,27 +96,7 @@ class DetectionOutputLayer(Layer):
             raise self.error("visualize is not supported; draw the top blob's boxes instead")
 
     def reshape(self, bottom, top):
-        loc, conf, prior = bottom
-        if loc.shape[0] != conf.shape[0]:
-            raise self.error("loc has %d images and conf %d" % (loc.shape[0], conf.shape[0]))
-        if prior.count % 8:
-            raise self.error("the prior blob holds %d values, not boxes and variances (a "
-                             "multiple of 8)" % prior.count)
-        self.num_priors = prior.count // 8
-        loc_per = loc.count // max(loc.shape[0], 1)
-        conf_per = conf.count // max(conf.shape[0], 1)
-        if loc_per != self.num_priors * self.num_loc_classes * 4:
-            raise self.error(
-                "loc has %d values per image; %d priors x %d location classes x 4 = %d "
-                "expected (the number of priors must match the location predictions)"
-                % (loc_per, self.num_priors, self.num_loc_classes,
-                   self.num_priors * self.num_loc_classes * 4))
-        if conf_per != self.num_priors * self.num_classes:
-            raise self.error(
-                "conf has %d values per image; %d priors x %d classes = %d expected (the "
-                "number of priors must match the confidence predictions)"
-                % (conf_per, self.num_priors, self.num_classes,
-                   self.num_priors * self.num_classes))
+        self.num_priors = count_priors(self, *bottom, self.num_loc_classes, self.num_classes)
         top[0].reshape(1, 1, 1, 7)
 
     def detect(self, loc, conf, prior):

@@ -6,7 +6,7 @@ from ...layer import Layer
 from ...registry import register_layer
 from ..loss.loss_utils import get_normalizer, normalization_mode
 from .bbox_util import CODE_NAMES
-from .detection_output_layer import split_priors
+from .detection_output_layer import count_priors, split_priors
 from .multibox_util import (MBL, FLT_MIN, encode_locations, find_matches, gathered,
                             loc_loss_grad, loc_loss_values, mine, positives, read_ground_truth)
 
@@ -70,26 +70,8 @@ class MultiBoxLossLayer(Layer):
         self.grads = None
 
     def reshape(self, bottom, top):
-        loc, conf, prior = bottom[0], bottom[1], bottom[2]
-        if loc.shape[0] != conf.shape[0]:
-            raise self.error("loc has %d images and conf %d" % (loc.shape[0], conf.shape[0]))
-        if prior.count % 8:
-            raise self.error("the prior blob holds %d values, not boxes and variances (a "
-                             "multiple of 8)" % prior.count)
-        self.num_priors = prior.count // 8
-        n = max(loc.shape[0], 1)
-        if loc.count // n != self.num_priors * self.loc_classes * 4:
-            raise self.error(
-                "loc has %d values per image; %d priors x %d location classes x 4 = %d "
-                "expected (the number of priors must match the location predictions)"
-                % (loc.count // n, self.num_priors, self.loc_classes,
-                   self.num_priors * self.loc_classes * 4))
-        if conf.count // n != self.num_priors * self.num_classes:
-            raise self.error(
-                "conf has %d values per image; %d priors x %d classes = %d expected (the "
-                "number of priors must match the confidence predictions)"
-                % (conf.count // n, self.num_priors, self.num_classes,
-                   self.num_priors * self.num_classes))
+        self.num_priors = count_priors(self, bottom[0], bottom[1], bottom[2], self.loc_classes,
+                                       self.num_classes)
         if bottom[3].count % 8:
             raise self.error("the label blob holds %d values, not rows of 8"
                              % bottom[3].count)
