@@ -59,7 +59,7 @@ class BuildExtOptional(build_ext):
         if self.compiler.compiler_type == "msvc":
             flags = ["/O2", "/fp:precise"]
         else:
-            flags = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-std=c99"]
+            flags = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-std=c99"]
         for ext in self.extensions:
             ext.extra_compile_args = flags
         super().build_extensions()

@@ -367,9 +367,10 @@ def check_batch_first(x, kernel, pad, stride, dilation):
 @needs_library
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("size", [1, 3, 5])
-def test_lrn_across_channels(dtype, size):
+@pytest.mark.parametrize("beta", [0.75, 0.6])
+def test_lrn_across_channels(dtype, size, beta):
     """LRN's forward and backward through the layer, with and without the compiled channel
-    sums: identical."""
+    sums (and, for beta = 0.75, the compiled power): identical."""
     import pycaffe_lite as caffe
     from pycaffe_lite.layers.vision.lrn_layer import LRNLayer
     from pycaffe_lite.proto import caffe_pb2
@@ -381,7 +382,7 @@ def test_lrn_across_channels(dtype, size):
         param = caffe_pb2.LayerParameter(name="norm", type="LRN")
         param.lrn_param.local_size = size
         param.lrn_param.alpha = 0.3
-        param.lrn_param.beta = 0.75
+        param.lrn_param.beta = beta
         param.lrn_param.k = 2
         bottom, top = caffe.Blob(x.shape), caffe.Blob(x.shape)
         bottom.data[...] = x
@@ -397,4 +398,21 @@ def test_lrn_across_channels(dtype, size):
     pre = (size - 1) // 2
     sq = np.pad(x.astype(np.float64) ** 2, ((0, 0), (pre, pre), (0, 0), (0, 0)))
     scale = 2 + 0.3 / size * sum(sq[:, i:i + 7] for i in range(size))
-    assert np.allclose(y, x * scale ** -0.75, rtol=1e-5)
+    assert np.allclose(y, x * scale ** -beta, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lrn_power_three_quarters_is_within_three_ulp(dtype):
+    """``x * scale^-0.75`` computed through two square roots (ops/lrn.py, both paths) against
+    the power taken in extended precision: within 3 ulp (two square roots, a product and a
+    quotient, each rounded once: at most about 2.25 ulp of relative error)."""
+    from pycaffe_lite.ops.lrn import _times_power
+    rng = np.random.default_rng(11)
+    scale = np.concatenate([rng.uniform(1, 4, 5000), 10.0 ** rng.uniform(-6, 6, 5000)])
+    scale = scale.astype(dtype)
+    x = rng.standard_normal(scale.size).astype(dtype)
+    wide = np.longdouble
+    exact = x.astype(wide) * scale.astype(wide) ** wide(-0.75)
+    got = _times_power(x, scale, 0.75, np.empty_like(x))
+    ulp = np.spacing(np.abs(exact).astype(dtype)).astype(wide)
+    assert np.max(np.abs(got.astype(wide) - exact) / ulp) <= 3.0

@@ -39,15 +39,34 @@ def _window(a, size, across):
     return _window_sum(_window_sum(a, size, 2), size, 3)
 
 
+def _times_power(x, scale, beta, out):
+    """``out = x * scale^-beta``. For ``beta = 0.75`` (Caffe's default, AlexNet's and
+    GoogLeNet's) as ``x / (sqrt(scale) * sqrt(sqrt(scale)))``: two correctly rounded square
+    roots instead of a general power (about 25x faster here, within 3 ulp of the exact
+    value), computed the same way by the compiled forward."""
+    xp = get_array_module(x)
+    if beta == 0.75:
+        t = xp.sqrt(scale)
+        t *= xp.sqrt(t)
+        xp.divide(x, t, out=out)
+    else:
+        out[...] = x * scale ** x.dtype.type(-beta)
+    return out
+
+
 def lrn_forward(x, y, size, alpha, beta, k, across):
     """``y = x * scale^-beta``; returns ``scale`` (the backward needs it)."""
     if _gpu.supported(x):  # CuPy arrays: the CUDA kernels of ops/gpu/lrn.py
         return _gpu.lrn_forward(x, y, size, alpha, beta, k, across)
     dt = x.dtype.type
-    if across and _cpu.supported(x):  # the compiled channel sums (ops/cpu)
+    if across and _cpu.supported(x, y):  # the compiled channel sums (ops/cpu)
         summed = np.empty_like(x)
-        _cpu.lrn_scale(x, summed, size, dt(alpha / size), dt(k))
-    elif across:
+        root = beta == 0.75
+        _cpu.lrn_scale(x, summed, size, dt(alpha / size), dt(k), top=y if root else None)
+        if not root:
+            _times_power(x, summed, beta, y)
+        return summed
+    if across:
         summed = _window(x * x, size, True)
         summed *= dt(alpha / size)
         summed += dt(k)
@@ -56,7 +75,7 @@ def lrn_forward(x, y, size, alpha, beta, k, across):
         summed /= dt(size * size)
         summed *= dt(alpha)
         summed += dt(1)
-    y[...] = x * summed ** dt(-beta)
+    _times_power(x, summed, beta, y)
     return summed
 
 
@@ -72,4 +91,5 @@ def lrn_backward(x, y, dy, scale, dx, size, alpha, beta, across):
         _cpu.lrn_accum(dy, y, scale, np.empty_like(x), accum, size)
     else:
         accum = _window(dy * y / scale, size, across)
-    dx[...] = dy * scale ** dt(-beta) - dt(2.0 * alpha * beta / n) * x * accum
+    _times_power(dy, scale, beta, dx)
+    dx -= dt(2.0 * alpha * beta / n) * x * accum

@@ -38,7 +38,7 @@ import threading
 
 import numpy as np
 
-_ABI_VERSION = 7
+_ABI_VERSION = 8
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
@@ -52,7 +52,7 @@ _SIGNATURES = {
     "max_pool_forward": [_P, _P, _P] + [_I] * 12,
     "max_pool_backward": [_P, _P, _P] + [_I] * 12,
     "sgd_update": [_P, _P, _P, _F, _F, ctypes.c_int32, _F, _F, _I, _I],
-    "lrn_scale": [_P, _P, _I, _I, _I, _F, _F, _I, _I],
+    "lrn_scale": [_P, _P, _P, _I, _I, _I, _F, _F, _I, _I],
     "lrn_accum": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I],
     "depthwise_forward": [_P, _P, _P, _P] + [_I] * 15,
     "depthwise_backward_data": [_P, _P, _P] + [_I] * 15,
@@ -359,13 +359,17 @@ def max_pool_backward(top_diff, argmax, kernel, pad, stride, pooled, bottom_diff
 
 
 # ---- LRN across channels ----------------------------------------------------------------------
-def lrn_scale(x, scale, size, a, k):
+def lrn_scale(x, scale, size, a, k, top=None):
     """``scale = k + a * window_sum(x^2)`` over ``size`` channels of ``x (N, C, H, W)`` (the
-    NumPy code's order and roundings; ``a`` and ``k`` already in the arrays' type)."""
+    NumPy code's order and roundings; ``a`` and ``k`` already in the arrays' type); with
+    ``top``, also ``top = x * scale^-0.75`` as :func:`pycaffe_lite.ops.lrn.lrn_forward`
+    computes it for ``beta = 0.75``. Split over (image, channel) planes: one image's
+    channels share the threads."""
     n, c = x.shape[:2]
     npix = x.size // max(1, n * c)
-    _split(_function("lrn_scale", x.dtype), n,
-           [_address(x), _address(scale), c, npix, size, a, k], grain=_grain(c * npix))
+    _split(_function("lrn_scale", x.dtype), n * c,
+           [_address(x), _address(scale), None if top is None else _address(top), c, npix,
+            size, a, k], grain=_grain(npix * size))
 
 
 def lrn_accum(top_diff, top, scale, work, accum, size):

@@ -208,17 +208,39 @@ static void NAME(channel_window_sum)(const T *restrict src, T *restrict out, idx
     }
 }
 
-/* LRN across channels, images [start, stop) of x (N, C, P): scale = k + a * (the window sum
- * of x^2; a = alpha / size). */
+/* LRN across channels, planes [start, stop) of x (N * C, P) (plane n * C + c): scale = k +
+ * a * (the window sum of x^2; a = alpha / size), summed as channel_window_sum sums. When top
+ * is given (beta = 0.75), also top = x / (sqrt(scale) * sqrt(sqrt(scale))), x * scale^-0.75
+ * through two correctly rounded square roots, as the NumPy code computes it. */
 VECTOR_CLONES
-EXPORT void NAME(lrn_scale)(const T *restrict x, T *restrict scale, idx nc, idx npix, idx size,
-                            T a, T k, idx start, idx stop)
+EXPORT void NAME(lrn_scale)(const T *restrict x, T *restrict scale, T *restrict top, idx nc,
+                            idx npix, idx size, T a, T k, idx start, idx stop)
 {
-    for (idx n = start; n < stop; ++n) {
-        T *restrict out = scale + n * nc * npix;
-        NAME(channel_window_sum)(x + n * nc * npix, out, nc, npix, size, 1);
-        for (idx e = 0; e < nc * npix; ++e)
-            out[e] = out[e] * a + k;
+    idx pre = (size - 1) / 2;
+    for (idx s = start; s < stop; ++s) {
+        idx n = s / nc, c = s % nc;
+        T *restrict out = scale + s * npix;
+        for (idx p = 0; p < npix; ++p)
+            out[p] = (T)0;
+        for (idx i = 0; i < size; ++i) {
+            idx cc = c - pre + i;
+            if (cc < 0 || cc >= nc)
+                continue;
+            const T *restrict row = x + (n * nc + cc) * npix;
+            for (idx p = 0; p < npix; ++p)
+                out[p] += row[p] * row[p];
+        }
+        for (idx p = 0; p < npix; ++p)
+            out[p] = out[p] * a + k;
+        if (top) {
+            const T *restrict in = x + s * npix;
+            T *restrict y = top + s * npix;
+            for (idx p = 0; p < npix; ++p) {
+                T r = SQRT(out[p]);
+                T t = r * SQRT(r);
+                y[p] = in[p] / t;
+            }
+        }
     }
 }
 
