@@ -41,9 +41,9 @@ import os
 
 import numpy as np
 
-from .backend import get_array_module
 from .errors import NetError
 from .layers import create_layer
+from .ops.conv import bias_relu
 from .proto import caffe_pb2
 
 ENV_VAR = "PYCAFFE_LITE_FOLD"
@@ -263,9 +263,18 @@ def _relu_after(forward):
     def run(bottom, top):
         loss = forward(bottom, top)
         for t in top:
-            y = t.write_data()
-            get_array_module(y).maximum(y, 0, out=y)
+            bias_relu(t.write_data(), None, True)
         return loss
+    return run
+
+
+def _with_relu(layer):
+    """A convolution's Forward with the ReLU applied in its output pass (bias and ReLU in
+    one pass over the output; a chain's layers have no loss weight)."""
+    def run(bottom, top):
+        layer.reshape(bottom, top)
+        layer.forward(bottom, top, relu=True)
+        return 0.0
     return run
 
 
@@ -287,14 +296,18 @@ def fold(net, keep_intermediates=True):
         final = chain.final
         if chain.affine:
             chain.fused = _fused_layer(net, chain)
-            run = chain.fused.Forward
+            runner = chain.fused
             chain.frozen = list(producer.blobs) + [
                 b for i in chain.absorbed for b in net.layers[i].blobs]
             _set_writable(chain.frozen, False)
         else:
-            def run(bottom, top, producer=producer):
-                return producer.Forward(bottom, top)
-        forward = _relu_after(run) if chain.relu else run
+            runner = producer
+        if chain.relu and getattr(runner, "takes_relu", False):
+            forward = _with_relu(runner)  # the ReLU in the convolution's output pass
+        elif chain.relu:
+            forward = _relu_after(runner.Forward)
+        else:
+            forward = runner.Forward
         net._fused[chain.producer] = (lambda fwd, out: lambda bottom, top: fwd(bottom, [out]))(
             forward, final)
         for i in chain.absorbed:

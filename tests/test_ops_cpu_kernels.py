@@ -416,3 +416,70 @@ def test_lrn_power_three_quarters_is_within_three_ulp(dtype):
     got = _times_power(x, scale, 0.75, np.empty_like(x))
     ulp = np.spacing(np.abs(exact).astype(dtype)).astype(wide)
     assert np.max(np.abs(got.astype(wide) - exact) / ulp) <= 3.0
+
+
+def _bits(a):
+    return a.view(np.int32 if a.dtype == np.float32 else np.int64)
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,with_bias", [
+    ((1, 5, 7, 3), True), ((3, 4, 2, 2), True), ((2, 3), True), ((1, 5, 7, 3), False),
+    ((2, 3), False), ((40000,), False)])
+@pytest.mark.parametrize("relu", [True, False])
+def test_bias_relu_equals_numpy_bit_for_bit(dtype, shape, with_bias, relu):
+    """One compiled pass of bias + ReLU against NumPy's ``x + b`` and ``maximum(., 0)``:
+    the same bits, -0.0, NaN and infinities included, out of place and in place; parts
+    split over threads (40000 elements: three parts, the last ragged)."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(shape).astype(dtype)
+    special = np.array([-0.0, 0.0, np.nan, np.inf, -np.inf, -1e-30], dtype)
+    x.reshape(-1)[:special.size] = special[:x.size]
+    bias = rng.standard_normal(shape[1]).astype(dtype) if with_bias else None
+    ref = x.copy()
+    if with_bias:
+        ref += bias.reshape((1, -1) + (1,) * (x.ndim - 2))
+    if relu:
+        np.maximum(ref, 0, out=ref)
+    got = cpu.bias_relu(x, np.empty_like(x), bias, relu)
+    assert np.array_equal(_bits(got), _bits(ref))
+    inplace = x.copy()
+    cpu.bias_relu(inplace, inplace, bias, relu)
+    assert np.array_equal(_bits(inplace), _bits(ref))
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_layer_with_and_without_kernels(dtype):
+    """The ReLU layer's forward and gradient through the compiled kernels equal NumPy's
+    ``maximum(x, 0)`` and ``dy * (x > 0)`` bit for bit (a NaN gradient where x <= 0 stays
+    NaN, a negative one gives -0, as NumPy's product)."""
+    import pycaffe_lite as caffe
+    from pycaffe_lite.layers.neuron.relu_layer import ReLULayer
+    from pycaffe_lite.proto import caffe_pb2
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 3, 70, 90)).astype(dtype)
+    x.reshape(-1)[:4] = [-0.0, np.nan, 0.0, -np.inf]
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    dy.reshape(-1)[4:8] = np.nan
+
+    def run():
+        bottom, top = caffe.Blob(x.shape, dtype), caffe.Blob(x.shape, dtype)
+        bottom.data[...] = x
+        layer = ReLULayer(caffe_pb2.LayerParameter(name="relu", type="ReLU"))
+        layer.SetUp([bottom], [top])
+        layer.Forward([bottom], [top])
+        top.diff[...] = dy
+        layer.Backward([top], [True], [bottom])
+        return top.data.copy(), bottom.diff.copy()
+    (y_ref, dx_ref), (y, dx) = both(run)
+    assert np.array_equal(_bits(y), _bits(y_ref)) and np.array_equal(_bits(dx), _bits(dx_ref))
+    # an independent reference: Caffe's max(x, 0) and dy * (x > 0)
+    ok = ~np.isnan(x)
+    assert np.array_equal(y[ok], np.where(x[ok] > 0, x[ok], 0))
+    pos = x > 0
+    assert np.array_equal(dx[pos], dy[pos], equal_nan=True)
+    off = ~pos & ~np.isnan(dy)
+    assert np.all(dx[off] == 0)
+    assert np.all(np.isnan(dx[~pos & np.isnan(dy)]))

@@ -235,10 +235,11 @@ class ConvGeometry:
             yield start, min(self.num, start + self.chunk)
 
     def _forward_and_weight(self, input, weights, output=None, grad_output=None,
-                                weight_diff=None, bias=None):
+                                weight_diff=None, bias=None, relu=False):
         """One im2col of ``input`` per chunk, used for ``output = W * col (+ bias)`` (when
-        ``output`` is given) and for ``weight_diff += grad_output * col^T`` (when
-        ``weight_diff`` is given; ``grad_output`` is then on the output side)."""
+        ``output`` is given; ``max(., 0)`` of it when ``relu``) and for ``weight_diff +=
+        grad_output * col^T`` (when ``weight_diff`` is given; ``grad_output`` is then on the
+        output side)."""
         xp = get_array_module(input)
         inp = self._batched(input, self.conv_in_channels, self.conv_input_spatial)
         w = None if output is None else self._weights(weights)
@@ -264,17 +265,17 @@ class ConvGeometry:
                     if self._batch_last(xp, nb):
                         _batch_to_first(res.reshape(nb, g * mg, npix),
                                         buf.reshape(g * mg, npix, nb), bias)
-                        continue
-                    moved = buf.reshape(g, mg, nb, npix).transpose(2, 0, 1, 3)
-                    if bias is None:
-                        res.reshape(nb, g, mg, npix)[...] = moved
-                    else:  # the bias added on the way
-                        xp.add(moved, bias.reshape(1, g, mg, 1),
-                               out=res.reshape(nb, g, mg, npix))
+                    else:
+                        moved = buf.reshape(g, mg, nb, npix).transpose(2, 0, 1, 3)
+                        if bias is None:
+                            res.reshape(nb, g, mg, npix)[...] = moved
+                        else:  # the bias added on the way
+                            xp.add(moved, bias.reshape(1, g, mg, 1),
+                                   out=res.reshape(nb, g, mg, npix))
+                    if relu:
+                        bias_relu(res, None, True)
                     continue
-                if bias is not None:
-                    res.reshape(nb, self.conv_out_channels, npix)[...] += \
-                        bias.reshape(1, self.conv_out_channels, 1)
+                bias_relu(res, bias, relu)
 
     def _backward_and_weight(self, input, output_diff, weights, input_diff=None,
                                  weight_diff=None):
@@ -374,20 +375,37 @@ def _winograd_pays(in_channels, out_channels, out_spatial, images):
 
 
 # ---- the entry points ------------------------------------------------------------------------
-def forward(x, weights, y, geom, bias=None):
+def bias_relu(y, bias=None, relu=False):
+    """``y (N, C, ...) += bias[c]`` (when given), then ``y = max(y, 0)`` (when ``relu``): one
+    compiled pass over host arrays, NumPy's operations otherwise (the same values)."""
+    if bias is None and not relu:
+        return
+    if _cpu.supported(y, bias):
+        _cpu.bias_relu(y, y, bias, relu)
+        return
+    xp = get_array_module(y)
+    if bias is not None:
+        y += bias.reshape((1, -1) + (1,) * (y.ndim - 2))
+    if relu:
+        xp.maximum(y, 0, out=y)
+
+
+def forward(x, weights, y, geom, bias=None, relu=False):
     """``y = W * im2col(x) (+ bias per output channel)`` for the whole batch (overwrites
-    ``y``)."""
+    ``y``); then ``y = max(y, 0)`` when ``relu`` (a ReLU folded into the convolution, see
+    :mod:`pycaffe_lite.net_fold`)."""
     if _cudnn.conv_takes(geom.engine, x, weights, y, bias):
         _cudnn.conv_forward(x, weights, bias, y, geom.pad, geom.stride, geom.dilation,
                             geom.group)
-        return
-    if geom.is_depthwise and _cpu.supported(x, weights, y, bias):
+    elif geom.is_depthwise and _cpu.supported(x, weights, y, bias):
         geom._depthwise(x, weights, y=y, bias=bias)
-        return
-    if geom.winograd and _cpu_conv.winograd_enabled() and _cpu.supported(x, weights, y, bias):
+    elif geom.winograd and _cpu_conv.winograd_enabled() and _cpu.supported(x, weights, y,
+                                                                          bias):
         geom._winograd_forward(x, weights, y, bias=bias)
+    else:
+        geom._forward_and_weight(x, weights, output=y, bias=bias, relu=relu)
         return
-    geom._forward_and_weight(x, weights, output=y, bias=bias)
+    bias_relu(y, None, relu)
 
 
 def backward(x, dy, weights, geom, dx=None, dw=None):

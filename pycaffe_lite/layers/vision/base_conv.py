@@ -185,10 +185,10 @@ class BaseConvolutionLayer(Layer):
         self.chunk = self.geometry.chunk
 
     # ---- batch kernels -----------------------------------------------------------------
-    def forward_gemm(self, input, weights, output, bias=None):
+    def forward_gemm(self, input, weights, output, bias=None, relu=False):
         """``output = W * im2col(input) (+ bias)`` for the whole batch (overwrites
-        ``output``)."""
-        conv_ops.forward(input, weights, output, self.geometry, bias=bias)
+        ``output``), ``max(output, 0)`` when ``relu``."""
+        conv_ops.forward(input, weights, output, self.geometry, bias=bias, relu=relu)
 
     def forward_and_weight_gemm(self, input, weights, output=None, grad_output=None,
                                 weight_diff=None, bias=None):

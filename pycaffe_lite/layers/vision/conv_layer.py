@@ -42,12 +42,15 @@ class ConvolutionLayer(BaseConvolutionLayer):
         return cudnn.choose_engine(self.layer_param.convolution_param.engine, why_not,
                                    self.name)
 
-    def forward(self, bottom, top):
+    # forward() takes relu=True: a ReLU folded into this layer's output pass (net_fold)
+    takes_relu = True
+
+    def forward(self, bottom, top, relu=False):
         weights = self.blobs[0].read_data()
         for b, t in zip(bottom, top):
             y = t.write_data()
             bias = self.blobs[1].read_data() if self.bias_term else None
-            self.forward_gemm(b.read_data(), weights, y, bias=bias)
+            self.forward_gemm(b.read_data(), weights, y, bias=bias, relu=relu)
 
     def backward(self, top, propagate_down, bottom):
         weights = self.blobs[0].read_data()

@@ -22,6 +22,8 @@ of memory to a process whose whole LeNet training fits in 100 MB).
   of :mod:`pycaffe_lite.ops.pooling`;
 - :func:`lrn_scale` / :func:`lrn_accum`: LRN's sums over neighbouring channels (the power
   stays NumPy's);
+- :func:`bias_relu` / :func:`relu_backward`: a convolution's bias and ReLU in one pass, ReLU's
+  forward and gradient (NumPy's ``maximum`` is several times slower than an add);
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
 - :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) (equal to
   the matrix-product path to float rounding, not bit for bit: see there);
@@ -38,7 +40,7 @@ import threading
 
 import numpy as np
 
-_ABI_VERSION = 8
+_ABI_VERSION = 9
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
@@ -51,6 +53,8 @@ _SIGNATURES = {
     "col2im_batch_first": [_P, _P] + [_I] * 16,
     "max_pool_forward": [_P, _P, _P] + [_I] * 12,
     "max_pool_backward": [_P, _P, _P] + [_I] * 12,
+    "bias_relu": [_P, _P, _P, _I, _I, ctypes.c_int32, _I, _I],
+    "relu_backward": [_P, _P, _P, _I, _I],
     "sgd_update": [_P, _P, _P, _F, _F, ctypes.c_int32, _F, _F, _I, _I],
     "lrn_scale": [_P, _P, _P, _I, _I, _I, _F, _F, _I, _I],
     "lrn_accum": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I],
@@ -380,6 +384,42 @@ def lrn_accum(top_diff, top, scale, work, accum, size):
     _split(_function("lrn_accum", top.dtype), n,
            [_address(top_diff), _address(top), _address(scale), _address(work),
             _address(accum), c, npix, size], grain=_grain(c * npix))
+
+
+# ---- bias and ReLU ---------------------------------------------------------------------------
+# Elements per part when an array has no channels to split by.
+_FLAT_PART = 1 << 14
+
+
+def bias_relu(x, y, bias=None, relu=True):
+    """``y = max(x (+ bias per channel), 0)`` (the max only when ``relu``; bias over axis 1 of
+    ``x (N, C, ...)``) in one pass, as NumPy's ``x + bias`` and ``maximum(., 0)`` compute it;
+    ``y`` may be ``x``."""
+    if bias is not None:
+        nc = x.shape[1]
+        planes = x.shape[0] * nc
+        npix = x.size // max(1, planes)
+    else:  # no channels: fixed-size parts
+        nc, npix = 1, _FLAT_PART
+        planes = -(-x.size // npix)
+        if planes == 1:
+            npix = x.size
+    if planes * npix != x.size:  # a ragged last part: ReLU in two calls
+        head = (x.size // npix) * npix
+        bias_relu(x.reshape(-1)[:head], y.reshape(-1)[:head], None, relu)
+        bias_relu(x.reshape(-1)[head:], y.reshape(-1)[head:], None, relu)
+        return y
+    _split(_function("bias_relu", x.dtype), planes,
+           [_address(x), _address(y), None if bias is None else _address(bias), nc, npix,
+            int(bool(relu))], grain=_grain(npix))
+    return y
+
+
+def relu_backward(x, dy, dx):
+    """``dx = dy * (x > 0)`` (ReLU's gradient, negative slope 0), as NumPy forms it."""
+    _split(_function("relu_backward", x.dtype), x.size,
+           [_address(x), _address(dy), _address(dx)], grain=_MIN_ELEMENTS_PER_THREAD)
+    return dx
 
 
 # ---- solver ---------------------------------------------------------------------------------

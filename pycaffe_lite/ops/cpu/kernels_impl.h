@@ -88,12 +88,28 @@ EXPORT void NAME(col2im_batch_first)(const T *restrict cols, T *restrict out, id
     }
 }
 
+/* One output row's update by one kernel offset: best[px] = max(best[px], row[px * stride]) for
+ * px in [lo, hi), pick[px] = k where the new value is larger. Inlined with stride 1 and 2 as
+ * constants: contiguous (or pairwise) vector loads instead of a gather. */
+static inline void NAME(max_pool_row)(const T *restrict row, T *restrict best,
+                                      int32_t *restrict pick, int32_t k, idx lo, idx hi,
+                                      idx stride)
+{
+    for (idx px = lo; px < hi; ++px) {
+        T v = row[px * stride];
+        int32_t better = -(int32_t)(v > best[px]); /* all ones or zero */
+        pick[px] += (k - pick[px]) & better;
+        best[px] = v > best[px] ? v : best[px]; /* a max instruction */
+    }
+}
+
 /* MAX pooling over planes [start, stop) of x (S, H, W): each window's first maximum in
  * row-major order (strict > from -FLT_MAX, so NaN never wins) into top (S, PH, PW), and its
  * kernel offset i * kw + j (-1 when none) into argmax. For each output row, the kernel
  * offsets are the outer loops and the output columns the inner one: a long loop without
  * branches (on random data the processor would mispredict every other comparison), where a
- * loop per window would be a few steps long. */
+ * loop per window would be a few steps long. The columns each kernel column reaches are
+ * worked out once per call (up to 64 kernel columns; wider kernels per row). */
 VECTOR_CLONES
 EXPORT void NAME(max_pool_forward)(const T *restrict x, T *restrict top,
                                    int32_t *restrict argmax, idx h, idx w, idx ph,
@@ -101,6 +117,10 @@ EXPORT void NAME(max_pool_forward)(const T *restrict x, T *restrict top,
                                    idx stride_w, idx start, idx stop)
 {
     const T floor = (T)-FLT_MAX;
+    enum { KNOWN = 64 };
+    idx los[KNOWN], his[KNOWN];
+    for (idx j = 0; j < kw && j < KNOWN; ++j)
+        NAME(inside)(j, pad_w, stride_w, w, pw, &los[j], &his[j]);
     for (idx s = start; s < stop; ++s) {
         const T *plane = x + s * h * w;
         for (idx py = 0; py < ph; ++py) {
@@ -116,15 +136,20 @@ EXPORT void NAME(max_pool_forward)(const T *restrict x, T *restrict top,
                     continue;
                 for (idx j = 0; j < kw; ++j) {
                     idx lo, hi;
-                    NAME(inside)(j, pad_w, stride_w, w, pw, &lo, &hi);
-                    const T *restrict row = plane + r * w - pad_w + j;
-                    int32_t k = (int32_t)(i * kw + j);
-                    for (idx px = lo; px < hi; ++px) {
-                        T v = row[px * stride_w];
-                        int32_t better = -(int32_t)(v > best[px]); /* all ones or zero */
-                        pick[px] += (k - pick[px]) & better;
-                        best[px] = v > best[px] ? v : best[px]; /* a max instruction */
+                    if (j < KNOWN) {
+                        lo = los[j];
+                        hi = his[j];
+                    } else {
+                        NAME(inside)(j, pad_w, stride_w, w, pw, &lo, &hi);
                     }
+                    const T *row = plane + r * w - pad_w + j;
+                    int32_t k = (int32_t)(i * kw + j);
+                    if (stride_w == 1)
+                        NAME(max_pool_row)(row, best, pick, k, lo, hi, 1);
+                    else if (stride_w == 2)
+                        NAME(max_pool_row)(row, best, pick, k, lo, hi, 2);
+                    else
+                        NAME(max_pool_row)(row, best, pick, k, lo, hi, stride_w);
                 }
             }
         }
@@ -154,6 +179,44 @@ EXPORT void NAME(max_pool_backward)(const T *top_diff, const int32_t *argmax, T 
                 d[r * w + q] += g[py * pw + px];
             }
     }
+}
+
+/* y = x + bias[c] (when bias is given), then max(y, 0) (when relu) as NumPy's maximum takes
+ * it (y <= 0 gives +0, NaN stays NaN), over planes [start, stop) of (S, P) arrays whose plane
+ * s is channel s % nc; y may be x (in place). */
+VECTOR_CLONES
+EXPORT void NAME(bias_relu)(const T *x, T *y, const T *bias, idx nc, idx npix, int32_t relu,
+                            idx start, idx stop)
+{
+    for (idx s = start; s < stop; ++s) {
+        const T *in = x + s * npix;
+        T *out = y + s * npix;
+        T b = bias ? bias[s % nc] : (T)0;
+        if (bias && relu)
+            for (idx p = 0; p < npix; ++p) {
+                T v = in[p] + b;
+                out[p] = v <= (T)0 ? (T)0 : v;
+            }
+        else if (bias)
+            for (idx p = 0; p < npix; ++p)
+                out[p] = in[p] + b;
+        else if (relu)
+            for (idx p = 0; p < npix; ++p) {
+                T v = in[p];
+                out[p] = v <= (T)0 ? (T)0 : v;
+            }
+        else if (out != in)
+            memcpy(out, in, (size_t)npix * sizeof(T));
+    }
+}
+
+/* ReLU's gradient (negative slope 0) over elements [start, stop): dx = dy * (x > 0), the
+ * product NumPy forms (a NaN or negative top gradient times 0 gives NaN or -0). */
+VECTOR_CLONES
+EXPORT void NAME(relu_backward)(const T *x, const T *dy, T *dx, idx start, idx stop)
+{
+    for (idx e = start; e < stop; ++e)
+        dx[e] = dy[e] * (T)(x[e] > (T)0);
 }
 
 /* The SGD solver's step for elements [start, stop) of one parameter, as its NumPy steps do it,
