@@ -39,7 +39,7 @@ SHAPES = [
 def always(monkeypatch):
     """Winograd taken for every shape it can take (the rule's thresholds at their least)."""
     monkeypatch.setattr(conv, "_WINOGRAD_MIN_CHANNELS", 1)
-    monkeypatch.setattr(conv, "_WINOGRAD_TILES_PER_CHANNEL", 0)
+    monkeypatch.setattr(conv, "_WINOGRAD_MIN_TILES", 0)
 
 
 def geometry(shape, dtype, workspace=1 << 26):
@@ -139,9 +139,11 @@ def test_the_rule():
     assert not geom(kernel=(3, 3, 3), stride=(1,) * 3, dilation=(1,) * 3)
     assert not geom(ci=3)  # VGG's conv1_1: too few channels for the products to dominate
     assert not geom(size=2)  # too few tiles
-    assert geom(ci=128, co=128, size=14)  # VGG's conv5: 49 tiles for 128 channels
-    assert not geom(ci=512, co=512, size=14)  # ... not enough for 512 channels
-    assert geom(ci=512, co=512, size=14, num=8)  # but 8 images make 392
+    assert not geom(ci=32, co=128, size=28)  # SqueezeNet's fire4: too few input channels
+    assert geom(ci=128, co=128, size=28)  # ResNet-50's res3: 196 tiles
+    assert not geom(ci=128, co=128, size=14)  # 49 tiles: the GEMM is faster
+    assert not geom(ci=512, co=512, size=14)  # VGG's conv5
+    assert geom(ci=512, co=512, size=14, num=8)  # but 8 images make 392 tiles
 
 
 @needs_library

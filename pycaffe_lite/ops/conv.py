@@ -354,14 +354,18 @@ class ConvGeometry:
                                        self.pad, self.conv_out_spatial, u, v, m)
 
 
-# Winograd's F(2x2, 3x3) against im2col + GEMM (measured with benchmarks/bench_kernels.py on
-# an AVX2 machine, one thread: 0.55-0.8x the time where it pays). Its products take 2.25x
-# fewer multiplications but read 16/9 as many (transformed) filter values and write 4x the
-# output (16 values per tile of 4) before the output transform: with few input channels that
-# traffic outweighs the saving (VGG's conv1_1, 3 channels: 3x slower), and with few tiles per
-# filter the products are bound by reading the filters (512 channels at 7x7: 1.8x slower).
-_WINOGRAD_MIN_CHANNELS = 8
-_WINOGRAD_TILES_PER_CHANNEL = 0.25
+# Winograd's F(2x2, 3x3) against im2col + GEMM (measured on a quiet 2-core AVX2 machine at
+# batch 1, two threads, on the 3x3 layers of VGG-16, ResNet-50, GoogLeNet, SqueezeNet and
+# CaffeNet): 0.55-0.8x the time on VGG's 56x56 to 224x224 maps, 0.93-0.95x on 28x28 maps with
+# 64-128 channels; slower everywhere else. Its products take 2.25x fewer multiplications
+# but read 16/9 as many (transformed) filter values and write 4x the output (16 values per
+# tile of 4) before the output transform, and its 16 products are smaller than the one GEMM:
+# with fewer than 64 input channels that traffic outweighs the saving (SqueezeNet's 16-48
+# channel layers: 1.2-1.4x slower), and with fewer than 196 tiles (a 28x28 map) the products
+# are bound by reading the filters (GoogLeNet's 14x14 layers 1.1-1.25x, 512 channels at 7x7
+# 2.4x slower).
+_WINOGRAD_MIN_CHANNELS = 64
+_WINOGRAD_MIN_TILES = 196
 
 
 def _winograd_pays(in_channels, out_channels, out_spatial, images):
@@ -369,8 +373,7 @@ def _winograd_pays(in_channels, out_channels, out_spatial, images):
     (the 3x3, stride 1, dilation 1, one group geometry being given)."""
     row_tiles = (out_spatial[1] + 1) // 2
     tiles = images * ((out_spatial[0] + 1) // 2) * row_tiles
-    return in_channels >= _WINOGRAD_MIN_CHANNELS and \
-        tiles > _WINOGRAD_TILES_PER_CHANNEL * max(in_channels, out_channels) and \
+    return in_channels >= _WINOGRAD_MIN_CHANNELS and tiles >= _WINOGRAD_MIN_TILES and \
         row_tiles <= _cpu_conv.WINOGRAD_MAX_ROW_TILES
 
 
