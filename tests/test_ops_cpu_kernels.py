@@ -124,6 +124,41 @@ def test_max_pool(geometry, dtype):
 
 
 @needs_library
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", POOL_GEOMETRIES + [
+    (1, 3, 14, 14, (14, 14), (0, 0), (1, 1)),  # global, SqueezeNet's pool10
+    (2, 2, 5, 6, (4, 4), (1, 1), (1, 1)),  # one output per plane, padding inside the window
+    (1, 2, 3, 70, (1, 66), (0, 1), (1, 1))])  # a window wider than 64 columns
+def test_ave_pool_forward(geometry, dtype):
+    """AVE pooling's forward, compiled and NumPy: identical (NaN and infinities included),
+    and equal to a loop over Caffe's windows with its divisors."""
+    n, c, h, w, kernel, pad, stride = geometry
+    pooled = tuple(pooling.pooled_size(s, k, p, st) for s, k, p, st in
+                   zip((h, w), kernel, pad, stride))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((n, c, h, w)).astype(dtype)
+    x.flat[7::29] = np.inf
+    x.flat[11::31] = np.nan
+    div = pooling.pool_divisors(h, w, kernel, pad, stride, pooled, dtype=dtype)
+
+    def forward():
+        top = np.full((n, c) + pooled, 5, dtype)  # overwritten
+        pooling.ave_pool_forward(x, kernel, pad, stride, pooled, top, div)
+        return top
+    ref, got = both(forward)
+    assert np.array_equal(got, ref, equal_nan=True)
+    loop = np.empty_like(ref)
+    for py in range(pooled[0]):
+        for px in range(pooled[1]):
+            r, q = py * stride[0] - pad[0], px * stride[1] - pad[1]
+            hend, wend = min(r + kernel[0], h + pad[0]), min(q + kernel[1], w + pad[1])
+            size = (hend - r) * (wend - q)
+            window = x[:, :, max(r, 0):min(hend, h), max(q, 0):min(wend, w)]
+            loop[:, :, py, px] = window.astype(np.float64).sum(axis=(2, 3)) / size
+    np.testing.assert_allclose(got, loop, rtol=1e-5, atol=1e-6)
+
+
+@needs_library
 def test_max_pool_against_a_loop():
     """Independent reference: Caffe's scan, element by element."""
     rng = np.random.default_rng(4)

@@ -222,6 +222,8 @@ def ave_pool_forward(x, kernel, pad, stride, pooled, top, divisors):
     """Caffe's AVE pooling: the sum of each window's in-image values over ``divisors``."""
     if _gpu.supported(x, top, divisors):  # CuPy arrays: the CUDA kernel (ops/gpu)
         return _gpu.ave_pool_forward(x, kernel, pad, stride, pooled, top, divisors)
+    if _cpu.supported(x, top, divisors):  # NumPy arrays, the C kernels built (ops/cpu)
+        return _cpu.ave_pool_forward(x, kernel, pad, stride, pooled, top, divisors)
     src = _source(x, kernel, pad, stride, pooled, 0)
     top[...] = 0
     for _, window in _offsets(kernel, stride, pooled):

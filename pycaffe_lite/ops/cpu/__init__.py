@@ -19,7 +19,7 @@ of memory to a process whose whole LeNet training fits in 100 MB).
 - :func:`im2col_batch_first` / :func:`col2im_batch_first`: the convolution column matrix,
   Caffe's per-image layout with the images side by side (2-D);
 - :func:`max_pool_forward` / :func:`max_pool_backward`: MAX pooling with the window choices
-  of :mod:`pycaffe_lite.ops.pooling`;
+  of :mod:`pycaffe_lite.ops.pooling`; :func:`ave_pool_forward`: AVE pooling's window sums;
 - :func:`lrn_scale` / :func:`lrn_accum`: LRN's sums over neighbouring channels (the power
   stays NumPy's);
 - :func:`bias_relu` / :func:`relu_backward`: a convolution's bias and ReLU in one pass, ReLU's
@@ -40,7 +40,7 @@ import threading
 
 import numpy as np
 
-_ABI_VERSION = 9
+_ABI_VERSION = 10
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
@@ -53,6 +53,7 @@ _SIGNATURES = {
     "col2im_batch_first": [_P, _P] + [_I] * 16,
     "max_pool_forward": [_P, _P, _P] + [_I] * 12,
     "max_pool_backward": [_P, _P, _P] + [_I] * 12,
+    "ave_pool_forward": [_P, _P, _P] + [_I] * 12,
     "bias_relu": [_P, _P, _P, _I, _I, ctypes.c_int32, _I, _I],
     "relu_backward": [_P, _P, _P, _I, _I],
     "sgd_update": [_P, _P, _P, _F, _F, ctypes.c_int32, _F, _F, _I, _I],
@@ -346,6 +347,16 @@ def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
     planes = x.shape[0] * x.shape[1]
     _split(_function("max_pool_forward", x.dtype), planes,
            [_address(x), _address(top), _address(argmax)] +
+           _pool_geometry(x.shape, kernel, pad, stride, pooled),
+           grain=_grain(x.shape[2] * x.shape[3]))
+
+
+def ave_pool_forward(x, kernel, pad, stride, pooled, top, divisors):
+    """:func:`pycaffe_lite.ops.pooling.ave_pool_forward` (window sums in kernel-offset order,
+    over ``divisors``)."""
+    planes = x.shape[0] * x.shape[1]
+    _split(_function("ave_pool_forward", x.dtype), planes,
+           [_address(x), _address(top), _address(divisors)] +
            _pool_geometry(x.shape, kernel, pad, stride, pooled),
            grain=_grain(x.shape[2] * x.shape[3]))
 

@@ -156,6 +156,64 @@ EXPORT void NAME(max_pool_forward)(const T *restrict x, T *restrict top,
     }
 }
 
+/* AVE pooling over planes [start, stop) of x (S, H, W): each window's in-image values summed
+ * from 0 in row-major kernel order (the NumPy code adds the padding's zeros too, which changes
+ * no sum that starts at +0), then divided by divisors (PH, PW). One output per plane (global
+ * pooling) sums the window's rows in place of a loop per kernel offset. */
+VECTOR_CLONES
+EXPORT void NAME(ave_pool_forward)(const T *restrict x, T *restrict top,
+                                   const T *restrict divisors, idx h, idx w, idx ph, idx pw,
+                                   idx kh, idx kw, idx pad_h, idx pad_w, idx stride_h,
+                                   idx stride_w, idx start, idx stop)
+{
+    enum { KNOWN = 64 };
+    idx los[KNOWN], his[KNOWN];
+    for (idx j = 0; j < kw && j < KNOWN; ++j)
+        NAME(inside)(j, pad_w, stride_w, w, pw, &los[j], &his[j]);
+    for (idx s = start; s < stop; ++s) {
+        const T *plane = x + s * h * w;
+        if (ph == 1 && pw == 1) {
+            idx r0 = pad_h > 0 ? 0 : -pad_h, r1 = kh - pad_h < h ? kh - pad_h : h;
+            idx c0 = pad_w > 0 ? 0 : -pad_w, c1 = kw - pad_w < w ? kw - pad_w : w;
+            T sum = (T)0;
+            for (idx r = r0; r < r1; ++r)
+                for (idx c = c0; c < c1; ++c)
+                    sum += plane[r * w + c];
+            top[s] = sum / divisors[0];
+            continue;
+        }
+        for (idx py = 0; py < ph; ++py) {
+            T *restrict out = top + (s * ph + py) * pw;
+            for (idx px = 0; px < pw; ++px)
+                out[px] = (T)0;
+            for (idx i = 0; i < kh; ++i) {
+                idx r = py * stride_h - pad_h + i;
+                if (r < 0 || r >= h)
+                    continue;
+                for (idx j = 0; j < kw; ++j) {
+                    idx lo, hi;
+                    if (j < KNOWN) {
+                        lo = los[j];
+                        hi = his[j];
+                    } else {
+                        NAME(inside)(j, pad_w, stride_w, w, pw, &lo, &hi);
+                    }
+                    const T *row = plane + r * w - pad_w + j;
+                    if (stride_w == 1)
+                        for (idx px = lo; px < hi; ++px)
+                            out[px] += row[px];
+                    else
+                        for (idx px = lo; px < hi; ++px)
+                            out[px] += row[px * stride_w];
+                }
+            }
+            const T *restrict div = divisors + py * pw;
+            for (idx px = 0; px < pw; ++px)
+                out[px] = out[px] / div[px];
+        }
+    }
+}
+
 /* The gradient of max_pool_forward over planes [start, stop): bottom_diff (S, H, W) zeroed,
  * then each window's gradient added at its picked element (none where argmax is -1). The
  * windows are visited in reverse raster order: a bottom element picked by several windows
