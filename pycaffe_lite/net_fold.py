@@ -29,6 +29,8 @@ What the user sees (the rule, also in the README):
   instead of leaving a stale folded copy; ``net.unfold()`` makes them writable and runs the net
   layer by layer again, ``net.fold()`` folds the current values. ``copy_from`` and
   ``load_hdf5`` on a folded net unfold, load and fold again; ``share_with`` unfolds for good.
+- Layers outside the chains that offer an ``inference_forward`` run it (MAX pooling without
+  recording its window choices, which only a backward reads).
 - Nothing is folded in a TRAIN net, in a net with ``force_backward``, or where any layer of the
   chain needs backward, has a loss weight or a second top; nor when the intermediate value is read
   by any other layer. ``Net(..., fold=False)`` or the environment variable
@@ -314,11 +316,23 @@ def fold(net, keep_intermediates=True):
             net._fused[i] = _skip
         for name in chain.intermediates:
             folded_names[name] = producer.name
+    lean = _inference_forwards(net)
+    net._fused.update(lean)
     if chains:
         net.blobs = BlobDict(((n, b) for n, b in net.blobs.items() if n not in folded_names),
                              folded_names)
+    if chains or lean:
         net.folding = Folding(chains, keep_intermediates)
     return chains
+
+
+def _inference_forwards(net):
+    """{layer index: its ``inference_forward``} for the layers outside the chains that offer
+    one (a forward that leaves nothing for a backward: MAX pooling without its window
+    choices) and whose backward the net never runs."""
+    return {i: layer.inference_forward for i, layer in enumerate(net.layers)
+            if i not in net._fused and hasattr(layer, "inference_forward")
+            and not net.layer_need_backward[i]}
 
 
 @contextlib.contextmanager

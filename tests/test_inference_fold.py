@@ -351,3 +351,34 @@ def test_zoo_folded_matches_opencv(tmp_path, key, chains):
     assert np.abs(ref).max() > 1e-2
     assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
     assert ours["prob"].argmax() == ref.argmax()
+
+
+def test_max_pooling_runs_without_window_choices_in_a_folded_net(tmp_path):
+    """MAX pooling in a folded TEST net records no window choices (inference_forward): the
+    same top as the unfolded net, its backward then asks for a forward first, and a force_backward
+    net keeps the ordinary forward (its backward works)."""
+    text = (INPUT % "2 dim: 3 dim: 9 dim: 9" + conv("conv1", "data", "c1", 4)
+            + 'layer { name: "pool" type: "Pooling" bottom: "c1" top: "p" '
+              'pooling_param { pool: MAX kernel_size: 3 stride: 2 pad: 1 } }\n'
+            + 'layer { name: "avg" type: "Pooling" bottom: "p" top: "a" '
+              'pooling_param { pool: AVE kernel_size: 2 stride: 2 } }\n')
+    proto = write(tmp_path, text)
+    weights = weights_for(tmp_path, proto)
+    x = data((2, 3, 9, 9))
+    folded, out, plain, ref = run_both(proto, weights, x)
+    pool = folded.layer_names.index("pool")
+    assert folded.folding is not None and pool in folded._fused
+    np.testing.assert_array_equal(folded.blobs["p"].data, plain.blobs["p"].data)
+    np.testing.assert_array_equal(out["a"], ref["a"])
+    layer, top = folded.layers[pool], folded.top_vecs[pool]
+    top[0].diff[...] = 1
+    with pytest.raises(caffe.CaffeError, match="forward pass first"):
+        layer.Backward(top, [True], folded.bottom_vecs[pool])
+    folded.unfold()
+    assert pool not in folded._fused
+    folded.forward(data=x)
+    layer.Backward(top, [True], folded.bottom_vecs[pool])  # choices recorded again
+    assert folded.bottom_vecs[pool][0].diff.sum() == top[0].count
+    forced = caffe.Net(write(tmp_path, "force_backward: true\n" + text, "forced"), weights,
+                       caffe.TEST)
+    assert forced.folding is None and not forced._fused

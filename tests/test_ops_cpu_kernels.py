@@ -110,6 +110,9 @@ def test_max_pool(geometry, dtype):
         return top, arg
     (top_ref, arg_ref), (top, arg) = both(forward)
     assert np.array_equal(top, top_ref) and np.array_equal(arg, arg_ref)
+    values = np.empty_like(top)  # the values only (no choices wanted): the same values
+    cpu.max_pool_forward(x, kernel, pad, stride, (ph, pw), values, None)
+    assert np.array_equal(values, top_ref)
     assert np.all(top[0, 0] == -np.finfo(np.float32).max) and np.all(arg[0, 0] == -1)
     dy = rng.standard_normal(top.shape).astype(dtype)
 

@@ -369,6 +369,22 @@ def max_pool(x, kernel, pad, stride, pooled, top, memo, engine=_cudnn.CAFFE, mas
         max_pool_mask(memo.choice, x.shape[3], kernel, pad, stride, out=mask)
 
 
+def max_pool_values(x, kernel, pad, stride, pooled, top, memo, engine=_cudnn.CAFFE):
+    """MAX pooling's forward into ``top`` without what a backward needs (the window choices
+    or a copy of the output): for a net that never runs this layer's backward. ``memo`` is
+    left empty, so a backward after it fails with the layer's "forward first" error."""
+    memo.choice, memo.values, memo.shape = None, None, None
+    if _cudnn.pool_takes(engine, x, kernel, stride, pooled, top):
+        _cudnn.pool_forward(_cudnn.POOL_MAX, x, top, kernel, stride)
+    elif _cpu.supported(x, top):
+        _cpu.max_pool_forward(x, kernel, pad, stride, pooled, top, None)
+    elif get_array_module(x) is np:
+        max_pool_forward_values(x, kernel, pad, stride, pooled, top)
+    else:  # device arrays: the kernel that records choices (then dropped)
+        max_pool_forward(x, kernel, pad, stride, pooled, top,
+                         get_array_module(x).empty(top.shape, dtype=np.int32))
+
+
 def max_pool_grad(x, top, top_diff, kernel, pad, stride, pooled, memo, bottom_diff,
                   engine=_cudnn.CAFFE):
     """MAX pooling's backward (after :func:`max_pool` recorded ``memo``); ``bottom_diff`` is

@@ -343,10 +343,11 @@ def _pool_geometry(image_shape, kernel, pad, stride, pooled):
 
 def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
     """:func:`pycaffe_lite.ops.pooling.max_pool_forward` (first maximum in row-major order,
-    NaN skipped, ``-FLT_MAX`` floor, kernel offset or -1 in ``argmax``)."""
+    NaN skipped, ``-FLT_MAX`` floor, kernel offset or -1 in ``argmax``; ``argmax`` None:
+    the values only)."""
     planes = x.shape[0] * x.shape[1]
     _split(_function("max_pool_forward", x.dtype), planes,
-           [_address(x), _address(top), _address(argmax)] +
+           [_address(x), _address(top), None if argmax is None else _address(argmax)] +
            _pool_geometry(x.shape, kernel, pad, stride, pooled),
            grain=_grain(x.shape[2] * x.shape[3]))
 

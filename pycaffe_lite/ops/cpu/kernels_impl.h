@@ -103,9 +103,19 @@ static inline void NAME(max_pool_row)(const T *restrict row, T *restrict best,
     }
 }
 
+/* max_pool_row without the choices (argmax not wanted). */
+static inline void NAME(max_pool_row_values)(const T *restrict row, T *restrict best, idx lo,
+                                             idx hi, idx stride)
+{
+    for (idx px = lo; px < hi; ++px) {
+        T v = row[px * stride];
+        best[px] = v > best[px] ? v : best[px];
+    }
+}
+
 /* MAX pooling over planes [start, stop) of x (S, H, W): each window's first maximum in
  * row-major order (strict > from -FLT_MAX, so NaN never wins) into top (S, PH, PW), and its
- * kernel offset i * kw + j (-1 when none) into argmax. For each output row, the kernel
+ * kernel offset i * kw + j (-1 when none) into argmax (when not NULL). For each output row, the kernel
  * offsets are the outer loops and the output columns the inner one: a long loop without
  * branches (on random data the processor would mispredict every other comparison), where a
  * loop per window would be a few steps long. The columns each kernel column reaches are
@@ -125,11 +135,12 @@ EXPORT void NAME(max_pool_forward)(const T *restrict x, T *restrict top,
         const T *plane = x + s * h * w;
         for (idx py = 0; py < ph; ++py) {
             T *restrict best = top + (s * ph + py) * pw;
-            int32_t *restrict pick = argmax + (s * ph + py) * pw;
-            for (idx px = 0; px < pw; ++px) {
+            int32_t *restrict pick = argmax ? argmax + (s * ph + py) * pw : NULL;
+            for (idx px = 0; px < pw; ++px)
                 best[px] = floor;
-                pick[px] = -1;
-            }
+            if (pick)
+                for (idx px = 0; px < pw; ++px)
+                    pick[px] = -1;
             for (idx i = 0; i < kh; ++i) {
                 idx r = py * stride_h - pad_h + i;
                 if (r < 0 || r >= h)
@@ -144,7 +155,14 @@ EXPORT void NAME(max_pool_forward)(const T *restrict x, T *restrict top,
                     }
                     const T *row = plane + r * w - pad_w + j;
                     int32_t k = (int32_t)(i * kw + j);
-                    if (stride_w == 1)
+                    if (!pick) {
+                        if (stride_w == 1)
+                            NAME(max_pool_row_values)(row, best, lo, hi, 1);
+                        else if (stride_w == 2)
+                            NAME(max_pool_row_values)(row, best, lo, hi, 2);
+                        else
+                            NAME(max_pool_row_values)(row, best, lo, hi, stride_w);
+                    } else if (stride_w == 1)
                         NAME(max_pool_row)(row, best, pick, k, lo, hi, 1);
                     else if (stride_w == 2)
                         NAME(max_pool_row)(row, best, pick, k, lo, hi, 2);
