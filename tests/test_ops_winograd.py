@@ -1,11 +1,13 @@
-"""Winograd's F(2x2, 3x3) forward of the compiled kernels, through the convolution ops
-(pycaffe_lite.ops.conv) that choose it for 3x3, stride 1, dilation 1, one-group layers.
+"""Winograd's F(2x2, 3x3) and F(4x4, 3x3) forwards of the compiled kernels, through the
+convolution ops (pycaffe_lite.ops.conv) that choose them for 3x3, stride 1, dilation 1,
+one-group layers.
 
-Its transforms round in other places than the direct sum, so it is checked against the exact
-result (the direct sum in float64 on the same values) within a stated bound: the largest error
-at most ``1e-5`` of the output's largest magnitude for float32 (``1e-13`` for float64); in
-practice it is a few ``1e-7`` (float32). The matrix-product path (kernels off) must agree to
-the same bound."""
+Their transforms round in other places than the direct sum, so each is checked against the
+exact result (the direct sum in float64 on the same values) within a stated bound on the
+largest error, as a fraction of the output's largest magnitude: F(2x2) ``1e-5`` for float32
+(``1e-13`` for float64), in practice a few ``1e-7``; F(4x4), whose transforms have larger
+coefficients (up to 8 and 1/24), ``1e-4`` (``1e-12``), in practice a few ``1e-6``. The
+matrix-product path must agree to the same bound."""
 
 import os
 import subprocess
@@ -20,7 +22,7 @@ from pycaffe_lite.testing import check_layer
 from kernel_helpers import needs_library
 
 
-BOUND = {np.float32: 1e-5, np.float64: 1e-13}
+BOUND = {2: {np.float32: 1e-5, np.float64: 1e-13}, 4: {np.float32: 1e-4, np.float64: 1e-12}}
 
 # num, in channels, out channels, height, width, pad (h, w)
 SHAPES = [
@@ -35,11 +37,15 @@ SHAPES = [
 ]
 
 
-@pytest.fixture
-def always(monkeypatch):
-    """Winograd taken for every shape it can take (the rule's thresholds at their least)."""
-    monkeypatch.setattr(conv, "_WINOGRAD_MIN_CHANNELS", 1)
-    monkeypatch.setattr(conv, "_WINOGRAD_MIN_TILES", 0)
+@pytest.fixture(params=[4, 2])
+def always(request, monkeypatch):
+    """Winograd F(tile x tile, 3x3) taken for every shape it can take (its rule's thresholds
+    at their least, the other tile's out of reach); the tile is the fixture's value."""
+    tile = request.param
+    never = {"channels": 1 << 30, "side": 1 << 30, "tiles": 1 << 30}
+    monkeypatch.setitem(conv._WINOGRAD_RULES, tile, {"channels": 1, "side": 1, "tiles": 0})
+    monkeypatch.setitem(conv._WINOGRAD_RULES, 6 - tile, never)
+    return tile
 
 
 def geometry(shape, dtype, workspace=1 << 26):
@@ -81,17 +87,17 @@ def test_within_the_bound_of_the_exact_result(shape, dtype, workspace, always, m
     exact = direct(x, w, b, shape[5], out)
     y = np.full((shape[0], shape[2]) + out, np.nan, dtype)
     conv.forward(x, w, y, geom, bias=b)
-    taken = out[1] <= 2 * cpu_conv.WINOGRAD_MAX_ROW_TILES
-    assert geom.winograd == taken
+    taken = out[1] <= cpu_conv.WINOGRAD_MAX_WIDTH
+    assert geom.winograd == taken and geom.winograd_tile == (always if taken else 0)
     assert len(calls) == (-(-geom.num // geom.winograd_chunk) if taken else 0)
-    assert np.abs(y - exact).max() <= BOUND[dtype] * np.abs(exact).max()
+    bound = BOUND[always][dtype] * np.abs(exact).max()
+    assert np.abs(y - exact).max() <= bound
     with_gemm = np.empty_like(y)
     geom._forward_and_weight(x, w, output=with_gemm, bias=b)
-    assert np.abs(y - with_gemm).max() <= BOUND[dtype] * np.abs(exact).max()
+    assert np.abs(y - with_gemm).max() <= bound
     without_bias = np.empty_like(y)
     conv.forward(x, w, without_bias, geom)
-    assert np.abs(without_bias - (exact - b[:, None, None])).max() <= \
-        BOUND[dtype] * np.abs(exact).max()
+    assert np.abs(without_bias - (exact - b[:, None, None])).max() <= bound
 
 
 @needs_library
@@ -129,21 +135,43 @@ def test_the_rule():
              num=1):
         k = len(kernel)
         return conv.ConvGeometry(kernel, (1,) * k, stride, dilation, group, ci, co,
-                                 (size,) * k, (size,) * k, num, 4, 1 << 28).winograd
+                                 (size,) * k, (size,) * k, num, 4, 1 << 28).winograd_tile
 
-    assert geom()  # ResNet-50's res2 3x3
-    assert not geom(stride=(2, 2))
-    assert not geom(dilation=(2, 2))
-    assert not geom(group=2)
-    assert not geom(kernel=(5, 5))
-    assert not geom(kernel=(3, 3, 3), stride=(1,) * 3, dilation=(1,) * 3)
-    assert not geom(ci=3)  # VGG's conv1_1: too few channels for the products to dominate
-    assert not geom(size=2)  # too few tiles
-    assert not geom(ci=32, co=128, size=28)  # SqueezeNet's fire4: too few input channels
-    assert geom(ci=128, co=128, size=28)  # ResNet-50's res3: 196 tiles
-    assert not geom(ci=128, co=128, size=14)  # 49 tiles: the GEMM is faster
-    assert not geom(ci=512, co=512, size=14)  # VGG's conv5
-    assert geom(ci=512, co=512, size=14, num=8)  # but 8 images make 392 tiles
+    assert geom() == 4  # ResNet-50's res2 3x3
+    assert geom(stride=(2, 2)) == 0
+    assert geom(dilation=(2, 2)) == 0
+    assert geom(group=2) == 0
+    assert geom(kernel=(5, 5)) == 0
+    assert geom(kernel=(3, 3, 3), stride=(1,) * 3, dilation=(1,) * 3) == 0
+    assert geom(ci=3, size=224) == 0  # VGG's conv1_1: too few channels
+    assert geom(size=2) == 0  # too few tiles
+    assert geom(ci=16, co=64, size=56) == 4  # SqueezeNet's fire2 expand3x3
+    assert geom(ci=8, co=64, size=56) == 0
+    assert geom(ci=128, co=128, size=28) == 4  # ResNet-50's res3: 49 tiles of 4x4
+    assert geom(ci=128, co=128, size=14) == 0  # partial 4x4 tiles, 49 of 2x2: the GEMM
+    assert geom(ci=512, co=512, size=14) == 0  # VGG's conv5
+    assert geom(ci=512, co=512, size=14, num=8) == 2  # 8 images make 392 tiles of 2x2
+    assert geom(ci=32, co=512, size=14, num=8) == 0  # too few channels for F(2x2)
+
+
+@needs_library
+def test_f4x4_against_f2x2_and_a_hand_computed_tile():
+    """One 6x6 input block and a 3x3 filter: F(4x4) gives the 16 correlations, as does
+    F(2x2) and a hand sum (float64, 1e-12)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 1, 6, 6))
+    w = rng.standard_normal((1, 1, 3, 3))
+    hand = np.array([[np.sum(x[0, 0, i:i + 3, j:j + 3] * w[0, 0]) for j in range(4)]
+                     for i in range(4)])
+    for tile in (2, 4):
+        nt = cpu_conv.winograd_tiles(1, (4, 4), tile)[2]
+        p = (tile + 2) ** 2
+        y = np.empty((1, 1, 4, 4))
+        cpu_conv.winograd_forward(x, w, None, y, (0, 0), (4, 4), np.empty(p), np.empty(p * nt),
+                                  np.empty(p * nt), tile)
+        np.testing.assert_allclose(y[0, 0], hand, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="2 or 4"):
+        cpu_conv.winograd_forward(x, w, None, y, (0, 0), (4, 4), None, None, None, 3)
 
 
 @needs_library

@@ -10,9 +10,9 @@ geometry, and the layer never learns which one ran:
   :func:`pycaffe_lite.ops.gpu.cudnn.choose_engine`) is CUDNN and cuDNN takes the arrays;
 - on host arrays with the compiled kernels (:mod:`pycaffe_lite.ops.cpu.convolution`): the
   direct depthwise kernels when ``group == in_channels == out_channels`` (2-D; forward and
-  gradients), and Winograd's F(2x2, 3x3) for the forward of 3x3, stride 1, dilation 1,
-  one-group convolutions where it pays (:func:`_winograd_pays`); both equal the
-  matrix-product path to float rounding;
+  gradients), and Winograd's F(4x4, 3x3) or F(2x2, 3x3) for the forward of 3x3, stride 1,
+  dilation 1, one-group convolutions where it pays (:func:`_winograd_pays`); both equal the
+  matrix-product path to float rounding (Winograd within the bounds its tests state);
 - else im2col + GEMM, whose column matrix is laid out for the arrays at hand:
   ``(B, P)`` "batch first" (Caffe's per-image layout with the images side by side) for device
   arrays and for host arrays with the compiled kernels, where the tops and bottoms move to and
@@ -116,17 +116,21 @@ class ConvGeometry:
             # and writes the top in place, where a batch would first move both between
             # layouts (2-4x slower for GoogLeNet's 1x1 layers at batch 4, never faster).
             self.chunk = 1
-        # Winograd's F(2x2, 3x3) takes the forward where it pays (host arrays), in chunks
-        # whose transforms (16 values per tile and channel, in and out) fit the workspace
-        self.winograd = two_d and self.group == 1 and self.kernel_shape == (3, 3) and \
-            self.stride == (1, 1) and self.dilation == (1, 1)
-        if self.winograd:
-            tiles = _cpu_conv.winograd_tiles(1, self.conv_out_spatial)[2]
-            per_image = 16 * (self.conv_in_channels + self.conv_out_channels) * tiles * \
-                int(itemsize)
-            self.winograd_chunk = int(max(1, min(self.num, workspace_bytes // per_image)))
-            self.winograd = _winograd_pays(self.conv_in_channels, self.conv_out_channels,
-                                           self.conv_out_spatial, self.winograd_chunk)
+        # Winograd's F(4x4, 3x3) or F(2x2, 3x3) takes the forward where it pays (host
+        # arrays), in chunks whose transforms ((tile + 2)^2 values per tile and channel, in
+        # and out) fit the workspace; winograd_tile: 4, 2 or 0 (im2col + GEMM)
+        self.winograd_tile = 0
+        if two_d and self.group == 1 and self.kernel_shape == (3, 3) and \
+                self.stride == (1, 1) and self.dilation == (1, 1):
+            for tile in (4, 2):
+                tiles = _cpu_conv.winograd_tiles(1, self.conv_out_spatial, tile)[2]
+                per_image = (tile + 2) ** 2 * (self.conv_in_channels +
+                                               self.conv_out_channels) * tiles * int(itemsize)
+                chunk = int(max(1, min(self.num, workspace_bytes // per_image)))
+                if _winograd_pays(tile, self.conv_in_channels, self.conv_out_spatial, chunk):
+                    self.winograd_tile, self.winograd_chunk = tile, chunk
+                    break
+        self.winograd = self.winograd_tile > 0
 
     # ---- buffers and layouts -----------------------------------------------------------
     def _buffer(self, name, size, xp, dtype):
@@ -335,46 +339,48 @@ class ConvGeometry:
                                               self._images(dx, cin, ins), *self._direct_args())
 
     def _winograd_forward(self, x, weights, y, bias=None):
-        """``y = conv(x) (+ bias)`` through Winograd's F(2x2, 3x3), a chunk of images at a
-        time, its transforms in the shared workspace."""
+        """``y = conv(x) (+ bias)`` through Winograd's F(4x4, 3x3) or F(2x2, 3x3)
+        (``winograd_tile``), a chunk of images at a time, its transforms in the shared
+        workspace."""
         cin, cout = self.conv_in_channels, self.conv_out_channels
         images = self._images(x, cin, self.conv_input_spatial)
         out = self._images(y, cout, self.conv_out_spatial)
         if bias is not None:
             bias = bias.reshape(-1)
         dtype = x.dtype
-        chunk = self.winograd_chunk
-        _, _, tiles = _cpu_conv.winograd_tiles(chunk, self.conv_out_spatial)
-        u = self._buffer("winograd_u", 16 * cout * cin, np, dtype)
-        v = self._buffer("col", 16 * cin * tiles, np, dtype)
-        m = self._buffer("gemm", 16 * cout * tiles, np, dtype)
+        chunk, tile = self.winograd_chunk, self.winograd_tile
+        products = (tile + 2) ** 2
+        _, _, tiles = _cpu_conv.winograd_tiles(chunk, self.conv_out_spatial, tile)
+        u = self._buffer("winograd_u", products * cout * cin, np, dtype)
+        v = self._buffer("col", products * cin * tiles, np, dtype)
+        m = self._buffer("gemm", products * cout * tiles, np, dtype)
         for start in range(0, self.num, chunk):
             stop = min(self.num, start + chunk)
             _cpu_conv.winograd_forward(images[start:stop], weights, bias, out[start:stop],
-                                       self.pad, self.conv_out_spatial, u, v, m)
+                                       self.pad, self.conv_out_spatial, u, v, m, tile)
 
 
-# Winograd's F(2x2, 3x3) against im2col + GEMM (measured on a quiet 2-core AVX2 machine at
-# batch 1, two threads, on the 3x3 layers of VGG-16, ResNet-50, GoogLeNet, SqueezeNet and
-# CaffeNet): 0.55-0.8x the time on VGG's 56x56 to 224x224 maps, 0.93-0.95x on 28x28 maps with
-# 64-128 channels; slower everywhere else. Its products take 2.25x fewer multiplications
-# but read 16/9 as many (transformed) filter values and write 4x the output (16 values per
-# tile of 4) before the output transform, and its 16 products are smaller than the one GEMM:
-# with fewer than 64 input channels that traffic outweighs the saving (SqueezeNet's 16-48
-# channel layers: 1.2-1.4x slower), and with fewer than 196 tiles (a 28x28 map) the products
-# are bound by reading the filters (GoogLeNet's 14x14 layers 1.1-1.25x, 512 channels at 7x7
-# 2.4x slower).
-_WINOGRAD_MIN_CHANNELS = 64
-_WINOGRAD_MIN_TILES = 196
+# Winograd against im2col + GEMM, measured on a quiet 2-core AVX2 machine, two threads, on
+# the 3x3 layers of VGG-16, ResNet-50, GoogLeNet, SqueezeNet and CaffeNet
+# (benchmarks/bench_kernels.py). F(4x4, 3x3) (2.25 multiplications per output against 9)
+# takes 0.43-0.6x the GEMM's time on 56x56 to 224x224 maps and 0.64-0.88x on 28x28 maps,
+# from 16 input channels; on smaller maps its filter transform (36 values per filter tap
+# pair, made every call) and its partial tiles (a 14x14 map is 16x16 of tiles) cost more
+# than it saves (1.2-4.9x slower at batch 1). F(2x2, 3x3) (4 multiplications per output)
+# pays there once a chunk has 196 tiles (batch 4 and up at 14x14: 0.61-0.77x) and 64 input
+# channels; below that its 16 products are bound by reading the filters. Fewer input channels
+# (VGG's conv1_1, 3) lose with both: the transforms outweigh the products.
+_WINOGRAD_RULES = {4: {"channels": 16, "side": 24, "tiles": 36},
+                   2: {"channels": 64, "side": 2, "tiles": 196}}
 
 
-def _winograd_pays(in_channels, out_channels, out_spatial, images):
-    """Whether Winograd's F(2x2, 3x3) is faster than im2col + GEMM for a chunk of ``images``
-    (the 3x3, stride 1, dilation 1, one group geometry being given)."""
-    row_tiles = (out_spatial[1] + 1) // 2
-    tiles = images * ((out_spatial[0] + 1) // 2) * row_tiles
-    return in_channels >= _WINOGRAD_MIN_CHANNELS and tiles >= _WINOGRAD_MIN_TILES and \
-        row_tiles <= _cpu_conv.WINOGRAD_MAX_ROW_TILES
+def _winograd_pays(tile, in_channels, out_spatial, images):
+    """Whether Winograd's F(tile x tile, 3x3) is faster than im2col + GEMM for a chunk of
+    ``images`` (the 3x3, stride 1, dilation 1, one group geometry being given)."""
+    rule = _WINOGRAD_RULES[tile]
+    tiles = _cpu_conv.winograd_tiles(images, out_spatial, tile)[2]
+    return in_channels >= rule["channels"] and min(out_spatial) >= rule["side"] and \
+        tiles >= rule["tiles"] and out_spatial[1] <= _cpu_conv.WINOGRAD_MAX_WIDTH
 
 
 # ---- the entry points ------------------------------------------------------------------------

@@ -25,7 +25,8 @@ of memory to a process whose whole LeNet training fits in 100 MB).
 - :func:`bias_relu` / :func:`relu_backward`: a convolution's bias and ReLU in one pass, ReLU's
   forward and gradient (NumPy's ``maximum`` is several times slower than an add);
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
-- :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) (equal to
+- :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) and
+  F(4x4, 3x3) (equal to
   the matrix-product path to float rounding, not bit for bit: see there);
 - :func:`accumulate_matmul` (NumPy only, always on): ``c += a @ b`` in cache-sized blocks, for
   the fully connected layers' weight gradients.
@@ -40,7 +41,7 @@ import threading
 
 import numpy as np
 
-_ABI_VERSION = 10
+_ABI_VERSION = 11
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
@@ -65,6 +66,9 @@ _SIGNATURES = {
     "winograd_weights": [_P, _P] + [_I] * 4,
     "winograd_input": [_P, _P] + [_I] * 10,
     "winograd_output": [_P, _P, _P] + [_I] * 8,
+    "winograd4_weights": [_P, _P] + [_I] * 4,
+    "winograd4_input": [_P, _P] + [_I] * 10,
+    "winograd4_output": [_P, _P, _P] + [_I] * 8,
 }
 
 

@@ -306,3 +306,178 @@ EXPORT void NAME(winograd_output)(const T *restrict m, const T *restrict bias, T
     T work[4 * PCL_WINOGRAD_MAX_TW];
     NAME(winograd_output_rows)(m, bias, y, work, nb, nk, oh, ow, th, tw, start, stop);
 }
+
+/* ---- Winograd F(4x4, 3x3) ---------------------------------------------------------------
+ * As F(2x2, 3x3) above with 4x4 output tiles from 6x6 input blocks and 36 matrix products
+ * (U (36, K, C) times V (36, C, T)): 2.25 multiplications per output instead of 4 (and 9
+ * directly), and fewer transformed values per output. The matrices (interpolation points
+ * 0, 1, -1, 2, -2 and infinity):
+ *   B^T = [4 0 -5 0 1 0; 0 -4 -4 1 1 0; 0 4 -4 -1 1 0; 0 -2 -1 2 1 0; 0 2 -1 -2 1 0;
+ *          0 4 0 -5 0 1],
+ *   G = [1/4 0 0; -1/6 -1/6 -1/6; -1/6 1/6 -1/6; 1/24 1/12 1/6; 1/24 -1/12 1/6; 0 0 1],
+ *   A^T = [1 1 1 1 1 0; 0 1 -1 2 -2 0; 0 1 1 4 4 0; 0 1 -1 8 -8 1]. */
+
+/* U (36, K, C) = G g G^T of the filters g (K, C, 3, 3), output channels [start, stop), the
+ * filters PCL_WINOGRAD_BLOCK at a time as in winograd_weights. */
+VECTOR_CLONES
+EXPORT void NAME(winograd4_weights)(const T *restrict g, T *restrict u, idx nk, idx nc,
+                                    idx start, idx stop)
+{
+    T f[9][PCL_WINOGRAD_BLOCK], t[18][PCL_WINOGRAD_BLOCK]; /* t: G g, 6 x 3 */
+    const T quarter = (T)0.25, sixth = (T)(1.0 / 6), twelfth = (T)(1.0 / 12);
+    const T twentyfourth = (T)(1.0 / 24);
+    idx plane = nk * nc;
+    for (idx first = start * nc; first < stop * nc; first += PCL_WINOGRAD_BLOCK) {
+        idx n = stop * nc - first < PCL_WINOGRAD_BLOCK ? stop * nc - first : PCL_WINOGRAD_BLOCK;
+        for (idx e = 0; e < n; ++e)
+            for (idx a = 0; a < 9; ++a)
+                f[a][e] = g[(first + e) * 9 + a];
+        for (idx j = 0; j < 3; ++j) { /* column j of g: (a, b, c) down its rows */
+            const T *restrict a = f[j], *restrict b = f[3 + j], *restrict c = f[6 + j];
+            for (idx e = 0; e < n; ++e) {
+                t[j][e] = a[e] * quarter;
+                t[3 + j][e] = -(a[e] + b[e] + c[e]) * sixth;
+                t[6 + j][e] = -(a[e] - b[e] + c[e]) * sixth;
+                t[9 + j][e] = a[e] * twentyfourth + b[e] * twelfth + c[e] * sixth;
+                t[12 + j][e] = a[e] * twentyfourth - b[e] * twelfth + c[e] * sixth;
+                t[15 + j][e] = c[e];
+            }
+        }
+        for (idx r = 0; r < 6; ++r) { /* row r of G g: (a, b, c) along it */
+            const T *restrict a = t[3 * r], *restrict b = t[3 * r + 1];
+            const T *restrict c = t[3 * r + 2];
+            T *restrict o = u + (r * 6) * plane + first;
+            for (idx e = 0; e < n; ++e) {
+                o[e] = a[e] * quarter;
+                o[plane + e] = -(a[e] + b[e] + c[e]) * sixth;
+                o[2 * plane + e] = -(a[e] - b[e] + c[e]) * sixth;
+                o[3 * plane + e] = a[e] * twentyfourth + b[e] * twelfth + c[e] * sixth;
+                o[4 * plane + e] = a[e] * twentyfourth - b[e] * twelfth + c[e] * sixth;
+                o[5 * plane + e] = c[e];
+            }
+        }
+    }
+}
+
+/* V (36, C, T) = B^T d B for every tile of x (B, C, H, W) padded by (pad_h, pad_w) with
+ * zeros, tiles t = (b * th + ty) * tw + tx with their top-left input corner at
+ * (4 ty - pad_h, 4 tx - pad_w), channels [start, stop), a row of tiles at a time as in
+ * winograd_input_rows. work: 12 * (4 tw + 2) elements, this call's own. */
+VECTOR_CLONES
+static void NAME(winograd4_input_rows)(const T *restrict x, T *restrict v, T *restrict work,
+                                       idx nb, idx nc, idx h, idx w, idx pad_h, idx pad_w,
+                                       idx th, idx tw, idx start, idx stop)
+{
+    idx nt = nb * th * tw, stride = nc * nt, wide = 4 * tw + 2;
+    T *d = work, *e = work + 6 * wide;
+    idx lo = pad_w < wide ? pad_w : wide; /* padded columns [lo, hi) hold the input */
+    idx hi = pad_w + w < wide ? pad_w + w : wide;
+    const T two = (T)2, four = (T)4, five = (T)5;
+    for (idx c = start; c < stop; ++c)
+        for (idx b = 0; b < nb; ++b) {
+            const T *plane = x + (b * nc + c) * h * w;
+            for (idx ty = 0; ty < th; ++ty) {
+                for (idx r = 0; r < 6; ++r) {
+                    T *row = d + r * wide;
+                    idx rr = 4 * ty - pad_h + r;
+                    if (rr < 0 || rr >= h || hi <= lo) {
+                        memset(row, 0, (size_t)wide * sizeof(T));
+                        continue;
+                    }
+                    memset(row, 0, (size_t)lo * sizeof(T));
+                    memcpy(row + lo, plane + rr * w + (lo - pad_w),
+                           (size_t)(hi - lo) * sizeof(T));
+                    memset(row + hi, 0, (size_t)(wide - hi) * sizeof(T));
+                }
+                const T *d0 = d, *d1 = d + wide, *d2 = d + 2 * wide, *d3 = d + 3 * wide;
+                const T *d4 = d + 4 * wide, *d5 = d + 5 * wide;
+                T *e0 = e, *e1 = e + wide, *e2 = e + 2 * wide, *e3 = e + 3 * wide;
+                T *e4 = e + 4 * wide, *e5 = e + 5 * wide;
+                for (idx q = 0; q < wide; ++q) { /* B^T d down the columns */
+                    e0[q] = four * d0[q] - five * d2[q] + d4[q];
+                    e1[q] = d3[q] + d4[q] - four * (d1[q] + d2[q]);
+                    e2[q] = four * (d1[q] - d2[q]) - d3[q] + d4[q];
+                    e3[q] = two * (d3[q] - d1[q]) - d2[q] + d4[q];
+                    e4[q] = two * (d1[q] - d3[q]) - d2[q] + d4[q];
+                    e5[q] = four * d1[q] - five * d3[q] + d5[q];
+                }
+                T *o = v + c * nt + (b * th + ty) * tw;
+                for (idx r = 0; r < 6; ++r) { /* then B along each tile's row */
+                    const T *restrict er = e + r * wide;
+                    T *restrict o0 = o + (r * 6) * stride, *restrict o1 = o0 + stride;
+                    T *restrict o2 = o1 + stride, *restrict o3 = o2 + stride;
+                    T *restrict o4 = o3 + stride, *restrict o5 = o4 + stride;
+                    for (idx tx = 0; tx < tw; ++tx) {
+                        const T *p = er + 4 * tx;
+                        o0[tx] = four * p[0] - five * p[2] + p[4];
+                        o1[tx] = p[3] + p[4] - four * (p[1] + p[2]);
+                        o2[tx] = four * (p[1] - p[2]) - p[3] + p[4];
+                        o3[tx] = two * (p[3] - p[1]) - p[2] + p[4];
+                        o4[tx] = two * (p[1] - p[3]) - p[2] + p[4];
+                        o5[tx] = four * p[1] - five * p[3] + p[5];
+                    }
+                }
+            }
+        }
+}
+
+/* The callers keep tw <= PCL_WINOGRAD_MAX_TW / 2 (outputs up to 2048 wide, as F(2x2)). */
+EXPORT void NAME(winograd4_input)(const T *restrict x, T *restrict v, idx nb, idx nc, idx h,
+                                  idx w, idx pad_h, idx pad_w, idx th, idx tw, idx start,
+                                  idx stop)
+{
+    T work[12 * (2 * PCL_WINOGRAD_MAX_TW + 2)];
+    NAME(winograd4_input_rows)(x, v, work, nb, nc, h, w, pad_h, pad_w, th, tw, start, stop);
+}
+
+/* y (B, K, OH, OW) = A^T m A for every tile of M (36, K, T) (+ bias[k] when bias is not
+ * NULL), the outputs beyond (OH, OW) dropped, output channels [start, stop); a row of tiles
+ * at a time into four output rows in work (16 tw elements, this call's own), then copied. */
+VECTOR_CLONES
+static void NAME(winograd4_output_rows)(const T *restrict m, const T *restrict bias,
+                                        T *restrict y, T *restrict work, idx nb, idx nk,
+                                        idx oh, idx ow, idx th, idx tw, idx start, idx stop)
+{
+    idx nt = nb * th * tw, stride = nk * nt;
+    const T two = (T)2, four = (T)4, eight = (T)8;
+    for (idx k = start; k < stop; ++k) {
+        T b0 = bias ? bias[k] : (T)0;
+        for (idx b = 0; b < nb; ++b) {
+            T *plane = y + (b * nk + k) * oh * ow;
+            for (idx ty = 0; ty < th; ++ty) {
+                const T *restrict s = m + k * nt + (b * th + ty) * tw;
+                for (idx tx = 0; tx < tw; ++tx) {
+                    T t[4][6]; /* A^T m */
+                    for (idx q = 0; q < 6; ++q) {
+                        T m0 = s[q * stride + tx], m1 = s[(6 + q) * stride + tx];
+                        T m2 = s[(12 + q) * stride + tx], m3 = s[(18 + q) * stride + tx];
+                        T m4 = s[(24 + q) * stride + tx], m5 = s[(30 + q) * stride + tx];
+                        t[0][q] = m0 + m1 + m2 + m3 + m4;
+                        t[1][q] = m1 - m2 + two * (m3 - m4);
+                        t[2][q] = m1 + m2 + four * (m3 + m4);
+                        t[3][q] = m1 - m2 + eight * (m3 - m4) + m5;
+                    }
+                    for (idx p = 0; p < 4; ++p) { /* then A along the tile's rows */
+                        T *row = work + p * 4 * tw + 4 * tx;
+                        const T *r = t[p];
+                        row[0] = r[0] + r[1] + r[2] + r[3] + r[4] + b0;
+                        row[1] = r[1] - r[2] + two * (r[3] - r[4]) + b0;
+                        row[2] = r[1] + r[2] + four * (r[3] + r[4]) + b0;
+                        row[3] = r[1] - r[2] + eight * (r[3] - r[4]) + r[5] + b0;
+                    }
+                }
+                for (idx p = 0; p < 4 && 4 * ty + p < oh; ++p)
+                    memcpy(plane + (4 * ty + p) * ow, work + p * 4 * tw,
+                           (size_t)ow * sizeof(T));
+            }
+        }
+    }
+}
+
+EXPORT void NAME(winograd4_output)(const T *restrict m, const T *restrict bias, T *restrict y,
+                                   idx nb, idx nk, idx oh, idx ow, idx th, idx tw, idx start,
+                                   idx stop)
+{
+    T work[8 * PCL_WINOGRAD_MAX_TW];
+    NAME(winograd4_output_rows)(m, bias, y, work, nb, nk, oh, ow, th, tw, start, stop);
+}

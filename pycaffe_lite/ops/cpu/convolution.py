@@ -80,36 +80,44 @@ def depthwise_backward_weight(x, dy, dw, kernel, pad, stride, dilation, out_spat
            grain=_grain(nb * taps * out_spatial[0] * out_spatial[1]))
 
 
-# ---- Winograd F(2x2, 3x3) --------------------------------------------------------------------
-# The most tiles per row the transforms take (PCL_WINOGRAD_MAX_TW in conv_impl.h: their rows
-# of work live on the stack).
+# ---- Winograd F(2x2, 3x3) and F(4x4, 3x3) ----------------------------------------------------
+# The most tiles per row the F(2x2) transforms take (PCL_WINOGRAD_MAX_TW in conv_impl.h: their
+# rows of work live on the stack); F(4x4) takes half as many (outputs up to 2048 wide both).
 WINOGRAD_MAX_ROW_TILES = 1024
+WINOGRAD_MAX_WIDTH = 2 * WINOGRAD_MAX_ROW_TILES
 
 
-def winograd_tiles(num, out_spatial):
-    """The 2x2 output tiles of a batch: ``(rows, columns, total)``."""
-    th, tw = (int(out_spatial[0]) + 1) // 2, (int(out_spatial[1]) + 1) // 2
+def winograd_tiles(num, out_spatial, tile=2):
+    """The ``tile`` x ``tile`` output tiles of a batch: ``(rows, columns, total)``."""
+    th = -(-int(out_spatial[0]) // tile)
+    tw = -(-int(out_spatial[1]) // tile)
     return th, tw, int(num) * th * tw
 
 
-def winograd_forward(x, weights, bias, y, pad, out_spatial, u, v, m):
+def winograd_forward(x, weights, bias, y, pad, out_spatial, u, v, m, tile=2):
     """``y (N, K, OH, OW)`` (overwritten) = ``x (N, C, H, W)`` convolved with ``weights
     (K, C, 3, 3)`` at stride 1 with ``pad`` (+ ``bias (K,)`` when given), through Winograd's
-    F(2x2, 3x3). ``u``, ``v``, ``m``: flat work buffers of at least ``16 K C``, ``16 C T`` and
-    ``16 K T`` elements (``T``: :func:`winograd_tiles`)."""
+    F(2x2, 3x3) (``tile`` 2) or F(4x4, 3x3) (``tile`` 4). ``u``, ``v``, ``m``: flat work
+    buffers of at least ``P K C``, ``P C T`` and ``P K T`` elements (``P = (tile + 2)^2``
+    products; ``T``: :func:`winograd_tiles`)."""
+    if tile not in (2, 4):
+        raise ValueError("Winograd's tiles here are 2 or 4 outputs wide, not %r" % (tile,))
     nb, nc, h, w = (int(s) for s in x.shape)
     nk = int(weights.shape[0])
-    th, tw, nt = winograd_tiles(nb, out_spatial)
-    if tw > WINOGRAD_MAX_ROW_TILES:
+    th, tw, nt = winograd_tiles(nb, out_spatial, tile)
+    if int(out_spatial[1]) > WINOGRAD_MAX_WIDTH:
         raise ValueError("Winograd's transforms take outputs up to %d wide, not %d"
-                         % (2 * WINOGRAD_MAX_ROW_TILES, out_spatial[1]))
-    u, v, m = u[:16 * nk * nc], v[:16 * nc * nt], m[:16 * nk * nt]
-    _split(_function("winograd_weights", x.dtype), nk,
-           [_address(weights), _address(u), nk, nc], grain=_grain(16 * nc))
-    _split(_function("winograd_input", x.dtype), nc,
+                         % (WINOGRAD_MAX_WIDTH, out_spatial[1]))
+    products = (tile + 2) ** 2
+    prefix = "winograd" if tile == 2 else "winograd4"
+    u, v, m = u[:products * nk * nc], v[:products * nc * nt], m[:products * nk * nt]
+    _split(_function(prefix + "_weights", x.dtype), nk,
+           [_address(weights), _address(u), nk, nc], grain=_grain(products * nc))
+    _split(_function(prefix + "_input", x.dtype), nc,
            [_address(x), _address(v), nb, nc, h, w, int(pad[0]), int(pad[1]), th, tw],
-           grain=_grain(16 * nt))
-    np.matmul(u.reshape(16, nk, nc), v.reshape(16, nc, nt), out=m.reshape(16, nk, nt))
-    _split(_function("winograd_output", x.dtype), nk,
+           grain=_grain(products * nt))
+    np.matmul(u.reshape(products, nk, nc), v.reshape(products, nc, nt),
+              out=m.reshape(products, nk, nt))
+    _split(_function(prefix + "_output", x.dtype), nk,
            [_address(m), None if bias is None else _address(bias), _address(y), nb, nk,
-            int(out_spatial[0]), int(out_spatial[1]), th, tw], grain=_grain(16 * nt))
+            int(out_spatial[0]), int(out_spatial[1]), th, tw], grain=_grain(products * nt))
