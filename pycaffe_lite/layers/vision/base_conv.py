@@ -3,7 +3,7 @@
 It reads ``convolution_param`` (kernel, stride, pad, dilation, group, bias, axis), creates and
 checks the weight and bias blobs, shapes the tops, and describes each batch to the convolution
 kernels of :mod:`pycaffe_lite.ops.conv` as a :class:`~pycaffe_lite.ops.conv.ConvGeometry`
-(``self.geometry``, rebuilt by every reshape); those choose the implementation. The batch
+(``self.geometry``, rebuilt by a reshape that changes the bottom's shape); those choose the implementation. The batch
 forms a subclass composes:
 
 - ``forward_gemm(input, weights, output, bias=None)``: ``output = W * im2col(input)``
@@ -43,6 +43,7 @@ class BaseConvolutionLayer(Layer):
     # 8 MB keeps LeNet's training in one chunk and its peak memory under 100 MB, and was as
     # fast as 64 MB on CaffeNet (large chunks gain nothing once N = P * B is a few thousand).
     workspace_bytes = 8 << 20
+    _geometry_key = None  # what self.geometry was made for (see reshape)
 
     # ---- what subclasses define --------------------------------------------------------
     def reverse_dimensions(self):
@@ -177,11 +178,16 @@ class BaseConvolutionLayer(Layer):
         self.out_spatial_dim = prod(self.output_spatial)
         self.bottom_dim = self.channels * prod(self.input_spatial)
         self.top_dim = self.num_output * self.out_spatial_dim
-        self.geometry = conv_ops.ConvGeometry(
-            self.kernel_shape, self.pad, self.stride, self.dilation, self.group,
-            self.conv_in_channels, self.conv_out_channels, self.conv_input_spatial,
-            self.conv_out_spatial, self.num, self.dtype.itemsize, self.workspace_bytes,
-            force_nd=self.force_nd_im2col, engine=self.engine)
+        # the geometry depends on nothing else that can change after setup: kept while the
+        # bottom's shape is the same (Forward reshapes on every call)
+        key = (x.shape, self.dtype.itemsize, self.workspace_bytes, self.engine)
+        if key != self._geometry_key:
+            self.geometry = conv_ops.ConvGeometry(
+                self.kernel_shape, self.pad, self.stride, self.dilation, self.group,
+                self.conv_in_channels, self.conv_out_channels, self.conv_input_spatial,
+                self.conv_out_spatial, self.num, self.dtype.itemsize, self.workspace_bytes,
+                force_nd=self.force_nd_im2col, engine=self.engine)
+            self._geometry_key = key
         self.chunk = self.geometry.chunk
 
     # ---- batch kernels -----------------------------------------------------------------
