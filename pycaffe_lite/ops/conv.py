@@ -363,14 +363,16 @@ class ConvGeometry:
 # Winograd against im2col + GEMM, measured on a quiet 2-core AVX2 machine, two threads, on
 # the 3x3 layers of VGG-16, ResNet-50, GoogLeNet, SqueezeNet and CaffeNet
 # (benchmarks/bench_kernels.py). F(4x4, 3x3) (2.25 multiplications per output against 9)
-# takes 0.43-0.6x the GEMM's time on 56x56 to 224x224 maps and 0.64-0.88x on 28x28 maps,
-# from 16 input channels; on smaller maps its filter transform (36 values per filter tap
-# pair, made every call) and its partial tiles (a 14x14 map is 16x16 of tiles) cost more
-# than it saves (1.2-4.9x slower at batch 1). F(2x2, 3x3) (4 multiplications per output)
+# takes 0.43-0.6x the GEMM's time on 56x56 to 224x224 maps and 0.64-0.75x on 28x28 maps
+# with 64 or more input channels (whole nets: VGG-16 0.92x, GoogLeNet 0.87x, ResNet-50 0.97x
+# the F(2x2)-only time; with 16-32 channels, SqueezeNet's expand layers, a single layer gains
+# but the net loses 5-8%); on smaller maps its filter transform (36 values per filter and
+# input channel, made every call) and its partial tiles (a 14x14 map is 16x16 of tiles)
+# cost more than it saves (1.2-4.9x slower at batch 1). F(2x2, 3x3) (4 multiplications per output)
 # pays there once a chunk has 196 tiles (batch 4 and up at 14x14: 0.61-0.77x) and 64 input
 # channels; below that its 16 products are bound by reading the filters. Fewer input channels
 # (VGG's conv1_1, 3) lose with both: the transforms outweigh the products.
-_WINOGRAD_RULES = {4: {"channels": 16, "side": 24, "tiles": 36},
+_WINOGRAD_RULES = {4: {"channels": 64, "side": 24, "tiles": 36},
                    2: {"channels": 64, "side": 2, "tiles": 196}}
 
 
