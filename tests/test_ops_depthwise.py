@@ -30,6 +30,13 @@ GEOMETRIES = [
     (1, 4, 300, 2, (3, 3), (1, 1), (1, 1), (1, 1)),  # rows longer than the kernel's block
     (2, 3, 4, 600, (1, 3), (0, 1), (1, 1), (1, 1)),  # columns beyond one block of sums
     (1, 2, 4, 4, (3, 3), (0, 0), (3, 3), (1, 1)),  # stride larger than the output
+    # 3x3 at dilation 1 (the row-at-a-time path): its edges
+    (1, 3, 10, 9, (3, 3), (0, 0), (1, 1), (1, 1)),  # no padding: all columns inside
+    (1, 3, 6, 7, (3, 3), (2, 2), (1, 1), (1, 1)),  # two rows and columns outside
+    (2, 3, 11, 12, (3, 3), (1, 1), (2, 1), (1, 1)),  # unequal strides
+    (1, 2, 9, 1, (3, 3), (1, 1), (1, 1), (1, 1)),  # one column: no window inside
+    (1, 2, 10, 10, (3, 3), (1, 1), (3, 3), (1, 1)),  # stride 3
+    (1, 2, 2, 8, (3, 3), (1, 1), (2, 2), (1, 1)),  # two rows: first and last row outside
 ]
 
 

@@ -8,11 +8,124 @@
 
 /* ---- depthwise convolution: group == channels == outputs, one filter (kh, kw) per plane -- */
 
+/* One output row of a 3x3, dilation 1 depthwise filter f, columns [lo, hi) whose three
+ * input columns c = ox * stride + x0 .. c + 2 are all inside: each output's taps summed in
+ * row-major order from 0, the rows r0, r1, r2 taken where use0, use1, use2 (a row outside the
+ * image adds nothing, as in the tap-by-tap loop). Inlined with constant flags and strides: a
+ * loop the compiler vectorises, each output written once. */
+ALWAYS_INLINE void NAME(dw3_row)(T *restrict o, const T *r0, const T *r1, const T *r2,
+                                 const T *restrict f, idx lo, idx hi, idx stride, idx x0,
+                                 int use0, int use1, int use2)
+{
+    T f0 = f[0], f1 = f[1], f2 = f[2], f3 = f[3], f4 = f[4], f5 = f[5], f6 = f[6], f7 = f[7];
+    T f8 = f[8];
+    for (idx ox = lo; ox < hi; ++ox) {
+        idx c = ox * stride + x0;
+        T acc = (T)0;
+        if (use0) {
+            acc += f0 * r0[c];
+            acc += f1 * r0[c + 1];
+            acc += f2 * r0[c + 2];
+        }
+        if (use1) {
+            acc += f3 * r1[c];
+            acc += f4 * r1[c + 1];
+            acc += f5 * r1[c + 2];
+        }
+        if (use2) {
+            acc += f6 * r2[c];
+            acc += f7 * r2[c + 1];
+            acc += f8 * r2[c + 2];
+        }
+        o[ox] = acc;
+    }
+}
+
+/* dw3_row for a row whose three input rows are all inside, or all but the first or the
+ * last, with stride 1 or 2 as constants; any other case with the flags as variables. */
+ALWAYS_INLINE void NAME(dw3_row_any)(T *restrict o, const T *r0, const T *r1, const T *r2,
+                                     const T *restrict f, idx lo, idx hi, idx stride, idx x0,
+                                     int use0, int use1, int use2)
+{
+    int all = use0 && use1 && use2, top = !use0 && use1 && use2, bottom = use0 && use1 && !use2;
+    if (stride == 1 && all)
+        NAME(dw3_row)(o, r0, r1, r2, f, lo, hi, 1, x0, 1, 1, 1);
+    else if (stride == 2 && all)
+        NAME(dw3_row)(o, r0, r1, r2, f, lo, hi, 2, x0, 1, 1, 1);
+    else if (stride == 1 && top)
+        NAME(dw3_row)(o, r0, r1, r2, f, lo, hi, 1, x0, 0, 1, 1);
+    else if (stride == 1 && bottom)
+        NAME(dw3_row)(o, r0, r1, r2, f, lo, hi, 1, x0, 1, 1, 0);
+    else if (stride == 2 && top)
+        NAME(dw3_row)(o, r0, r1, r2, f, lo, hi, 2, x0, 0, 1, 1);
+    else if (stride == 2 && bottom)
+        NAME(dw3_row)(o, r0, r1, r2, f, lo, hi, 2, x0, 1, 1, 0);
+    else
+        NAME(dw3_row)(o, r0, r1, r2, f, lo, hi, stride, x0, use0, use1, use2);
+}
+
+/* depthwise_forward for 3x3 filters at dilation 1 (MobileNet's): output row by output row,
+ * the columns whose window lies inside the image through dw3_row, the others (at most a few
+ * at each end) tap by tap with bounds checks; the same sums in the same order as the general
+ * loop. */
+VECTOR_CLONES
+static void NAME(depthwise3_forward)(const T *restrict x, const T *restrict wts,
+                                     const T *restrict bias, T *restrict y, idx nc, idx h,
+                                     idx w, idx pad_h, idx pad_w, idx stride_h, idx stride_w,
+                                     idx oh, idx ow, idx start, idx stop)
+{
+    /* interior columns: 0 <= ox * stride_w - pad_w and ox * stride_w - pad_w + 2 < w */
+    idx lo = (pad_w + stride_w - 1) / stride_w, hi = w - 3 + pad_w < 0 ? 0 :
+                                                     (w - 3 + pad_w) / stride_w + 1;
+    if (hi > ow)
+        hi = ow;
+    if (lo > hi)
+        lo = hi;
+    for (idx s = start; s < stop; ++s) {
+        idx c = s % nc;
+        const T *plane = x + s * h * w;
+        const T *f = wts + c * 9;
+        T b = bias ? bias[c] : (T)0;
+        for (idx oy = 0; oy < oh; ++oy) {
+            T *restrict o = y + (s * oh + oy) * ow;
+            idx r = oy * stride_h - pad_h;
+            const T *rows[3];
+            int use[3];
+            for (idx i = 0; i < 3; ++i) {
+                use[i] = r + i >= 0 && r + i < h;
+                rows[i] = use[i] ? plane + (r + i) * w : plane;
+            }
+            NAME(dw3_row_any)(o, rows[0], rows[1], rows[2], f, lo, hi, stride_w, -pad_w,
+                              use[0], use[1], use[2]);
+            for (idx ox = 0; ox < ow; ++ox) {
+                if (ox == lo && hi > lo) {
+                    ox = hi - 1;
+                    continue;
+                }
+                idx q = ox * stride_w - pad_w;
+                T acc = (T)0;
+                for (idx i = 0; i < 3; ++i) {
+                    if (!use[i])
+                        continue;
+                    for (idx j = 0; j < 3; ++j)
+                        if (q + j >= 0 && q + j < w)
+                            acc += f[i * 3 + j] * rows[i][q + j];
+                }
+                o[ox] = acc;
+            }
+            if (bias)
+                for (idx ox = 0; ox < ow; ++ox)
+                    o[ox] += b;
+        }
+    }
+}
+
 /* y (B * C, OH, OW) = the correlation of each plane of x (B * C, H, W) with its channel's
  * filter (plane s has channel s % nc) (+ bias[channel] when bias is not NULL), planes
  * [start, stop). The plane is summed tap by tap (each output's taps in row-major order), each
  * tap a pass over runs of output columns, a loop the compiler vectorises when the stride is
- * 1; the plane stays in cache between the passes. */
+ * 1; the plane stays in cache between the passes. 3x3 filters at dilation 1 go through
+ * depthwise3_forward (the same sums, each output written once). */
 VECTOR_CLONES
 EXPORT void NAME(depthwise_forward)(const T *restrict x, const T *restrict wts,
                                     const T *restrict bias, T *restrict y, idx nc, idx h,
@@ -20,6 +133,11 @@ EXPORT void NAME(depthwise_forward)(const T *restrict x, const T *restrict wts,
                                     idx stride_w, idx dil_h, idx dil_w, idx oh, idx ow,
                                     idx start, idx stop)
 {
+    if (kh == 3 && kw == 3 && dil_h == 1 && dil_w == 1) {
+        NAME(depthwise3_forward)(x, wts, bias, y, nc, h, w, pad_h, pad_w, stride_h, stride_w,
+                                 oh, ow, start, stop);
+        return;
+    }
     for (idx s = start; s < stop; ++s) {
         idx c = s % nc;
         const T *plane = x + s * h * w;

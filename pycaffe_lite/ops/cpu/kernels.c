@@ -41,6 +41,14 @@ typedef int64_t idx;
 #define VECTOR_CLONES
 #endif
 
+/* ALWAYS_INLINE: a helper of the vector loops, inlined into each clone of its caller (a
+ * helper left out of line would be built for the baseline instruction set only). */
+#if defined(__GNUC__)
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE static inline
+#endif
+
 /* SQRT: the correctly rounded square root of T (one instruction: built with -fno-math-errno,
  * so the vector loops keep it). */
 #define T float

@@ -91,7 +91,7 @@ EXPORT void NAME(col2im_batch_first)(const T *restrict cols, T *restrict out, id
 /* One output row's update by one kernel offset: best[px] = max(best[px], row[px * stride]) for
  * px in [lo, hi), pick[px] = k where the new value is larger. Inlined with stride 1 and 2 as
  * constants: contiguous (or pairwise) vector loads instead of a gather. */
-static inline void NAME(max_pool_row)(const T *restrict row, T *restrict best,
+ALWAYS_INLINE void NAME(max_pool_row)(const T *restrict row, T *restrict best,
                                       int32_t *restrict pick, int32_t k, idx lo, idx hi,
                                       idx stride)
 {
@@ -104,8 +104,8 @@ static inline void NAME(max_pool_row)(const T *restrict row, T *restrict best,
 }
 
 /* max_pool_row without the choices (argmax not wanted). */
-static inline void NAME(max_pool_row_values)(const T *restrict row, T *restrict best, idx lo,
-                                             idx hi, idx stride)
+ALWAYS_INLINE void NAME(max_pool_row_values)(const T *restrict row, T *restrict best,
+                                             idx lo, idx hi, idx stride)
 {
     for (idx px = lo; px < hi; ++px) {
         T v = row[px * stride];
