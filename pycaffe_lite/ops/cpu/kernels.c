@@ -31,8 +31,9 @@ typedef int64_t idx;
 /* The vector loops (col2im, MAX pooling, LRN, the SGD update, the convolution kernels) are
  * built several times, for AVX-512, AVX2 and the baseline instruction set, and the dynamic
  * loader picks the one the processor runs (GCC/Clang target_clones, ELF ifuncs): one build
- * serves every x86-64 machine. The clones compute the same IEEE operations in the same order (no fused
- * multiply-adds: -ffp-contract=off; no reassociation), only more elements at a time. */
+ * serves every x86-64 machine. The clones compute the same IEEE operations in the same order
+ * (no fused multiply-adds: -ffp-contract=off; no reassociation), only more elements at a
+ * time. */
 #if defined(VECTOR_CLONES) /* given by the build: -DVECTOR_CLONES= builds the baseline only */
 #elif defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
     ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && __GNUC__ >= 6))

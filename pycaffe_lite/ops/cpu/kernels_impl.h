@@ -115,8 +115,8 @@ ALWAYS_INLINE void NAME(max_pool_row_values)(const T *restrict row, T *restrict 
 
 /* MAX pooling over planes [start, stop) of x (S, H, W): each window's first maximum in
  * row-major order (strict > from -FLT_MAX, so NaN never wins) into top (S, PH, PW), and its
- * kernel offset i * kw + j (-1 when none) into argmax (when not NULL). For each output row, the kernel
- * offsets are the outer loops and the output columns the inner one: a long loop without
+ * kernel offset i * kw + j (-1 when none) into argmax (when not NULL). For each output row,
+ * the kernel offsets are the outer loops and the output columns the inner one: a loop without
  * branches (on random data the processor would mispredict every other comparison), where a
  * loop per window would be a few steps long. The columns each kernel column reaches are
  * worked out once per call (up to 64 kernel columns; wider kernels per row). */
