@@ -158,6 +158,10 @@ class Blob:
         self._data = other._data
         self._capacity = min(self._data.size, self._diff.size)
 
+    def shares_data_with(self, other):
+        """Whether this blob uses ``other``'s data storage, with the same shape."""
+        return self._data is other._data and self._shape == other._shape
+
     def share_diff(self, other):
         if self._count != other._count:
             raise ShapeError("cannot share diff of a blob of shape %s with one of shape %s"

@@ -382,3 +382,28 @@ def test_max_pooling_runs_without_window_choices_in_a_folded_net(tmp_path):
     forced = caffe.Net(write(tmp_path, "force_backward: true\n" + text, "forced"), weights,
                        caffe.TEST)
     assert forced.folding is None and not forced._fused
+
+
+def test_split_does_nothing_while_its_tops_share_the_bottom(tmp_path):
+    """A blob read by two layers gets a Split; in a folded net its inference_forward skips
+    the re-sharing while the tops share the bottom's data, and shares again after the input
+    is reshaped (new storage): the outputs equal the unfolded net's at both sizes."""
+    text = (INPUT % "1 dim: 2 dim: 5 dim: 5" + conv("conv1", "data", "c1", 3)
+            + 'layer { name: "relu" type: "ReLU" bottom: "c1" top: "c1" }\n'
+            + conv("left", "c1", "l", 2) + conv("right", "c1", "r", 2)
+            + 'layer { name: "cat" type: "Concat" bottom: "l" bottom: "r" top: "cat" }\n')
+    proto = write(tmp_path, text)
+    weights = weights_for(tmp_path, proto)
+    folded = caffe.Net(proto, weights, caffe.TEST)
+    plain = caffe.Net(proto, weights, caffe.TEST, fold=False)
+    split = [i for i, layer in enumerate(folded.layers) if layer.type == "Split"]
+    assert len(split) == 1 and split[0] in folded._fused
+    for shape in ((1, 2, 5, 5), (2, 2, 9, 7)):
+        x = data(shape)
+        for net in (folded, plain):
+            net.blobs["data"].reshape(shape)
+            net.reshape()
+        np.testing.assert_array_equal(folded.forward(data=x)["cat"],
+                                      plain.forward(data=x)["cat"])
+        tops = folded.top_vecs[split[0]]
+        assert all(t.shares_data_with(folded.bottom_vecs[split[0]][0]) for t in tops)

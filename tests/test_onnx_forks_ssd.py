@@ -1,6 +1,7 @@
 """The public SSD deploy nets (MobileNet-SSD, OpenCV's res10 face detector) exported whole,
 DetectionOutput included, with seeded weights: onnxruntime finds the same detections (rows
-in the same order: image, class, score) as our forward."""
+in the same order: image, class, score; detections whose scores tie to float rounding may come
+in either order) as our forward."""
 
 import os
 
@@ -11,6 +12,19 @@ import pycaffe_lite as caffe
 from onnx_helpers import onnx, run_ort
 from pycaffe_lite import onnx as caffe_onnx
 from test_ssd_opencv import DATA, random_weights
+
+
+def assert_same_rows(theirs, ours, tol):
+    """Each row of ``theirs`` (image, label, score, box) matches, within ``tol`` (absolute
+    and relative), a row of ``ours`` that no other row matched, and its scores follow ours:
+    a permutation only among rows whose scores agree to ``tol``."""
+    a, b = theirs.reshape(-1, 7).astype(np.float64), ours.reshape(-1, 7).astype(np.float64)
+    np.testing.assert_allclose(a[:, 2], b[:, 2], rtol=tol, atol=tol)
+    used = np.zeros(len(b), bool)
+    for row in a:
+        near = ~used & np.all(np.abs(b - row) <= tol + tol * np.abs(row), axis=1)
+        assert near.any(), "no detection of ours matches %s" % (row,)
+        used[np.argmax(near)] = True
 
 
 @pytest.mark.slow
@@ -43,4 +57,4 @@ def test_public_ssd_nets_export_whole(tmp_path, name, conf_scale, min_dets, num_
         assert found[:, 2].max() - found[:, 2].min() > 0.02
         assert theirs.shape == ours.shape
         np.testing.assert_array_equal(theirs[..., :2], ours[..., :2])
-        np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-4)
+        assert_same_rows(theirs, ours, tol=1e-4)

@@ -31,6 +31,13 @@ class SplitLayer(Layer):
         for t in top:
             t.share_data(bottom[0])
 
+    def inference_forward(self, bottom, top):
+        """Forward in a net that runs no backward here (see :mod:`pycaffe_lite.net_fold`):
+        nothing to do while every top still shares the bottom's data and shape."""
+        if all(t.shares_data_with(bottom[0]) for t in top):
+            return 0.0
+        return self.Forward(bottom, top)
+
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
