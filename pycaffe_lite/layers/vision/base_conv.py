@@ -3,11 +3,11 @@
 It reads ``convolution_param`` (kernel, stride, pad, dilation, group, bias, axis), creates and
 checks the weight and bias blobs, shapes the tops, and describes each batch to the convolution
 kernels of :mod:`pycaffe_lite.ops.conv` as a :class:`~pycaffe_lite.ops.conv.ConvGeometry`
-(``self.geometry``, rebuilt by a reshape that changes the bottom's shape); those choose the implementation. The batch
-forms a subclass composes:
+(``self.geometry``, rebuilt by a reshape that changes the bottom's shape); those choose the
+implementation. The batch forms a subclass composes:
 
-- ``forward_gemm(input, weights, output, bias=None)``: ``output = W * im2col(input)``
-  (``+ bias`` per output channel when given);
+- ``forward_gemm(input, weights, output, bias=None, relu=False)``: ``output = W *
+  im2col(input)`` (``+ bias`` per output channel when given; ``max(., 0)`` when ``relu``);
 - ``backward_gemm(output, weights, input)``: ``input = col2im(W^T * output)``;
 - ``weight_gemm(input, output, weight_diff)``: ``weight_diff += output * im2col(input)^T``;
 - ``forward_bias(output, bias)`` and ``backward_bias(bias_diff, output_diff)``;
