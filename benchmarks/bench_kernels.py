@@ -1,16 +1,18 @@
 """Per-layer times of the convolution kernels that are not im2col + GEMM, against that path and
 against OpenCV dnn running a one-layer net of the same shape.
 
-    python benchmarks/bench_kernels.py [--groups vgg16 resnet50 mobilenet] [--batch 1 8]
-                                       [--rounds 3] [--no-opencv]
+    python benchmarks/bench_kernels.py [--groups vgg16 resnet50 googlenet squeezenet mobilenet]
+                                       [--batch 1 8] [--rounds 3] [--no-opencv]
 
 For every layer shape: ms of ``gemm`` (im2col + GEMM with the compiled im2col, the path
 before these kernels), ``new`` (what :func:`pycaffe_lite.ops.conv.forward` picks: Winograd's
-F(2x2, 3x3) for 3x3 stride-1 layers where it pays, the direct kernel for depthwise layers),
-their ratio, and OpenCV dnn's forward of a net holding only that convolution (``cv2``, when
-installed). Depthwise layers also time the backward (data and filter gradients). The sides
-run in alternating rounds (the load of other jobs drifts over seconds) and each side's
-fastest round is reported. The outputs are checked to agree before anything is timed.
+F(4x4, 3x3) or F(2x2, 3x3) for 3x3 stride-1 layers where it pays, the direct kernel for
+depthwise layers; ``rule`` says which: w4, w2, dw or gemm), their ratio, each Winograd variant
+forced (``w2/g``, ``w4/g``: the data behind the rule in :mod:`pycaffe_lite.ops.conv`), and
+OpenCV dnn's forward of a net holding only that convolution (``cv2``, when installed).
+Depthwise layers also time the backward (data and filter gradients). The sides run in
+alternating rounds (the load of other jobs drifts over seconds) and each side's fastest round
+is reported. The outputs are checked to agree before anything is timed.
 """
 
 import argparse
@@ -25,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from pycaffe_lite.ops import conv, cpu  # noqa: E402
+from pycaffe_lite.ops.cpu import convolution as cpu_conv  # noqa: E402
 
 # (name, in channels, out channels, map size, kernel, stride, pad, group)
 VGG16 = [("conv1_1", 3, 64, 224), ("conv1_2", 64, 64, 224), ("conv2_1", 64, 128, 112),
@@ -32,6 +35,10 @@ VGG16 = [("conv1_1", 3, 64, 224), ("conv1_2", 64, 64, 224), ("conv2_1", 64, 128,
          ("conv4_1", 256, 512, 28), ("conv4_x", 512, 512, 28), ("conv5_x", 512, 512, 14)]
 RESNET50 = [("res2_3x3", 64, 64, 56), ("res3_3x3", 128, 128, 28), ("res4_3x3", 256, 256, 14),
             ("res5_3x3", 512, 512, 7)]
+GOOGLENET = [("conv2_3x3", 64, 192, 56), ("3a_3x3", 96, 128, 28), ("3b_3x3", 128, 192, 28),
+             ("4a_3x3", 96, 208, 14), ("4e_3x3", 160, 320, 14), ("5b_3x3", 192, 384, 7)]
+SQUEEZENET = [("fire2_3x3", 16, 64, 56), ("fire4_3x3", 32, 128, 28), ("fire6_3x3", 48, 192, 14),
+              ("fire9_3x3", 64, 256, 14)]
 MOBILENET = [("dw1", 32, 112, 1), ("dw2", 64, 112, 2), ("dw3", 128, 56, 1), ("dw4", 128, 56, 2),
              ("dw5", 256, 28, 1), ("dw6", 256, 28, 2), ("dw7", 512, 14, 1),
              ("dw12", 512, 14, 2), ("dw13", 1024, 7, 1)]
@@ -42,8 +49,9 @@ def shapes(groups):
     for group in groups:
         if group == "vgg16":
             out += [("vgg16/" + n, ci, co, s, 3, 1, 1, 1) for n, ci, co, s in VGG16]
-        elif group == "resnet50":
-            out += [("resnet50/" + n, ci, co, s, 3, 1, 1, 1) for n, ci, co, s in RESNET50]
+        elif group in ("resnet50", "googlenet", "squeezenet"):
+            table = {"resnet50": RESNET50, "googlenet": GOOGLENET, "squeezenet": SQUEEZENET}
+            out += [(group + "/" + n, ci, co, s, 3, 1, 1, 1) for n, ci, co, s in table[group]]
         elif group == "mobilenet":
             out += [("mobilenet/" + n, c, c, s, 3, st, 1, c) for n, c, s, st in MOBILENET]
     return out
@@ -87,6 +95,17 @@ def opencv_net(ci, co, size, k, stride, pad, group, num, w, b, folder):
     return cv2.dnn.readNetFromCaffe(proto, model)
 
 
+def _forced_winograd(tile, x, w, b, pad, o):
+    """A call of Winograd's F(tile x tile, 3x3) on these arrays, whatever the rule says."""
+    num, ci = x.shape[:2]
+    co = w.shape[0]
+    products, tiles = (tile + 2) ** 2, cpu_conv.winograd_tiles(num, (o, o), tile)[2]
+    u, v, m = (np.empty(products * a * c, np.float32) for a, c in ((co, ci), (ci, tiles),
+                                                                   (co, tiles)))
+    y = np.empty((num, co, o, o), np.float32)
+    return lambda: cpu_conv.winograd_forward(x, w, b, y, (pad, pad), (o, o), u, v, m, tile)
+
+
 def bench_layer(name, ci, co, size, k, stride, pad, group, num, rounds, use_opencv):
     geom, o = geometry(ci, co, size, k, stride, pad, group, num)
     rng = np.random.default_rng(0)
@@ -104,6 +123,9 @@ def bench_layer(name, ci, co, size, k, stride, pad, group, num, rounds, use_open
         conv.forward(x, w, y_new, geom, bias=b)
 
     sides = {"gemm": gemm, "new": new}
+    if k == 3 and stride == 1 and group == 1:
+        for tile in (2, 4):
+            sides["w%d" % tile] = _forced_winograd(tile, x, w, b, pad, o)
     gemm()
     new()
     scale = np.abs(y_gemm).max()
@@ -140,7 +162,8 @@ def bench_layer(name, ci, co, size, k, stride, pad, group, num, rounds, use_open
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--groups", nargs="+", default=["vgg16", "resnet50", "mobilenet"])
+    ap.add_argument("--groups", nargs="+",
+                    default=["vgg16", "resnet50", "googlenet", "squeezenet", "mobilenet"])
     ap.add_argument("--batch", nargs="+", type=int, default=[1])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-opencv", action="store_true")
@@ -149,17 +172,22 @@ def main(argv=None):
         sys.exit("the compiled kernels are not built: %s" % cpu.unavailable_reason())
     print("threads %d; ms per call, fastest of %d alternating rounds" % (cpu.threads(),
                                                                         args.rounds))
-    print("%-20s %5s %8s %8s %6s %8s %8s %9s %9s %7s" % (
-        "layer", "batch", "gemm", "new", "new/g", "opencv", "new/cv", "bwd_gemm", "bwd_new",
-        "rel.err"))
+    print("%-22s %5s %5s %8s %8s %6s %6s %6s %8s %7s %9s %9s %7s" % (
+        "layer", "batch", "rule", "gemm", "new", "new/g", "w2/g", "w4/g", "opencv", "new/cv",
+        "bwd_gemm", "bwd_new", "rel.err"))
+
+    def ratio(t, key):
+        return "%.2f" % (t[key] / t["gemm"]) if key in t else "-"
     for num in args.batch:
         for shape in shapes(args.groups):
             t, err, geom = bench_layer(*shape, num=num, rounds=args.rounds,
                                        use_opencv=not args.no_opencv)
             cv = t.get("opencv")
-            print("%-20s %5d %8.2f %8.2f %6.2f %8s %8s %9s %9s %7.1e" % (
-                shape[0], num, t["gemm"], t["new"], t["new"] / t["gemm"],
-                "-" if cv is None else "%.2f" % cv,
+            rule = "w%d" % geom.winograd_tile if geom.winograd else \
+                "dw" if geom.is_depthwise else "gemm"
+            print("%-22s %5d %5s %8.2f %8.2f %6.2f %6s %6s %8s %7s %9s %9s %7.1e" % (
+                shape[0], num, rule, t["gemm"], t["new"], t["new"] / t["gemm"],
+                ratio(t, "w2"), ratio(t, "w4"), "-" if cv is None else "%.2f" % cv,
                 "-" if cv is None else "%.2f" % (t["new"] / cv),
                 "%.2f" % t["back_gemm"] if "back_gemm" in t else "-",
                 "%.2f" % t["back_new"] if "back_new" in t else "-", err), flush=True)
