@@ -190,13 +190,65 @@ def test_threads_give_the_same_result(always, monkeypatch):
 
 
 @needs_library
-def test_gradient_check_with_winograd_in_the_forward(always, monkeypatch):
-    """Convolution's forward through Winograd; the gradient check compares it with the
-    matrix-product backward."""
+@pytest.mark.parametrize("kind,group,pad,channels", [
+    ("Convolution", 1, 1, 2), ("Convolution", 2, 1, 4), ("Convolution", 1, 2, 2),
+    ("Deconvolution", 2, 1, 4)])
+def test_gradient_check_with_winograd(always, monkeypatch, kind, group, pad, channels):
+    """Convolution (and Deconvolution, whose forward is the convolution's input gradient)
+    with Winograd in the forward and in the input gradient: the numerical gradient check."""
     calls = []
     fn = cpu_conv.winograd_forward
     monkeypatch.setattr(cpu_conv, "winograd_forward", lambda *a: calls.append(1) or fn(*a))
-    text = ('type: "Convolution" convolution_param { num_output: 3 kernel_size: 3 pad: 1 '
-            'weight_filler { type: "gaussian" std: 0.5 } bias_filler { type: "uniform" } }')
-    check_layer(text, [(2, 2, 5, 4)])
+    text = ('type: "%s" convolution_param { num_output: 4 kernel_size: 3 pad: %d group: %d '
+            'weight_filler { type: "gaussian" std: 0.5 } bias_filler { type: "uniform" } }'
+            % (kind, pad, group))
+    check_layer(text, [(2, channels, 5, 4)])
     assert calls
+
+
+@needs_library
+@pytest.mark.parametrize("group,pad", [(1, (1, 1)), (2, (1, 1)), (1, (0, 2)), (3, (2, 0))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_grouped_forward_and_input_gradient_within_the_bound(always, group, pad, dtype,
+                                                             monkeypatch):
+    """Winograd group by group, for the forward and for the gradient with respect to the
+    input (the output gradient convolved with the filters turned around, padded by 2 - pad):
+    within the bound of the exact sums (float64 loops over the taps) and of the GEMM path."""
+    calls = []
+    fn = cpu_conv.winograd_forward
+    monkeypatch.setattr(cpu_conv, "winograd_forward", lambda *a: calls.append(1) or fn(*a))
+    nb, ci, co, h, w = 2, 6, 12, 9, 8
+    geom = conv.ConvGeometry((3, 3), pad, (1, 1), (1, 1), group, ci, co, (h, w),
+                             (h + 2 * pad[0] - 2, w + 2 * pad[1] - 2), nb,
+                             np.dtype(dtype).itemsize, 1 << 26)
+    assert geom.winograd_tile == always and geom.winograd_back_tile == always
+    out = geom.conv_out_spatial
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((nb, ci, h, w)).astype(dtype)
+    wt = rng.standard_normal((co, ci // group, 3, 3)).astype(dtype)
+    dy = rng.standard_normal((nb, co) + out).astype(dtype)
+    xpad = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad[0],) * 2, (pad[1],) * 2))
+    exact_y = np.zeros((nb, co) + out)
+    exact_dx = np.zeros(xpad.shape)
+    cg, kg = ci // group, co // group
+    for g in range(group):
+        src, dst = slice(g * cg, (g + 1) * cg), slice(g * kg, (g + 1) * kg)
+        for i in range(3):
+            for j in range(3):
+                tap = wt[dst, :, i, j].astype(np.float64)
+                window = (slice(None), src, slice(i, i + out[0]), slice(j, j + out[1]))
+                exact_y[:, dst] += np.einsum("kc,nchw->nkhw", tap, xpad[window])
+                exact_dx[window] += np.einsum("kc,nkhw->nchw", tap, dy[:, dst])
+    exact_dx = exact_dx[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + w]
+    y = np.empty((nb, co) + out, dtype)
+    conv.forward(x, wt, y, geom)
+    dx, dw, dw_gemm, dx_gemm = (np.empty_like(x), np.zeros_like(wt), np.zeros_like(wt),
+                                np.empty_like(x))
+    conv.backward(x, dy, wt, geom, dx=dx, dw=dw)
+    assert len(calls) == 2
+    geom._backward_and_weight(x, dy, wt, input_diff=dx_gemm, weight_diff=dw_gemm)
+    bound = BOUND[always][dtype]
+    assert np.abs(y - exact_y).max() <= bound * np.abs(exact_y).max()
+    assert np.abs(dx - exact_dx).max() <= bound * np.abs(exact_dx).max()
+    assert np.abs(dx - dx_gemm).max() <= bound * np.abs(exact_dx).max()
+    np.testing.assert_array_equal(dw, dw_gemm)  # the filter gradient stays the GEMM's

@@ -11,7 +11,8 @@ geometry, and the layer never learns which one ran:
 - on host arrays with the compiled kernels (:mod:`pycaffe_lite.ops.cpu.convolution`): the
   direct depthwise kernels when ``group == in_channels == out_channels`` (2-D; forward and
   gradients), and Winograd's F(4x4, 3x3) or F(2x2, 3x3) for the forward of 3x3, stride 1,
-  dilation 1, one-group convolutions where it pays (:func:`_winograd_pays`); both equal the
+  dilation 1 convolutions where it pays (:func:`_winograd_pays`; group by group), and for
+  their gradient with respect to the input (the same kind of convolution); both equal the
   matrix-product path to float rounding (Winograd within the bounds its tests state);
 - else im2col + GEMM, whose column matrix is laid out for the arrays at hand:
   ``(B, P)`` "batch first" (Caffe's per-image layout with the images side by side) for device
@@ -117,19 +118,20 @@ class ConvGeometry:
             # layouts (2-4x slower for GoogLeNet's 1x1 layers at batch 4, never faster).
             self.chunk = 1
         # Winograd's F(4x4, 3x3) or F(2x2, 3x3) takes the forward where it pays (host
-        # arrays), in chunks whose transforms ((tile + 2)^2 values per tile and channel, in
-        # and out) fit the workspace; winograd_tile: 4, 2 or 0 (im2col + GEMM)
-        self.winograd_tile = 0
-        if two_d and self.group == 1 and self.kernel_shape == (3, 3) and \
-                self.stride == (1, 1) and self.dilation == (1, 1):
-            for tile in (4, 2):
-                tiles = _cpu_conv.winograd_tiles(1, self.conv_out_spatial, tile)[2]
-                per_image = (tile + 2) ** 2 * (self.conv_in_channels +
-                                               self.conv_out_channels) * tiles * int(itemsize)
-                chunk = int(max(1, min(self.num, workspace_bytes // per_image)))
-                if _winograd_pays(tile, self.conv_in_channels, self.conv_out_spatial, chunk):
-                    self.winograd_tile, self.winograd_chunk = tile, chunk
-                    break
+        # arrays), in chunks whose transforms ((tile + 2)^2 values per tile and channel of a
+        # group, in and out) fit the workspace; winograd_tile: 4, 2 or 0 (im2col + GEMM).
+        # The gradient with respect to the input is the same kind of convolution (the output
+        # side's gradient with the filters turned around, padded by 2 - pad): winograd_back_*.
+        self.winograd_tile = self.winograd_back_tile = 0
+        if two_d and self.kernel_shape == (3, 3) and self.stride == (1, 1) and \
+                self.dilation == (1, 1):
+            g, cin, cout = self.group, self.conv_in_channels, self.conv_out_channels
+            self.winograd_tile, self.winograd_chunk = _winograd_choice(
+                cin // g, cout // g, self.conv_out_spatial, self.num, itemsize, workspace_bytes)
+            if max(self.pad) <= 2:
+                self.winograd_back_tile, self.winograd_back_chunk = _winograd_choice(
+                    cout // g, cin // g, self.conv_input_spatial, self.num, itemsize,
+                    workspace_bytes)
         self.winograd = self.winograd_tile > 0
 
     # ---- buffers and layouts -----------------------------------------------------------
@@ -342,22 +344,40 @@ class ConvGeometry:
         """``y = conv(x) (+ bias)`` through Winograd's F(4x4, 3x3) or F(2x2, 3x3)
         (``winograd_tile``), a chunk of images at a time, its transforms in the shared
         workspace."""
-        cin, cout = self.conv_in_channels, self.conv_out_channels
-        images = self._images(x, cin, self.conv_input_spatial)
-        out = self._images(y, cout, self.conv_out_spatial)
+        self._winograd(self._images(x, self.conv_in_channels, self.conv_input_spatial),
+                       weights, bias, self._images(y, self.conv_out_channels,
+                                                   self.conv_out_spatial),
+                       self.pad, self.conv_out_spatial, self.winograd_tile,
+                       self.winograd_chunk)
+
+    def _winograd_backward_data(self, dy, weights, dx):
+        """``dx`` = the gradient of the convolution with respect to its input, from ``dy``,
+        through Winograd (``winograd_back_tile``): ``dy`` convolved with each group's filters
+        transposed (input and output channels swapped) and turned by 180 degrees, padded by
+        ``2 - pad``."""
+        g, cin, cout = self.group, self.conv_in_channels, self.conv_out_channels
+        turned = weights.reshape(g, cout // g, cin // g, 3, 3).transpose(0, 2, 1, 3, 4)
+        turned = np.ascontiguousarray(turned[..., ::-1, ::-1]).reshape(cin, cout // g, 3, 3)
+        self._winograd(self._images(dy, cout, self.conv_out_spatial), turned, None,
+                       self._images(dx, cin, self.conv_input_spatial),
+                       tuple(2 - p for p in self.pad), self.conv_input_spatial,
+                       self.winograd_back_tile, self.winograd_back_chunk)
+
+    def _winograd(self, images, weights, bias, out, pad, out_spatial, tile, chunk):
+        nk, nc = out.shape[1], images.shape[1]
+        g = self.group
         if bias is not None:
             bias = bias.reshape(-1)
-        dtype = x.dtype
-        chunk, tile = self.winograd_chunk, self.winograd_tile
+        dtype = images.dtype
         products = (tile + 2) ** 2
-        _, _, tiles = _cpu_conv.winograd_tiles(chunk, self.conv_out_spatial, tile)
-        u = self._buffer("winograd_u", products * cout * cin, np, dtype)
-        v = self._buffer("col", products * cin * tiles, np, dtype)
-        m = self._buffer("gemm", products * cout * tiles, np, dtype)
+        _, _, tiles = _cpu_conv.winograd_tiles(chunk, out_spatial, tile)
+        u = self._buffer("winograd_u", products * (nk // g) * (nc // g), np, dtype)
+        v = self._buffer("col", products * (nc // g) * tiles, np, dtype)
+        m = self._buffer("gemm", products * (nk // g) * tiles, np, dtype)
         for start in range(0, self.num, chunk):
             stop = min(self.num, start + chunk)
             _cpu_conv.winograd_forward(images[start:stop], weights, bias, out[start:stop],
-                                       self.pad, self.conv_out_spatial, u, v, m, tile)
+                                       pad, out_spatial, u, v, m, tile, g)
 
 
 # Winograd against im2col + GEMM, measured on a quiet 2-core AVX2 machine, two threads, on
@@ -374,6 +394,19 @@ class ConvGeometry:
 # (VGG's conv1_1, 3) lose with both: the transforms outweigh the products.
 _WINOGRAD_RULES = {4: {"channels": 64, "side": 24, "tiles": 36},
                    2: {"channels": 64, "side": 2, "tiles": 196}}
+
+
+def _winograd_choice(in_channels, out_channels, out_spatial, num, itemsize, workspace_bytes):
+    """``(tile, images per chunk)`` of the Winograd variant that pays for a 3x3, stride 1,
+    dilation 1 convolution of ``in_channels`` to ``out_channels`` per group, ``(0, 0)`` when
+    none does (the chunks' transforms fit ``workspace_bytes``)."""
+    for tile in (4, 2):
+        tiles = _cpu_conv.winograd_tiles(1, out_spatial, tile)[2]
+        per_image = (tile + 2) ** 2 * (in_channels + out_channels) * tiles * int(itemsize)
+        chunk = int(max(1, min(num, workspace_bytes // per_image)))
+        if _winograd_pays(tile, in_channels, out_spatial, chunk):
+            return tile, chunk
+    return 0, 0
 
 
 def _winograd_pays(tile, in_channels, out_spatial, images):
@@ -430,6 +463,12 @@ def backward(x, dy, weights, geom, dx=None, dw=None):
     if geom.is_depthwise and _cpu.supported(x if dw is not None else None, dy, weights, dx,
                                             dw):
         geom._depthwise(x, weights, dy=dy, dx=dx, dw=dw)
+        return
+    if dx is not None and geom.winograd_back_tile and _cpu_conv.winograd_enabled() and \
+            _cpu.supported(dy, weights, dx):
+        geom._winograd_backward_data(dy, weights, dx)
+        if dw is not None:
+            geom._backward_and_weight(x, dy, weights, weight_diff=dw)
         return
     geom._backward_and_weight(x, dy, weights, input_diff=dx, weight_diff=dw)
 

@@ -41,7 +41,7 @@ import threading
 
 import numpy as np
 
-_ABI_VERSION = 11
+_ABI_VERSION = 12
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
@@ -64,11 +64,11 @@ _SIGNATURES = {
     "depthwise_backward_data": [_P, _P, _P] + [_I] * 15,
     "depthwise_backward_weight": [_P, _P, _P] + [_I] * 16,
     "winograd_weights": [_P, _P] + [_I] * 4,
-    "winograd_input": [_P, _P] + [_I] * 10,
-    "winograd_output": [_P, _P, _P] + [_I] * 8,
+    "winograd_input": [_P, _P] + [_I] * 11,
+    "winograd_output": [_P, _P, _P] + [_I] * 9,
     "winograd4_weights": [_P, _P] + [_I] * 4,
-    "winograd4_input": [_P, _P] + [_I] * 10,
-    "winograd4_output": [_P, _P, _P] + [_I] * 8,
+    "winograd4_input": [_P, _P] + [_I] * 11,
+    "winograd4_output": [_P, _P, _P] + [_I] * 9,
 }
 
 

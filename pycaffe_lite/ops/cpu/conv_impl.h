@@ -264,7 +264,9 @@ EXPORT void NAME(depthwise_backward_weight)(const T *restrict x, const T *restri
  * channels, the 16 elementwise products become 16 matrix products (U (16, K, C) times
  * V (16, C, T), T tiles), done by BLAS between the transforms below. The matrices:
  *   B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1],
- *   A^T = [1 1 1 0; 0 1 -1 -1]. */
+ *   A^T = [1 1 1 0; 0 1 -1 -1].
+ * The transforms read and write channel ranges of larger arrays: x has xc channels per image
+ * (its first nc transformed: a group's), y has yc (the first nk written). */
 
 #ifndef PCL_WINOGRAD_MAX_TW
 #define PCL_WINOGRAD_MAX_TW 1024 /* tiles per row: outputs up to 2048 wide */
@@ -320,8 +322,8 @@ EXPORT void NAME(winograd_weights)(const T *restrict g, T *restrict u, idx nk, i
  * work: 8 * (2 tw + 2) elements, this call's own. */
 VECTOR_CLONES
 static void NAME(winograd_input_rows)(const T *restrict x, T *restrict v, T *restrict work,
-                                      idx nb, idx nc, idx h, idx w, idx pad_h, idx pad_w,
-                                      idx th, idx tw, idx start, idx stop)
+                                      idx nb, idx nc, idx xc, idx h, idx w, idx pad_h,
+                                      idx pad_w, idx th, idx tw, idx start, idx stop)
 {
     idx nt = nb * th * tw, stride = nc * nt, wide = 2 * tw + 2;
     T *d = work, *e = work + 4 * wide;
@@ -329,7 +331,7 @@ static void NAME(winograd_input_rows)(const T *restrict x, T *restrict v, T *res
     idx hi = pad_w + w < wide ? pad_w + w : wide;
     for (idx c = start; c < stop; ++c)
         for (idx b = 0; b < nb; ++b) {
-            const T *plane = x + (b * nc + c) * h * w;
+            const T *plane = x + (b * xc + c) * h * w;
             for (idx ty = 0; ty < th; ++ty) {
                 for (idx r = 0; r < 4; ++r) {
                     T *row = d + r * wide;
@@ -370,12 +372,12 @@ static void NAME(winograd_input_rows)(const T *restrict x, T *restrict v, T *res
 }
 
 /* The callers keep tw <= PCL_WINOGRAD_MAX_TW (ops.cpu.convolution checks it). */
-EXPORT void NAME(winograd_input)(const T *restrict x, T *restrict v, idx nb, idx nc, idx h,
-                                 idx w, idx pad_h, idx pad_w, idx th, idx tw, idx start,
+EXPORT void NAME(winograd_input)(const T *restrict x, T *restrict v, idx nb, idx nc, idx xc,
+                                 idx h, idx w, idx pad_h, idx pad_w, idx th, idx tw, idx start,
                                  idx stop)
 {
     T work[8 * (2 * PCL_WINOGRAD_MAX_TW + 2)];
-    NAME(winograd_input_rows)(x, v, work, nb, nc, h, w, pad_h, pad_w, th, tw, start, stop);
+    NAME(winograd_input_rows)(x, v, work, nb, nc, xc, h, w, pad_h, pad_w, th, tw, start, stop);
 }
 
 /* y (B, K, OH, OW) = A^T m A for every tile of M (16, K, T) (+ bias[k] when bias is not
@@ -384,7 +386,7 @@ EXPORT void NAME(winograd_input)(const T *restrict x, T *restrict v, idx nb, idx
  * (4 tw elements, this call's own), then copied. */
 VECTOR_CLONES
 static void NAME(winograd_output_rows)(const T *restrict m, const T *restrict bias,
-                                       T *restrict y, T *restrict work, idx nb, idx nk,
+                                       T *restrict y, T *restrict work, idx nb, idx nk, idx yc,
                                        idx oh, idx ow, idx th, idx tw, idx start, idx stop)
 {
     idx nt = nb * th * tw, stride = nk * nt;
@@ -392,7 +394,7 @@ static void NAME(winograd_output_rows)(const T *restrict m, const T *restrict bi
     for (idx k = start; k < stop; ++k) {
         T b0 = bias ? bias[k] : (T)0;
         for (idx b = 0; b < nb; ++b) {
-            T *plane = y + (b * nk + k) * oh * ow;
+            T *plane = y + (b * yc + k) * oh * ow;
             for (idx ty = 0; ty < th; ++ty) {
                 const T *restrict s = m + k * nt + (b * th + ty) * tw;
                 for (idx tx = 0; tx < tw; ++tx) {
@@ -418,11 +420,11 @@ static void NAME(winograd_output_rows)(const T *restrict m, const T *restrict bi
 }
 
 EXPORT void NAME(winograd_output)(const T *restrict m, const T *restrict bias, T *restrict y,
-                                  idx nb, idx nk, idx oh, idx ow, idx th, idx tw, idx start,
-                                  idx stop)
+                                  idx nb, idx nk, idx yc, idx oh, idx ow, idx th, idx tw,
+                                  idx start, idx stop)
 {
     T work[4 * PCL_WINOGRAD_MAX_TW];
-    NAME(winograd_output_rows)(m, bias, y, work, nb, nk, oh, ow, th, tw, start, stop);
+    NAME(winograd_output_rows)(m, bias, y, work, nb, nk, yc, oh, ow, th, tw, start, stop);
 }
 
 /* ---- Winograd F(4x4, 3x3) ---------------------------------------------------------------
@@ -483,8 +485,8 @@ EXPORT void NAME(winograd4_weights)(const T *restrict g, T *restrict u, idx nk, 
  * winograd_input_rows. work: 12 * (4 tw + 2) elements, this call's own. */
 VECTOR_CLONES
 static void NAME(winograd4_input_rows)(const T *restrict x, T *restrict v, T *restrict work,
-                                       idx nb, idx nc, idx h, idx w, idx pad_h, idx pad_w,
-                                       idx th, idx tw, idx start, idx stop)
+                                       idx nb, idx nc, idx xc, idx h, idx w, idx pad_h,
+                                       idx pad_w, idx th, idx tw, idx start, idx stop)
 {
     idx nt = nb * th * tw, stride = nc * nt, wide = 4 * tw + 2;
     T *d = work, *e = work + 6 * wide;
@@ -493,7 +495,7 @@ static void NAME(winograd4_input_rows)(const T *restrict x, T *restrict v, T *re
     const T two = (T)2, four = (T)4, five = (T)5;
     for (idx c = start; c < stop; ++c)
         for (idx b = 0; b < nb; ++b) {
-            const T *plane = x + (b * nc + c) * h * w;
+            const T *plane = x + (b * xc + c) * h * w;
             for (idx ty = 0; ty < th; ++ty) {
                 for (idx r = 0; r < 6; ++r) {
                     T *row = d + r * wide;
@@ -540,12 +542,12 @@ static void NAME(winograd4_input_rows)(const T *restrict x, T *restrict v, T *re
 }
 
 /* The callers keep tw <= PCL_WINOGRAD_MAX_TW / 2 (outputs up to 2048 wide, as F(2x2)). */
-EXPORT void NAME(winograd4_input)(const T *restrict x, T *restrict v, idx nb, idx nc, idx h,
-                                  idx w, idx pad_h, idx pad_w, idx th, idx tw, idx start,
+EXPORT void NAME(winograd4_input)(const T *restrict x, T *restrict v, idx nb, idx nc, idx xc,
+                                  idx h, idx w, idx pad_h, idx pad_w, idx th, idx tw, idx start,
                                   idx stop)
 {
     T work[12 * (2 * PCL_WINOGRAD_MAX_TW + 2)];
-    NAME(winograd4_input_rows)(x, v, work, nb, nc, h, w, pad_h, pad_w, th, tw, start, stop);
+    NAME(winograd4_input_rows)(x, v, work, nb, nc, xc, h, w, pad_h, pad_w, th, tw, start, stop);
 }
 
 /* y (B, K, OH, OW) = A^T m A for every tile of M (36, K, T) (+ bias[k] when bias is not
@@ -553,7 +555,7 @@ EXPORT void NAME(winograd4_input)(const T *restrict x, T *restrict v, idx nb, id
  * at a time into four output rows in work (16 tw elements, this call's own), then copied. */
 VECTOR_CLONES
 static void NAME(winograd4_output_rows)(const T *restrict m, const T *restrict bias,
-                                        T *restrict y, T *restrict work, idx nb, idx nk,
+                                        T *restrict y, T *restrict work, idx nb, idx nk, idx yc,
                                         idx oh, idx ow, idx th, idx tw, idx start, idx stop)
 {
     idx nt = nb * th * tw, stride = nk * nt;
@@ -561,7 +563,7 @@ static void NAME(winograd4_output_rows)(const T *restrict m, const T *restrict b
     for (idx k = start; k < stop; ++k) {
         T b0 = bias ? bias[k] : (T)0;
         for (idx b = 0; b < nb; ++b) {
-            T *plane = y + (b * nk + k) * oh * ow;
+            T *plane = y + (b * yc + k) * oh * ow;
             for (idx ty = 0; ty < th; ++ty) {
                 const T *restrict s = m + k * nt + (b * th + ty) * tw;
                 for (idx tx = 0; tx < tw; ++tx) {
@@ -593,9 +595,9 @@ static void NAME(winograd4_output_rows)(const T *restrict m, const T *restrict b
 }
 
 EXPORT void NAME(winograd4_output)(const T *restrict m, const T *restrict bias, T *restrict y,
-                                   idx nb, idx nk, idx oh, idx ow, idx th, idx tw, idx start,
-                                   idx stop)
+                                   idx nb, idx nk, idx yc, idx oh, idx ow, idx th, idx tw,
+                                   idx start, idx stop)
 {
     T work[8 * PCL_WINOGRAD_MAX_TW];
-    NAME(winograd4_output_rows)(m, bias, y, work, nb, nk, oh, ow, th, tw, start, stop);
+    NAME(winograd4_output_rows)(m, bias, y, work, nb, nk, yc, oh, ow, th, tw, start, stop);
 }

@@ -94,30 +94,37 @@ def winograd_tiles(num, out_spatial, tile=2):
     return th, tw, int(num) * th * tw
 
 
-def winograd_forward(x, weights, bias, y, pad, out_spatial, u, v, m, tile=2):
+def winograd_forward(x, weights, bias, y, pad, out_spatial, u, v, m, tile=2, group=1):
     """``y (N, K, OH, OW)`` (overwritten) = ``x (N, C, H, W)`` convolved with ``weights
-    (K, C, 3, 3)`` at stride 1 with ``pad`` (+ ``bias (K,)`` when given), through Winograd's
-    F(2x2, 3x3) (``tile`` 2) or F(4x4, 3x3) (``tile`` 4). ``u``, ``v``, ``m``: flat work
-    buffers of at least ``P K C``, ``P C T`` and ``P K T`` elements (``P = (tile + 2)^2``
-    products; ``T``: :func:`winograd_tiles`)."""
+    (K, C / group, 3, 3)`` at stride 1 with ``pad`` (+ ``bias (K,)`` when given), through
+    Winograd's F(2x2, 3x3) (``tile`` 2) or F(4x4, 3x3) (``tile`` 4), one group after the
+    other. ``u``, ``v``, ``m``: flat work buffers of at least ``P K C / group^2``,
+    ``P C T / group`` and ``P K T / group`` elements (``P = (tile + 2)^2`` products; ``T``:
+    :func:`winograd_tiles`)."""
     if tile not in (2, 4):
         raise ValueError("Winograd's tiles here are 2 or 4 outputs wide, not %r" % (tile,))
     nb, nc, h, w = (int(s) for s in x.shape)
     nk = int(weights.shape[0])
+    cg, kg = nc // group, nk // group
     th, tw, nt = winograd_tiles(nb, out_spatial, tile)
     if int(out_spatial[1]) > WINOGRAD_MAX_WIDTH:
         raise ValueError("Winograd's transforms take outputs up to %d wide, not %d"
                          % (WINOGRAD_MAX_WIDTH, out_spatial[1]))
     products = (tile + 2) ** 2
     prefix = "winograd" if tile == 2 else "winograd4"
-    u, v, m = u[:products * nk * nc], v[:products * nc * nt], m[:products * nk * nt]
-    _split(_function(prefix + "_weights", x.dtype), nk,
-           [_address(weights), _address(u), nk, nc], grain=_grain(products * nc))
-    _split(_function(prefix + "_input", x.dtype), nc,
-           [_address(x), _address(v), nb, nc, h, w, int(pad[0]), int(pad[1]), th, tw],
-           grain=_grain(products * nt))
-    np.matmul(u.reshape(products, nk, nc), v.reshape(products, nc, nt),
-              out=m.reshape(products, nk, nt))
-    _split(_function(prefix + "_output", x.dtype), nk,
-           [_address(m), None if bias is None else _address(bias), _address(y), nb, nk,
-            int(out_spatial[0]), int(out_spatial[1]), th, tw], grain=_grain(products * nt))
+    oh, ow = int(out_spatial[0]), int(out_spatial[1])
+    u, v, m = u[:products * kg * cg], v[:products * cg * nt], m[:products * kg * nt]
+    size = x.dtype.itemsize
+    for g in range(group):
+        wg = weights[g * kg:(g + 1) * kg]
+        bg = None if bias is None else _address(bias) + g * kg * size
+        _split(_function(prefix + "_weights", x.dtype), kg,
+               [_address(wg), _address(u), kg, cg], grain=_grain(products * cg))
+        _split(_function(prefix + "_input", x.dtype), cg,
+               [_address(x) + g * cg * h * w * size, _address(v), nb, cg, nc, h, w,
+                int(pad[0]), int(pad[1]), th, tw], grain=_grain(products * nt))
+        np.matmul(u.reshape(products, kg, cg), v.reshape(products, cg, nt),
+                  out=m.reshape(products, kg, nt))
+        _split(_function(prefix + "_output", x.dtype), kg,
+               [_address(m), bg, _address(y) + g * kg * oh * ow * size, nb, kg, nk, oh, ow,
+                th, tw], grain=_grain(products * nt))

@@ -71,7 +71,7 @@ typedef int64_t idx;
 #undef NAME
 
 /* An ABI number: the Python side refuses a library built from other sources. */
-EXPORT int pcl_abi_version(void) { return 11; }
+EXPORT int pcl_abi_version(void) { return 12; }
 
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT, "_kernels",
