@@ -147,8 +147,8 @@ def test_the_rule():
     assert geom(size=2) == 0  # too few tiles
     assert geom(ci=16, co=64, size=56) == 0  # SqueezeNet's fire2 expand3x3: too few
     assert geom(ci=64, co=192, size=56) == 4  # GoogLeNet's conv2
-    assert geom(ci=128, co=128, size=28) == 4  # ResNet-50's res3: 49 tiles of 4x4
-    assert geom(ci=128, co=128, size=14) == 0  # partial 4x4 tiles, 49 of 2x2: the GEMM
+    assert geom(ci=128, co=128, size=28) == 2  # ResNet-50's res3: 196 tiles of 2x2
+    assert geom(ci=128, co=128, size=14) == 0  # 49 tiles of 2x2: the GEMM
     assert geom(ci=512, co=512, size=14) == 0  # VGG's conv5
     assert geom(ci=512, co=512, size=14, num=8) == 2  # 8 images make 392 tiles of 2x2
     assert geom(ci=32, co=512, size=14, num=8) == 0  # too few channels for F(2x2)

@@ -382,17 +382,17 @@ class ConvGeometry:
 
 # Winograd against im2col + GEMM, measured on a quiet 2-core AVX2 machine, two threads, on
 # the 3x3 layers of VGG-16, ResNet-50, GoogLeNet, SqueezeNet and CaffeNet
-# (benchmarks/bench_kernels.py). F(4x4, 3x3) (2.25 multiplications per output against 9)
-# takes 0.43-0.6x the GEMM's time on 56x56 to 224x224 maps and 0.64-0.75x on 28x28 maps
-# with 64 or more input channels (whole nets: VGG-16 0.92x, GoogLeNet 0.87x, ResNet-50 0.97x
-# the F(2x2)-only time; with 16-32 channels, SqueezeNet's expand layers, a single layer gains
-# but the net loses 5-8%); on smaller maps its filter transform (36 values per filter and
-# input channel, made every call) and its partial tiles (a 14x14 map is 16x16 of tiles)
-# cost more than it saves (1.2-4.9x slower at batch 1). F(2x2, 3x3) (4 multiplications per output)
-# pays there once a chunk has 196 tiles (batch 4 and up at 14x14: 0.61-0.77x) and 64 input
-# channels; below that its 16 products are bound by reading the filters. Fewer input channels
-# (VGG's conv1_1, 3) lose with both: the transforms outweigh the products.
-_WINOGRAD_RULES = {4: {"channels": 64, "side": 24, "tiles": 36},
+# (benchmarks/bench_kernels.py, batch 1, time / GEMM's time) and on whole nets. F(4x4, 3x3)
+# (2.25 multiplications per output against 9): 0.58-0.79 on 56x56 to 224x224 maps; on 28x28
+# maps F(2x2, 3x3) (4 per output) does as well or better (VGG's conv4: 0.77-0.79 against
+# 0.92-0.98; ResNet-50's res3 and GoogLeNet's 3a/3b 0.74-0.79 both): F(4x4)'s filter
+# transform (36 values per filter and input channel, made every call) weighs more there, and
+# on 14x14 maps its partial tiles (16x16 of tiles) too. F(2x2) pays once a chunk has 196
+# tiles (a 28x28 map, or batch 4 and up at 14x14: 0.61-0.77); at batch 1 on 14x14 maps it is
+# at par with the GEMM (0.90-1.21), and on 7x7 maps 1.6-2.3x slower. Both need 64 input
+# channels per group: with fewer (SqueezeNet's 16-48, VGG's conv1_1 with 3) the transforms
+# outweigh the products (single layers 0.85-1.16, whole nets 5-8% slower).
+_WINOGRAD_RULES = {4: {"channels": 64, "side": 48, "tiles": 36},
                    2: {"channels": 64, "side": 2, "tiles": 196}}
 
 
