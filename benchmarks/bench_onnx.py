@@ -28,12 +28,14 @@ PROTOTXT = {"mobilenet_ssd": os.path.join(SSD, "mobilenet_ssd_deploy.prototxt"),
             "res10_ssd": os.path.join(SSD, "res10_deploy.prototxt")}
 
 
-def _session(model, threads):
+def _session(model, threads, spinning=True):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     if threads:
         opts.intra_op_num_threads = threads
+    if not spinning:  # its idle threads sleep (by default they spin, taking cores from ours)
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), opts,
                                 providers=["CPUExecutionProvider"])
 
