@@ -25,6 +25,23 @@ def both(fn):
     return reference, compiled
 
 
+def layer_both_ways(make_layer, x, dy, dtype=np.float32):
+    """A one-bottom layer's top and bottom gradient for ``x`` and ``dy`` (blobs of
+    ``dtype``), with the NumPy code and with the compiled kernels: ``((y, dx), (y, dx))``."""
+    import pycaffe_lite as caffe
+
+    def run():
+        bottom, top = caffe.Blob(x.shape, dtype), caffe.Blob(x.shape, dtype)
+        bottom.data[...] = x
+        layer = make_layer()
+        layer.SetUp([bottom], [top])
+        layer.Forward([bottom], [top])
+        top.diff[...] = dy
+        layer.Backward([top], [True], [bottom])
+        return top.data.copy(), bottom.diff.copy()
+    return both(run)
+
+
 @needs_library
 def test_supported_checks_arrays():
     a = np.zeros((2, 3), np.float32)
@@ -409,28 +426,17 @@ def check_batch_first(x, kernel, pad, stride, dilation):
 def test_lrn_across_channels(dtype, size, beta):
     """LRN's forward and backward through the layer, with and without the compiled channel
     sums (and, for beta = 0.75, the compiled power): identical."""
-    import pycaffe_lite as caffe
     from pycaffe_lite.layers.vision.lrn_layer import LRNLayer
     from pycaffe_lite.proto import caffe_pb2
     rng = np.random.default_rng(10)
     x = rng.standard_normal((3, 7, 5, 4)).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
-
-    def run():
-        param = caffe_pb2.LayerParameter(name="norm", type="LRN")
-        param.lrn_param.local_size = size
-        param.lrn_param.alpha = 0.3
-        param.lrn_param.beta = beta
-        param.lrn_param.k = 2
-        bottom, top = caffe.Blob(x.shape), caffe.Blob(x.shape)
-        bottom.data[...] = x
-        layer = LRNLayer(param)
-        layer.SetUp([bottom], [top])
-        layer.Forward([bottom], [top])
-        top.diff[...] = dy
-        layer.Backward([top], [True], [bottom])
-        return top.data.copy(), bottom.diff.copy()
-    (y_ref, dx_ref), (y, dx) = both(run)
+    param = caffe_pb2.LayerParameter(name="norm", type="LRN")
+    param.lrn_param.local_size = size
+    param.lrn_param.alpha = 0.3
+    param.lrn_param.beta = beta
+    param.lrn_param.k = 2
+    (y_ref, dx_ref), (y, dx) = layer_both_ways(lambda: LRNLayer(param), x, dy)
     assert np.array_equal(y, y_ref) and np.array_equal(dx, dx_ref)
     # independent reference for the forward
     pre = (size - 1) // 2
@@ -493,7 +499,6 @@ def test_relu_layer_with_and_without_kernels(dtype):
     """The ReLU layer's forward and gradient through the compiled kernels equal NumPy's
     ``maximum(x, 0)`` and ``dy * (x > 0)`` bit for bit (a NaN gradient where x <= 0 stays
     NaN, a negative one gives -0, as NumPy's product)."""
-    import pycaffe_lite as caffe
     from pycaffe_lite.layers.neuron.relu_layer import ReLULayer
     from pycaffe_lite.proto import caffe_pb2
     rng = np.random.default_rng(13)
@@ -501,17 +506,8 @@ def test_relu_layer_with_and_without_kernels(dtype):
     x.reshape(-1)[:4] = [-0.0, np.nan, 0.0, -np.inf]
     dy = rng.standard_normal(x.shape).astype(dtype)
     dy.reshape(-1)[4:8] = np.nan
-
-    def run():
-        bottom, top = caffe.Blob(x.shape, dtype), caffe.Blob(x.shape, dtype)
-        bottom.data[...] = x
-        layer = ReLULayer(caffe_pb2.LayerParameter(name="relu", type="ReLU"))
-        layer.SetUp([bottom], [top])
-        layer.Forward([bottom], [top])
-        top.diff[...] = dy
-        layer.Backward([top], [True], [bottom])
-        return top.data.copy(), bottom.diff.copy()
-    (y_ref, dx_ref), (y, dx) = both(run)
+    param = caffe_pb2.LayerParameter(name="relu", type="ReLU")
+    (y_ref, dx_ref), (y, dx) = layer_both_ways(lambda: ReLULayer(param), x, dy, dtype)
     assert np.array_equal(_bits(y), _bits(y_ref)) and np.array_equal(_bits(dx), _bits(dx_ref))
     # an independent reference: Caffe's max(x, 0) and dy * (x > 0)
     ok = ~np.isnan(x)

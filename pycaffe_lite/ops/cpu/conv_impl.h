@@ -314,6 +314,26 @@ EXPORT void NAME(winograd_weights)(const T *restrict g, T *restrict u, idx nk, i
     }
 }
 
+/* Rows [first, first + count) of plane (H, W) into work rows of `wide` elements, the input
+ * at columns [lo, hi) (column lo holds input column lo - pad_w), zeros elsewhere and in rows
+ * outside the plane: the padded input block of a row of Winograd tiles. */
+ALWAYS_INLINE void NAME(winograd_padded_rows)(const T *plane, T *d, idx first, idx count,
+                                              idx h, idx w, idx pad_w, idx wide, idx lo,
+                                              idx hi)
+{
+    for (idx r = 0; r < count; ++r) {
+        T *row = d + r * wide;
+        idx rr = first + r;
+        if (rr < 0 || rr >= h || hi <= lo) {
+            memset(row, 0, (size_t)wide * sizeof(T));
+            continue;
+        }
+        memset(row, 0, (size_t)lo * sizeof(T));
+        memcpy(row + lo, plane + rr * w + (lo - pad_w), (size_t)(hi - lo) * sizeof(T));
+        memset(row + hi, 0, (size_t)(wide - hi) * sizeof(T));
+    }
+}
+
 /* V (16, C, T) = B^T d B for every tile of x (B, C, H, W) padded by (pad_h, pad_w) with
  * zeros, tiles t = (b * th + ty) * tw + tx with their top-left input corner at
  * (2 ty - pad_h, 2 tx - pad_w), channels [start, stop). A row of tiles at a time: its four
@@ -333,18 +353,8 @@ static void NAME(winograd_input_rows)(const T *restrict x, T *restrict v, T *res
         for (idx b = 0; b < nb; ++b) {
             const T *plane = x + (b * xc + c) * h * w;
             for (idx ty = 0; ty < th; ++ty) {
-                for (idx r = 0; r < 4; ++r) {
-                    T *row = d + r * wide;
-                    idx rr = 2 * ty - pad_h + r;
-                    if (rr < 0 || rr >= h || hi <= lo) {
-                        memset(row, 0, (size_t)wide * sizeof(T));
-                        continue;
-                    }
-                    memset(row, 0, (size_t)lo * sizeof(T));
-                    memcpy(row + lo, plane + rr * w + (lo - pad_w),
-                           (size_t)(hi - lo) * sizeof(T));
-                    memset(row + hi, 0, (size_t)(wide - hi) * sizeof(T));
-                }
+                NAME(winograd_padded_rows)(plane, d, 2 * ty - pad_h, 4, h, w, pad_w, wide, lo,
+                                           hi);
                 const T *d0 = d, *d1 = d + wide, *d2 = d + 2 * wide, *d3 = d + 3 * wide;
                 T *e0 = e, *e1 = e + wide, *e2 = e + 2 * wide, *e3 = e + 3 * wide;
                 for (idx q = 0; q < wide; ++q) {
@@ -497,18 +507,8 @@ static void NAME(winograd4_input_rows)(const T *restrict x, T *restrict v, T *re
         for (idx b = 0; b < nb; ++b) {
             const T *plane = x + (b * xc + c) * h * w;
             for (idx ty = 0; ty < th; ++ty) {
-                for (idx r = 0; r < 6; ++r) {
-                    T *row = d + r * wide;
-                    idx rr = 4 * ty - pad_h + r;
-                    if (rr < 0 || rr >= h || hi <= lo) {
-                        memset(row, 0, (size_t)wide * sizeof(T));
-                        continue;
-                    }
-                    memset(row, 0, (size_t)lo * sizeof(T));
-                    memcpy(row + lo, plane + rr * w + (lo - pad_w),
-                           (size_t)(hi - lo) * sizeof(T));
-                    memset(row + hi, 0, (size_t)(wide - hi) * sizeof(T));
-                }
+                NAME(winograd_padded_rows)(plane, d, 4 * ty - pad_h, 6, h, w, pad_w, wide, lo,
+                                           hi);
                 const T *d0 = d, *d1 = d + wide, *d2 = d + 2 * wide, *d3 = d + 3 * wide;
                 const T *d4 = d + 4 * wide, *d5 = d + 5 * wide;
                 T *e0 = e, *e1 = e + wide, *e2 = e + 2 * wide, *e3 = e + 3 * wide;

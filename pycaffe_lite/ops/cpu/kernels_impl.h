@@ -103,6 +103,31 @@ ALWAYS_INLINE void NAME(max_pool_row)(const T *restrict row, T *restrict best,
     }
 }
 
+/* The output columns each kernel column j reaches (NAME(inside)), worked out once per call
+ * for the first PCL_POOL_KNOWN kernel columns (pool_columns) and read back, or computed for
+ * wider kernels (pool_column). */
+#ifndef PCL_POOL_KNOWN
+#define PCL_POOL_KNOWN 64
+#endif
+
+static void NAME(pool_columns)(idx *los, idx *his, idx kw, idx pad_w, idx stride_w, idx w,
+                               idx pw)
+{
+    for (idx j = 0; j < kw && j < PCL_POOL_KNOWN; ++j)
+        NAME(inside)(j, pad_w, stride_w, w, pw, &los[j], &his[j]);
+}
+
+ALWAYS_INLINE void NAME(pool_column)(const idx *los, const idx *his, idx j, idx pad_w,
+                                     idx stride_w, idx w, idx pw, idx *lo, idx *hi)
+{
+    if (j < PCL_POOL_KNOWN) {
+        *lo = los[j];
+        *hi = his[j];
+    } else {
+        NAME(inside)(j, pad_w, stride_w, w, pw, lo, hi);
+    }
+}
+
 /* max_pool_row without the choices (argmax not wanted). */
 ALWAYS_INLINE void NAME(max_pool_row_values)(const T *restrict row, T *restrict best,
                                              idx lo, idx hi, idx stride)
@@ -127,10 +152,8 @@ EXPORT void NAME(max_pool_forward)(const T *restrict x, T *restrict top,
                                    idx stride_w, idx start, idx stop)
 {
     const T floor = (T)-FLT_MAX;
-    enum { KNOWN = 64 };
-    idx los[KNOWN], his[KNOWN];
-    for (idx j = 0; j < kw && j < KNOWN; ++j)
-        NAME(inside)(j, pad_w, stride_w, w, pw, &los[j], &his[j]);
+    idx los[PCL_POOL_KNOWN], his[PCL_POOL_KNOWN];
+    NAME(pool_columns)(los, his, kw, pad_w, stride_w, w, pw);
     for (idx s = start; s < stop; ++s) {
         const T *plane = x + s * h * w;
         for (idx py = 0; py < ph; ++py) {
@@ -147,12 +170,7 @@ EXPORT void NAME(max_pool_forward)(const T *restrict x, T *restrict top,
                     continue;
                 for (idx j = 0; j < kw; ++j) {
                     idx lo, hi;
-                    if (j < KNOWN) {
-                        lo = los[j];
-                        hi = his[j];
-                    } else {
-                        NAME(inside)(j, pad_w, stride_w, w, pw, &lo, &hi);
-                    }
+                    NAME(pool_column)(los, his, j, pad_w, stride_w, w, pw, &lo, &hi);
                     const T *row = plane + r * w - pad_w + j;
                     int32_t k = (int32_t)(i * kw + j);
                     if (!pick) {
@@ -184,10 +202,8 @@ EXPORT void NAME(ave_pool_forward)(const T *restrict x, T *restrict top,
                                    idx kh, idx kw, idx pad_h, idx pad_w, idx stride_h,
                                    idx stride_w, idx start, idx stop)
 {
-    enum { KNOWN = 64 };
-    idx los[KNOWN], his[KNOWN];
-    for (idx j = 0; j < kw && j < KNOWN; ++j)
-        NAME(inside)(j, pad_w, stride_w, w, pw, &los[j], &his[j]);
+    idx los[PCL_POOL_KNOWN], his[PCL_POOL_KNOWN];
+    NAME(pool_columns)(los, his, kw, pad_w, stride_w, w, pw);
     for (idx s = start; s < stop; ++s) {
         const T *plane = x + s * h * w;
         if (ph == 1 && pw == 1) {
@@ -210,12 +226,7 @@ EXPORT void NAME(ave_pool_forward)(const T *restrict x, T *restrict top,
                     continue;
                 for (idx j = 0; j < kw; ++j) {
                     idx lo, hi;
-                    if (j < KNOWN) {
-                        lo = los[j];
-                        hi = his[j];
-                    } else {
-                        NAME(inside)(j, pad_w, stride_w, w, pw, &lo, &hi);
-                    }
+                    NAME(pool_column)(los, his, j, pad_w, stride_w, w, pw, &lo, &hi);
                     const T *row = plane + r * w - pad_w + j;
                     if (stride_w == 1)
                         for (idx px = lo; px < hi; ++px)
