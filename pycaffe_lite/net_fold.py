@@ -329,10 +329,11 @@ def fold(net, keep_intermediates=True):
 def _inference_forwards(net):
     """{layer index: its ``inference_forward``} for the layers outside the chains that offer
     one (a forward that leaves nothing for a backward: MAX pooling without its window
-    choices) and whose backward the net never runs."""
+    choices), have no loss weight and whose backward the net never runs."""
     return {i: layer.inference_forward for i, layer in enumerate(net.layers)
             if i not in net._fused and hasattr(layer, "inference_forward")
-            and not net.layer_need_backward[i]}
+            and not net.layer_need_backward[i]
+            and not any(layer.loss(k) for k in range(len(net.top_vecs[i])))}
 
 
 @contextlib.contextmanager

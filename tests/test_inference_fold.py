@@ -407,3 +407,22 @@ def test_split_does_nothing_while_its_tops_share_the_bottom(tmp_path):
                                       plain.forward(data=x)["cat"])
         tops = folded.top_vecs[split[0]]
         assert all(t.shares_data_with(folded.bottom_vecs[split[0]][0]) for t in tops)
+
+
+def test_a_pooling_layer_with_a_loss_weight_keeps_its_forward(tmp_path):
+    """A top with a loss weight makes the layer a loss: its Forward (the loss and the top's
+    diff) runs, not the inference forward; the net's loss is Caffe's sum of the top."""
+    text = (INPUT % "1 dim: 2 dim: 4 dim: 4"
+            + 'layer { name: "pool" type: "Pooling" bottom: "data" top: "p" loss_weight: 2 '
+              'pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n'
+            + 'layer { name: "sink" type: "Pooling" bottom: "data" top: "q" '
+              'pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n')
+    proto = write(tmp_path, text)
+    net = caffe.Net(proto, weights_for(tmp_path, proto), caffe.TEST)
+    x = data((1, 2, 4, 4))
+    assert net.layer_names.index("pool") not in net._fused
+    assert net.layer_names.index("sink") in net._fused
+    net.blobs["data"].data[...] = x
+    loss = net.forward_prefilled()
+    expect = 2 * x.reshape(2, 2, 2, 2, 2).max(axis=(2, 4)).sum()
+    assert np.isclose(loss, expect, rtol=1e-6)
