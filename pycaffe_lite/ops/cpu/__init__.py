@@ -32,9 +32,7 @@ of memory to a process whose whole LeNet training fits in 100 MB).
   the fully connected layers' weight gradients.
 
 ctypes releases the GIL during a call, so each kernel splits its work over ``threads()``
-threads (by channel or by plane) and a 2-core machine runs it on both cores; the work is cut
-into a few parts per thread that the threads take one at a time, so a thread slow to start
-(its core busy with BLAS or another job) leaves its parts to the calling thread.
+threads (by channel or by plane) and a 2-core machine runs it on both cores.
 """
 
 import ctypes
@@ -174,88 +172,33 @@ def _address(a):
 
 
 class _Job:
-    """One call's work, cut into parts that the calling thread and the kernel threads take
-    one at a time (``run``). The caller closes the job when no part is left to take: it then
-    waits only for the threads that are inside the job, and a thread that comes later finds it
-    closed and leaves at once: a thread slow to wake up costs the caller nothing, since the
-    caller does the parts itself."""
+    """One call's ranges in flight: the last part to finish releases ``finished``."""
 
-    __slots__ = ("lock", "fn", "args", "bounds", "next", "active", "closed", "finished",
-                 "error")
+    __slots__ = ("lock", "left", "finished", "error")
 
-    def __init__(self, fn, args, bounds):
+    def __init__(self, parts):
         self.lock = threading.Lock()
-        self.fn, self.args, self.bounds = fn, args, bounds
-        self.next = 0  # the next part to take
-        self.active = 0  # kernel threads inside the job
-        self.closed = False
-        self.finished = threading.Lock()  # released by the last thread out of a closed job
+        self.left = parts
+        self.finished = threading.Lock()
         self.finished.acquire()
         self.error = None
+        if parts == 0:
+            self.finished.release()
 
-    def _take(self):
+    def done(self, parts=1, error=None):
         with self.lock:
-            if self.error is not None or self.next >= len(self.bounds) - 1:
-                return None
-            k = self.next
-            self.next += 1
-        return k
+            if error is not None and self.error is None:
+                self.error = error
+            self.left -= parts
+            last = self.left == 0
+        if last:
+            self.finished.release()
 
-    def _parts(self):
-        while True:
-            k = self._take()
-            if k is None:
-                return
-            self.fn(*self.args, self.bounds[k], self.bounds[k + 1])
-
-    def __call__(self):
-        """A kernel thread's turn: take parts until none is left (nothing once closed)."""
-        with self.lock:
-            if self.closed:
-                return
-            self.active += 1
-        try:
-            self._parts()
-        except BaseException as exc:
-            with self.lock:
-                if self.error is None:
-                    self.error = exc
-        finally:
-            with self.lock:
-                self.active -= 1
-                last = self.closed and self.active == 0
-            if last:
-                self.finished.release()
-
-    def run(self):
-        """The calling thread's turn, then the close: it returns (or raises) only once the
-        threads inside the job are done, through interrupts (the parts write into arrays the
-        caller owns). A part's error, in any thread, reaches the caller."""
-        try:
-            self._parts()
-        except BaseException as exc:
-            with self.lock:
-                if self.error is None:
-                    self.error = exc  # the threads take no more parts
-            raise
-        finally:
-            self._close()
-        if self.error is not None:
-            raise self.error
-
-    def abandon(self, exc):
-        """Take no more parts (``exc`` is on its way up) and wait for the threads inside."""
-        with self.lock:
-            if self.error is None:
-                self.error = exc
-        self._close()
-
-    def _close(self):
-        with self.lock:
-            self.closed = True
-            wait = self.active > 0
+    def wait(self):
+        """Wait for every part, through interrupts: the parts write into arrays the caller
+        owns, so the caller unwinds only once they are done (then the interrupt goes on)."""
         interrupted = None
-        while wait:
+        while True:
             try:
                 self.finished.acquire()
                 break
@@ -263,6 +206,8 @@ class _Job:
                 interrupted = exc
         if interrupted is not None:
             raise interrupted
+        if self.error is not None:
+            raise self.error
 
 
 def _work(tasks):
@@ -270,7 +215,13 @@ def _work(tasks):
         task = tasks.get()
         if task is None:
             return
-        task()
+        job, fn, args, start, stop = task
+        try:
+            fn(*args, start, stop)
+        except BaseException as exc:
+            job.done(error=exc)
+        else:
+            job.done()
 
 
 class _Pool:
@@ -303,11 +254,10 @@ class _Pool:
     def closed(self):
         return self.resources.closed
 
-    def run(self, task):
-        """Hand ``task`` (a callable) to a thread."""
+    def run(self, job, fn, args, start, stop):
         if self.resources.closed:
             raise RuntimeError("the kernel threads are closed")
-        self.tasks.put(task)
+        self.tasks.put((job, fn, args, start, stop))
 
 
 def _pool(size):
@@ -322,31 +272,33 @@ def _pool(size):
     return pool
 
 
-# Parts per thread of a split: a thread that starts late (or a core busy with other work)
-# leaves its parts to the others.
-_PARTS_PER_THREAD = 4
-
-
 def _split(fn, total, args, grain=1):
-    """Run ``fn(*args, start, stop)`` over ``[0, total)`` cut into contiguous ranges that the
-    calling thread and up to ``threads() - 1`` kernel threads take one at a time (each range
-    once). ``grain``: the least work worth a part, in units of ``total``."""
+    """Run ``fn(*args, start, stop)`` over ``[0, total)`` split into contiguous ranges, one
+    per thread (the calling thread takes the first). ``grain``: the least work worth a
+    thread, in units of ``total``."""
     n = min(threads(), total // max(1, grain))
     if n <= 1:
         fn(*args, 0, total)
         return
-    parts = min(n * _PARTS_PER_THREAD, total // max(1, grain))
-    job = _Job(fn, args, [total * i // parts for i in range(parts + 1)])
+    bounds = [total * i // n for i in range(n + 1)]
+    job = _Job(n - 1)
+    handed = 1  # parts 1 .. handed - 1 are with the threads
     try:
-        pool = _pool(n - 1)
-        for _ in range(n - 1):
-            pool.run(job)
-    except RuntimeError:
-        pass  # the interpreter is exiting (the threads are closed): this thread does it all
-    except BaseException as exc:
-        job.abandon(exc)  # parts may be running in the threads handed the job: wait for them
-        raise
-    job.run()
+        try:
+            pool = _pool(n - 1)
+            for i in range(1, n):
+                pool.run(job, fn, args, bounds[i], bounds[i + 1])
+                handed = i + 1
+        except RuntimeError:
+            # the interpreter is exiting (the threads are closed): the rest in this thread
+            job.done(n - handed)
+            fn(*args, bounds[handed], total)
+        except BaseException:
+            job.done(n - handed)  # not handed: nobody will count them down
+            raise
+        fn(*args, bounds[0], bounds[1])
+    finally:
+        job.wait()
 
 
 # A thread is worth starting for about this many elements of work (handing a range to a
