@@ -1,9 +1,9 @@
 /* Convolution kernels of kernels.c for one element type (included once per type, with T the
  * type and NAME(f) the exported name of f for it): the direct depthwise convolution and the
- * transforms of Winograd's F(2x2, 3x3). Unlike the kernels of kernels_impl.h these do not
- * repeat the NumPy code's order of operations (that code is a matrix product whose order is
- * BLAS's): their results equal it to float rounding, with the bounds their tests state.
- * Every kernel handles a range [start, stop) of planes or channels, for threads.
+ * transforms of Winograd's F(2x2, 3x3) and F(4x4, 3x3). Unlike the kernels of kernels_impl.h
+ * these do not repeat the NumPy code's order of operations (that code is a matrix product
+ * whose order is BLAS's): their results equal it to float rounding, with the bounds their
+ * tests state. Every kernel handles a range [start, stop) of planes or channels, for threads.
  */
 
 /* ---- depthwise convolution: group == channels == outputs, one filter (kh, kw) per plane -- */

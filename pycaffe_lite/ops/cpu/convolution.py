@@ -1,5 +1,6 @@
 """Compiled convolution kernels for host arrays that are not im2col + GEMM: the direct depthwise
-convolution and Winograd's F(2x2, 3x3). :mod:`pycaffe_lite.ops.conv` decides when they run.
+convolution and Winograd's F(2x2, 3x3) and F(4x4, 3x3). :mod:`pycaffe_lite.ops.conv` decides
+when they run.
 
 Unlike the other compiled kernels these do not repeat the NumPy code's order of operations
 (the matrix-product path sums in BLAS's order, which has no loop form), so their results equal
@@ -9,13 +10,16 @@ it to float rounding only; the tests state the bounds:
   forward and the data gradient sum ``kh * kw`` products per element, the filter gradient
   ``num * out_h * out_w`` per tap; each differs from the exact sum by at most the classical
   bound ``n * eps * sum |terms|`` (``eps`` the element type's machine epsilon);
-- Winograd F(2x2, 3x3) (3x3 filters, stride 1, dilation 1, one group, any pad): the forward
-  only. Each 2x2 block of outputs comes from a 4x4 block of input through the transforms
-  ``Y = A^T [(G g G^T) . (B^T d B)] A``, summed over channels as 16 matrix products (BLAS);
-  2.25 times fewer multiplications than the direct form, for a transform error bounded by a
-  small multiple of ``eps`` times the sum of ``|w| * |x|`` over the window (float32: within
-  ``1e-5`` of the output's scale on the shapes of tests/test_ops_winograd.py).
-  ``PYCAFFE_LITE_WINOGRAD=0`` or :func:`set_winograd_enabled` turns it off.
+- Winograd F(m x m, 3x3), m = 2 or 4 (3x3 filters, stride 1, dilation 1, any pad, group by
+  group): each m x m block of outputs comes from an (m + 2)^2 block of input through the
+  transforms ``Y = A^T [(G g G^T) . (B^T d B)] A``, summed over channels as (m + 2)^2 matrix
+  products (BLAS): 2.25 (m = 2) or 4 (m = 4) times fewer multiplications than the direct
+  form, for a transform error bounded by a small multiple of ``eps`` times the sum of
+  ``|w| * |x|`` over the window, larger for F(4x4), whose transforms have coefficients up to
+  8 and 1/24 (float32: within ``1e-5``, resp. ``1e-4``, of the output's scale on the shapes
+  of tests/test_ops_winograd.py). The convolution's input gradient is the same kind of
+  convolution and runs through it too. ``PYCAFFE_LITE_WINOGRAD=0`` or
+  :func:`set_winograd_enabled` turns it off.
 """
 
 import os
@@ -28,15 +32,15 @@ _winograd = [os.environ.get("PYCAFFE_LITE_WINOGRAD", "1") != "0"]
 
 
 def set_winograd_enabled(flag):
-    """Use Winograd's F(2x2, 3x3) where it pays (True, the default) or never (False). Returns
-    the previous setting."""
+    """Use Winograd where it pays (True, the default) or never (False). Returns the previous
+    setting."""
     old = _winograd[0]
     _winograd[0] = bool(flag)
     return old
 
 
 def winograd_enabled():
-    """Whether Winograd's F(2x2, 3x3) may run (the compiled library is checked apart)."""
+    """Whether Winograd may run (the compiled library is checked apart)."""
     return _winograd[0]
 
 
