@@ -45,7 +45,7 @@ import numpy as np
 
 from .errors import NetError
 from .layers import create_layer
-from .ops.conv import bias_relu
+from .ops.relu import bias_relu
 from .proto import caffe_pb2
 
 ENV_VAR = "PYCAFFE_LITE_FOLD"
@@ -265,7 +265,8 @@ def _relu_after(forward):
     def run(bottom, top):
         loss = forward(bottom, top)
         for t in top:
-            bias_relu(t.write_data(), None, True)
+            y = t.write_data()
+            bias_relu(y, y)
         return loss
     return run
 

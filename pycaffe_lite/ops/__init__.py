@@ -1,6 +1,6 @@
 """Array kernels shared by layers and solvers: im2col/col2im, convolution (:mod:`.conv`),
-pooling, LRN (:mod:`.lrn`), the softmax loss (:mod:`.softmax_loss`) and the solvers' fused
-update (:mod:`.solver_update`).
+pooling, LRN (:mod:`.lrn`), ReLU and a bias before it (:mod:`.relu`), the softmax loss
+(:mod:`.softmax_loss`) and the solvers' fused update (:mod:`.solver_update`).
 
 These are leaves: they import only NumPy, :mod:`pycaffe_lite.backend` and each other, and every
 function works on NumPy or device (CuPy) arrays alike, picking the module with

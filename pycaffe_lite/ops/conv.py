@@ -43,6 +43,7 @@ from . import cpu as _cpu
 from .cpu import convolution as _cpu_conv
 from .gpu import cudnn as _cudnn
 from .im2col import col2im, col2im_batch_last, im2col, im2col_batch_last, prod
+from .relu import bias_relu
 
 _shared = threading.local()
 
@@ -279,9 +280,9 @@ class ConvGeometry:
                             xp.add(moved, bias.reshape(1, g, mg, 1),
                                    out=res.reshape(nb, g, mg, npix))
                     if relu:
-                        bias_relu(res, None, True)
+                        bias_relu(res, res)
                     continue
-                bias_relu(res, bias, relu)
+                bias_relu(res, res, bias, relu)
 
     def _backward_and_weight(self, input, output_diff, weights, input_diff=None,
                                  weight_diff=None):
@@ -411,7 +412,8 @@ def _winograd_choice(in_channels, out_channels, out_spatial, num, itemsize, work
 
 def _winograd_pays(tile, in_channels, out_spatial, images):
     """Whether Winograd's F(tile x tile, 3x3) is faster than im2col + GEMM for a chunk of
-    ``images`` (the 3x3, stride 1, dilation 1, one group geometry being given)."""
+    ``images`` (the 3x3, stride 1, dilation 1 geometry being given; ``in_channels`` per
+    group)."""
     rule = _WINOGRAD_RULES[tile]
     tiles = _cpu_conv.winograd_tiles(images, out_spatial, tile)[2]
     return in_channels >= rule["channels"] and min(out_spatial) >= rule["side"] and \
@@ -419,21 +421,6 @@ def _winograd_pays(tile, in_channels, out_spatial, images):
 
 
 # ---- the entry points ------------------------------------------------------------------------
-def bias_relu(y, bias=None, relu=False):
-    """``y (N, C, ...) += bias[c]`` (when given), then ``y = max(y, 0)`` (when ``relu``): one
-    compiled pass over host arrays, NumPy's operations otherwise (the same values)."""
-    if bias is None and not relu:
-        return
-    if _cpu.supported(y, bias):
-        _cpu.bias_relu(y, y, bias, relu)
-        return
-    xp = get_array_module(y)
-    if bias is not None:
-        y += bias.reshape((1, -1) + (1,) * (y.ndim - 2))
-    if relu:
-        xp.maximum(y, 0, out=y)
-
-
 def forward(x, weights, y, geom, bias=None, relu=False):
     """``y = W * im2col(x) (+ bias per output channel)`` for the whole batch (overwrites
     ``y``); then ``y = max(y, 0)`` when ``relu`` (a ReLU folded into the convolution, see
@@ -449,7 +436,8 @@ def forward(x, weights, y, geom, bias=None, relu=False):
     else:
         geom._forward_and_weight(x, weights, output=y, bias=bias, relu=relu)
         return
-    bias_relu(y, None, relu)
+    if relu:
+        bias_relu(y, y)
 
 
 def backward(x, dy, weights, geom, dx=None, dw=None):

@@ -2,7 +2,7 @@
 
 from ...backend import get_array_module
 from ...layer import NeuronLayer
-from ...ops import cpu as _cpu
+from ...ops.relu import bias_relu, relu_grad
 from ...registry import register_layer
 
 
@@ -22,10 +22,7 @@ class ReLULayer(NeuronLayer):
         y = top[0].write_data()
         xp = get_array_module(x)
         if self.negative_slope == 0:
-            if _cpu.supported(x, y):  # one compiled pass, NumPy's maximum(x, 0) bit for bit
-                _cpu.bias_relu(x, y)
-            else:
-                xp.maximum(x, 0, out=y)
+            bias_relu(x, y)
         else:
             # the slope in the blobs' precision: no float64 temporaries
             y[...] = xp.where(x > 0, x, x * x.dtype.type(self.negative_slope))
@@ -39,9 +36,6 @@ class ReLULayer(NeuronLayer):
         dx = bottom[0].write_diff()
         xp = get_array_module(x)
         if self.negative_slope == 0:
-            if _cpu.supported(x, dy, dx):
-                _cpu.relu_backward(x, dy, dx)
-            else:
-                xp.multiply(dy, x > 0, out=dx)
+            relu_grad(x, dy, dx)
         else:
             dx[...] = xp.where(x > 0, dy, dy * dy.dtype.type(self.negative_slope))
