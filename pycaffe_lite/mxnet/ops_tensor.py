@@ -1,0 +1,425 @@
+"""Converters of MXNet's tensor ops: softmaxes, element-wise and scalar arithmetic, shapes
+(Reshape, transpose, slices, Crop, Concat), reductions and the ops that pass data through."""
+
+import numpy as np
+
+from ..proto import caffe_pb2
+from .convert import converter
+from .ops_nn import neuron
+
+E = caffe_pb2.EltwiseParameter
+
+
+# -- pass-through ------------------------------------------------------------------------------
+@converter("BlockGrad", "stop_gradient", "identity", "_copy", "_identity_with_attr_like_rhs",
+           "MakeLoss", "make_loss", "LinearRegressionOutput", "MAERegressionOutput")
+def passthrough(c, node):
+    c.alias(c.bottom(0))
+
+
+@converter("Dropout")
+def dropout(c, node):
+    if c.attrs().str("mode", "training") == "always":
+        raise c.error("mode=always drops values at inference too; Caffe's Dropout does not")
+    c.alias(c.bottom(0))
+
+
+@converter("Cast", "cast", "amp_cast")
+def cast(c, node):
+    dtype = c.attrs().str("dtype", "float32")
+    if dtype not in ("float32", "float16", "float64"):
+        raise c.error("a cast to %s does not convert (Caffe computes in float32)" % dtype)
+    c.alias(c.bottom(0))
+
+
+@converter("LogisticRegressionOutput")
+def logistic_output(c, node):
+    neuron(c, "Sigmoid", c.bottom(0), c.out())
+    c.produce(c.out())
+
+
+# -- softmaxes ---------------------------------------------------------------------------------
+def _softmax(c, x, axis, top, name=None):
+    rank = len(c.shape(x))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        raise c.error("axis %d is out of range for shape %s" % (axis, c.shape(x)))
+    lp = c.layer("Softmax", name or c.node.name, [x], [top])
+    lp.softmax_param.axis = axis
+    return c.configure(lp)
+
+
+@converter("softmax", "log_softmax")
+def softmax(c, node):
+    a = c.attrs()
+    if a.bool("use_length", False):
+        raise c.error("use_length (a masked softmax) does not convert")
+    x = c.bottom(0)
+    temperature = a.float("temperature", 1.0)
+    top = c.out()
+    if temperature != 1.0:
+        x = neuron(c, "Power", x, c.blob_name(top + "/tempered"), node.name + "/temperature",
+                   power_param__scale=1.0 / temperature).top[0]
+    if node.op == "log_softmax":
+        p = _softmax(c, x, a.int("axis", -1), c.blob_name(top + "/p"), node.name + "/softmax")
+        neuron(c, "Log", p.top[0], top)
+    else:
+        _softmax(c, x, a.int("axis", -1), top)
+    c.produce(top)
+
+
+@converter("SoftmaxActivation")
+def softmax_activation(c, node):
+    x = c.bottom(0)
+    mode = c.attrs().str("mode", "instance")
+    if mode not in ("instance", "channel"):
+        raise c.error("mode %s does not convert" % mode)
+    # instance: over the last axis (of a 4-D blob too, as MXNet computes it)
+    _softmax(c, x, 1 if mode == "channel" else -1, c.out())
+    c.produce(c.out())
+
+
+@converter("SoftmaxOutput", "Softmax")
+def softmax_output(c, node):
+    a = c.attrs()
+    x = c.bottom(0)
+    # multi_output: over axis 1 at every position; else over the last axis
+    _softmax(c, x, 1 if a.bool("multi_output", False) else -1, c.out())
+    c.produce(c.out())
+
+
+# -- element-wise ------------------------------------------------------------------------------
+def _eltwise(c, node, blobs, op, coeff=()):
+    shapes = {c.shape(b) for b in blobs}
+    if len(shapes) != 1:
+        return False
+    lp = c.layer("Eltwise", node.name, blobs, [c.out()])
+    lp.eltwise_param.operation = op
+    lp.eltwise_param.coeff.extend(coeff)
+    c.configure(lp)
+    c.produce(c.out())
+    return True
+
+
+def _broadcast_channels(c, node, x, s, kind):
+    """``x`` (N, C, H, W) times / plus ``s`` (N, C, 1, 1), or (1, C, 1, 1): Caffe's Scale or
+    Bias with the second bottom flattened to (N, C) or (C,)."""
+    xs, ss = c.shape(x), c.shape(s)
+    if len(xs) != len(ss) or len(xs) < 2 or any(d != 1 for d in ss[2:]) or \
+            ss[1] != xs[1] or ss[0] not in (1, xs[0]):
+        return False
+    axis = 0 if ss[0] == xs[0] and xs[0] != 1 else 1
+    want = ss[:2] if axis == 0 else ss[1:2]
+    flat = c.reshape(s, want, node.name + "/flat", c.blob_name(node.name + "/flat"))
+    lp = c.layer(kind, node.name, [x, flat], [c.out()])
+    getattr(lp, "scale_param" if kind == "Scale" else "bias_param").axis = axis
+    c.configure(lp)
+    c.produce(c.out())
+    return True
+
+
+@converter("elemwise_add", "_Plus", "_plus", "_add", "add_n", "ElementWiseSum",
+           "broadcast_add", "broadcast_plus")
+def add(c, node):
+    blobs = [c.bottom(i) for i in range(len(node.inputs))]
+    if _eltwise(c, node, blobs, E.SUM):
+        return
+    if len(blobs) == 2 and node.op.startswith("broadcast"):
+        small = 1 if c.shape(blobs[1])[2:] and set(c.shape(blobs[1])[2:]) == {1} else 0
+        if _broadcast_channels(c, node, blobs[1 - small], blobs[small], "Bias"):
+            return
+    raise c.error("inputs of shapes %s do not convert (equal shapes do, and a per-channel "
+                  "N x C x 1 x 1 operand)" % [c.shape(b) for b in blobs])
+
+
+@converter("elemwise_sub", "_Minus", "_minus", "_sub", "broadcast_sub", "broadcast_minus")
+def sub(c, node):
+    blobs = [c.bottom(0), c.bottom(1)]
+    if not _eltwise(c, node, blobs, E.SUM, (1.0, -1.0)):
+        raise c.error("inputs of shapes %s do not convert (equal shapes do)"
+                      % [c.shape(b) for b in blobs])
+
+
+@converter("elemwise_mul", "_Mul", "_mul", "broadcast_mul")
+def mul(c, node):
+    blobs = [c.bottom(0), c.bottom(1)]
+    if _eltwise(c, node, blobs, E.PROD):
+        return
+    for big, small in ((0, 1), (1, 0)):
+        if _broadcast_channels(c, node, blobs[big], blobs[small], "Scale"):
+            return
+    raise c.error("inputs of shapes %s do not convert (equal shapes do, and N x C x H x W "
+                  "by N x C x 1 x 1)" % [c.shape(b) for b in blobs])
+
+
+@converter("_maximum", "broadcast_maximum")
+def maximum(c, node):
+    blobs = [c.bottom(0), c.bottom(1)]
+    if not _eltwise(c, node, blobs, E.MAX):
+        raise c.error("inputs of shapes %s do not convert (equal shapes do)"
+                      % [c.shape(b) for b in blobs])
+
+
+# (scale, shift, power) of Caffe's Power layer, (shift + scale * x) ^ power, for scalar s
+SCALAR = {
+    "_plus_scalar": lambda s: (1.0, s, 1.0), "_PlusScalar": lambda s: (1.0, s, 1.0),
+    "_minus_scalar": lambda s: (1.0, -s, 1.0), "_MinusScalar": lambda s: (1.0, -s, 1.0),
+    "_rminus_scalar": lambda s: (-1.0, s, 1.0), "_RMinusScalar": lambda s: (-1.0, s, 1.0),
+    "_mul_scalar": lambda s: (s, 0.0, 1.0), "_MulScalar": lambda s: (s, 0.0, 1.0),
+    "_div_scalar": lambda s: (1.0 / s, 0.0, 1.0), "_DivScalar": lambda s: (1.0 / s, 0.0, 1.0),
+    "_rdiv_scalar": lambda s: (1.0 / s, 0.0, -1.0),
+    "_RDivScalar": lambda s: (1.0 / s, 0.0, -1.0),
+    "_power_scalar": lambda s: (1.0, 0.0, s), "_PowerScalar": lambda s: (1.0, 0.0, s),
+}
+
+
+@converter(*SCALAR)
+def scalar(c, node):
+    s = c.attrs().float("scalar", None)
+    if s is None:
+        raise c.error("it has no scalar")
+    if s == 0.0 and node.op in ("_div_scalar", "_DivScalar", "_rdiv_scalar", "_RDivScalar"):
+        raise c.error("a division by / of the scalar 0 does not convert")
+    scale, shift, power = SCALAR[node.op](s)
+    neuron(c, "Power", c.bottom(0), c.out(), power_param__scale=scale,
+           power_param__shift=shift, power_param__power=power)
+    c.produce(c.out())
+
+
+@converter("square", "sqrt", "rsqrt", "reciprocal")
+def power_op(c, node):
+    power = {"square": 2.0, "sqrt": 0.5, "rsqrt": -0.5, "reciprocal": -1.0}[node.op]
+    neuron(c, "Power", c.bottom(0), c.out(), power_param__power=power)
+    c.produce(c.out())
+
+
+# -- shapes ------------------------------------------------------------------------------------
+def mxnet_reshape(c, shape, spec, reverse):
+    """The shape MXNet's Reshape gives ``shape`` for the codes in ``spec`` (0 copy, -1
+    infer, -2 copy the rest, -3 merge two, -4 split one into the next two)."""
+    src, spec = list(shape), list(spec)
+    if reverse:
+        src, spec = src[::-1], spec[::-1]
+    out, i, j, infer = [], 0, 0, None
+    while j < len(spec):
+        v = spec[j]
+        if v == 0:
+            out.append(src[i])
+            i += 1
+        elif v == -1:
+            infer = len(out)
+            out.append(1)
+            i += 1
+        elif v == -2:
+            out.extend(src[i:])
+            i = len(src)
+        elif v == -3:
+            out.append(src[i] * src[i + 1])
+            i += 2
+        elif v == -4:
+            a, b = (spec[j + 1], spec[j + 2]) if not reverse else (spec[j + 2], spec[j + 1])
+            if a == -1:
+                a = src[i] // b
+            elif b == -1:
+                b = src[i] // a
+            out.extend([a, b] if not reverse else [b, a])
+            i += 1
+            j += 2
+        elif v > 0:
+            out.append(v)
+            i += 1
+        else:
+            raise c.error("Reshape code %d is not one MXNet knows" % v)
+        j += 1
+    total = int(np.prod(shape))
+    if infer is not None:
+        known = int(np.prod(out)) or 1
+        out[infer] = total // known
+    if reverse:
+        out = out[::-1]
+    if int(np.prod(out)) != total:
+        raise c.error("Reshape to %s does not fit the input's shape %s" % (spec, shape))
+    return out
+
+
+@converter("Reshape", "reshape")
+def reshape(c, node):
+    a = c.attrs()
+    if a.has("target_shape") and any(a.tuple("target_shape")):
+        raise c.error("the deprecated target_shape does not convert; use shape")
+    x = c.bottom(0)
+    out = mxnet_reshape(c, c.shape(x), a.tuple("shape", ()), a.bool("reverse", False))
+    top = c.reshape(x, out, node.name, c.out())
+    c.produce(top)
+
+
+@converter("Flatten", "flatten")
+def flatten(c, node):
+    x = c.bottom(0)
+    shape = c.shape(x)
+    c.produce(c.reshape(x, [shape[0], int(np.prod(shape[1:]))], node.name, c.out()))
+
+
+@converter("expand_dims")
+def expand_dims(c, node):
+    x = c.bottom(0)
+    shape = list(c.shape(x))
+    axis = c.attrs().int("axis")
+    axis = axis + len(shape) + 1 if axis < 0 else axis
+    shape.insert(axis, 1)
+    c.produce(c.reshape(x, shape, node.name, c.out()))
+
+
+@converter("squeeze")
+def squeeze(c, node):
+    x = c.bottom(0)
+    shape = c.shape(x)
+    axes = c.attrs().tuple("axis")
+    axes = [a + len(shape) if a < 0 else a for a in axes] if axes else \
+        [i for i, d in enumerate(shape) if d == 1]
+    out = [d for i, d in enumerate(shape) if i not in axes] or [1]
+    c.produce(c.reshape(x, out, node.name, c.out()))
+
+
+@converter("transpose")
+def transpose(c, node):
+    x = c.bottom(0)
+    rank = len(c.shape(x))
+    axes = c.attrs().tuple("axes") or tuple(range(rank))[::-1]
+    axes = [a + rank if a < 0 else a for a in axes]
+    if sorted(axes) != list(range(rank)):
+        raise c.error("axes %s are not a permutation of %d axes" % (axes, rank))
+    if axes == list(range(rank)):
+        c.alias(x)
+        return
+    lp = c.layer("Permute", node.name, [x], [c.out()])
+    lp.permute_param.order.extend(axes)
+    c.configure(lp)
+    c.produce(c.out())
+
+
+def _range(c, size, begin, end):
+    begin = 0 if begin is None else begin
+    end = size if end is None else end
+    begin = begin + size if begin < 0 else begin
+    end = end + size if end < 0 else end
+    if not 0 <= begin < end <= size:
+        raise c.error("the range [%s, %s) is empty or outside 0..%d" % (begin, end, size))
+    return begin, end
+
+
+@converter("slice_axis")
+def slice_axis(c, node):
+    a = c.attrs()
+    x = c.bottom(0)
+    shape = c.shape(x)
+    axis = a.int("axis")
+    axis = axis + len(shape) if axis < 0 else axis
+    end = a.str("end")
+    begin, end = _range(c, shape[axis], a.int("begin", 0), None if end is None else int(end))
+    top = c.take(x, axis, begin, end, node.name, c.out())
+    c.produce(top)
+
+
+@converter("slice", "crop")
+def slice_(c, node):
+    a = c.attrs()
+    x = c.bottom(0)
+    shape = c.shape(x)
+    begins, ends = a.tuple("begin", ()), a.tuple("end", ())
+    steps = a.tuple("step", ()) or ()
+    if any(s not in (None, 1) for s in steps):
+        raise c.error("a slice with steps %s does not convert" % (steps,))
+    cuts = [(axis,) + _range(c, shape[axis], b, e)
+            for axis, (b, e) in enumerate(zip(begins, ends))]
+    cuts = [cut for cut in cuts if cut[1:] != (0, shape[cut[0]])]
+    blob = x
+    for k, (axis, b, e) in enumerate(cuts):
+        blob = c.take(blob, axis, b, e, node.name, c.out() if k == len(cuts) - 1 else None)
+    c.produce(blob)
+
+
+@converter("SliceChannel", "split")
+def slice_channel(c, node):
+    a = c.attrs()
+    x = c.bottom(0)
+    shape = c.shape(x)
+    n = a.int("num_outputs")
+    axis = a.int("axis", 1)
+    axis = axis + len(shape) if axis < 0 else axis
+    if not n or shape[axis] % n:
+        raise c.error("axis %d of size %d does not split into %s equal parts"
+                      % (axis, shape[axis], n))
+    squeeze = a.bool("squeeze_axis", False)
+    if squeeze and shape[axis] != n:
+        raise c.error("squeeze_axis needs parts of size 1")
+    tops = [c.out(index=i) if not squeeze else c.blob_name(c.out(index=i) + "/part")
+            for i in range(n)]
+    lp = c.layer("Slice", node.name, [x], tops)
+    lp.slice_param.axis = axis
+    c.configure(lp)
+    for i, top in enumerate(tops):
+        if squeeze:
+            out = [d for k, d in enumerate(shape) if k != axis]
+            top = c.reshape(top, out, "%s/squeeze%d" % (node.name, i), c.out(index=i))
+        c.produce(top, i)
+
+
+@converter("Crop")
+def crop(c, node):
+    a = c.attrs()
+    x = c.bottom(0)
+    shape = c.shape(x)
+    if a.int("num_args", 1) > 1 or len(node.inputs) > 1:
+        h, w = c.in_shape(1)[2:4]
+    else:
+        h, w = a.tuple("h_w", (0, 0))
+    if a.bool("center_crop", False):
+        offset = ((shape[2] - h) // 2, (shape[3] - w) // 2)
+    else:
+        offset = a.tuple("offset", (0, 0))
+    blob = c.take(x, 2, offset[0], offset[0] + h, node.name, None if w != shape[3] else
+                  c.out())
+    blob = c.take(blob, 3, offset[1], offset[1] + w, node.name, c.out())
+    c.produce(blob)
+
+
+@converter("Concat", "concat")
+def concat(c, node):
+    blobs = [c.bottom(i) for i in range(len(node.inputs))]
+    rank = len(c.shape(blobs[0]))
+    axis = c.attrs().int("dim", 1)
+    lp = c.layer("Concat", node.name, blobs, [c.out()])
+    lp.concat_param.axis = axis + rank if axis < 0 else axis
+    c.configure(lp)
+    c.produce(c.out())
+
+
+# -- reductions --------------------------------------------------------------------------------
+@converter("mean", "sum", "sum_axis")
+def reduce_(c, node):
+    a = c.attrs()
+    x = c.bottom(0)
+    shape = c.shape(x)
+    rank = len(shape)
+    axes = a.tuple("axis")
+    axes = set(range(rank)) if not axes else {v + rank if v < 0 else v for v in axes}
+    if a.bool("exclude", False):
+        axes = set(range(rank)) - axes
+    first = min(axes)
+    if axes != set(range(first, rank)):
+        raise c.error("a reduction over axes %s does not convert: Caffe's Reduction reduces "
+                      "the trailing axes from one axis on" % sorted(axes))
+    R = caffe_pb2.ReductionParameter
+    keep = a.bool("keepdims", False)
+    out = list(shape[:first]) + ([1] * (rank - first) if keep else [])
+    mid = c.out() if out == list(shape[:first]) and out else c.blob_name(c.out() + "/reduced")
+    lp = c.layer("Reduction", node.name, [x], [mid])
+    lp.reduction_param.operation = R.MEAN if node.op == "mean" else R.SUM
+    lp.reduction_param.axis = first
+    c.configure(lp)
+    if mid != c.out():
+        lp = c.layer("Reshape", node.name + "/shape", [mid], [c.out()])
+        lp.reshape_param.shape.dim.extend(out or [1])
+        c.configure(lp)
+    c.produce(c.out())
