@@ -1,0 +1,188 @@
+"""MXNet's files read without MXNet (every NDArray layout, damaged files), the import_mxnet
+command and tools/mxnet2caffe.py, and an imported net fine-tuned by our solver."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from mxnet_file_helpers import array_bytes, ndarray_list
+from test_mxnet_import import FIXTURES, assert_matches, files, inputs, references
+
+import pycaffe_lite
+from pycaffe_lite import mxnet, protoio
+from pycaffe_lite.cli import main
+from pycaffe_lite.errors import CaffeError
+from pycaffe_lite.proto import caffe_pb2
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# -- the .params format ----------------------------------------------------------------------
+@pytest.mark.parametrize("layout", ["v2", "v3", "v1", "legacy"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_every_layout_and_float_type(layout, dtype):
+    rng = np.random.default_rng(0)
+    arrays = {"arg:w": rng.normal(size=(3, 2, 2, 2)).astype(dtype),
+              "aux:m": rng.normal(size=(5,)).astype(dtype)}
+    parsed = mxnet.parse_params(ndarray_list(arrays, layout))
+    assert list(parsed) == ["arg:w", "aux:m"]
+    for key, arr in arrays.items():
+        assert parsed[key].dtype == arr.dtype
+        np.testing.assert_array_equal(parsed[key], arr)
+
+
+def test_read_params_splits_args_and_aux(tmp_path):
+    path = tmp_path / "m.params"
+    path.write_bytes(ndarray_list({"arg:w": np.ones((2, 2), np.float16),
+                                   "aux:v": np.arange(3.0), "plain": np.zeros(1, np.float32)}))
+    args, aux = mxnet.read_params(str(path))
+    assert sorted(args) == ["plain", "w"] and sorted(aux) == ["v"]
+    assert args["w"].dtype == np.float32 and aux["v"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_a_list_without_keys_is_numbered():
+    parsed = mxnet.parse_params(ndarray_list({"a": np.ones(2, np.float32),
+                                              "b": np.zeros(1, np.float32)}, keys=False))
+    assert list(parsed) == ["0", "1"]
+
+
+def test_the_real_files_parse_to_their_own_sizes():
+    """Every params file MXNet wrote for the references parses to its end (the reader checks
+    that nothing follows the last key)."""
+    for name in sorted(os.listdir(FIXTURES)):
+        if name.endswith(".params"):
+            with open(os.path.join(FIXTURES, name), "rb") as f:
+                mxnet.parse_params(f.read(), name)
+
+
+def test_truncated_files_name_the_file_and_offset(tmp_path):
+    with open(files("legacy_json")[1], "rb") as f:
+        data = f.read()
+    path = str(tmp_path / "cut.params")
+    for cut in (3, 8, 20, 27, 40, 60, len(data) // 2, len(data) - 1):
+        with open(path, "wb") as f:
+            f.write(data[:cut])
+        with pytest.raises(CaffeError) as info:
+            mxnet.read_params(path)
+        message = str(info.value)
+        assert message.startswith(path + ": byte offset "), message
+        offset = int(message.split("byte offset ")[1].split(":")[0])
+        assert 0 <= offset <= cut
+        assert "ends" in message
+
+
+def test_corrupt_headers_name_the_offset():
+    good = ndarray_list({"arg:w": np.ones(2, np.float32)})
+    with pytest.raises(CaffeError, match="f.params: byte offset 0: not an MXNet NDArray file"):
+        mxnet.parse_params(b"\x13" + good[1:], "f.params")
+    bad_magic = good[:24] + struct.pack("<I", 0x12345678) + good[28:]
+    with pytest.raises(CaffeError, match="byte offset 24: array 0 starts with 0x12345678"):
+        mxnet.parse_params(bad_magic, "f.params")
+    bad_type = good.replace(struct.pack("<ii", 1, 0) + struct.pack("<i", 0),
+                            struct.pack("<ii", 1, 0) + struct.pack("<i", 99))
+    with pytest.raises(CaffeError, match="byte offset 52: array 0 has type flag 99"):
+        mxnet.parse_params(bad_type, "f.params")
+    sparse = good[:28] + struct.pack("<i", 1) + good[32:]
+    with pytest.raises(CaffeError, match="byte offset 24: array 0 is stored sparse"):
+        mxnet.parse_params(sparse, "f.params")
+    with pytest.raises(CaffeError, match="byte offset %d: 2 bytes follow" % len(good)):
+        mxnet.parse_params(good + b"\0\0", "f.params")
+
+
+def test_an_empty_array_is_skipped():
+    empty = struct.pack("<Iii", 0xF993FAC9, 0, 0)  # V2, dense, ndim 0: nothing follows
+    data = (struct.pack("<QQQ", 0x112, 0, 2) + empty + array_bytes(np.ones(1, np.float32)) +
+            struct.pack("<Q", 2) + struct.pack("<Q", 5) + b"arg:e" + struct.pack("<Q", 5) +
+            b"arg:x")
+    assert mxnet.parse_params(data)["arg:e"] is None
+    assert mxnet.parse_params(data)["arg:x"].tolist() == [1.0]
+
+
+# -- the symbol JSON ---------------------------------------------------------------------------
+def test_symbol_errors_name_the_file(tmp_path):
+    path = tmp_path / "m-symbol.json"
+    path.write_text('{"nodes": [}')
+    with pytest.raises(CaffeError, match=r"m-symbol.json:1:\d+: not valid JSON"):
+        mxnet.read_symbol(str(path))
+    path.write_text(json.dumps({"nodes": [{"op": "null", "name": "x", "inputs": []}],
+                                "heads": [[3, 0, 0]]}))
+    with pytest.raises(CaffeError, match="heads: refers to node 3"):
+        mxnet.read_symbol(str(path))
+    path.write_text(json.dumps({"arg_nodes": []}))
+    with pytest.raises(CaffeError, match="not an MXNet symbol file"):
+        mxnet.read_symbol(str(path))
+
+
+def test_old_param_and_attr_keys_are_read():
+    sym = mxnet.read_symbol(files("legacy_json")[0])
+    bn = [n for n in sym.nodes if n.name == "bn"][0]
+    assert bn.attrs["fix_gamma"] == "True" and bn.attrs["ctx_group"] == "stage1"
+    assert len(bn.inputs) == 3  # no moving statistics among the inputs before MXNet 1.0
+
+
+# -- command line and tool ---------------------------------------------------------------------
+def test_import_mxnet_command(tmp_path, capsys):
+    symbol, params = files("se_narrow")
+    prefix = str(tmp_path / "se")
+    assert main(["import_mxnet", "--symbol", symbol, "--params", params, "--output-prefix",
+                 prefix, "--input-shape", "data=2,3,9,9"]) == 0
+    assert "outputs: senet0_dense0_fwd" in capsys.readouterr().out
+    net = pycaffe_lite.Net(prefix + ".prototxt", prefix + ".caffemodel", pycaffe_lite.TEST)
+    net.blobs["data"].data[...] = inputs("se_narrow")["data"]
+    net.forward()
+    assert_matches(net.blobs["senet0_dense0_fwd"].data, references("se_narrow")[0], "se")
+
+
+def test_import_mxnet_errors_exit_1_on_one_line(tmp_path, capsys):
+    symbol, params = files("se_narrow")
+    assert main(["import_mxnet", "--symbol", symbol, "--params", params, "--output-prefix",
+                 str(tmp_path / "x")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "import_mxnet: error:" in err and "'data'" in err
+    cut = tmp_path / "cut.params"
+    with open(params, "rb") as f:
+        cut.write_bytes(f.read()[:100])
+    assert main(["import_mxnet", "--symbol", symbol, "--params", str(cut), "--output-prefix",
+                 str(tmp_path / "x"), "--input-shape", "data=2,3,9,9"]) == 1
+    assert "%s: byte offset" % cut in capsys.readouterr().err
+
+
+def test_tools_script(tmp_path):
+    symbol, params = files("legacy_json")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "mxnet2caffe.py"),
+                           "--symbol", symbol, "--params", params, "--output-prefix",
+                           str(tmp_path / "m"), "--input-shape", "data=1,2,8,8"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "m.prototxt").exists() and (tmp_path / "m.caffemodel").exists()
+
+
+# -- fine-tuning ---------------------------------------------------------------------------------
+def test_an_imported_net_fine_tunes(tmp_path):
+    """The imported squeeze-excitation net, a SoftmaxWithLoss on top, trained by SGD on a
+    fixed batch: the loss falls."""
+    prototxt, caffemodel, outputs = mxnet.to_caffe(*files("se_narrow"), str(tmp_path / "se"),
+                                                   {"data": (2, 3, 9, 9)})
+    net = protoio.read_net_param(prototxt)
+    label = net.layer.add(name="label", type="Input", top=["label"])
+    label.input_param.shape.add().dim.append(2)
+    net.layer.add(name="loss", type="SoftmaxWithLoss", bottom=[outputs[0], "label"],
+                  top=["loss"])
+    solver = caffe_pb2.SolverParameter()
+    text_format.Merge('base_lr: 0.05 lr_policy: "fixed" momentum: 0.9 max_iter: 100 '
+                      'snapshot_after_train: false', solver)
+    solver.net_param.CopyFrom(net)
+    sgd = pycaffe_lite.SGDSolver(solver)
+    sgd.net.copy_from(caffemodel)
+    sgd.net.blobs["data"].data[...] = inputs("se_narrow")["data"]
+    sgd.net.blobs["label"].data[...] = [1, 3]
+    losses = []
+    for _ in range(8):
+        sgd.step(1)
+        losses.append(float(sgd.net.blobs["loss"].data))
+    assert losses[-1] < 0.5 * losses[0], losses
