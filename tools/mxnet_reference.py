@@ -511,7 +511,8 @@ def unsupported(w):
 
 
 def main(argv):
-    out = argv[1] if len(argv) > 1 and argv[1] != "--native" else os.path.join("tests", "fixtures", "mxnet")
+    default = os.path.join("tests", "fixtures", "mxnet")
+    out = argv[1] if len(argv) > 1 and argv[1] != "--native" else default
     if os.environ.get("MXNET_SUBGRAPH_BACKEND") != "NONE":
         sys.exit("run with MXNET_SUBGRAPH_BACKEND=NONE (see the docstring)")
     mx.random.seed(23)

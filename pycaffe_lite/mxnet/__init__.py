@@ -17,7 +17,8 @@ table and what does not convert: ``docs/mxnet.md``.
 import os
 
 from ..errors import CaffeError
-from .convert import CONVERTERS, convert_symbol
+from .context import CONVERTERS
+from .convert import convert_symbol
 from .params import parse_params, read_params
 from .symbol import parse_symbol, read_symbol
 

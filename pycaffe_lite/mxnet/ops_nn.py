@@ -8,7 +8,7 @@ import numpy as np
 
 from ..onnx.import_ops import _caffe_pooled, _pool_geometry
 from ..proto import caffe_pb2
-from .convert import converter
+from .context import converter
 
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_LAMBDA = 1.0507009873554804934193349852946
@@ -94,7 +94,6 @@ def deconv_layer(c, name, x, w, bias, top, kernel, stride, pad, adj, dilate, gro
     _geometry(p, kernel, stride, caffe_pad, dilate)
     c.configure(lp)
     blob = mid
-    n = len(kernel)
     for i, j in enumerate(adj):
         if j:
             size = c.shape(blob)[2 + i]

@@ -4,7 +4,7 @@
 import numpy as np
 
 from ..proto import caffe_pb2
-from .convert import converter
+from .context import converter
 from .ops_nn import neuron
 
 E = caffe_pb2.EltwiseParameter
