@@ -308,13 +308,20 @@ def _range(c, size, begin, end):
     return begin, end
 
 
-@converter("slice_axis")
-def slice_axis(c, node):
+def _along_axis(c, default):
+    """(attributes, input blob, its shape, the node's ``axis`` made non-negative)."""
     a = c.attrs()
     x = c.bottom(0)
     shape = c.shape(x)
-    axis = a.int("axis")
-    axis = axis + len(shape) if axis < 0 else axis
+    axis = a.int("axis", default)
+    if axis is None or not -len(shape) <= axis < len(shape):
+        raise c.error("axis %s is out of range for shape %s" % (axis, shape))
+    return a, x, shape, axis + len(shape) if axis < 0 else axis
+
+
+@converter("slice_axis")
+def slice_axis(c, node):
+    a, x, shape, axis = _along_axis(c, None)
     end = a.str("end")
     begin, end = _range(c, shape[axis], a.int("begin", 0), None if end is None else int(end))
     top = c.take(x, axis, begin, end, node.name, c.out())
@@ -341,12 +348,8 @@ def slice_(c, node):
 
 @converter("SliceChannel", "split")
 def slice_channel(c, node):
-    a = c.attrs()
-    x = c.bottom(0)
-    shape = c.shape(x)
+    a, x, shape, axis = _along_axis(c, 1)
     n = a.int("num_outputs")
-    axis = a.int("axis", 1)
-    axis = axis + len(shape) if axis < 0 else axis
     if not n or shape[axis] % n:
         raise c.error("axis %d of size %d does not split into %s equal parts"
                       % (axis, shape[axis], n))
