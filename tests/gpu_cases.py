@@ -239,6 +239,7 @@ CASES = [
          tops=2),
     case("Split", 'type: "Split"', [_u((2, 3))], tops=3),
     case("Swish", 'type: "Swish" swish_param { beta: 1.5 }', [_u((2, 3, 4))]),
+    case("GELU", 'type: "GELU"', [_u((2, 3, 4), 0, -4, 4)]),
     case("TanH", 'type: "TanH"', [_u((2, 3, 4))]),
     case("Threshold", 'type: "Threshold" threshold_param { threshold: 0.2 }', [_u((2, 3, 4))],
          down=[False]),

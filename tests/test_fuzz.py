@@ -298,6 +298,7 @@ PALETTE = {
     "ReLU": (1, 1, 1), "Sigmoid": (1, 1, 1), "TanH": (1, 1, 1), "AbsVal": (1, 1, 1),
     "BNLL": (1, 1, 1), "ELU": (1, 1, 1), "Exp": (1, 1, 1), "Log": (1, 1, 1),
     "Power": (1, 1, 1), "Threshold": (1, 1, 1), "Clip": (1, 1, 1), "Swish": (1, 1, 1),
+    "GELU": (1, 1, 1),
     "Mish": (1, 1, 1), "ReLU6": (1, 1, 1), "Dropout": (1, 1, 1), "PReLU": (1, 1, 1),
     "Softmax": (1, 1, 1), "LRN": (1, 1, 1), "BatchNorm": (1, 1, 1), "MVN": (1, 1, 1),
     "Flatten": (1, 1, 1), "Reshape": (1, 1, 1), "ArgMax": (1, 1, 1), "Tile": (1, 1, 1),

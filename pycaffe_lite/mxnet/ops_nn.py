@@ -233,9 +233,10 @@ def leaky_relu(c, node):
         lp = c.layer("PReLU", node.name, [x], [top], [gamma])
         lp.prelu_param.channel_shared = gamma.size == 1 and channels != 1
         c.configure(lp)
+    elif act == "gelu":
+        neuron(c, "GELU", x, top)
     else:
-        raise c.error("act_type %s has no Caffe layer (no erf-based GELU in Caffe)" % act
-                      if act == "gelu" else "act_type %s does not convert" % act)
+        raise c.error("act_type %s does not convert" % act)
     c.produce(top)
 
 
