@@ -186,3 +186,35 @@ def test_an_imported_net_fine_tunes(tmp_path):
         sgd.step(1)
         losses.append(float(sgd.net.blobs["loss"].data))
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+@pytest.mark.parametrize("key, shape, match", [
+    ("arg:conv_weight", (4, 3, 3, 3), r"node 'conv' \(op Convolution\).*expected \(4, 2, 3, 3\)"),
+    ("arg:fc_weight", (3, 5), r"node 'fc' \(op FullyConnected\).*5 inputs per output; the "
+                              r"data gives 64"),
+    ("aux:bn_moving_var", (5,), r"node 'bn' \(op BatchNorm\).*\(5,\), expected \(4,\)"),
+])
+def test_a_parameter_of_the_wrong_shape_names_the_node(tmp_path, key, shape, match):
+    symbol, params = files("legacy_json")
+    with open(params, "rb") as f:
+        arrays = mxnet.parse_params(f.read())
+    arrays[key] = np.zeros(shape, np.float32)
+    (tmp_path / "m.params").write_bytes(ndarray_list(arrays))
+    with pytest.raises(CaffeError, match=match):
+        mxnet.convert(symbol, str(tmp_path / "m.params"), {"data": (1, 2, 8, 8)})
+
+
+def test_the_shape_written_in_the_symbol_file_is_used(tmp_path):
+    """A symbol-API file that records the data shape (``__shape__``) needs no input_shapes;
+    Gluon's zeros do not count as a shape."""
+    symbol, params = files("legacy_json")
+    with open(symbol) as f:
+        doc = json.load(f)
+    doc["nodes"][0]["attrs"] = {"__shape__": "(1, 2, 8, 8)"}
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    net, outputs = mxnet.convert(str(tmp_path / "s.json"), params)
+    assert list(net.layer[0].input_param.shape[0].dim) == [1, 2, 8, 8] and outputs == ["fc"]
+    doc["nodes"][0]["attrs"] = {"__shape__": "(0, 2, 8, 8)"}
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    with pytest.raises(CaffeError, match=r"the file gives \(0, 2, 8, 8\)"):
+        mxnet.convert(str(tmp_path / "s.json"), params)

@@ -95,7 +95,7 @@ class Converter:
         shape = self.input_shapes.get(var.name)
         if shape is None:
             note = var.annotations.get("__shape__", "")
-            dims = Attrs(var).tuple("__shape__") if note else ()
+            dims = Attrs(var, var.annotations).tuple("__shape__") if note else ()
             dims = tuple(dims or ())
             if not dims or any(d is None or d <= 0 for d in dims):
                 raise CaffeError(

@@ -113,9 +113,9 @@ def read_symbol(path):
 class Attrs:
     """Typed access to a node's attributes; a bad value is an error naming the node."""
 
-    def __init__(self, node):
+    def __init__(self, node, raw=None):
         self.node = node
-        self.raw = node.attrs
+        self.raw = node.attrs if raw is None else raw
 
     def error(self, message):
         return CaffeError("MXNet node '%s' (op %s): %s" % (self.node.name, self.node.op,
