@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from mxnet_file_helpers import array_bytes, ndarray_list
-from test_mxnet_import import FIXTURES, assert_matches, files, inputs, references
+from mxnet_helpers import (FIXTURES, array_bytes, assert_matches, files, inputs, ndarray_list,
+                           references)
 
 import pycaffe_lite
 from pycaffe_lite import mxnet, protoio

@@ -13,43 +13,12 @@ import os
 import numpy as np
 import pytest
 
+from mxnet_helpers import (CASES, ERROR_CASES, FIXTURES, MANIFEST, assert_matches, files,
+                           inputs, ndarray_list, references, run)
+
 import pycaffe_lite
 from pycaffe_lite import mxnet, protoio
 from pycaffe_lite.errors import CaffeError
-
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "mxnet")
-with open(os.path.join(FIXTURES, "manifest.json")) as _f:
-    MANIFEST = json.load(_f)
-CASES = sorted(k for k, v in MANIFEST.items() if "expect_error" not in v)
-ERROR_CASES = sorted(k for k, v in MANIFEST.items() if "expect_error" in v)
-RTOL = 1e-4
-
-
-def files(case):
-    return (os.path.join(FIXTURES, case + "-symbol.json"),
-            os.path.join(FIXTURES, case + "-0000.params"))
-
-
-def inputs(case):
-    return {k: np.load(os.path.join(FIXTURES, v["file"])).astype(np.float32)
-            for k, v in MANIFEST[case]["inputs"].items()}
-
-
-def references(case):
-    return [np.load(os.path.join(FIXTURES, f)) for f in MANIFEST[case]["outputs"]]
-
-
-def assert_matches(got, ref, what):
-    assert got.shape == ref.shape, "%s: shape %s, MXNet %s" % (what, got.shape, ref.shape)
-    scale = float(np.abs(ref).max()) if ref.size else 0.0
-    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=RTOL * scale, err_msg=what)
-
-
-def run(net, case):
-    for name, arr in inputs(case).items():
-        net.blobs[name].data[...] = arr
-    net.forward()
-
 
 @pytest.mark.parametrize("case", CASES)
 def test_written_files_give_mxnets_outputs(case, tmp_path):
@@ -157,7 +126,6 @@ def test_a_missing_parameter_names_node_and_array(tmp_path):
     # the same file less its conv_bias: the keys come last, so rebuild it from the parser's view
     parsed = mxnet.parse_params(data, params)
     assert set(parsed) == {"arg:" + k for k in args} | {"aux:" + k for k in aux}
-    from mxnet_file_helpers import ndarray_list
     del parsed["arg:conv_bias"]
     (tmp_path / "m.params").write_bytes(ndarray_list(parsed))
     with pytest.raises(CaffeError, match="node 'conv' .*'conv_bias' is not in the params"):

@@ -1,9 +1,46 @@
-"""MXNet NDArray-list files written byte by byte from the format's description (for the
-reader's tests: the layouts MXNet 1.9.1 no longer writes, and damaged files)."""
+"""Shared pieces of the MXNet import tests: the references MXNet 1.9.1 wrote (see
+tools/mxnet_reference.py) and NDArray-list files written byte by byte from the format's
+description (the layouts MXNet 1.9.1 no longer writes, and damaged files)."""
 
+import json
+import os
 import struct
 
 import numpy as np
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "mxnet")
+with open(os.path.join(FIXTURES, "manifest.json")) as _f:
+    MANIFEST = json.load(_f)
+CASES = sorted(k for k, v in MANIFEST.items() if "expect_error" not in v)
+ERROR_CASES = sorted(k for k, v in MANIFEST.items() if "expect_error" in v)
+RTOL = 1e-4  # relative, with a floor of RTOL x the output's largest magnitude
+
+
+def files(case):
+    return (os.path.join(FIXTURES, case + "-symbol.json"),
+            os.path.join(FIXTURES, case + "-0000.params"))
+
+
+def inputs(case):
+    return {k: np.load(os.path.join(FIXTURES, v["file"])).astype(np.float32)
+            for k, v in MANIFEST[case]["inputs"].items()}
+
+
+def references(case):
+    return [np.load(os.path.join(FIXTURES, f)) for f in MANIFEST[case]["outputs"]]
+
+
+def assert_matches(got, ref, what):
+    assert got.shape == ref.shape, "%s: shape %s, MXNet %s" % (what, got.shape, ref.shape)
+    scale = float(np.abs(ref).max()) if ref.size else 0.0
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=RTOL * scale, err_msg=what)
+
+
+def run(net, case):
+    for name, arr in inputs(case).items():
+        net.blobs[name].data[...] = arr
+    net.forward()
+
 
 FLAGS = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.float16): 2,
          np.dtype(np.int32): 4, np.dtype(np.int64): 6}
