@@ -169,9 +169,10 @@ class Converter:
         self.layers.append(lp)
         return lp
 
-    def finish(self, lp):
-        """Set up ``lp`` on blobs of its bottoms' shapes: records its tops' shapes, and turns a
-        layer's complaint into an error naming the node."""
+    def configure(self, lp):
+        """Set up ``lp`` (its parameters filled in after :meth:`layer`) on blobs of its
+        bottoms' shapes: records its tops' shapes, and turns a layer's complaint into an error
+        naming the node. Returns ``lp``."""
         probe = caffe_pb2.LayerParameter()
         probe.CopyFrom(lp)
         try:
@@ -184,17 +185,11 @@ class Converter:
                              % (lp.name, lp.type, exc)) from None
         for name, blob in zip(lp.top, top):
             self.shapes[name] = tuple(blob.shape)
+        return lp
 
     def add(self, type_, name, bottoms, tops, blobs=(), frozen=False):
-        """:meth:`layer` then :meth:`finish`; returns the LayerParameter."""
-        lp = self.layer(type_, name, bottoms, tops, blobs, frozen)
-        self.finish(lp)
-        return lp
-
-    def configure(self, lp):
-        """Finish a layer whose parameters were set after :meth:`layer`."""
-        self.finish(lp)
-        return lp
+        """:meth:`layer` then :meth:`configure`; returns the LayerParameter."""
+        return self.configure(self.layer(type_, name, bottoms, tops, blobs, frozen))
 
     def produce(self, blob, index=0):
         """Record ``blob`` as the node's output ``index``."""
@@ -221,7 +216,7 @@ class Converter:
         lp = self.layer("Slice", "%s/slice%d" % (name, axis), [blob], tops)
         lp.slice_param.axis = axis
         lp.slice_param.slice_point.extend(points)
-        self.finish(lp)
+        self.configure(lp)
         self.add("Silence", "%s/spare%d" % (name, axis), spare, [])
         return top
 
@@ -235,5 +230,5 @@ class Converter:
             dims[0] = 0
         lp = self.layer("Reshape", name, [blob], [top])
         lp.reshape_param.shape.dim.extend(dims)
-        self.finish(lp)
+        self.configure(lp)
         return top

@@ -25,22 +25,19 @@ def _spatial(c, a, key, n, default):
 def _geometry(p, kernel, stride, pad, dilate):
     """A convolution's geometry: square values as one number, else the _h/_w fields (2-D)
     or one value per axis."""
-    def put(field, values, skip):
-        if all(v == skip for v in values):
-            return
-        if len(values) == 2 and values[0] != values[1] and field != "dilation":
-            setattr(p, {"kernel_size": "kernel", "stride": "stride", "pad": "pad"}[field]
-                    + "_h", values[0])
-            setattr(p, {"kernel_size": "kernel", "stride": "stride", "pad": "pad"}[field]
-                    + "_w", values[1])
+    for field, pair, values, default in (("kernel_size", "kernel", kernel, None),
+                                         ("stride", "stride", stride, 1),
+                                         ("pad", "pad", pad, 0),
+                                         ("dilation", None, dilate, 1)):
+        if all(v == default for v in values):
+            continue
+        if len(values) == 2 and values[0] != values[1] and pair:
+            setattr(p, pair + "_h", values[0])
+            setattr(p, pair + "_w", values[1])
         elif len(set(values)) == 1:
             getattr(p, field).append(values[0])
         else:
             getattr(p, field).extend(values)
-    put("kernel_size", kernel, None)
-    put("stride", stride, 1)
-    put("pad", pad, 0)
-    put("dilation", dilate, 1)
 
 
 def _conv_common(c, a):
