@@ -18,7 +18,7 @@ import os
 
 from ..errors import CaffeError
 from .context import CONVERTERS
-from .convert import convert_symbol
+from .convert import convert_symbol, fill_weights
 from .params import parse_params, read_params
 from .symbol import parse_symbol, read_symbol
 
@@ -40,6 +40,11 @@ def _shapes(input_shapes):
 def convert(symbol_path, params_path, input_shapes=None):
     """``(net, outputs)``: the NetParameter (TEST net; Input layers named after the
     symbol's data variables; the weights in its layers) and the output blob names."""
+    net, weights, outputs = _convert(symbol_path, params_path, input_shapes)
+    return fill_weights(net, weights), outputs
+
+
+def _convert(symbol_path, params_path, input_shapes):
     symbol = read_symbol(symbol_path)
     args, aux = read_params(params_path) if params_path is not None else ({}, {})
     name = os.path.basename(os.fspath(symbol_path))
@@ -57,15 +62,11 @@ def to_caffe(symbol_path, params_path, prefix, input_shapes=None):
     caffemodel path, output blob names)``."""
     from ..protoio import write_binary, write_text
 
-    net, outputs = convert(symbol_path, params_path, input_shapes)
-    deploy = type(net)()
-    deploy.CopyFrom(net)
-    for layer in deploy.layer:
-        del layer.blobs[:]
+    net, weights, outputs = _convert(symbol_path, params_path, input_shapes)
     prototxt = os.fspath(prefix) + ".prototxt"
     caffemodel = os.fspath(prefix) + ".caffemodel"
-    write_text(deploy, prototxt)
-    write_binary(net, caffemodel)
+    write_text(net, prototxt)
+    write_binary(fill_weights(net, weights), caffemodel)
     return prototxt, caffemodel, outputs
 
 
@@ -76,16 +77,14 @@ def load(symbol_path, params_path, input_shapes=None, phase=None, fold=None):
     from .. import net_fold
     from ..net import Net
     from ..proto import caffe_pb2
-    from ..weights import copy_trained_layers_from_param
 
-    weights, _ = convert(symbol_path, params_path, input_shapes)
-    deploy = type(weights)()
-    deploy.CopyFrom(weights)
-    for layer in deploy.layer:
-        del layer.blobs[:]
+    deploy, weights, _ = _convert(symbol_path, params_path, input_shapes)
     phase = caffe_pb2.TEST if phase is None else phase
     net = Net(deploy, phase=phase)
-    copy_trained_layers_from_param(net, weights, os.fspath(params_path or symbol_path))
+    layers = net.layer_dict
+    for name, arrays in weights.items():  # shapes checked by the conversion
+        for blob, arr in zip(layers[name].blobs, arrays):
+            blob.data[...] = arr
     if phase == caffe_pb2.TEST and (net_fold.enabled_by_default() if fold is None else fold):
         net_fold.fold(net, True)
     return net

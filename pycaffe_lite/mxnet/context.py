@@ -6,7 +6,7 @@ them."""
 
 import numpy as np
 
-from ..blob import Blob, fill_blobproto
+from ..blob import Blob
 from ..errors import CaffeError
 from ..layers import create_layer
 from ..proto import caffe_pb2
@@ -38,6 +38,7 @@ class Converter:
         self.used = set()
         self.input_shapes = dict(input_shapes or {})
         self.layers = []
+        self.weights = {}  # layer name -> its blobs (float32 arrays), kept out of the protos
         self.inputs = []
         self.layer_names = set()
         self.shapes = {}   # blob name -> shape
@@ -162,9 +163,10 @@ class Converter:
         lp = caffe_pb2.LayerParameter(name=self._unique(name), type=type_)
         lp.bottom.extend(bottoms)
         lp.top.extend(tops)
-        for arr in blobs:
-            fill_blobproto(lp.blobs.add(), np.asarray(arr, dtype=np.float32))
-            if frozen:
+        if blobs:
+            self.weights[lp.name] = [np.asarray(arr, dtype=np.float32) for arr in blobs]
+        if frozen:
+            for _ in blobs:
                 lp.param.add(lr_mult=0, decay_mult=0)
         self.layers.append(lp)
         return lp
@@ -174,12 +176,20 @@ class Converter:
         bottoms' shapes: records its tops' shapes, and turns a layer's complaint into an error
         naming the node. Returns ``lp``."""
         probe = caffe_pb2.LayerParameter()
-        probe.CopyFrom(lp)
+        probe.CopyFrom(lp)  # (the weights are kept apart, so this copies no arrays)
         try:
             layer = create_layer(probe)
             bottom = [Blob(self.shapes[b]) for b in lp.bottom]
             top = [Blob() for _ in lp.top]
             layer.SetUp(bottom, top)
+            given = [a.shape for a in self.weights.get(lp.name, [])]
+            want = [tuple(b.shape) for b in layer.blobs]
+            if len(given) != len(want):
+                raise CaffeError("%d parameter blobs given, %d expected"
+                                 % (len(given), len(want)))
+            for i, (g, w) in enumerate(zip(given, want)):
+                if g != w:
+                    raise CaffeError("parameter blob %d has shape %s, expected %s" % (i, g, w))
         except CaffeError as exc:
             raise self.error("its Caffe layer %s (%s) cannot be set up: %s"
                              % (lp.name, lp.type, exc)) from None

@@ -4,6 +4,7 @@ The nodes the outputs depend on are converted in the file's (topological) order 
 converters of :mod:`.ops_nn` and :mod:`.ops_tensor` (through :class:`.context.Converter`).
 """
 
+from ..blob import fill_blobproto
 from ..errors import CaffeError
 from ..proto import caffe_pb2
 from . import ops_nn, ops_tensor  # noqa: F401  (they register the converters)
@@ -11,8 +12,9 @@ from .context import CONVERTERS, LABEL_INPUTS, Converter
 
 
 def convert_symbol(symbol, args, aux, input_shapes=None, name="net"):
-    """Convert a parsed :class:`.symbol.Symbol` with its parameters. Returns ``(net, outputs)``:
-    the NetParameter with the weights in its layers, and the Caffe blob of each head."""
+    """Convert a parsed :class:`.symbol.Symbol` with its parameters. Returns ``(net, weights,
+    outputs)``: the NetParameter (no blobs), the blobs of its layers (a dict layer name ->
+    float32 arrays) and the Caffe blob of each head."""
     nodes = symbol.nodes
     unknown = {}
     for node in nodes:
@@ -47,7 +49,15 @@ def convert_symbol(symbol, args, aux, input_shapes=None, name="net"):
         outputs.append(conv.carrier[(src, out)])
     net = caffe_pb2.NetParameter(name=name)
     net.layer.extend(conv.inputs + conv.layers)
-    return net, outputs
+    return net, conv.weights, outputs
+
+
+def fill_weights(net, weights):
+    """Put ``weights`` (layer name -> arrays) into ``net``'s layers as their blobs."""
+    for lp in net.layer:
+        for arr in weights.get(lp.name, ()):
+            fill_blobproto(lp.blobs.add(), arr)
+    return net
 
 
 def _needed(symbol):
