@@ -16,18 +16,33 @@ ERROR_CASES = sorted(k for k, v in MANIFEST.items() if "expect_error" in v)
 RTOL = 1e-4  # relative, with a floor of RTOL x the output's largest magnitude
 
 
+# full-width references (tools/mxnet_reference.py --full), where a directory of them is given
+MORE = os.environ.get("PYCAFFE_LITE_MXNET_REFERENCES")
+MORE_MANIFEST = {}
+if MORE and os.path.exists(os.path.join(MORE, "manifest.json")):
+    with open(os.path.join(MORE, "manifest.json")) as _f:
+        MORE_MANIFEST = json.load(_f)
+
+
+def _where(case):
+    return (MORE, MORE_MANIFEST) if case not in MANIFEST else (FIXTURES, MANIFEST)
+
+
 def files(case):
-    return (os.path.join(FIXTURES, case + "-symbol.json"),
-            os.path.join(FIXTURES, case + "-0000.params"))
+    root, _ = _where(case)
+    return (os.path.join(root, case + "-symbol.json"),
+            os.path.join(root, case + "-0000.params"))
 
 
 def inputs(case):
-    return {k: np.load(os.path.join(FIXTURES, v["file"])).astype(np.float32)
-            for k, v in MANIFEST[case]["inputs"].items()}
+    root, manifest = _where(case)
+    return {k: np.load(os.path.join(root, v["file"])).astype(np.float32)
+            for k, v in manifest[case]["inputs"].items()}
 
 
 def references(case):
-    return [np.load(os.path.join(FIXTURES, f)) for f in MANIFEST[case]["outputs"]]
+    root, manifest = _where(case)
+    return [np.load(os.path.join(root, f)) for f in manifest[case]["outputs"]]
 
 
 def assert_matches(got, ref, what):

@@ -13,8 +13,8 @@ import os
 import numpy as np
 import pytest
 
-from mxnet_helpers import (CASES, ERROR_CASES, FIXTURES, MANIFEST, assert_matches, files,
-                           inputs, ndarray_list, references, run)
+from mxnet_helpers import (CASES, ERROR_CASES, FIXTURES, MANIFEST, MORE_MANIFEST,
+                           assert_matches, files, inputs, ndarray_list, references, run)
 
 import pycaffe_lite
 from pycaffe_lite import mxnet, protoio
@@ -38,6 +38,18 @@ def test_written_files_give_mxnets_outputs(case, tmp_path):
     assert len(outputs) == len(refs)
     for i, (blob, ref) in enumerate(zip(outputs, refs)):
         assert_matches(net.blobs[blob].data, ref, "%s output %d (%s)" % (case, i, blob))
+
+
+@pytest.mark.skipif(not MORE_MANIFEST, reason="no full-width references: write them with "
+                    "tools/mxnet_reference.py DIR --full and set PYCAFFE_LITE_MXNET_REFERENCES=DIR")
+@pytest.mark.parametrize("case", sorted(MORE_MANIFEST) or ["none"])
+def test_full_width_zoo_models(case):
+    shapes = {k: tuple(v.shape) for k, v in inputs(case).items()}
+    net = mxnet.load(*files(case), shapes)
+    run(net, case)
+    _, outputs = mxnet.convert(*files(case), shapes)
+    for blob, ref in zip(outputs, references(case)):
+        assert_matches(net.blobs[blob].data, ref, case)
 
 
 def test_load_builds_the_net():

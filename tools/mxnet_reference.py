@@ -5,6 +5,7 @@ Needs MXNet 1.9.1 (``pip install mxnet==1.9.1 "numpy<1.24"`` in a venv of its ow
 fit beside the project's NumPy) and runs without pycaffe-lite::
 
     MXNET_SUBGRAPH_BACKEND=NONE python tools/mxnet_reference.py tests/fixtures/mxnet
+    MXNET_SUBGRAPH_BACKEND=NONE python tools/mxnet_reference.py /tmp/mxnet-full --full
 
 ``MXNET_SUBGRAPH_BACKEND=NONE`` matters: MXNet's oneDNN pass fuses Convolution + BatchNorm +
 ReLU in a bound executor even where the convolution's raw output also feeds a shortcut, and
@@ -19,6 +20,9 @@ bound executor. The Gluon model-zoo classes are built as written but narrow: the
 arguments), so the files stay small. ``manifest.json`` lists every case: its inputs (name,
 shape, .npy file stored as float16, every value of which MXNet was given exactly), its
 output files, and the cases that MXNet runs but Caffe cannot express (``expect_error``).
+
+``--full`` writes the zoo models at full width instead (about 1 GB, never committed); the tests
+compare with them too when ``PYCAFFE_LITE_MXNET_REFERENCES`` names that directory.
 """
 
 import contextlib
@@ -509,13 +513,34 @@ def unsupported(w):
     y.save(os.path.join(w.out, "unsupported-symbol.json"))
 
 
+def zoo_full(w):
+    """The zoo models at full width (hundreds of MB: for a directory outside the repository,
+    read by the tests when PYCAFFE_LITE_MXNET_REFERENCES names it)."""
+    x224 = {"data": make_input((1, 3, 224, 224))}
+    for name, net in (("resnet50_v1", vision.resnet50_v1()),
+                      ("resnet101_v2", vision.resnet101_v2()),
+                      ("mobilenet1_0", vision.mobilenet1_0()),
+                      ("mobilenet_v2_1_0", vision.mobilenet_v2_1_0()),
+                      ("squeezenet1_0", vision.squeezenet1_0()),
+                      ("densenet121", vision.densenet121()),
+                      ("vgg16_bn", vision.vgg16_bn()),
+                      ("alexnet", vision.alexnet())):
+        w.gluon(name, net, x224, "the Gluon model zoo's %s at full width" % name)
+    w.gluon("inception_v3", vision.inception_v3(), {"data": make_input((1, 3, 299, 299))},
+            "the Gluon model zoo's Inception v3 at full width")
+
+
 def main(argv):
     default = os.path.join("tests", "fixtures", "mxnet")
-    out = argv[1] if len(argv) > 1 and argv[1] != "--native" else default
+    out = argv[1] if len(argv) > 1 and not argv[1].startswith("--") else default
     if os.environ.get("MXNET_SUBGRAPH_BACKEND") != "NONE":
         sys.exit("run with MXNET_SUBGRAPH_BACKEND=NONE (see the docstring)")
     mx.random.seed(23)
     w = Writer(out)
+    if "--full" in argv:
+        zoo_full(w)
+        w.save_manifest()
+        return
     if "--native" in argv:
         deconv_target(w)
         with open(os.path.join(out, "manifest-native.json"), "w") as f:
