@@ -218,3 +218,37 @@ def test_the_shape_written_in_the_symbol_file_is_used(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(doc))
     with pytest.raises(CaffeError, match=r"the file gives \(0, 2, 8, 8\)"):
         mxnet.convert(str(tmp_path / "s.json"), params)
+
+
+def test_damaged_files_give_caffe_errors_only(tmp_path):
+    """Random byte changes and cuts in a real params file and symbol file: each either reads
+    or is a CaffeError, never another exception."""
+    symbol, params = files("legacy_json")
+    rng = np.random.default_rng(23)
+    with open(params, "rb") as f:
+        data = bytearray(f.read())
+    for _ in range(300):
+        bad = bytearray(data)
+        for pos in rng.integers(0, len(bad), rng.integers(1, 4)):
+            bad[pos] = int(rng.integers(0, 256))
+        if rng.random() < 0.3:
+            bad = bad[:int(rng.integers(0, len(bad)))]
+        try:
+            mxnet.parse_params(bytes(bad), "p.params")
+        except CaffeError as exc:
+            assert str(exc).startswith("p.params: byte offset ")
+    with open(symbol) as f:
+        doc = json.load(f)
+    keys = ["kernel", "num_filter", "pad", "stride", "pool_type", "num_hidden", "eps"]
+    values = ["(0, 0)", "-3", "(1,)", "x", "()", "None", "1e40", "(2, 2, 2)", "0"]
+    path = tmp_path / "s.json"
+    for _ in range(150):
+        bad = json.loads(json.dumps(doc))
+        node = bad["nodes"][int(rng.integers(0, len(bad["nodes"])))]
+        node.setdefault("param", {})[keys[int(rng.integers(len(keys)))]] = \
+            values[int(rng.integers(len(values)))]
+        path.write_text(json.dumps(bad))
+        try:
+            mxnet.convert(str(path), params, {"data": (1, 2, 8, 8)})
+        except CaffeError as exc:
+            assert "MXNet" in str(exc) or str(path) in str(exc), exc

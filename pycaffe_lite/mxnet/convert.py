@@ -36,7 +36,13 @@ def convert_symbol(symbol, args, aux, input_shapes=None, name="net"):
         if node.op == "null" or node.index not in needed:
             continue
         conv.node = node
-        CONVERTERS[node.op](conv, node)
+        try:
+            CONVERTERS[node.op](conv, node)
+        except CaffeError:
+            raise
+        except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as exc:
+            # attributes that contradict each other or the shapes (a corrupt file)
+            raise conv.error("cannot convert it: %s: %s" % (type(exc).__name__, exc)) from None
     outputs = []
     for src, out in symbol.heads:
         if (src, out) not in conv.carrier:

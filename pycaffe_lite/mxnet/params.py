@@ -20,6 +20,7 @@ and in the older ones: ``uint32 0xF993FAC8`` (V1) then the shape as above; or, i
 no magic: ``uint32 ndim`` and ndim x uint32 sizes; then context, type flag and values.
 """
 
+import math
 import os
 import struct
 
@@ -112,7 +113,7 @@ def _array(r, index):
         raise r.error("%s has type flag %d, which is not a type this reader knows (float32, "
                       "float64, float16 and the integer types)" % (what, flag), flag_at)
     dtype = np.dtype(DTYPES[flag]).newbyteorder("<")
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # Python integers: a corrupt size cannot wrap around
     raw = r.take(count * dtype.itemsize, "%s's %d values of shape %s" % (what, count, shape))
     return np.frombuffer(raw, dtype).reshape(shape)
 
