@@ -252,3 +252,40 @@ def test_damaged_files_give_caffe_errors_only(tmp_path):
             mxnet.convert(str(path), params, {"data": (1, 2, 8, 8)})
         except CaffeError as exc:
             assert "MXNet" in str(exc) or str(path) in str(exc), exc
+
+
+def test_a_label_path_is_left_out(tmp_path):
+    """A training symbol: what only the loss's label reads (an op with no conversion here)
+    is not converted, and the label is no input of the deploy net."""
+    nodes = [{"op": "null", "name": "data", "inputs": []},
+             {"op": "null", "name": "fc_weight", "inputs": []},
+             {"op": "FullyConnected", "name": "fc", "attrs": {"num_hidden": "3",
+                                                              "no_bias": "True"},
+              "inputs": [[0, 0, 0], [1, 0, 0]]},
+             {"op": "null", "name": "softmax_label", "inputs": []},
+             {"op": "one_hot", "name": "onehot", "attrs": {"depth": "3"},
+              "inputs": [[3, 0, 0]]},
+             {"op": "SoftmaxOutput", "name": "softmax", "inputs": [[2, 0, 0], [4, 0, 0]]}]
+    (tmp_path / "t-symbol.json").write_text(json.dumps(
+        {"nodes": nodes, "arg_nodes": [0, 1, 3], "heads": [[5, 0, 0]]}))
+    w = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    (tmp_path / "t.params").write_bytes(ndarray_list({"arg:fc_weight": w}))
+    net = mxnet.load(str(tmp_path / "t-symbol.json"), str(tmp_path / "t.params"),
+                     {"data": (2, 4)})
+    assert list(net.blobs)[:1] == ["data"] and "softmax_label" not in net.blobs
+    x = np.random.default_rng(1).normal(size=(2, 4)).astype(np.float32)
+    net.blobs["data"].data[...] = x
+    net.forward()
+    z = x.astype(np.float64) @ w.T
+    p = np.exp(z - z.max(1, keepdims=True))
+    np.testing.assert_allclose(net.blobs["softmax"].data, p / p.sum(1, keepdims=True),
+                               rtol=1e-5)
+
+
+def test_several_input_shapes_after_one_flag(tmp_path, capsys):
+    symbol, params = files("arithmetic")
+    prefix = str(tmp_path / "a")
+    assert main(["import_mxnet", "--symbol", symbol, "--params", params, "--output-prefix",
+                 prefix, "--input-shape", "data=2,3,4,5", "other=2,3,4,5"]) == 0
+    net = pycaffe_lite.Net(prefix + ".prototxt", prefix + ".caffemodel", pycaffe_lite.TEST)
+    assert net.blobs["other"].data.shape == (2, 3, 4, 5)

@@ -17,9 +17,11 @@ def add_arguments(p):
                    help="the MXNet parameters (an empty file for a net without any)")
     p.add_argument("--output-prefix", required=True, metavar="P",
                    help="writes P.prototxt and P.caffemodel")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0,D1,...",
+    p.add_argument("--input-shape", action="extend", nargs="+", default=[],
+                   metavar="NAME=D0,D1,...",
                    help="the shape of an input variable (needed where the symbol file does not "
-                        "give it, as Gluon's exports do not); repeat for several inputs")
+                        "give it, as Gluon's exports do not); several may follow one flag, or "
+                        "repeat the flag")
 
 
 def run(args):

@@ -16,9 +16,10 @@ def convert_symbol(symbol, args, aux, input_shapes=None, name="net"):
     outputs)``: the NetParameter (no blobs), the blobs of its layers (a dict layer name ->
     float32 arrays) and the Caffe blob of each head."""
     nodes = symbol.nodes
+    needed = _needed(symbol)
     unknown = {}
-    for node in nodes:
-        if node.op != "null" and node.op not in CONVERTERS:
+    for node in nodes:  # (a loss's label path is not needed, nor converted)
+        if node.op != "null" and node.op not in CONVERTERS and node.index in needed:
             unknown.setdefault(node.op, []).append(node.name)
     if unknown:
         raise CaffeError("%s: %d MXNet op(s) have no Caffe conversion: %s" % (
@@ -31,7 +32,6 @@ def convert_symbol(symbol, args, aux, input_shapes=None, name="net"):
         if not any(v.name == given for v in symbol.variables()):
             raise CaffeError("input_shapes names '%s', which is no variable of %s"
                              % (given, symbol.path))
-    needed = _needed(symbol)
     for node in nodes:
         if node.op == "null" or node.index not in needed:
             continue
