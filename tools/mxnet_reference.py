@@ -394,6 +394,7 @@ def ops(w):
             S.add_n(d, b, d, name="add_n"), S.broadcast_add(d, b, name="bc_add"),
             S.elemwise_mul(d, b, name="ew_mul"), S.broadcast_mul(d, pooled, name="bc_mul"),
             S.broadcast_mul(pooled, d, name="bc_mul_rev"), S.elemwise_sub(d, b, name="ew_sub"),
+            S.broadcast_add(d, pooled, name="bc_add_channels"),
             S._internal._plus_scalar(d, scalar=1.5, name="plus_s"),
             S._internal._minus_scalar(d, scalar=0.5, name="minus_s"),
             S._internal._rminus_scalar(d, scalar=2.0, name="rminus_s"),
