@@ -20,6 +20,7 @@ bound executor. The Gluon model-zoo classes are built as written but narrow: the
 arguments), so the files stay small. ``manifest.json`` lists every case: its inputs (name,
 shape, .npy file stored as float16, every value of which MXNet was given exactly), its
 output files, and the cases that MXNet runs but Caffe cannot express (``expect_error``).
+The random numbers are seeded: running it again writes the same files.
 
 ``--full`` writes the zoo models at full width instead (about 1 GB, never committed); the tests
 compare with them too when ``PYCAFFE_LITE_MXNET_REFERENCES`` names that directory.
