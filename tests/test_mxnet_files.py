@@ -289,3 +289,44 @@ def test_several_input_shapes_after_one_flag(tmp_path, capsys):
                  prefix, "--input-shape", "data=2,3,4,5", "other=2,3,4,5"]) == 0
     net = pycaffe_lite.Net(prefix + ".prototxt", prefix + ".caffemodel", pycaffe_lite.TEST)
     assert net.blobs["other"].data.shape == (2, 3, 4, 5)
+
+
+def _one_op(tmp_path, op, attrs, params=None):
+    """A symbol file of one op on ``data`` (and its parameters) and its params file."""
+    nodes = [{"op": "null", "name": "data", "inputs": []}]
+    for key in params or {}:
+        nodes.append({"op": "null", "name": key, "inputs": []})
+    nodes.append({"op": op, "name": "node", "attrs": attrs,
+                  "inputs": [[i, 0, 0] for i in range(len(nodes))]})
+    (tmp_path / "o-symbol.json").write_text(json.dumps(
+        {"nodes": nodes, "arg_nodes": list(range(len(nodes) - 1)),
+         "heads": [[len(nodes) - 1, 0, 0]]}))
+    (tmp_path / "o.params").write_bytes(ndarray_list(
+        {"arg:" + k: np.ones(v, np.float32) for k, v in (params or {}).items()}))
+    return str(tmp_path / "o-symbol.json"), str(tmp_path / "o.params")
+
+
+BN = {"g": (2,), "b": (2,), "m": (2,), "v": (2,)}
+
+
+@pytest.mark.parametrize("op, attrs, params, match", [
+    ("Pooling", {"kernel": "(2, 2)", "pool_type": "lp", "p_value": "2"}, None,
+     "pool_type lp does not convert"),
+    ("Pooling", {"kernel": "(2, 2)", "pooling_convention": "same"}, None,
+     "pooling_convention same does not convert"),
+    ("Pooling", {"kernel": "(2, 2)", "layout": "NHWC"}, None, "layout NHWC"),
+    ("Convolution", {"kernel": "(1, 1)", "num_filter": "2", "layout": "NHWC",
+                     "no_bias": "True"}, {"w": (2, 2, 1, 1)}, "layout NHWC"),
+    ("Deconvolution", {"kernel": "(3, 3)", "num_filter": "2", "stride": "(2, 2)",
+                       "adj": "(1, 1)"}, {"w": (2, 2, 3, 3)}, "adj \\[1, 1\\] larger than pad"),
+    ("BatchNorm", {"output_mean_var": "True"}, BN, "output_mean_var"),
+    ("BatchNorm", {"axis": "3"}, BN, "axis=3"),
+    ("Dropout", {"mode": "always"}, None, "mode=always"),
+    ("mean", {"axis": "(1,)"}, None, "reduction over axes \\[1\\]"),
+    ("softmax", {"use_length": "True"}, None, "use_length"),
+    ("Activation", {"act_type": "cube"}, None, "act_type cube"),
+])
+def test_what_does_not_convert_names_the_node(tmp_path, op, attrs, params, match):
+    symbol, params_path = _one_op(tmp_path, op, attrs, params)
+    with pytest.raises(CaffeError, match="MXNet node 'node' \\(op %s\\): .*%s" % (op, match)):
+        mxnet.convert(symbol, params_path, {"data": (1, 2, 5, 5)})
