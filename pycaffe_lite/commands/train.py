@@ -23,6 +23,7 @@ from ..errors import CaffeError
 from ..parallel import context, launch
 from ..signals import SignalHandler, SolverAction
 from ..tools_log import use_glog_format
+from . import add_no_python_layers
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -45,6 +46,7 @@ def add_arguments(p):
                    "final snapshot is written), snapshot, or none")
     p.add_argument("--sighup_effect", default=SolverAction.SNAPSHOT,
                    choices=SolverAction.ALL, help="on SIGHUP: snapshot (default), stop or none")
+    add_no_python_layers(p)
 
 
 def parse_gpus(value):
@@ -119,6 +121,8 @@ def relaunch_argv(args):
     for flag in ("weights", "snapshot", "stage"):
         if getattr(args, flag):
             argv += ["--" + flag, getattr(args, flag)]
+    if getattr(args, "no_python_layers", False):
+        argv.append("--no_python_layers")
     return argv
 
 
