@@ -241,3 +241,21 @@ def _coloured_pixels(png_bytes):
 
     image = np.asarray(Image.open(io.BytesIO(png_bytes)).convert("RGB")).astype(int)
     return int((np.abs(image - image.mean(axis=2, keepdims=True)).sum(axis=2) > 30).sum())
+
+
+def test_under_mpiexec_only_rank_0_writes(tmp_path):
+    from mpi_helpers import make_lmdb, mpi_available, run_ranks, tiny_project
+
+    if not mpi_available():
+        pytest.skip("needs mpi4py and mpiexec (pip install '.[mpi]')")
+    solver = tiny_project(tmp_path / "p", make_lmdb(tmp_path / "db", n=24), max_iter=10,
+                          snapshot=0, display=5)
+    code, out = run_ranks(2, ["train", "--solver", str(solver), "--tensorboard",
+                              str(tmp_path / "runs")], tmp_path)
+    assert code == 0, out
+    pids = dict((int(r), p) for r, p in re.findall(r"rank (\d) = pid (\d+)", out))
+    assert sorted(pids) == [0, 1]
+    files = os.listdir(tmp_path / "runs")
+    assert len(files) == 1 and files[0].split(".")[-2] == pids[0]  # ...tfevents.T.host.pid.0
+    smoothed = [int(i) for i in re.findall(r"Iteration (\d+), loss = ", out)]
+    assert [s for s, _ in scalars(read_events(tmp_path / "runs"), "train/loss")] == smoothed
