@@ -109,3 +109,18 @@ def test_no_python_layers_flag_on_train_and_time(untrusted, capsys):
     assert "'sneaky'" in capsys.readouterr().err
     _assert_not_imported(module, marker)
     assert ENV not in os.environ  # the flag does not outlive the command
+
+
+@pytest.mark.parametrize("command", [
+    ["test", "--weights", "w.caffemodel", "--iterations", "1"],
+    ["summary"],
+    ["evaluate", "--weights", "w.caffemodel", "--iterations", "1"],
+    ["export_onnx", "--weights", "w.caffemodel", "--output", "out.onnx"],
+])
+def test_every_command_that_reads_nets_takes_the_flag(untrusted, capsys, command):
+    net_path, module, marker = untrusted
+    assert cli.main(command[:1] + ["--model", str(net_path), "--no_python_layers"]
+                    + command[1:]) == 1
+    err = capsys.readouterr().err
+    assert "'sneaky'" in err and module in err
+    _assert_not_imported(module, marker)
