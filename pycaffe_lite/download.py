@@ -214,34 +214,46 @@ def download_model(model_dir, mirrors=(), timeout=30.0, stream="stderr"):
     part = target + ".part"
     failures = []
     for url in _urls(fields, mirrors):
-        say("Downloading %s" % url)
-        progress = _Progress(stream, fields["caffemodel"])
-        error = None
-        for _ in range(1 + RESUME_ATTEMPTS):
-            try:
-                _fetch(url, part, timeout, progress)
-                error = None
+        # a .part of an earlier run that does not check out is fetched once more, whole
+        attempts = 2 if os.path.exists(part) else 1
+        for attempt in range(attempts):
+            say("Downloading %s" % url)
+            error = _get(url, part, timeout, _Progress(stream, fields["caffemodel"]), say)
+            if error is not None:
+                failures.append("%s (%s)" % (url, _describe(error)))
+                _remove(part)
                 break
-            except (OSError, http.client.HTTPException) as exc:
-                error = exc
-                if not (isinstance(exc, http.client.IncompleteRead) or
-                        isinstance(exc, ConnectionError)) or not os.path.exists(part):
-                    break
-                say("\n%s: %s; resuming" % (url, _describe(exc)))
-        progress.end()
-        if error is not None:
-            failures.append("%s (%s)" % (url, _describe(error)))
+            got = sha1_of(part)
+            if got == expected:
+                os.replace(part, target)
+                say("Downloaded %s (SHA-1 checked)" % target)
+                return target
             _remove(part)
-            continue
-        got = sha1_of(part)
-        if got != expected:
-            failures.append("%s (SHA-1 %s, but readme.md says %s)" % (url, got, expected))
-            _remove(part)
-            continue
-        os.replace(part, target)
-        say("Downloaded %s (SHA-1 checked)" % target)
-        return target
+            if attempt + 1 == attempts:
+                failures.append("%s (SHA-1 %s, but readme.md says %s)" % (url, got, expected))
+            else:
+                say("%s: SHA-1 %s is not %s: the earlier partial file was wrong; starting "
+                    "again" % (url, got, expected))
     raise CaffeError("could not download %s: %s" % (fields["caffemodel"], "; ".join(failures)))
+
+
+def _get(url, part, timeout, progress, say):
+    """Fetch ``url`` into ``part``, resuming after a connection that broke off mid-file; the
+    error that ended it, or None."""
+    error = None
+    for _ in range(1 + RESUME_ATTEMPTS):
+        try:
+            _fetch(url, part, timeout, progress)
+            error = None
+            break
+        except (OSError, http.client.HTTPException) as exc:
+            error = exc
+            broke_off = isinstance(exc, (http.client.IncompleteRead, ConnectionError))
+            if not broke_off or not os.path.exists(part):
+                break
+            say("\n%s: %s; resuming" % (url, _describe(exc)))
+    progress.end()
+    return error
 
 
 def _remove(path):

@@ -129,6 +129,14 @@ def test_resumes_a_partial_file_and_restarts_where_range_is_ignored(server, tmp_
     assert (other / NAME).read_bytes() == CONTENT and left_files(other) == [NAME]
 
 
+def test_a_wrong_partial_file_is_fetched_again_whole(server, tmp_path):
+    folder = model_dir(tmp_path / "m", server.url + "/ok/" + NAME)
+    (folder / (NAME + ".part")).write_bytes(b"x" * 1000)  # resumed, it cannot check out
+    download_model(folder, stream=None)
+    assert (folder / NAME).read_bytes() == CONTENT and left_files(folder) == [NAME]
+    assert server.requests == [("/ok/" + NAME, "bytes=1000-"), ("/ok/" + NAME, None)]
+
+
 @pytest.mark.parametrize("case", ["wrong_sha1", "http_404", "dead_host"])
 def test_failures_exit_non_zero_naming_the_url_and_leave_nothing(case, server, tmp_path,
                                                                  capsys):
