@@ -265,7 +265,7 @@ class Solver:
     def add_listener(self, listener):
         """Call ``listener.on_display(solver, final)`` after each display iteration's update
         and at the final display (smoothed_loss, lr and the train outputs are current),
-        ``on_test(solver, test_net_id)`` after each complete test (``solver.test_scores``),
+        ``on_test(solver, test_net_id)`` after each complete test_all() test (test_scores),
         ``on_close(solver)`` when the solver closes; each method is optional."""
         self.listeners.append(listener)
 
@@ -474,6 +474,8 @@ class Solver:
             if self.requested_early_exit:
                 break
             self.test(test_net_id)
+            if not self.requested_early_exit:
+                self._notify("on_test", test_net_id)
 
     def _requests_stop_testing(self):
         """Between test iterations: act on every pending request (snapshot, stop); whether
@@ -491,14 +493,7 @@ class Solver:
         """Run test net ``test_net_id`` for its test_iter batches; log and keep the means
         (the mean average precision with the SSD fork's ``eval_type: "detection"``)."""
         if self.param.eval_type != "classification":
-            result = test_detection(self, test_net_id)
-        else:
-            result = self._test_classification(test_net_id)
-        if not self.requested_early_exit:
-            self._notify("on_test", test_net_id)
-        return result
-
-    def _test_classification(self, test_net_id):
+            return test_detection(self, test_net_id)
         param = self.param
         log.info("Iteration %d, Testing net (#%d)", self.iter, test_net_id)
         net = self.test_nets[test_net_id]
