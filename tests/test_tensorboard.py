@@ -259,3 +259,15 @@ def test_under_mpiexec_only_rank_0_writes(tmp_path):
     assert len(files) == 1 and files[0].split(".")[-2] == pids[0]  # ...tfevents.T.host.pid.0
     smoothed = [int(i) for i in re.findall(r"Iteration (\d+), loss = ", out)]
     assert [s for s, _ in scalars(read_events(tmp_path / "runs"), "train/loss")] == smoothed
+
+
+def test_a_detection_test_writes_its_map(tmp_path):
+    from test_solver_detection_eval import EXPECTED, make_solver
+
+    solver = make_solver('eval_type: "detection" ap_version: "Integral" '
+                         'test_initialization: true')
+    tensorboard.attach(solver, tmp_path / "runs")
+    solver.step(1)
+    solver.close()
+    got = scalars(read_events(tmp_path / "runs"), "test/detection_eval")
+    assert got == [(0, pytest.approx(EXPECTED["Integral"], abs=1e-6))]
