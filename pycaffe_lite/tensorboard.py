@@ -133,7 +133,7 @@ class TensorBoardLogger:
 
     def on_gradients_ready(self):
         solver = self._solver
-        if not self.histograms or solver.iter % self.histograms:
+        if self._closed or not self.histograms or solver.iter % self.histograms:
             return
         net = solver.net
         layer_names = net.layer_names
