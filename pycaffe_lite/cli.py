@@ -6,9 +6,10 @@ so existing scripts work by replacing the binary's name.
 
 import argparse
 import logging
+import os
 import sys
 
-from . import __version__
+from . import __version__, python_layers
 from .commands import all_commands
 from .errors import CaffeError
 from .tools_log import use_glog_format
@@ -60,6 +61,9 @@ def main(argv=None):
     if not getattr(args, "run", None):
         parser.print_help()
         return 0
+    saved = os.environ.get(python_layers.ENV)
+    if getattr(args, "no_python_layers", False):
+        os.environ[python_layers.ENV] = "0"  # also reaches ranks started by mpiexec
     try:
         return args.run(args) or 0
     except CaffeError as exc:
@@ -74,6 +78,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("pycaffe-lite %s: interrupted" % args.command, file=sys.stderr)
         return 130
+    finally:
+        if saved is None:
+            os.environ.pop(python_layers.ENV, None)
+        else:
+            os.environ[python_layers.ENV] = saved
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ working out which layers and blobs need backward.
 
 import collections
 import logging
+import os
 
 import numpy as np
 
-from . import net_fold, protoio
+from . import net_fold, protoio, python_layers
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
 from .layers import create_layer
@@ -38,10 +39,14 @@ class Net(BatchedCalls):
     convolution or inner product before them (``fold=False`` or ``PYCAFFE_LITE_FOLD=0`` to
     turn it off; ``keep_intermediates=False`` also folds chains that are not in place, whose
     intermediate blobs then leave ``net.blobs``): see :mod:`net_fold`.
+
+    ``allow_python_layers=False`` refuses a net with a ``Python`` layer before anything is
+    imported (default: allowed, as in Caffe, unless ``PYCAFFE_LITE_ALLOW_PYTHON_LAYERS=0``).
     """
 
     def __init__(self, model, *args, phase=None, level=0, stages=(), weights=None,
-                 dtype=np.float32, fold=None, keep_intermediates=True):
+                 dtype=np.float32, fold=None, keep_intermediates=True,
+                 allow_python_layers=None):
         args = list(args)
         if args and isinstance(args[0], (str, bytes)) or (args and hasattr(args[0], "__fspath__")):
             weights = args.pop(0)
@@ -59,25 +64,28 @@ class Net(BatchedCalls):
         param.state.level = level
         for s in stages:
             param.state.stage.append(s)
-        self._init(param)
+        where = os.fspath(model) if isinstance(model, (str, os.PathLike)) and \
+            os.path.exists(model) else None
+        self._init(param, allow_python_layers, where)
         if weights is not None:
             self.copy_from(weights)
             if phase == TEST and (net_fold.enabled_by_default() if fold is None else fold):
                 net_fold.fold(self, keep_intermediates)
 
     @classmethod
-    def from_param(cls, net_param, dtype=np.float32):
+    def from_param(cls, net_param, dtype=np.float32, allow_python_layers=None):
         """A Net from a NetParameter whose ``state`` (phase, level, stages) is already set,
         as a solver builds its train and test nets."""
         net = cls.__new__(cls)
         net.dtype = np.dtype(dtype)
-        net._init(protoio.read_net_param(net_param))
+        net._init(protoio.read_net_param(net_param), allow_python_layers)
         return net
 
     # -- construction ------------------------------------------------------------------------
-    def _init(self, in_param):
+    def _init(self, in_param, allow_python_layers=None, where=None):
         self.phase = in_param.state.phase
         param = insert_splits(filter_net(in_param))
+        python_layers.refuse(param, allow_python_layers, where)
         self.name = param.name
         self.param = param
         self.debug_info = param.debug_info

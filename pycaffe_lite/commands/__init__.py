@@ -15,3 +15,11 @@ def all_commands():
         module = importlib.import_module(__name__ + "." + info.name)
         found.extend(getattr(module, "COMMANDS", []))
     return found
+
+
+def add_no_python_layers(p):
+    """The ``--no_python_layers`` flag of the commands that read nets (the CLI applies it)."""
+    p.add_argument("--no_python_layers", action="store_true",
+                   help="refuse nets with Python layers (which import and run the module "
+                        "they name) before anything is imported: for net files you do not "
+                        "trust (also PYCAFFE_LITE_ALLOW_PYTHON_LAYERS=0)")

@@ -1,6 +1,7 @@
 """``pycaffe-lite export_onnx``: a deploy prototxt and its weights as an ONNX model."""
 
 from ..errors import CaffeError
+from . import add_no_python_layers
 
 
 def add_arguments(p):
@@ -12,6 +13,7 @@ def add_arguments(p):
                    help="ONNX opset to target (default: the exporter's, 21)")
     p.add_argument("--static-batch", action="store_true",
                    help="keep the prototxt's batch size instead of a dynamic batch axis")
+    add_no_python_layers(p)
 
 
 def run(args):

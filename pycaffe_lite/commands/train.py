@@ -5,6 +5,7 @@ Flags are Caffe's (single-dash spellings work too)::
     pycaffe-lite train --solver S.prototxt [--weights a.caffemodel,b.caffemodel |
                        --snapshot S_iter_N.solverstate] [--gpu 0] [--level N] [--stage a,b]
                        [--sigint_effect stop|snapshot|none] [--sighup_effect snapshot|stop|none]
+                       [--tensorboard DIR [--tensorboard_histograms N]] [--no_python_layers]
 
 ``solver_mode: GPU`` without ``--gpu`` on a machine with no usable GPU falls back to the CPU
 with one warning (Caffe would abort); an explicit ``--gpu`` that cannot be honoured is an
@@ -23,6 +24,7 @@ from ..errors import CaffeError
 from ..parallel import context, launch
 from ..signals import SignalHandler, SolverAction
 from ..tools_log import use_glog_format
+from . import add_no_python_layers
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -45,6 +47,13 @@ def add_arguments(p):
                    "final snapshot is written), snapshot, or none")
     p.add_argument("--sighup_effect", default=SolverAction.SNAPSHOT,
                    choices=SolverAction.ALL, help="on SIGHUP: snapshot (default), stop or none")
+    p.add_argument("--tensorboard", default="", metavar="DIR",
+                   help="write TensorBoard event files (train/loss, train/lr, train/<output>, "
+                        "test/<output>) into DIR (needs the tensorboard extra)")
+    p.add_argument("--tensorboard_histograms", type=int, default=0, metavar="N",
+                   help="with --tensorboard: weight and gradient histograms every N "
+                        "iterations (0: none)")
+    add_no_python_layers(p)
 
 
 def parse_gpus(value):
@@ -119,6 +128,11 @@ def relaunch_argv(args):
     for flag in ("weights", "snapshot", "stage"):
         if getattr(args, flag):
             argv += ["--" + flag, getattr(args, flag)]
+    if getattr(args, "no_python_layers", False):
+        argv.append("--no_python_layers")
+    if getattr(args, "tensorboard", ""):
+        argv += ["--tensorboard", args.tensorboard,
+                 "--tensorboard_histograms", str(args.tensorboard_histograms)]
     return argv
 
 
@@ -129,6 +143,14 @@ def run(args):
     if args.snapshot and args.weights:
         raise CaffeError("give a snapshot to resume training or weights to fine-tune, but not "
                          "both (--snapshot and --weights)")
+    if args.tensorboard_histograms and not args.tensorboard:
+        raise CaffeError("--tensorboard_histograms needs --tensorboard DIR")
+    if args.tensorboard_histograms < 0:
+        raise CaffeError("--tensorboard_histograms must be >= 0 (got %d)"
+                         % args.tensorboard_histograms)
+    if args.tensorboard:
+        from .. import tensorboard
+        tensorboard.load_writer()  # a missing extra is an error before anything is built
     comm = launch.join()
     if comm is None and args.gpu and len(parse_gpus(args.gpu)) > 1:
         # Caffe's -gpu 0,1,2,3: one process per listed GPU on this machine
@@ -182,6 +204,9 @@ def train(args, comm):
             sync = DataParallel(solver, comm, actions=handler.get_action).attach()
             log.info("Data-parallel training on %d processes (batch size per process as in "
                      "the net): %s", comm.size, sync.describe())
+        if args.tensorboard:
+            from .. import tensorboard
+            tensorboard.attach(solver, args.tensorboard, args.tensorboard_histograms)
         bar = None
         if context.root_solver() and ProgressBar.wanted():
             bar = ProgressBar(solver.max_iter).attach()

@@ -10,7 +10,8 @@ rule itself (``apply_update``) and its state (``history``) come from the subclas
 
 pycaffe's surface: ``solver.net``, ``solver.test_nets``, ``solver.iter``, ``solver.max_iter``,
 ``solver.param``, ``step(n)``, ``solve(resume_file=None)``, ``restore(path)``, ``snapshot()``,
-``apply_update()``, ``add_callback(on_start, on_gradients_ready)``, ``share_weights(net)``.
+``apply_update()``, ``add_callback(on_start, on_gradients_ready)``, ``share_weights(net)``;
+``add_listener(obj)`` for loggers (:mod:`pycaffe_lite.tensorboard`).
 """
 
 import logging
@@ -110,6 +111,7 @@ class Solver:
         self.smoothed_loss = 0.0
         self._losses = []
         self.callbacks = []
+        self.listeners = []
         self._action_function = None
         self.requested_early_exit = False
         self.progress = None
@@ -260,6 +262,19 @@ class Solver:
             raise CaffeError("add_callback(on_start, on_gradients_ready) needs two callables")
         self.callbacks.append(_Callback(on_start, on_gradients_ready))
 
+    def add_listener(self, listener):
+        """Call ``listener.on_display(solver, final)`` after each display iteration's update
+        and at the final display (smoothed_loss, lr and the train outputs are current),
+        ``on_test(solver, test_net_id)`` after each complete test_all() test (test_scores),
+        ``on_close(solver)`` when the solver closes; each method is optional."""
+        self.listeners.append(listener)
+
+    def _notify(self, event, *args):
+        for listener in self.listeners:
+            method = getattr(listener, event, None)
+            if method is not None:
+                method(self, *args)
+
     def set_action_function(self, function):
         """``function()`` is asked between iterations for a SolverAction (stop, snapshot)."""
         self._action_function = function
@@ -293,6 +308,8 @@ class Solver:
         if self.progress is not None:
             self.progress.close()
             self.progress = None
+        self._notify("on_close")
+        self.listeners = []
         for net in [self.net] + list(self.test_nets):
             net.close()
 
@@ -344,6 +361,8 @@ class Solver:
             self.apply_update()
             if debug:
                 debug_info.update(self.net)
+            if display:
+                self._notify("on_display", False)
             self.iter += 1
             if self.progress is not None:
                 self.progress.update(self.iter, self.smoothed_loss)
@@ -377,6 +396,7 @@ class Solver:
             loss = self.net.forward_from_to()
             self._update_smoothed_loss(loss, start_iter, param.average_loss)
             log.info("Iteration %d, loss = %s", self.iter, _fmt(self.smoothed_loss))
+            self._notify("on_display", True)
         if param.test_interval and self.iter % param.test_interval == 0:
             self.test_all()
         log.info("Optimization Done.")
@@ -454,6 +474,8 @@ class Solver:
             if self.requested_early_exit:
                 break
             self.test(test_net_id)
+            if not self.requested_early_exit:
+                self._notify("on_test", test_net_id)
 
     def _requests_stop_testing(self):
         """Between test iterations: act on every pending request (snapshot, stop); whether

@@ -1,0 +1,66 @@
+"""``pycaffe-lite evaluate``: accuracy reports of a trained net over its TEST data.
+
+    pycaffe-lite evaluate --model M.prototxt --weights W.caffemodel [--iterations 50]
+                          [--labels labels.txt] [--json out.json] [--confusion_png cm.png]
+                          [--scores BLOB --label BLOB] [--ap_version Integral] [--gpu 0]
+
+Classification nets: top-1, top-5, per-class accuracy and the confusion matrix; segmentation
+nets: pixel accuracy, IoU per class and mean IoU; detection nets (DetectionEvaluate layers):
+AP per class and mAP. See :mod:`pycaffe_lite.evaluate`.
+"""
+
+import json
+import os
+
+from ..errors import CaffeError
+from ..evaluate import evaluate, format_report, plot_confusion
+from ..layers.detection.average_precision import AP_VERSIONS
+from . import add_no_python_layers
+from .time import select_single_gpu
+
+
+def add_arguments(p):
+    p.add_argument("--model", default="", help="the net definition with its TEST data layers")
+    p.add_argument("--weights", default="", help="the trained weights (.caffemodel or .h5); "
+                   "several separated by ','")
+    p.add_argument("--iterations", type=int, default=50, help="TEST batches to run (50)")
+    p.add_argument("--labels", default="", help="class names, one per line")
+    p.add_argument("--json", default="", metavar="OUT.json", help="also write the report as "
+                   "JSON to this file")
+    p.add_argument("--confusion_png", default="", metavar="PNG",
+                   help="draw the confusion matrix into this PNG (needs matplotlib)")
+    p.add_argument("--scores", default=None, help="the blob of class scores (default: the "
+                   "first bottom of the first Accuracy or SoftmaxWithLoss layer)")
+    p.add_argument("--label", default=None, help="the blob of labels (default: that layer's "
+                   "second bottom)")
+    p.add_argument("--ap_version", default="Integral", choices=AP_VERSIONS,
+                   help="how detection AP is computed (Integral)")
+    p.add_argument("--gpu", default="", help="run on the GPU with this device id")
+    add_no_python_layers(p)
+
+
+def run(args):
+    if not args.model:
+        raise CaffeError("need a model definition to evaluate: --model path/to/net.prototxt")
+    if not args.weights:
+        raise CaffeError("need model weights to evaluate: --weights path/to/weights.caffemodel")
+    select_single_gpu(args.gpu)
+    report = evaluate(args.model, args.weights, args.iterations, args.labels or None,
+                      args.scores, args.label, args.ap_version)
+    print(format_report(report))
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(report, f, indent=1)
+        os.replace(tmp, args.json)
+        print("wrote %s" % args.json)
+    if args.confusion_png:
+        if report["kind"] == "detection":
+            raise CaffeError("--confusion_png: a detection net has no confusion matrix")
+        plot_confusion(report, args.confusion_png)
+        print("wrote %s" % args.confusion_png)
+    return 0
+
+
+COMMANDS = [("evaluate", "accuracy, confusion matrix, IoU or mAP of a net over its TEST data",
+             add_arguments, run)]
