@@ -136,11 +136,13 @@ def _env(extra):
 
 
 class Job:
-    """A running mpiexec job whose output is read line by line as it comes."""
+    """A running mpiexec job whose output is read line by line as it comes (``command``: a
+    whole command line in place of ``mpiexec -n n pycaffe-lite args...``)."""
 
-    def __init__(self, n, args, cwd, env=None):
-        command = [mpiexec(), "-n", str(n), sys.executable, "-m", "pycaffe_lite.cli"] + \
-            list(args)
+    def __init__(self, n, args, cwd, env=None, command=None):
+        if command is None:
+            command = [mpiexec(), "-n", str(n), sys.executable, "-m", "pycaffe_lite.cli"] + \
+                list(args)
         # a session of its own, as a terminal's job: Ctrl-C is a SIGINT to the whole group
         self.proc = subprocess.Popen(command, cwd=str(cwd), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=_env(env),
