@@ -120,7 +120,8 @@ def test_2_ranks_per_host_match_one_process_with_the_whole_batch_and_resume(host
     info = [line for line in out.splitlines() if re.match(r"I\d{4} ", line)]
     assert any("Iteration 6, loss = " in line for line in info)
     assert all(" %d " % where[0][0] in line[:40] for line in info)  # all rank 0's
-    assert sent > 12 * 4 * (4 * 6 + 6 + 6 * 3)  # 12 iterations of the gradients crossed
+    # every iteration the other host's partial sum of the 492 bytes of gradients crossed
+    assert sent > 12 * 4 * (16 * 6 + 6 + 6 * 3 + 3)
     one = tiny_project(tmp_path / "one", tiny, batch=8, max_iter=12, snapshot=6, display=3)
     rc, single = run_single(["train", "--solver", str(one)], tmp_path)
     assert rc == 0, single
@@ -132,8 +133,9 @@ def test_2_ranks_per_host_match_one_process_with_the_whole_batch_and_resume(host
         "solver_iter_6.caffemodel", "solver_iter_6.solverstate"]
     # resume on the hosts from iteration 6 (a fresh folder: the run rewrites iteration 12)
     again = tiny_project(tmp_path / "again", tiny, batch=2, max_iter=12, snapshot=6, display=3)
-    _train_on(hosts, 2, again, tmp_path, "--snapshot",
-              str(tmp_path / "ranks" / "snaps" / "solver_iter_6.solverstate"))
+    out = _train_on(hosts, 2, again, tmp_path, "--snapshot",
+                    str(tmp_path / "ranks" / "snaps" / "solver_iter_6.solverstate"))
+    assert "Iteration 9, loss = " in out and "Iteration 3, loss = " not in out  # from 6 on
     resumed = read_weights(tmp_path / "again" / "snaps" / "solver_iter_12.caffemodel")
     assert max_relative_difference(resumed, want) <= 1e-4
 

@@ -103,15 +103,18 @@ class Watchdog:
             self._armed = None
 
     def close(self):
-        """Stop the thread and retire the heartbeat requests (every rank, at the job's end)."""
+        """Stop the thread and retire the heartbeat requests. Collective (every rank, at the
+        job's end): no rank stops listening before every rank has stopped sending, so a rank
+        still writing its last snapshot never sends to one that has left."""
         self._stop = True
         self._wake.set()
         self._thread.join()
         if self._hb is not None:
+            for req in self._sends.values():
+                req.Wait()
+            self._hb.Barrier()
             for req in self._recvs.values():
                 req.Cancel()
-                req.Wait()
-            for req in self._sends.values():
                 req.Wait()
             self._recvs, self._sends = {}, {}
 
