@@ -57,14 +57,13 @@ class Watchdog:
     """Watch the blocking collectives of one rank of ``comm`` (an mpi4py communicator).
 
     Collective to create (it gathers every rank's host and pid), and to :meth:`close`.
-    ``abort``: what ends the job (default ``comm.Abort(1)``); ``clock``: ``time.monotonic``."""
+    ``abort``: what ends the job (default ``comm.Abort(1)``)."""
 
-    def __init__(self, MPI, comm, timeout, abort=None, clock=time.monotonic):
-        self.MPI = MPI
+    def __init__(self, MPI, comm, timeout, abort=None):
         self.timeout = float(timeout)
         self.period = heartbeat_period(self.timeout)
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
-        self._clock = clock
+        self._clock = time.monotonic
         self._abort = abort or (lambda: comm.Abort(1))
         self.where = comm.allgather((socket.gethostname(), os.getpid()))
         self._lock = threading.Lock()
@@ -73,12 +72,12 @@ class Watchdog:
         self._wake = threading.Event()
         self._stop = False
         self.fired = None
-        now = clock()
+        now = self._clock()
         self.last_heard = {r: now for r in range(self.size) if r != self.rank}
         self._hb = None
         if self.size > 1 and MPI.Query_thread() >= MPI.THREAD_MULTIPLE:
             self._hb = comm.Dup()
-            self._hb_out = np.zeros(1, np.int64)
+            self._hb_out = np.ones(1, np.int64)  # never written: sends may share it
             self._hb_in = {r: np.zeros(1, np.int64) for r in self.last_heard}
             self._recvs = {r: self._hb.Irecv(self._hb_in[r], r, _HEARTBEAT_TAG)
                            for r in self.last_heard}
@@ -140,7 +139,6 @@ class Watchdog:
             if req.Test():
                 self.last_heard[r] = now
                 self._recvs[r] = self._hb.Irecv(self._hb_in[r], r, _HEARTBEAT_TAG)
-        self._hb_out[0] += 1
         for r in self.last_heard:
             pending = self._sends.get(r)
             if pending is None or pending.Test():  # never pile up sends to a silent rank
