@@ -75,13 +75,8 @@ def unavailable_reason():
         if made.returncode != 0:
             reason = "cannot make a network namespace: %s" % made.stderr.strip()
         else:
-            tbf = subprocess.run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev",
-                                  "lo", "root", "tbf", "rate", "1mbit", "burst", "16kb",
-                                  "latency", "50ms"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
+            reason = _probe(probe)
             _ip("netns", "del", probe, check=False)
-            if tbf.returncode != 0:
-                reason = "tc's tbf is not available: %s" % tbf.stdout.strip()
     _reason.append(reason)
     return reason
 
@@ -89,6 +84,20 @@ def unavailable_reason():
 def _pids(ns):
     out = _ip("netns", "pids", ns, check=False).stdout
     return [int(p) for p in out.split()]
+
+
+def _probe(ns):
+    """What the hosts need, tried inside the namespace ``ns``: a veth pair, a bridge, tbf."""
+    steps = [("a veth pair", ["ip", "link", "add", "pa", "type", "veth", "peer", "name", "pb"]),
+             ("a bridge", ["ip", "link", "add", "pbr", "type", "bridge"]),
+             ("tc's tbf", ["tc", "qdisc", "add", "dev", "pa", "root", "tbf", "rate", "1mbit",
+                           "burst", "16kb", "latency", "50ms"])]
+    for what, command in steps:
+        done = subprocess.run(["ip", "netns", "exec", ns] + command, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        if done.returncode != 0:
+            return "cannot make %s in a network namespace: %s" % (what, done.stdout.strip())
+    return None
 
 
 class Hosts:

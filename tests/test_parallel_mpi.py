@@ -12,8 +12,9 @@ import pytest
 from mpi_helpers import (GUARD_S, Job, make_lmdb, max_relative_difference, mpi_available,
                          mpiexec, read_weights, run_ranks, run_single, tiny_project)
 
-pytestmark = pytest.mark.skipif(not mpi_available(),
-                                reason="needs mpi4py and mpiexec (pip install '.[mpi]')")
+pytestmark = [pytest.mark.mpi,
+              pytest.mark.skipif(not mpi_available(),
+                                 reason="needs mpi4py and mpiexec (pip install '.[mpi]')")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENET = os.path.join(ROOT, "models", "lenet")
