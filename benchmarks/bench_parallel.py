@@ -252,19 +252,10 @@ def main():
             json.dump(results, f, indent=1)
 
 
-def _rate_bits(rate):
-    """tc's rate ("100mbit", "1gbit", "500kbit") in bits per second."""
-    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bit": 1.0}
-    for unit in units:
-        if rate.endswith(unit):
-            return float(rate[:-len(unit)]) * units[unit]
-    raise ValueError("a rate in kbit, mbit or gbit, got %r" % rate)
-
-
 def links(args):
     """1 rank per host on 2 emulated hosts at each rate, beside the scaling model."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from netns_hosts import Hosts, unavailable_reason
+    from netns_hosts import Hosts, rate_bits, unavailable_reason
     from scaling_model import ring_seconds as model_ring_seconds
     reason = unavailable_reason()
     if reason:
@@ -297,7 +288,7 @@ def links(args):
                 t_2 = t  # 2 ranks on this machine's cores, the link no limit
                 print("| unlimited | %.1f | | | | %.2fx | |" % (1000 * t, 2 * t_c / t))
             else:
-                t_comm = model_ring_seconds(nbytes, 2, _rate_bits(rate) / 1e9)
+                t_comm = model_ring_seconds(nbytes, 2, rate_bits(rate) / 1e9)
                 serial, overlap = t_c + t_comm, max(t_c, t_comm)
                 row.update(t_comm=t_comm, model_serial_s=serial, model_overlap_s=overlap,
                            t_2_plus_comm_s=t_2 + t_comm)

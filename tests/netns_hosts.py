@@ -81,6 +81,14 @@ def unavailable_reason():
     return reason
 
 
+def rate_bits(rate):
+    """tc's rate ("100mbit", "1gbit", "500kbit") in bits per second."""
+    for unit, scale in (("kbit", 1e3), ("mbit", 1e6), ("gbit", 1e9), ("bit", 1.0)):
+        if rate.endswith(unit):
+            return float(rate[:-len(unit)]) * scale
+    raise ValueError("a rate in bit, kbit, mbit or gbit, got %r" % rate)
+
+
 def _pids(ns):
     out = _ip("netns", "pids", ns, check=False).stdout
     return [int(p) for p in out.split()]
@@ -155,10 +163,12 @@ class Hosts:
 
     # -- links -------------------------------------------------------------------------------
     def set_rate(self, i, rate):
-        """Limit host i's link to ``rate`` (tc's units: "100mbit") in both directions."""
+        """Limit host i's link to ``rate`` (tc's units: "100mbit") in both directions. The
+        bucket holds 10 ms of traffic (at least 64 KB): a smaller one starves fast links."""
+        burst = "%dkb" % max(64, rate_bits(rate) / 8 / 100 / 1024)
         for ns, dev in ((self.namespaces[i], IFACE), (self.switch, "p%d" % (i + 1))):
             subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev,
-                            "root", "tbf", "rate", rate, "burst", "64kb", "latency", "200ms"],
+                            "root", "tbf", "rate", rate, "burst", burst, "latency", "200ms"],
                            check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def cut(self, i):
