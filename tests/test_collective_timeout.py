@@ -9,7 +9,8 @@ import socket
 
 import pytest
 
-from mpi_helpers import GUARD_S, Job, make_lmdb, mpi_available, run_single, tiny_project
+from mpi_helpers import (GUARD_S, Job, make_lmdb, mpi_available, rank1_layer, run_single,
+                         tiny_project)
 
 pytestmark = [pytest.mark.mpi,
               pytest.mark.skipif(not mpi_available(),
@@ -40,43 +41,15 @@ def test_a_frozen_rank_ends_the_job_naming_it(tmp_path):
     assert "stopped answering: rank 1 (%s, pid %d), not heard from for" % (host, pid) in line[0]
 
 
-STUCK_LAYER = '''
-import threading
-
-import pycaffe_lite as caffe
-
-
-class StuckOnRank1(caffe.Layer):
-    """Rank 1 stops in its 30th forward pass, alive (its threads run), never to return."""
-
-    def setup(self, bottom, top):
-        self.calls = 0
-
-    def reshape(self, bottom, top):
-        top[0].reshape(*bottom[0].data.shape)
-
-    def forward(self, bottom, top):
-        self.calls += 1
-        if caffe.solver_rank() == 1 and self.calls == 30:
-            print("rank 1 is stuck", flush=True)
-            threading.Event().wait()
-        top[0].data[...] = bottom[0].data
-
-    def backward(self, top, propagate_down, bottom):
-        bottom[0].diff[...] = top[0].diff
-'''
-
-
 def test_a_rank_stuck_outside_the_collectives_is_told_from_a_dead_one(tmp_path):
-    """Rank 1 is alive but never reaches the next collective: rank 0's timeout says that
-    every rank still answers heartbeats (no rank is blamed as gone)."""
-    (tmp_path / "stuck_layer.py").write_text(STUCK_LAYER)
-    extra = ('layer { name: "py" type: "Python" bottom: "ip1" top: "py" '
-             'python_param { module: "stuck_layer" layer: "StuckOnRank1" } }')
+    """Rank 1 stops in a forward pass, alive (its threads run), never to return: rank 0's
+    timeout says that every rank still answers heartbeats (no rank is blamed as gone)."""
+    extra, bottom, env = rank1_layer(
+        tmp_path, 'print("rank 1 is stuck", flush=True); threading.Event().wait()')
     solver = tiny_project(tmp_path / "p", make_lmdb(tmp_path / "db", n=24), max_iter=10 ** 7,
-                          snapshot=0, display=10, extra_layers=extra, ip2_bottom="py")
+                          snapshot=0, display=10, extra_layers=extra, ip2_bottom=bottom)
     job = Job(2, ["train", "--solver", str(solver), "--collective_timeout", "3"], tmp_path,
-              env={"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+              env=env)
     try:
         job.wait_for("rank 1 is stuck")
         rc, out = job.finish(timeout=GUARD_S)
