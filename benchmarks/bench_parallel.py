@@ -18,6 +18,15 @@ Usage: python benchmarks/bench_parallel.py [--iters 5] [--nets lenet,caffenet] [
 its compute time)
 (needs the ``mpi`` extra: mpi4py and mpiexec next to the Python interpreter or on PATH).
 Figures from a shared or loaded machine are noisy: repeat before drawing conclusions.
+
+Over emulated links (root on Linux): ``--links 25mbit,100mbit,400mbit [--nets lenet]`` runs
+1 rank per host on 2 hosts (network namespaces joined by a switch, each host's link limited
+with ``tc tbf``: tests/netns_hosts.py), MPI over TCP across the links, and prints the time per
+iteration beside scaling_model.py's prediction for the same rate: ``t_c + t_comm`` (no overlap)
+and ``max(t_c, t_comm)`` (the backward pass hiding it all), ``t_c`` measured by the 1 rank run
+and ``t_comm`` the ring allreduce of the gradients at the link's rate; and ``t_2 + t_comm``,
+``t_2`` the 2 hosts' time per iteration over an unlimited link (on one machine the two hosts
+share its cores, and the kernel's TCP work runs on them too).
 """
 
 import argparse
@@ -169,8 +178,9 @@ def _mpiexec():
     return here if os.path.isfile(here) else "mpiexec"
 
 
-def _run(command, threads):
+def _run(command, threads, extra_env=None):
     env = dict(os.environ)
+    env.update(extra_env or {})
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[name] = str(threads)
     out = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -195,6 +205,8 @@ def main():
     ap.add_argument("--sizes", default="1,16,64,256", help="allreduce buffer sizes, MiB")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", default="", help="also write the figures to this file")
+    ap.add_argument("--links", default="", help="tc rates of emulated links between 2 hosts "
+                    "('none': unlimited), separated by ','; needs root")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bandwidth", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mpi", action="store_true", help=argparse.SUPPRESS)
@@ -205,6 +217,8 @@ def main():
         return worker(args)
     if args.bandwidth:
         return bandwidth_worker(args)
+    if args.links:
+        return links(args)
     me = [sys.executable, os.path.abspath(__file__), "--worker", "--iters", str(args.iters)]
     results = {"runs": []}
     for net in args.nets.split(","):
@@ -233,6 +247,60 @@ def main():
               "measured %.1f ms" % (gbit, 1000 * predicted, 1000 * rows[256]["seconds"]))
         results["prediction_256MiB"] = {"gbit": gbit, "predicted_s": predicted,
                                         "measured_s": rows[256]["seconds"]}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def links(args):
+    """1 rank per host on 2 emulated hosts at each rate, beside the scaling model."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from netns_hosts import Hosts, rate_bits, unavailable_reason
+    from scaling_model import ring_seconds as model_ring_seconds
+    reason = unavailable_reason()
+    if reason:
+        raise SystemExit("--links: " + reason)
+    me = [sys.executable, os.path.abspath(__file__), "--worker", "--iters", str(args.iters)]
+    results = {"links": [], "load_before": os.getloadavg()}
+    for net in args.nets.split(","):
+        one = _run(me + ["--net", net, "--threads", "1"], 1)
+        t_c = one["ms_per_iter"] / 1000.0
+        nbytes = 4 * one["params"]
+        print("%s: 1 rank %.1f ms/iter (t_c), %.2f MB of gradients" % (net, 1000 * t_c,
+                                                                       nbytes / 1e6))
+        print("| link | measured ms/iter | model: t_c + t_comm | model: max(t_c, t_comm) | "
+              "t_2 + t_comm | measured speed-up | model speed-up (no overlap .. full "
+              "overlap) |")
+        print("|---|---|---|---|---|---|---|")
+        rates = ["none"] + [r for r in args.links.split(",") if r != "none"]
+        t_2 = None
+        for rate in rates:
+            hosts = Hosts(2, rate=None if rate == "none" else rate)
+            try:
+                r = _run(hosts.command(1, me + ["--net", net, "--threads", "1", "--mpi"]), 1,
+                         hosts.env())
+            finally:
+                hosts.close()
+            t = r["ms_per_iter"] / 1000.0
+            row = {"net": net, "link": rate, "t_c": t_c, "measured_s": t, "bytes": nbytes,
+                   "comm_share": r["comm_share"]}
+            if rate == "none":
+                t_2 = t  # 2 ranks on this machine's cores, the link no limit
+                print("| unlimited | %.1f | | | | %.2fx | |" % (1000 * t, 2 * t_c / t))
+            else:
+                t_comm = model_ring_seconds(nbytes, 2, rate_bits(rate) / 1e9)
+                serial, overlap = t_c + t_comm, max(t_c, t_comm)
+                row.update(t_comm=t_comm, model_serial_s=serial, model_overlap_s=overlap,
+                           t_2_plus_comm_s=t_2 + t_comm)
+                print("| %s | %.1f | %.1f | %.1f | %.1f | %.2fx | %.2fx .. %.2fx |"
+                      % (rate, 1000 * t, 1000 * serial, 1000 * overlap, 1000 * (t_2 + t_comm),
+                         2 * t_c / t, 2 * t_c / serial, 2 * t_c / overlap))
+            results["links"].append(row)
+            sys.stdout.flush()
+    results["load_after"] = os.getloadavg()
+    print("load average before %s, after %s" % (
+        " ".join("%.2f" % x for x in results["load_before"]),
+        " ".join("%.2f" % x for x in results["load_after"])))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -89,6 +89,42 @@ def tiny_project(folder, source, batch=2, max_iter=20, snapshot=10, display=5, n
     return solver
 
 
+RANK1_LAYER = '''
+import threading
+
+import pycaffe_lite as caffe
+
+
+class OnRank1(caffe.Layer):
+    """The identity, except in rank 1's 30th forward pass."""
+
+    def setup(self, bottom, top):
+        self.calls = 0
+
+    def reshape(self, bottom, top):
+        top[0].reshape(*bottom[0].data.shape)
+
+    def forward(self, bottom, top):
+        self.calls += 1
+        if caffe.solver_rank() == 1 and self.calls == 30:
+            %(action)s
+        top[0].data[...] = bottom[0].data
+
+    def backward(self, top, propagate_down, bottom):
+        bottom[0].diff[...] = top[0].diff
+'''
+
+
+def rank1_layer(folder, action):
+    """A Python layer (after ip1) whose 30th forward pass on rank 1 runs ``action`` (one line
+    of code): (tiny_project's extra_layers, ip2_bottom, the environment that finds it)."""
+    (folder / "rank1_layer.py").write_text(RANK1_LAYER % dict(action=action))
+    extra = ('layer { name: "py" type: "Python" bottom: "ip1" top: "py" '
+             'python_param { module: "rank1_layer" layer: "OnRank1" } }')
+    env = {"PYTHONPATH": str(folder) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return extra, "py", env
+
+
 def read_weights(path):
     """{layer name: [param arrays]} of a .caffemodel."""
     model = protoio.read_binary(str(path), caffe_pb2.NetParameter())
@@ -136,11 +172,13 @@ def _env(extra):
 
 
 class Job:
-    """A running mpiexec job whose output is read line by line as it comes."""
+    """A running mpiexec job whose output is read line by line as it comes (``command``: a
+    whole command line in place of ``mpiexec -n n pycaffe-lite args...``)."""
 
-    def __init__(self, n, args, cwd, env=None):
-        command = [mpiexec(), "-n", str(n), sys.executable, "-m", "pycaffe_lite.cli"] + \
-            list(args)
+    def __init__(self, n, args, cwd, env=None, command=None):
+        if command is None:
+            command = [mpiexec(), "-n", str(n), sys.executable, "-m", "pycaffe_lite.cli"] + \
+                list(args)
         # a session of its own, as a terminal's job: Ctrl-C is a SIGINT to the whole group
         self.proc = subprocess.Popen(command, cwd=str(cwd), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=_env(env),

@@ -190,7 +190,8 @@ def test_gpu_lists_start_one_process_per_gpu_under_mpiexec(monkeypatch):
     assert command[:3] == ["/venv/bin/mpiexec", "-n", "3"]
     assert command[3:6] == [sys.executable, "-m", "pycaffe_lite.cli"]
     assert command[6:] == ["train", "--solver", "s.prototxt", "--gpu", "0,1,2", "--level", "0",
-                           "--sigint_effect", "stop", "--sighup_effect", "snapshot"]
+                           "--sigint_effect", "stop", "--sighup_effect", "snapshot",
+                           "--collective_timeout", "1800"]
     assert train_cmd.parse_gpus("0,1,2") == [0, 1, 2]
 
 

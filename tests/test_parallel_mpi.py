@@ -10,10 +10,12 @@ import sys
 import pytest
 
 from mpi_helpers import (GUARD_S, Job, make_lmdb, max_relative_difference, mpi_available,
-                         mpiexec, read_weights, run_ranks, run_single, tiny_project)
+                         mpiexec, rank1_layer, read_weights, run_ranks, run_single,
+                         tiny_project)
 
-pytestmark = pytest.mark.skipif(not mpi_available(),
-                                reason="needs mpi4py and mpiexec (pip install '.[mpi]')")
+pytestmark = [pytest.mark.mpi,
+              pytest.mark.skipif(not mpi_available(),
+                                 reason="needs mpi4py and mpiexec (pip install '.[mpi]')")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENET = os.path.join(ROOT, "models", "lenet")
@@ -172,35 +174,10 @@ def test_a_killed_rank_ends_the_job_with_its_rank_named(tmp_path, tiny):
     assert "PID %d" % pid in out and "Killed (signal 9)" in out  # the launcher's report
 
 
-PY_LAYER = '''
-import pycaffe_lite as caffe
-
-
-class FailOnRank1(caffe.Layer):
-    def setup(self, bottom, top):
-        self.calls = 0
-
-    def reshape(self, bottom, top):
-        top[0].reshape(*bottom[0].data.shape)
-
-    def forward(self, bottom, top):
-        self.calls += 1
-        if caffe.solver_rank() == 1 and self.calls == 30:
-            raise RuntimeError("the disk of rank 1 is gone")
-        top[0].data[...] = bottom[0].data
-
-    def backward(self, top, propagate_down, bottom):
-        bottom[0].diff[...] = top[0].diff
-'''
-
-
 def test_a_raising_rank_ends_the_job_with_its_rank_and_cause(tmp_path, tiny):
-    (tmp_path / "fail_layer.py").write_text(PY_LAYER)
-    extra = ('layer { name: "py" type: "Python" bottom: "ip1" top: "py" '
-             'python_param { module: "fail_layer" layer: "FailOnRank1" } }')
-    solver = _endless(tmp_path, tiny, extra_layers=extra, ip2_bottom="py")
-    job = Job(2, ["train", "--solver", str(solver)], tmp_path,
-              env={"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    extra, bottom, env = rank1_layer(tmp_path, 'raise RuntimeError("the disk of rank 1 is gone")')
+    solver = _endless(tmp_path, tiny, extra_layers=extra, ip2_bottom=bottom)
+    job = Job(2, ["train", "--solver", str(solver)], tmp_path, env=env)
     try:
         rc, out = job.finish(timeout=GUARD_S)
     finally:

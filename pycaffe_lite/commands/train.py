@@ -6,11 +6,14 @@ Flags are Caffe's (single-dash spellings work too)::
                        --snapshot S_iter_N.solverstate] [--gpu 0] [--level N] [--stage a,b]
                        [--sigint_effect stop|snapshot|none] [--sighup_effect snapshot|stop|none]
                        [--tensorboard DIR [--tensorboard_histograms N]] [--no_python_layers]
+                       [--collective_timeout SECONDS]
 
 ``solver_mode: GPU`` without ``--gpu`` on a machine with no usable GPU falls back to the CPU
 with one warning (Caffe would abort); an explicit ``--gpu`` that cannot be honoured is an
 error. SIGINT stops (and the final snapshot is written, as ``snapshot_after_train`` asks);
-SIGHUP writes a snapshot and goes on.
+SIGHUP writes a snapshot and goes on. Under an MPI launcher, a rank that waits longer than
+``--collective_timeout`` seconds in one collective (a frozen host, a cut link) ends the whole
+job with an error naming the ranks and hosts that stopped answering.
 """
 
 import logging
@@ -22,6 +25,7 @@ import time
 from .. import backend, protoio
 from ..errors import CaffeError
 from ..parallel import context, launch
+from ..parallel.watchdog import DEFAULT_TIMEOUT_S
 from ..signals import SignalHandler, SolverAction
 from ..tools_log import use_glog_format
 from . import add_no_python_layers
@@ -54,6 +58,12 @@ def add_arguments(p):
                    help="with --tensorboard: weight and gradient histograms every N "
                         "iterations (0: none)")
     add_no_python_layers(p)
+    p.add_argument("--collective_timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   metavar="SECONDS",
+                   help="data-parallel jobs: a rank that waits longer than this in one "
+                        "collective (a frozen host, a cut link) ends the whole job with an "
+                        "error naming the ranks that stopped answering (default %(default)g; "
+                        "0: wait forever). Make it longer than rank 0's tests and snapshots.")
 
 
 def parse_gpus(value):
@@ -124,7 +134,8 @@ def peak_rss_mib():
 def relaunch_argv(args):
     """The train command's flags, to run again under mpiexec."""
     argv = ["train", "--solver", args.solver, "--gpu", args.gpu, "--level", str(args.level),
-            "--sigint_effect", args.sigint_effect, "--sighup_effect", args.sighup_effect]
+            "--sigint_effect", args.sigint_effect, "--sighup_effect", args.sighup_effect,
+            "--collective_timeout", "%g" % args.collective_timeout]
     for flag in ("weights", "snapshot", "stage"):
         if getattr(args, flag):
             argv += ["--" + flag, getattr(args, flag)]
@@ -151,6 +162,9 @@ def run(args):
     if args.tensorboard:
         from .. import tensorboard
         tensorboard.load_writer()  # a missing extra is an error before anything is built
+    if not args.collective_timeout >= 0:
+        raise CaffeError("--collective_timeout takes seconds >= 0 (0: no timeout), got %g"
+                         % args.collective_timeout)
     comm = launch.join()
     if comm is None and args.gpu and len(parse_gpus(args.gpu)) > 1:
         # Caffe's -gpu 0,1,2,3: one process per listed GPU on this machine
@@ -160,9 +174,12 @@ def run(args):
     if comm is None or comm.size == 1:
         return train(args, None)
     launch.rank_logging(comm.rank)
-    launch.log_ranks(comm)
     try:
-        return train(args, comm)
+        comm.set_timeout(args.collective_timeout)
+        launch.log_ranks(comm)
+        status = train(args, comm)
+        comm.close()
+        return status
     except BaseException as exc:  # noqa: BLE001 - any failure must end every rank
         if isinstance(exc, SystemExit) and not exc.code:
             raise

@@ -4,12 +4,15 @@ Every communicator offers the same few operations on contiguous 1-D buffers, in 
 ``start_allreduce(buf)`` (a handle with ``test()`` and ``wait()``; the sum over ranks),
 ``allreduce(buf)``, ``bcast(buf, root)``, ``agree(code)`` (the largest of a small int over
 the ranks, for stop and snapshot requests) and ``abort(code)``. ``on_device`` tells whether the
-buffers live on the GPU (NCCL) or on the host (MPI).
+buffers live on the GPU (NCCL) or on the host (MPI). An MPI communicator with a collective
+timeout (:meth:`MPIComm.set_timeout`) has every blocking wait guarded by a
+:class:`~pycaffe_lite.parallel.watchdog.Watchdog`.
 
 mpi4py is imported only when a communicator is made, so the package works without it; an MPI
 built against any implementation (MPICH, Open MPI, Intel MPI) serves.
 """
 
+import contextlib
 import logging
 
 import numpy as np
@@ -71,8 +74,10 @@ class LocalComm:
 
 
 class _MPIRequest:
-    def __init__(self, request):
+    def __init__(self, request, comm, what):
         self._request = request
+        self._comm = comm
+        self._what = what
         self._done = False
 
     def test(self):
@@ -82,7 +87,8 @@ class _MPIRequest:
 
     def wait(self):
         if not self._done:
-            self._request.Wait()
+            with self._comm.watched(self._what):
+                self._request.Wait()
             self._done = True
 
 
@@ -99,32 +105,72 @@ class MPIComm:
         self.size = self.comm.Get_size()
         # errors in a collective end the job (with the launcher's abort) instead of hanging
         self.comm.Set_errhandler(self.MPI.ERRORS_ARE_FATAL)
+        self.watchdog = None
+        self.activity = ""
+
+    def note(self, activity):
+        """What the collectives that follow are for (e.g. "iteration 12"), for the timeout's
+        message."""
+        self.activity = activity
+
+    def set_timeout(self, seconds):
+        """Guard every blocking wait with a collective timeout of ``seconds`` (0 or None: no
+        timeout). Collective: every rank calls it at the same point."""
+        if self.watchdog is not None:
+            self.watchdog.close()
+            self.watchdog = None
+        if seconds and self.size > 1:
+            from .watchdog import Watchdog
+            self.watchdog = Watchdog(self.MPI, self.comm, seconds)
+
+    def close(self):
+        """Stop the watchdog (every rank, at the end of the job)."""
+        self.set_timeout(None)
+
+    @contextlib.contextmanager
+    def watched(self, what):
+        """Guard a blocking wait: the job ends if it lasts longer than the timeout."""
+        watchdog = self.watchdog
+        if watchdog is None:
+            yield
+            return
+        watchdog.arm(what + (" (%s)" % self.activity if self.activity else ""))
+        try:
+            yield
+        finally:
+            watchdog.disarm()
 
     def start_allreduce(self, buf):
         if self.size == 1:
             return _Done()
-        return _MPIRequest(self.comm.Iallreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM))
+        return _MPIRequest(self.comm.Iallreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM),
+                           self, "an allreduce of %d bytes" % buf.nbytes)
 
     def allreduce(self, buf):
         if self.size > 1:
-            self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+            with self.watched("an allreduce of %d bytes" % buf.nbytes):
+                self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
 
     def bcast(self, buf, root=0):
         if self.size > 1:
-            self.comm.Bcast(buf, root=root)
+            with self.watched("a broadcast of %d bytes from rank %d" % (buf.nbytes, root)):
+                self.comm.Bcast(buf, root=root)
 
     def bcast_object(self, obj, root=0):
-        return self.comm.bcast(obj, root=root)
+        with self.watched("a broadcast from rank %d" % root):
+            return self.comm.bcast(obj, root=root)
 
     def agree(self, code):
         if self.size == 1:
             return int(code)
         value = np.array([int(code)], np.int64)
-        self.comm.Allreduce(self.MPI.IN_PLACE, value, op=self.MPI.MAX)
+        with self.watched("the ranks' agreement on stop and snapshot requests"):
+            self.comm.Allreduce(self.MPI.IN_PLACE, value, op=self.MPI.MAX)
         return int(value[0])
 
     def barrier(self):
-        self.comm.Barrier()
+        with self.watched("a barrier"):
+            self.comm.Barrier()
 
     def abort(self, code=1):
         self.comm.Abort(code)

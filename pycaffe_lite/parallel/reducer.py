@@ -150,6 +150,9 @@ class DataParallel:
     def on_start(self):
         self._next = 0
         self._pass = 0
+        note = getattr(self.comm, "note", None)
+        if note is not None:
+            note("iteration %d" % self.solver.iter)
 
     def __call__(self, layer_index):
         """The Net's after_backward hook: start every bucket the backward pass has finished."""

@@ -1,0 +1,177 @@
+"""The collective timeout: a rank that waits too long in a collective ends the whole job.
+
+On a cluster the usual failure is not a crash but a hang: a link goes down or a node freezes,
+and every other rank waits in its allreduce forever. :class:`Watchdog` guards every blocking
+wait of an :class:`~pycaffe_lite.parallel.comm.MPIComm`:
+
+- the rank's main thread *arms* the watchdog (a deadline ``timeout`` seconds away) before it
+  waits for a collective and *disarms* it after; a thread of the watchdog's own sleeps on an
+  event between short checks (it never spins a core) and, when an armed deadline passes, logs
+  which collective stalled and which ranks stopped answering, then calls ``MPI_Abort`` so that
+  the launcher ends every process of the job;
+- to name the ranks that stopped answering, the watchdog threads exchange heartbeats (a tiny
+  message to every other rank every ``period`` seconds, on a communicator of their own): a rank
+  whose heartbeats stopped arriving is frozen, dead, or behind a cut link. Heartbeats need
+  ``MPI_THREAD_MULTIPLE`` (mpi4py asks for it); without it the error names the stalled
+  collective only.
+
+A job whose rank 0 tests or snapshots for a long time makes the others wait in their next
+collective meanwhile: the timeout must be longer than that (the default is 30 minutes).
+"""
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+
+log = logging.getLogger("pycaffe_lite")
+
+#: the default of ``pycaffe-lite train --collective_timeout`` (seconds; 0 turns it off)
+DEFAULT_TIMEOUT_S = 1800.0
+_HEARTBEAT_TAG = 29029
+
+
+def heartbeat_period(timeout):
+    """Seconds between heartbeats: a tenth of the timeout, within 0.1 .. 10 s."""
+    return min(max(timeout / 10.0, 0.1), 10.0)
+
+
+def _flush_logs():
+    for handler in logging.getLogger().handlers + log.handlers:
+        try:
+            handler.flush()
+        except Exception:  # a closed stream must not stop the abort
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+class Watchdog:
+    """Watch the blocking collectives of one rank of ``comm`` (an mpi4py communicator).
+
+    Collective to create (it gathers every rank's host and pid), and to :meth:`close`.
+    ``abort``: what ends the job (default ``comm.Abort(1)``)."""
+
+    def __init__(self, MPI, comm, timeout, abort=None):
+        self.timeout = float(timeout)
+        self.period = heartbeat_period(self.timeout)
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self._clock = time.monotonic
+        self._abort = abort or (lambda: comm.Abort(1))
+        self.where = comm.allgather((socket.gethostname(), os.getpid()))
+        self._lock = threading.Lock()
+        self._armed = None            # (deadline, what, started) while a wait is armed
+        self._count = 0               # collectives waited for so far
+        self._wake = threading.Event()
+        self._stop = False
+        self.fired = None
+        now = self._clock()
+        self.last_heard = {r: now for r in range(self.size) if r != self.rank}
+        self._hb = None
+        if self.size > 1 and MPI.Query_thread() >= MPI.THREAD_MULTIPLE:
+            self._hb = comm.Dup()
+            self._hb_out = np.ones(1, np.int64)  # never written: sends may share it
+            self._hb_in = {r: np.zeros(1, np.int64) for r in self.last_heard}
+            self._recvs = {r: self._hb.Irecv(self._hb_in[r], r, _HEARTBEAT_TAG)
+                           for r in self.last_heard}
+            self._sends = {}
+        self._thread = threading.Thread(target=self._run, name="collective-watchdog",
+                                        daemon=True)
+        self._thread.start()
+
+    def describe_rank(self, rank):
+        host, pid = self.where[rank]
+        return "rank %d (%s, pid %d)" % (rank, host, pid)
+
+    # -- the main thread's side --------------------------------------------------------------
+    def arm(self, what):
+        with self._lock:
+            self._count += 1
+            now = self._clock()
+            self._armed = (now + self.timeout, what, now)
+
+    def disarm(self):
+        with self._lock:
+            self._armed = None
+
+    def close(self):
+        """Stop the thread and retire the heartbeat requests. Collective (every rank, at the
+        job's end): no rank stops listening before every rank has stopped sending, so a rank
+        still writing its last snapshot never sends to one that has left."""
+        self._stop = True
+        self._wake.set()
+        self._thread.join()
+        if self._hb is not None:
+            for req in self._sends.values():
+                req.Wait()
+            self._hb.Barrier()
+            for req in self._recvs.values():
+                req.Cancel()
+                req.Wait()
+            self._recvs, self._sends = {}, {}
+
+    # -- the watchdog thread -----------------------------------------------------------------
+    def _run(self):
+        while not self._stop:
+            self._wake.wait(self.period)
+            self._wake.clear()
+            if self._stop:
+                return
+            self._heartbeat()
+            with self._lock:
+                armed = self._armed
+            if armed is not None and self._clock() >= armed[0]:
+                self._fire(armed)
+                return
+
+    def _heartbeat(self):
+        if self._hb is None:
+            return
+        now = self._clock()
+        for r, req in self._recvs.items():
+            if req.Test():
+                self.last_heard[r] = now
+                self._recvs[r] = self._hb.Irecv(self._hb_in[r], r, _HEARTBEAT_TAG)
+        for r in self.last_heard:
+            pending = self._sends.get(r)
+            if pending is None or pending.Test():  # never pile up sends to a silent rank
+                self._sends[r] = self._hb.Isend(self._hb_out, r, _HEARTBEAT_TAG)
+
+    def silent_ranks(self, now=None):
+        """The other ranks not heard from for more than three heartbeat periods."""
+        now = self._clock() if now is None else now
+        return sorted(r for r, t in self.last_heard.items() if now - t > 3 * self.period)
+
+    def message(self, armed, now):
+        deadline, what, started = armed
+        text = ("collective timeout: %s waited %.1f s (--collective_timeout %g) for %s, "
+                "collective #%d of this rank"
+                % (self.describe_rank(self.rank), now - started, self.timeout, what,
+                   self._count))
+        if self._hb is None:
+            return text + "; cannot tell which rank stopped answering (no heartbeats: MPI " \
+                "without MPI_THREAD_MULTIPLE)"
+        silent = self.silent_ranks(now)
+        if silent:
+            return text + "; stopped answering: " + ", ".join(
+                "%s, not heard from for %.1f s" % (self.describe_rank(r),
+                                                   now - self.last_heard[r]) for r in silent)
+        return text + "; every rank still answers heartbeats (a rank is in another " \
+            "collective, or one is slower than the timeout)"
+
+    def _fire(self, armed):
+        self.fired = self.message(armed, self._clock())
+        log.error("%s; aborting the job", self.fired)
+        _flush_logs()
+        self._abort()
+        # MPI_Abort told the launcher (which ends every process it can reach) and, called from
+        # a thread, may return: this rank ends itself all the same
+        time.sleep(1.0)
+        os._exit(1)
