@@ -15,6 +15,7 @@ from :data:`HELPERS`) and optionally how each bottom is passed (``InnerProduct``
 
 import keyword
 import re
+import textwrap
 
 import numpy as np
 
@@ -114,7 +115,12 @@ def literal(value):
     if isinstance(value, (int, np.integer)):
         return repr(int(value))
     if isinstance(value, (float, np.floating)):
-        return repr(float(value))
+        value = float(value)
+        if float(np.float32(value)) == value:
+            short = str(np.float32(value))  # the shortest text of a float32 (a proto field)
+            if float(np.float32(float(short))) == value:
+                return repr(float(short))
+        return repr(value)
     if isinstance(value, (tuple, list)):
         inner = ", ".join(literal(v) for v in value)
         return "(%s,)" % inner if len(value) == 1 else "(%s)" % inner
@@ -135,7 +141,10 @@ class Plan:
         self.blob_var = {}  # blob id -> the identifier that is its own variable
         self.current = {}  # blob id -> the variable that holds its value now
         self.writer = {}  # blob id -> index of the layer that last wrote it
+        self.read = set()  # blob ids some exported layer reads
         self._walk()
+        # an input nothing reads (a label whose loss was left out) is not an argument
+        self.inputs = [(n, v) for n, v in self.inputs if self.names.index(n) in self.read]
 
     def _own_var(self, b):
         if b not in self.blob_var:
@@ -155,6 +164,7 @@ class Plan:
                     self.inputs.append((self.names[t], self.current[t]))
                 continue
             bottoms = []
+            self.read.update(net.bottom_ids[i])
             for b in net.bottom_ids[i]:
                 if b not in self.current:
                     raise CaffeError("layer '%s' (type %s) reads blob '%s', which comes from a "
@@ -177,8 +187,9 @@ class Plan:
             for h in module.helpers:
                 if h not in self.helpers:
                     self.helpers.append(h)
-            comment = "  # %s" % module.comment if module.comment else ""
-            self.attrs.append("self.%s = %s%s" % (attr, module.expr, comment))
+            if module.comment:
+                self.attrs.append("# %s" % module.comment)
+            self.attrs.append("self.%s = %s" % (attr, module.expr))
             for key, value in module.weights.items():
                 self.weights["%s.%s" % (attr, key)] = np.ascontiguousarray(value, np.float32)
             args = [b if module.args is None else module.args[k].format(b)
@@ -210,7 +221,7 @@ class Plan:
         return out
 
 
-HEADER = '''"""{title}
+HEADER = '''"""{title}.
 
 Written by pycaffe-lite export_pytorch from {source}. The attributes are the Caffe
 layers, forward() runs them in the net's order with the Caffe blob names as variables, and
@@ -270,11 +281,17 @@ def source(plan, class_name, title, source_name):
 
 
 def _wrap_long_lines(text, limit=100):
-    """Lines of the layer list longer than ``limit`` get ``# noqa: E501`` (a Caffe name may
-    be long); every other line is written short."""
+    """Lines longer than ``limit`` broken after their first opening bracket, the rest
+    wrapped at spaces and indented by four more."""
     out = []
     for line in text.split("\n"):
-        if len(line) > limit and "noqa" not in line:
-            line += "  # noqa: E501"
-        out.append(line)
+        cut = min((i for i in (line.find("("), line.find("{")) if i >= 0), default=-1)
+        if len(line) <= limit or cut < 0:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        out.append(line[:cut + 1])
+        out.extend(indent + part for part in textwrap.wrap(
+            line[cut + 1:], limit - len(indent), break_long_words=False,
+            break_on_hyphens=False))
     return "\n".join(out)
