@@ -142,6 +142,7 @@ class Plan:
         self.current = {}  # blob id -> the variable that holds its value now
         self.writer = {}  # blob id -> index of the layer that last wrote it
         self.read = set()  # blob ids some exported layer reads
+        self.inserted_split = {}  # top of a Split the net inserted -> the blob it copies
         self._walk()
         # an input nothing reads (a label whose loss was left out) is not an argument
         self.inputs = [(n, v) for n, v in self.inputs if self.names.index(n) in self.read]
@@ -175,6 +176,8 @@ class Plan:
                 for t in net.top_ids[i]:
                     self.current[t] = bottoms[0]
                     self.writer[t] = i
+                    if lname.endswith("_split"):  # inserted by the net, not the user's
+                        self.inserted_split[t] = net.bottom_ids[i][0]
                 continue
             generator = GENERATORS.get(layer.type)
             if generator is None:
@@ -212,12 +215,13 @@ class Plan:
                 read.update(b for b in self.net.bottom_ids[i] if self.writer.get(b, i) < i)
         out, seen = [], set()
         for b, _ in sorted(self.writer.items(), key=lambda item: (item[1], item[0])):
-            var = self.current[b]
-            if b in read or var in seen:
+            if b in read:
                 continue
-            seen.add(var)
-            source = next((k for k, v in self.blob_var.items() if v == var), b)
-            out.append((self.names[source], var))
+            b = self.inserted_split.get(b, b)
+            if b in seen:
+                continue
+            seen.add(b)
+            out.append((self.names[b], self.current[b]))
         return out
 
 

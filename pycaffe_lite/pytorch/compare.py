@@ -58,7 +58,7 @@ def load_module(folder):
 
 def our_values(net, inputs):
     """Runs ``net`` on ``inputs``; {(layer, top blob): a copy of the top after the layer}
-    for each layer but the data layers, in the net's order."""
+    for each layer but the data layers and Splits, in the net's order."""
     from ..onnx.export import DATA_TYPES
 
     for name, value in inputs.items():
@@ -71,8 +71,8 @@ def our_values(net, inputs):
     names = net.layer_names
 
     def record(i):
-        if net.layers[i].type in DATA_TYPES:
-            return
+        if net.layers[i].type in DATA_TYPES or net.layers[i].type == "Split":
+            return  # a Split's tops are its bottom's value in the other engines
         for t, blob in zip(net.top_names[names[i]], net.top_vecs[i]):
             values[(names[i], t)] = np.array(blob.data, copy=True)
 
@@ -154,7 +154,7 @@ class OnnxRuntime:
 class PyTorch:
     name = "pytorch"
 
-    def __init__(self, model, weights, net):
+    def __init__(self, model, weights, net, folder=None):
         try:
             import torch
         except ImportError:
@@ -162,7 +162,7 @@ class PyTorch:
         from .export import export
 
         self.torch = torch
-        self.folder = tempfile.mkdtemp(prefix="pycaffe_lite_compare_")
+        self.folder = folder or tempfile.mkdtemp(prefix="pycaffe_lite_compare_")
         self.report = export(net, self.folder)
         self.module = load_module(self.folder).load()
 

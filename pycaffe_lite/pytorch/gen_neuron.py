@@ -159,28 +159,9 @@ def swish(layer):
     return Module("Swish(%s)" % literal(beta), helpers=[SWISH])
 
 
-DROPOUT_UNSCALED = helper("UnscaledDropout", '''
-class UnscaledDropout(nn.Module):
-    """Dropout that does not scale in training and multiplies by the keep ratio at
-    inference (the fork's scale_train: false)."""
-
-    def __init__(self, ratio):
-        super().__init__()
-        self.ratio = ratio
-
-    def forward(self, x):
-        if self.training:
-            return x * (torch.rand_like(x) >= self.ratio).to(x.dtype)
-        return x * (1.0 - self.ratio)
-''')
-
-
 @register_generator("Dropout")
 def dropout(layer):
-    p = layer.param.dropout_param
-    ratio = float(p.dropout_ratio)
-    if not getattr(p, "scale_train", True):
-        return Module("UnscaledDropout(%s)" % literal(ratio), helpers=[DROPOUT_UNSCALED])
+    ratio = float(layer.param.dropout_param.dropout_ratio)
     if layer.train:
         return Module("nn.Dropout(%s)" % literal(ratio))
     return Module("nn.Identity()", comment="Dropout (ratio %g): identity at inference" % ratio)
