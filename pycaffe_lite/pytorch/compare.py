@@ -188,8 +188,9 @@ class PyTorch:
 ENGINE_CLASSES = {"opencv": OpenCV, "onnxruntime": OnnxRuntime, "pytorch": PyTorch}
 
 
-def prepare(engines, model, weights, net, out=sys.stdout):
+def prepare(engines, model, weights, net, out=None):
     """The engines that could be set up: a missing package skips its engine with a line."""
+    out = sys.stdout if out is None else out
     ready = []
     for name in engines:
         try:
