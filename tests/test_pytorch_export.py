@@ -25,16 +25,18 @@ import pycaffe_lite as caffe  # noqa: E402
 import test_onnx_export as onnx_cases  # noqa: E402
 import test_onnx_forks as fork_cases  # noqa: E402
 from onnx_helpers import fill_random, input_layers, net_from_text  # noqa: E402
-from pycaffe_lite import cli, protoio  # noqa: E402
+from pycaffe_lite import protoio  # noqa: E402
 from pycaffe_lite.errors import CaffeError  # noqa: E402
 from pycaffe_lite.proto import caffe_pb2  # noqa: E402
 from pycaffe_lite.pytorch import GENERATORS, export  # noqa: E402
 from pycaffe_lite.pytorch.compare import PyTorch, compare, load_module  # noqa: E402
 from test_model_zoo import fill_random as zoo_fill_random, path as zoo_path  # noqa: E402
-from test_onnx_models import LENET, trained_lenet  # noqa: E402,F401
+import test_onnx_models  # noqa: E402
 from test_ssd_opencv import DATA as SSD_DATA, random_weights as ssd_weights  # noqa: E402
 
 pytestmark = pytest.mark.torch
+LENET = test_onnx_models.LENET
+trained_lenet = test_onnx_models.trained_lenet  # the fixture: LeNet trained on MNIST digits
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RTOL = 1e-5

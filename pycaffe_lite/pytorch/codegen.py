@@ -35,7 +35,8 @@ register_full_backward_pre_hook register_load_state_dict_post_hook register_modu
 register_parameter register_state_dict_pre_hook requires_grad_ set_extra_state share_memory
 state_dict to to_empty train training type xpu zero_grad""".split())
 # names the generated file itself uses
-FILE_NAMES = frozenset(["self", "torch", "nn", "F", "os", "math", "load", "outputs", "box_overlaps"])
+FILE_NAMES = frozenset(["self", "torch", "nn", "F", "os", "math", "load", "outputs",
+                        "box_overlaps"])
 
 
 def register_generator(*caffe_types):
