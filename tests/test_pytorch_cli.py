@@ -220,3 +220,34 @@ def test_compare_bad_input_exits_2(spec, message, tmp_path, capsys, monkeypatch)
     assert cli.main(["compare", "--model", LENET, "--input", spec]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["res10", "mobilenet_ssd", "resnet50", "googlenet"])
+def test_compare_agrees_on_zoo_and_ssd_nets(key, tmp_path):
+    """Every layer of the public SSD nets and of two zoo nets, in every engine, within 1e-4
+    of ours (OpenCV lists detections in another order: compared as sets of rows)."""
+    pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
+    pytest.importorskip("onnxruntime", reason="onnxruntime is a test dependency")
+    from test_model_zoo import fill_random, path
+    from test_ssd_opencv import DATA, random_weights
+
+    caffe.set_random_seed(3)
+    if key in ("res10", "mobilenet_ssd"):
+        model = os.path.join(DATA, key + "_deploy.prototxt")
+        net = build_net(model)
+        random_weights(net, 0, 0.2 if key == "res10" else 1.0)
+    else:
+        model = path(key)
+        net = build_net(model)
+        fill_random(net, 1)
+    weights = tmp_path / "w.caffemodel"
+    net.save(str(weights))
+    engines = prepare(["opencv", "onnxruntime", "pytorch"], model, weights, net)
+    x = np.random.default_rng(0).uniform(-1, 1, net.blobs["data"].shape).astype(np.float32)
+    rows, first = compare(net, engines, {"data": x}, 1e-4)
+    assert first == {"opencv": None, "onnxruntime": None, "pytorch": None}
+    assert all(d is not None for _, _, diffs in rows for n, d in diffs.items()
+               if n == "pytorch")
+    if key in ("res10", "mobilenet_ssd"):
+        assert net.blobs["detection_out"].shape[2] >= 20  # detections to compare

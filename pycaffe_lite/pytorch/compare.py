@@ -11,7 +11,8 @@ Each engine gives the value of every (layer, top blob) it can show:
 
 Differences are the largest absolute difference and that divided by the largest magnitude of
 our value (``rel``); an engine diverges at the first layer, in the net's order, whose
-``rel`` is above the tolerance, or whose value has another number of elements.
+``rel`` is above the tolerance, or whose value has another number of elements. Detections
+(DetectionOutput) are compared as sets of rows: see :func:`canonical_detections`.
 """
 
 import importlib.util
@@ -211,17 +212,31 @@ def compare(net, engines, inputs, tolerance):
             theirs[engine.name] = engine.run(inputs)
         except Exception as exc:  # an engine that cannot run the net diverges at the start
             raise CaffeError("%s could not run the net: %s" % (engine.name, exc)) from None
+    detections = {n for n, lay in zip(net.layer_names, net.layers)
+                  if lay.type == "DetectionOutput"}
     rows, first = [], {e.name: None for e in engines}
     for (layer, blob), value in ours.items():
         diffs = {}
         for e in engines:
             other = theirs[e.name].get((layer, blob))
+            if other is not None and layer in detections:
+                value, other = canonical_detections(value), canonical_detections(other)
             diffs[e.name] = None if other is None else difference(value, other)
             if diffs[e.name] is not None and first[e.name] is None and \
                     not diffs[e.name][1] <= tolerance:
                 first[e.name] = len(rows)
         rows.append((layer, blob, diffs))
     return rows, first
+
+
+def canonical_detections(rows):
+    """DetectionOutput rows ordered by image, label, descending score, then box, without
+    all-zero rows (OpenCV lists an image's detections by score, not by class, and pads its
+    output with zero rows up to keep_top_k)."""
+    rows = np.asarray(rows, dtype=np.float64).reshape(-1, 7)
+    rows = rows[np.any(rows != 0, axis=1)]
+    keys = [rows[:, k] for k in (6, 5, 4, 3)] + [-rows[:, 2], rows[:, 1], rows[:, 0]]
+    return rows[np.lexsort(keys)]
 
 
 def format_table(rows, names):
