@@ -29,6 +29,7 @@ from pycaffe_lite import protoio  # noqa: E402
 from pycaffe_lite.errors import CaffeError  # noqa: E402
 from pycaffe_lite.proto import caffe_pb2  # noqa: E402
 from pycaffe_lite.pytorch import GENERATORS, export  # noqa: E402
+from pycaffe_lite.pytorch.codegen import HELPERS  # noqa: E402
 from pycaffe_lite.pytorch.compare import PyTorch, compare, load_module  # noqa: E402
 from test_model_zoo import fill_random as zoo_fill_random, path as zoo_path  # noqa: E402
 import test_onnx_models  # noqa: E402
@@ -277,6 +278,12 @@ layer { name: "loss" type: "EuclideanLoss" bottom: "sum" bottom: "b" top: "loss"
     ruff = _ruff()
     if ruff is None:
         pytest.skip("ruff is not installed")
+    # and every helper class a model.py may hold, in one file
+    helpers = tmp_path / "helpers"
+    helpers.mkdir()
+    (helpers / "all_helpers.py").write_text(
+        "import math\n\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn"
+        "\n\n\n" + "\n\n".join(HELPERS.values()) + "\n\n\nUSED = (math, F)\n")
     for config in (["--isolated"], ["--config", os.path.join(HERE, "..", "pyproject.toml")]):
         out = subprocess.run([ruff, "check", "--no-cache"] + config + [str(tmp_path)],
                              capture_output=True, text=True)

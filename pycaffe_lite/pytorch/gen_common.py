@@ -71,7 +71,7 @@ def batch_norm(layer):
     p = layer.param.batch_norm_param
     blobs = layer.blobs
     channels = blobs[0].size
-    expr = "BatchNorm(%d, %s, %s, %s, %s)" % (
+    expr = "BatchNorm(%d, eps=%s, momentum=%s, use_global_stats=%s, trainable=%s)" % (
         channels, literal(float(p.eps)), literal(float(p.moving_average_fraction)),
         literal(bool(layer.layer.use_global_stats)), literal(bool(layer.train)))
     weights = {"mean": blobs[0].reshape(-1), "variance": blobs[1].reshape(-1),
@@ -83,13 +83,13 @@ SCALE = helper("Scale", '''
 class Scale(nn.Module):
     """Caffe's Scale: x * weight (+ bias), weight and bias broadcast over x's axes from
     axis on (their shape is x's from axis, trailing axes of 1 left out). With a second
-    input, that input is the scale."""
+    input, that input is the scale (shape None)."""
 
-    def __init__(self, axis, shape, bias):
+    def __init__(self, axis, shape, bias_shape=None):
         super().__init__()
         self.axis = axis
         self.weight = nn.Parameter(torch.ones(shape)) if shape is not None else None
-        self.bias = nn.Parameter(torch.zeros(shape or bias)) if bias else None
+        self.bias = nn.Parameter(torch.zeros(bias_shape)) if bias_shape is not None else None
 
     def _shaped(self, t, x):
         axis = self.axis % x.dim()
@@ -105,16 +105,16 @@ class Scale(nn.Module):
 def scale(layer):
     p = layer.param.scale_param
     blobs = layer.blobs
-    if len(layer.in_shapes) > 1:
-        bias_shape = blobs[0].shape if p.bias_term else None
-        return Module("Scale(%d, None, %s)" % (p.axis, literal(tuple(bias_shape))
-                                              if bias_shape else "None"),
-                      {"bias": blobs[0]} if p.bias_term else {}, [SCALE])
-    weights = {"weight": blobs[0]}
+    weights = {}
+    if len(layer.in_shapes) == 1:
+        weights["weight"] = blobs.pop(0)
     if p.bias_term:
-        weights["bias"] = blobs[1]
-    return Module("Scale(%d, %s, %s)" % (p.axis, literal(tuple(blobs[0].shape)),
-                                         literal(bool(p.bias_term))), weights, [SCALE])
+        weights["bias"] = blobs[0]
+    shapes = [literal(tuple(weights[k].shape)) if k in weights else "None"
+              for k in ("weight", "bias")]
+    if shapes[1] == "None":
+        shapes.pop()
+    return Module("Scale(%d, %s)" % (p.axis, ", ".join(shapes)), weights, [SCALE])
 
 
 BIAS = helper("Bias", '''

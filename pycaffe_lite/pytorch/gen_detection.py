@@ -116,9 +116,13 @@ def detection_output(layer):
     lay = layer.layer
     if lay.code_type not in CODE_TYPES:
         raise layer.error("code_type %d has no PyTorch equivalent" % lay.code_type)
-    args = [lay.num_classes, lay.share_location, lay.background_label_id,
-            CODE_TYPES[lay.code_type], lay.variance_encoded_in_target, lay.clip,
-            lay.keep_top_k, float(lay.confidence_threshold), float(lay.nms_threshold),
-            float(lay.eta), lay.top_k]
-    return Module("DetectionOutput(%s)" % ", ".join(literal(a) for a in args),
+    args = [("num_classes", lay.num_classes), ("share_location", lay.share_location),
+            ("background_label_id", lay.background_label_id),
+            ("code_type", CODE_TYPES[lay.code_type]),
+            ("variance_encoded_in_target", lay.variance_encoded_in_target),
+            ("clip", lay.clip), ("keep_top_k", lay.keep_top_k),
+            ("confidence_threshold", float(lay.confidence_threshold)),
+            ("nms_threshold", float(lay.nms_threshold)), ("eta", float(lay.eta)),
+            ("top_k", lay.top_k)]
+    return Module("DetectionOutput(%s)" % ", ".join("%s=%s" % (k, literal(v)) for k, v in args),
                   helpers=[DETECTION_OUTPUT])

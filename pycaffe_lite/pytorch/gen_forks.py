@@ -72,9 +72,9 @@ class PriorBox(nn.Module):
     def forward(self, feature, image):
         sizes = (tuple(feature.shape[2:]), tuple(image.shape[2:]))
         if sizes != (self.feature_size, self.image_size):
-            raise ValueError("the priors were computed for a %s feature map of a %s image, "
-                             "not %s and %s: export again for this input size"
-                             % (self.feature_size, self.image_size, *sizes))
+            raise ValueError(f"the priors were computed for a {self.feature_size} feature "
+                             f"map of a {self.image_size} image, not {sizes[0]} and "
+                             f"{sizes[1]}: export again for this input size")
         return self.priors
 ''')
 
@@ -131,7 +131,9 @@ def interp(layer):
             int(p.height) if p.HasField("height") and p.HasField("width") else None,
             int(p.width) if p.HasField("height") and p.HasField("width") else None,
             int(p.pad_beg), int(p.pad_end)]
-    return Module("Interp(%s)" % ", ".join(str(a) for a in args), helpers=[INTERP])
+    names = ("zoom", "shrink", "height", "width", "pad_beg", "pad_end")
+    return Module("Interp(%s)" % ", ".join("%s=%s" % (n, a) for n, a in zip(names, args)),
+                  helpers=[INTERP])
 
 
 SHUFFLE = helper("ShuffleChannel", '''
