@@ -109,6 +109,9 @@ def run(args):
             print("%s: agrees (largest relative difference <= %g)" % (name, args.tolerance))
             continue
         diverged = True
+        if isinstance(k, str):
+            print("%s: %s" % (name, k))
+            continue
         layer, blob, diffs = rows[k]
         print("%s: first diverges at layer '%s' (blob %s): relative difference %.3g > %g"
               % (name, layer, blob, diffs[name][1], args.tolerance))

@@ -22,7 +22,6 @@ import tempfile
 
 import numpy as np
 
-from ..errors import CaffeError
 
 ENGINES = ("opencv", "onnxruntime", "pytorch")
 
@@ -189,8 +188,23 @@ class PyTorch:
 ENGINE_CLASSES = {"opencv": OpenCV, "onnxruntime": OnnxRuntime, "pytorch": PyTorch}
 
 
+class Failed:
+    """An engine that could not load or run the net: it diverges before the first layer."""
+
+    def __init__(self, name, error):
+        self.name, self.error = name, error
+
+    def run(self, inputs):
+        raise RuntimeError(self.error)
+
+
+def _message(exc):
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def prepare(engines, model, weights, net, out=None):
-    """The engines that could be set up: a missing package skips its engine with a line."""
+    """The engines, set up: a missing package skips its engine with a line; an engine that
+    cannot load the net is a :class:`Failed` one."""
     out = sys.stdout if out is None else out
     ready = []
     for name in engines:
@@ -198,30 +212,35 @@ def prepare(engines, model, weights, net, out=None):
             ready.append(ENGINE_CLASSES[name](model, weights, net))
         except EngineMissing as exc:
             print("skipped %s: %s is not installed" % (name, exc), file=out)
+        except Exception as exc:  # the engine's own error, whatever its type
+            ready.append(Failed(name, "cannot load the net: %s" % _message(exc)))
     return ready
 
 
 def compare(net, engines, inputs, tolerance):
     """``(rows, first)``: one row ``(layer, blob, {engine: (abs, rel) or None})`` per
     (layer, top) of our net, and ``first``: {engine: the first row index where it diverges,
-    or None}."""
+    None where it agrees, or a message when it could not load or run the net}."""
     ours = our_values(net, inputs)
-    theirs = {}
+    theirs, first = {}, {}
     for engine in engines:
         try:
             theirs[engine.name] = engine.run(inputs)
-        except Exception as exc:  # an engine that cannot run the net diverges at the start
-            raise CaffeError("%s could not run the net: %s" % (engine.name, exc)) from None
+            first[engine.name] = None
+        except Exception as exc:  # the engine's own error, whatever its type
+            theirs[engine.name] = {}
+            first[engine.name] = getattr(engine, "error", None) or \
+                "cannot run the net: %s" % _message(exc)
     detections = {n for n, lay in zip(net.layer_names, net.layers)
                   if lay.type == "DetectionOutput"}
-    rows, first = [], {e.name: None for e in engines}
+    rows = []
     for (layer, blob), value in ours.items():
         diffs = {}
         for e in engines:
-            other = theirs[e.name].get((layer, blob))
+            mine, other = value, theirs[e.name].get((layer, blob))
             if other is not None and layer in detections:
-                value, other = canonical_detections(value), canonical_detections(other)
-            diffs[e.name] = None if other is None else difference(value, other)
+                mine, other = canonical_detections(mine), canonical_detections(other)
+            diffs[e.name] = None if other is None else difference(mine, other)
             if diffs[e.name] is not None and first[e.name] is None and \
                     not diffs[e.name][1] <= tolerance:
                 first[e.name] = len(rows)
