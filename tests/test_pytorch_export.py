@@ -160,6 +160,7 @@ EXTRA = {
                                              ("data", "s")),
     "bias_two_bottoms": onnx_cases.one("Bias", "bias_param { axis: 2 }",
                                        {"data": (2, 4, 3, 5), "b": (3, 5)}, ("data", "b")),
+    "scale_scalar_bias": onnx_cases.one("Scale", "scale_param { num_axes: 0 bias_term: true }"),
     "power_zero": onnx_cases.one("Power", "power_param { power: 0 scale: 0 shift: 3 }"),
 }
 for _key, (_text, _shapes) in EXTRA.items():
@@ -305,3 +306,27 @@ layer { name: "cols" type: "Im2col" bottom: "data" top: "out"
                                          r"equivalent; it cannot be exported"):
         export(net, str(tmp_path))
     assert not (tmp_path / "model.py").exists()
+
+
+def test_weights_file_is_read_by_torch_load(tmp_path):
+    """weights.pt is written without torch; torch.load (weights_only) reads every shape,
+    in order, bit for bit."""
+    from collections import OrderedDict
+
+    from pycaffe_lite.pytorch.weights_file import save_state_dict
+
+    rng = np.random.default_rng(0)
+    weights = OrderedDict([("a.weight", rng.normal(size=(3, 2, 5, 5))), ("a.bias", np.arange(3)),
+                           ("scalar", np.float32(2.5)), ("empty", np.zeros((0, 4))),
+                           ("big", rng.normal(size=70000)), ("ünïcode.w", np.ones((1, 1)))])
+    save_state_dict(weights, str(tmp_path / "w.pt"))
+    state = torch.load(str(tmp_path / "w.pt"), weights_only=True)
+    assert list(state) == list(weights)
+    for name, value in weights.items():
+        t = state[name]
+        assert t.dtype == torch.float32 and tuple(t.shape) == np.shape(value)
+        np.testing.assert_array_equal(t.numpy(), np.asarray(value, np.float32))
+    # and PyTorch's own file of the same tensors loads the same
+    torch.save(state, str(tmp_path / "theirs.pt"))
+    again = torch.load(str(tmp_path / "theirs.pt"), weights_only=True)
+    assert all(torch.equal(again[k], state[k]) for k in state)

@@ -104,7 +104,8 @@ def identifier(name, taken, reserved=()):
 def class_identifier(name):
     """A class name from the net's name (``Net`` when it has none that fits)."""
     out = re.sub(r"\W", "_", name or "")
-    if not out or out[0].isdigit() or keyword.iskeyword(out) or out in FILE_NAMES:
+    if not out or out[0].isdigit() or keyword.iskeyword(out) or out in FILE_NAMES \
+            or out in HELPERS:
         return "Net"
     return out
 
@@ -195,7 +196,7 @@ class Plan:
                 self.attrs.append("# %s" % module.comment)
             self.attrs.append("self.%s = %s" % (attr, module.expr))
             for key, value in module.weights.items():
-                self.weights["%s.%s" % (attr, key)] = np.ascontiguousarray(value, np.float32)
+                self.weights["%s.%s" % (attr, key)] = np.array(value, np.float32)
             args = [b if module.args is None else module.args[k].format(b)
                     for k, b in enumerate(bottoms)]
             tops = []

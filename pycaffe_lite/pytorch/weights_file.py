@@ -66,7 +66,7 @@ def save_state_dict(weights, path):
     arrays = []
     p.out += b"("
     for key, (name, value) in enumerate(weights.items()):
-        array = np.ascontiguousarray(value, dtype="<f4")
+        array = np.array(value, dtype="<f4")  # a copy in C order, 0-d kept
         arrays.append(array)
         p.text(name)
         p.glob("torch._utils", "_rebuild_tensor_v2")
