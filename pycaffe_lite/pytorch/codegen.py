@@ -151,7 +151,10 @@ class Plan:
 
     def _own_var(self, b):
         if b not in self.blob_var:
-            self.blob_var[b] = identifier(self.names[b], self.var_taken, HELPERS)
+            # a copy made by an inserted Split (written in place by a later layer) is named
+            # after the blob it copies: res2a_2 rather than res2a_res2a_0_split_1
+            name = self.names[self.inserted_split.get(b, b)]
+            self.blob_var[b] = identifier(name, self.var_taken, HELPERS)
         return self.blob_var[b]
 
     def _walk(self):
