@@ -58,13 +58,6 @@ class Power(nn.Module):
 ''')
 
 
-@register_generator("Power")
-def power(layer):
-    p = layer.param.power_param
-    return Module("Power(%s, %s, %s)" % (literal(float(p.power)), literal(float(p.scale)),
-                                         literal(float(p.shift))), helpers=[POWER])
-
-
 EXP = helper("Exp", '''
 class Exp(nn.Module):
     """Caffe's Exp: base ** (shift + scale * x), as base ** shift * exp(ln(base) * scale * x)
@@ -80,13 +73,6 @@ class Exp(nn.Module):
         y = torch.exp(x * self.inner) if self.inner != 1.0 else torch.exp(x)
         return y * self.outer if self.outer != 1.0 else y
 ''')
-
-
-@register_generator("Exp")
-def exp(layer):
-    p = layer.param.exp_param
-    return Module("Exp(%s, %s, %s)" % (literal(float(p.base)), literal(float(p.scale)),
-                                       literal(float(p.shift))), helpers=[EXP])
 
 
 LOG = helper("Log", '''
@@ -105,11 +91,14 @@ class Log(nn.Module):
 ''')
 
 
-@register_generator("Log")
-def log(layer):
-    p = layer.param.log_param
-    return Module("Log(%s, %s, %s)" % (literal(float(p.base)), literal(float(p.scale)),
-                                       literal(float(p.shift))), helpers=[LOG])
+@register_generator("Power", "Exp", "Log")
+def power_exp_log(layer):
+    """``Power(power, scale, shift)``, ``Exp(base, scale, shift)``, ``Log(base, scale,
+    shift)``: the helper of the type's name, with its parameter's three fields."""
+    p = getattr(layer.param, layer.type.lower() + "_param")
+    first = p.power if layer.type == "Power" else p.base
+    values = (literal(float(v)) for v in (first, p.scale, p.shift))
+    return Module("%s(%s)" % (layer.type, ", ".join(values)), helpers=[layer.type])
 
 
 THRESHOLD = helper("Threshold", '''
