@@ -41,8 +41,9 @@ def _value_info(onnx, name, shape, batch_name, dims=None):
 def export(net, path=None, opset=None, static_batch=False, check=True):
     """Write ``net`` (a :class:`pycaffe_lite.Net`, usually built in the TEST phase) as an
     ONNX model to ``path`` (when given). Returns ``(model, report)``: the ``onnx.ModelProto``
-    and a dict with the graph's ``inputs`` and ``outputs`` and the ``dropped`` layers as
-    ``(name, type)`` pairs."""
+    and a dict with the graph's ``inputs`` and ``outputs``, the ``dropped`` layers as
+    ``(name, type)`` pairs and the ``values``: ``(layer, top blob, ONNX value)`` for each top
+    of each exported layer, the value the blob holds after that layer."""
     onnx = require_onnx()
     opset = DEFAULT_OPSET if opset is None else int(opset)
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
@@ -60,6 +61,7 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
             last_writer[t] = i
     batch = None if static_batch else "N"
     current, inputs, dropped, available, order = {}, [], [], [], {}
+    values = []  # (layer, top blob, the ONNX value it has after that layer)
     split_source = {}  # top of a Split that the net inserted -> the blob it copies
     declared = {}  # blob -> the dims a converter declared for it (shapes that vary)
     layer_names = net.layer_names
@@ -98,6 +100,7 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
             for t in net.top_ids[i]:
                 split_source[t] = net.bottom_ids[i][0]
         produced = converter(call) or tops
+        values.extend((lname, names[t], v) for t, v in zip(net.top_ids[i], produced))
         dims = call.out_dims or [None] * len(tops)
         for t, d in zip(net.top_ids[i], dims):
             declared[t] = d
@@ -128,7 +131,7 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
     if path is not None:
         onnx.save(model, str(path))
     report = {"inputs": [v.name for v in inputs], "outputs": [v.name for v in outputs],
-              "dropped": dropped}
+              "dropped": dropped, "values": values}
     return model, report
 
 
