@@ -1,0 +1,108 @@
+"""SegNet's and ENet's BN layer and max-unpooling Upsample (with the Pooling mask)."""
+
+import numpy as np
+import pytest
+
+import pycaffe_lite as caffe
+from pycaffe_lite.errors import CaffeError
+from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
+
+BN_LEARN = ('type: "BN" bn_param { scale_filler { type: "uniform" min: 0.5 max: 1.5 } '
+            'shift_filler { type: "uniform" min: -1 max: 1 } }')
+BN_INFERENCE = BN_LEARN.replace("bn_param {", "bn_param { bn_mode: INFERENCE")
+
+
+def test_bn_learn_forward_against_the_formula():
+    check_layer(BN_LEARN, [(3, 2, 4, 5)])  # gradients (the statistics tops carry none)
+    layer = make_layer(BN_LEARN)
+    bottom, top = random_blobs([(3, 2, 4, 5)], seed=2), empty_blobs(3)
+    layer.SetUp(bottom, top)
+    layer.Forward(bottom, top)
+    x = bottom[0].data
+    scale, shift = (b.data.reshape(1, 2, 1, 1) for b in layer.blobs)
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True)
+    expected = scale * (x - mean) / np.sqrt(var + 1e-9) + shift
+    np.testing.assert_allclose(top[0].data, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(top[1].data.ravel(), mean.ravel(), rtol=1e-12)
+    np.testing.assert_allclose(top[2].data.ravel(), var.ravel(), rtol=1e-9)
+
+
+def test_bn_inference_is_scale_and_shift():
+    layer, bottom, top = check_layer(BN_INFERENCE, [(2, 3, 3, 4)])
+    scale, shift = (b.data.reshape(1, 3, 1, 1) for b in layer.blobs)
+    np.testing.assert_allclose(top[0].data, bottom[0].data * scale + shift, rtol=1e-12)
+    assert layer.blobs[0].shape == (1, 3, 1, 1)
+
+
+def test_bn_inference_refuses_statistics_tops():
+    layer = make_layer(BN_INFERENCE)
+    with pytest.raises(CaffeError, match="LEARN"):
+        layer.SetUp(random_blobs([(2, 3, 2, 2)]), empty_blobs(2))
+
+
+def unpool_reference(x, mask, out_h, out_w):
+    n, c = x.shape[:2]
+    y = np.zeros((n, c, out_h * out_w))
+    for i in range(n):
+        for j in range(c):
+            for k, idx in enumerate(mask[i, j].ravel()):
+                y[i, j, int(idx)] = x[i, j].ravel()[k]
+    return y.reshape(n, c, out_h, out_w)
+
+
+SEGNET = """
+name: "segnet_block"
+input: "data" input_shape { dim: 2 dim: 3 dim: 7 dim: 9 }
+layer { name: "pool" type: "Pooling" bottom: "data" top: "pool" top: "mask"
+        pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "scale" type: "Power" bottom: "pool" top: "scaled" power_param { scale: 2 } }
+layer { name: "up" type: "Upsample" bottom: "scaled" bottom: "mask" top: "up"
+        upsample_param { %s } }
+"""
+
+
+@pytest.mark.parametrize("params,shape", [("upsample_h: 7 upsample_w: 9", (7, 9)),
+                                          ("scale: 2 pad_out_h: true pad_out_w: true", (7, 9)),
+                                          ("scale_h: 2 scale_w: 2", (8, 10))])
+def test_pooling_mask_then_unpooling_in_a_net(tmp_path, params, shape):
+    path = tmp_path / "net.prototxt"
+    path.write_text(SEGNET % params)
+    net = caffe.Net(str(path), caffe.TEST)
+    x = np.random.default_rng(1).uniform(-1, 1, (2, 3, 7, 9)).astype(np.float32)
+    net.blobs["data"].data[...] = x
+    net.forward()
+    mask = net.blobs["mask"].data
+    # the mask indexes the maxima of each input plane (hand check on the first window)
+    win = x[0, 0, :2, :2]
+    assert mask[0, 0, 0, 0] == np.argmax(win) // 2 * 9 + np.argmax(win) % 2
+    expected = unpool_reference(2 * net.blobs["pool"].data, mask, *shape)
+    np.testing.assert_array_equal(net.blobs["up"].data, expected)
+
+
+def test_unpooling_gradient():
+    x = random_blobs([(2, 2, 3, 4)], seed=3)[0]
+    mask = np.zeros((2, 2, 3, 4))
+    rng = np.random.default_rng(5)
+    for i in range(2):
+        for j in range(2):  # distinct indices into a 6 x 8 plane
+            mask[i, j] = rng.choice(48, 12, replace=False).reshape(3, 4)
+    m = random_blobs([mask])[0]
+    layer, bottom, top = check_layer('type: "Upsample" upsample_param { scale: 2 }', [x, m],
+                                     check_bottom=[0])
+    np.testing.assert_array_equal(top[0].data, unpool_reference(x.data, mask, 6, 8))
+
+
+def test_unpooling_mask_out_of_range_is_an_error():
+    x, m = random_blobs([(1, 1, 2, 2), np.full((1, 1, 2, 2), 99.0)])
+    layer = make_layer('type: "Upsample" upsample_param { scale: 2 }')
+    top = empty_blobs(1)
+    layer.SetUp([x, m], top)
+    with pytest.raises(CaffeError, match="outside the 4 x 4 top plane"):
+        layer.Forward([x, m], top)
+
+
+def test_one_bottom_is_still_nearest_neighbour():
+    layer, bottom, top = check_layer('type: "Upsample" upsample_param { scale: 3 }',
+                                     [(1, 2, 2, 3)])
+    np.testing.assert_array_equal(top[0].data, bottom[0].data.repeat(3, 2).repeat(3, 3))
