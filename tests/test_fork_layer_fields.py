@@ -1,8 +1,8 @@
 """The table of the forks' layer field numbers agrees with the schema it maps onto."""
 
-import pycaffe_lite.layers  # noqa: F401 (registers the layer types)
 from pycaffe_lite.fork_layer_fields import LAYER_FIELDS, fields_for
 from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite.layers import load_all
 from pycaffe_lite.registry import layer_type_list
 
 LAYER = caffe_pb2.LayerParameter.DESCRIPTOR
@@ -25,6 +25,7 @@ def test_one_mapping_per_layer_type_and_number():
 
 
 def test_the_mapped_layer_types_exist():
+    load_all()
     known = set(layer_type_list())
     missing = {t for e in LAYER_FIELDS for t in e.types} - known
     assert missing <= {"DenseImageData"}, missing
