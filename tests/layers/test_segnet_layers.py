@@ -106,3 +106,34 @@ def test_one_bottom_is_still_nearest_neighbour():
     layer, bottom, top = check_layer('type: "Upsample" upsample_param { scale: 3 }',
                                      [(1, 2, 2, 3)])
     np.testing.assert_array_equal(top[0].data, bottom[0].data.repeat(3, 2).repeat(3, 3))
+
+
+ENET_DROPOUT = """
+name: "enet_block"
+input: "data" input_shape { dim: 2 dim: 4 dim: 3 dim: 3 }
+layer { name: "drop" type: "Python" bottom: "data" top: "drop"
+        python_param { module: "spatial_dropout" layer: "SpatialDropoutLayer"
+                       param_str: "{'phase': '%s', 'p': '0.25'}" } }
+"""
+
+
+def test_enet_spatial_dropout_built_in(tmp_path):
+    x = np.random.default_rng(2).uniform(0.5, 1, (2, 4, 3, 3)).astype(np.float32)
+    path = tmp_path / "test.prototxt"
+    path.write_text(ENET_DROPOUT % "TEST")
+    net = caffe.Net(str(path), caffe.TEST)
+    np.testing.assert_allclose(net.forward(data=x)["drop"], x / 0.75, rtol=1e-6)
+    path.write_text(ENET_DROPOUT % "TRAIN")
+    caffe.set_random_seed(4)
+    net = caffe.Net(str(path), caffe.TRAIN)
+    y = net.forward(data=x)["drop"].copy()
+    ratio = (y / x).reshape(2, 4, 9)
+    # whole maps are either dropped or kept and scaled
+    assert np.all((np.abs(ratio - 0) < 1e-6) | (np.abs(ratio - 1 / 0.75) < 1e-5))
+    assert np.all(ratio.max(axis=2) - ratio.min(axis=2) < 1e-5)
+    assert 0 < (ratio[:, :, 0] == 0).sum() < 8
+    layer = net.layers[list(net._layer_names).index("drop")]
+    top, bottom = net.blobs["drop"], net.blobs["data"]
+    top.diff[...] = 1
+    layer.Backward([top], [True], [bottom])
+    np.testing.assert_allclose(bottom.diff, y / x, rtol=1e-5)

@@ -14,7 +14,8 @@ Caffe users expect; ``PYTHONPATH`` works too) and ``MyLayer`` must subclass
 
 A few modules that published nets name are built in and used when the module cannot be
 imported: ``rpn.proposal_layer.ProposalLayer`` (py-faster-rcnn and R-FCN's region proposals,
-:mod:`pycaffe_lite.layers.detection.proposal_layer`).
+:mod:`pycaffe_lite.layers.detection.proposal_layer`) and ENet's
+``spatial_dropout.SpatialDropoutLayer`` (:mod:`.spatial_dropout_layer`).
 """
 
 import importlib
@@ -26,9 +27,15 @@ import numpy as np
 from ...errors import LayerError
 from ...layer import Layer
 from ...registry import register_layer
-from ..detection.proposal_layer import BUILT_IN
+from ..detection.proposal_layer import ProposalLayer
+from .spatial_dropout_layer import SpatialDropoutLayer
 
 TYPE = "Python"
+
+# (python_param.module, python_param.layer) -> the built-in class used when that module
+# cannot be imported
+BUILT_IN = {("rpn.proposal_layer", "ProposalLayer"): ProposalLayer,
+            ("spatial_dropout", "SpatialDropoutLayer"): SpatialDropoutLayer}
 
 
 def _ensure_cwd_on_path():

@@ -12,12 +12,11 @@ When no ``rpn`` package can be imported, the Python layer uses this class for th
 and class (as OpenCV's dnn module does), so the fork's nets run without its Python tree.
 """
 
-import ast
-
 import numpy as np
 
 from ...backend import get_array_module, to_host
 from ...layer import Layer
+from ..common.python_param_str import parse_param_str
 
 # py-faster-rcnn's configuration (lib/fast_rcnn/config.py) for each phase:
 # RPN_PRE_NMS_TOP_N, RPN_POST_NMS_TOP_N, RPN_NMS_THRESH, RPN_MIN_SIZE.
@@ -69,24 +68,6 @@ def nms_pixels(boxes, scores, threshold):
         overlap = inter / (areas[i] + areas[rest] - inter)
         order = rest[overlap <= threshold]
     return np.asarray(keep, dtype=np.int64)
-
-
-def parse_param_str(layer, text):
-    """py-faster-rcnn reads param_str as YAML; its nets write a flow mapping of numbers and
-    number lists (``'feat_stride': 16``, ``'scales': [4, 8]``), read here as a Python dict."""
-    text = (text or "").strip()
-    if not text:
-        return {}
-    if not text.startswith("{"):
-        text = "{%s}" % text
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError) as exc:
-        raise layer.error("python_param param_str %r is not a mapping such as \"'feat_stride': "
-                          "16\": %s" % (text, exc)) from exc
-    if not isinstance(value, dict):
-        raise layer.error("python_param param_str %r is not a mapping" % text)
-    return value
 
 
 class ProposalLayer(Layer):
@@ -172,7 +153,3 @@ class ProposalLayer(Layer):
 
     def backward(self, top, propagate_down, bottom):
         pass  # the fork's layer propagates no gradient
-
-
-# (python_param.module, python_param.layer) -> the built-in class used when the module is absent
-BUILT_IN = {("rpn.proposal_layer", "ProposalLayer"): ProposalLayer}
