@@ -148,6 +148,8 @@ CASES = [
          'stride_w: 2 }', [_u((2, 2, 3, 4))]),
     case("ImageData", 'type: "ImageData" image_data_param {{ source: "{imglist}" '
          'root_folder: "{imgroot}" batch_size: 2 }}', [], tops=2, host_io=True),
+    case("DenseImageData", 'type: "DenseImageData" dense_image_data_param {{ source: '
+         '"{denselist}" root_folder: "{imgroot}" batch_size: 2 }}', [], tops=2, host_io=True),
     case("InfogainLoss", 'type: "InfogainLoss"',
          [_u((4, 3), 0, 0.05, 1.0), _labels(4, 3), _u((3, 3), 2, 0.0, 1.0)],
          down=[True, False, False]),
@@ -300,7 +302,8 @@ CASES = [
                               SSD_GT], down=[False, False], host_io=True),
 ]
 
-SOURCE_TYPES = ("AnnotatedData", "Data", "HDF5Data", "HDF5Output", "ImageData", "WindowData",
+SOURCE_TYPES = ("AnnotatedData", "Data", "DenseImageData", "HDF5Data", "HDF5Output", "ImageData",
+                "WindowData",
                 "Python")
 
 # Registered types that are not run here, with the reason. (None: every type is covered.)
@@ -369,6 +372,8 @@ def make_sources(root):
         Image.fromarray(rgb).save(imgroot / ("im%d.png" % i))
     (root / "imglist.txt").write_text("".join("im%d.png %d\n" % (i, i) for i in range(3)))
     out["imglist"], out["imgroot"] = str(root / "imglist.txt"), str(imgroot) + "/"
+    (root / "denselist.txt").write_text("im0.png im1.png\nim2.png im0.png\n")
+    out["denselist"] = str(root / "denselist.txt")
     lines = []
     for i, wins in enumerate([[(3, 0.9, 2, 3, 13, 10)], [(5, 0.1, 10, 4, 21, 17)]]):
         lines += ["# %d" % i, "im%d.png" % i, "3", "20", "24", str(len(wins))]

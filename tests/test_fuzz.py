@@ -346,6 +346,8 @@ NOT_IN_PALETTE = {
     "AnnotatedData": "reads a database of AnnotatedDatum records from disk; checked in "
                      "tests/test_annotated_data.py",
     "ImageData": "reads an image list from disk; checked in its own tests",
+    "DenseImageData": "reads image and label-image files from disk; checked in "
+                      "tests/layers/test_dense_image_data_layer.py",
     "WindowData": "reads a window file and images from disk; checked in its own tests",
     "HDF5Data": "reads HDF5 files from disk; checked in its own tests",
     "HDF5Output": "writes HDF5 files to disk; checked in its own tests",
