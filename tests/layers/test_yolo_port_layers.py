@@ -155,3 +155,14 @@ def test_no_detection_gives_the_forks_placeholder_rows():
     layer.Forward(bottom, top)
     np.testing.assert_array_equal(top[0].data.reshape(-1, 7),
                                   [[0, -1, -1, -1, -1, -1, -1], [1, -1, -1, -1, -1, -1, -1]])
+
+
+def test_darknet2caffe_mish_param_reads(tmp_path):
+    path = tmp_path / "mish.prototxt"
+    path.write_text('name: "yolov4" input: "data" input_shape { dim: 1 dim: 2 dim: 3 dim: 3 }\n'
+                    'layer { name: "mish" type: "Mish" bottom: "data" top: "mish" '
+                    'mish_param { engine: CAFFE } }\n')
+    net = caffe.Net(str(path), caffe.TEST)
+    x = np.linspace(-3, 3, 18, dtype=np.float32).reshape(1, 2, 3, 3)
+    np.testing.assert_allclose(net.forward(data=x)["mish"], x * np.tanh(np.log1p(np.exp(x))),
+                               rtol=1e-5, atol=1e-6)
