@@ -1,17 +1,13 @@
 """DenseImageData: images and their label images (SegNet's and ENet's data layer)."""
 
-import logging
-
 import numpy as np
 
 from ...data.datum import DataError, read_file, read_image
 from ...data.imageset import join_root
 from ...data.transformer import DataTransformer
 from ...registry import register_layer
-from .base_data_layer import BasePrefetchingDataLayer, default_threads
-
-log = logging.getLogger("pycaffe_lite")
-
+from .base_data_layer import default_threads
+from .image_data_layer import ImageDataLayer
 
 def resize_nearest(img, height, width):
     """Nearest-neighbour resize of an (H, W) array as OpenCV's INTER_NEAREST picks source
@@ -36,7 +32,7 @@ def read_pair_list(path):
 
 
 @register_layer("DenseImageData")
-class DenseImageDataLayer(BasePrefetchingDataLayer):
+class DenseImageDataLayer(ImageDataLayer):
     """Reads image and label-image pairs from a list file, in order, wrapping around: the
     data layer of SegNet (alexgkendall/caffe-segnet) and ENet (TimoSaemann/caffe-enet).
 
@@ -90,16 +86,7 @@ class DenseImageDataLayer(BasePrefetchingDataLayer):
         if not self.lines:
             raise DataError("list file '%s' is empty: it should hold '<image> <label image>' "
                             "lines" % self.source)
-        log.info("layer '%s': a total of %d images", self.name, len(self.lines))
-        self.order = self.rng.permutation(len(self.lines)) if self.shuffle else \
-            np.arange(len(self.lines))
-        self.position = 0
-        if p.rand_skip:
-            skip = int(self.rng.integers(0, p.rand_skip))
-            if skip >= len(self.lines):
-                raise DataError("rand_skip %d: cannot skip %d of the %d images of '%s'"
-                                % (p.rand_skip, skip, len(self.lines), self.source))
-            self.position = skip
+        self._start(p.rand_skip)
         img, lab = self._load(int(self.order[self.position]))
         if self.crop[0]:
             img, lab = img[:, :self.crop[0], :self.crop[1]], lab[:self.crop[0], :self.crop[1]]
@@ -126,30 +113,8 @@ class DenseImageDataLayer(BasePrefetchingDataLayer):
             lab = resize_nearest(lab, *size)
         return img.transpose(2, 0, 1), lab
 
-    def read_state(self):
-        return {"source": self.source, "position": self.position, "order": self.order.copy(),
-                "rng": self._rng_state()}
-
-    def write_state(self, state):
-        order = np.asarray(state["order"])
-        if len(order) != len(self.lines):
-            raise DataError("the state is for a list of %d images, '%s' has %d"
-                            % (len(order), self.source, len(self.lines)))
-        self.order = order.copy()
-        self.position = int(state["position"])
-        self.rng.bit_generator.state = state["rng"]
-
-    def plan_batch(self):
-        indices = []
-        for _ in range(self.batch_size):
-            indices.append(int(self.order[self.position]))
-            self.position += 1
-            if self.position >= len(self.lines):
-                self.position = 0
-                if self.shuffle:
-                    self.order = self.rng.permutation(len(self.lines))
-        needed = self.mirror or self.crop[0] > 0 or self.transformer.needs_random
-        return indices, self._batch_seed(needed)
+    def _draws_random(self):
+        return self.mirror or self.crop[0] > 0 or self.transformer.needs_random
 
     def fill_batch(self, plan, blobs):
         indices, seed = plan

@@ -91,8 +91,16 @@ class PSROIPoolingLayer(Layer):
         # axis 1: 0 = columns (x), 1 = rows (y)
         return batch, lo[:, 1], hi[:, 1], lo[:, 0], hi[:, 0]
 
-    def _channels(self, i, j):
-        return (np.arange(self.output_dim) * self.group + i) * self.group + j
+    def _each_bin(self):
+        """For each bin ``(i, j)``: its input channels ``(1, D)``, its rows ``r0, r1`` and
+        columns ``c0, c1`` ``(R, 1)`` per region, and its area ``(R, 1)``."""
+        _, hs, he, ws, we = self.geometry
+        for i in range(self.group):
+            for j in range(self.group):
+                ch = ((np.arange(self.output_dim) * self.group + i) * self.group + j)[None, :]
+                r0, r1 = hs[:, i, None], he[:, i, None]
+                c0, c1 = ws[:, j, None], we[:, j, None]
+                yield i, j, ch, r0, r1, c0, c1, (r1 - r0) * (c1 - c0)
 
     def forward(self, bottom, top):
         x = bottom[0].read_data()
@@ -101,18 +109,13 @@ class PSROIPoolingLayer(Layer):
         n, c, h, w = host.shape
         table = np.zeros((n, c, h + 1, w + 1))
         table[:, :, 1:, 1:] = host.cumsum(axis=2).cumsum(axis=3)
-        batch, hs, he, ws, we = self.geometry = self._bins(bottom)
-        out = np.zeros((len(batch), self.output_dim, self.group, self.group))
-        b = batch[:, None]
-        for i in range(self.group):
-            for j in range(self.group):
-                ch = self._channels(i, j)[None, :]
-                r0, r1 = hs[:, i, None], he[:, i, None]
-                c0, c1 = ws[:, j, None], we[:, j, None]
-                total = (table[b, ch, r1, c1] - table[b, ch, r0, c1]
-                         - table[b, ch, r1, c0] + table[b, ch, r0, c0])
-                area = (r1 - r0) * (c1 - c0)
-                out[:, :, i, j] = np.where(area > 0, total / np.maximum(area, 1), 0)
+        self.geometry = self._bins(bottom)
+        b = self.geometry[0][:, None]
+        out = np.zeros((len(b), self.output_dim, self.group, self.group))
+        for i, j, ch, r0, r1, c0, c1, area in self._each_bin():
+            total = (table[b, ch, r1, c1] - table[b, ch, r0, c1]
+                     - table[b, ch, r1, c0] + table[b, ch, r0, c0])
+            out[:, :, i, j] = np.where(area > 0, total / np.maximum(area, 1), 0)
         top[0].write_data()[...] = xp.asarray(out.astype(x.dtype))
 
     def backward(self, top, propagate_down, bottom):
@@ -122,21 +125,15 @@ class PSROIPoolingLayer(Layer):
             raise self.error("backward needs a forward pass first")
         dy = to_host(top[0].read_diff()).astype(np.float64)
         n, c, h, w = bottom[0].shape
-        batch, hs, he, ws, we = self.geometry
         corners = np.zeros((n, c, h + 1, w + 1))
-        b = batch[:, None]
-        for i in range(self.group):
-            for j in range(self.group):
-                ch = self._channels(i, j)[None, :]
-                r0, r1 = hs[:, i, None], he[:, i, None]
-                c0, c1 = ws[:, j, None], we[:, j, None]
-                area = (r1 - r0) * (c1 - c0)
-                v = np.where(area > 0, dy[:, :, i, j] / np.maximum(area, 1), 0)
-                shape = v.shape
-                for rr, cc, sign in ((r0, c0, 1), (r0, c1, -1), (r1, c0, -1), (r1, c1, 1)):
-                    np.add.at(corners, (np.broadcast_to(b, shape), np.broadcast_to(ch, shape),
-                                        np.broadcast_to(rr, shape), np.broadcast_to(cc, shape)),
-                              sign * v)
+        b = self.geometry[0][:, None]
+        for i, j, ch, r0, r1, c0, c1, area in self._each_bin():
+            v = np.where(area > 0, dy[:, :, i, j] / np.maximum(area, 1), 0)
+            shape = v.shape
+            for rr, cc, sign in ((r0, c0, 1), (r0, c1, -1), (r1, c0, -1), (r1, c1, 1)):
+                np.add.at(corners, (np.broadcast_to(b, shape), np.broadcast_to(ch, shape),
+                                    np.broadcast_to(rr, shape), np.broadcast_to(cc, shape)),
+                          sign * v)
         dx = corners.cumsum(axis=2).cumsum(axis=3)[:, :, :h, :w]
         target = bottom[0].write_diff()
         target[...] = get_array_module(target).asarray(dx.astype(target.dtype))
