@@ -45,10 +45,17 @@ LAYER_FIELDS = (
     ForkField("darknet2caffe (YOLOv4 ports)", ("Mish",), 150, LENGTH_DELIMITED, "mish_param"),
 )
 
-# Inside UpsampleParameter: this schema numbered ``scale`` 1000 before it took the forks'
-# number 1; files written with the old number hold it as field 1000 (varint).
+# Fields inside parameter messages: (message, the number in the file, wire type, this
+# schema's field, who wrote it, how to tell).
 MESSAGE_FIELDS = (
-    ("UpsampleParameter", 1000, 0, "scale"),
+    # this schema numbered ``scale`` 1000 before it took the forks' number 1
+    ("UpsampleParameter", 1000, 0, "scale", "pycaffe-lite", "always"),
+    # SegNet's weight_by_label_freqs is 3, BVLC's ``normalization`` (both varints): a
+    # SegNet file has class_weighting (4) beside it
+    ("LossParameter", 3, 0, "weight_by_label_freqs", "SegNet", "class_weighting present"),
+    # Bayesian SegNet's sample_weights_test is 2, the Fast R-CNN fork's scale_train (both
+    # bools in Dropout layers): nothing in the bytes tells them apart
+    ("DropoutParameter", 2, 0, "sample_weights_test", "Bayesian SegNet", "ambiguous"),
 )
 
 

@@ -260,6 +260,9 @@ CASES = [
     case("Upsample", 'type: "Upsample" upsample_param { upsample_h: 4 upsample_w: 5 }',
          [_u((1, 2, 2, 3)), np.array([[[[0, 3, 8], [11, 12, 19]], [[5, 7, 9], [10, 15, 18]]]],
                                      np.float32)], down=[True, False]),
+    case("SoftmaxWithLoss", 'type: "SoftmaxWithLoss" loss_param { weight_by_label_freqs: '
+         'true ignore_label: 2 class_weighting: [0.5, 2, 1, 4] }',
+         [_u((2, 4, 3), 0, -3, 3), _labels(6, 4, 2, (2, 3))], down=[True, False]),
     case("Reorg", 'type: "Reorg" reorg_param { stride: 2 }', [_u((2, 8, 4, 2))]),
     case("Reorg", 'type: "Reorg" reorg_param { stride: 2 reverse: true }', [_u((2, 8, 2, 3))]),
     case("Reverse", 'type: "Reverse" reverse_param { axis: 1 }', [_u((2, 3, 4))]),

@@ -137,3 +137,41 @@ def test_enet_spatial_dropout_built_in(tmp_path):
     top.diff[...] = 1
     layer.Backward([top], [True], [bottom])
     np.testing.assert_allclose(bottom.diff, y / x, rtol=1e-5)
+
+
+WEIGHTED_LOSS = ('type: "SoftmaxWithLoss" loss_param { weight_by_label_freqs: true '
+                 'ignore_label: 3 class_weighting: 0.5 class_weighting: 2 class_weighting: 1.5 '
+                 'class_weighting: 9 }')
+
+
+def test_segnet_class_weighting_against_the_forks_formula_and_gradient():
+    labels = np.array([[[0, 1, 3], [2, 1, 0]], [[2, 2, 1], [3, 0, 1]]], np.float64)
+    scores, lab = random_blobs([(2, 4, 2, 3), labels[:, None]])
+    layer, bottom, top = check_layer(WEIGHTED_LOSS, [scores, lab], check_bottom=[0])
+    x = scores.data
+    p = np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)
+    weights = [0.5, 2, 1.5, 9]
+    loss, count = 0.0, 0
+    for n in range(2):
+        for i in range(2):
+            for j in range(3):
+                k = int(labels[n, i, j])
+                if k == 3:
+                    continue
+                loss -= np.log(p[n, k, i, j]) * weights[k]
+                count += 1
+    np.testing.assert_allclose(top[0].data, loss / count, rtol=1e-12)
+
+
+def test_bayesian_segnet_samples_dropout_in_test(tmp_path):
+    path = tmp_path / "bayes.prototxt"
+    path.write_text('name: "bayes" input: "data" input_shape { dim: 2 dim: 50 }\n'
+                    'layer { name: "drop" type: "Dropout" bottom: "data" top: "drop" '
+                    'dropout_param { dropout_ratio: 0.5 sample_weights_test: true } }\n')
+    caffe.set_random_seed(1)
+    net = caffe.Net(str(path), caffe.TEST)
+    x = np.random.default_rng(0).uniform(1, 2, (2, 50)).astype(np.float32)
+    y = net.forward(data=x)["drop"]
+    kept = y != 0
+    assert 20 < kept.sum() < 80
+    np.testing.assert_allclose(y[kept], 2 * x[kept], rtol=1e-6)
