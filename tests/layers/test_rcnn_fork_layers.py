@@ -206,3 +206,85 @@ def test_psroi_pooling_needs_its_parameters():
     with pytest.raises(caffe.CaffeError,
                        match="spatial_scale, group_size"):
         layer.SetUp(random_blobs([(1, 8, 4, 4), (1, 5)]), empty_blobs(1))
+
+
+FASTER_RCNN = """
+name: "faster_rcnn_head"
+input: "feat" input_shape { dim: 1 dim: 4 dim: 5 dim: 6 }
+input: "im_info" input_shape { dim: 1 dim: 3 }
+layer { name: "rpn_cls_score" type: "Convolution" bottom: "feat" top: "rpn_cls_score"
+        convolution_param { num_output: 18 kernel_size: 1
+                            weight_filler { type: "gaussian" std: 1 } } }
+layer { name: "rpn_bbox_pred" type: "Convolution" bottom: "feat" top: "rpn_bbox_pred"
+        convolution_param { num_output: 36 kernel_size: 1
+                            weight_filler { type: "gaussian" std: 0.05 } } }
+layer { name: "rpn_cls_score_reshape" type: "Reshape" bottom: "rpn_cls_score"
+        top: "rpn_cls_score_reshape" reshape_param { shape { dim: 0 dim: 2 dim: -1 dim: 0 } } }
+layer { name: "rpn_cls_prob" type: "Softmax" bottom: "rpn_cls_score_reshape"
+        top: "rpn_cls_prob" }
+layer { name: "rpn_cls_prob_reshape" type: "Reshape" bottom: "rpn_cls_prob"
+        top: "rpn_cls_prob_reshape" reshape_param { shape { dim: 0 dim: 18 dim: -1 dim: 0 } } }
+layer { name: "proposal" type: %s bottom: "rpn_cls_prob_reshape" bottom: "rpn_bbox_pred"
+        bottom: "im_info" top: "rois" }
+layer { name: "roi_pool" type: "ROIPooling" bottom: "feat" bottom: "rois" top: "pool"
+        roi_pooling_param { pooled_w: 2 pooled_h: 2 spatial_scale: 0.0625 } }
+layer { name: "cls_score" type: "InnerProduct" bottom: "pool" top: "cls_score"
+        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "cls_prob" type: "Softmax" bottom: "cls_score" top: "cls_prob" }
+"""
+
+
+def test_faster_rcnn_net_equals_opencv(tmp_path):
+    """A Faster R-CNN head in the fork's syntax here, and in OpenCV's (its Proposal layer),
+    with the same weights: the same proposals and class probabilities."""
+    ours_path, cv_path = tmp_path / "fork.prototxt", tmp_path / "opencv.prototxt"
+    ours_path.write_text(FASTER_RCNN % FORK_LAYER)
+    cv_path.write_text(FASTER_RCNN % OPENCV_LAYER)
+    caffe.set_random_seed(5)
+    net = caffe.Net(str(ours_path), caffe.TEST)
+    weights = tmp_path / "w.caffemodel"
+    net.save(str(weights))
+    feat = np.random.default_rng(6).uniform(-1, 1, (1, 4, 5, 6)).astype(np.float32)
+    info = np.array([[700, 900, 1.0]], np.float32)  # no box under the minimum size
+    out = net.forward(feat=feat, im_info=info)
+    rois, prob = net.blobs["rois"].data.copy(), out["cls_prob"].copy()
+    assert 10 < len(rois) < 300
+    cvnet = cv2.dnn.readNetFromCaffe(str(cv_path), str(weights))
+    cvnet.setInput(feat, "feat")
+    cvnet.setInput(info, "im_info")
+    cv_rois, cv_prob = cvnet.forward(["proposal", "cls_prob"])
+    np.testing.assert_allclose(rois, cv_rois.reshape(-1, 5)[:len(rois)], rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(prob, cv_prob.reshape(-1, 3)[:len(rois)], rtol=1e-4, atol=1e-5)
+
+
+RFCN_HEAD = FASTER_RCNN.split('layer { name: "roi_pool"')[0] + """
+layer { name: "rfcn_cls" type: "Convolution" bottom: "feat" top: "rfcn_cls"
+        convolution_param { num_output: 12 kernel_size: 1
+                            weight_filler { type: "gaussian" std: 1 } } }
+layer { name: "psroipooled_cls_rois" type: "PSROIPooling" bottom: "rfcn_cls" bottom: "rois"
+        top: "psroipooled_cls_rois"
+        psroi_pooling_param { spatial_scale: 0.0625 output_dim: 3 group_size: 2 } }
+layer { name: "ave_cls_score_rois" type: "Pooling" bottom: "psroipooled_cls_rois"
+        top: "cls_score" pooling_param { pool: AVE kernel_size: 2 stride: 2 } }
+layer { name: "cls_prob" type: "Softmax" bottom: "cls_score" top: "cls_prob" }
+"""
+
+
+def test_rfcn_net_equals_opencv(tmp_path):
+    """R-FCN's head (proposals, position-sensitive pooling, voting) against OpenCV."""
+    ours_path, cv_path = tmp_path / "fork.prototxt", tmp_path / "opencv.prototxt"
+    ours_path.write_text(RFCN_HEAD % FORK_LAYER)
+    cv_path.write_text(RFCN_HEAD % OPENCV_LAYER)
+    caffe.set_random_seed(8)
+    net = caffe.Net(str(ours_path), caffe.TEST)
+    weights = tmp_path / "w.caffemodel"
+    net.save(str(weights))
+    feat = np.random.default_rng(9).uniform(-1, 1, (1, 4, 5, 6)).astype(np.float32)
+    info = np.array([[700, 900, 1.0]], np.float32)
+    prob = net.forward(feat=feat, im_info=info)["cls_prob"].reshape(-1, 3).copy()
+    assert len(prob) > 10
+    cvnet = cv2.dnn.readNetFromCaffe(str(cv_path), str(weights))
+    cvnet.setInput(feat, "feat")
+    cvnet.setInput(info, "im_info")
+    cv_prob = cvnet.forward("cls_prob").reshape(-1, 3)
+    np.testing.assert_allclose(prob, cv_prob[:len(prob)], rtol=1e-4, atol=1e-5)
