@@ -1,6 +1,8 @@
 """py-faster-rcnn's proposal layer (built in for rpn.proposal_layer) and R-FCN's PSROIPooling:
 the forks' formulas written out here, numerical gradients, and OpenCV's dnn module."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -130,7 +132,11 @@ def test_a_real_rpn_module_still_wins(tmp_path, monkeypatch):
         "    def forward(self, bottom, top): top[0].data[...] = 7\n"
         "    def backward(self, top, propagate_down, bottom): pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    ours, _ = run_net(tmp_path, FORK_LAYER, rpn_inputs(2, 2), 2, 2)
+    try:
+        ours, _ = run_net(tmp_path, FORK_LAYER, rpn_inputs(2, 2), 2, 2)
+    finally:  # the other tests must not find this module
+        sys.modules.pop("rpn.proposal_layer", None)
+        sys.modules.pop("rpn", None)
     np.testing.assert_array_equal(ours, np.full((1, 5), 7))
 
 
