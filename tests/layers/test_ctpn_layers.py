@@ -98,3 +98,47 @@ def test_transpose_and_its_gradient():
     assert top[0].shape == (5, 2, 4, 3)
     np.testing.assert_array_equal(top[0].data[4, 1, 2, 0], bottom[0].data[1, 0, 2, 4])
     np.testing.assert_array_equal(top[0].data, bottom[0].data.transpose(3, 0, 2, 1))
+
+
+CTPN_PROPOSAL = """
+name: "ctpn_head"
+input: "scores" input_shape { dim: 1 dim: 20 dim: 3 dim: 4 }
+input: "deltas" input_shape { dim: 1 dim: 20 dim: 3 dim: 4 }
+input: "im_info" input_shape { dim: 1 dim: 3 }
+layer { name: "proposal" type: "Python" bottom: "scores" bottom: "deltas" bottom: "im_info"
+        top: "rois" top: "scores_out"
+        python_param { module: "layers.text_proposal_layer" layer: "ProposalLayer"
+                       param_str: "'feat_stride': 16" } }
+"""
+
+
+def test_ctpn_text_proposals_built_in(tmp_path):
+    import pycaffe_lite as caffe
+
+    path = tmp_path / "ctpn.prototxt"
+    path.write_text(CTPN_PROPOSAL)
+    net = caffe.Net(str(path), caffe.TEST)
+    rng = np.random.default_rng(0)
+    scores = rng.uniform(0, 1, (1, 20, 3, 4)).astype(np.float32)
+    deltas = rng.normal(0, 0.2, (1, 20, 3, 4)).astype(np.float32)
+    info = np.array([[40, 60, 1]], np.float32)
+    out = net.forward(scores=scores, deltas=deltas, im_info=info)
+    # CTPN's code: int32 anchors around (7.5, 7.5), 16 wide, ten heights; per cell, per anchor
+    base = np.zeros((10, 4), np.int32)
+    for k, h in enumerate([11, 16, 23, 33, 48, 68, 97, 139, 198, 283]):
+        base[k] = [7.5 - 8, 7.5 - h / 2, 7.5 + 8, 7.5 + h / 2]
+    rows, kept = [], []
+    for y in range(3):
+        for x in range(4):
+            for k in range(10):
+                a = base[k] + np.array([x, y, x, y]) * 16
+                dy, dh = deltas[0, 2 * k:2 * k + 2, y, x]
+                ah = a[3] - a[1] + 1.0
+                h = np.exp(dh) * ah
+                top = dy * ah + (a[1] + a[3]) / 2.0 - h / 2
+                box = [a[0], top, a[2], top + h]
+                rows.append([min(max(box[0], 0), 59), min(max(box[1], 0), 39),
+                             min(max(box[2], 0), 59), min(max(box[3], 0), 39)])
+                kept.append(scores[0, 10 + k, y, x])
+    np.testing.assert_allclose(out["rois"], rows, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(out["scores_out"].ravel(), kept)

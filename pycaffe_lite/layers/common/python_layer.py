@@ -15,7 +15,9 @@ Caffe users expect; ``PYTHONPATH`` works too) and ``MyLayer`` must subclass
 A few modules that published nets name are built in and used when the module cannot be
 imported: ``rpn.proposal_layer.ProposalLayer`` (py-faster-rcnn and R-FCN's region proposals,
 :mod:`pycaffe_lite.layers.detection.proposal_layer`) and ENet's
-``spatial_dropout.SpatialDropoutLayer`` (:mod:`.spatial_dropout_layer`).
+``spatial_dropout.SpatialDropoutLayer`` (:mod:`.spatial_dropout_layer`) and CTPN's
+``layers.text_proposal_layer.ProposalLayer``
+(:mod:`pycaffe_lite.layers.detection.text_proposal_layer`).
 """
 
 import importlib
@@ -28,6 +30,7 @@ from ...errors import LayerError
 from ...layer import Layer
 from ...registry import register_layer
 from ..detection.proposal_layer import ProposalLayer
+from ..detection.text_proposal_layer import TextProposalLayer
 from .spatial_dropout_layer import SpatialDropoutLayer
 
 TYPE = "Python"
@@ -35,7 +38,8 @@ TYPE = "Python"
 # (python_param.module, python_param.layer) -> the built-in class used when that module
 # cannot be imported
 BUILT_IN = {("rpn.proposal_layer", "ProposalLayer"): ProposalLayer,
-            ("spatial_dropout", "SpatialDropoutLayer"): SpatialDropoutLayer}
+            ("spatial_dropout", "SpatialDropoutLayer"): SpatialDropoutLayer,
+            ("layers.text_proposal_layer", "ProposalLayer"): TextProposalLayer}
 
 
 def _ensure_cwd_on_path():
