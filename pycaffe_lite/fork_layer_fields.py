@@ -45,17 +45,23 @@ LAYER_FIELDS = (
     ForkField("darknet2caffe (YOLOv4 ports)", ("Mish",), 150, LENGTH_DELIMITED, "mish_param"),
 )
 
-# Fields inside parameter messages: (message, the number in the file, wire type, this
-# schema's field, who wrote it, how to tell).
+# Inside parameter messages: (message, the number in the file, wire type, this schema's
+# field). This schema numbered UpsampleParameter's ``scale`` 1000 before it took the forks'
+# number 1.
 MESSAGE_FIELDS = (
-    # this schema numbered ``scale`` 1000 before it took the forks' number 1
-    ("UpsampleParameter", 1000, 0, "scale", "pycaffe-lite", "always"),
-    # SegNet's weight_by_label_freqs is 3, BVLC's ``normalization`` (both varints): a
-    # SegNet file has class_weighting (4) beside it
-    ("LossParameter", 3, 0, "weight_by_label_freqs", "SegNet", "class_weighting present"),
+    ("UpsampleParameter", 1000, 0, "scale"),
+)
+
+# Fork fields inside BVLC's messages whose number BVLC or another fork reads the same way,
+# so that the bytes alone cannot say whose they are: (fork, message, the fork's number, wire
+# type, this schema's field, what tells them apart). Prototxt files are unambiguous.
+UNDECIDABLE_FIELDS = (
+    # SegNet's weight_by_label_freqs is 3, BVLC's ``normalization`` (both varints; true reads
+    # as VALID); a SegNet file has class_weighting (4) beside it
+    ("SegNet", "LossParameter", 3, 0, "weight_by_label_freqs", "class_weighting beside it"),
     # Bayesian SegNet's sample_weights_test is 2, the Fast R-CNN fork's scale_train (both
-    # bools in Dropout layers): nothing in the bytes tells them apart
-    ("DropoutParameter", 2, 0, "sample_weights_test", "Bayesian SegNet", "ambiguous"),
+    # bools of a Dropout layer)
+    ("Bayesian SegNet", "DropoutParameter", 2, 0, "sample_weights_test", "nothing"),
 )
 
 
