@@ -166,3 +166,18 @@ def test_darknet2caffe_mish_param_reads(tmp_path):
     x = np.linspace(-3, 3, 18, dtype=np.float32).reshape(1, 2, 3, 3)
     np.testing.assert_allclose(net.forward(data=x)["mish"], x * np.tanh(np.log1p(np.exp(x))),
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("text,shapes,match", [
+    ('type: "Reorg" reorg_param { stride: 2 }', [(1, 6, 4, 4)], "does not divide by stride 2"),
+    ('type: "Reorg"', [(1, 8, 4, 4)], "stride is required"),
+    ('type: "Yolov3DetectionOutput" yolov3_detection_output_param { num_classes: 1 num_box: 1 '
+     'biases: [1, 1] mask: 0 anchors_scale: 32 mask_group_num: 2 }', [(1, 6, 2, 2)],
+     "mask_group_num is 2 but the layer has 1 bottoms"),
+    ('type: "YoloDetectionOutput" yolo_detection_output_param { num_classes: 2 num_box: 1 '
+     'biases: [1, 1] }', [(1, 8, 2, 2)], "has 8 channels; expected 7"),
+])
+def test_bad_parameters_and_shapes_are_clear_errors(text, shapes, match):
+    layer = make_layer(text)
+    with pytest.raises(caffe.CaffeError, match=match):
+        layer.SetUp(random_blobs(shapes), empty_blobs(1))
