@@ -240,27 +240,37 @@ layer { name: "cls_prob" type: "Softmax" bottom: "cls_score" top: "cls_prob" }
 """
 
 
-def test_faster_rcnn_net_equals_opencv(tmp_path):
-    """A Faster R-CNN head in the fork's syntax here, and in OpenCV's (its Proposal layer),
-    with the same weights: the same proposals and class probabilities."""
+def run_both(tmp_path, text, seed, outputs):
+    """The net in the fork's syntax here and in OpenCV's (its Proposal layer), with the same
+    weights, on one feature map: each output's rows from both (OpenCV pads to 300 rows)."""
     ours_path, cv_path = tmp_path / "fork.prototxt", tmp_path / "opencv.prototxt"
-    ours_path.write_text(FASTER_RCNN % FORK_LAYER)
-    cv_path.write_text(FASTER_RCNN % OPENCV_LAYER)
-    caffe.set_random_seed(5)
+    ours_path.write_text(text % FORK_LAYER)
+    cv_path.write_text(text % OPENCV_LAYER)
+    caffe.set_random_seed(seed)
     net = caffe.Net(str(ours_path), caffe.TEST)
     weights = tmp_path / "w.caffemodel"
     net.save(str(weights))
-    feat = np.random.default_rng(6).uniform(-1, 1, (1, 4, 5, 6)).astype(np.float32)
+    feat = np.random.default_rng(seed + 1).uniform(-1, 1, (1, 4, 5, 6)).astype(np.float32)
     info = np.array([[700, 900, 1.0]], np.float32)  # no box under the minimum size
-    out = net.forward(feat=feat, im_info=info)
-    rois, prob = net.blobs["rois"].data.copy(), out["cls_prob"].copy()
-    assert 10 < len(rois) < 300
+    net.forward(feat=feat, im_info=info)
     cvnet = cv2.dnn.readNetFromCaffe(str(cv_path), str(weights))
     cvnet.setInput(feat, "feat")
     cvnet.setInput(info, "im_info")
-    cv_rois, cv_prob = cvnet.forward(["proposal", "cls_prob"])
-    np.testing.assert_allclose(rois, cv_rois.reshape(-1, 5)[:len(rois)], rtol=1e-4, atol=1e-2)
-    np.testing.assert_allclose(prob, cv_prob.reshape(-1, 3)[:len(rois)], rtol=1e-4, atol=1e-5)
+    theirs = cvnet.forward(list(outputs.values()))
+    result = []
+    for (blob, _), cv_out in zip(outputs.items(), theirs):
+        ours = net.blobs[blob].data.reshape(net.blobs[blob].shape[0], -1).copy()
+        result.append((ours, cv_out.reshape(-1, ours.shape[1])[:len(ours)]))
+    return result
+
+
+def test_faster_rcnn_net_equals_opencv(tmp_path):
+    """A Faster R-CNN head: the same proposals and class probabilities as OpenCV."""
+    (rois, cv_rois), (prob, cv_prob) = run_both(
+        tmp_path, FASTER_RCNN, 5, {"rois": "proposal", "cls_prob": "cls_prob"})
+    assert 10 < len(rois) < 300
+    np.testing.assert_allclose(rois, cv_rois, rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(prob, cv_prob, rtol=1e-4, atol=1e-5)
 
 
 RFCN_HEAD = FASTER_RCNN.split('layer { name: "roi_pool"')[0] + """
@@ -278,19 +288,6 @@ layer { name: "cls_prob" type: "Softmax" bottom: "cls_score" top: "cls_prob" }
 
 def test_rfcn_net_equals_opencv(tmp_path):
     """R-FCN's head (proposals, position-sensitive pooling, voting) against OpenCV."""
-    ours_path, cv_path = tmp_path / "fork.prototxt", tmp_path / "opencv.prototxt"
-    ours_path.write_text(RFCN_HEAD % FORK_LAYER)
-    cv_path.write_text(RFCN_HEAD % OPENCV_LAYER)
-    caffe.set_random_seed(8)
-    net = caffe.Net(str(ours_path), caffe.TEST)
-    weights = tmp_path / "w.caffemodel"
-    net.save(str(weights))
-    feat = np.random.default_rng(9).uniform(-1, 1, (1, 4, 5, 6)).astype(np.float32)
-    info = np.array([[700, 900, 1.0]], np.float32)
-    prob = net.forward(feat=feat, im_info=info)["cls_prob"].reshape(-1, 3).copy()
+    [(prob, cv_prob)] = run_both(tmp_path, RFCN_HEAD, 8, {"cls_prob": "cls_prob"})
     assert len(prob) > 10
-    cvnet = cv2.dnn.readNetFromCaffe(str(cv_path), str(weights))
-    cvnet.setInput(feat, "feat")
-    cvnet.setInput(info, "im_info")
-    cv_prob = cvnet.forward("cls_prob").reshape(-1, 3)
-    np.testing.assert_allclose(prob, cv_prob[:len(prob)], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(prob, cv_prob, rtol=1e-4, atol=1e-5)

@@ -20,3 +20,13 @@ def parse_param_str(layer, text):
     if not isinstance(value, dict):
         raise layer.error("python_param param_str %r is not a mapping" % text)
     return value
+
+
+def feat_stride_params(layer):
+    """The layer's param_str as a dict that names ``feat_stride`` (the proposal layers)."""
+    params = parse_param_str(layer, getattr(layer, "param_str", "") or
+                             layer.layer_param.python_param.param_str)
+    if "feat_stride" not in params:
+        raise layer.error("python_param param_str needs 'feat_stride' (e.g. \"'feat_stride': "
+                          "16\")")
+    return params

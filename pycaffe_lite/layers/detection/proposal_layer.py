@@ -16,7 +16,7 @@ import numpy as np
 
 from ...backend import get_array_module, to_host
 from ...layer import Layer
-from ..common.python_param_str import parse_param_str
+from ..common.python_param_str import feat_stride_params
 
 # py-faster-rcnn's configuration (lib/fast_rcnn/config.py) for each phase:
 # RPN_PRE_NMS_TOP_N, RPN_POST_NMS_TOP_N, RPN_NMS_THRESH, RPN_MIN_SIZE.
@@ -90,11 +90,7 @@ class ProposalLayer(Layer):
     """
 
     def setup(self, bottom, top):
-        params = parse_param_str(self, getattr(self, "param_str", "") or
-                                 self.layer_param.python_param.param_str)
-        if "feat_stride" not in params:
-            raise self.error("python_param param_str needs 'feat_stride' (e.g. \"'feat_stride': "
-                             "16\")")
+        params = feat_stride_params(self)
         self.feat_stride = float(params["feat_stride"])
         self.anchors = generate_anchors(scales=tuple(params.get("scales", (8, 16, 32))))
         if len(bottom) != 3 or len(top) not in (1, 2):

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...backend import get_array_module, to_host
 from ...layer import Layer
-from ..common.python_param_str import parse_param_str
+from ..common.python_param_str import feat_stride_params
 
 # CTPN's ten anchor heights; every anchor is 16 pixels wide.
 HEIGHTS = (11, 16, 23, 33, 48, 68, 97, 139, 198, 283)
@@ -46,11 +46,7 @@ class TextProposalLayer(Layer):
     """
 
     def setup(self, bottom, top):
-        params = parse_param_str(self, getattr(self, "param_str", "") or
-                                 self.layer_param.python_param.param_str)
-        if "feat_stride" not in params:
-            raise self.error("python_param param_str needs 'feat_stride' (e.g. \"'feat_stride': "
-                             "16\")")
+        params = feat_stride_params(self)
         self.feat_stride = float(params["feat_stride"])
         self.anchors = text_anchors()
         if len(bottom) != 3 or len(top) != 2:
