@@ -148,6 +148,8 @@ CASES = [
          'stride_w: 2 }', [_u((2, 2, 3, 4))]),
     case("ImageData", 'type: "ImageData" image_data_param {{ source: "{imglist}" '
          'root_folder: "{imgroot}" batch_size: 2 }}', [], tops=2, host_io=True),
+    case("DenseImageData", 'type: "DenseImageData" dense_image_data_param {{ source: '
+         '"{denselist}" root_folder: "{imgroot}" batch_size: 2 }}', [], tops=2, host_io=True),
     case("InfogainLoss", 'type: "InfogainLoss"',
          [_u((4, 3), 0, 0.05, 1.0), _labels(4, 3), _u((3, 3), 2, 0.0, 1.0)],
          down=[True, False, False]),
@@ -251,6 +253,36 @@ CASES = [
     case("Yolo", 'type: "Yolo" yolo_param { classes: 2 num: 6 mask: 3 mask: 4 mask: 5 '
          'anchors: [10, 14, 23, 27, 37, 58, 81, 82, 135, 169, 344, 319] }',
          [_u((2, 21, 3, 4), 0, -3, 3)]),
+    # SegNet/ENet, the YOLO ports, R-FCN and CTPN
+    case("BN", 'type: "BN" bn_param { scale_filler { type: "uniform" } shift_filler { type: '
+         '"uniform" } }', [_u((2, 3, 4, 2))]),
+    case("BN", 'type: "BN" bn_param { bn_mode: INFERENCE scale_filler { type: "uniform" } '
+         'shift_filler { type: "uniform" } }', [_u((2, 3, 2, 2))]),
+    case("Upsample", 'type: "Upsample" upsample_param { upsample_h: 4 upsample_w: 5 }',
+         [_u((1, 2, 2, 3)), np.array([[[[0, 3, 8], [11, 12, 19]], [[5, 7, 9], [10, 15, 18]]]],
+                                     np.float32)], down=[True, False]),
+    case("SoftmaxWithLoss", 'type: "SoftmaxWithLoss" loss_param { weight_by_label_freqs: '
+         'true ignore_label: 2 class_weighting: [0.5, 2, 1, 4] }',
+         [_u((2, 4, 3), 0, -3, 3), _labels(6, 4, 2, (2, 3))], down=[True, False]),
+    case("Reorg", 'type: "Reorg" reorg_param { stride: 2 }', [_u((2, 8, 4, 2))]),
+    case("Reorg", 'type: "Reorg" reorg_param { stride: 2 reverse: true }', [_u((2, 8, 2, 3))]),
+    case("Reverse", 'type: "Reverse" reverse_param { axis: 1 }', [_u((2, 3, 4))]),
+    case("Transpose", 'type: "Transpose" transpose_param { dim: 2 dim: 0 dim: 1 }',
+         [_u((2, 3, 4))]),
+    case("Lstm", 'type: "Lstm" lstm_param { num_output: 3 weight_filler { type: "uniform" } '
+         'bias_filler { type: "uniform" } }', [_u((3, 2, 2))]),
+    case("PSROIPooling", 'type: "PSROIPooling" psroi_pooling_param { spatial_scale: 0.5 '
+         'output_dim: 2 group_size: 2 }',
+         [_u((2, 8, 5, 6)), np.array([[0, 1, 1, 9, 7], [1, 0, 2, 11, 9], [1, 4, 4, 4, 4]],
+                                     np.float32)], down=[True, False], host_io=True),
+    case("YoloDetectionOutput", 'type: "YoloDetectionOutput" yolo_detection_output_param { '
+         'num_classes: 2 num_box: 2 confidence_threshold: 0.1 biases: [1, 1.5, 2, 2.5] }',
+         [_u((1, 14, 3, 3), 0, -3, 3)], down=[False], host_io=True),
+    case("Yolov3DetectionOutput", 'type: "Yolov3DetectionOutput" '
+         'yolov3_detection_output_param { num_classes: 2 num_box: 1 confidence_threshold: 0.1 '
+         'biases: [10, 14, 23, 27] mask: 1 mask: 0 anchors_scale: 32 anchors_scale: 16 '
+         'mask_group_num: 2 }', [_u((1, 7, 2, 2), 0, -3, 3), _u((1, 7, 4, 4), 1, -3, 3)],
+         down=[False, False], host_io=True),
     # the SSD fork's layers; the box post-processing ones work on the host, as the fork's do
     case("Normalize", 'type: "Normalize" norm_param { across_spatial: false channel_shared: '
          'false scale_filler { type: "uniform" min: 1 max: 3 } }', [_u((2, 3, 4, 2))]),
@@ -274,7 +306,8 @@ CASES = [
                               SSD_GT], down=[False, False], host_io=True),
 ]
 
-SOURCE_TYPES = ("AnnotatedData", "Data", "HDF5Data", "HDF5Output", "ImageData", "WindowData",
+SOURCE_TYPES = ("AnnotatedData", "Data", "DenseImageData", "HDF5Data", "HDF5Output", "ImageData",
+                "WindowData",
                 "Python")
 
 # Registered types that are not run here, with the reason. (None: every type is covered.)
@@ -343,6 +376,8 @@ def make_sources(root):
         Image.fromarray(rgb).save(imgroot / ("im%d.png" % i))
     (root / "imglist.txt").write_text("".join("im%d.png %d\n" % (i, i) for i in range(3)))
     out["imglist"], out["imgroot"] = str(root / "imglist.txt"), str(imgroot) + "/"
+    (root / "denselist.txt").write_text("im0.png im1.png\nim2.png im0.png\n")
+    out["denselist"] = str(root / "denselist.txt")
     lines = []
     for i, wins in enumerate([[(3, 0.9, 2, 3, 13, 10)], [(5, 0.1, 10, 4, 21, 17)]]):
         lines += ["# %d" % i, "im%d.png" % i, "3", "20", "24", str(len(wins))]

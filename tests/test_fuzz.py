@@ -241,6 +241,24 @@ def layer_params(draw, lp):
         lp.recurrent_param.expose_hidden = draw(st.booleans())
     elif t == "Upsample":
         lp.upsample_param.scale = draw(st.integers(0, 3))
+    elif t == "BN":
+        lp.bn_param.bn_mode = draw(st.sampled_from([0, 1]))
+    elif t == "Reorg":
+        if draw(st.booleans()):
+            lp.reorg_param.stride = draw(st.integers(0, 3))
+        lp.reorg_param.reverse = draw(st.booleans())
+    elif t == "Reverse":
+        lp.reverse_param.axis = draw(st.integers(-1, 4))
+    elif t == "Transpose":
+        lp.transpose_param.dim.extend(draw(st.permutations(range(draw(st.integers(0, 4))))))
+    elif t == "Lstm":
+        lp.lstm_param.num_output = draw(st.integers(0, 3))
+    elif t == "PSROIPooling":
+        p = lp.psroi_pooling_param
+        for field, values in (("spatial_scale", [0.0, 0.25, 1.0]), ("output_dim", [0, 1, 2]),
+                              ("group_size", [0, 1, 2])):
+            if draw(st.booleans()):
+                setattr(p, field, draw(st.sampled_from(values)))
     elif t == "ContrastiveLoss":
         lp.contrastive_loss_param.margin = draw(real)
     elif t == "Normalize":
@@ -302,7 +320,9 @@ PALETTE = {
     "Mish": (1, 1, 1), "ReLU6": (1, 1, 1), "Dropout": (1, 1, 1), "PReLU": (1, 1, 1),
     "Softmax": (1, 1, 1), "LRN": (1, 1, 1), "BatchNorm": (1, 1, 1), "MVN": (1, 1, 1),
     "Flatten": (1, 1, 1), "Reshape": (1, 1, 1), "ArgMax": (1, 1, 1), "Tile": (1, 1, 1),
-    "Reduction": (1, 1, 1), "Upsample": (1, 1, 1), "Interp": (1, 1, 1),
+    "Reduction": (1, 1, 1), "Upsample": (1, 2, 1), "Interp": (1, 1, 1),
+    "BN": (1, 1, 1), "Reorg": (1, 1, 1), "Reverse": (1, 1, 1), "Transpose": (1, 1, 1),
+    "Lstm": (1, 2, 1), "PSROIPooling": (2, 2, 1),
     "ShuffleChannel": (1, 1, 1), "ConvolutionDepthwise": (1, 1, 1),
     "DepthwiseConvolution": (1, 1, 1), "ROIPooling": (2, 2, 1), "Axpy": (3, 3, 1),
     "Concat": (1, 3, 1), "Eltwise": (2, 3, 1), "Slice": (1, 1, 2), "Split": (1, 1, 2),
@@ -327,11 +347,18 @@ NOT_IN_PALETTE = {
     "AnnotatedData": "reads a database of AnnotatedDatum records from disk; checked in "
                      "tests/test_annotated_data.py",
     "ImageData": "reads an image list from disk; checked in its own tests",
+    "DenseImageData": "reads image and label-image files from disk; checked in "
+                      "tests/layers/test_dense_image_data_layer.py",
     "WindowData": "reads a window file and images from disk; checked in its own tests",
     "HDF5Data": "reads HDF5 files from disk; checked in its own tests",
     "HDF5Output": "writes HDF5 files to disk; checked in its own tests",
     "MemoryData": "needs arrays handed over from Python (set_input_arrays) before forward",
     "Python": "imports a user module named in its parameters",
+    "YoloDetectionOutput": "a detection head: its input must be a YOLO head's channels and "
+                           "its top's row count depends on the values; checked in "
+                           "tests/layers/test_yolo_port_layers.py",
+    "Yolov3DetectionOutput": "as YoloDetectionOutput (one bottom per head, mask_group_num of "
+                             "them); checked in tests/layers/test_yolo_port_layers.py",
 }
 
 

@@ -137,6 +137,9 @@ def crop(call):
 
 @register_converter("Upsample")
 def upsample(call):
+    if len(call.inputs) > 1:
+        raise call.error("max-unpooling (Upsample with a mask bottom, SegNet's) does not "
+                         "convert to ONNX")
     s = float(call.param.upsample_param.scale)
     scales = call.const("scales", np.array([1.0, 1.0, s, s], np.float32))
     call.node("Resize", [call.inputs[0], "", scales], call.outputs, mode="nearest",

@@ -11,6 +11,13 @@
 Caffe users expect; ``PYTHONPATH`` works too) and ``MyLayer`` must subclass
 ``pycaffe_lite.Layer`` (``caffe.Layer`` after ``import pycaffe_lite as caffe``), overriding
 ``setup``, ``reshape``, ``forward`` and ``backward`` with pycaffe's signatures.
+
+A few modules that published nets name are built in and used when the module cannot be
+imported: ``rpn.proposal_layer.ProposalLayer`` (py-faster-rcnn and R-FCN's region proposals,
+:mod:`pycaffe_lite.layers.detection.proposal_layer`) and ENet's
+``spatial_dropout.SpatialDropoutLayer`` (:mod:`.spatial_dropout_layer`) and CTPN's
+``layers.text_proposal_layer.ProposalLayer``
+(:mod:`pycaffe_lite.layers.detection.text_proposal_layer`).
 """
 
 import importlib
@@ -22,8 +29,17 @@ import numpy as np
 from ...errors import LayerError
 from ...layer import Layer
 from ...registry import register_layer
+from ..detection.proposal_layer import ProposalLayer
+from ..detection.text_proposal_layer import TextProposalLayer
+from .spatial_dropout_layer import SpatialDropoutLayer
 
 TYPE = "Python"
+
+# (python_param.module, python_param.layer) -> the built-in class used when that module
+# cannot be imported
+BUILT_IN = {("rpn.proposal_layer", "ProposalLayer"): ProposalLayer,
+            ("spatial_dropout", "SpatialDropoutLayer"): SpatialDropoutLayer,
+            ("layers.text_proposal_layer", "ProposalLayer"): TextProposalLayer}
 
 
 def _ensure_cwd_on_path():
@@ -47,6 +63,16 @@ def load_layer_class(layer_param):
     importlib.invalidate_caches()  # see modules written since the last import
     try:
         module = importlib.import_module(p.module)
+    except ModuleNotFoundError as exc:
+        built_in = BUILT_IN.get((p.module, p.layer))
+        missing = exc.name or ""
+        if built_in is not None and missing and (
+                missing == p.module or p.module.startswith(missing + ".")):
+            return built_in
+        raise LayerError("cannot import python_param.module '%s' (looked in the current "
+                         "directory %s and sys.path): %s: %s"
+                         % (p.module, os.getcwd(), type(exc).__name__, exc),
+                         name, TYPE) from exc
     except Exception as exc:
         raise LayerError("cannot import python_param.module '%s' (looked in the current "
                          "directory %s and sys.path): %s: %s"

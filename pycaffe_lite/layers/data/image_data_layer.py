@@ -48,23 +48,31 @@ class ImageDataLayer(BasePrefetchingDataLayer):
         if not self.lines:
             raise DataError("list file '%s' is empty: it should hold '<path> <label>' lines"
                             % self.source)
-        log.info("layer '%s': a total of %d images", self.name, len(self.lines))
-        self.order = np.arange(len(self.lines))
-        if self.shuffle:
-            self.order = self.rng.permutation(len(self.lines))
-        self.position = 0
-        if p.rand_skip:
-            skip = int(self.rng.integers(0, p.rand_skip))
-            if skip >= len(self.lines):
-                raise DataError("rand_skip %d: cannot skip %d of the %d images of '%s'"
-                                % (p.rand_skip, skip, len(self.lines), self.source))
-            log.info("layer '%s': skipping first %d data points", self.name, skip)
-            self.position = skip
+        self._start(p.rand_skip)
         img = self._load(int(self.order[self.position]))
         out = self.transformer.output_shape(img.shape, self._where(int(self.order[0])))
         self.prefetch_count = 4
         self.prefetch_threads = default_threads(True)
         return [(self.batch_size,) + tuple(out), (self.batch_size,)]
+
+    def _start(self, rand_skip):
+        """The reading order (shuffled when asked) and the first position (``rand_skip``)."""
+        log.info("layer '%s': a total of %d images", self.name, len(self.lines))
+        self.order = np.arange(len(self.lines))
+        if self.shuffle:
+            self.order = self.rng.permutation(len(self.lines))
+        self.position = 0
+        if rand_skip:
+            skip = int(self.rng.integers(0, rand_skip))
+            if skip >= len(self.lines):
+                raise DataError("rand_skip %d: cannot skip %d of the %d images of '%s'"
+                                % (rand_skip, skip, len(self.lines), self.source))
+            log.info("layer '%s': skipping first %d data points", self.name, skip)
+            self.position = skip
+
+    def _draws_random(self):
+        """Whether a batch needs its own random generator."""
+        return self.transformer.needs_random
 
     def _where(self, index):
         number, name, _ = self.lines[index]
@@ -99,7 +107,7 @@ class ImageDataLayer(BasePrefetchingDataLayer):
                 self.position = 0
                 if self.shuffle:
                     self.order = self.rng.permutation(len(self.lines))
-        return indices, self._batch_seed(self.transformer.needs_random)
+        return indices, self._batch_seed(self._draws_random())
 
     def fill_batch(self, plan, blobs):
         indices, seed = plan

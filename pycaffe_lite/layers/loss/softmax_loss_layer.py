@@ -21,7 +21,9 @@ class SoftmaxWithLossLayer(LossLayer):
     back-propagated, as in Caffe).
     Params: ``softmax_param { axis (1) }``; ``loss_param { ignore_label (none),
     normalization (VALID), normalize (legacy: true = VALID, false = BATCH_SIZE, used only
-    when normalization is not set) }``.
+    when normalization is not set), weight_by_label_freqs (false) class_weighting (one per
+    class) }``: SegNet's class weighting multiplies each position's loss and gradient by
+    ``class_weighting[label]`` (the normalizer is unchanged).
 
     loss = -sum over non-ignored positions of log(max(p[label], FLT_MIN)) / normalizer, where
     the normalizer is FULL: outer*inner, VALID: number of non-ignored labels, BATCH_SIZE: outer,
@@ -40,6 +42,9 @@ class SoftmaxWithLossLayer(LossLayer):
         self.normalization = normalization_mode(loss_param)
         # Validate the mode now rather than at the first forward.
         get_normalizer(self.normalization, 1, 1, layer=self)
+        self.class_weights = None
+        if loss_param.weight_by_label_freqs:
+            self.class_weights = np.asarray(loss_param.class_weighting, np.float64)
         self.prob = None
 
     def reshape(self, bottom, top):
@@ -60,6 +65,9 @@ class SoftmaxWithLossLayer(LossLayer):
                 f"labels (outer {self.outer_num} x inner {self.inner_num}), got {labels.count} "
                 f"(labels shape {labels.shape})")
         self.view_shape = (self.outer_num, channels, self.inner_num)
+        if self.class_weights is not None and len(self.class_weights) != channels:
+            raise self.error(f"loss_param class_weighting lists {len(self.class_weights)} "
+                             f"values; weight_by_label_freqs needs one per class ({channels})")
         if len(top) >= 2:
             top[1].reshape(scores.shape)
 
@@ -77,7 +85,10 @@ class SoftmaxWithLossLayer(LossLayer):
         index, valid = self._labels(bottom)
         self.index, self.valid = index, valid
         self.normalizer = self._normalizer(xp, valid, prob.dtype)
-        top[0].write_data()[...] = loss_sum(prob, index, valid) / self.normalizer
+        self.weight = None
+        if self.class_weights is not None:
+            self.weight = xp.asarray(self.class_weights.astype(prob.dtype))[index]
+        top[0].write_data()[...] = loss_sum(prob, index, valid, self.weight) / self.normalizer
         if len(top) >= 2:
             top[1].write_data()[...] = prob.reshape(bottom[0].shape)
 
@@ -110,7 +121,8 @@ class SoftmaxWithLossLayer(LossLayer):
                              f"{bottom[0].shape} first")
         prob, index, valid = self.prob, self.index, self.valid
         dx = bottom[0].write_diff().reshape(self.view_shape)
-        loss_backward(prob, index, valid, top[0].read_diff() / self.normalizer, dx)
+        loss_backward(prob, index, valid, top[0].read_diff() / self.normalizer, dx,
+                      self.weight)
 
     def _normalizer(self, xp, valid, dtype):
         """The loss divisor as a scalar of ``dtype``. On the device, the VALID count stays

@@ -22,7 +22,8 @@ class DropoutLayer(NeuronLayer):
     ``backend.rng()`` on the CPU, the device's generator on the GPU, with no upload);
     ``y = x * mask / (1 - dropout_ratio)``, or ``y = x * mask`` when ``scale_train`` is
     false. Backward applies the same mask and scale.
-    TEST: ``y = x``, or ``y = x * (1 - dropout_ratio)`` when ``scale_train`` is false.
+    TEST: ``y = x``, or ``y = x * (1 - dropout_ratio)`` when ``scale_train`` is false; with
+    Bayesian SegNet's ``sample_weights_test: true``, as in TRAIN (Monte Carlo dropout).
     """
 
     draws_random = True
@@ -36,10 +37,11 @@ class DropoutLayer(NeuronLayer):
         self.scale = 1.0 / (1.0 - ratio)
         fields = param.DESCRIPTOR.fields_by_name
         self.scale_train = bool(param.scale_train) if "scale_train" in fields else True
+        self.sample_test = bool(param.sample_weights_test)
         self.factor = None
 
     def _train(self):
-        return self.phase == caffe_pb2.TRAIN
+        return self.phase == caffe_pb2.TRAIN or self.sample_test
 
     def forward(self, bottom, top):
         x = bottom[0].read_data()

@@ -1,0 +1,70 @@
+"""Where SegNet, ENet, the YOLO ports, R-FCN and CTPN put their layer fields, and where this
+schema puts them.
+
+A prototxt names each field and reads unchanged. A binary file (a ``.caffemodel`` carries
+the layer parameters too) holds the fork's number, which here may be a BVLC field (SegNet's
+``upsample_param`` is 137, BVLC's ``embed_param``), another fork's field (149 and 150 are each
+claimed by several forks), or nothing. :data:`LAYER_FIELDS` lists, for each such field, the
+fork, the layer types that use it, the fork's LayerParameter number, the protobuf wire type
+of its value and this schema's field; the on-read mapping of :mod:`pycaffe_lite.fork_fields`
+decides by layer type and wire type. Fields whose fork number this schema also uses (SegNet
+and ENet's ``bn_param`` 45, ENet's ``dense_image_data_param`` 46, Intel's ``reorg_param``
+159, MobileNet-YOLO's 601 and 602, caffe-rfcn's ``psroi_pooling_param`` 10001) need no
+entry.
+"""
+
+import collections
+
+ForkField = collections.namedtuple("ForkField", "fork types number wire_type field")
+
+# Protobuf wire type of a length-delimited value (every parameter message).
+LENGTH_DELIMITED = 2
+
+LAYER_FIELDS = (
+    # BVLC numbers: embed_param 137, tile_param 138, elu_param 140, scale_param 142,
+    # input_param 143, swish_param 147.
+    ForkField("SegNet (alexgkendall/caffe-segnet)", ("Upsample",), 137, LENGTH_DELIMITED,
+              "upsample_param"),
+    ForkField("SegNet (alexgkendall/caffe-segnet)", ("DenseImageData",), 138,
+              LENGTH_DELIMITED, "dense_image_data_param"),
+    ForkField("ENet (TimoSaemann/caffe-enet)", ("Upsample",), 147, LENGTH_DELIMITED,
+              "upsample_param"),
+    ForkField("CTPN (tianzhi0549/CTPN)", ("Lstm",), 140, LENGTH_DELIMITED, "lstm_param"),
+    ForkField("CTPN (tianzhi0549/CTPN)", ("Transpose",), 142, LENGTH_DELIMITED,
+              "transpose_param"),
+    ForkField("CTPN (tianzhi0549/CTPN)", ("Reverse",), 143, LENGTH_DELIMITED, "reverse_param"),
+    # Numbers BVLC leaves free that several forks claim.
+    ForkField("darknet2caffe (YOLOv3/v4 ports)", ("Upsample",), 149, LENGTH_DELIMITED,
+              "upsample_param"),
+    ForkField("MobileNet-YOLO (eric612/MobileNet-YOLO)", ("Reorg",), 149, LENGTH_DELIMITED,
+              "reorg_param"),
+    ForkField("py-R-FCN (YuwenXiong/py-R-FCN's Caffe)", ("PSROIPooling",), 149,
+              LENGTH_DELIMITED, "psroi_pooling_param"),
+    ForkField("MobileNet-YOLO (eric612/MobileNet-YOLO)", ("Upsample",), 150, LENGTH_DELIMITED,
+              "upsample_param"),
+    ForkField("darknet2caffe (YOLOv4 ports)", ("Mish",), 150, LENGTH_DELIMITED, "mish_param"),
+)
+
+# Inside parameter messages: (message, the number in the file, wire type, this schema's
+# field). This schema numbered UpsampleParameter's ``scale`` 1000 before it took the forks'
+# number 1.
+MESSAGE_FIELDS = (
+    ("UpsampleParameter", 1000, 0, "scale"),
+)
+
+# Fork fields inside BVLC's messages whose number BVLC or another fork reads the same way,
+# so that the bytes alone cannot say whose they are: (fork, message, the fork's number, wire
+# type, this schema's field, what tells them apart). Prototxt files are unambiguous.
+UNDECIDABLE_FIELDS = (
+    # SegNet's weight_by_label_freqs is 3, BVLC's ``normalization`` (both varints; true reads
+    # as VALID); a SegNet file has class_weighting (4) beside it
+    ("SegNet", "LossParameter", 3, 0, "weight_by_label_freqs", "class_weighting beside it"),
+    # Bayesian SegNet's sample_weights_test is 2, the Fast R-CNN fork's scale_train (both
+    # bools of a Dropout layer)
+    ("Bayesian SegNet", "DropoutParameter", 2, 0, "sample_weights_test", "nothing"),
+)
+
+
+def fields_for(layer_type, number):
+    """The entries of :data:`LAYER_FIELDS` for a layer type and a LayerParameter number."""
+    return [f for f in LAYER_FIELDS if f.number == number and layer_type in f.types]

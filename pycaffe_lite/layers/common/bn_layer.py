@@ -1,0 +1,111 @@
+"""BN: SegNet's and ENet's batch normalization with its own scale and shift."""
+
+from ...backend import get_array_module
+from ...fillers import fill
+from ...layer import Layer
+from ...proto import caffe_pb2
+from ...registry import register_layer
+
+BNMode = caffe_pb2.BNParameter
+# The forks' epsilon, added to the variance.
+EPS = 1e-9
+
+
+@register_layer("BN")
+class BNLayer(Layer):
+    """Batch normalization as SegNet (alexgkendall/caffe-segnet) and ENet define it: one layer
+    holding a per-channel scale and shift.
+
+    ``bn_mode: LEARN`` (the default): ``y = scale * (x - mean) / sqrt(var + 1e-9) + shift``,
+    with the mean and the (biased) variance of each channel over the batch and the spatial
+    axes, computed as ``E[x^2] - E[x]^2`` as the forks do, in every phase (a TEST net in LEARN
+    mode uses its batch's statistics). ``bn_mode: INFERENCE``: ``y = scale * x + shift`` (the
+    forks' inference nets fold the statistics into scale and shift beforehand).
+
+    Backward: the gradients of the above. LEARN: ``dx = (g - mean(g) - x_hat * mean(g *
+    x_hat)) / sqrt(var + eps)`` with ``g = scale * dy``; INFERENCE: ``dx = scale * dy``;
+    ``dscale = sum(dy * x_hat)`` (``x`` in INFERENCE) and ``dshift = sum(dy)``, accumulated.
+
+    Bottoms: x ``(N, C, ...)`` (at least 2 axes).
+    Tops: y, x's shape; in LEARN mode optionally the batch mean and variance ``(1, C, 1, 1)``.
+    Params: ``bn_param { bn_mode (LEARN | INFERENCE) scale_filler shift_filler }`` (fillers
+    default to constant 0, as in the forks).
+    Blobs: scale and shift, each ``(1, C, 1, 1)``.
+    """
+
+    exact_num_bottom_blobs = 1
+    min_num_top_blobs = 1
+    max_num_top_blobs = 3
+
+    def setup(self, bottom, top):
+        p = self.layer_param.bn_param
+        self.learn = p.bn_mode == BNMode.LEARN
+        if len(top) > 1 and not self.learn:
+            raise self.error("only bn_mode LEARN outputs the batch mean and variance; "
+                             "INFERENCE takes exactly 1 top, got %d" % len(top))
+        if bottom[0].num_axes < 2:
+            raise self.error("input must have at least 2 axes (num, channels, ...); got shape "
+                             "%s" % (bottom[0].shape,))
+        channels = bottom[0].shape[1]
+        if len(self.blobs) > 0:
+            if len(self.blobs) != 2 or any(b.count != channels for b in self.blobs):
+                raise self.error("expected 2 parameter blobs (scale, shift) of %d values each, "
+                                 "got %s" % (channels, [b.shape for b in self.blobs]))
+            return
+        fill(self.blobs.add_blob(1, channels, 1, 1), p.scale_filler)
+        fill(self.blobs.add_blob(1, channels, 1, 1), p.shift_filler)
+
+    def reshape(self, bottom, top):
+        x = bottom[0]
+        if x.num_axes < 2 or x.shape[1] != self.blobs[0].count:
+            raise self.error("input has shape %s; expected (N, %d, ...)"
+                             % (x.shape, self.blobs[0].count))
+        if top[0] is not x:
+            top[0].reshape(x.shape)
+        for t in top[1:]:
+            t.reshape(1, x.shape[1], 1, 1)
+        self.cache = None
+
+    def _view(self, arr):
+        return arr.reshape(arr.shape[0], arr.shape[1], -1)
+
+    def forward(self, bottom, top):
+        x = self._view(bottom[0].read_data())
+        xp = get_array_module(x)
+        scale = self.blobs[0].read_data().reshape(1, -1, 1)
+        shift = self.blobs[1].read_data().reshape(1, -1, 1)
+        if not self.learn:
+            self.cache = x.copy() if top[0] is bottom[0] else None
+            self._view(top[0].write_data())[...] = x * scale + shift
+            return
+        mean = x.mean(axis=(0, 2))
+        var = (x * x).mean(axis=(0, 2)) - mean * mean
+        std = xp.sqrt(var + x.dtype.type(EPS))
+        x_hat = (x - mean.reshape(1, -1, 1)) / std.reshape(1, -1, 1)
+        self.cache = (x_hat, std)
+        self._view(top[0].write_data())[...] = x_hat * scale + shift
+        if len(top) > 1:
+            top[1].write_data()[...] = mean.reshape(top[1].shape)
+        if len(top) > 2:
+            top[2].write_data()[...] = var.reshape(top[2].shape)
+
+    def backward(self, top, propagate_down, bottom):
+        dy = self._view(top[0].read_diff())
+        scale = self.blobs[0].read_data().reshape(1, -1, 1)
+        if self.learn:
+            if not isinstance(self.cache, tuple):
+                raise self.error("backward needs a forward pass first")
+            x_hat, std = self.cache
+        else:
+            x_hat = self.cache if self.cache is not None else self._view(bottom[0].read_data())
+        if self.param_propagate_down[0]:
+            self.blobs[0].write_diff()[...] += (dy * x_hat).sum(axis=(0, 2)).reshape(1, -1, 1, 1)
+        if self.param_propagate_down[1]:
+            self.blobs[1].write_diff()[...] += dy.sum(axis=(0, 2)).reshape(1, -1, 1, 1)
+        if not propagate_down[0]:
+            return
+        g = dy * scale
+        if self.learn:
+            g = (g - g.mean(axis=(0, 2), keepdims=True)
+                 - x_hat * (g * x_hat).mean(axis=(0, 2), keepdims=True)) / std.reshape(1, -1, 1)
+        self._view(bottom[0].write_diff())[...] = g
