@@ -219,6 +219,9 @@ def _affine(net, chain):
             var = layer.blobs[1].cpu_data().astype(np.float64) * factor
             inv = 1.0 / np.sqrt(var + layer.eps)
             a, c = a * inv, (c - mean) * inv
+            if layer.scale_bias:  # NVCaffe's scale and bias blobs
+                gamma = layer.blobs[3].cpu_data().astype(np.float64)
+                a, c = a * gamma, c * gamma + layer.blobs[4].cpu_data().astype(np.float64)
         elif layer.type == "Scale":
             gamma = layer.blobs[0].cpu_data().astype(np.float64)
             a, c = a * gamma, c * gamma

@@ -38,9 +38,12 @@ def inner_product(call):
 
 @register_converter("BatchNorm")
 def batch_norm(call):
-    eps = float(call.param.batch_norm_param.eps)
+    eps = float(call.layer.eps)
     x = call.inputs[0]
     channels = call.in_shapes[0][1] if len(call.in_shapes[0]) > 1 else 1
+    scale_bias = getattr(call.layer, "scale_bias", False)  # NVCaffe's scale and bias blobs
+    if scale_bias and not call.layer.use_global_stats:
+        raise call.error("NVCaffe's scale_bias with batch statistics does not convert")
     if call.layer.use_global_stats:
         blobs = call.blobs
         s = float(blobs[2].reshape(-1)[0])
@@ -48,8 +51,9 @@ def batch_norm(call):
         mean = (blobs[0].reshape(-1) * np.float32(factor)).astype(np.float32)
         var = (blobs[1].reshape(-1) * np.float32(factor)).astype(np.float32)
         call.node("BatchNormalization",
-                  [x, call.const("gamma", np.ones(channels)), call.const("beta",
-                                                                          np.zeros(channels)),
+                  [x, call.const("gamma", blobs[3].reshape(-1) if scale_bias
+                                 else np.ones(channels)),
+                   call.const("beta", blobs[4].reshape(-1) if scale_bias else np.zeros(channels)),
                    call.const("mean", mean), call.const("var", var)],
                   call.outputs, epsilon=eps)
         return
