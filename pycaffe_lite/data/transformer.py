@@ -51,9 +51,22 @@ SSD_FORK_FIELDS = ("resize_param", "noise_param", "distort_param", "expand_param
                    "emit_constraint", "crop_h", "crop_w")
 
 
+# NVCaffe's random resize and stretch before the crop: not implemented here, so an error
+# rather than a transformation quietly left out.
+NVCAFFE_RESIZE_FIELDS = ("img_rand_resize_lower", "img_rand_resize_upper",
+                         "rand_resize_ratio_lower", "rand_resize_ratio_upper",
+                         "vertical_stretch_lower", "vertical_stretch_upper",
+                         "horizontal_stretch_lower", "horizontal_stretch_upper")
+
+
 def check_fork_fields(param, where, applies_itself=()):
     """A DataError naming the first SSD fork field of TransformationParameter ``param`` that
-    is set and not among ``applies_itself``."""
+    is set and not among ``applies_itself``, or NVCaffe's random resize."""
+    for field in NVCAFFE_RESIZE_FIELDS:
+        if param.HasField(field):
+            raise DataError("%s sets %s: NVCaffe's random resize before the crop is not "
+                            "implemented here; remove it (or resize the images beforehand)"
+                            % (where, field))
     for field in SSD_FORK_FIELDS:
         if field not in applies_itself and param.HasField(field):
             what = ("not implemented" if field == "noise_param" else

@@ -79,11 +79,6 @@ class BatchNormLayer(Layer):
                 self.blobs.add_blob(*shape).data[...] = 0
         # The statistics are not parameters to learn: give each blob lr_mult 0 (adding the
         # ParamSpec where the prototxt has none) and never compute their gradients.
-        for i in range(3, len(self.blobs)):  # NVCaffe's scale and bias: learned
-            while len(self.layer_param.param) <= i:
-                self.layer_param.param.add()
-            self.layer_param.param[i].lr_mult = 1.0
-            self.layer_param.param[i].decay_mult = 1.0
         for i in range(3):
             if len(self.layer_param.param) == i:
                 self.layer_param.param.add().lr_mult = 0.0
@@ -92,6 +87,11 @@ class BatchNormLayer(Layer):
                                  "parameters: param %d has lr_mult %g, expected 0"
                                  % (i, self.layer_param.param[i].lr_mult))
             self.set_param_propagate_down(i, False)
+        for i in range(3, len(self.blobs)):  # NVCaffe's scale and bias: learned
+            while len(self.layer_param.param) <= i:
+                self.layer_param.param.add()
+            self.layer_param.param[i].lr_mult = 1.0
+            self.layer_param.param[i].decay_mult = 1.0
 
     def reshape(self, bottom, top):
         x = bottom[0]
