@@ -78,7 +78,8 @@ def test_nvcaffe_moving_statistics():
 
 
 def test_three_blobs_for_a_scale_bias_layer_is_an_error():
-    layer = make_layer('name: "bn" ' + SCALE_BIAS + ' blobs { shape { dim: 2 } } '
-                       'blobs { shape { dim: 2 } } blobs { shape { dim: 1 } }')
+    layer = make_layer('name: "bn" ' + SCALE_BIAS + ' blobs { shape { dim: 2 } data: 0 '
+                       'data: 0 } blobs { shape { dim: 2 } data: 1 data: 1 } '
+                       'blobs { shape { dim: 1 } data: 1 }')
     with pytest.raises(LayerError, match="expected 5 parameter blobs"):
         layer.SetUp(random_blobs([(2, 2, 3)]), empty_blobs(1))
