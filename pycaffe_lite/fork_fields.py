@@ -238,7 +238,7 @@ def _remap(message, claims, layer_type=None):
     present = {number for number, *_ in parsed}
     moved, out, forks, pending = [], [], set(), []
     for number, wire, raw, value in parsed:
-        claim = _claim_for(descriptor, claims, number, wire, value, layer_type, message)
+        claim = _claim_for(descriptor, claims, number, wire, value, layer_type)
         if claim is None:
             out.append((number, wire, raw))
         elif claim.marked:
@@ -253,32 +253,40 @@ def _remap(message, claims, layer_type=None):
             forks.add(claim.fork)
         else:
             out.append((number, wire, raw))
+    # a field already set under this schema's number (bytes written here) is left as it is
+    kept = {n for n, _, _ in out}
+    for claim, wire, raw in [m for m in moved if _number(descriptor, m[0]) in kept]:
+        moved.remove((claim, wire, raw))
+        out.append((claim.number, wire, raw))
     if not moved:
         return set()
+    forks = {claim.fork for claim, _, _ in moved}
     rebuilt = b"".join(encode_varint(n << 3 | w) + raw for n, w, raw in out)
-    rebuilt += b"".join(encode_varint(descriptor.fields_by_name[c.field].number << 3 | w) + raw
+    rebuilt += b"".join(encode_varint(_number(descriptor, c) << 3 | w) + raw
                         for c, w, raw in moved)
     message.Clear()
     message.MergeFromString(rebuilt)
     return forks
 
 
-def _claim_for(descriptor, claims, number, wire, value, layer_type, message):
+def _number(descriptor, claim):
+    return descriptor.fields_by_name[claim.field].number
+
+
+def _claim_for(descriptor, claims, number, wire, value, layer_type):
     for claim in claims:
         if claim.number != number or claim.wire_type != wire:
             continue
         target = descriptor.fields_by_name.get(claim.field)
         if target is None or target.number == number:
             continue  # this schema has no such field (yet), or reads it at the fork's number
-        if not target.is_repeated and message.HasField(claim.field):
-            continue  # already set here: the file was written with this schema's numbers
         if claim.field == "engine" and not _engine(value):
             continue
         if claim.layer_types is not None:
             if layer_type in claim.layer_types:
                 return claim
             continue
-        if not _reads(descriptor, number, wire):
+        if claim.marked or not _reads(descriptor, number, wire):
             return claim
     return None
 
