@@ -233,8 +233,10 @@ def _remap(message, claims, layer_type=None):
     """Move the fork fields of ``message`` found by ``claims`` to this schema's numbers, in
     place. Returns the forks whose fields were moved (a set, empty when nothing changed)."""
     descriptor = message.DESCRIPTOR
-    data = message.SerializePartialToString()
-    parsed = list(fields(data))
+    try:
+        parsed = list(fields(message.SerializePartialToString()))
+    except ValueError:  # a group among the unknown fields: no Caffe fork writes one
+        return set()
     present = {number for number, *_ in parsed}
     moved, out, forks, pending = [], [], set(), []
     for number, wire, raw, value in parsed:

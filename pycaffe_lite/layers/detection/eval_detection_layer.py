@@ -61,6 +61,10 @@ class EvalDetectionLayer(Layer):
         self.nms = float(p.nms)
         self.score_type = int(p.score_type)
         self.biases = [float(b) for b in p.biases]
+        for name in ("side", "num_class", "num_object"):
+            if getattr(self, name) < 1:
+                raise self.error("eval_detection_param %s must be at least 1, got %d"
+                                 % (name, getattr(self, name)))
         if len(self.biases) < 2 * self.num_object:
             raise self.error("eval_detection_param needs %d biases (a width and a height per "
                              "anchor, num_object %d), got %d"
