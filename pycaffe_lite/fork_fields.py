@@ -100,6 +100,28 @@ TRANSFORM_CLAIMS = (
 # NVCaffe's transformation fields that keep the fork's number: their presence marks a message
 _NVCAFFE_TRANSFORM_OWN = frozenset(range(15, 24))
 
+# Parameter messages with claims of their own: message name -> claims (checked in the layer's
+# fields of that type)
+MESSAGE_CLAIMS = {"TransformationParameter": TRANSFORM_CLAIMS}
+
+
+def _add_layer_tables():
+    """The layer field tables of the segmentation, YOLO, R-FCN and CTPN forks, where this
+    package has them (:mod:`pycaffe_lite.fork_layer_fields`), join the claims above."""
+    global LAYER_CLAIMS
+    try:
+        from . import fork_layer_fields as tables
+    except ImportError:
+        return
+    LAYER_CLAIMS += tuple(Claim(f.fork, f.number, f.wire_type, f.field, frozenset(f.types))
+                          for f in tables.LAYER_FIELDS)
+    for message, number, wire, field in getattr(tables, "MESSAGE_FIELDS", ()):
+        MESSAGE_CLAIMS[message] = MESSAGE_CLAIMS.get(message, ()) + (
+            Claim("pycaffe-lite (earlier numbering)", number, wire, field),)
+
+
+_add_layer_tables()
+
 # Numbers that forks define and this schema does not read (message -> number -> forks), for
 # the message about an unknown field. The claims above are added below.
 FORK_NUMBERS = {
@@ -304,18 +326,22 @@ def restore(net_param):
         forks = set()
         if layer.type in _TYPED or len(UnknownFieldSet(layer)):
             forks |= _remap(layer, LAYER_CLAIMS, layer.type)
-        if layer.HasField("transform_param") and _transform_suspect(layer.transform_param):
-            forks |= _remap(layer.transform_param, TRANSFORM_CLAIMS)
+        for field, value in layer.ListFields():
+            claims = MESSAGE_CLAIMS.get(getattr(field.message_type, "name", None))
+            if claims and not field.is_repeated and _suspect(value):
+                forks |= _remap(value, claims)
         if forks:
             changed += 1
     return changed
 
 
-def _transform_suspect(param):
+def _suspect(param):
+    """Whether a parameter message may hold fork fields under other numbers."""
     if len(UnknownFieldSet(param)):
         return True
-    return any(param.HasField(f.name) for f in param.DESCRIPTOR.fields
-               if f.number in _NVCAFFE_TRANSFORM_OWN)
+    return param.DESCRIPTOR.name == "TransformationParameter" and any(
+        param.HasField(f.name) for f in param.DESCRIPTOR.fields
+        if f.number in _NVCAFFE_TRANSFORM_OWN)
 
 
 # ---- what is left unknown ------------------------------------------------------------------
