@@ -102,7 +102,17 @@ _NVCAFFE_TRANSFORM_OWN = frozenset(range(15, 24))
 
 # Parameter messages with claims of their own: message name -> claims (checked in the layer's
 # fields of that type)
-MESSAGE_CLAIMS = {"TransformationParameter": TRANSFORM_CLAIMS}
+# BatchNormParameter: Intel Caffe's fields whose numbers are NVCaffe's here
+BATCH_NORM_CLAIMS = (
+    Claim("Intel Caffe", 4, VARINT, "engine"),
+    Claim("Intel Caffe", 5, VARINT, "use_weight_bias"),
+    Claim("Intel Caffe", 6, VARINT, "bias_term"),
+    Claim("Intel Caffe", 7, LEN, "filler"),
+    Claim("Intel Caffe", 8, LEN, "bias_filler"),
+)
+
+MESSAGE_CLAIMS = {"TransformationParameter": TRANSFORM_CLAIMS,
+                  "BatchNormParameter": BATCH_NORM_CLAIMS}
 
 
 def _add_layer_tables():
@@ -130,16 +140,12 @@ FORK_NUMBERS = {
                        155: ("Intel Caffe (spatial_dropout_param)",),
                        158: ("Intel Caffe (quantization_param)",),
                        209: ("Intel Caffe (region_loss_param)",)},
-    "BatchNormParameter": {4: ("Intel Caffe (engine)",), 5: ("Intel Caffe (use_weight_bias)",),
-                           6: ("Intel Caffe (bias_term)",), 7: ("Intel Caffe (filler)",),
-                           8: ("Intel Caffe (bias_filler)",)},
     "PoolingParameter": {40: ("NVCaffe (torch_pooling)",)},
     "DropoutParameter": {3: ("NVCaffe (random_seed)",)},
     "ConvolutionParameter": {19: ("NVCaffe (cudnn_convolution_algo_seeker)",),
                              20: ("NVCaffe (conv_algos_override)",)},
 }
-for _message, _claims in (("LayerParameter", LAYER_CLAIMS),
-                          ("TransformationParameter", TRANSFORM_CLAIMS)):
+for _message, _claims in [("LayerParameter", LAYER_CLAIMS)] + list(MESSAGE_CLAIMS.items()):
     for _c in _claims:
         _known = FORK_NUMBERS.setdefault(_message, {}).setdefault(_c.number, ())
         FORK_NUMBERS[_message][_c.number] = _known + ("%s (%s)" % (_c.fork, _c.field),)
@@ -154,18 +160,13 @@ FORK_FIELD_NAMES = {
     ("LayerParameter", "trt_param"): "NVCaffe",
     ("LayerParameter", "detectnet_groundtruth_param"): "NVCaffe",
     ("LayerParameter", "detectnet_augmentation_param"): "NVCaffe",
-    ("BatchNormParameter", "use_weight_bias"): "Intel Caffe",
-    ("BatchNormParameter", "bias_term"): "Intel Caffe",
-    ("BatchNormParameter", "filler"): "Intel Caffe",
-    ("BatchNormParameter", "stats_batch_size"): "Intel Caffe",
-    ("BatchNormParameter", "relu"): "Intel Caffe",
     ("PoolingParameter", "avg_include_pad"): "Intel Caffe",
     ("PoolingParameter", "torch_pooling"): "NVCaffe",
     ("DropoutParameter", "random_seed"): "NVCaffe",
     ("ConvolutionParameter", "cudnn_convolution_algo_seeker"): "NVCaffe",
     ("ConvolutionParameter", "conv_algos_override"): "NVCaffe",
     ("NetParameter", "compile_net_state"): "Intel Caffe",
-    ("NetParameter", "engine"): "Intel Caffe",
+    ("NetParameter", "multinode"): "Intel Caffe",
 }
 
 

@@ -62,18 +62,25 @@ def _rows(path):
 
 # ---- schema: the fields that moved ----------------------------------------------------------
 def test_moved_fields_take_our_numbers_only_where_a_number_is_taken():
-    """Each fork field listed as moved has this schema's number, and its fork number is one
-    that BVLC (or the SSD fork, already here) uses in that message, or LayerParameter 149
-    that several forks claim."""
-    taken = {(r[1], int(r[3])) for r in _rows(BVLC_TSV) + _rows(SSD_TSV) if r[0] == "field"}
+    """Each fork field listed as moved has this schema's number; its fork number is one that
+    BVLC, the SSD fork or another fork kept here uses in that message (or LayerParameter 149,
+    claimed by several forks); it moves to a number from 1000 up, or to the field of the same
+    name that another fork numbers (Intel's and NVCaffe's BatchNorm engine and bias_filler)."""
+    kept = [r for r in _rows(os.path.join(FIXTURES, "nvcaffe_intel_fork_proto_fields.tsv"))
+            if r[0] == "field"]
+    taken = {(r[1], int(r[3])) for r in _rows(BVLC_TSV) + _rows(SSD_TSV) + kept
+             if r[0] == "field"}
+    shared = {(r[1], r[2], int(r[3])) for r in kept}
     moved = _rows(os.path.join(FIXTURES, "nvcaffe_intel_moved_fields.tsv"))
-    assert len(moved) >= 15
+    assert len(moved) >= 20
     for message, name, fork, fork_number, ours in moved:
         field = caffe_pb2.DESCRIPTOR.message_types_by_name[message].fields_by_name[name]
         assert field.number == int(ours), (message, name)
+        if (message, name, int(ours)) in shared:
+            continue  # the same field, as the other fork numbers it
         assert (message, int(fork_number)) in taken or (message, fork_number) == \
             ("LayerParameter", "149"), (message, name, fork)
-        assert int(ours) >= 1000 or int(ours) == 8266712  # the Fast R-CNN fork's own number
+        assert int(ours) >= 1000 or int(ours) == 8266712, (message, name)  # Fast R-CNN's
 
 
 # ---- NVCaffe binaries -----------------------------------------------------------------------
@@ -179,6 +186,26 @@ def test_intel_binary_engine_strings_and_fork_layer_options(tmp_path):
     assert net.blobs["pool"].data.shape == (1, 2, 2, 2)
 
 
+def test_intel_batch_norm_binary_fields_map_past_nvcaffes(tmp_path):
+    """Intel's BatchNorm numbers 4-8 are NVCaffe's 5-7 and engine 15 here: by wire type."""
+    filler = ld(1, b"constant") + f32(2, 2.0)
+    bn = vint(4, 4) + vint(5, 1) + vint(6, 0) + ld(7, filler) + ld(8, ld(1, b"constant")) + \
+        vint(10, 1) + f32(3, 1e-3)
+    data = net_bytes(
+        layer_bytes("data", "Input", tops=["data"],
+                    extra=ld(143, ld(1, ld(1, varint(1) + varint(2) + varint(3) + varint(3))))),
+        layer_bytes("bn", "BatchNorm", ["data"], ["bn"], ld(139, bn)))
+    param = read(tmp_path, data)[0]
+    p = param.layer[1].batch_norm_param
+    assert p.engine == caffe_pb2.BatchNormParameter.MKLDNN
+    assert p.use_weight_bias and p.HasField("use_weight_bias") and not p.bias_term
+    assert p.filler.value == 2.0 and p.bias_filler.type == "constant" and p.relu
+    assert not p.HasField("scale_filler") and not p.scale_bias
+    net = caffe.Net(param, caffe.TEST)
+    assert [b.data.shape for b in net.params["bn"]] == [(2,), (2,), (1,), (2,)]
+    np.testing.assert_array_equal(net.params["bn"][3].data, [2.0, 2.0])
+
+
 # ---- the other forks' 149 -------------------------------------------------------------------
 def test_149_goes_to_the_message_of_the_layers_type(tmp_path):
     """darknet2caffe's upsample_param, MobileNet-YOLO's reorg_param and R-FCN's
@@ -209,27 +236,30 @@ def test_149_goes_to_the_message_of_the_layers_type(tmp_path):
 
 # ---- unknown fields -------------------------------------------------------------------------
 def test_unknown_binary_field_is_reported_with_its_fork(tmp_path, caplog):
-    data = net_bytes(layer_bytes("bn1", "BatchNorm", extra=ld(139, vint(5, 0) + vint(10, 1))),
+    data = net_bytes(layer_bytes("bn1", "BatchNorm", extra=ld(139, vint(1, 1) + vint(12, 3))),
+                     layer_bytes("drop", "Dropout", extra=ld(155, f32(1, 0.5))),
                      layer_bytes("odd", "ReLU", extra=vint(777, 5)))
     with caplog.at_level(logging.WARNING):
         param, path = read(tmp_path, data)
     text = caplog.text
-    assert "layer[0] (layer 'bn1').batch_norm_param: field 5 of BatchNormParameter" in text
-    assert "Intel Caffe (use_weight_bias)" in text
+    assert "layer[0] (layer 'bn1').batch_norm_param: field 12 of BatchNormParameter" in text
+    assert "layer[1] (layer 'drop'): field 155 of LayerParameter" in text
+    assert "Intel Caffe (spatial_dropout_param)" in text
     assert "field 777 of LayerParameter" in text and str(path) in text
     # the read itself goes on: the rest of the layer is there
-    assert param.layer[1].name == "odd"
+    assert param.layer[2].name == "odd" and param.layer[0].batch_norm_param.use_global_stats
 
 
 def test_unknown_text_field_names_line_and_fork(tmp_path):
     path = tmp_path / "intel.prototxt"
     path.write_text('name: "n"\nlayer {\n  name: "bn"\n  type: "BatchNorm"\n'
-                    '  batch_norm_param { use_weight_bias: false }\n}\n')
+                    '  batch_norm_param { eps: 0.001 }\n}\nlayer {\n  name: "p"\n'
+                    '  type: "Pooling"\n  pooling_param { avg_include_pad: false }\n}\n')
     with pytest.raises(ProtoError) as err:
         protoio.read_net_param(str(path))
     text = str(err.value)
-    assert "use_weight_bias" in text and "BatchNormParameter" in text
-    assert "Intel Caffe" in text and ":5" in text
+    assert "avg_include_pad" in text and "PoolingParameter" in text
+    assert "Intel Caffe" in text and ":10:" in text
 
 
 # ---- the forks' prototxt files --------------------------------------------------------------

@@ -83,3 +83,54 @@ def test_three_blobs_for_a_scale_bias_layer_is_an_error():
                        'blobs { shape { dim: 1 } data: 1 }')
     with pytest.raises(LayerError, match="expected 5 parameter blobs"):
         layer.SetUp(random_blobs([(2, 2, 3)]), empty_blobs(1))
+
+
+# ---- Intel Caffe's MKL batch norm ------------------------------------------------------------
+def test_intel_caffe_engine_keeps_bvlcs_three_blobs():
+    """Intel's optimized ResNet files: ``filler { value: 1 }`` with the default (CAFFE)
+    engine, followed by a Scale layer: three blobs, BVLC's layer."""
+    layer = make_layer('type: "BatchNorm" batch_norm_param { moving_average_fraction: 0.9 '
+                       'filler { value: 1 } }')
+    layer.SetUp(random_blobs([(2, 3, 2, 2)]), empty_blobs(1))
+    assert len(layer.blobs) == 3
+
+
+@pytest.mark.parametrize("extra,count", [('engine: "MKLDNN" batch_norm_param { }', 5),
+                                         ('batch_norm_param { engine: MKL2017 '
+                                          'bias_term: false }', 4),
+                                         ('engine: "MKL2017" batch_norm_param { '
+                                          'use_weight_bias: false }', 3)])
+def test_intel_mkl_layer_blobs(extra, count):
+    layer = make_layer('type: "BatchNorm" ' + extra)
+    layer.SetUp(random_blobs([(2, 3, 2, 2)]), empty_blobs(1))
+    assert len(layer.blobs) == count
+    if count > 3:
+        np.testing.assert_array_equal(layer.blobs[3].data, 1)  # filler default: 1
+        np.testing.assert_array_equal(layer.blobs[2].data, 0)  # BVLC's scale factor
+    assert [p.lr_mult for p in layer.layer_param.param][:3] == [0, 0, 0]
+
+
+def test_intel_global_forward_with_relu_by_hand():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 2, 3))
+    layer = make_layer('type: "BatchNorm" engine: "MKLDNN" batch_norm_param { relu: true '
+                       'use_global_stats: true eps: 0.001 }', np.float64)
+    bottom, top = random_blobs([x], dtype=np.float64), empty_blobs(1, np.float64)
+    layer.SetUp(bottom, top)
+    sums, sq, factor = np.array([1.0, -2.0]), np.array([4.0, 0.5]), 2.0
+    scale, bias = np.array([1.5, -0.5]), np.array([0.2, 0.1])
+    for blob, value in zip(layer.blobs, (sums, sq, [factor], scale, bias)):
+        blob.data[...] = value
+    layer.Forward(bottom, top)
+    expected = np.empty_like(x)
+    for n, c, k in np.ndindex(*x.shape):
+        v = (x[n, c, k] - sums[c] / factor) / np.sqrt(sq[c] / factor + float(np.float32(1e-3)))
+        expected[n, c, k] = max(0.0, v * scale[c] + bias[c])
+    np.testing.assert_allclose(top[0].data, expected, rtol=1e-12)
+
+
+def test_intel_training_gradients_with_relu():
+    check_layer('type: "BatchNorm" engine: "MKL2017" batch_norm_param { relu: true '
+                'filler { type: "constant" value: 1.3 } bias_filler { type: "constant" '
+                'value: 0.4 } }', [(3, 2, 4)], reshape_batch=False, kink=0.0,
+                kink_range=1e-3)

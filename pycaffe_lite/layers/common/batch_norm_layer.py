@@ -31,6 +31,11 @@ class BatchNormLayer(Layer):
     two batches, then ``m = f * m + (1 - f) * batch``; blob 2 stays 1 (so the global formula
     above reads them unchanged); eps is at least 1e-5. Scale and bias get ``lr_mult: 1``,
     ``decay_mult: 1`` as NVCaffe sets them.
+
+    Intel Caffe's MKL layers (``engine: MKL2017 | MKLDNN`` here or in the layer's engine
+    string) with ``use_weight_bias`` (true) hold a scale (``filler``, default 1) and, with
+    ``bias_term`` (true), a bias (``bias_filler``, default 0) after Caffe's three statistics
+    blobs, learned with the layer's own ``param`` settings; ``relu`` applies a ReLU after.
     """
 
     exact_num_bottom_blobs = 1
@@ -47,16 +52,19 @@ class BatchNormLayer(Layer):
             raise self.error("needs a bottom with at least one axis, got shape %s" % (x.shape,))
         self.channels = 1 if x.num_axes == 1 else x.shape[1]
         self.eps = p.eps
-        self.scale_bias = p.scale_bias or p.HasField("scale_filler") or \
-            p.HasField("bias_filler")
+        self.scale_bias, self.affine_blobs, self.relu = self._affine_mode(p)
         self.iter = 0
-        count = 5 if self.scale_bias else 3
+        count = 3 + self.affine_blobs
         if self.scale_bias:
             self.eps = max(self.eps, 1e-5)
+        if self.affine_blobs and not self.use_global_stats and p.stats_batch_size and \
+                p.stats_batch_size != x.shape[0]:
+            raise self.error("stats_batch_size %d (statistics over sub-batches) is not "
+                             "supported; the batch has %d" % (p.stats_batch_size, x.shape[0]))
         if len(self.blobs) > 0:
             expected = [(self.channels,), (self.channels,), (1,)] + [(self.channels,)] * 2
             if len(self.blobs) != count:
-                what = "mean, variance, scale factor" + (", scale, bias" if count == 5 else "")
+                what = ", ".join(["mean", "variance", "scale factor", "scale", "bias"][:count])
                 raise self.error("expected %d parameter blobs (%s), got %d"
                                  % (count, what, len(self.blobs)))
             for i, (blob, shape) in enumerate(zip(self.blobs, expected)):
@@ -65,18 +73,18 @@ class BatchNormLayer(Layer):
                                      % (i, blob.shape, shape))
                 if blob.shape != shape:
                     blob.reshape(shape)
-        elif self.scale_bias:
-            for shape, value in (((self.channels,), 0), ((self.channels,), 0), ((1,), 1)):
+        else:
+            # NVCaffe's variance correction starts at 1 (and stays there)
+            for shape, value in (((self.channels,), 0), ((self.channels,), 0),
+                                 ((1,), 1 if self.scale_bias else 0)):
                 self.blobs.add_blob(*shape).data[...] = value
-            for name, default in (("scale_filler", 1.0), ("bias_filler", 0.0)):
+            scale_filler = "scale_filler" if self.scale_bias else "filler"
+            for name, default in ((scale_filler, 1.0), ("bias_filler", 0.0))[:self.affine_blobs]:
                 blob = self.blobs.add_blob(self.channels)
                 if p.HasField(name):
                     fill(blob, getattr(p, name))
                 else:
                     blob.data[...] = default
-        else:
-            for shape in ((self.channels,), (self.channels,), (1,)):
-                self.blobs.add_blob(*shape).data[...] = 0
         # The statistics are not parameters to learn: give each blob lr_mult 0 (adding the
         # ParamSpec where the prototxt has none) and never compute their gradients.
         for i in range(3):
@@ -87,11 +95,29 @@ class BatchNormLayer(Layer):
                                  "parameters: param %d has lr_mult %g, expected 0"
                                  % (i, self.layer_param.param[i].lr_mult))
             self.set_param_propagate_down(i, False)
-        for i in range(3, len(self.blobs)):  # NVCaffe's scale and bias: learned
+        for i in range(3, len(self.blobs) if self.scale_bias else 3):  # NVCaffe's: learned
             while len(self.layer_param.param) <= i:
                 self.layer_param.param.add()
             self.layer_param.param[i].lr_mult = 1.0
             self.layer_param.param[i].decay_mult = 1.0
+
+    def _affine_mode(self, p):
+        """(NVCaffe's scale_bias, how many scale/bias blobs, Intel's relu). Intel Caffe's MKL
+        layers (an MKL engine here or in the layer's engine string) with use_weight_bias hold
+        a scale and, with bias_term, a bias; NVCaffe's scale_bias (or either of its fillers)
+        both."""
+        engine = self.layer_param.engine.split(":", 1)[0].strip().upper()
+        PB = caffe_pb2.BatchNormParameter
+        if p.engine in (PB.MKL2017, PB.MKLDNN) or engine.startswith("MKL"):
+            if not p.use_weight_bias:
+                return False, 0, p.relu
+            return False, 2 if p.bias_term else 1, p.relu
+        intel = any(p.HasField(f) for f in ("use_weight_bias", "bias_term", "filler",
+                                            "stats_batch_size", "relu"))
+        if p.scale_bias or p.HasField("scale_filler") or (p.HasField("bias_filler") and
+                                                          not intel):
+            return True, 2, False
+        return False, 0, p.relu
 
     def reshape(self, bottom, top):
         x = bottom[0]
@@ -139,9 +165,13 @@ class BatchNormLayer(Layer):
         # Kept for backward: a later in-place layer may overwrite the top.
         self.x_norm = x_norm
         self.std = std
-        if self.scale_bias:
-            x_norm = x_norm * self.blobs[3].read_data()[:, None] + \
-                self.blobs[4].read_data()[:, None]
+        if self.affine_blobs:
+            x_norm = x_norm * self.blobs[3].read_data()[:, None]
+        if self.affine_blobs > 1:
+            x_norm = x_norm + self.blobs[4].read_data()[:, None]
+        if self.relu:
+            self.positive = x_norm > 0
+            x_norm = x_norm.clip(min=0)
         self._view(top[0].write_data())[...] = x_norm
 
     def _nvcaffe_update(self, mean, var):
@@ -158,10 +188,12 @@ class BatchNormLayer(Layer):
 
     def backward(self, top, propagate_down, bottom):
         dy = self._view(top[0].read_diff())
-        if self.scale_bias:
+        if self.relu:
+            dy = dy * self.positive
+        if self.affine_blobs:
             if self.param_propagate_down[3]:
                 self.blobs[3].write_diff()[...] += (dy * self.x_norm).sum(axis=(0, 2))
-            if self.param_propagate_down[4]:
+            if self.affine_blobs > 1 and self.param_propagate_down[4]:
                 self.blobs[4].write_diff()[...] += dy.sum(axis=(0, 2))
             dy = dy * self.blobs[3].read_data()[:, None]
         if not propagate_down[0]:
