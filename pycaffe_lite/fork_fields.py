@@ -305,7 +305,7 @@ def _claim_for(descriptor, claims, number, wire, value, layer_type):
         target = descriptor.fields_by_name.get(claim.field)
         if target is None or target.number == number:
             continue  # this schema has no such field (yet), or reads it at the fork's number
-        if claim.field == "engine" and not _engine(value):
+        if claim.field == "engine" and wire == LEN and not _engine(value):
             continue
         if claim.layer_types is not None:
             if layer_type in claim.layer_types:
