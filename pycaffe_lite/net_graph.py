@@ -126,11 +126,14 @@ _NET_TYPE_FIELDS = tuple("default_" + f for f in _TYPE_FIELDS)
 
 
 def apply_fork_options(param):
-    """Intel Caffe's ``engine: "CAFFE"`` or ``"CUDNN"`` (optionally ``":devices"``) becomes
+    """Intel Caffe's ``engine: "CAFFE"`` or ``"CUDNN"`` (optionally ``":devices"``; a layer
+    without one takes the net's) becomes
     the engine of the layer's own parameters where those leave it unset; the MKL engines run
     as DEFAULT. NVCaffe's FLOAT16 (and other) storage and math types run in the net's own
     type: a note says so once per net. ``param`` is changed in place."""
     for layer in param.layer:
+        if not layer.engine and param.engine:  # Intel's net-wide engine
+            layer.engine = param.engine
         if not layer.engine:
             continue
         name = layer.engine.split(":", 1)[0].strip().upper()
