@@ -243,7 +243,8 @@ class Blob:
         return "Blob(shape=%s, dtype=%s)" % (self._shape, self.dtype.name)
 
 
-def _varint(n):
+def encode_varint(n):
+    """The protobuf varint bytes of a non-negative integer."""
     out = bytearray()
     while True:
         byte = n & 0x7F
@@ -259,7 +260,7 @@ def _packed(field_number, values, dtype):
     """The wire bytes of a packed repeated float/double field: far faster than extending the
     repeated field element by element for large blobs."""
     payload = np.ascontiguousarray(values, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
-    return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
+    return encode_varint(field_number << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 # NVCaffe's Type enum -> the little-endian NumPy type of its raw_data / raw_diff bytes

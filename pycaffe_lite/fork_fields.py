@@ -19,12 +19,15 @@ What is still unknown after :func:`restore` is listed by :func:`unknown_fields`,
 that defines the number where one is known.
 """
 
+import importlib
+import importlib.util
 import logging
 from typing import NamedTuple
 
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from .proto import caffe_pb2
+from .blob import encode_varint
+
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +120,12 @@ MESSAGE_CLAIMS = {"TransformationParameter": TRANSFORM_CLAIMS,
 
 def _add_layer_tables():
     """The layer field tables of the segmentation, YOLO, R-FCN and CTPN forks, where this
-    package has them (:mod:`pycaffe_lite.fork_layer_fields`), join the claims above."""
+    package has them (module ``fork_layer_fields``), join the claims above."""
     global LAYER_CLAIMS
-    try:
-        from . import fork_layer_fields as tables
-    except ImportError:
+    name = __name__.rpartition(".")[0] + ".fork_layer_fields"
+    if importlib.util.find_spec(name) is None:
         return
+    tables = importlib.import_module(name)
     LAYER_CLAIMS += tuple(Claim(f.fork, f.number, f.wire_type, f.field, frozenset(f.types))
                           for f in tables.LAYER_FIELDS)
     for message, number, wire, field in getattr(tables, "MESSAGE_FIELDS", ()):
@@ -188,16 +191,6 @@ def _varint(data, pos):
         if not byte & 0x80:
             return result, pos
         shift += 7
-
-
-def encode_varint(n):
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def fields(data):

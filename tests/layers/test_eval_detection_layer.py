@@ -32,6 +32,15 @@ def head(side, classes, anchors, boxes):
     return x[None]
 
 
+def run(text, x, gt):
+    layer = make_layer(text, np.float64)
+    bottom = random_blobs([x, gt], dtype=np.float64)
+    top = empty_blobs(1, np.float64)
+    layer.SetUp(bottom, top)
+    layer.Forward(bottom, top)
+    return top[0].data
+
+
 def test_scores_and_matches_by_hand():
     side, classes = 4, 3
     # anchor 0 is 1 x 1 cells, anchor 1 is 2 x 2 cells
@@ -43,13 +52,8 @@ def test_scores_and_matches_by_hand():
     # ground truth (image 0): class 2 (label 3) exactly the first box, and a class 1 box
     gt = np.array([[0, 3, 0, 0.25, 0.25, 0.5, 0.5, 0],
                    [0, 2, 0, 0.0, 0.0, 0.1, 0.1, 0]], float).reshape(1, 1, 2, 8)
-    layer = make_layer('type: "EvalDetection" eval_detection_param { side: 4 num_class: 3 '
-                       'num_object: 2 threshold: 0.5 nms: 0.45 %s }' % BIASES, np.float64)
-    bottom = random_blobs([x, gt], dtype=np.float64)
-    top = empty_blobs(1, np.float64)
-    layer.SetUp(bottom, top)
-    layer.Forward(bottom, top)
-    out = top[0].data[0]
+    out = run('type: "EvalDetection" eval_detection_param { side: 4 num_class: 3 '
+              'num_object: 2 threshold: 0.5 nms: 0.45 %s }' % BIASES, x, gt)[0]
     assert out.shape == (3 + 4 * 4 * 2 * 4,)
     np.testing.assert_array_equal(out[:3], [0, 1, 1])  # ground truth per class
     p_cls = math.exp(5) / (math.exp(5) + 2)  # softmax of (5, 0, 0)
@@ -63,14 +67,10 @@ def test_scores_and_matches_by_hand():
 def test_negative_nms_keeps_nothing_as_the_fork():
     x = head(2, 2, 2, [(0, 0, 0, 0.5, 0.5, 1.0, 1.0, 0.9, 1)])
     gt = np.array([[0, 2, 0, 0.0, 0.0, 0.5, 0.5, 0]], float).reshape(1, 1, 1, 8)
-    layer = make_layer('type: "EvalDetection" eval_detection_param { side: 2 num_class: 2 '
-                       'num_object: 2 %s }' % BIASES, np.float64)
-    bottom = random_blobs([x, gt], dtype=np.float64)
-    top = empty_blobs(1, np.float64)
-    layer.SetUp(bottom, top)
-    layer.Forward(bottom, top)
-    np.testing.assert_array_equal(top[0].data[0, :2], [0, 1])
-    assert not top[0].data[0, 2:].any()
+    out = run('type: "EvalDetection" eval_detection_param { side: 2 num_class: 2 '
+              'num_object: 2 %s }' % BIASES, x, gt)
+    np.testing.assert_array_equal(out[0, :2], [0, 1])
+    assert not out[0, 2:].any()
 
 
 def test_too_few_biases_is_an_error():
