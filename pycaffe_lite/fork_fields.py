@@ -141,7 +141,6 @@ FORK_NUMBERS = {
     "LayerParameter": {150: ("Intel Caffe (multinode)",), 152: ("NVCaffe (trt_param)",
                                                                   "Intel Caffe"),
                        155: ("Intel Caffe (spatial_dropout_param)",),
-                       158: ("Intel Caffe (quantization_param)",),
                        209: ("Intel Caffe (region_loss_param)",)},
     "PoolingParameter": {40: ("NVCaffe (torch_pooling)",)},
     "DropoutParameter": {3: ("NVCaffe (random_seed)",)},
@@ -156,7 +155,6 @@ for _message, _claims in [("LayerParameter", LAYER_CLAIMS)] + list(MESSAGE_CLAIM
 # Text files name their fields: a name this schema lacks, with the fork that defines it.
 FORK_FIELD_NAMES = {
     ("LayerParameter", "multinode"): "Intel Caffe",
-    ("LayerParameter", "quantization_param"): "Intel Caffe",
     ("LayerParameter", "spatial_dropout_param"): "Intel Caffe",
     ("LayerParameter", "region_loss_param"): "Intel Caffe",
     ("LayerParameter", "box_annotator_ohem_param"): "Intel Caffe",
@@ -168,8 +166,13 @@ FORK_FIELD_NAMES = {
     ("DropoutParameter", "random_seed"): "NVCaffe",
     ("ConvolutionParameter", "cudnn_convolution_algo_seeker"): "NVCaffe",
     ("ConvolutionParameter", "conv_algos_override"): "NVCaffe",
-    ("NetParameter", "compile_net_state"): "Intel Caffe",
     ("NetParameter", "multinode"): "Intel Caffe",
+    ("NetParameter", "compile_net_state"): "Intel Caffe",
+    ("TransformationParameter", "random_resize_param"): "Intel Caffe",
+    ("TransformationParameter", "random_aspect_ratio_param"): "Intel Caffe",
+    ("TransformationParameter", "flow"): "Intel Caffe",
+    ("TransformationParameter", "bgr2rgb"): "Intel Caffe",
+    ("TransformationParameter", "pad"): "Intel Caffe",
 }
 
 

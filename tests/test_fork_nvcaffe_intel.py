@@ -4,6 +4,7 @@ and run; where OpenCV dnn reads the same file, the outputs agree."""
 
 import logging
 import os
+import re
 import struct
 
 import numpy as np
@@ -356,11 +357,14 @@ def test_ceil_mode_is_round_mode(ceil_mode, round_mode, size):
     assert net.blobs["p"].data.shape == (1, 1, size, size)
 
 
-def test_intel_engines_build_and_match_opencv_without_them(tmp_path):
-    """Intel's engine strings and MKL engines read and run; OpenCV, which knows neither,
-    runs the same file with those fields removed, and agrees."""
+def test_intel_engines_build_and_match_opencv_without_them(tmp_path, caplog):
+    """Intel's engine strings, MKL engines and int8 calibration read and run (in float, as
+    a note says); OpenCV, which knows none of them, runs the same file with those fields
+    removed, and agrees."""
     proto = os.path.join(FIXTURES, "intel_engines_deploy.prototxt")
-    net = caffe.Net(proto, caffe.TEST)
+    with caplog.at_level(logging.INFO):
+        net = caffe.Net(proto, caffe.TEST)
+    assert "int8 calibration (quantization_param, 1 layers)" in caplog.text
     layers = dict(zip(net._layer_names, net.layers))
     assert layers["pool1"].engine == caffe_pb2.PoolingParameter.CAFFE
     rng = np.random.default_rng(3)
@@ -372,7 +376,7 @@ def test_intel_engines_build_and_match_opencv_without_them(tmp_path):
     for cut in (' engine: "MKLDNN:CPU"', ' engine: "MKLDNN"', ' engine: "MKL2017"',
                 ' engine: "CAFFE"', " engine: MKL2017", " engine: MKLDNN"):
         text = text.replace(cut, "")
-    plain.write_text(text)
+    plain.write_text(re.sub(r"quantization_param \{[^}]*\}", "", text))
     x = rng.standard_normal((1, 3, 10, 10)).astype(np.float32)
     ours = net.forward(data=x)["fc"]
     ocv = _opencv_net(plain, weights)
