@@ -48,7 +48,7 @@ class Claim(NamedTuple):
     only, whatever this schema reads at that number; without, it holds for any layer, but only
     for bytes this schema does not read itself (another wire type, or an unknown number).
     ``marked``: the bytes look the same as a field this schema reads there, so the claim
-    holds only in a message that shows another of the same fork's claims."""
+    holds only in a message that shows another field of the same fork."""
 
     fork: str
     number: int
@@ -99,6 +99,8 @@ TRANSFORM_CLAIMS = (
     Claim("NVCaffe", 212, VARINT, "crop_w"),
     Claim("NVCaffe", 213, LEN, "distort_param"),
     Claim("NVCaffe", 214, LEN, "expand_param"),
+    Claim("Intel Caffe", 15, LEN, "random_resize_param"),
+    Claim("Intel Caffe", 16, LEN, "random_aspect_ratio_param"),
 )
 # NVCaffe's transformation fields that keep the fork's number: their presence marks a message
 _NVCAFFE_TRANSFORM_OWN = frozenset(range(15, 24))
@@ -168,8 +170,6 @@ FORK_FIELD_NAMES = {
     ("ConvolutionParameter", "conv_algos_override"): "NVCaffe",
     ("NetParameter", "multinode"): "Intel Caffe",
     ("NetParameter", "compile_net_state"): "Intel Caffe",
-    ("TransformationParameter", "random_resize_param"): "Intel Caffe",
-    ("TransformationParameter", "random_aspect_ratio_param"): "Intel Caffe",
     ("TransformationParameter", "flow"): "Intel Caffe",
     ("TransformationParameter", "bgr2rgb"): "Intel Caffe",
     ("TransformationParameter", "pad"): "Intel Caffe",
@@ -256,7 +256,6 @@ def _remap(message, claims, layer_type=None):
         parsed = list(fields(message.SerializePartialToString()))
     except ValueError:  # a group among the unknown fields: no Caffe fork writes one
         return set()
-    present = {number for number, *_ in parsed}
     moved, out, forks, pending = [], [], set(), []
     for number, wire, raw, value in parsed:
         claim = _claim_for(descriptor, claims, number, wire, value, layer_type)
@@ -267,9 +266,11 @@ def _remap(message, claims, layer_type=None):
         else:
             moved.append((claim, wire, raw))
             forks.add(claim.fork)
-    marked = forks or bool(present & _NVCAFFE_TRANSFORM_OWN and claims is TRANSFORM_CLAIMS)
+    kept = {n for n, _, _ in out}
+    if claims is TRANSFORM_CLAIMS and kept & _NVCAFFE_TRANSFORM_OWN:
+        forks.add("NVCaffe")  # its fields that keep their numbers mark the message too
     for claim, number, wire, raw in pending:
-        if marked:
+        if claim.fork in forks:
             moved.append((claim, wire, raw))
             forks.add(claim.fork)
         else:

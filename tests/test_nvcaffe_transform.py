@@ -71,3 +71,48 @@ def test_training_draws_stay_in_range():
 def test_needs_a_crop_size():
     with pytest.raises(DataError, match="needs crop_size"):
         DataTransformer(param(img_rand_resize_lower=8, img_rand_resize_upper=9))
+
+
+# ---- Intel Caffe's random_resize_param and random_aspect_ratio_param ----------------------
+def intel_param(text):
+    from google.protobuf import text_format
+    return text_format.Parse(text, caffe_pb2.TransformationParameter())
+
+
+def test_intel_random_resize_shorter_side_then_centre_crop():
+    """Intel's accuracy files: min_size = max_size = 8 with CUBIC: 10 x 16 -> 8 x int(12.8)
+    = 8 x 12, then the centre 6 x 6."""
+    p = intel_param("crop_size: 6 random_resize_param { min_size: 8 max_size: 8 "
+                    "resize_param { interp_mode: CUBIC } }")
+    img = image()
+    out = np.empty((1, 3, 6, 6), np.float32)
+    DataTransformer(p, caffe_pb2.TEST).transform([img], out, np.random.default_rng(0))
+    resized = cv2.resize(img.transpose(1, 2, 0), (12, 8), interpolation=cv2.INTER_CUBIC)
+    np.testing.assert_array_equal(out[0], resized[1:7, 3:9].transpose(2, 0, 1))
+
+
+def test_intel_aspect_ratio_window_of_the_whole_square_image():
+    """Area ratio 1 and aspect change 1 on a 12 x 12 image: the window is the whole image,
+    resized to crop_size."""
+    p = intel_param("crop_size: 5 random_aspect_ratio_param { min_area_ratio: 1 "
+                    "max_area_ratio: 1 aspect_ratio_change: 1 resize_param { interp_mode: AREA } }")
+    img = image(12, 12)
+    out = np.empty((1, 3, 5, 5), np.float32)
+    DataTransformer(p, caffe_pb2.TRAIN).transform([img], out, np.random.default_rng(0))
+    resized = cv2.resize(img.transpose(1, 2, 0), (5, 5), interpolation=cv2.INTER_AREA)
+    np.testing.assert_array_equal(out[0], resized.transpose(2, 0, 1))
+
+
+def test_intel_binary_transform_fields_map_past_nvcaffes():
+    from pycaffe_lite import fork_fields
+    from pycaffe_lite.fork_fields import encode_varint as v
+
+    def ld(n, payload):
+        return v(n << 3 | 2) + v(len(payload)) + payload
+    transform = v(3 << 3) + v(6) + ld(15, v(1 << 3) + v(8) + v(2 << 3) + v(9))
+    layer = ld(1, b"data") + ld(2, b"Data") + ld(100, transform)
+    net = caffe_pb2.NetParameter.FromString(ld(100, layer))
+    assert fork_fields.restore(net) == 1
+    tp = net.layer[0].transform_param
+    assert (tp.random_resize_param.min_size, tp.random_resize_param.max_size) == (8, 9)
+    assert not tp.HasField("vertical_stretch_upper")
