@@ -317,8 +317,9 @@ _TYPED = frozenset(t for c in LAYER_CLAIMS if c.layer_types for t in c.layer_typ
 
 
 def restore(net_param):
-    """Move fork fields read under other numbers into this schema's fields, in place (layers
-    and their transform_param). Returns the number of layers changed."""
+    """Move fork fields read under other numbers into this schema's fields, in place: each
+    layer's own (:data:`LAYER_CLAIMS`) and those of its parameter messages listed in
+    :data:`MESSAGE_CLAIMS`. Returns the number of layers changed."""
     changed = 0
     for layer in net_param.layer:
         forks = set()
