@@ -22,16 +22,21 @@ def image(h=10, w=16, c=3):
     return np.random.default_rng(0).integers(0, 256, (c, h, w)).astype(np.uint8)
 
 
+def transformed(p, img, crop, phase=caffe_pb2.TEST):
+    out = np.empty((1, img.shape[0], crop, crop), np.float32)
+    DataTransformer(p, phase).transform([img], out, np.random.default_rng(0))
+    return out[0]
+
+
 def test_test_phase_resize_then_centre_crop():
     """Shorter side 10 -> 8: 8 x 12.8 -> 8 x 13 (rounded half away from zero), shrinking with
     INTER_NEAREST (the default), then the centre 6 x 6."""
     p = param(img_rand_resize_lower=8, img_rand_resize_upper=8, crop_size=6)
     assert nvcaffe_resized_size(p, 10, 16, np.random.default_rng(0)) == (8, 13)
     img = image()
-    out = np.empty((1, 3, 6, 6), np.float32)
-    DataTransformer(p, caffe_pb2.TEST).transform([img], out, np.random.default_rng(0))
     resized = cv2.resize(img.transpose(1, 2, 0), (13, 8), interpolation=cv2.INTER_NEAREST)
-    np.testing.assert_array_equal(out[0], resized[1:7, 3:9].transpose(2, 0, 1))
+    np.testing.assert_array_equal(transformed(p, img, 6),
+                                  resized[1:7, 3:9].transpose(2, 0, 1))
 
 
 def test_stretch_and_upscale_with_the_up_interpolation():
@@ -42,10 +47,8 @@ def test_stretch_and_upscale_with_the_up_interpolation():
               interpolation_algo_up=caffe_pb2.TransformationParameter.INTER_LINEAR)
     assert nvcaffe_resized_size(p, 10, 16, np.random.default_rng(0)) == (18, 19)
     img = image(c=1)
-    out = np.empty((1, 1, 18, 18), np.float32)
-    DataTransformer(p, caffe_pb2.TEST).transform([img], out, np.random.default_rng(0))
     resized = cv2.resize(img[0], (19, 18), interpolation=cv2.INTER_LINEAR)
-    np.testing.assert_array_equal(out[0, 0], resized[:, 0:18])
+    np.testing.assert_array_equal(transformed(p, img, 18)[0], resized[:, 0:18])
 
 
 def test_no_upscale_keeps_the_input_size_and_crop_bounds():
@@ -85,10 +88,9 @@ def test_intel_random_resize_shorter_side_then_centre_crop():
     p = intel_param("crop_size: 6 random_resize_param { min_size: 8 max_size: 8 "
                     "resize_param { interp_mode: CUBIC } }")
     img = image()
-    out = np.empty((1, 3, 6, 6), np.float32)
-    DataTransformer(p, caffe_pb2.TEST).transform([img], out, np.random.default_rng(0))
     resized = cv2.resize(img.transpose(1, 2, 0), (12, 8), interpolation=cv2.INTER_CUBIC)
-    np.testing.assert_array_equal(out[0], resized[1:7, 3:9].transpose(2, 0, 1))
+    np.testing.assert_array_equal(transformed(p, img, 6),
+                                  resized[1:7, 3:9].transpose(2, 0, 1))
 
 
 def test_intel_aspect_ratio_window_of_the_whole_square_image():
@@ -97,10 +99,9 @@ def test_intel_aspect_ratio_window_of_the_whole_square_image():
     p = intel_param("crop_size: 5 random_aspect_ratio_param { min_area_ratio: 1 "
                     "max_area_ratio: 1 aspect_ratio_change: 1 resize_param { interp_mode: AREA } }")
     img = image(12, 12)
-    out = np.empty((1, 3, 5, 5), np.float32)
-    DataTransformer(p, caffe_pb2.TRAIN).transform([img], out, np.random.default_rng(0))
     resized = cv2.resize(img.transpose(1, 2, 0), (5, 5), interpolation=cv2.INTER_AREA)
-    np.testing.assert_array_equal(out[0], resized.transpose(2, 0, 1))
+    np.testing.assert_array_equal(transformed(p, img, 5, caffe_pb2.TRAIN),
+                                  resized.transpose(2, 0, 1))
 
 
 def test_intel_binary_transform_fields_map_past_nvcaffes():
