@@ -127,6 +127,16 @@ def test_nvcaffe_binary_types_debug_and_float16_weights(tmp_path, caplog):
     expected = (conv_out - s16[0][:, None, None]) / np.sqrt(s16[1][:, None, None] + 1e-4) * \
         s16[3][:, None, None] + s16[4][:, None, None]
     np.testing.assert_allclose(out, expected, rtol=2e-5, atol=2e-5)
+    # the same weights through copy_from into a net from the fork's prototxt
+    deploy = caffe.Net(
+        'default_forward_type: FLOAT16 layer { name: "data" type: "Input" top: "data" '
+        'input_param { shape { dim: 2 dim: 2 dim: 4 dim: 4 } } } layer { name: "conv" '
+        'type: "Convolution" bottom: "data" top: "conv" forward_type: FLOAT16 debug: true '
+        'convolution_param { num_output: 3 bias_term: false kernel_size: 1 } } layer { '
+        'name: "bn" type: "BatchNorm" bottom: "conv" top: "bn" batch_norm_param { '
+        'scale_bias: true eps: 0.0001 } }', caffe.TEST)
+    deploy.copy_from(str(path))
+    np.testing.assert_array_equal(deploy.forward(data=x)["bn"], out)
 
 
 def test_nvcaffe_transform_fields_and_moved_ssd_fields(tmp_path):
