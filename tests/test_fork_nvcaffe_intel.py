@@ -139,13 +139,18 @@ def test_nvcaffe_binary_types_debug_and_float16_weights(tmp_path, caplog):
     np.testing.assert_array_equal(deploy.forward(data=x)["bn"], out)
 
 
-def test_nvcaffe_transform_fields_and_moved_ssd_fields(tmp_path):
+def test_nvcaffe_transform_recurrent_and_moved_ssd_fields(tmp_path):
     resize = f32(1, 1.0) + vint(3, 300) + vint(4, 300)  # ResizeParameter prob, height, width
     transform = (f32(1, 0.5) + vint(3, 224) + vint(10, 224) + vint(11, 272) + f32(12, 1.0) +
                  f32(14, 0.9) + f32(15, 1.1) + ld(208, resize) + vint(211, 100) +
                  vint(212, 120))
-    data = net_bytes(layer_bytes("data", "Data", tops=["data"], extra=ld(100, transform)))
-    tp = read(tmp_path, data)[0].layer[0].transform_param
+    data = net_bytes(layer_bytes("data", "Data", tops=["data"], extra=ld(100, transform)),
+                     layer_bytes("rnn", "RNN", extra=ld(151, vint(1, 4)) + vint(146, 2)))
+    param = read(tmp_path, data)[0]
+    # NVCaffe numbers recurrent_param 151 (BVLC: 146, NVCaffe's backward_type there)
+    rnn = param.layer[1]
+    assert rnn.recurrent_param.num_output == 4 and rnn.backward_type == caffe_pb2.FLOAT16
+    tp = param.layer[0].transform_param
     assert (tp.img_rand_resize_lower, tp.img_rand_resize_upper) == (224, 272)
     assert tp.rand_resize_ratio_lower == 1.0
     assert tp.vertical_stretch_lower == pytest.approx(0.9)
