@@ -154,6 +154,6 @@ def apply_fork_options(param):
                  "kept; the layers compute in float", param.name or "(unnamed)", quantized)
     if asked:
         log.info("Net %s: NVCaffe storage/math types %s run as this net's float type "
-                 "(float32 unless built in float64)", param.name or "(unnamed)",
-                 ", ".join(sorted(asked)))
+                 "(float32 unless built in float64), on the CPU and the GPU alike",
+                 param.name or "(unnamed)", ", ".join(sorted(asked)))
     return param
