@@ -227,9 +227,8 @@ class Blob:
         elif not self.shape_equals(proto):
             raise ShapeError("blob proto of shape %s does not match blob of shape %s"
                              % (proto_shape(proto), self._shape))
-        data = proto.double_data if len(proto.double_data) else proto.data
-        self._fill_from(data, "data", self.data)
-        diff = proto.double_diff if len(proto.double_diff) else proto.diff
+        self._fill_from(proto_values(proto), "data", self.data)
+        diff = proto_values(proto, diff=True)
         if len(diff):
             self._fill_from(diff, "diff", self.diff)
         return self
@@ -244,7 +243,8 @@ class Blob:
         return "Blob(shape=%s, dtype=%s)" % (self._shape, self.dtype.name)
 
 
-def _varint(n):
+def encode_varint(n):
+    """The protobuf varint bytes of a non-negative integer."""
     out = bytearray()
     while True:
         byte = n & 0x7F
@@ -260,7 +260,35 @@ def _packed(field_number, values, dtype):
     """The wire bytes of a packed repeated float/double field: far faster than extending the
     repeated field element by element for large blobs."""
     payload = np.ascontiguousarray(values, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
-    return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
+    return encode_varint(field_number << 3 | 2) + encode_varint(len(payload)) + payload
+
+
+# NVCaffe's Type enum -> the little-endian NumPy type of its raw_data / raw_diff bytes
+_RAW_TYPES = {0: "<f8", 1: "<f4", 2: "<f2", 3: "<i4", 4: "<u4"}
+
+
+def proto_values(proto, diff=False):
+    """The values a BlobProto holds (its diff with ``diff``), flat: the float or double field,
+    or NVCaffe's raw bytes (``raw_data`` of ``raw_data_type``: FLOAT16 weights and the rest),
+    float64 for doubles, float32 otherwise."""
+    doubles, floats = (proto.double_diff, proto.diff) if diff else (proto.double_data, proto.data)
+    if len(doubles):
+        return np.asarray(doubles, dtype=np.float64)
+    raw, raw_type = ("raw_diff", "raw_diff_type") if diff else ("raw_data", "raw_data_type")
+    if not len(floats) and proto.HasField(raw):
+        code = getattr(proto, raw_type)
+        if not proto.HasField(raw_type) or code not in _RAW_TYPES:
+            raise ShapeError("blob proto holds %s of %s type %s, which has no numeric reading"
+                             % (raw, "no" if not proto.HasField(raw_type) else "the",
+                                caffe_pb2.Type.Name(code) if proto.HasField(raw_type) else ""))
+        dtype = np.dtype(_RAW_TYPES[code])
+        data = getattr(proto, raw)
+        if len(data) % dtype.itemsize:
+            raise ShapeError("blob proto's %s has %d bytes, not a whole number of %s values"
+                             % (raw, len(data), caffe_pb2.Type.Name(code)))
+        values = np.frombuffer(data, dtype=dtype)
+        return values.astype(np.float64 if code == 0 else np.float32)
+    return np.asarray(floats, dtype=np.float32)
 
 
 def proto_shape(proto):
@@ -290,15 +318,10 @@ def array_to_blobproto(arr, diff=None):
 def blobproto_to_array(proto, return_diff=False):
     """The array a BlobProto holds (its diff with ``return_diff``)."""
     shape = proto_shape(proto)
-    if return_diff:
-        values = proto.double_diff if len(proto.double_diff) else proto.diff
-    else:
-        values = proto.double_data if len(proto.double_data) else proto.data
-    dtype = np.float64 if (len(proto.double_data) and not return_diff) or \
-        (len(proto.double_diff) and return_diff) else np.float32
+    values = proto_values(proto, diff=return_diff)
     count = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
     if len(values) != count:
         raise ShapeError("blob proto holds %d %s values for its shape %s (%d values)"
                          % (len(values), "diff" if return_diff else "data", tuple(shape), count))
-    return np.asarray(values, dtype=dtype).reshape(shape)
+    return values.reshape(shape)
 

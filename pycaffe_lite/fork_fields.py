@@ -1,46 +1,390 @@
-"""Fields that a Caffe fork numbered differently from this schema, found again after a read.
+"""Fields that Caffe forks numbered differently from this schema, found again after a read.
 
-A fork's parameter message keeps the fork's number here unless BVLC Caffe already uses that
-number for something else. Then BVLC keeps it and the fork's field takes a number from 1000
-up: a prototxt spells the field by name and reads unchanged, but a binary file written by the
-fork still carries it under BVLC's number. Parsed with this schema, those bytes land in BVLC's
-field as fields that message does not know (protobuf keeps unknown fields and writes them back
-unchanged); :func:`restore` re-reads them as the fork's message and moves them into the fork's
-field, so a fork's ``.caffemodel`` reads as its prototxt does.
+A fork's parameter message keeps the fork's number here unless BVLC Caffe (or a fork already
+in this schema) uses that number for something else, or several forks claim it. Then the
+fork's field takes a number from 1000 up: a prototxt spells the field by name and reads
+unchanged, but a binary file written by the fork still carries it under the fork's number.
+Parsed with this schema, those bytes land in another field or are kept as unknown fields
+(protobuf keeps them and writes them back unchanged); :func:`restore` finds them again and
+moves them into this schema's field, deciding by the layer's type and the value's wire type.
 
-The one such field so far: DeepLab/PSPNet's ``interp_param`` is field 143 in the fork, which
-is BVLC's ``input_param``; here it is ``interp_param = 1003``.
+LayerParameter 149 is the crowded number: NVCaffe's ``debug`` (a bool), Intel Caffe's
+``engine`` (a string), MobileNet-YOLO's ``reorg_param``, R-FCN's ``psroi_pooling_param`` and
+darknet2caffe's ``upsample_param`` (messages). A varint there is NVCaffe's; a string naming an
+engine is Intel's; other bytes go to the parameter message of the layer's type. The tables
+below (:data:`LAYER_CLAIMS`, :data:`TRANSFORM_CLAIMS`) list every such claim; docs/forks.md
+has them as a table.
+
+What is still unknown after :func:`restore` is listed by :func:`unknown_fields`, with the fork
+that defines the number where one is known.
 """
 
-from .proto import caffe_pb2
+import importlib
+import importlib.util
+import logging
+from typing import NamedTuple
 
-# layer type -> (BVLC field holding the fork's bytes, this schema's field for them, its message)
-RENUMBERED = {
-    "Interp": ("input_param", "interp_param", caffe_pb2.InterpParameter),
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from .blob import encode_varint
+
+
+log = logging.getLogger(__name__)
+
+VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
+_WIRE_OF_TYPE = {"double": FIXED64, "float": FIXED32, "fixed64": FIXED64, "fixed32": FIXED32,
+                 "sfixed64": FIXED64, "sfixed32": FIXED32, "string": LEN, "bytes": LEN,
+                 "message": LEN, "group": 3}
+
+# The engine names Intel Caffe writes in LayerParameter.engine (before an optional ":devices")
+INTEL_ENGINES = ("CAFFE", "CUDNN", "MKL2017", "MKLDNN", "MLSL", "DEFAULT")
+
+
+class Claim(NamedTuple):
+    """A fork's field that this schema holds under another number.
+
+    ``number`` and ``wire_type``: how the fork's bytes arrive; ``field``: this schema's field
+    (same message) for them. With ``layer_types`` the claim holds for layers of those types
+    only, whatever this schema reads at that number; without, it holds for any layer, but only
+    for bytes this schema does not read itself (another wire type, or an unknown number).
+    ``marked``: the bytes look the same as a field this schema reads there, so the claim
+    holds only in a message that shows another field of the same fork."""
+
+    fork: str
+    number: int
+    wire_type: int
+    field: str
+    layer_types: frozenset = None
+    marked: bool = False
+
+
+def _types(*names):
+    return frozenset(names)
+
+
+# LayerParameter: checked in order; the first claim that matches a field takes it.
+LAYER_CLAIMS = (
+    Claim("Intel Caffe", 149, LEN, "engine"),  # only a string naming an engine (see _engine)
+    Claim("DeepLab/PSPNet", 143, LEN, "interp_param", _types("Interp")),
+    Claim("Intel Caffe", 148, LEN, "smooth_l1_loss_param", _types("SmoothL1Loss")),
+    Claim("MobileNet-YOLO", 149, LEN, "reorg_param", _types("Reorg")),
+    Claim("R-FCN", 149, LEN, "psroi_pooling_param", _types("PSROIPooling")),
+    Claim("darknet2caffe", 149, LEN, "upsample_param", _types("Upsample")),
+    Claim("Intel Caffe", 153, LEN, "psroi_pooling_param", _types("PSROIPooling")),
+    Claim("Intel Caffe", 154, LEN, "roi_pooling_param", _types("ROIPooling")),
+    Claim("Intel Caffe", 159, LEN, "reorg_param", _types("Reorg")),
+    Claim("NVCaffe", 151, LEN, "recurrent_param", _types("RNN", "LSTM")),
+    Claim("NVCaffe", 145, VARINT, "forward_type"),
+    Claim("NVCaffe", 146, VARINT, "backward_type"),
+    Claim("NVCaffe", 147, VARINT, "forward_math"),
+    Claim("NVCaffe", 148, VARINT, "backward_math"),
+    Claim("NVCaffe", 149, VARINT, "debug"),
+)
+
+# TransformationParameter: NVCaffe numbers its own fields 8-23 and moves the SSD fork's to
+# 208-214. Its img_rand_resize_upper (11) has the wire type of SSD's crop_h (11): NVCaffe's
+# only where the message shows another NVCaffe field.
+TRANSFORM_CLAIMS = (
+    Claim("NVCaffe", 8, VARINT, "use_gpu_transform"),
+    Claim("NVCaffe", 9, VARINT, "random_seed"),
+    Claim("NVCaffe", 10, VARINT, "img_rand_resize_lower"),
+    Claim("NVCaffe", 11, VARINT, "img_rand_resize_upper", marked=True),
+    Claim("NVCaffe", 12, FIXED32, "rand_resize_ratio_lower"),
+    Claim("NVCaffe", 13, FIXED32, "rand_resize_ratio_upper"),
+    Claim("NVCaffe", 14, FIXED32, "vertical_stretch_lower"),
+    Claim("NVCaffe", 208, LEN, "resize_param"),
+    Claim("NVCaffe", 209, LEN, "noise_param"),
+    Claim("NVCaffe", 210, LEN, "emit_constraint"),
+    Claim("NVCaffe", 211, VARINT, "crop_h"),
+    Claim("NVCaffe", 212, VARINT, "crop_w"),
+    Claim("NVCaffe", 213, LEN, "distort_param"),
+    Claim("NVCaffe", 214, LEN, "expand_param"),
+    Claim("Intel Caffe", 15, LEN, "random_resize_param"),
+    Claim("Intel Caffe", 16, LEN, "random_aspect_ratio_param"),
+)
+# NVCaffe's transformation fields that keep the fork's number: their presence marks a message
+_NVCAFFE_TRANSFORM_OWN = frozenset(range(15, 24))
+
+# Parameter messages with claims of their own: message name -> claims (checked in the layer's
+# fields of that type)
+# BatchNormParameter: Intel Caffe's fields whose numbers are NVCaffe's here
+BATCH_NORM_CLAIMS = (
+    Claim("Intel Caffe", 4, VARINT, "engine"),
+    Claim("Intel Caffe", 5, VARINT, "use_weight_bias"),
+    Claim("Intel Caffe", 6, VARINT, "bias_term"),
+    Claim("Intel Caffe", 7, LEN, "filler"),
+    Claim("Intel Caffe", 8, LEN, "bias_filler"),
+)
+
+MESSAGE_CLAIMS = {"TransformationParameter": TRANSFORM_CLAIMS,
+                  "BatchNormParameter": BATCH_NORM_CLAIMS}
+
+
+def _add_layer_tables():
+    """The layer field tables of the segmentation, YOLO, R-FCN and CTPN forks, where this
+    package has them (module ``fork_layer_fields``), join the claims above."""
+    global LAYER_CLAIMS
+    name = __name__.rpartition(".")[0] + ".fork_layer_fields"
+    if importlib.util.find_spec(name) is None:
+        return
+    tables = importlib.import_module(name)
+    LAYER_CLAIMS += tuple(Claim(f.fork, f.number, f.wire_type, f.field, frozenset(f.types))
+                          for f in tables.LAYER_FIELDS)
+    for message, number, wire, field in getattr(tables, "MESSAGE_FIELDS", ()):
+        MESSAGE_CLAIMS[message] = MESSAGE_CLAIMS.get(message, ()) + (
+            Claim("pycaffe-lite (earlier numbering)", number, wire, field),)
+
+
+_add_layer_tables()
+
+# Numbers that forks define and this schema does not read (message -> number -> forks), for
+# the message about an unknown field. The claims above are added below.
+FORK_NUMBERS = {
+    "LayerParameter": {150: ("Intel Caffe (multinode)",), 152: ("NVCaffe (trt_param)",
+                                                                  "Intel Caffe"),
+                       155: ("Intel Caffe (spatial_dropout_param)",),
+                       209: ("Intel Caffe (region_loss_param)",)},
+    "PoolingParameter": {40: ("NVCaffe (torch_pooling)",)},
+    "DropoutParameter": {3: ("NVCaffe (random_seed)",)},
+    "ConvolutionParameter": {19: ("NVCaffe (cudnn_convolution_algo_seeker)",),
+                             20: ("NVCaffe (conv_algos_override)",)},
+}
+for _message, _claims in [("LayerParameter", LAYER_CLAIMS)] + list(MESSAGE_CLAIMS.items()):
+    for _c in _claims:
+        _known = FORK_NUMBERS.setdefault(_message, {}).setdefault(_c.number, ())
+        FORK_NUMBERS[_message][_c.number] = _known + ("%s (%s)" % (_c.fork, _c.field),)
+
+# Text files name their fields: a name this schema lacks, with the fork that defines it.
+FORK_FIELD_NAMES = {
+    ("LayerParameter", "multinode"): "Intel Caffe",
+    ("LayerParameter", "spatial_dropout_param"): "Intel Caffe",
+    ("LayerParameter", "region_loss_param"): "Intel Caffe",
+    ("LayerParameter", "box_annotator_ohem_param"): "Intel Caffe",
+    ("LayerParameter", "trt_param"): "NVCaffe",
+    ("LayerParameter", "detectnet_groundtruth_param"): "NVCaffe",
+    ("LayerParameter", "detectnet_augmentation_param"): "NVCaffe",
+    ("PoolingParameter", "avg_include_pad"): "Intel Caffe",
+    ("PoolingParameter", "torch_pooling"): "NVCaffe",
+    ("DropoutParameter", "random_seed"): "NVCaffe",
+    ("ConvolutionParameter", "cudnn_convolution_algo_seeker"): "NVCaffe",
+    ("ConvolutionParameter", "conv_algos_override"): "NVCaffe",
+    ("NetParameter", "multinode"): "Intel Caffe",
+    ("NetParameter", "compile_net_state"): "Intel Caffe",
+    ("TransformationParameter", "flow"): "Intel Caffe",
+    ("TransformationParameter", "bgr2rgb"): "Intel Caffe",
+    ("TransformationParameter", "pad"): "Intel Caffe",
 }
 
 
-def restore(net_param):
-    """Move fork fields read under BVLC's numbers into this schema's fields, in place.
+def fork_of_field(message_name, field_name):
+    """The fork that defines ``message_name.field_name`` where this schema lacks it, or None."""
+    return FORK_FIELD_NAMES.get((message_name, field_name))
 
-    A layer is changed only when its type is in :data:`RENUMBERED`, the BVLC field is present
-    and holds nothing that BVLC's message knows (its bytes are all foreign), and the fork's
-    field here is absent. Returns the number of layers changed.
-    """
+
+# ---- the wire format ----------------------------------------------------------------------
+
+def _varint(data, pos):
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def fields(data):
+    """The top-level fields of serialized bytes: (number, wire type, raw bytes after the tag,
+    value), the value being an int (varint), the payload (length-delimited) or the raw bytes."""
+    pos = 0
+    while pos < len(data):
+        key, start = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == VARINT:
+            value, end = _varint(data, start)
+        elif wire == LEN:
+            length, body = _varint(data, start)
+            end = body + length
+            value = data[body:end]
+        elif wire in (FIXED64, FIXED32):
+            end = start + (8 if wire == FIXED64 else 4)
+            value = data[start:end]
+        else:
+            raise ValueError("wire type %d (groups are not used by Caffe)" % wire)
+        if end > len(data):
+            raise ValueError("truncated field %d" % number)
+        yield number, wire, data[start:end], value
+        pos = end
+
+
+def _reads(descriptor, number, wire):
+    """Whether this schema reads ``number`` with ``wire`` type in the message ``descriptor``."""
+    field = descriptor.fields_by_number.get(number)
+    if field is None:
+        return False
+    if field.type == field.TYPE_MESSAGE:
+        kind = "message"
+    else:
+        kind = {field.TYPE_DOUBLE: "double", field.TYPE_FLOAT: "float",
+                field.TYPE_STRING: "string", field.TYPE_BYTES: "bytes",
+                field.TYPE_FIXED64: "fixed64", field.TYPE_FIXED32: "fixed32",
+                field.TYPE_SFIXED64: "sfixed64", field.TYPE_SFIXED32: "sfixed32"}.get(
+                    field.type, "varint")
+    expected = _WIRE_OF_TYPE.get(kind, VARINT)
+    if wire == LEN and expected != LEN and field.is_repeated:
+        return True  # a packed repeated scalar
+    return wire == expected
+
+
+def _engine(payload):
+    """Whether length-delimited bytes are Intel Caffe's engine string."""
+    try:
+        text = payload.decode("ascii")
+    except UnicodeDecodeError:
+        return False
+    return text.split(":", 1)[0].strip().upper() in INTEL_ENGINES
+
+
+def _remap(message, claims, layer_type=None):
+    """Move the fork fields of ``message`` found by ``claims`` to this schema's numbers, in
+    place. Returns the forks whose fields were moved (a set, empty when nothing changed)."""
+    descriptor = message.DESCRIPTOR
+    try:
+        parsed = list(fields(message.SerializePartialToString()))
+    except ValueError:  # a group among the unknown fields: no Caffe fork writes one
+        return set()
+    moved, out, forks, pending = [], [], set(), []
+    for number, wire, raw, value in parsed:
+        claim = _claim_for(descriptor, claims, number, wire, value, layer_type)
+        if claim is None:
+            out.append((number, wire, raw))
+        elif claim.marked:
+            pending.append((claim, number, wire, raw))
+        else:
+            moved.append((claim, wire, raw))
+            forks.add(claim.fork)
+    kept = {n for n, _, _ in out}
+    if claims is TRANSFORM_CLAIMS and kept & _NVCAFFE_TRANSFORM_OWN:
+        forks.add("NVCaffe")  # its fields that keep their numbers mark the message too
+    for claim, number, wire, raw in pending:
+        if claim.fork in forks:
+            moved.append((claim, wire, raw))
+            forks.add(claim.fork)
+        else:
+            out.append((number, wire, raw))
+    # a field already set under this schema's number (bytes written here) is left as it is
+    kept = {n for n, _, _ in out}
+    for claim, wire, raw in [m for m in moved if _number(descriptor, m[0]) in kept]:
+        moved.remove((claim, wire, raw))
+        out.append((claim.number, wire, raw))
+    if not moved:
+        return set()
+    forks = {claim.fork for claim, _, _ in moved}
+    rebuilt = b"".join(encode_varint(n << 3 | w) + raw for n, w, raw in out)
+    rebuilt += b"".join(encode_varint(_number(descriptor, c) << 3 | w) + raw
+                        for c, w, raw in moved)
+    message.Clear()
+    message.MergeFromString(rebuilt)
+    return forks
+
+
+def _number(descriptor, claim):
+    return descriptor.fields_by_name[claim.field].number
+
+
+def _claim_for(descriptor, claims, number, wire, value, layer_type):
+    for claim in claims:
+        if claim.number != number or claim.wire_type != wire:
+            continue
+        target = descriptor.fields_by_name.get(claim.field)
+        if target is None or target.number == number:
+            continue  # this schema has no such field (yet), or reads it at the fork's number
+        if claim.field == "engine" and wire == LEN and not _engine(value):
+            continue
+        if claim.layer_types is not None:
+            if layer_type in claim.layer_types:
+                return claim
+            continue
+        if claim.marked or not _reads(descriptor, number, wire):
+            return claim
+    return None
+
+
+_TYPED = frozenset(t for c in LAYER_CLAIMS if c.layer_types for t in c.layer_types)
+
+
+def restore(net_param):
+    """Move fork fields read under other numbers into this schema's fields, in place: each
+    layer's own (:data:`LAYER_CLAIMS`) and those of its parameter messages listed in
+    :data:`MESSAGE_CLAIMS`. Returns the number of layers changed."""
     changed = 0
     for layer in net_param.layer:
-        entry = RENUMBERED.get(layer.type)
-        if entry is None:
-            continue
-        bvlc_name, ours, message_class = entry
-        if not layer.HasField(bvlc_name) or layer.HasField(ours):
-            continue
-        held = getattr(layer, bvlc_name)
-        if held.ListFields():
-            continue  # a real BVLC message: leave it to the layer to complain about
-        restored = message_class()
-        restored.ParseFromString(held.SerializeToString())
-        getattr(layer, ours).CopyFrom(restored)
-        layer.ClearField(bvlc_name)
-        changed += 1
+        forks = set()
+        if layer.type in _TYPED or len(UnknownFieldSet(layer)):
+            forks |= _remap(layer, LAYER_CLAIMS, layer.type)
+        for field, value in layer.ListFields():
+            claims = MESSAGE_CLAIMS.get(getattr(field.message_type, "name", None))
+            if claims and not field.is_repeated and _suspect(value):
+                forks |= _remap(value, claims)
+        if forks:
+            changed += 1
     return changed
+
+
+def _suspect(param):
+    """Whether a parameter message may hold fork fields under other numbers."""
+    if len(UnknownFieldSet(param)):
+        return True
+    return param.DESCRIPTOR.name == "TransformationParameter" and any(
+        param.HasField(f.name) for f in param.DESCRIPTOR.fields
+        if f.number in _NVCAFFE_TRANSFORM_OWN)
+
+
+# ---- what is left unknown ------------------------------------------------------------------
+
+def unknown_fields(message, where=""):
+    """Every field still unknown in ``message`` and the messages inside it: a list of
+    ``(place, message name, number, wire type, forks that define the number there)``."""
+    found = []
+    name = message.DESCRIPTOR.name
+    for item in UnknownFieldSet(message):
+        forks = FORK_NUMBERS.get(name, {}).get(item.field_number, ())
+        found.append((where or name, name, item.field_number, item.wire_type, forks))
+    for field, value in message.ListFields():
+        if field.type != field.TYPE_MESSAGE or field.message_type.name == "BlobProto":
+            continue
+        items = value if field.is_repeated else [value]
+        for i, item in enumerate(items):
+            label = getattr(item, "name", "") if field.name in ("layer", "layers") else ""
+            place = "%s.%s" % (where or name, field.name)
+            if field.is_repeated:
+                place += "[%d]" % i
+            if label:
+                place += " (layer %r)" % label
+            found.extend(unknown_fields(item, place))
+    return found
+
+
+def describe_unknown(entry):
+    """One line about an unknown field from :func:`unknown_fields`."""
+    place, message, number, wire, forks = entry
+    kind = {VARINT: "a varint", FIXED64: "8 bytes", LEN: "length-delimited bytes",
+            FIXED32: "4 bytes"}.get(wire, "wire type %d" % wire)
+    text = "%s: field %d of %s (%s) is not in this schema" % (place, number, message, kind)
+    if forks:
+        text += "; it is %s" % " or ".join(forks)
+    return text
+
+
+def report_unknown(net_param, source):
+    """Log a warning for each field of a binary net that nothing here reads."""
+    entries = unknown_fields(net_param)
+    for entry in entries[:20]:
+        log.warning("%s: %s (ignored)", source, describe_unknown(entry))
+    if len(entries) > 20:
+        log.warning("%s: %d more unknown fields", source, len(entries) - 20)
+    return entries
+

@@ -18,7 +18,7 @@ from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
 from .layers import create_layer
 from .net_batches import BatchedCalls
-from .net_graph import filter_net, insert_splits
+from .net_graph import apply_fork_options, filter_net, insert_splits
 from .proto import caffe_pb2
 
 log = logging.getLogger("pycaffe_lite")
@@ -84,7 +84,7 @@ class Net(BatchedCalls):
     # -- construction ------------------------------------------------------------------------
     def _init(self, in_param, allow_python_layers=None, where=None):
         self.phase = in_param.state.phase
-        param = insert_splits(filter_net(in_param))
+        param = apply_fork_options(insert_splits(filter_net(in_param)))
         python_layers.refuse(param, allow_python_layers, where)
         self.name = param.name
         self.param = param

@@ -155,7 +155,7 @@ def _plain(net, i):
 def _foldable(net, i, channels):
     layer = net.layers[i]
     if layer.type == "BatchNorm":
-        return layer.use_global_stats and layer.channels == channels
+        return layer.use_global_stats and layer.channels == channels and not layer.relu
     if layer.type == "Scale":
         p = layer.layer_param.scale_param
         return (len(layer.blobs) >= 1 and layer.blobs[0].shape == (channels,)
@@ -219,6 +219,11 @@ def _affine(net, chain):
             var = layer.blobs[1].cpu_data().astype(np.float64) * factor
             inv = 1.0 / np.sqrt(var + layer.eps)
             a, c = a * inv, (c - mean) * inv
+            if layer.affine_blobs:  # NVCaffe's or Intel Caffe's scale (and bias) blobs
+                gamma = layer.blobs[3].cpu_data().astype(np.float64)
+                a, c = a * gamma, c * gamma
+            if layer.affine_blobs > 1:
+                c = c + layer.blobs[4].cpu_data().astype(np.float64)
         elif layer.type == "Scale":
             gamma = layer.blobs[0].cpu_data().astype(np.float64)
             a, c = a * gamma, c * gamma

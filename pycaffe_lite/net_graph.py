@@ -3,13 +3,18 @@
 - :func:`filter_net`: keep the layers whose include/exclude rules the NetState meets
   (phase, level, stages);
 - :func:`insert_splits`: give every top that several layers consume (a use as a loss counts)
-  a Split layer, with Caffe's layer and blob names.
+  a Split layer, with Caffe's layer and blob names;
+- :func:`apply_fork_options`: the forks' layer-wide options (Intel Caffe's ``engine`` string,
+  NVCaffe's storage and math types) said in this schema's terms.
 """
 
 import collections
+import logging
 
 from .errors import NetError
 from .proto import caffe_pb2
+
+log = logging.getLogger(__name__)
 
 
 # ---- NetState filtering ------------------------------------------------------------------
@@ -108,3 +113,47 @@ def insert_splits(param):
                 del new.loss_weight[:]
                 next_split[(i, j)] += 1
     return out
+
+
+# ---- the forks' layer-wide options ----------------------------------------------------------
+# Layer type -> its parameter message with an Engine enum (BVLC's CAFFE = 1, CUDNN = 2)
+_ENGINE_PARAMS = {"Convolution": "convolution_param", "Deconvolution": "convolution_param",
+                  "Pooling": "pooling_param", "ReLU": "relu_param", "Sigmoid": "sigmoid_param",
+                  "TanH": "tanh_param", "Softmax": "softmax_param",
+                  "SoftmaxWithLoss": "softmax_param", "LRN": "lrn_param", "SPP": "spp_param"}
+_TYPE_FIELDS = ("forward_type", "backward_type", "forward_math", "backward_math")
+_NET_TYPE_FIELDS = tuple("default_" + f for f in _TYPE_FIELDS)
+
+
+def apply_fork_options(param):
+    """Intel Caffe's ``engine: "CAFFE"`` or ``"CUDNN"`` (optionally ``":devices"``; a layer
+    without one takes the net's) becomes
+    the engine of the layer's own parameters where those leave it unset; the MKL engines run
+    as DEFAULT. NVCaffe's FLOAT16 (and other) storage and math types run in the net's own
+    type: a note says so once per net. ``param`` is changed in place."""
+    for layer in param.layer:
+        if not layer.engine and param.engine:  # Intel's net-wide engine
+            layer.engine = param.engine
+        if not layer.engine:
+            continue
+        name = layer.engine.split(":", 1)[0].strip().upper()
+        field = _ENGINE_PARAMS.get(layer.type)
+        if name in ("CAFFE", "CUDNN") and field is not None:
+            sub = getattr(layer, field)
+            if not sub.HasField("engine"):
+                sub.engine = sub.Engine.Value(name)
+    asked = {caffe_pb2.Type.Name(getattr(param, f)) for f in _NET_TYPE_FIELDS
+             if param.HasField(f)}
+    for layer in param.layer:
+        asked |= {caffe_pb2.Type.Name(getattr(layer, f)) for f in _TYPE_FIELDS
+                  if layer.HasField(f)}
+    asked -= {"FLOAT"}
+    quantized = sum(layer.HasField("quantization_param") for layer in param.layer)
+    if quantized:
+        log.info("Net %s: Intel Caffe's int8 calibration (quantization_param, %d layers) is "
+                 "kept; the layers compute in float", param.name or "(unnamed)", quantized)
+    if asked:
+        log.info("Net %s: NVCaffe storage/math types %s run as this net's float type "
+                 "(float32 unless built in float64), on the CPU and the GPU alike",
+                 param.name or "(unnamed)", ", ".join(sorted(asked)))
+    return param

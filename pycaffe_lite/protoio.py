@@ -61,10 +61,21 @@ def parse_text(text, message, path=None):
         elif getattr(exc, "GetLine", None) and exc.GetLine() is not None:
             line, column = exc.GetLine(), exc.GetColumn()
         raise ProtoError(
-            "cannot parse %s as %s: %s" % (os.path.basename(_source_name(path)),
-                                             message.DESCRIPTOR.name, detail),
+            "cannot parse %s as %s: %s%s" % (os.path.basename(_source_name(path)),
+                                               message.DESCRIPTOR.name, detail,
+                                               _fork_hint(detail)),
             _source_name(path), line, column) from None
     return message
+
+
+_NO_FIELD = re.compile(r'Message type "caffe\.(\w+)" has no field named "(\w+)"')
+
+
+def _fork_hint(detail):
+    """Where a Caffe fork defines a field that this schema lacks, say which."""
+    m = _NO_FIELD.search(detail)
+    fork = m and fork_fields.fork_of_field(m.group(1), m.group(2))
+    return " (a field of the %s fork, not supported here)" % fork if fork else ""
 
 
 def read_text(path, message):
@@ -210,6 +221,7 @@ def read_net_param(source, upgrade=True):
     """A NetParameter from a prototxt path, a binary path, prototxt text or a message."""
     from . import upgrade as _upgrade
 
+    binary = False
     if isinstance(source, caffe_pb2.NetParameter):
         param = caffe_pb2.NetParameter()
         param.CopyFrom(source)
@@ -225,12 +237,15 @@ def read_net_param(source, upgrade=True):
             parse_text(data, param, path)
         else:
             read_binary(path, param)
+            binary = True
     elif isinstance(source, str) and ("{" in source or ":" in source):
         path = None
         param = parse_text(source, caffe_pb2.NetParameter())
     else:
         raise _not_found(source, "a net: a prototxt path, prototxt text or a NetParameter")
     fork_fields.restore(param)
+    if binary:
+        fork_fields.report_unknown(param, path)
     if upgrade:
         _upgrade.upgrade_net_as_needed(param, path or "<string>")
     return param

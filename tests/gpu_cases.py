@@ -304,6 +304,17 @@ CASES = [
                                                                            0.2, 0.2],
                                           [1, 1, 0.7, 0.2, 0.3, 0.7, 0.8]]]], np.float32),
                               SSD_GT], down=[False, False], host_io=True),
+    case("SmoothL1Loss", 'type: "SmoothL1Loss" smooth_l1_loss_param { sigma: 2 }',
+         [_u((2, 4, 2, 2), 1, -2, 2), _u((2, 4, 2, 2), 2, -2, 2), _u((2, 4, 2, 2), 3, 0, 1),
+          _u((2, 4, 2, 2), 4, 0, 1)], down=[True, True, False, False]),
+    case("EvalDetection", 'type: "EvalDetection" eval_detection_param { side: 2 num_class: 2 '
+         'num_object: 2 nms: 0.45 biases: 1 biases: 1 biases: 2 biases: 2 }',
+         [_u((1, 14, 2, 2), 5, -3, 3), np.array([[[[0, 1, 0, 0.1, 0.1, 0.6, 0.5, 0],
+                                                  [0, 2, 0, 0.5, 0.5, 0.9, 0.9, 0]]]],
+                                                np.float32)],
+         down=[False, False], host_io=True),
+    case("BatchNorm", 'type: "BatchNorm" batch_norm_param { scale_bias: true '
+         'bias_filler { type: "constant" value: 0.5 } }', [_u((2, 3, 2, 2), 6)]),
 ]
 
 SOURCE_TYPES = ("AnnotatedData", "Data", "DenseImageData", "HDF5Data", "HDF5Output", "ImageData",

@@ -122,6 +122,8 @@ def pooling_param(draw, p):
     if draw(st.booleans()):
         p.pad = draw(st.integers(0, 3))
     p.global_pooling = draw(st.booleans())
+    if draw(st.booleans()):
+        p.ceil_mode = draw(st.booleans())
 
 
 def layer_params(draw, lp):
@@ -146,6 +148,7 @@ def layer_params(draw, lp):
             p.input_dim = draw(st.integers(0, 5))
     elif t == "Dropout":
         lp.dropout_param.dropout_ratio = draw(ratio)
+        lp.dropout_param.scale_train = draw(st.booleans())
     elif t in ("Softmax", "SoftmaxWithLoss"):
         if draw(st.booleans()):
             lp.softmax_param.axis = draw(signed)
@@ -203,6 +206,7 @@ def layer_params(draw, lp):
     elif t == "BatchNorm":
         lp.batch_norm_param.use_global_stats = draw(st.booleans())
         lp.batch_norm_param.eps = draw(st.sampled_from([0.0, 1e-5, 1.0]))
+        lp.batch_norm_param.scale_bias = draw(st.booleans())
     elif t == "MVN":
         lp.mvn_param.normalize_variance = draw(st.booleans())
         lp.mvn_param.across_channels = draw(st.booleans())
@@ -280,6 +284,13 @@ def layer_params(draw, lp):
         lp.multibox_loss_param.mining_type = draw(st.sampled_from([0, 1, 2]))
     elif t == "DetectionEvaluate":
         lp.detection_evaluate_param.num_classes = draw(st.integers(1, 4))
+    elif t == "SmoothL1Loss":
+        lp.smooth_l1_loss_param.sigma = draw(st.sampled_from([0.0, 1.0, 3.0]))
+    elif t == "EvalDetection":
+        p = lp.eval_detection_param
+        p.side, p.num_class, p.num_object = (draw(st.integers(0, 2)) for _ in range(3))
+        p.nms = draw(st.sampled_from([-1.0, 0.45]))
+        p.biases.extend(draw(st.lists(real, max_size=4)))
     elif t == "ROIPooling":
         lp.roi_pooling_param.pooled_h = draw(st.integers(0, 3))
         lp.roi_pooling_param.pooled_w = draw(st.integers(0, 3))
@@ -336,6 +347,7 @@ PALETTE = {
     "Bogus": (1, 1, 1),
     "Normalize": (1, 1, 1), "Permute": (1, 1, 1), "PriorBox": (2, 2, 1),
     "DetectionOutput": (3, 3, 1), "MultiBoxLoss": (4, 4, 1), "DetectionEvaluate": (2, 2, 1),
+    "SmoothL1Loss": (2, 4, 1), "EvalDetection": (2, 2, 1),
 }
 
 # Built-in layer types the random nets leave out, and why. Every other registered type must be

@@ -30,7 +30,9 @@ SCALARS = {FD.TYPE_DOUBLE: "double", FD.TYPE_FLOAT: "float", FD.TYPE_INT64: "int
 
 # Other Caffe forks' fields that BVLC lacks, with the forks' numbers (one file per group of
 # forks); the SSD fork's table has its own tests below (some of its numbers move).
-FORK_TSVS = sorted(p for p in glob.glob(os.path.join(HERE, "data", "*fork*_proto_fields.tsv"))
+FORK_DIRS = (os.path.join(HERE, "data"), os.path.join(HERE, "fixtures", "forks"))
+FORK_TSVS = sorted(p for folder in FORK_DIRS
+                   for p in glob.glob(os.path.join(folder, "*fork*_proto_fields.tsv"))
                    if os.path.basename(p) != os.path.basename(SSD_TSV))
 
 

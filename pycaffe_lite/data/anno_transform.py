@@ -36,7 +36,7 @@ def _cv2(what):
     try:
         import cv2
     except ImportError:
-        raise DataError("%s needs OpenCV's colour conversions: pip install "
+        raise DataError("%s needs OpenCV (cv2): pip install "
                         "opencv-python-headless" % what) from None
     return cv2
 

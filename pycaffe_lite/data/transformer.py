@@ -35,6 +35,7 @@ import math
 import numpy as np
 
 from ..proto import caffe_pb2
+from .anno_transform import _cv2, check_resize, warp
 from .datum import DataError, resize
 from .mean import load_mean
 
@@ -49,6 +50,13 @@ def _size(shape):
 # names in ``transform_applied_here``; elsewhere each is an error, never a field quietly ignored.
 SSD_FORK_FIELDS = ("resize_param", "noise_param", "distort_param", "expand_param",
                    "emit_constraint", "crop_h", "crop_w")
+
+
+# NVCaffe's random resize and stretch before the crop (any of them set turns it on, in both
+# phases, as in the fork)
+NVCAFFE_RESIZE_FIELDS = ("rand_resize_ratio_lower", "rand_resize_ratio_upper",
+                         "vertical_stretch_lower", "vertical_stretch_upper",
+                         "horizontal_stretch_lower", "horizontal_stretch_upper")
 
 
 def check_fork_fields(param, where, applies_itself=()):
@@ -107,11 +115,26 @@ class DataTransformer:
                             "and %g" % (where, p.saturation, p.exposure))
         self.colour = train and (p.hue != 0 or p.saturation != 1 or p.exposure != 1)
         self.random_crop = train and self.crop > 0 and not self.rrc
+        self.nv_resize = nvcaffe_resize_enabled(p)
+        self.intel_resize = p.HasField("random_resize_param") or \
+            p.HasField("random_aspect_ratio_param")
+        if self.intel_resize:
+            self._check_intel_resize(where)
+        if self.nv_resize:
+            if not self.crop or p.HasField("mean_file") or self.rrc:
+                raise DataError("%s: NVCaffe's random resize (img_rand_resize_*, "
+                                "rand_resize_ratio_*, *_stretch_*) needs crop_size, and works "
+                                "with mean_value, not mean_file or random_resized_crop" % where)
+            lo, hi = p.img_rand_resize_lower, p.img_rand_resize_upper
+            if lo > 0 and hi > 0 and hi < lo:
+                raise DataError("%s: img_rand_resize_upper %d is below img_rand_resize_lower "
+                                "%d" % (where, hi, lo))
 
     # ---- shapes --------------------------------------------------------------------------
     @property
     def needs_random(self):
-        return self.mirror or self.random_crop or self.rrc or self.colour
+        return self.mirror or self.random_crop or self.rrc or self.colour or \
+            (self.nv_resize and nvcaffe_resize_random(self.param)) or self.intel_resize
 
     @property
     def decode_color(self):
@@ -135,7 +158,8 @@ class DataTransformer:
         c, h, w = (int(d) for d in shape)
         if c <= 0:
             raise DataError("%s has no channels (shape %s)" % (where, _size(shape)))
-        if self.crop and not self.rrc and (h < self.crop or w < self.crop):
+        if self.crop and not (self.rrc or self.nv_resize or self.intel_resize) and \
+                (h < self.crop or w < self.crop):
             raise DataError("%s is %s, smaller than crop_size %d: use a smaller crop_size or "
                             "larger images" % (where, _size(shape), self.crop))
         if self.mean is not None and self.mean.shape != (c, h, w):
@@ -168,6 +192,50 @@ class DataTransformer:
             ch, cw = h, w
         return (h - ch) // 2, (w - cw) // 2, ch, cw
 
+    def _nvcaffe_resize(self, img, rng, index):
+        """NVCaffe's image_random_resize of one (C, H, W) image."""
+        p = self.param
+        h, w = img.shape[1], img.shape[2]
+        h_new, w_new = nvcaffe_resized_size(p, h, w, rng)
+        if h_new < self.crop or w_new < self.crop:
+            raise DataError("%s: image %d is %dx%d after NVCaffe's resize (allow_upscale is "
+                            "false), smaller than crop_size %d" % (self.where, index, h_new,
+                                                                   w_new, self.crop))
+        if (h_new, w_new) == (h, w):
+            return img
+        down = h_new <= h and w_new <= w
+        algo = p.interpolation_algo_down if down else p.interpolation_algo_up
+        cv2 = _cv2("NVCaffe's random resize")
+        hwc = np.ascontiguousarray(img.transpose(1, 2, 0))
+        out = cv2.resize(hwc, (w_new, h_new), interpolation=int(algo))
+        return out.reshape(h_new, w_new, -1).transpose(2, 0, 1)
+
+    def _check_intel_resize(self, where):
+        p = self.param
+        if not self.crop or p.HasField("mean_file") or self.rrc or nvcaffe_resize_enabled(p):
+            raise DataError("%s: Intel Caffe's random_resize_param and random_aspect_ratio_param"
+                            " need crop_size, and work with mean_value, not mean_file, "
+                            "random_resized_crop or NVCaffe's resize" % where)
+        for name in ("random_resize_param", "random_aspect_ratio_param"):
+            if p.HasField(name):
+                rp = caffe_pb2.ResizeParameter()
+                rp.CopyFrom(getattr(p, name).resize_param)
+                rp.height = rp.width = 1
+                check_resize(rp, "%s.%s.resize_param" % (where, name))
+
+    def _intel_resize(self, img, rng, index):
+        """Intel Caffe's RandomResizeImage or RandomAlterAspectRatio of one (C, H, W) image."""
+        p = self.param
+        hwc = np.ascontiguousarray(img.transpose(1, 2, 0))
+        if p.HasField("random_resize_param"):
+            out = intel_random_resize(hwc, p.random_resize_param, rng)
+        else:
+            out = intel_random_aspect(hwc, p.random_aspect_ratio_param, self.crop, rng)
+        if out.shape[0] < self.crop or out.shape[1] < self.crop:
+            raise DataError("%s: image %d is %dx%d after resizing, smaller than crop_size %d"
+                            % (self.where, index, out.shape[0], out.shape[1], self.crop))
+        return out.transpose(2, 0, 1)
+
     @staticmethod
     def _rand_scale(limit, n, rng):
         """Darknet's rand_scale: a factor in [1, limit], inverted with probability 1/2."""
@@ -193,6 +261,10 @@ class DataTransformer:
         if self.needs_random and rng is None:
             raise DataError("%s: this transformation is random and needs a random generator"
                             % self.where)
+        if self.nv_resize:
+            images = [self._nvcaffe_resize(np.asarray(images[i]), rng, i) for i in range(n)]
+        elif self.intel_resize:
+            images = [self._intel_resize(np.asarray(images[i]), rng, i) for i in range(n)]
         uniform = isinstance(images, np.ndarray)
         if uniform:
             heights = np.full(n, images.shape[2])
@@ -327,3 +399,108 @@ def distort_colour(x, dhue, dsat, dexp):
         np.clip(c, 0, 1, out=c)
         x[:, channel] = c * np.float32(255)
     return x
+
+
+def nvcaffe_resize_enabled(p):
+    """Whether NVCaffe's random resize runs for TransformationParameter ``p``."""
+    return bool(p.img_rand_resize_lower or p.img_rand_resize_upper or
+                any(p.HasField(f) for f in NVCAFFE_RESIZE_FIELDS))
+
+
+def _uniform(rng, low, high):
+    return low if low == high else rng.uniform(low, high)
+
+
+def nvcaffe_resize_random(p):
+    """Whether NVCaffe's resize draws random numbers (some range is not a single value)."""
+    return (p.img_rand_resize_lower > 0 and p.img_rand_resize_upper > p.img_rand_resize_lower
+            or (p.rand_resize_ratio_lower >= 1 and p.rand_resize_ratio_upper > 1)
+            or p.vertical_stretch_lower != p.vertical_stretch_upper
+            or p.horizontal_stretch_lower != p.horizontal_stretch_upper)
+
+
+def _round_half_away(x):
+    return int(math.floor(x + 0.5))
+
+
+def nvcaffe_resized_size(p, h, w, rng):
+    """The (height, width) NVCaffe's image_random_resize gives an h x w image: the shorter
+    side to a random length in [img_rand_resize_lower, img_rand_resize_upper] (kept when
+    unset), the longer side to ratio x the shorter with rand_resize_ratio_lower >= 1, each side
+    stretched by its random factor, at least crop_size, at most the input without
+    allow_upscale. Draws, in the fork's order: the length, the ratio (and a side on a square),
+    the vertical then the horizontal stretch."""
+    size = min(h, w)
+    lo, hi = p.img_rand_resize_lower, p.img_rand_resize_upper
+    if lo > 0 and hi > 0:
+        size = lo + (int(rng.integers(0, hi - lo + 1)) if hi > lo else 0)
+    scale = size / h if w >= h else size / w
+    fh, fw = scale * h, scale * w
+    if p.rand_resize_ratio_lower >= 1 and p.rand_resize_ratio_upper > 1:
+        ratio = _uniform(rng, p.rand_resize_ratio_lower, p.rand_resize_ratio_upper)
+        if fw > fh:
+            fw = fh * ratio
+        elif fw < fh:
+            fh = fw * ratio
+        elif rng.integers(0, 2) > 0:
+            fw = fh * ratio
+        else:
+            fh = fw * ratio
+    if p.vertical_stretch_lower > 0 and p.vertical_stretch_upper > 0:
+        fh *= _uniform(rng, p.vertical_stretch_lower, p.vertical_stretch_upper)
+    if p.horizontal_stretch_lower > 0 and p.horizontal_stretch_upper > 0:
+        fw *= _uniform(rng, p.horizontal_stretch_lower, p.horizontal_stretch_upper)
+    h_new = max(int(p.crop_size), _round_half_away(fh))
+    w_new = max(int(p.crop_size), _round_half_away(fw))
+    if not p.allow_upscale:
+        h_new, w_new = min(h_new, h), min(w_new, w)
+    return h_new, w_new
+
+
+def _per_shorter_side(img, shorter, resize_param, rng):
+    """Intel Caffe's ResizeImagePerShorterSize of an (H, W, C) image: the longer side in
+    proportion, rounded down (float32 arithmetic, as the fork)."""
+    h, w = img.shape[:2]
+    rp = caffe_pb2.ResizeParameter()
+    rp.CopyFrom(resize_param)
+    rp.height = rp.width = shorter
+    if h < w:
+        rp.width = int(np.float32(w) / np.float32(h) * np.float32(shorter))
+    else:
+        rp.height = int(np.float32(h) / np.float32(w) * np.float32(shorter))
+    return warp(img, rp, rng)
+
+
+def intel_random_resize(img, p, rng):
+    """Intel Caffe's random_resize_param on an (H, W, C) image."""
+    h, w = img.shape[:2]
+    lo = p.min_size or min(h, w)
+    hi = p.max_size or max(h, w)
+    shorter = lo + (int(rng.integers(0, hi - lo + 1)) if hi > lo else 0)
+    return _per_shorter_side(img, shorter, p.resize_param, rng)
+
+
+def _rand_ratio(rng, low, high):
+    """Intel Caffe's RandRatio: a multiple of 1/1000 in [low, high]."""
+    return (int(rng.integers(0, int((high - low) * 1000 + 1))) + low * 1000) / 1000
+
+
+def intel_random_aspect(img, p, crop, rng):
+    """Intel Caffe's random_aspect_ratio_param on an (H, W, C) image."""
+    h, w = img.shape[:2]
+    area = np.float32(h * w)
+    for _ in range(p.max_attempt):
+        area_ratio = _rand_ratio(rng, p.min_area_ratio, p.max_area_ratio)
+        change = _rand_ratio(rng, p.aspect_ratio_change, 1 / p.aspect_ratio_change)
+        side = math.sqrt(area_ratio * area)
+        new_h, new_w = int(side * change), int(side / change)
+        if _rand_ratio(rng, 0, 1) < 0.5:
+            new_h, new_w = new_w, new_h
+        if new_h <= h and new_w <= w:
+            y = int(rng.integers(0, h - new_h + 1))
+            x = int(rng.integers(0, w - new_w + 1))
+            rp = caffe_pb2.ResizeParameter()
+            rp.CopyFrom(p.resize_param)
+            rp.height = rp.width = crop
+            return warp(np.ascontiguousarray(img[y:y + new_h, x:x + new_w]), rp, rng)
+    return _per_shorter_side(img, crop, p.resize_param, rng)

@@ -38,20 +38,29 @@ def inner_product(call):
 
 @register_converter("BatchNorm")
 def batch_norm(call):
-    eps = float(call.param.batch_norm_param.eps)
+    eps = float(call.layer.eps)
     x = call.inputs[0]
     channels = call.in_shapes[0][1] if len(call.in_shapes[0]) > 1 else 1
+    affine = call.layer.affine_blobs  # NVCaffe's or Intel Caffe's scale (and bias) blobs
+    if (affine or call.layer.relu) and not call.layer.use_global_stats:
+        raise call.error("a BatchNorm with scale and bias blobs or a ReLU does not convert "
+                         "with batch statistics")
     if call.layer.use_global_stats:
         blobs = call.blobs
         s = float(blobs[2].reshape(-1)[0])
         factor = 0.0 if s == 0 else 1.0 / s  # the moving averages' scale-factor blob
         mean = (blobs[0].reshape(-1) * np.float32(factor)).astype(np.float32)
         var = (blobs[1].reshape(-1) * np.float32(factor)).astype(np.float32)
-        call.node("BatchNormalization",
-                  [x, call.const("gamma", np.ones(channels)), call.const("beta",
-                                                                          np.zeros(channels)),
-                   call.const("mean", mean), call.const("var", var)],
-                  call.outputs, epsilon=eps)
+        gamma = blobs[3].reshape(-1) if affine else np.ones(channels)
+        beta = blobs[4].reshape(-1) if affine > 1 else np.zeros(channels)
+        relu = call.layer.relu  # Intel Caffe's relu option
+        y = call.node("BatchNormalization",
+                      [x, call.const("gamma", gamma), call.const("beta", beta),
+                       call.const("mean", mean), call.const("var", var)],
+                      None if relu else call.outputs, suffix="bn" if relu else None,
+                      epsilon=eps)
+        if relu:
+            call.node("Relu", [y], call.outputs)
         return
     # the batch's own statistics (use_global_stats false): biased variance, as Caffe
     rank = len(call.in_shapes[0])

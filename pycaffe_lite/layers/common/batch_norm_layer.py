@@ -1,5 +1,7 @@
-"""BatchNorm: normalise each channel to zero mean and unit variance."""
+"""BatchNorm: normalise each channel to zero mean and unit variance (and, NVCaffe's
+``scale_bias``, scale and shift it)."""
 
+from ...fillers import fill
 from ...layer import Layer
 from ...proto import caffe_pb2
 from ...registry import register_layer
@@ -21,6 +23,19 @@ class BatchNormLayer(Layer):
     initialised to 0. Each forward in training does ``s = s * f + 1``, ``mean_sum = mean_sum
     * f + batch_mean``, ``var_sum = var_sum * f + batch_var * m / (m - 1)``; the statistics
     used in global mode are ``mean_sum / s`` and ``var_sum / s`` (0 when s is 0).
+
+    NVCaffe's ``scale_bias: true`` (or a ``scale_filler`` or ``bias_filler``, fillers default
+    to 1 and 0) adds two learned blobs, scale and bias (C,), and ``y = scale * x_hat + bias``:
+    five blobs, as NVCaffe stores them. Those layers follow NVCaffe for the statistics too:
+    blobs 0 and 1 hold the moving mean and (biased) variance themselves, copied from the first
+    two batches, then ``m = f * m + (1 - f) * batch``; blob 2 stays 1 (so the global formula
+    above reads them unchanged); eps is at least 1e-5. Scale and bias get ``lr_mult: 1``,
+    ``decay_mult: 1`` as NVCaffe sets them.
+
+    Intel Caffe's MKL layers (``engine: MKL2017 | MKLDNN`` here or in the layer's engine
+    string) with ``use_weight_bias`` (true) hold a scale (``filler``, default 1) and, with
+    ``bias_term`` (true), a bias (``bias_filler``, default 0) after Caffe's three statistics
+    blobs, learned with the layer's own ``param`` settings; ``relu`` applies a ReLU after.
     """
 
     exact_num_bottom_blobs = 1
@@ -37,11 +52,21 @@ class BatchNormLayer(Layer):
             raise self.error("needs a bottom with at least one axis, got shape %s" % (x.shape,))
         self.channels = 1 if x.num_axes == 1 else x.shape[1]
         self.eps = p.eps
+        self.scale_bias, self.affine_blobs, self.relu = self._affine_mode(p)
+        self.iter = 0
+        count = 3 + self.affine_blobs
+        if self.scale_bias:
+            self.eps = max(self.eps, 1e-5)
+        if self.affine_blobs and not self.use_global_stats and p.stats_batch_size and \
+                p.stats_batch_size != x.shape[0]:
+            raise self.error("stats_batch_size %d (statistics over sub-batches) is not "
+                             "supported; the batch has %d" % (p.stats_batch_size, x.shape[0]))
         if len(self.blobs) > 0:
-            expected = [(self.channels,), (self.channels,), (1,)]
-            if len(self.blobs) != 3:
-                raise self.error("expected 3 parameter blobs (mean, variance, scale factor), "
-                                 "got %d" % len(self.blobs))
+            expected = [(self.channels,), (self.channels,), (1,)] + [(self.channels,)] * 2
+            if len(self.blobs) != count:
+                what = ", ".join(["mean", "variance", "scale factor", "scale", "bias"][:count])
+                raise self.error("expected %d parameter blobs (%s), got %d"
+                                 % (count, what, len(self.blobs)))
             for i, (blob, shape) in enumerate(zip(self.blobs, expected)):
                 if blob.count != shape[0]:
                     raise self.error("parameter blob %d has shape %s, expected %s"
@@ -49,11 +74,20 @@ class BatchNormLayer(Layer):
                 if blob.shape != shape:
                     blob.reshape(shape)
         else:
-            for shape in ((self.channels,), (self.channels,), (1,)):
-                self.blobs.add_blob(*shape).data[...] = 0
+            # NVCaffe's variance correction starts at 1 (and stays there)
+            for shape, value in (((self.channels,), 0), ((self.channels,), 0),
+                                 ((1,), 1 if self.scale_bias else 0)):
+                self.blobs.add_blob(*shape).data[...] = value
+            scale_filler = "scale_filler" if self.scale_bias else "filler"
+            for name, default in ((scale_filler, 1.0), ("bias_filler", 0.0))[:self.affine_blobs]:
+                blob = self.blobs.add_blob(self.channels)
+                if p.HasField(name):
+                    fill(blob, getattr(p, name))
+                else:
+                    blob.data[...] = default
         # The statistics are not parameters to learn: give each blob lr_mult 0 (adding the
         # ParamSpec where the prototxt has none) and never compute their gradients.
-        for i in range(len(self.blobs)):
+        for i in range(3):
             if len(self.layer_param.param) == i:
                 self.layer_param.param.add().lr_mult = 0.0
             elif self.layer_param.param[i].lr_mult != 0:
@@ -61,6 +95,29 @@ class BatchNormLayer(Layer):
                                  "parameters: param %d has lr_mult %g, expected 0"
                                  % (i, self.layer_param.param[i].lr_mult))
             self.set_param_propagate_down(i, False)
+        for i in range(3, len(self.blobs) if self.scale_bias else 3):  # NVCaffe's: learned
+            while len(self.layer_param.param) <= i:
+                self.layer_param.param.add()
+            self.layer_param.param[i].lr_mult = 1.0
+            self.layer_param.param[i].decay_mult = 1.0
+
+    def _affine_mode(self, p):
+        """(NVCaffe's scale_bias, how many scale/bias blobs, Intel's relu). Intel Caffe's MKL
+        layers (an MKL engine here or in the layer's engine string) with use_weight_bias hold
+        a scale and, with bias_term, a bias; NVCaffe's scale_bias (or either of its fillers)
+        both."""
+        engine = self.layer_param.engine.split(":", 1)[0].strip().upper()
+        PB = caffe_pb2.BatchNormParameter
+        if p.engine in (PB.MKL2017, PB.MKLDNN) or engine.startswith("MKL"):
+            if not p.use_weight_bias:
+                return False, 0, p.relu
+            return False, 2 if p.bias_term else 1, p.relu
+        intel = any(p.HasField(f) for f in ("use_weight_bias", "bias_term", "filler",
+                                            "stats_batch_size", "relu"))
+        if p.scale_bias or p.HasField("scale_filler") or (p.HasField("bias_filler") and
+                                                          not intel):
+            return True, 2, False
+        return False, 0, p.relu
 
     def reshape(self, bottom, top):
         x = bottom[0]
@@ -88,6 +145,9 @@ class BatchNormLayer(Layer):
             mean = x.mean(axis=(0, 2))
             centred = x - mean[:, None]
             var = (centred * centred).mean(axis=(0, 2))
+        if not self.use_global_stats and self.scale_bias:
+            self._nvcaffe_update(mean, var)
+        elif not self.use_global_stats:
             f = self.moving_average_fraction
             m = self.num * self.spatial
             correction = m / (m - 1) if m > 1 else 1
@@ -102,15 +162,42 @@ class BatchNormLayer(Layer):
             var_sum += correction * var
         std = (var + self.eps) ** 0.5
         x_norm = (x - mean[:, None]) / std[:, None]
-        self._view(top[0].write_data())[...] = x_norm
         # Kept for backward: a later in-place layer may overwrite the top.
         self.x_norm = x_norm
         self.std = std
+        if self.affine_blobs:
+            x_norm = x_norm * self.blobs[3].read_data()[:, None]
+        if self.affine_blobs > 1:
+            x_norm = x_norm + self.blobs[4].read_data()[:, None]
+        if self.relu:
+            self.positive = x_norm > 0
+            x_norm = x_norm.clip(min=0)
+        self._view(top[0].write_data())[...] = x_norm
+
+    def _nvcaffe_update(self, mean, var):
+        """NVCaffe's moving statistics: the batch's own for the first two, then averaged."""
+        f = self.moving_average_fraction
+        for blob, batch in ((self.blobs[0], mean), (self.blobs[1], var)):
+            stored = blob.write_data()
+            if self.iter > 1:
+                stored *= f
+                stored += (1 - f) * batch
+            else:
+                stored[...] = batch
+        self.iter += 1
 
     def backward(self, top, propagate_down, bottom):
+        dy = self._view(top[0].read_diff())
+        if self.relu:
+            dy = dy * self.positive
+        if self.affine_blobs:
+            if self.param_propagate_down[3]:
+                self.blobs[3].write_diff()[...] += (dy * self.x_norm).sum(axis=(0, 2))
+            if self.affine_blobs > 1 and self.param_propagate_down[4]:
+                self.blobs[4].write_diff()[...] += dy.sum(axis=(0, 2))
+            dy = dy * self.blobs[3].read_data()[:, None]
         if not propagate_down[0]:
             return
-        dy = self._view(top[0].read_diff())
         std = self.std[:, None]
         if self.use_global_stats:
             dx = dy / std

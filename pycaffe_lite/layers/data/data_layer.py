@@ -50,6 +50,11 @@ class DataLayer(BasePrefetchingDataLayer):
             if p.HasField(field):
                 log.warning("layer '%s': data_param.%s is deprecated and ignored (as in Caffe); "
                             "use transform_param.%s", self.name, field, field)
+        nvcaffe = [f for f in ("threads", "parser_threads", "cache", "shuffle", "precache")
+                   if p.HasField(f)]
+        if nvcaffe:
+            log.info("layer '%s': NVCaffe's data_param %s accepted; records are read in key "
+                     "order by this layer's own threads", self.name, ", ".join(nvcaffe))
         self.source = p.source
         self.batch_size = int(p.batch_size)
         self.backend = dbmod.backend_name(p.backend)

@@ -14,8 +14,8 @@ class DropoutLayer(NeuronLayer):
     """Inverted dropout.
 
     Bottoms: x (any shape). Tops: y, same shape; may be computed in place.
-    Params: ``dropout_param { dropout_ratio (0.5), in [0, 1) }``, and ``scale_train`` (true)
-    where the schema has it (BVLC's final schema does not, so it is then always true).
+    Params: ``dropout_param { dropout_ratio (0.5), in [0, 1)  scale_train (true) }``
+    (``scale_train``: the Fast R-CNN fork's field, number 2).
 
     TRAIN: a mask keeps each element with probability ``1 - dropout_ratio``, drawn anew at
     every forward where x lives (``backend.random_uniform``: the host generator
@@ -35,8 +35,7 @@ class DropoutLayer(NeuronLayer):
             raise self.error(f"dropout_ratio must be in [0, 1), got {ratio:g}")
         self.ratio = ratio
         self.scale = 1.0 / (1.0 - ratio)
-        fields = param.DESCRIPTOR.fields_by_name
-        self.scale_train = bool(param.scale_train) if "scale_train" in fields else True
+        self.scale_train = bool(param.scale_train)
         self.sample_test = bool(param.sample_weights_test)
         self.factor = None
 

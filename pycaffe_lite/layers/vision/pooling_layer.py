@@ -34,7 +34,8 @@ class PoolingLayer(Layer):
     Tops: y ``(N, C, PH, PW)``; for MAX an optional second top, the mask: the index
     ``h * W + w`` of each maximum within its input plane (as floats, -1 where none).
     Params: ``pooling_param { pool (MAX) kernel_size | kernel_h, kernel_w  stride (1) |
-    stride_h, stride_w  pad (0) | pad_h, pad_w  global_pooling (false)  round_mode (CEIL) }``;
+    stride_h, stride_w  pad (0) | pad_h, pad_w  global_pooling (false)  round_mode (CEIL) }``
+    (or ``ceil_mode``, which wins when set: ``false`` is ``round_mode: FLOOR``);
     ``global_pooling`` takes the whole plane as the kernel (no kernel, pad 0, stride 1).
     """
 
@@ -103,6 +104,8 @@ class PoolingLayer(Layer):
         self.ceil_mode = p.round_mode == PP.CEIL
         if p.round_mode not in (PP.CEIL, PP.FLOOR):
             raise self.error("unknown round_mode %d; expected CEIL or FLOOR" % p.round_mode)
+        if p.HasField("ceil_mode"):  # BVLC pull request 3057's spelling (DenseNet's files)
+            self.ceil_mode = p.ceil_mode
         self.memo = ops.PoolMemo()  # what the forward leaves for the backward
         self.engine = cudnn.choose_engine(
             p.engine, cudnn.pool_why_not(self.pool, len(top), self.pad), self.name)
