@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from pycaffe_lite.ops import cpu, pooling
+from pycaffe_lite.ops import cpu, matmul, pooling
 from kernel_helpers import kernels, needs_library
 
 im2col = importlib.import_module("pycaffe_lite.ops.im2col")  # the module, not the function
@@ -304,14 +304,14 @@ def test_threads_setting(monkeypatch):
 def test_accumulate_matmul(dtype, blocked, monkeypatch):
     """``c += a @ b`` in place (one block, or many small ones), against NumPy's product."""
     if blocked:  # blocks of 2 rows of c
-        monkeypatch.setattr(cpu, "_ACCUMULATE_BLOCK_BYTES", 2 * 5 * np.dtype(dtype).itemsize)
+        monkeypatch.setattr(matmul, "_ACCUMULATE_BLOCK_BYTES", 2 * 5 * np.dtype(dtype).itemsize)
     rng = np.random.default_rng(6)
     a = rng.standard_normal((14, 9)).astype(dtype).T  # (9, 14), not C-contiguous
     b = rng.standard_normal((14, 5)).astype(dtype)
     c = rng.standard_normal((9, 5)).astype(dtype)
     expected = c + a @ b
     buffer = c.__array_interface__["data"][0]
-    out = cpu.accumulate_matmul(c, a, b)
+    out = matmul.accumulate_matmul(c, a, b)
     assert out is c and c.__array_interface__["data"][0] == buffer
     assert np.allclose(c, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
 

@@ -27,9 +27,7 @@ of memory to a process whose whole LeNet training fits in 100 MB).
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
 - :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) and
   F(4x4, 3x3) (equal to
-  the matrix-product path to float rounding, not bit for bit: see there);
-- :func:`accumulate_matmul` (NumPy only, always on): ``c += a @ b`` in cache-sized blocks, for
-  the fully connected layers' weight gradients.
+  the matrix-product path to float rounding, not bit for bit: see there).
 
 ctypes releases the GIL during a call, so each kernel splits its work over ``threads()``
 threads (by channel or by plane) and a 2-core machine runs it on both cores.
@@ -446,31 +444,3 @@ def sgd_update(diff, history, data, norm, decay, l1, rate, momentum):
     _split(_function("sgd_update", diff.dtype), diff.size,
            [_address(diff), _address(history), _address(data), norm, decay, int(bool(l1)),
             rate, momentum], grain=1 << 18)
-
-
-# ---- matrix products accumulated in place ---------------------------------------------------
-# Rows of ``c`` per block of :func:`accumulate_matmul`: a block's product stays in cache until
-# it is added.
-_ACCUMULATE_BLOCK_BYTES = 1 << 20
-_accumulate_buffers = threading.local()
-
-
-def accumulate_matmul(c, a, b):
-    """``c += a @ b`` for host matrices without a temporary the size of ``c``: the product is
-    made a block of rows at a time into a small reused buffer and added while it is still in
-    cache. A large fully connected layer's weight gradient (a product of rank ``batch``) is
-    memory-bound: this halves its memory traffic and its page faults. Small products, and
-    device arrays, take ``c += a @ b``."""
-    rows = max(1, _ACCUMULATE_BLOCK_BYTES // max(1, c.shape[1] * c.itemsize))
-    if type(c) is not np.ndarray or c.shape[0] <= 2 * rows:
-        c += a @ b
-        return c
-    buf = getattr(_accumulate_buffers, "buf", None)
-    if buf is None or buf.dtype != c.dtype or buf.size < rows * c.shape[1]:
-        buf = _accumulate_buffers.buf = np.empty(rows * c.shape[1], c.dtype)
-    for r in range(0, c.shape[0], rows):
-        part = c[r:r + rows]
-        product = buf[:part.size].reshape(part.shape)
-        np.matmul(a[r:r + rows], b, out=product)
-        part += product
-    return c
