@@ -183,20 +183,15 @@ def test_readme_is_a_front_door():
 
 
 @pytest.mark.slow
-def test_readme_snippets_run_as_written(tmp_path):
+def test_readme_snippets_run_as_written(tmp_path, lenet_dir, mnist_lmdbs):
     """The three snippets, in a copy of the LeNet example where the first command has run
-    (the LMDBs, shortened to 2,000 and 100 digits; the trained weights come from the second
-    snippet's 100 iterations, standing in for the 2,000 of the first command)."""
-    from pycaffe_lite.data import convert_mnist
-
+    (its LMDBs; the trained weights come from the second snippet's 100 iterations, standing
+    in for the 2,000 of the first command)."""
     lenet = tmp_path / "models" / "lenet"
-    shutil.copytree(os.path.join(ROOT, "models", "lenet"), lenet,
+    shutil.copytree(lenet_dir, lenet,
                     ignore=shutil.ignore_patterns("*_lmdb", "*.caffemodel", "*.solverstate"))
-    mnist = os.path.join(ROOT, "models", "lenet", "mnist5k")
-    for part, db, limit in (("train", "mnist_train_lmdb", 2000), ("t10k", "mnist_test_lmdb", 100)):
-        convert_mnist(os.path.join(mnist, part + "-images-idx3-ubyte.gz"),
-                      os.path.join(mnist, part + "-labels-idx1-ubyte.gz"), str(lenet / db),
-                      limit=limit, progress=False)
+    for db in mnist_lmdbs:
+        os.symlink(db, lenet / db.name)
     snippets = [source for _, source in python_blocks(_read(os.path.join(ROOT, "README.md")))]
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
 

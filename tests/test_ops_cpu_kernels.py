@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pycaffe_lite.ops import cpu, matmul, pooling
-from kernel_helpers import kernels, needs_library
+from helpers.kernel import kernels, needs_library
 
 im2col = importlib.import_module("pycaffe_lite.ops.im2col")  # the module, not the function
 

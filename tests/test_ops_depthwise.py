@@ -15,7 +15,7 @@ import pytest
 from pycaffe_lite.ops import conv, cpu
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
 from pycaffe_lite.testing import check_layer
-from kernel_helpers import kernels, needs_library
+from helpers.kernel import kernels, needs_library
 
 
 

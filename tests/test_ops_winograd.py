@@ -19,7 +19,7 @@ import pytest
 from pycaffe_lite.ops import conv, cpu
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
 from pycaffe_lite.testing import check_layer
-from kernel_helpers import needs_library
+from helpers.kernel import needs_library
 
 
 BOUND = {2: {np.float32: 1e-5, np.float64: 1e-13}, 4: {np.float32: 1e-4, np.float64: 1e-12}}
