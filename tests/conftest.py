@@ -68,12 +68,6 @@ def _skip_gpu_tests_without_a_gpu(items):
 
 
 @pytest.fixture(scope="session")
-def fixtures_dir():
-    """tests/fixtures: the committed test data (one folder per topic)."""
-    return os.path.join(TESTS, "fixtures")
-
-
-@pytest.fixture(scope="session")
 def lenet_dir():
     """models/lenet: the LeNet example (prototxts, solver, the MNIST subset in mnist5k/)."""
     return os.path.join(ROOT, "models", "lenet")

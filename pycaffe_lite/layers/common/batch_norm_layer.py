@@ -50,7 +50,7 @@ class BatchNormLayer(Layer):
                     blob.reshape(shape)
         else:
             for shape in ((self.channels,), (self.channels,), (1,)):
-                self.blobs.add_blob(*shape).data[...] = 0
+                self.blobs.add_blob(*shape).write_data()[...] = 0
         # The statistics are not parameters to learn: give each blob lr_mult 0 (adding the
         # ParamSpec where the prototxt has none) and never compute their gradients.
         for i in range(len(self.blobs)):
