@@ -15,7 +15,7 @@ import pytest
 from pycaffe_lite.ops import conv, cpu
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
 from pycaffe_lite.testing import check_layer
-from helpers.kernel import kernels, needs_library
+from helpers.kernel import conv_plan, kernels, needs_library
 
 
 
@@ -47,8 +47,9 @@ def out_size(size, k, p, s, d):
 def make_geometry(geometry, dtype):
     nb, c, h, w, k, p, s, d = geometry
     out = (out_size(h, k[0], p[0], s[0], d[0]), out_size(w, k[1], p[1], s[1], d[1]))
-    geom = conv.ConvGeometry(k, p, s, d, c, c, c, (h, w), out, nb, np.dtype(dtype).itemsize,
-                             1 << 26)
+    geom = conv_plan(kernel=k, pad=p, stride=s, dilation=d, group=c, in_channels=c,
+                     out_channels=c, in_spatial=(h, w), out_spatial=out, num=nb,
+                     itemsize=np.dtype(dtype).itemsize)
     return geom, out
 
 
@@ -174,13 +175,19 @@ def test_threads_split_channels_and_planes_with_the_same_result(threads, monkeyp
 
 def test_the_geometry_says_when_the_depthwise_kernels_apply():
     geom, _ = make_geometry(GEOMETRIES[0], np.float32)
-    assert geom.is_depthwise
-    two_groups = conv.ConvGeometry((3, 3), (1, 1), (1, 1), (1, 1), 2, 4, 4, (5, 5), (5, 5), 1,
-                                   4, 1 << 20)
-    multiplier = conv.ConvGeometry((3, 3), (1, 1), (1, 1), (1, 1), 4, 4, 8, (5, 5), (5, 5), 1,
-                                   4, 1 << 20)
-    three_d = conv.ConvGeometry((3, 3, 3), (1,) * 3, (1,) * 3, (1,) * 3, 4, 4, 4, (5,) * 3,
-                                (5,) * 3, 1, 4, 1 << 20)
+    assert geom.geometry.is_depthwise
+
+    def geometry(kernel, group, out_channels):
+        rank = len(kernel)
+        return conv.ConvGeometry(kernel=kernel, pad=(1,) * rank, stride=(1,) * rank,
+                                 dilation=(1,) * rank, group=group, in_channels=4,
+                                 out_channels=out_channels, in_spatial=(5,) * rank,
+                                 out_spatial=(5,) * rank, num=1)
+
+    two_groups = geometry((3, 3), 2, 4)
+    multiplier = geometry((3, 3), 4, 8)
+    three_d = geometry((3, 3, 3), 4, 4)
+    assert geometry((3, 3), 4, 4).is_depthwise
     assert not (two_groups.is_depthwise or multiplier.is_depthwise or three_d.is_depthwise)
 
 

@@ -19,3 +19,16 @@ def kernels(flag):
         yield
     finally:
         cpu.set_kernels_enabled(old)
+
+
+def conv_plan(itemsize=4, workspace_bytes=1 << 26, **geometry):
+    """A :class:`~pycaffe_lite.ops.conv.ConvPlan` (engine CAFFE) over the
+    :class:`~pycaffe_lite.ops.conv.ConvGeometry` of the keyword arguments (stride and
+    dilation 1 and one group unless given)."""
+    from pycaffe_lite.ops import conv
+
+    rank = len(geometry["kernel"])
+    geometry.setdefault("stride", (1,) * rank)
+    geometry.setdefault("dilation", (1,) * rank)
+    geometry.setdefault("group", 1)
+    return conv.ConvPlan(conv.ConvGeometry(**geometry), itemsize, workspace_bytes)
