@@ -12,7 +12,8 @@ the kernels off."""
 import numpy as np
 import pytest
 
-from pycaffe_lite.ops import conv, cpu
+from pycaffe_lite.ops import conv
+from pycaffe_lite.ops.cpu import _threads as cpu_threads
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
 from pycaffe_lite.testing import check_layer
 from helpers.kernel import conv_plan, kernels, needs_library
@@ -162,8 +163,8 @@ def test_threads_split_channels_and_planes_with_the_same_result(threads, monkeyp
     geometry = (3, 7, 9, 8, (3, 3), (1, 1), (1, 1), (1, 1))
     results = []
     for n in (1, threads):
-        monkeypatch.setitem(cpu._state, "threads", n)
-        monkeypatch.setattr(cpu, "_MIN_ELEMENTS_PER_THREAD", 1)
+        monkeypatch.setitem(cpu_threads._state, "threads", n)
+        monkeypatch.setattr(cpu_threads, "MIN_ELEMENTS_PER_THREAD", 1)
         geom, out, x, wts, bias, dy = arrays(geometry, np.float32, seed=5)
         y, dx, dw = np.empty_like(dy), np.empty_like(x), np.zeros_like(wts)
         conv.forward(x, wts, y, geom, bias=bias)

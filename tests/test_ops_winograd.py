@@ -16,7 +16,8 @@ import sys
 import numpy as np
 import pytest
 
-from pycaffe_lite.ops import conv, cpu
+from pycaffe_lite.ops import conv
+from pycaffe_lite.ops.cpu import _threads as cpu_threads
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
 from pycaffe_lite.testing import check_layer
 from helpers.kernel import conv_plan, needs_library
@@ -181,8 +182,8 @@ def test_threads_give_the_same_result(always, monkeypatch):
     shape = (2, 6, 5, 9, 8, (1, 1))
     results = []
     for n in (1, 3):
-        monkeypatch.setitem(cpu._state, "threads", n)
-        monkeypatch.setattr(cpu, "_MIN_ELEMENTS_PER_THREAD", 1)
+        monkeypatch.setitem(cpu_threads._state, "threads", n)
+        monkeypatch.setattr(cpu_threads, "MIN_ELEMENTS_PER_THREAD", 1)
         geom, out = geometry(shape, np.float32)
         x, w, b = data(shape, np.float32, seed=2)
         y = np.empty((shape[0], shape[2]) + out, np.float32)
