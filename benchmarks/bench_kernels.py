@@ -59,8 +59,10 @@ def shapes(groups):
 
 def geometry(ci, co, size, k, stride, pad, group, num):
     o = (size + 2 * pad - k) // stride + 1
-    return conv.ConvGeometry((k, k), (pad, pad), (stride, stride), (1, 1), group, ci, co,
-                             (size, size), (o, o), num, 4, 1 << 30), o
+    geom = conv.ConvGeometry(kernel=(k, k), pad=(pad, pad), stride=(stride, stride),
+                             dilation=(1, 1), group=group, in_channels=ci, out_channels=co,
+                             in_spatial=(size, size), out_spatial=(o, o), num=num)
+    return conv.ConvPlan(geom, 4, 1 << 30), o
 
 
 def _best(fn, rounds):
@@ -117,7 +119,7 @@ def bench_layer(name, ci, co, size, k, stride, pad, group, num, rounds, use_open
     y_new = np.empty_like(y_gemm)
 
     def gemm():
-        geom._forward_and_weight(x, w, output=y_gemm, bias=b)
+        conv.gemm_forward_and_weight(x, w, geom, output=y_gemm, bias=b)
 
     def new():
         conv.forward(x, w, y_new, geom, bias=b)
@@ -131,12 +133,12 @@ def bench_layer(name, ci, co, size, k, stride, pad, group, num, rounds, use_open
     scale = np.abs(y_gemm).max()
     err = float(np.abs(y_new - y_gemm).max() / scale)
     assert err < 1e-4, "%s: the outputs differ by %g of their scale" % (name, err)
-    if geom.is_depthwise:
+    if geom.geometry.is_depthwise:
         dy = rng.standard_normal(y_gemm.shape).astype(np.float32)
         dx, dw = np.empty_like(x), np.zeros_like(w)
 
         def back_gemm():
-            geom._backward_and_weight(x, dy, w, input_diff=dx, weight_diff=dw)
+            conv.gemm_backward_and_weight(x, dy, w, geom, input_diff=dx, weight_diff=dw)
 
         def back_new():
             conv.backward(x, dy, w, geom, dx=dx, dw=dw)
@@ -184,7 +186,7 @@ def main(argv=None):
                                        use_opencv=not args.no_opencv)
             cv = t.get("opencv")
             rule = "w%d" % geom.winograd_tile if geom.winograd else \
-                "dw" if geom.is_depthwise else "gemm"
+                "dw" if geom.geometry.is_depthwise else "gemm"
             print("%-22s %5d %5s %8.2f %8.2f %6.2f %6s %6s %8s %7s %9s %9s %7.1e" % (
                 shape[0], num, rule, t["gemm"], t["new"], t["new"] / t["gemm"],
                 ratio(t, "w2"), ratio(t, "w4"), "-" if cv is None else "%.2f" % cv,

@@ -21,7 +21,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 ZOO = os.path.join(ROOT, "models", "zoo")
-SSD = os.path.join(ROOT, "tests", "data", "ssd")
+SSD = os.path.join(ROOT, "tests", "fixtures", "ssd")
 NETS = ["squeezenet1.1", "caffenet", "alexnet", "googlenet", "resnet50", "vgg16"]
 # the public SSD deploy nets of the tests, DetectionOutput included (on request: --nets)
 PROTOTXT = {"mobilenet_ssd": os.path.join(SSD, "mobilenet_ssd_deploy.prototxt"),

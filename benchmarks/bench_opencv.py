@@ -36,7 +36,7 @@ CHECK = {"caffenet": "fc8", "googlenet": "loss3/classifier", "resnet50": "fc1000
 
 def prototxt(name):
     if name == "mobilenet_ssd":
-        return os.path.join(ROOT, "tests", "data", "ssd", "mobilenet_ssd_deploy.prototxt")
+        return os.path.join(ROOT, "tests", "fixtures", "ssd", "mobilenet_ssd_deploy.prototxt")
     return os.path.join(ZOO, name + "_deploy.prototxt")
 
 

@@ -21,8 +21,8 @@ Figures from a shared or loaded machine are noisy: repeat before drawing conclus
 
 Over emulated links (root on Linux): ``--links 25mbit,100mbit,400mbit [--nets lenet]`` runs
 1 rank per host on 2 hosts (network namespaces joined by a switch, each host's link limited
-with ``tc tbf``: tests/netns_hosts.py), MPI over TCP across the links, and prints the time per
-iteration beside scaling_model.py's prediction for the same rate: ``t_c + t_comm`` (no overlap)
+with ``tc tbf``: tests/helpers/netns_hosts.py), MPI over TCP across the links, and prints the
+time per iteration beside scaling_model.py's prediction for the same rate: ``t_c + t_comm`` (no overlap)
 and ``max(t_c, t_comm)`` (the backward pass hiding it all), ``t_c`` measured by the 1 rank run
 and ``t_comm`` the ring allreduce of the gradients at the link's rate; and ``t_2 + t_comm``,
 ``t_2`` the 2 hosts' time per iteration over an unlimited link (on one machine the two hosts
@@ -255,7 +255,7 @@ def main():
 def links(args):
     """1 rank per host on 2 emulated hosts at each rate, beside the scaling model."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from netns_hosts import Hosts, rate_bits, unavailable_reason
+    from helpers.netns_hosts import Hosts, rate_bits, unavailable_reason
     from scaling_model import ring_seconds as model_ring_seconds
     reason = unavailable_reason()
     if reason:

@@ -60,6 +60,18 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def blas_info():
+    """The BLAS libraries NumPy loaded, as threadpoolctl reports them (the kernel OpenBLAS
+    picked for this CPU: its ``architecture``); [] without threadpoolctl."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return []
+    keys = ("internal_api", "version", "architecture", "num_threads")
+    return [{k: info.get(k) for k in keys} for info in threadpoolctl.threadpool_info()
+            if info.get("user_api") == "blas"]
+
+
 def best_of(fn, repeats, warmup=2):
     for _ in range(warmup):
         fn()
@@ -386,6 +398,10 @@ def main(argv=None):
                "cpu_kernels": cpu.kernels_enabled(),
                "cpu_kernels_missing": None if cpu.kernels_enabled() else
                cpu.unavailable_reason()}
+    results["blas"] = blas_info()
+    print("BLAS (threadpoolctl): %s" % (", ".join(
+        "%(internal_api)s %(version)s, kernel %(architecture)s, %(num_threads)s threads" % b
+        for b in results["blas"]) or "not reported"))
     print("compiled CPU kernels: %s" % ("on" if cpu.kernels_enabled() else
                                         "off (%s)" % (cpu.unavailable_reason() or
                                                       "--numpy-only")))

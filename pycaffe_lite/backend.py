@@ -47,6 +47,21 @@ def _import_cupy():
     return cupy
 
 
+def cupy_module():
+    """The CuPy module, imported on first use (ImportError where it is missing). The GPU
+    kernels (``ops/gpu``) ask for it only with CuPy arrays in hand, so it is loaded already."""
+    import cupy
+    return cupy
+
+
+def cudnn_modules():
+    """CuPy's cuDNN bindings ``(cupy.cudnn, cupy.cuda.cudnn)``, imported on first use; raises
+    where CuPy or its cuDNN is missing (CuPy 14 has none)."""
+    import cupy.cudnn as api
+    from cupy.cuda import cudnn as lib
+    return api, lib
+
+
 def gpu_available():
     """True when CuPy imports and sees at least one CUDA device."""
     try:

@@ -12,9 +12,19 @@ MAX_BLOB_AXES = 32
 class Blob:
     """Caffe's Blob: shape, data and diff, each with a host and (in GPU mode) a device copy.
 
-    ``blob.data`` / ``blob.diff`` are host NumPy arrays that pycaffe users read and write in
-    place. Layers use ``read_data()/write_data()/read_diff()/write_diff()``, which give the
-    array of the current mode (NumPy on the CPU, CuPy on the GPU) and keep the sync state right.
+    Two faces reach the arrays (the Layer contract in :mod:`pycaffe_lite.layer` says which a
+    layer uses):
+
+    - the current mode's arrays (NumPy on the CPU, CuPy on the GPU): ``read_data()`` /
+      ``read_diff()`` to read, ``write_data()`` / ``write_diff()`` to write. Device-generic
+      layers, solvers and the Net use these; they never copy between host and device unless
+      the other side holds the newer values.
+    - the host arrays: ``cpu_data()`` / ``cpu_diff()`` to read (the device copy stays
+      current), ``data`` / ``diff`` to write or read-modify-write (the device copy becomes
+      stale). pycaffe scripts, Python layers and layers declaring ``host_only`` use these.
+
+    Every view is the blob's current shape over storage that a smaller reshape reuses; do not
+    keep one across a reshape.
     """
 
     def __init__(self, shape=(), dtype=np.float32):
@@ -50,14 +60,17 @@ class Blob:
             self._diff = SyncedArray(count, self.dtype)
 
     def reshape_like(self, other):
+        """Take ``other``'s shape (Caffe's ReshapeLike)."""
         self.reshape(other.shape)
 
     @property
     def shape(self):
+        """The shape, a tuple of ints."""
         return self._shape
 
     @property
     def num_axes(self):
+        """The number of axes (``len(shape)``)."""
         return len(self._shape)
 
     @property
@@ -71,6 +84,8 @@ class Blob:
         return int(np.prod(self._shape[start:end], dtype=np.int64))
 
     def canonical_axis_index(self, axis):
+        """``axis`` in 0 .. num_axes - 1 (negative counts from the end); a ShapeError when out
+        of range."""
         n = self.num_axes
         if not -n <= axis < n:
             raise ShapeError("axis %d out of range for a %d-axis blob of shape %s"
@@ -78,6 +93,7 @@ class Blob:
         return axis + n if axis < 0 else axis
 
     def shape_at(self, axis):
+        """The size of ``axis`` (negative counts from the end)."""
         return self._shape[self.canonical_axis_index(axis)]
 
     def legacy_shape(self, index):
@@ -89,10 +105,10 @@ class Blob:
             return 1
         return self.shape_at(index)
 
-    num = property(lambda self: self.legacy_shape(0))
-    channels = property(lambda self: self.legacy_shape(1))
-    height = property(lambda self: self.legacy_shape(2))
-    width = property(lambda self: self.legacy_shape(3))
+    num = property(lambda self: self.legacy_shape(0), doc="Legacy axis 0 (pycaffe's num).")
+    channels = property(lambda self: self.legacy_shape(1), doc="Legacy axis 1 (channels).")
+    height = property(lambda self: self.legacy_shape(2), doc="Legacy axis 2 (height).")
+    width = property(lambda self: self.legacy_shape(3), doc="Legacy axis 3 (width).")
 
     # ---- storage -------------------------------------------------------------------------
     def _view(self, arr):
@@ -100,7 +116,9 @@ class Blob:
 
     @property
     def data(self):
-        """Host data, writable in place (marks the device copy stale)."""
+        """The host data (NumPy), current and writable in place: the device copy becomes
+        stale (Caffe's mutable_cpu_data). pycaffe's ``blob.data``; layers use it only when
+        they declare ``host_only``. ``blob.data = values`` copies into it."""
         return self._view(self._data.mutable_cpu())
 
     @data.setter
@@ -109,6 +127,8 @@ class Blob:
 
     @property
     def diff(self):
+        """The host diff (NumPy), current and writable in place: the device copy becomes
+        stale (Caffe's mutable_cpu_diff). ``blob.diff = values`` copies into it."""
         return self._view(self._diff.mutable_cpu())
 
     @diff.setter
@@ -116,21 +136,30 @@ class Blob:
         self.diff[...] = value
 
     def cpu_data(self):
+        """The host data (NumPy) for reading: brought up to date from the device if needed,
+        and the device copy stays current (Caffe's cpu_data). Do not write into it."""
         return self._view(self._data.cpu())
 
     def cpu_diff(self):
+        """The host diff (NumPy) for reading, as :meth:`cpu_data`. Do not write into it."""
         return self._view(self._diff.cpu())
 
     def read_data(self):
+        """The data in the current mode's array (NumPy on the CPU, CuPy on the GPU) for
+        reading; the other copy stays current. Do not write into it."""
         return self._view(self._data.read())
 
     def write_data(self):
+        """The data in the current mode's array for writing (or read-modify-write): the other
+        copy becomes stale."""
         return self._view(self._data.write())
 
     def read_diff(self):
+        """The diff in the current mode's array for reading, as :meth:`read_data`."""
         return self._view(self._diff.read())
 
     def write_diff(self):
+        """The diff in the current mode's array for writing, as :meth:`write_data`."""
         return self._view(self._diff.write())
 
     def pin_host(self):
@@ -144,10 +173,12 @@ class Blob:
 
     @property
     def data_state(self):
+        """Where the newest data lives (the SyncedArray's head: host, device or both)."""
         return self._data.head
 
     @property
     def diff_state(self):
+        """Where the newest diff lives, as :attr:`data_state`."""
         return self._diff.head
 
     def share_data(self, other):
@@ -163,6 +194,7 @@ class Blob:
         return self._data is other._data and self._shape == other._shape
 
     def share_diff(self, other):
+        """Use ``other``'s diff storage (counts must match)."""
         if self._count != other._count:
             raise ShapeError("cannot share diff of a blob of shape %s with one of shape %s"
                              % (other.shape, self.shape))
@@ -176,24 +208,30 @@ class Blob:
         data -= self.read_diff()
 
     def asum_data(self):
+        """The sum of the data's absolute values (L1 norm), a float."""
         return float(abs(self.read_data()).sum())
 
     def asum_diff(self):
+        """The sum of the diff's absolute values, a float."""
         return float(abs(self.read_diff()).sum())
 
     def sumsq_data(self):
+        """The sum of the data's squares, a float."""
         d = self.read_data().ravel()
         return float(d.dot(d))
 
     def sumsq_diff(self):
+        """The sum of the diff's squares, a float."""
         d = self.read_diff().ravel()
         return float(d.dot(d))
 
     def scale_data(self, factor):
+        """data *= factor, where the data is."""
         d = self.write_data()
         d *= factor
 
     def scale_diff(self, factor):
+        """diff *= factor, where the diff is."""
         d = self.write_diff()
         d *= factor
 
@@ -210,6 +248,8 @@ class Blob:
         return tuple(proto.shape.dim) == self._shape
 
     def to_proto(self, proto=None, write_diff=False):
+        """The blob as a BlobProto (into ``proto`` if given): its shape, its data (and diff
+        with ``write_diff``), in double fields for a float64 blob."""
         proto = caffe_pb2.BlobProto() if proto is None else proto
         proto.Clear()
         proto.shape.dim.extend(self._shape)
@@ -222,6 +262,8 @@ class Blob:
         return proto
 
     def from_proto(self, proto, reshape=True):
+        """Load a BlobProto's values (reshaping to its shape, or requiring an equal shape with
+        ``reshape=False``); a ShapeError when the counts disagree. Returns the blob."""
         if reshape:
             self.reshape(proto_shape(proto))
         elif not self.shape_equals(proto):

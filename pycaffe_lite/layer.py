@@ -15,6 +15,21 @@ The framework calls the fixed template methods ``SetUp``, ``Forward`` and ``Back
 counts are declared as class attributes and checked in ``SetUp``; ``Forward`` reshapes, runs
 ``forward`` and returns the weighted loss of the tops (a top's loss weight is stored in its
 diff, as in Caffe).
+
+Which blob accessors a layer uses (:class:`~pycaffe_lite.blob.Blob` documents each):
+
+- A device-generic layer (the default) reads through ``read_data()`` / ``read_diff()`` and
+  writes through ``write_data()`` / ``write_diff()``: arrays of the current mode (NumPy on
+  the CPU, CuPy on the GPU), with array code for both (``backend.get_array_module``). It
+  reads its bottoms, params and tops' diffs, and writes its tops, bottoms' diffs and params'
+  diffs (and its params, in ``setup``), only through these.
+- A host-only layer, whose work runs in NumPy on the host (data layers; the SSD layers that
+  match boxes and suppress non-maxima), declares ``host_only = True`` and uses the host face
+  only: ``cpu_data()`` / ``cpu_diff()`` to read, ``data`` / ``diff`` to write. In GPU mode the
+  blobs move between host and device as the layers around it need.
+
+Python layers written for pycaffe (``bottom[0].data``) are host-only in effect and work
+unchanged. ``tests/test_blob_access.py`` holds the built-in layers to this rule.
 """
 
 import numpy as np
@@ -56,6 +71,9 @@ class Layer:
     # The forward draws random numbers (in some phase): two layers of the same parameters and
     # inputs may give different outputs (the test harness then skips its output comparison).
     draws_random = False
+    # The layer works on host arrays (cpu_data()/cpu_diff() to read, data/diff to write) in
+    # every mode, instead of the current mode's (read_*()/write_*()): see the module docstring.
+    host_only = False
 
     def __init__(self, layer_param=None, dtype=np.float32):
         param = caffe_pb2.LayerParameter()

@@ -1,11 +1,54 @@
-"""Shared test configuration: tests marked ``@pytest.mark.gpu`` need a real NVIDIA GPU with CuPy
-and are skipped, with the reason, where ``pycaffe_lite.backend.gpu_available()`` is False.
-(GPU mode itself is tested everywhere on the simulated device: tests/test_gpu_simulated.py.)"""
+"""Shared test configuration: the tiers' markers and the fixtures every module may ask for.
+
+Markers (registered in pyproject.toml; CONTRIBUTING.md describes the tiers):
+
+- ``slow`` is set by hand on end-to-end tests; ``python -m pytest -m "not slow"`` is the
+  everyday tier.
+- ``mpi``, ``onnx``, ``opencv``, ``torch`` and ``fuzz`` are set here on every test of a module
+  whose source uses that dependency (:data:`MODULE_MARKERS`), so a new module is marked without
+  a line of its own.
+- Tests marked ``gpu`` need a real NVIDIA GPU with CuPy and are skipped, with the reason, where
+  ``pycaffe_lite.backend.gpu_available()`` is False. (GPU mode itself is tested everywhere on
+  the simulated device: tests/test_gpu_simulated.py.)
+"""
+
+import os
+import re
 
 import pytest
 
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+
+# marker: what in a test module's source shows that it needs the dependency
+MODULE_MARKERS = {
+    "mpi": re.compile(r"\bmpiexec\b|\bmpi4py\b|helpers\.mpi\b"),
+    "onnx": re.compile(r"^\s*(import|from) onnx|importorskip\(\s*[\"']onnx|helpers\.onnx_runtime",
+                       re.M),
+    "opencv": re.compile(r"^\s*import cv2\b|importorskip\(\s*[\"']cv2[\"']", re.M),
+    "torch": re.compile(r"^\s*(import|from) torch\b|importorskip\(\s*[\"']torch[\"']", re.M),
+    "fuzz": re.compile(r"^\s*(import|from) hypothesis\b", re.M),
+}
+
+
+def module_markers(source):
+    """The markers of :data:`MODULE_MARKERS` that a module's source calls for."""
+    return sorted(name for name, pattern in MODULE_MARKERS.items() if pattern.search(source))
+
 
 def pytest_collection_modifyitems(config, items):
+    markers_of = {}
+    for item in items:
+        path = str(item.fspath)
+        if path not in markers_of:
+            with open(path, encoding="utf-8") as f:
+                markers_of[path] = module_markers(f.read())
+        for name in markers_of[path]:
+            item.add_marker(getattr(pytest.mark, name))
+    _skip_gpu_tests_without_a_gpu(items)
+
+
+def _skip_gpu_tests_without_a_gpu(items):
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
@@ -22,3 +65,24 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=reason)
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def lenet_dir():
+    """models/lenet: the LeNet example (prototxts, solver, the MNIST subset in mnist5k/)."""
+    return os.path.join(ROOT, "models", "lenet")
+
+
+@pytest.fixture(scope="session")
+def mnist_lmdbs(tmp_path_factory, lenet_dir):
+    """(train, test) LMDB paths of the whole MNIST subset (4,000 and 1,000 digits), converted
+    once per session by ``pycaffe-lite convert_mnist``; tests only read them."""
+    from pycaffe_lite import cli
+
+    folder = tmp_path_factory.mktemp("mnist")
+    data = os.path.join(lenet_dir, "mnist5k")
+    for part, name in (("train", "mnist_train_lmdb"), ("t10k", "mnist_test_lmdb")):
+        assert cli.main(["convert_mnist", os.path.join(data, part + "-images-idx3-ubyte.gz"),
+                         os.path.join(data, part + "-labels-idx1-ubyte.gz"),
+                         str(folder / name)]) == 0
+    return folder / "mnist_train_lmdb", folder / "mnist_test_lmdb"

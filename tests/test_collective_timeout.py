@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from mpi_helpers import (GUARD_S, Job, make_lmdb, mpi_available, rank1_layer, run_single,
+from helpers.mpi import (GUARD_S, Job, make_lmdb, mpi_available, rank1_layer, run_single,
                          tiny_project)
 
 pytestmark = [pytest.mark.mpi,

@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from darknet_helpers import CLASSIFIER, darknet_forward, random_params, weights_bytes
+from helpers.darknet import CLASSIFIER, darknet_forward, random_params, weights_bytes
 
 import pycaffe_lite
 from pycaffe_lite.cli import main

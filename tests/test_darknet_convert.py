@@ -1,5 +1,5 @@
 """Darknet .cfg + .weights converted to a Caffe net: every layer's output against an independent
-NumPy implementation of Darknet's forward pass (tests/darknet_helpers.py).
+NumPy implementation of Darknet's forward pass (tests/helpers/darknet.py).
 
 Tolerance: the converted net runs in float32, the reference in float64 from the same float32
 parameters; outputs agree to ``rtol=1e-5`` with ``atol=2e-6`` times the layer's largest
@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from darknet_helpers import (CLASSIFIER, CLASSIFIER_AVG, REGION_CFG, TINY_YOLO, darknet_forward,
+from helpers.darknet import (CLASSIFIER, CLASSIFIER_AVG, REGION_CFG, TINY_YOLO, darknet_forward,
                              maxpool, random_params, weights_bytes)
 
 import pycaffe_lite

@@ -17,7 +17,7 @@ OpenCV's batch normalisation uses ``sqrt(var + 1e-6)`` where Darknet has ``sqrt(
 
 import numpy as np
 import pytest
-from darknet_helpers import CLASSIFIER, REGION_CFG, TINY_YOLO, random_params, weights_bytes
+from helpers.darknet import CLASSIFIER, REGION_CFG, TINY_YOLO, random_params, weights_bytes
 
 import pycaffe_lite
 from pycaffe_lite.darknet import darknet2caffe

@@ -4,7 +4,7 @@ import struct
 
 import numpy as np
 import pytest
-from darknet_helpers import random_params, weights_bytes
+from helpers.darknet import random_params, weights_bytes
 
 from pycaffe_lite.darknet import DarknetError, DarknetWeights, convert, read_weights
 

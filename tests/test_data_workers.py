@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from pycaffe_lite.data.workers import ThreadMap
-from process_helpers import as_at_a_terminal
+from helpers.process import as_at_a_terminal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -18,8 +18,8 @@ from pycaffe_lite.proto import caffe_pb2
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures", "forks")
-BVLC_TSV = os.path.join(HERE, "data", "caffe_proto_fields.tsv")
-SSD_TSV = os.path.join(HERE, "data", "ssd_fork_proto_fields.tsv")
+BVLC_TSV = os.path.join(HERE, "fixtures", "caffe_proto_fields.tsv")
+SSD_TSV = os.path.join(HERE, "fixtures", "ssd_fork_proto_fields.tsv")
 
 
 def tag(number, wire):

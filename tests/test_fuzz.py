@@ -455,6 +455,7 @@ def test_every_built_in_layer_type_is_in_the_palette():
     assert not stale, "NOT_IN_PALETTE names types that are not registered: %s" % stale
 
 
+@pytest.mark.slow
 def test_random_nets_work_or_raise_our_error(capsys):
     assert fuzz(fuzz_random_nets, NET_EXAMPLES, "nets", "built", "random nets", capsys) > 0.04
 
@@ -535,6 +536,7 @@ def fuzz_prototxt_mutations(folder, text, phase):
     RUNS["mutations_built"] += exercise(str(path), phase)
 
 
+@pytest.mark.slow
 def test_prototxt_mutations_work_or_raise_our_error(tmp_path, capsys):
     assert fuzz(fuzz_prototxt_mutations, MUTATION_EXAMPLES, "mutations", "mutations_built",
                 "prototxt mutations", capsys, folder=tmp_path) > 0.04
@@ -612,6 +614,7 @@ def fuzz_corrupt_files(snapshot_files, draw, which):
             pass
 
 
+@pytest.mark.slow
 def test_corrupt_weights_and_states_load_or_raise_our_error(snapshot_files, capsys):
     assert fuzz(fuzz_corrupt_files, BINARY_EXAMPLES, "binary", "binary_loaded",
                 "corrupt .caffemodel/.solverstate files", capsys,

@@ -24,9 +24,9 @@ import sys
 
 import numpy as np
 import pytest
-from gpu_cases import (CASES, SOLVERS, STEPS, _u, case, case_ids, make_solver, make_sources,
+from helpers.gpu_cases import (CASES, SOLVERS, STEPS, _u, case, case_ids, make_solver, make_sources,
                        run_case, weights)
-from solver_helpers import solver_param, tiny_net_text
+from helpers.solver import solver_param, tiny_net_text
 
 from pycaffe_lite import backend, ops
 from pycaffe_lite.ops import gpu
@@ -228,7 +228,7 @@ RULES = {
 
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_fused_solver_update_kernels_equal_numpy(rule):
-    from solver_helpers import batches, feed
+    from helpers.solver import batches, feed
 
     def run(on_gpu):
         backend.set_mode_gpu() if on_gpu else backend.set_mode_cpu()

@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 import pytest
-from gpu_cases import (CASES, EXCLUDED, SOLVERS, STEPS, _u, case, case_ids, make_solver,
+from helpers.gpu_cases import (CASES, EXCLUDED, SOLVERS, STEPS, _u, case, case_ids, make_solver,
                        make_sources, run_case, weights)
 
 from pycaffe_lite import backend, syncedmem

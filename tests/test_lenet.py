@@ -16,24 +16,15 @@ import time
 import numpy as np
 import pytest
 
-from pycaffe_lite import cli, protoio
+from pycaffe_lite import protoio
 from pycaffe_lite.solvers import SGDSolver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENET = os.path.join(ROOT, "models", "lenet")
 
 
-def _lmdbs(folder):
-    data = os.path.join(LENET, "mnist5k")
-    for part, name in (("train", "mnist_train_lmdb"), ("t10k", "mnist_test_lmdb")):
-        assert cli.main(["convert_mnist", os.path.join(data, part + "-images-idx3-ubyte.gz"),
-                         os.path.join(data, part + "-labels-idx1-ubyte.gz"),
-                         str(folder / name)]) == 0
-    return folder / "mnist_train_lmdb", folder / "mnist_test_lmdb"
-
-
-def _lenet_solver_param(tmp_path, **changes):
-    train_db, test_db = _lmdbs(tmp_path)
+def _lenet_solver_param(tmp_path, lmdbs, **changes):
+    train_db, test_db = lmdbs
     net = protoio.read_net_param(os.path.join(LENET, "lenet_train_test.prototxt"))
     for layer in net.layer:
         if layer.type == "Data":
@@ -62,8 +53,8 @@ def test_lenet_solver_is_caffes_standard_one():
 
 
 @pytest.mark.slow
-def test_lenet_trains_to_reference_accuracy_and_resumes_exactly(tmp_path):
-    param = _lenet_solver_param(tmp_path, random_seed=1, snapshot=1500)
+def test_lenet_trains_to_reference_accuracy_and_resumes_exactly(tmp_path, mnist_lmdbs):
+    param = _lenet_solver_param(tmp_path, mnist_lmdbs, random_seed=1, snapshot=1500)
     solver = SGDSolver(param)
     at_1600 = {}
 

@@ -12,7 +12,7 @@ from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.registry import LR_POLICIES
 from pycaffe_lite.solvers import SGDSolver
 from pycaffe_lite.solvers.lr_policy import get_policy, learning_rate
-from solver_helpers import solver_param
+from helpers.solver import solver_param
 
 
 def param(text):

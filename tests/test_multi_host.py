@@ -1,4 +1,4 @@
-"""Training across machines, the machines being network namespaces (tests/netns_hosts.py):
+"""Training across machines, the machines being network namespaces (tests/helpers/netns_hosts.py):
 the traffic crosses the emulated links; N ranks over 2 hosts reach one process's weights with
 batch N x B; rank 0 alone logs and snapshots; resume across hosts; a cut link or a frozen host
 ends the job with an error naming the rank and host that stopped answering; a slow link still
@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from mpi_helpers import (GUARD_S, make_lmdb, max_relative_difference, read_weights, run_single,
+from helpers.mpi import (GUARD_S, make_lmdb, max_relative_difference, read_weights, run_single,
                          tiny_project)
-from netns_hosts import Hosts, unavailable_reason
+from helpers.netns_hosts import Hosts, unavailable_reason
 
 _reason = unavailable_reason()
 pytestmark = [pytest.mark.mpi,

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from mxnet_helpers import (FIXTURES, array_bytes, assert_matches, files, inputs, ndarray_list,
+from helpers.mxnet import (FIXTURES, array_bytes, assert_matches, files, inputs, ndarray_list,
                            references)
 
 import pycaffe_lite

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from mxnet_helpers import (CASES, ERROR_CASES, FIXTURES, MANIFEST, MORE_MANIFEST,
+from helpers.mxnet import (CASES, ERROR_CASES, FIXTURES, MANIFEST, MORE_MANIFEST,
                            assert_matches, files, inputs, ndarray_list, references, run)
 
 import pycaffe_lite

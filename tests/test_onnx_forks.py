@@ -6,7 +6,7 @@ True)``."""
 import numpy as np
 import pytest
 
-from onnx_helpers import (assert_close, fill_random, input_layers, net_from_text, onnx,
+from helpers.onnx_runtime import (assert_close, fill_random, input_layers, net_from_text, onnx,
                           run_ort)
 from pycaffe_lite import onnx as caffe_onnx
 from pycaffe_lite.errors import CaffeError

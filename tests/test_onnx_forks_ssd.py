@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pycaffe_lite as caffe
-from onnx_helpers import onnx, run_ort
+from helpers.onnx_runtime import onnx, run_ort
 from pycaffe_lite import onnx as caffe_onnx
 from test_ssd_opencv import DATA, random_weights
 

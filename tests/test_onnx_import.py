@@ -5,7 +5,7 @@ onnxruntime's numbers; unsupported ops are errors naming the node."""
 import numpy as np
 import pytest
 
-from onnx_helpers import assert_close, run_ort
+from helpers.onnx_runtime import assert_close, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
 import pycaffe_lite as caffe
@@ -215,7 +215,7 @@ layer { name: "prob" type: "Softmax" bottom: "fc" top: "prob" }
 
 
 def test_caffe_onnx_caffe_round_trip(tmp_path):
-    from onnx_helpers import fill_random, net_from_text
+    from helpers.onnx_runtime import fill_random, net_from_text
     net = net_from_text(ROUND_TRIP)
     fill_random(net, 9)
     x = RNG.uniform(-1, 1, (1, 3, 13, 13)).astype(np.float32)

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from onnx_helpers import assert_close, onnx, run_ort
+from helpers.onnx_runtime import assert_close, onnx, run_ort
 from test_model_zoo import LOGITS, fill_random, path
 
 import pycaffe_lite as caffe
@@ -55,20 +55,11 @@ def test_zoo_net_exports(key, tmp_path):
     export_zoo_and_compare(key, tmp_path)
 
 
-def _lmdbs(folder):
-    data = os.path.join(LENET, "mnist5k")
-    for part, name in (("train", "mnist_train_lmdb"), ("t10k", "mnist_test_lmdb")):
-        assert cli.main(["convert_mnist", os.path.join(data, part + "-images-idx3-ubyte.gz"),
-                         os.path.join(data, part + "-labels-idx1-ubyte.gz"),
-                         str(folder / name)]) == 0
-    return folder / "mnist_train_lmdb", folder / "mnist_test_lmdb"
-
-
 @pytest.fixture(scope="module")
-def trained_lenet(tmp_path_factory):
+def trained_lenet(tmp_path_factory, mnist_lmdbs):
     """LeNet after 60 iterations of the README's solver on the real MNIST subset."""
     tmp = tmp_path_factory.mktemp("lenet")
-    train_db, test_db = _lmdbs(tmp)
+    train_db, test_db = mnist_lmdbs
     net = protoio.read_net_param(os.path.join(LENET, "lenet_train_test.prototxt"))
     for layer in net.layer:
         if layer.type == "Data":
@@ -93,6 +84,7 @@ def _mnist_test_images(n):
     return images[:n, None].astype(np.float32) * np.float32(0.00390625), labels[:n]
 
 
+@pytest.mark.slow
 def test_trained_lenet_exports_through_the_command(trained_lenet, tmp_path, capsys):
     _, weights, _ = trained_lenet
     out = tmp_path / "lenet.onnx"
@@ -120,6 +112,7 @@ def test_trained_lenet_exports_through_the_command(trained_lenet, tmp_path, caps
     assert_close(ours, back.forward(data=x)["prob"], "LeNet after import", rtol=RTOL)
 
 
+@pytest.mark.slow
 def test_train_test_net_drops_losses_and_takes_data_as_inputs(trained_lenet, tmp_path,
                                                              capsys):
     tmp, weights, net_param = trained_lenet

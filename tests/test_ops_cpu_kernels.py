@@ -9,8 +9,9 @@ import threading
 import numpy as np
 import pytest
 
-from pycaffe_lite.ops import cpu, pooling
-from kernel_helpers import kernels, needs_library
+from pycaffe_lite.ops import cpu, matmul, pooling
+from pycaffe_lite.ops.cpu import _threads as cpu_threads
+from helpers.kernel import kernels, needs_library
 
 im2col = importlib.import_module("pycaffe_lite.ops.im2col")  # the module, not the function
 
@@ -209,8 +210,8 @@ def test_threads_split_gives_the_same_result(monkeypatch):
     x = rng.standard_normal((16, 8, 12, 12)).astype(np.float32)
     results = []
     for n in (1, 3):
-        monkeypatch.setitem(cpu._state, "threads", n)
-        monkeypatch.setattr(cpu, "_MIN_ELEMENTS_PER_THREAD", 1)
+        monkeypatch.setitem(cpu_threads._state, "threads", n)
+        monkeypatch.setattr(cpu_threads, "MIN_ELEMENTS_PER_THREAD", 1)
         with kernels(True):
             results.append(im2col.im2col(x, (3, 3), (1, 1), (1, 1), (1, 1)))
     assert np.array_equal(results[0], results[1])
@@ -238,9 +239,9 @@ def test_split_finishes_the_work_when_the_pool_refuses_it(monkeypatch):
     def fill(start, stop):
         out[start:stop] += np.arange(start, stop)
 
-    monkeypatch.setitem(cpu._state, "threads", 4)
-    monkeypatch.setitem(cpu._state, "pool", ClosedPool())
-    cpu._split(fill, 1000, ())
+    monkeypatch.setitem(cpu_threads._state, "threads", 4)
+    monkeypatch.setitem(cpu_threads._state, "pool", ClosedPool())
+    cpu_threads.split(fill, 1000, ())
     assert np.array_equal(out, np.arange(1000))  # every element once
 
 
@@ -248,7 +249,7 @@ def test_split_waits_for_the_threads_before_an_error_or_interrupt_goes_on(monkey
     """The parts write into the caller's arrays: whatever the calling thread raises, it
     unwinds only after every part handed to a thread has finished; a part's own error
     reaches the caller."""
-    monkeypatch.setitem(cpu._state, "threads", 2)
+    monkeypatch.setitem(cpu_threads._state, "threads", 2)
     release = threading.Lock()
     release.acquire()
     finished = []
@@ -261,7 +262,7 @@ def test_split_waits_for_the_threads_before_an_error_or_interrupt_goes_on(monkey
         finished.append((start, stop))
 
     with pytest.raises(KeyboardInterrupt):
-        cpu._split(part, 10, ())
+        cpu_threads.split(part, 10, ())
     assert finished == [(5, 10)]
 
     def failing(start, stop):
@@ -269,12 +270,12 @@ def test_split_waits_for_the_threads_before_an_error_or_interrupt_goes_on(monkey
             raise ValueError("part %d-%d failed" % (start, stop))
 
     with pytest.raises(ValueError, match="part 5-10 failed"):
-        cpu._split(failing, 10, ())
+        cpu_threads.split(failing, 10, ())
 
 
 def test_the_kernel_threads_end_when_their_pool_closes(monkeypatch):
-    monkeypatch.setitem(cpu._state, "threads", 3)
-    pool = cpu._pool(2)
+    monkeypatch.setitem(cpu_threads._state, "threads", 3)
+    pool = cpu_threads.pool(2)
     threads = list(pool.threads)
     assert len(threads) >= 2 and all(t.is_alive() for t in threads)
     pool.resources.release()
@@ -284,19 +285,19 @@ def test_the_kernel_threads_end_when_their_pool_closes(monkeypatch):
     def fill(start, stop):
         out[start:stop] = 1
 
-    cpu._split(fill, 12, ())  # a fresh pool replaces the closed one
-    assert out.sum() == 12 and cpu._state["pool"] is not pool
+    cpu_threads.split(fill, 12, ())  # a fresh pool replaces the closed one
+    assert out.sum() == 12 and cpu_threads._state["pool"] is not pool
 
 
 def test_threads_setting(monkeypatch):
-    monkeypatch.setitem(cpu._state, "threads", None)
+    monkeypatch.setitem(cpu_threads._state, "threads", None)
     monkeypatch.setenv("PYCAFFE_LITE_CPU_THREADS", "3")
     assert cpu.threads() == 3
-    monkeypatch.setitem(cpu._state, "threads", None)
+    monkeypatch.setitem(cpu_threads._state, "threads", None)
     monkeypatch.delenv("PYCAFFE_LITE_CPU_THREADS")
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert cpu.threads() == 2
-    monkeypatch.setitem(cpu._state, "threads", None)
+    monkeypatch.setitem(cpu_threads._state, "threads", None)
 
 
 @pytest.mark.parametrize("blocked", [False, True])
@@ -304,14 +305,14 @@ def test_threads_setting(monkeypatch):
 def test_accumulate_matmul(dtype, blocked, monkeypatch):
     """``c += a @ b`` in place (one block, or many small ones), against NumPy's product."""
     if blocked:  # blocks of 2 rows of c
-        monkeypatch.setattr(cpu, "_ACCUMULATE_BLOCK_BYTES", 2 * 5 * np.dtype(dtype).itemsize)
+        monkeypatch.setattr(matmul, "_ACCUMULATE_BLOCK_BYTES", 2 * 5 * np.dtype(dtype).itemsize)
     rng = np.random.default_rng(6)
     a = rng.standard_normal((14, 9)).astype(dtype).T  # (9, 14), not C-contiguous
     b = rng.standard_normal((14, 5)).astype(dtype)
     c = rng.standard_normal((9, 5)).astype(dtype)
     expected = c + a @ b
     buffer = c.__array_interface__["data"][0]
-    out = cpu.accumulate_matmul(c, a, b)
+    out = matmul.accumulate_matmul(c, a, b)
     assert out is c and c.__array_interface__["data"][0] == buffer
     assert np.allclose(c, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
 
@@ -517,3 +518,25 @@ def test_relu_layer_with_and_without_kernels(dtype):
     off = ~pos & ~np.isnan(dy)
     assert np.all(dx[off] == 0)
     assert np.all(np.isnan(dx[~pos & np.isnan(dy)]))
+
+
+def test_the_c_signatures_are_the_headers():
+    """The prototypes ops/cpu/_library.py declares (and gives ctypes) are the ones the C
+    sources export, parameter by parameter."""
+    import os
+    import re
+
+    from pycaffe_lite.ops.cpu import _library
+
+    folder = os.path.dirname(_library.__file__)
+    source = ""
+    for name in ("kernels_impl.h", "conv_impl.h"):
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            source += f.read()
+    exported = {}
+    for name, params in re.findall(r"EXPORT void NAME\((\w+)\)\((.*?)\)\s*\{", source, re.S):
+        text = "%s(%s)" % (name, " ".join(params.replace("restrict ", "").split()))
+        exported.update(_library.parse_prototypes(text))
+        # the parser's start/stop are the C source's own last two parameters here
+        exported[name] = exported[name][:-2]
+    assert exported and exported == _library.SIGNATURES

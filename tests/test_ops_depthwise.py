@@ -12,10 +12,11 @@ the kernels off."""
 import numpy as np
 import pytest
 
-from pycaffe_lite.ops import conv, cpu
+from pycaffe_lite.ops import conv
+from pycaffe_lite.ops.cpu import _threads as cpu_threads
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
 from pycaffe_lite.testing import check_layer
-from kernel_helpers import kernels, needs_library
+from helpers.kernel import conv_plan, kernels, needs_library
 
 
 
@@ -47,8 +48,9 @@ def out_size(size, k, p, s, d):
 def make_geometry(geometry, dtype):
     nb, c, h, w, k, p, s, d = geometry
     out = (out_size(h, k[0], p[0], s[0], d[0]), out_size(w, k[1], p[1], s[1], d[1]))
-    geom = conv.ConvGeometry(k, p, s, d, c, c, c, (h, w), out, nb, np.dtype(dtype).itemsize,
-                             1 << 26)
+    geom = conv_plan(kernel=k, pad=p, stride=s, dilation=d, group=c, in_channels=c,
+                     out_channels=c, in_spatial=(h, w), out_spatial=out, num=nb,
+                     itemsize=np.dtype(dtype).itemsize)
     return geom, out
 
 
@@ -161,8 +163,8 @@ def test_threads_split_channels_and_planes_with_the_same_result(threads, monkeyp
     geometry = (3, 7, 9, 8, (3, 3), (1, 1), (1, 1), (1, 1))
     results = []
     for n in (1, threads):
-        monkeypatch.setitem(cpu._state, "threads", n)
-        monkeypatch.setattr(cpu, "_MIN_ELEMENTS_PER_THREAD", 1)
+        monkeypatch.setitem(cpu_threads._state, "threads", n)
+        monkeypatch.setattr(cpu_threads, "MIN_ELEMENTS_PER_THREAD", 1)
         geom, out, x, wts, bias, dy = arrays(geometry, np.float32, seed=5)
         y, dx, dw = np.empty_like(dy), np.empty_like(x), np.zeros_like(wts)
         conv.forward(x, wts, y, geom, bias=bias)
@@ -174,13 +176,19 @@ def test_threads_split_channels_and_planes_with_the_same_result(threads, monkeyp
 
 def test_the_geometry_says_when_the_depthwise_kernels_apply():
     geom, _ = make_geometry(GEOMETRIES[0], np.float32)
-    assert geom.is_depthwise
-    two_groups = conv.ConvGeometry((3, 3), (1, 1), (1, 1), (1, 1), 2, 4, 4, (5, 5), (5, 5), 1,
-                                   4, 1 << 20)
-    multiplier = conv.ConvGeometry((3, 3), (1, 1), (1, 1), (1, 1), 4, 4, 8, (5, 5), (5, 5), 1,
-                                   4, 1 << 20)
-    three_d = conv.ConvGeometry((3, 3, 3), (1,) * 3, (1,) * 3, (1,) * 3, 4, 4, 4, (5,) * 3,
-                                (5,) * 3, 1, 4, 1 << 20)
+    assert geom.geometry.is_depthwise
+
+    def geometry(kernel, group, out_channels):
+        rank = len(kernel)
+        return conv.ConvGeometry(kernel=kernel, pad=(1,) * rank, stride=(1,) * rank,
+                                 dilation=(1,) * rank, group=group, in_channels=4,
+                                 out_channels=out_channels, in_spatial=(5,) * rank,
+                                 out_spatial=(5,) * rank, num=1)
+
+    two_groups = geometry((3, 3), 2, 4)
+    multiplier = geometry((3, 3), 4, 8)
+    three_d = geometry((3, 3, 3), 4, 4)
+    assert geometry((3, 3), 4, 4).is_depthwise
     assert not (two_groups.is_depthwise or multiplier.is_depthwise or three_d.is_depthwise)
 
 

@@ -16,10 +16,11 @@ import sys
 import numpy as np
 import pytest
 
-from pycaffe_lite.ops import conv, cpu
+from pycaffe_lite.ops import conv
+from pycaffe_lite.ops.cpu import _threads as cpu_threads
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
 from pycaffe_lite.testing import check_layer
-from kernel_helpers import needs_library
+from helpers.kernel import conv_plan, needs_library
 
 
 BOUND = {2: {np.float32: 1e-5, np.float64: 1e-13}, 4: {np.float32: 1e-4, np.float64: 1e-12}}
@@ -51,8 +52,9 @@ def always(request, monkeypatch):
 def geometry(shape, dtype, workspace=1 << 26):
     nb, ci, co, h, w, pad = shape
     out = (h + 2 * pad[0] - 2, w + 2 * pad[1] - 2)
-    return conv.ConvGeometry((3, 3), pad, (1, 1), (1, 1), 1, ci, co, (h, w), out, nb,
-                             np.dtype(dtype).itemsize, workspace), out
+    return conv_plan(kernel=(3, 3), pad=pad, in_channels=ci, out_channels=co, in_spatial=(h, w),
+                     out_spatial=out, num=nb, itemsize=np.dtype(dtype).itemsize,
+                     workspace_bytes=workspace), out
 
 
 def direct(x, w, b, pad, out):
@@ -89,11 +91,11 @@ def test_within_the_bound_of_the_exact_result(shape, dtype, workspace, always, m
     conv.forward(x, w, y, geom, bias=b)
     taken = out[1] <= cpu_conv.WINOGRAD_MAX_WIDTH
     assert geom.winograd == taken and geom.winograd_tile == (always if taken else 0)
-    assert len(calls) == (-(-geom.num // geom.winograd_chunk) if taken else 0)
+    assert len(calls) == (-(-geom.geometry.num // geom.winograd_chunk) if taken else 0)
     bound = BOUND[always][dtype] * np.abs(exact).max()
     assert np.abs(y - exact).max() <= bound
     with_gemm = np.empty_like(y)
-    geom._forward_and_weight(x, w, output=with_gemm, bias=b)
+    conv.gemm_forward_and_weight(x, w, geom, output=with_gemm, bias=b)
     assert np.abs(y - with_gemm).max() <= bound
     without_bias = np.empty_like(y)
     conv.forward(x, w, without_bias, geom)
@@ -115,7 +117,7 @@ def test_the_switch_turns_it_off(always, monkeypatch):
     finally:
         cpu_conv.set_winograd_enabled(old)
     assert not calls
-    geom._forward_and_weight(x, w, output=with_gemm, bias=b)
+    conv.gemm_forward_and_weight(x, w, geom, output=with_gemm, bias=b)
     np.testing.assert_array_equal(y, with_gemm)
     conv.forward(x, w, y, geom, bias=b)
     assert calls == [1]
@@ -134,8 +136,9 @@ def test_the_rule():
     def geom(kernel=(3, 3), stride=(1, 1), dilation=(1, 1), group=1, ci=64, co=64, size=56,
              num=1):
         k = len(kernel)
-        return conv.ConvGeometry(kernel, (1,) * k, stride, dilation, group, ci, co,
-                                 (size,) * k, (size,) * k, num, 4, 1 << 28).winograd_tile
+        return conv_plan(kernel=kernel, pad=(1,) * k, stride=stride, dilation=dilation,
+                         group=group, in_channels=ci, out_channels=co, in_spatial=(size,) * k,
+                         out_spatial=(size,) * k, num=num, workspace_bytes=1 << 28).winograd_tile
 
     assert geom() == 4  # ResNet-50's res2 3x3
     assert geom(stride=(2, 2)) == 0
@@ -179,8 +182,8 @@ def test_threads_give_the_same_result(always, monkeypatch):
     shape = (2, 6, 5, 9, 8, (1, 1))
     results = []
     for n in (1, 3):
-        monkeypatch.setitem(cpu._state, "threads", n)
-        monkeypatch.setattr(cpu, "_MIN_ELEMENTS_PER_THREAD", 1)
+        monkeypatch.setitem(cpu_threads._state, "threads", n)
+        monkeypatch.setattr(cpu_threads, "MIN_ELEMENTS_PER_THREAD", 1)
         geom, out = geometry(shape, np.float32)
         x, w, b = data(shape, np.float32, seed=2)
         y = np.empty((shape[0], shape[2]) + out, np.float32)
@@ -218,11 +221,11 @@ def test_grouped_forward_and_input_gradient_within_the_bound(always, group, pad,
     fn = cpu_conv.winograd_forward
     monkeypatch.setattr(cpu_conv, "winograd_forward", lambda *a: calls.append(1) or fn(*a))
     nb, ci, co, h, w = 2, 6, 12, 9, 8
-    geom = conv.ConvGeometry((3, 3), pad, (1, 1), (1, 1), group, ci, co, (h, w),
-                             (h + 2 * pad[0] - 2, w + 2 * pad[1] - 2), nb,
-                             np.dtype(dtype).itemsize, 1 << 26)
+    geom = conv_plan(kernel=(3, 3), pad=pad, group=group, in_channels=ci, out_channels=co,
+                     in_spatial=(h, w), out_spatial=(h + 2 * pad[0] - 2, w + 2 * pad[1] - 2),
+                     num=nb, itemsize=np.dtype(dtype).itemsize)
     assert geom.winograd_tile == always and geom.winograd_back_tile == always
-    out = geom.conv_out_spatial
+    out = geom.geometry.conv_out_spatial
     rng = np.random.default_rng(4)
     x = rng.standard_normal((nb, ci, h, w)).astype(dtype)
     wt = rng.standard_normal((co, ci // group, 3, 3)).astype(dtype)
@@ -246,7 +249,7 @@ def test_grouped_forward_and_input_gradient_within_the_bound(always, group, pad,
                                 np.empty_like(x))
     conv.backward(x, dy, wt, geom, dx=dx, dw=dw)
     assert len(calls) == 2
-    geom._backward_and_weight(x, dy, wt, input_diff=dx_gemm, weight_diff=dw_gemm)
+    conv.gemm_backward_and_weight(x, dy, wt, geom, input_diff=dx_gemm, weight_diff=dw_gemm)
     bound = BOUND[always][dtype]
     assert np.abs(y - exact_y).max() <= bound * np.abs(exact_y).max()
     assert np.abs(dx - exact_dx).max() <= bound * np.abs(exact_dx).max()

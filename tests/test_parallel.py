@@ -13,7 +13,7 @@ from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.parallel import context, launch
 from pycaffe_lite.solvers import SGDSolver
 
-from mpi_helpers import make_lmdb, read_weights, tiny_project
+from helpers.mpi import make_lmdb, read_weights, tiny_project
 
 
 @pytest.fixture(autouse=True)

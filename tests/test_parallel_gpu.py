@@ -9,7 +9,7 @@ from pycaffe_lite import backend
 from pycaffe_lite.parallel import context
 from pycaffe_lite.solvers import SGDSolver
 
-from mpi_helpers import (make_lmdb, max_relative_difference, mpi_available, read_weights,
+from helpers.mpi import (make_lmdb, max_relative_difference, mpi_available, read_weights,
                          run_ranks, tiny_project)
 
 pytestmark = pytest.mark.gpu

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mpi_helpers import (GUARD_S, Job, make_lmdb, max_relative_difference, mpi_available,
+from helpers.mpi import (GUARD_S, Job, make_lmdb, max_relative_difference, mpi_available,
                          mpiexec, rank1_layer, read_weights, run_ranks, run_single,
                          tiny_project)
 
@@ -73,7 +73,7 @@ def test_lenet_on_2_and_3_ranks_matches_one_process_with_the_whole_batch(tmp_pat
             out = _train(2, ranks, ranks.parent)
             assert "Data-parallel training on 2 processes" in out
         else:  # a script of one's own, through pycaffe_lite.parallel
-            script = os.path.join(ROOT, "tests", "parallel_train_script.py")
+            script = os.path.join(ROOT, "tests", "helpers", "parallel_train_script.py")
             import subprocess
             proc = subprocess.run([mpiexec(), "-n", "3", sys.executable, script,
                                    str(ranks)], cwd=str(ranks.parent), text=True,
@@ -115,6 +115,7 @@ def test_rank_0_logs_and_snapshots_the_others_stay_quiet(tmp_path, tiny):
         "solver_iter_5.caffemodel", "solver_iter_5.solverstate"]
 
 
+@pytest.mark.slow
 def test_resume_n_to_n_continues_the_uninterrupted_run(tmp_path, tiny):
     whole = tiny_project(tmp_path / "whole", tiny, max_iter=20, snapshot=10)
     _train(2, whole, tmp_path)
@@ -128,6 +129,7 @@ def test_resume_n_to_n_continues_the_uninterrupted_run(tmp_path, tiny):
     assert max_relative_difference(got, want) <= 1e-6
 
 
+@pytest.mark.slow
 def test_resume_2_to_1_to_2_keeps_the_global_data_position(tmp_path, tiny):
     """2 ranks x 2 for 6 iterations, 1 rank x 2 for 6, 2 ranks x 2 for 6 against the same
     schedule in one process (batch 4, 2, 4): the effective batches, the records they hold and

@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch", reason="torch is a test dependency (marker:
 import pycaffe_lite as caffe  # noqa: E402
 import test_onnx_export as onnx_cases  # noqa: E402
 import test_onnx_forks as fork_cases  # noqa: E402
-from onnx_helpers import fill_random, input_layers, net_from_text  # noqa: E402
+from helpers.onnx_runtime import fill_random, input_layers, net_from_text  # noqa: E402
 from pycaffe_lite import protoio  # noqa: E402
 from pycaffe_lite.errors import CaffeError  # noqa: E402
 from pycaffe_lite.proto import caffe_pb2  # noqa: E402
@@ -56,7 +56,8 @@ def export_with_expectation(net, feeds, folder):
 
 def run_standalone(folders):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, os.path.join(HERE, "pytorch_standalone_check.py")]
+    script = os.path.join(HERE, "helpers", "pytorch_standalone_check.py")
+    out = subprocess.run([sys.executable, script]
                          + [str(f) for f in folders], capture_output=True, text=True, env=env,
                          cwd=str(folders[0]))
     assert out.returncode == 0, out.stderr[-3000:]

@@ -16,8 +16,8 @@ from pycaffe_lite.proto import caffe_pb2
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-TSV = os.path.join(HERE, "data", "caffe_proto_fields.tsv")
-SSD_TSV = os.path.join(HERE, "data", "ssd_fork_proto_fields.tsv")
+TSV = os.path.join(HERE, "fixtures", "caffe_proto_fields.tsv")
+SSD_TSV = os.path.join(HERE, "fixtures", "ssd_fork_proto_fields.tsv")
 
 FDP = descriptor_pb2.FieldDescriptorProto
 LABELS = {FDP.LABEL_OPTIONAL: "optional", FDP.LABEL_REPEATED: "repeated",
@@ -30,7 +30,7 @@ SCALARS = {FD.TYPE_DOUBLE: "double", FD.TYPE_FLOAT: "float", FD.TYPE_INT64: "int
 
 # Other Caffe forks' fields that BVLC lacks, with the forks' numbers (one file per group of
 # forks); the SSD fork's table has its own tests below (some of its numbers move).
-FORK_DIRS = (os.path.join(HERE, "data"), os.path.join(HERE, "fixtures", "forks"))
+FORK_DIRS = (os.path.join(HERE, "fixtures"), os.path.join(HERE, "fixtures", "forks"))
 FORK_TSVS = sorted(p for folder in FORK_DIRS
                    for p in glob.glob(os.path.join(folder, "*fork*_proto_fields.tsv"))
                    if os.path.basename(p) != os.path.basename(SSD_TSV))

@@ -22,7 +22,7 @@ from pycaffe_lite import lifecycle
 from pycaffe_lite.data import db as dbmod
 from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.proto import caffe_pb2
-from process_helpers import as_at_a_terminal
+from helpers.process import as_at_a_terminal
 
 REPEATS = 20
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

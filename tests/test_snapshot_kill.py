@@ -1,7 +1,7 @@
 """kill -9 during snapshots: the earlier snapshots stay valid, and resuming from the last one
 continues to exactly the weights of an uninterrupted run.
 
-Training runs are forked by a helper process (``snapshot_kill_child.py``) and killed with
+Training runs are forked by a helper process (``helpers/snapshot_kill_child.py``) and killed with
 SIGKILL. Aimed kills wait until a given snapshot file is partly written (the writer is slowed
 to 4 KiB chunks, so a kill lands inside it) and kill after a random fraction of its bytes;
 blind kills (both formats, normal speed) land at random points after a run's k-th
@@ -93,7 +93,8 @@ class Forker:
 
     def __init__(self, log_path):
         self.log = open(log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "snapshot_kill_child.py")],
+        child = os.path.join(HERE, "helpers", "snapshot_kill_child.py")
+        self.proc = subprocess.Popen([sys.executable, child],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True, bufsize=1)
 
@@ -208,6 +209,7 @@ def check_state(path, fmt):
         ".solverstate", ".caffemodel")
 
 
+@pytest.mark.slow
 def test_kill_inside_snapshot_writes(tmp_path, forker, reference):
     rng = random.Random(20240611)
     inside = 0
@@ -236,6 +238,7 @@ def test_kill_inside_snapshot_writes(tmp_path, forker, reference):
     assert inside >= AIMED_KILLS - 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["HDF5", "BINARYPROTO"])
 def test_kill_at_random_times(tmp_path, forker, references, fmt):
     """Kills at points taken from each run's own progress: once snapshot k (random) is
@@ -272,7 +275,7 @@ def test_cli_resumes_a_killed_run_from_its_last_snapshot(tmp_path, monkeypatch, 
     """``pycaffe-lite train`` killed while writing a snapshot; ``--snapshot`` with the newest
     state then finishes with the weights of the uninterrupted run."""
     folder = project(tmp_path)
-    slow = ("import sys; sys.path.insert(0, %r); import snapshot_kill_child as c; "
+    slow = ("import sys; sys.path.insert(0, %r); from helpers import snapshot_kill_child as c; "
             "from pycaffe_lite import cli, protoio; protoio.open = c.slow_open; "
             "sys.exit(cli.main(['train', '--solver', 'solver.prototxt']))" % HERE)
     proc = subprocess.Popen([sys.executable, "-c", slow], cwd=folder,

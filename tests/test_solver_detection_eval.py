@@ -10,7 +10,7 @@ from google.protobuf import text_format
 from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.solvers import get_solver
 
-from solver_helpers import solver_param
+from helpers.solver import solver_param
 
 TEST_NET = """
 name: "eval"

@@ -12,7 +12,7 @@ from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.signals import SolverAction
 from pycaffe_lite.solvers import SGDSolver, get_solver
-from solver_helpers import batches, feed, grads, params_of, solver_param, tiny_net_text
+from helpers.solver import batches, feed, grads, params_of, solver_param, tiny_net_text
 
 FIXED = 'base_lr: 0.1 lr_policy: "fixed" momentum: 0.5 '
 

@@ -15,7 +15,7 @@ from pycaffe_lite.layer import Layer
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.registry import register_layer
 from pycaffe_lite.solvers import AdamSolver, SGDSolver, get_solver
-from solver_helpers import batches, feed, params_of, solver_param, tiny_net_text
+from helpers.solver import batches, feed, params_of, solver_param, tiny_net_text
 
 FIXED = 'base_lr: 0.1 lr_policy: "fixed" momentum: 0.9 weight_decay: 0.01 '
 

@@ -1,6 +1,6 @@
 """Every update rule against hand computations over several iterations.
 
-The tiny linear net of ``solver_helpers`` is trained by each solver for a few iterations; the
+The tiny linear net of ``helpers.solver`` is trained by each solver for a few iterations; the
 same iterations are recomputed here in float64 NumPy from the formulas (lr policy, gradient
 clipping, iter_size averaging, L2/L1 weight decay with decay_mult, lr_mult, the rule itself)
 and the weights and the solver's history must agree.
@@ -14,7 +14,7 @@ from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.solvers import (AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,
                                   RMSPropSolver, SGDSolver, get_solver)
 from pycaffe_lite.testing.simdevice import simulated_device
-from solver_helpers import batches, feed, grads, params_of, solver_param
+from helpers.solver import batches, feed, grads, params_of, solver_param
 
 LR_MULT = (1.0, 2.0)
 DECAY_MULT = (1.0, 0.0)

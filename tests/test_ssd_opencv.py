@@ -1,6 +1,6 @@
 """The SSD layers against OpenCV's independent implementation (cv2.dnn): single-layer nets
 saved here, and the public deploy nets of OpenCV's res10 face detector and MobileNet-SSD
-with seeded random weights (tests/data/ssd/README.md names their sources)."""
+with seeded random weights (tests/fixtures/ssd/README.md names their sources)."""
 
 import os
 
@@ -11,7 +11,7 @@ import pycaffe_lite as caffe
 
 cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ssd")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "ssd")
 
 
 def cv_forward(proto, weights, inputs, output):

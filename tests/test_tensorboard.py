@@ -22,7 +22,7 @@ from pycaffe_lite.errors import CaffeError  # noqa: E402
 from pycaffe_lite.parallel import context  # noqa: E402
 from pycaffe_lite.tools_log import parse_log  # noqa: E402
 
-from browser_helpers import Browser, chromium_missing  # noqa: E402
+from helpers.browser import Browser, chromium_missing  # noqa: E402
 
 NET = """
 name: "tiny"
@@ -244,7 +244,7 @@ def _coloured_pixels(png_bytes):
 
 
 def test_under_mpiexec_only_rank_0_writes(tmp_path):
-    from mpi_helpers import make_lmdb, mpi_available, run_ranks, tiny_project
+    from helpers.mpi import make_lmdb, mpi_available, run_ranks, tiny_project
 
     if not mpi_available():
         pytest.skip("needs mpi4py and mpiexec (pip install '.[mpi]')")

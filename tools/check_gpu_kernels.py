@@ -366,7 +366,7 @@ def install_shim(host):
 def check_solver_rules(host):
     """The solvers' fused path (g_su.update and the ElementwiseKernels) against the NumPy
     steps, for every rule."""
-    from solver_helpers import batches, feed, solver_param, tiny_net_text
+    from helpers.solver import batches, feed, solver_param, tiny_net_text
 
     from pycaffe_lite.solvers import get_solver
 

@@ -2,7 +2,7 @@
 mean image of a database, written as a ``.binaryproto`` (Caffe's tool)."""
 
 from ..data.mean import compute_image_mean
-from ..data.cli_flags import add_backend_flag
+from .flags import add_backend_flag
 
 
 def add_arguments(p):

@@ -3,7 +3,7 @@ labels or annotation files (VOC XML, COCO-style JSON) to a database of Annotated
 the SSD fork's flags."""
 
 from ..data.annoset import ANNO_TYPES, LABEL_TYPES, convert_annoset
-from ..data.cli_flags import add_backend_flag, add_bool_flag, add_image_flags
+from .flags import add_backend_flag, add_bool_flag, add_image_flags
 
 
 def add_arguments(p):

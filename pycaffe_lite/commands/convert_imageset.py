@@ -2,7 +2,7 @@
 ``path label`` lines to a database of Datums, with Caffe's flags."""
 
 from ..data.imageset import convert_imageset
-from ..data.cli_flags import add_backend_flag, add_bool_flag, add_image_flags
+from .flags import add_backend_flag, add_bool_flag, add_image_flags
 
 
 def add_arguments(p):

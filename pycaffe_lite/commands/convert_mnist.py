@@ -2,7 +2,7 @@
 files (gzipped or not) to a database of Datums, as Caffe's ``convert_mnist_data``."""
 
 from ..data.mnist import convert_mnist
-from ..data.cli_flags import add_backend_flag
+from .flags import add_backend_flag
 
 
 def add_arguments(p):

@@ -2,7 +2,7 @@
 
 :func:`convert` builds a NetParameter (an ``Input`` layer, then one or more Caffe layers per
 Darknet layer) and, given the weights, the parameter blobs of those layers; the table of what
-becomes what is in ``pycaffe_lite/darknet/README.md``. :func:`solver_from_cfg` maps the
+becomes what is in ``docs/darknet.md``. :func:`solver_from_cfg` maps the
 training settings of ``[net]``. :func:`darknet2caffe` does both and writes the files.
 
 Blob names follow Darknet's layer numbers: the output of layer ``i`` is the blob

@@ -1,17 +1,20 @@
 """Convolution as im2col and matrix products over whole batches, and the one place where its
 implementation is chosen.
 
-A layer (Convolution, Deconvolution) describes its geometry once per reshape with a
-:class:`ConvGeometry` and calls :func:`forward`, :func:`backward` and
-:func:`forward_and_weight` with arrays; these pick the implementation from the arrays and the
-geometry, and the layer never learns which one ran:
+A layer (Convolution, Deconvolution) describes its batch once per reshape with a
+:class:`ConvGeometry` (the shapes: data only) and a :class:`ConvPlan` over it (the choices made
+from the shapes alone: engine, images per chunk, which Winograd variant pays), and calls
+:func:`forward`, :func:`backward` and :func:`forward_and_weight` with arrays and the plan;
+these pick the implementation from the arrays and the plan, and the layer never learns which
+one ran:
 
 - cuDNN, when the geometry's engine (chosen once in the layer's setup, see
   :func:`pycaffe_lite.ops.gpu.cudnn.choose_engine`) is CUDNN and cuDNN takes the arrays;
 - on host arrays with the compiled kernels (:mod:`pycaffe_lite.ops.cpu.convolution`): the
   direct depthwise kernels when ``group == in_channels == out_channels`` (2-D; forward and
   gradients), and Winograd's F(4x4, 3x3) or F(2x2, 3x3) for the forward of 3x3, stride 1,
-  dilation 1 convolutions where it pays (:func:`_winograd_pays`; group by group), and for
+  dilation 1 convolutions where it pays (:func:`_winograd_pays`, recorded in the plan; group
+  by group), and for
   their gradient with respect to the input (the same kind of convolution); both equal the
   matrix-product path to float rounding (Winograd within the bounds its tests state);
 - else im2col + GEMM, whose column matrix is laid out for the arrays at hand:
@@ -81,15 +84,15 @@ def _batch_to_last(dst, src):
 
 
 class ConvGeometry:
-    """A convolution's shape on one batch: kernel, pad, stride, dilation (one value per spatial
-    axis), ``group``, the channels and spatial shapes of the im2col side (``in_*``) and the
-    product side (``out_*``), the batch size ``num``, and the ``engine`` (CAFFE or CUDNN, see
-    :mod:`pycaffe_lite.ops.gpu.cudnn`). ``chunk``: images per chunk, from ``workspace_bytes``
-    and the element size ``itemsize``."""
+    """A convolution's shapes on one batch (data only): ``kernel``, ``pad``, ``stride``,
+    ``dilation`` (one value per spatial axis), ``group``, the channels and spatial shape of the
+    im2col side (``in_channels``, ``in_spatial``) and of the product side (``out_channels``,
+    ``out_spatial``), the batch size ``num``, and ``force_nd`` (Caffe's force_nd_im2col).
+    The attributes keep Caffe's names (``kernel_shape``, ``conv_in_channels``, ...), with the
+    sizes derived from them."""
 
-    def __init__(self, kernel, pad, stride, dilation, group, in_channels, out_channels,
-                 in_spatial, out_spatial, num, itemsize, workspace_bytes, force_nd=False,
-                 engine=_cudnn.CAFFE):
+    def __init__(self, *, kernel, pad, stride, dilation, group, in_channels, out_channels,
+                 in_spatial, out_spatial, num, force_nd=False):
         self.kernel_shape = tuple(int(v) for v in kernel)
         self.pad = tuple(int(v) for v in pad)
         self.stride = tuple(int(v) for v in stride)
@@ -101,7 +104,6 @@ class ConvGeometry:
         self.conv_out_spatial = tuple(int(v) for v in out_spatial)
         self.num = int(num)
         self.force_nd_im2col = bool(force_nd)
-        self.engine = engine
         self.kernel_dim = self.conv_in_channels // self.group * prod(self.kernel_shape)
         self.conv_out_spatial_dim = prod(self.conv_out_spatial)
         self.is_1x1 = all(k == 1 and s == 1 and q == 0
@@ -110,275 +112,308 @@ class ConvGeometry:
         # one filter per channel: the direct depthwise kernels (host arrays)
         self.is_depthwise = two_d and self.group == self.conv_in_channels == \
             self.conv_out_channels
-        per_image = max(self.kernel_dim * self.group, self.conv_out_channels) * \
-            self.conv_out_spatial_dim * int(itemsize)
-        self.chunk = int(max(1, min(self.num, workspace_bytes // max(per_image, 1))))
-        if self.is_1x1:
+        # the shape Winograd's F(m x m, 3x3) computes
+        self.is_3x3_unit_stride = two_d and self.kernel_shape == (3, 3) and \
+            self.stride == (1, 1) and self.dilation == (1, 1)
+
+
+class ConvPlan:
+    """How a :class:`ConvGeometry` is computed, chosen from the shapes alone once per
+    geometry: the ``engine`` (CAFFE or CUDNN, resolved by the layer's setup, see
+    :mod:`pycaffe_lite.ops.gpu.cudnn`); ``chunk``, the images per im2col chunk, from
+    ``workspace_bytes`` and the element size ``itemsize``; and the Winograd variant that pays
+    on host arrays for the forward (``winograd_tile``: 4, 2 or 0 for im2col + GEMM, with
+    ``winograd_chunk`` images per chunk) and for the gradient with respect to the input
+    (``winograd_back_tile``, ``winograd_back_chunk``). What runs is decided per call from the
+    arrays as well (device or host, the compiled kernels built and enabled)."""
+
+    def __init__(self, geometry, itemsize, workspace_bytes, engine=_cudnn.CAFFE):
+        g = self.geometry = geometry
+        self.engine = engine
+        per_image = max(g.kernel_dim * g.group, g.conv_out_channels) * \
+            g.conv_out_spatial_dim * int(itemsize)
+        self.chunk = int(max(1, min(g.num, workspace_bytes // max(per_image, 1))))
+        if g.is_1x1:
             # The input is the column matrix: image by image, each product reads the bottom
             # and writes the top in place, where a batch would first move both between
             # layouts (2-4x slower for GoogLeNet's 1x1 layers at batch 4, never faster).
             self.chunk = 1
-        # Winograd's F(4x4, 3x3) or F(2x2, 3x3) takes the forward where it pays (host
-        # arrays), in chunks whose transforms ((tile + 2)^2 values per tile and channel of a
-        # group, in and out) fit the workspace; winograd_tile: 4, 2 or 0 (im2col + GEMM).
-        # The gradient with respect to the input is the same kind of convolution (the output
-        # side's gradient with the filters turned around, padded by 2 - pad): winograd_back_*.
-        self.winograd_tile = self.winograd_back_tile = 0
-        if two_d and self.kernel_shape == (3, 3) and self.stride == (1, 1) and \
-                self.dilation == (1, 1):
-            g, cin, cout = self.group, self.conv_in_channels, self.conv_out_channels
+        # Winograd's F(4x4, 3x3) or F(2x2, 3x3) takes the forward where it pays, in chunks
+        # whose transforms ((tile + 2)^2 values per tile and channel of a group, in and out)
+        # fit the workspace. The gradient with respect to the input is the same kind of
+        # convolution (the output side's gradient with the filters turned around, padded by
+        # 2 - pad).
+        self.winograd_tile = self.winograd_chunk = 0
+        self.winograd_back_tile = self.winograd_back_chunk = 0
+        if g.is_3x3_unit_stride:
+            cin, cout = g.conv_in_channels // g.group, g.conv_out_channels // g.group
             self.winograd_tile, self.winograd_chunk = _winograd_choice(
-                cin // g, cout // g, self.conv_out_spatial, self.num, itemsize, workspace_bytes)
-            if max(self.pad) <= 2:
+                cin, cout, g.conv_out_spatial, g.num, itemsize, workspace_bytes)
+            if max(g.pad) <= 2:
                 self.winograd_back_tile, self.winograd_back_chunk = _winograd_choice(
-                    cout // g, cin // g, self.conv_input_spatial, self.num, itemsize,
-                    workspace_bytes)
+                    cout, cin, g.conv_input_spatial, g.num, itemsize, workspace_bytes)
         self.winograd = self.winograd_tile > 0
 
-    # ---- buffers and layouts -----------------------------------------------------------
-    def _buffer(self, name, size, xp, dtype):
-        """A flat reusable array of at least ``size`` elements (first ``size`` returned)."""
-        ws = _workspace()
-        key = (name, xp.__name__, str(dtype))
-        buf = ws.get(key)
-        if buf is None or buf.size < size:
-            buf = xp.empty(size, dtype=dtype)
-            ws[key] = buf
-        return buf[:size]
 
-    def _batched(self, arr, channels, spatial):
-        """``arr`` viewed as ``(num, channels, P)``."""
-        return arr.reshape(self.num, channels, prod(spatial))
+# ---- im2col + GEMM -----------------------------------------------------------------------
+def _buffer(name, size, xp, dtype):
+    """A flat reusable array of at least ``size`` elements (first ``size`` returned)."""
+    ws = _workspace()
+    key = (name, xp.__name__, str(dtype))
+    buf = ws.get(key)
+    if buf is None or buf.size < size:
+        buf = xp.empty(size, dtype=dtype)
+        ws[key] = buf
+    return buf[:size]
 
-    @staticmethod
-    def _batch_last(xp, nb):
-        """Column order of a chunk's matrices: ``(P, B)`` ("batch last") for host arrays of
-        several images when the NumPy code runs im2col/col2im: its copies are then runs of
-        ``out_w * B`` values instead of ``out_w``; ``(B, P)`` otherwise (the compiled host
-        kernels and the device kernels), where the tops and bottoms move to and from the
-        matrix products as runs of ``P`` values instead of transposes."""
-        return nb > 1 and xp is np and not _cpu.kernels_enabled()
 
-    def _columns(self, inp, xp):
-        """The column matrix of an input chunk ``(B, Cin, P_in)``, as ``(G, Kd, B * P)``
-        (columns in ``_batch_last`` order), built in the shared workspace."""
-        nb = inp.shape[0]
-        g, kd, npix = self.group, self.kernel_dim, self.conv_out_spatial_dim
-        size = g * kd * nb * npix
-        last = self._batch_last(xp, nb)
-        if self.is_1x1:
-            if nb == 1:
-                return inp.reshape(g, kd, npix)
-            col = self._buffer("col", size, xp, inp.dtype)
-            if last:
-                _batch_to_last(col.reshape(kd * g, npix, nb), inp)
-            else:
-                col.reshape(kd * g, nb, npix)[...] = inp.swapaxes(0, 1)
-            return col.reshape(g, kd, nb * npix)
-        col = self._buffer("col", size, xp, inp.dtype)
-        images = inp.reshape((nb, self.conv_in_channels) + tuple(self.conv_input_spatial))
-        if last:
-            im2col_batch_last(images, self.kernel_shape, self.pad, self.stride, self.dilation,
-                              out=col, out_spatial=self.conv_out_spatial)
-        else:
-            im2col(images, self.kernel_shape, self.pad, self.stride, self.dilation, out=col,
-                   out_spatial=self.conv_out_spatial, force_nd=self.force_nd_im2col)
-        return col.reshape(g, kd, nb * npix)
+def _batched(g, arr, channels, spatial):
+    """``arr`` viewed as ``(num, channels, P)``."""
+    return arr.reshape(g.num, channels, prod(spatial))
 
-    def _uncolumns(self, col, inp, xp):
-        """Write the column matrix ``(G, Kd, B * P)`` back into an input chunk (col2im)."""
-        nb = inp.shape[0]
-        last = self._batch_last(xp, nb)
-        if self.is_1x1:
-            if last:
-                _batch_to_first(inp, col.reshape(self.conv_in_channels, -1, nb))
-            else:
-                inp[...] = col.reshape(self.conv_in_channels, nb, -1).swapaxes(0, 1)
-            return
-        images = inp.reshape((nb, self.conv_in_channels) + tuple(self.conv_input_spatial))
-        fold = col2im_batch_last if last else col2im
-        extra = {} if last else {"force_nd": self.force_nd_im2col}
-        fold(col.reshape(self.group * self.kernel_dim, -1), images.shape, self.kernel_shape,
-             self.pad, self.stride, self.dilation, out=images,
-             out_spatial=self.conv_out_spatial, **extra)
 
-    def _gemm_layout(self, out, xp, name="gemm"):
-        """An output chunk ``(B, Cout, P)`` as ``(G, Mg, B * P)`` (a copy unless B == 1)."""
-        nb, _, npix = out.shape
-        g = self.group
-        mg = self.conv_out_channels // g
+def _batch_last(xp, nb):
+    """Column order of a chunk's matrices: ``(P, B)`` ("batch last") for host arrays of
+    several images when the NumPy code runs im2col/col2im: its copies are then runs of
+    ``out_w * B`` values instead of ``out_w``; ``(B, P)`` otherwise (the compiled host
+    kernels and the device kernels), where the tops and bottoms move to and from the
+    matrix products as runs of ``P`` values instead of transposes."""
+    return nb > 1 and xp is np and not _cpu.kernels_enabled()
+
+
+def _columns(g, inp, xp):
+    """The column matrix of an input chunk ``(B, Cin, P_in)``, as ``(G, Kd, B * P)``
+    (columns in ``_batch_last`` order), built in the shared workspace."""
+    nb = inp.shape[0]
+    groups, kd, npix = g.group, g.kernel_dim, g.conv_out_spatial_dim
+    size = groups * kd * nb * npix
+    last = _batch_last(xp, nb)
+    if g.is_1x1:
         if nb == 1:
-            return out.reshape(g, mg, npix)
-        buf = self._buffer(name, g * mg * nb * npix, xp, out.dtype)
-        if self._batch_last(xp, nb):
-            _batch_to_last(buf.reshape(g * mg, npix, nb), out.reshape(nb, g * mg, npix))
+            return inp.reshape(groups, kd, npix)
+        col = _buffer("col", size, xp, inp.dtype)
+        if last:
+            _batch_to_last(col.reshape(kd * groups, npix, nb), inp)
         else:
-            buf.reshape(g, mg, nb, npix)[...] = \
-                out.reshape(nb, g, mg, npix).transpose(1, 2, 0, 3)
-        return buf.reshape(g, mg, nb * npix)
+            col.reshape(kd * groups, nb, npix)[...] = inp.swapaxes(0, 1)
+        return col.reshape(groups, kd, nb * npix)
+    col = _buffer("col", size, xp, inp.dtype)
+    images = inp.reshape((nb, g.conv_in_channels) + tuple(g.conv_input_spatial))
+    if last:
+        im2col_batch_last(images, g.kernel_shape, g.pad, g.stride, g.dilation,
+                          out=col, out_spatial=g.conv_out_spatial)
+    else:
+        im2col(images, g.kernel_shape, g.pad, g.stride, g.dilation, out=col,
+               out_spatial=g.conv_out_spatial, force_nd=g.force_nd_im2col)
+    return col.reshape(groups, kd, nb * npix)
 
-    def _weights(self, weights):
-        g = self.group
-        return weights.reshape(g, self.conv_out_channels // g, self.kernel_dim)
 
-    def _matmul(self, a, b, out):
-        """``a @ b`` over the group axis, written into ``out``."""
-        xp = get_array_module(a)
-        if a.shape[0] == 1:
-            xp.matmul(a[0], b[0], out=out[0])
+def _uncolumns(g, col, inp, xp):
+    """Write the column matrix ``(G, Kd, B * P)`` back into an input chunk (col2im)."""
+    nb = inp.shape[0]
+    last = _batch_last(xp, nb)
+    if g.is_1x1:
+        if last:
+            _batch_to_first(inp, col.reshape(g.conv_in_channels, -1, nb))
         else:
-            xp.matmul(a, b, out=out)
+            inp[...] = col.reshape(g.conv_in_channels, nb, -1).swapaxes(0, 1)
+        return
+    images = inp.reshape((nb, g.conv_in_channels) + tuple(g.conv_input_spatial))
+    fold = col2im_batch_last if last else col2im
+    extra = {} if last else {"force_nd": g.force_nd_im2col}
+    fold(col.reshape(g.group * g.kernel_dim, -1), images.shape, g.kernel_shape,
+         g.pad, g.stride, g.dilation, out=images,
+         out_spatial=g.conv_out_spatial, **extra)
 
-    def _accumulate_weight_grad(self, weight_diff, dy, col):
-        """``weight_diff += dy * col^T`` per group, computed as ``(col * dy^T)^T``: OpenBLAS
-        is markedly faster with the long reduction axis on that side for conv shapes."""
-        xp = get_array_module(dy)
-        g = self.group
-        wd = weight_diff.reshape(g, self.conv_out_channels // g, self.kernel_dim)
-        wd += xp.matmul(col, dy.transpose(0, 2, 1)).transpose(0, 2, 1)
 
-    def _chunks(self):
-        for start in range(0, self.num, self.chunk):
-            yield start, min(self.num, start + self.chunk)
+def _gemm_layout(g, out, xp, name="gemm"):
+    """An output chunk ``(B, Cout, P)`` as ``(G, Mg, B * P)`` (a copy unless B == 1)."""
+    nb, _, npix = out.shape
+    groups = g.group
+    mg = g.conv_out_channels // groups
+    if nb == 1:
+        return out.reshape(groups, mg, npix)
+    buf = _buffer(name, groups * mg * nb * npix, xp, out.dtype)
+    if _batch_last(xp, nb):
+        _batch_to_last(buf.reshape(groups * mg, npix, nb), out.reshape(nb, groups * mg, npix))
+    else:
+        buf.reshape(groups, mg, nb, npix)[...] = \
+            out.reshape(nb, groups, mg, npix).transpose(1, 2, 0, 3)
+    return buf.reshape(groups, mg, nb * npix)
 
-    def _forward_and_weight(self, input, weights, output=None, grad_output=None,
-                                weight_diff=None, bias=None, relu=False):
-        """One im2col of ``input`` per chunk, used for ``output = W * col (+ bias)`` (when
-        ``output`` is given; ``max(., 0)`` of it when ``relu``) and for ``weight_diff +=
-        grad_output * col^T`` (when ``weight_diff`` is given; ``grad_output`` is then on the
-        output side)."""
-        xp = get_array_module(input)
-        inp = self._batched(input, self.conv_in_channels, self.conv_input_spatial)
-        w = None if output is None else self._weights(weights)
-        g, mg, npix = self.group, self.conv_out_channels // self.group, self.conv_out_spatial_dim
-        res_all = None if output is None else \
-            self._batched(output, self.conv_out_channels, self.conv_out_spatial)
-        dy_all = None if weight_diff is None else \
-            self._batched(grad_output, self.conv_out_channels, self.conv_out_spatial)
-        for start, stop in self._chunks():
-            nb = stop - start
-            col = self._columns(inp[start:stop], xp)
-            if weight_diff is not None:
-                dy = self._gemm_layout(dy_all[start:stop], xp)
-                self._accumulate_weight_grad(weight_diff, dy, col)
-            if output is not None:
-                res = res_all[start:stop]
-                if nb == 1:
-                    self._matmul(w, col, res.reshape(g, mg, npix))
+
+def _weights(g, weights):
+    return weights.reshape(g.group, g.conv_out_channels // g.group, g.kernel_dim)
+
+
+def _matmul(a, b, out):
+    """``a @ b`` over the group axis, written into ``out``."""
+    xp = get_array_module(a)
+    if a.shape[0] == 1:
+        xp.matmul(a[0], b[0], out=out[0])
+    else:
+        xp.matmul(a, b, out=out)
+
+
+def _accumulate_weight_grad(g, weight_diff, dy, col):
+    """``weight_diff += dy * col^T`` per group, computed as ``(col * dy^T)^T``: OpenBLAS
+    is markedly faster with the long reduction axis on that side for conv shapes."""
+    xp = get_array_module(dy)
+    wd = weight_diff.reshape(g.group, g.conv_out_channels // g.group, g.kernel_dim)
+    wd += xp.matmul(col, dy.transpose(0, 2, 1)).transpose(0, 2, 1)
+
+
+def _chunks(num, chunk):
+    for start in range(0, num, chunk):
+        yield start, min(num, start + chunk)
+
+
+def gemm_forward_and_weight(input, weights, plan, output=None, grad_output=None,
+                            weight_diff=None, bias=None, relu=False):
+    """The im2col + GEMM path alone (what :func:`forward` and :func:`forward_and_weight` run
+    when no other kernel takes the arrays): one im2col of ``input`` per chunk, used for
+    ``output = W * col (+ bias)`` (when ``output`` is given; ``max(., 0)`` of it when
+    ``relu``) and for ``weight_diff += grad_output * col^T`` (when ``weight_diff`` is given;
+    ``grad_output`` is then on the output side)."""
+    g = plan.geometry
+    xp = get_array_module(input)
+    inp = _batched(g, input, g.conv_in_channels, g.conv_input_spatial)
+    w = None if output is None else _weights(g, weights)
+    groups, mg, npix = g.group, g.conv_out_channels // g.group, g.conv_out_spatial_dim
+    res_all = None if output is None else \
+        _batched(g, output, g.conv_out_channels, g.conv_out_spatial)
+    dy_all = None if weight_diff is None else \
+        _batched(g, grad_output, g.conv_out_channels, g.conv_out_spatial)
+    for start, stop in _chunks(g.num, plan.chunk):
+        nb = stop - start
+        col = _columns(g, inp[start:stop], xp)
+        if weight_diff is not None:
+            dy = _gemm_layout(g, dy_all[start:stop], xp)
+            _accumulate_weight_grad(g, weight_diff, dy, col)
+        if output is not None:
+            res = res_all[start:stop]
+            if nb == 1:
+                _matmul(w, col, res.reshape(groups, mg, npix))
+            else:
+                buf = _buffer("gemm", groups * mg * nb * npix, xp, col.dtype)
+                buf = buf.reshape(groups, mg, nb * npix)
+                _matmul(w, col, buf)
+                if _batch_last(xp, nb):
+                    _batch_to_first(res.reshape(nb, groups * mg, npix),
+                                    buf.reshape(groups * mg, npix, nb), bias)
                 else:
-                    buf = self._buffer("gemm", g * mg * nb * npix, xp, col.dtype)
-                    buf = buf.reshape(g, mg, nb * npix)
-                    self._matmul(w, col, buf)
-                    if self._batch_last(xp, nb):
-                        _batch_to_first(res.reshape(nb, g * mg, npix),
-                                        buf.reshape(g * mg, npix, nb), bias)
-                    else:
-                        moved = buf.reshape(g, mg, nb, npix).transpose(2, 0, 1, 3)
-                        if bias is None:
-                            res.reshape(nb, g, mg, npix)[...] = moved
-                        else:  # the bias added on the way
-                            xp.add(moved, bias.reshape(1, g, mg, 1),
-                                   out=res.reshape(nb, g, mg, npix))
-                    if relu:
-                        bias_relu(res, res)
-                    continue
-                bias_relu(res, res, bias, relu)
-
-    def _backward_and_weight(self, input, output_diff, weights, input_diff=None,
-                                 weight_diff=None):
-        """Convolution's backward on a batch, sharing the relayout of ``output_diff``:
-        ``weight_diff += output_diff * im2col(input)^T`` (when ``weight_diff`` is given) and
-        ``input_diff = col2im(W^T * output_diff)`` (when ``input_diff`` is given)."""
-        xp = get_array_module(output_diff)
-        dy_all = self._batched(output_diff, self.conv_out_channels, self.conv_out_spatial)
-        inp = None if weight_diff is None else \
-            self._batched(input, self.conv_in_channels, self.conv_input_spatial)
-        dx_all = None if input_diff is None else \
-            self._batched(input_diff, self.conv_in_channels, self.conv_input_spatial)
-        w = None if weights is None else self._weights(weights)
-        g, kd = self.group, self.kernel_dim
-        for start, stop in self._chunks():
-            nb = stop - start
-            dy = self._gemm_layout(dy_all[start:stop], xp)
-            if weight_diff is not None:
-                col = self._columns(inp[start:stop], xp)
-                self._accumulate_weight_grad(weight_diff, dy, col)
-            if input_diff is not None:
-                dx = dx_all[start:stop]
-                wt = w.transpose(0, 2, 1)
-                if self.is_1x1 and nb == 1:
-                    self._matmul(wt, dy, dx.reshape(g, kd, -1))
-                    continue
-                dcol = self._buffer("col", g * kd * nb * self.conv_out_spatial_dim, xp,
-                                    dy.dtype).reshape(g, kd, -1)
-                self._matmul(wt, dy, dcol)
-                self._uncolumns(dcol, dx, xp)
+                    moved = buf.reshape(groups, mg, nb, npix).transpose(2, 0, 1, 3)
+                    if bias is None:
+                        res.reshape(nb, groups, mg, npix)[...] = moved
+                    else:  # the bias added on the way
+                        xp.add(moved, bias.reshape(1, groups, mg, 1),
+                               out=res.reshape(nb, groups, mg, npix))
+                if relu:
+                    bias_relu(res, res)
+                continue
+            bias_relu(res, res, bias, relu)
 
 
-    # ---- the compiled kernels that are not im2col + GEMM ---------------------------------
-    def _images(self, arr, channels, spatial):
-        """``arr`` viewed as ``(num, channels, *spatial)``."""
-        return arr.reshape((self.num, channels) + tuple(spatial))
+def gemm_backward_and_weight(input, output_diff, weights, plan, input_diff=None,
+                             weight_diff=None):
+    """The im2col + GEMM path of :func:`backward` alone, sharing the relayout of
+    ``output_diff``: ``weight_diff += output_diff * im2col(input)^T`` (when ``weight_diff``
+    is given) and ``input_diff = col2im(W^T * output_diff)`` (when ``input_diff`` is
+    given)."""
+    g = plan.geometry
+    xp = get_array_module(output_diff)
+    dy_all = _batched(g, output_diff, g.conv_out_channels, g.conv_out_spatial)
+    inp = None if weight_diff is None else \
+        _batched(g, input, g.conv_in_channels, g.conv_input_spatial)
+    dx_all = None if input_diff is None else \
+        _batched(g, input_diff, g.conv_in_channels, g.conv_input_spatial)
+    w = None if weights is None else _weights(g, weights)
+    groups, kd = g.group, g.kernel_dim
+    for start, stop in _chunks(g.num, plan.chunk):
+        nb = stop - start
+        dy = _gemm_layout(g, dy_all[start:stop], xp)
+        if weight_diff is not None:
+            col = _columns(g, inp[start:stop], xp)
+            _accumulate_weight_grad(g, weight_diff, dy, col)
+        if input_diff is not None:
+            dx = dx_all[start:stop]
+            wt = w.transpose(0, 2, 1)
+            if g.is_1x1 and nb == 1:
+                _matmul(wt, dy, dx.reshape(groups, kd, -1))
+                continue
+            dcol = _buffer("col", groups * kd * nb * g.conv_out_spatial_dim, xp,
+                           dy.dtype).reshape(groups, kd, -1)
+            _matmul(wt, dy, dcol)
+            _uncolumns(g, dcol, dx, xp)
 
-    def _direct_args(self):
-        return (self.kernel_shape, self.pad, self.stride, self.dilation, self.conv_out_spatial)
 
-    def _depthwise(self, x=None, weights=None, y=None, dy=None, dx=None, dw=None, bias=None):
-        """The depthwise kernels: ``y = conv(x) (+ bias)``, ``dw += dconv/dw (x, dy)`` and
-        ``dx = dconv/dx (dy)``, for those given."""
-        cin, cout = self.conv_in_channels, self.conv_out_channels
-        ins, outs = self.conv_input_spatial, self.conv_out_spatial
-        if bias is not None:
-            bias = bias.reshape(-1)
-        if y is not None:
-            _cpu_conv.depthwise_forward(self._images(x, cin, ins), weights, bias,
-                                        self._images(y, cout, outs), *self._direct_args())
-        if dw is not None:
-            _cpu_conv.depthwise_backward_weight(self._images(x, cin, ins),
-                                                self._images(dy, cout, outs), dw,
-                                                *self._direct_args())
-        if dx is not None:
-            _cpu_conv.depthwise_backward_data(self._images(dy, cout, outs), weights,
-                                              self._images(dx, cin, ins), *self._direct_args())
+# ---- the compiled kernels that are not im2col + GEMM ---------------------------------------
+def _images(g, arr, channels, spatial):
+    """``arr`` viewed as ``(num, channels, *spatial)``."""
+    return arr.reshape((g.num, channels) + tuple(spatial))
 
-    def _winograd_forward(self, x, weights, y, bias=None):
-        """``y = conv(x) (+ bias)`` through Winograd's F(4x4, 3x3) or F(2x2, 3x3)
-        (``winograd_tile``), a chunk of images at a time, its transforms in the shared
-        workspace."""
-        self._winograd(self._images(x, self.conv_in_channels, self.conv_input_spatial),
-                       weights, bias, self._images(y, self.conv_out_channels,
-                                                   self.conv_out_spatial),
-                       self.pad, self.conv_out_spatial, self.winograd_tile,
-                       self.winograd_chunk)
 
-    def _winograd_backward_data(self, dy, weights, dx):
-        """``dx`` = the gradient of the convolution with respect to its input, from ``dy``,
-        through Winograd (``winograd_back_tile``): ``dy`` convolved with each group's filters
-        transposed (input and output channels swapped) and turned by 180 degrees, padded by
-        ``2 - pad``."""
-        g, cin, cout = self.group, self.conv_in_channels, self.conv_out_channels
-        turned = weights.reshape(g, cout // g, cin // g, 3, 3).transpose(0, 2, 1, 3, 4)
-        turned = np.ascontiguousarray(turned[..., ::-1, ::-1]).reshape(cin, cout // g, 3, 3)
-        self._winograd(self._images(dy, cout, self.conv_out_spatial), turned, None,
-                       self._images(dx, cin, self.conv_input_spatial),
-                       tuple(2 - p for p in self.pad), self.conv_input_spatial,
-                       self.winograd_back_tile, self.winograd_back_chunk)
+def _direct_args(g):
+    return (g.kernel_shape, g.pad, g.stride, g.dilation, g.conv_out_spatial)
 
-    def _winograd(self, images, weights, bias, out, pad, out_spatial, tile, chunk):
-        nk, nc = out.shape[1], images.shape[1]
-        g = self.group
-        if bias is not None:
-            bias = bias.reshape(-1)
-        dtype = images.dtype
-        products = (tile + 2) ** 2
-        _, _, tiles = _cpu_conv.winograd_tiles(chunk, out_spatial, tile)
-        u = self._buffer("winograd_u", products * (nk // g) * (nc // g), np, dtype)
-        v = self._buffer("col", products * (nc // g) * tiles, np, dtype)
-        m = self._buffer("gemm", products * (nk // g) * tiles, np, dtype)
-        for start in range(0, self.num, chunk):
-            stop = min(self.num, start + chunk)
-            _cpu_conv.winograd_forward(images[start:stop], weights, bias, out[start:stop],
-                                       pad, out_spatial, u, v, m, tile, g)
+
+def _depthwise(g, x=None, weights=None, y=None, dy=None, dx=None, dw=None, bias=None):
+    """The depthwise kernels: ``y = conv(x) (+ bias)``, ``dw += dconv/dw (x, dy)`` and
+    ``dx = dconv/dx (dy)``, for those given."""
+    cin, cout = g.conv_in_channels, g.conv_out_channels
+    ins, outs = g.conv_input_spatial, g.conv_out_spatial
+    if bias is not None:
+        bias = bias.reshape(-1)
+    if y is not None:
+        _cpu_conv.depthwise_forward(_images(g, x, cin, ins), weights, bias,
+                                    _images(g, y, cout, outs), *_direct_args(g))
+    if dw is not None:
+        _cpu_conv.depthwise_backward_weight(_images(g, x, cin, ins),
+                                            _images(g, dy, cout, outs), dw, *_direct_args(g))
+    if dx is not None:
+        _cpu_conv.depthwise_backward_data(_images(g, dy, cout, outs), weights,
+                                          _images(g, dx, cin, ins), *_direct_args(g))
+
+
+def _winograd_forward(plan, x, weights, y, bias=None):
+    """``y = conv(x) (+ bias)`` through Winograd's F(4x4, 3x3) or F(2x2, 3x3)
+    (``plan.winograd_tile``), a chunk of images at a time, its transforms in the shared
+    workspace."""
+    g = plan.geometry
+    _winograd(g, _images(g, x, g.conv_in_channels, g.conv_input_spatial), weights, bias,
+              _images(g, y, g.conv_out_channels, g.conv_out_spatial), g.pad,
+              g.conv_out_spatial, plan.winograd_tile, plan.winograd_chunk)
+
+
+def _winograd_backward_data(plan, dy, weights, dx):
+    """``dx`` = the gradient of the convolution with respect to its input, from ``dy``,
+    through Winograd (``plan.winograd_back_tile``): ``dy`` convolved with each group's
+    filters transposed (input and output channels swapped) and turned by 180 degrees, padded
+    by ``2 - pad``."""
+    g = plan.geometry
+    groups, cin, cout = g.group, g.conv_in_channels, g.conv_out_channels
+    turned = weights.reshape(groups, cout // groups, cin // groups, 3, 3).transpose(0, 2, 1, 3, 4)
+    turned = np.ascontiguousarray(turned[..., ::-1, ::-1]).reshape(cin, cout // groups, 3, 3)
+    _winograd(g, _images(g, dy, cout, g.conv_out_spatial), turned, None,
+              _images(g, dx, cin, g.conv_input_spatial), tuple(2 - p for p in g.pad),
+              g.conv_input_spatial, plan.winograd_back_tile, plan.winograd_back_chunk)
+
+
+def _winograd(g, images, weights, bias, out, pad, out_spatial, tile, chunk):
+    nk, nc = out.shape[1], images.shape[1]
+    groups = g.group
+    if bias is not None:
+        bias = bias.reshape(-1)
+    dtype = images.dtype
+    products = (tile + 2) ** 2
+    _, _, tiles = _cpu_conv.winograd_tiles(chunk, out_spatial, tile)
+    u = _buffer("winograd_u", products * (nk // groups) * (nc // groups), np, dtype)
+    v = _buffer("col", products * (nc // groups) * tiles, np, dtype)
+    m = _buffer("gemm", products * (nk // groups) * tiles, np, dtype)
+    for start in range(0, g.num, chunk):
+        stop = min(g.num, start + chunk)
+        _cpu_conv.winograd_forward(images[start:stop], weights, bias, out[start:stop],
+                                   pad, out_spatial, u, v, m, tile, groups)
 
 
 # Winograd against im2col + GEMM, measured on a quiet 2-core AVX2 machine, two threads, on
@@ -421,52 +456,53 @@ def _winograd_pays(tile, in_channels, out_spatial, images):
 
 
 # ---- the entry points ------------------------------------------------------------------------
-def forward(x, weights, y, geom, bias=None, relu=False):
+def forward(x, weights, y, plan, bias=None, relu=False):
     """``y = W * im2col(x) (+ bias per output channel)`` for the whole batch (overwrites
     ``y``); then ``y = max(y, 0)`` when ``relu`` (a ReLU folded into the convolution, see
     :mod:`pycaffe_lite.net_fold`)."""
-    if _cudnn.conv_takes(geom.engine, x, weights, y, bias):
-        _cudnn.conv_forward(x, weights, bias, y, geom.pad, geom.stride, geom.dilation,
-                            geom.group)
-    elif geom.is_depthwise and _cpu.supported(x, weights, y, bias):
-        geom._depthwise(x, weights, y=y, bias=bias)
-    elif geom.winograd and _cpu_conv.winograd_enabled() and _cpu.supported(x, weights, y,
+    g = plan.geometry
+    if _cudnn.conv_takes(plan.engine, x, weights, y, bias):
+        _cudnn.conv_forward(x, weights, bias, y, g.pad, g.stride, g.dilation, g.group)
+    elif g.is_depthwise and _cpu.supported(x, weights, y, bias):
+        _depthwise(g, x, weights, y=y, bias=bias)
+    elif plan.winograd and _cpu_conv.winograd_enabled() and _cpu.supported(x, weights, y,
                                                                           bias):
-        geom._winograd_forward(x, weights, y, bias=bias)
+        _winograd_forward(plan, x, weights, y, bias=bias)
     else:
-        geom._forward_and_weight(x, weights, output=y, bias=bias, relu=relu)
+        gemm_forward_and_weight(x, weights, plan, output=y, bias=bias, relu=relu)
         return
     if relu:
         bias_relu(y, y)
 
 
-def backward(x, dy, weights, geom, dx=None, dw=None):
+def backward(x, dy, weights, plan, dx=None, dw=None):
     """The gradients of :func:`forward` (sharing the relayout of ``dy``): ``dw += dy *
     im2col(x)^T`` when ``dw`` is given, ``dx = col2im(W^T * dy)`` when ``dx`` is given (``x``
     is needed only for ``dw``)."""
-    if _cudnn.conv_takes(geom.engine, x, dy, weights, dx, dw):
-        _cudnn.conv_backward(x, dy, weights, dx, dw, geom.pad, geom.stride, geom.dilation,
-                             geom.group)
+    g = plan.geometry
+    if _cudnn.conv_takes(plan.engine, x, dy, weights, dx, dw):
+        _cudnn.conv_backward(x, dy, weights, dx, dw, g.pad, g.stride, g.dilation, g.group)
         return
-    if geom.is_depthwise and _cpu.supported(x if dw is not None else None, dy, weights, dx,
-                                            dw):
-        geom._depthwise(x, weights, dy=dy, dx=dx, dw=dw)
+    if g.is_depthwise and _cpu.supported(x if dw is not None else None, dy, weights, dx, dw):
+        _depthwise(g, x, weights, dy=dy, dx=dx, dw=dw)
         return
-    if dx is not None and geom.winograd_back_tile and _cpu_conv.winograd_enabled() and \
+    if dx is not None and plan.winograd_back_tile and _cpu_conv.winograd_enabled() and \
             _cpu.supported(dy, weights, dx):
-        geom._winograd_backward_data(dy, weights, dx)
+        _winograd_backward_data(plan, dy, weights, dx)
         if dw is not None:
-            geom._backward_and_weight(x, dy, weights, weight_diff=dw)
+            gemm_backward_and_weight(x, dy, weights, plan, weight_diff=dw)
         return
-    geom._backward_and_weight(x, dy, weights, input_diff=dx, weight_diff=dw)
+    gemm_backward_and_weight(x, dy, weights, plan, input_diff=dx, weight_diff=dw)
 
 
-def forward_and_weight(x, weights, geom, y=None, dy=None, dw=None, bias=None):
+def forward_and_weight(x, weights, plan, y=None, dy=None, dw=None, bias=None):
     """One im2col of ``x`` per chunk, used for ``y = W * col (+ bias)`` (when ``y`` is given)
     and for ``dw += dy * col^T`` (when ``dw`` is given; ``dy`` is then on the output side):
     Deconvolution's backward."""
-    if geom.is_depthwise and _cpu.supported(x, weights if y is not None else None, y, dy, dw,
-                                            bias):
-        geom._depthwise(x, weights, y=y, dy=dy, dw=dw, bias=bias)
+    g = plan.geometry
+    if g.is_depthwise and _cpu.supported(x, weights if y is not None else None, y, dy, dw,
+                                         bias):
+        _depthwise(g, x, weights, y=y, dy=dy, dw=dw, bias=bias)
         return
-    geom._forward_and_weight(x, weights, output=y, grad_output=dy, weight_diff=dw, bias=bias)
+    gemm_forward_and_weight(x, weights, plan, output=y, grad_output=dy, weight_diff=dw,
+                            bias=bias)

@@ -1,70 +1,19 @@
-"""Which solver of a data-parallel job this process runs: Caffe's ``solver_count`` and
-``solver_rank`` (``Caffe::solver_count()``, ``Caffe::solver_rank()``, ``root_solver()``).
-
-A leaf module (no imports from the rest of the package), so the solver (which tests and
-snapshots on the root only) and the data layers (which give TRAIN record i to rank i mod N)
-can ask without depending on MPI or NCCL.
+"""The data-parallel job as its launcher describes it: the environment variables an MPI
+launcher sets (:func:`launcher_rank`, :func:`launcher_size`). The process's solver count and
+rank live in the core (:mod:`pycaffe_lite.ranks`, as Caffe keeps them in common.hpp); their
+functions are re-exported here for the modules of this package.
 """
 
 import os
 
-from ..errors import CaffeError
-
-_state = {"count": 1, "rank": 0, "multiprocess": False}
+from ..ranks import (multiprocess, reset, root_solver, set_multiprocess,  # noqa: F401
+                     set_solver_count, set_solver_rank, solver_count, solver_rank)
 
 #: environment variables an MPI launcher sets in every process it starts (MPICH/Hydra and Intel
 #: MPI: PMI_RANK; Open MPI: OMPI_COMM_WORLD_RANK; PMIx launchers; Slurm's srun with PMI2)
 LAUNCHER_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
                            "MPI_LOCALRANKID")
 LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-
-
-def solver_count():
-    """How many solvers (processes) train together; 1 outside a data-parallel job."""
-    return _state["count"]
-
-
-def solver_rank():
-    """This process's solver rank, 0 .. solver_count() - 1."""
-    return _state["rank"]
-
-
-def root_solver():
-    """True on rank 0: the solver that tests, displays and writes snapshots."""
-    return _state["rank"] == 0
-
-
-def multiprocess():
-    return _state["multiprocess"]
-
-
-def set_solver_count(count):
-    count = int(count)
-    if count < 1:
-        raise CaffeError("set_solver_count(%d): the count must be at least 1" % count)
-    if _state["rank"] >= count:
-        raise CaffeError("set_solver_count(%d): the solver rank is %d, which needs at least %d "
-                         "solvers" % (count, _state["rank"], _state["rank"] + 1))
-    _state["count"] = count
-
-
-def set_solver_rank(rank):
-    rank = int(rank)
-    if not 0 <= rank < _state["count"]:
-        raise CaffeError("set_solver_rank(%d): the rank must be in 0 .. %d (solver_count() is "
-                         "%d; call set_solver_count first)"
-                         % (rank, _state["count"] - 1, _state["count"]))
-    _state["rank"] = rank
-
-
-def set_multiprocess(value):
-    """pycaffe's flag for one solver per process (always the case here; kept for scripts)."""
-    _state["multiprocess"] = bool(value)
-
-
-def reset():
-    """Back to a single solver."""
-    _state.update(count=1, rank=0, multiprocess=False)
 
 
 def launcher_rank(environ=None):
@@ -90,11 +39,3 @@ def launcher_size(environ=None):
             except ValueError:
                 continue
     return None
-
-
-def ranks(phase):
-    """(solver count, rank) by which a data layer of ``phase`` shares its records: the job's
-    in TRAIN, (1, 0) in TEST (the root solver tests over the whole test set)."""
-    if phase != 0:  # caffe_pb2.TRAIN is 0
-        return 1, 0
-    return _state["count"], _state["rank"]

@@ -21,10 +21,9 @@ import os
 import numpy as np
 from google.protobuf import text_format
 
-from .. import backend, health, protoio
+from .. import backend, health, protoio, ranks
 from ..errors import CaffeError, ProtoError, SnapshotError
 from ..net import LAYER_FAILURES, Net
-from ..parallel import context
 from ..proto import caffe_pb2
 from ..signals import SolverAction
 from . import debug_info, paths
@@ -101,7 +100,7 @@ class Solver:
         self._init_snapshot_prefix()
         if param.random_seed >= 0:
             # as Caffe: each data-parallel rank draws its own random numbers
-            backend.set_random_seed(param.random_seed + context.solver_rank())
+            backend.set_random_seed(param.random_seed + ranks.solver_rank())
         self._init_train_net()
         self._init_test_nets()
         log.info("Solver scaffolding done.")
@@ -158,7 +157,7 @@ class Solver:
                 raise paths.prefix_error(prefix, self.search_dirs, self.where)
             if param.snapshot_after_train:
                 log.warning("%s", paths.prefix_error(prefix, self.search_dirs, self.where))
-        elif param.snapshot > 0 and context.root_solver():  # the rank that writes them
+        elif param.snapshot > 0 and ranks.root_solver():  # the rank that writes them
             paths.check_writable(self.snapshot_prefix, self.where)
 
     def _read_net_file(self, path, field):
@@ -468,7 +467,7 @@ class Solver:
                 index += 1
 
     def test_all(self):
-        if not context.root_solver():
+        if not ranks.root_solver():
             return  # rank 0 tests, over the whole test set
         for test_net_id in range(len(self.test_nets)):
             if self.requested_early_exit:
@@ -566,7 +565,7 @@ class Solver:
         refers to a missing or partial weights file. A failure raises a SnapshotError naming
         the last complete snapshot. In data-parallel training only rank 0 writes (the
         others return None)."""
-        if not context.root_solver():
+        if not ranks.root_solver():
             return None
         try:
             model_filename, state_filename = snapshot_io.write(self)

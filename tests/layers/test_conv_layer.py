@@ -6,6 +6,7 @@ from scipy.signal import correlate
 
 from pycaffe_lite.blob import Blob
 from pycaffe_lite.errors import LayerError
+from pycaffe_lite.ops import conv as conv_ops
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
 
 FILLERS = 'weight_filler { type: "gaussian" std: 0.5 } bias_filler { type: "gaussian" }'
@@ -113,7 +114,7 @@ def test_float32_chunked_forward_and_backward_match_unchunked():
         top[0].diff[...] = np.cos(np.arange(top[0].count)).reshape(top[0].shape)
         layer.Backward(top, [True], bottom)
         assert top[0].data.dtype == np.float32 and bottom[0].diff.dtype == np.float32
-        results.append((layer.chunk, top[0].data.copy(), bottom[0].diff.copy(),
+        results.append((layer.plan.chunk, top[0].data.copy(), bottom[0].diff.copy(),
                         layer.blobs[0].diff.copy(), layer.blobs[1].diff.copy()))
     assert [r[0] for r in results] == [5, 1, 2]
     expected = reference_conv(x.astype(np.float64), layer.blobs[0].data.astype(np.float64),
@@ -241,29 +242,32 @@ def test_fillers_and_loaded_weights():
     ("num_output: 4 kernel_size: 3 pad: 1 stride: 2 group: 2", (3, 4, 5, 6)),
     ("num_output: 3 kernel_size: 1", (3, 2, 3, 3)),
 ])
-def test_batch_gemm_helpers_for_deconvolution(params, shape):
-    """The base-class helpers a Deconvolution composes: forward_gemm, backward_gemm and
-    weight_gemm on whole batches agree with the layer's own forward and backward, and
-    forward_and_weight_gemm (its fused backward) with the separate calls."""
+def test_conv_ops_a_deconvolution_composes(params, shape):
+    """The convolution ops a Deconvolution composes, on whole batches in chunks of one
+    image: forward, the input gradient alone (backward without x) and the weight gradient
+    alone (forward_and_weight without y) agree with a Convolution's own forward and
+    backward, and forward_and_weight (Deconvolution's fused backward) with the separate
+    calls."""
     layer, bottom, top = run(conv_text(params + " bias_term: false"), shape)
     layer.workspace_bytes = 1  # one image per chunk
     layer.reshape(bottom, top)
-    assert layer.chunk == 1
+    plan = layer.plan
+    assert plan.chunk == 1
     x, w = bottom[0].data, layer.blobs[0].data
     y = np.empty(top[0].shape)
-    layer.forward_gemm(x, w, y)
+    conv_ops.forward(x, w, y, plan)
     np.testing.assert_allclose(y, top[0].data, rtol=1e-12)
     dy = np.random.default_rng(0).standard_normal(top[0].shape)
     top[0].diff[...] = dy
     layer.blobs[0].diff[...] = 0
     layer.Backward(top, [True], bottom)
     dx = np.full(x.shape, np.nan)
-    layer.backward_gemm(dy, w, dx)
+    conv_ops.backward(None, dy, w, plan, dx=dx)
     np.testing.assert_allclose(dx, bottom[0].diff, rtol=1e-12)
     dw = np.ones(w.shape)
-    layer.weight_gemm(x, dy, dw)  # accumulates
+    conv_ops.forward_and_weight(x, None, plan, dy=dy, dw=dw)  # accumulates
     np.testing.assert_allclose(dw, 1 + layer.blobs[0].diff, rtol=1e-12)
     y2, dw2 = np.empty(y.shape), np.zeros(w.shape)
-    layer.forward_and_weight_gemm(x, w, output=y2, grad_output=dy, weight_diff=dw2)
+    conv_ops.forward_and_weight(x, w, plan, y=y2, dy=dy, dw=dw2)
     np.testing.assert_allclose(y2, y, rtol=1e-12)
     np.testing.assert_allclose(dw2, layer.blobs[0].diff, rtol=1e-12)

@@ -197,7 +197,7 @@ def test_float32_chunked_forward_and_backward_match_unchunked():
         layer.Backward(top, [True], bottom)
         for arr in (top[0].data, bottom[0].diff, layer.blobs[0].diff, layer.blobs[1].diff):
             assert arr.dtype == np.float32
-        results.append((layer.chunk, top[0].data.copy(), bottom[0].diff.copy(),
+        results.append((layer.plan.chunk, top[0].data.copy(), bottom[0].diff.copy(),
                         layer.blobs[0].diff.copy(), layer.blobs[1].diff.copy()))
     assert [r[0] for r in results] == [5, 1]
     expected = naive_deconv(x.astype(np.float64), layer.blobs[0].data.astype(np.float64),

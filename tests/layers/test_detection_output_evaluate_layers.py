@@ -4,7 +4,7 @@ import pytest
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.testing import empty_blobs, make_layer
 
-from ssd_helpers import blob_of, gt_rows
+from helpers.ssd import blob_of, gt_rows
 
 # four priors (boxes then variances, PriorBox's layout); zero offsets decode to the priors
 PRIORS = np.array([[0.1, 0.1, 0.5, 0.5], [0.12, 0.1, 0.52, 0.5], [0.6, 0.6, 0.9, 0.9],

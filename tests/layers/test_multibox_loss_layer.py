@@ -5,7 +5,7 @@ from pycaffe_lite.errors import LayerError
 from pycaffe_lite.testing import empty_blobs, make_layer
 from pycaffe_lite.testing.gradient_check import GradientChecker
 
-from ssd_helpers import blob_of, gt_rows, priors
+from helpers.ssd import blob_of, gt_rows, priors
 
 GT = [(0, 1, 0.05, 0.1, 0.45, 0.5), (0, 2, 0.5, 0.4, 0.95, 0.95),
       (1, 1, 0.3, 0.3, 0.7, 0.8), (1, 1, 0.0, 0.6, 0.35, 1.0)]

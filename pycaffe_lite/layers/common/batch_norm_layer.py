@@ -77,14 +77,14 @@ class BatchNormLayer(Layer):
             # NVCaffe's variance correction starts at 1 (and stays there)
             for shape, value in (((self.channels,), 0), ((self.channels,), 0),
                                  ((1,), 1 if self.scale_bias else 0)):
-                self.blobs.add_blob(*shape).data[...] = value
+                self.blobs.add_blob(*shape).write_data()[...] = value
             scale_filler = "scale_filler" if self.scale_bias else "filler"
             for name, default in ((scale_filler, 1.0), ("bias_filler", 0.0))[:self.affine_blobs]:
                 blob = self.blobs.add_blob(self.channels)
                 if p.HasField(name):
                     fill(blob, getattr(p, name))
                 else:
-                    blob.data[...] = default
+                    blob.write_data()[...] = default
         # The statistics are not parameters to learn: give each blob lr_mult 0 (adding the
         # ParamSpec where the prototxt has none) and never compute their gradients.
         for i in range(3):

@@ -3,7 +3,7 @@
 from ...backend import get_array_module
 from ...errors import ShapeError
 from ...layer import Layer
-from ...ops.cpu import accumulate_matmul
+from ...ops.matmul import accumulate_matmul
 from ...registry import register_layer
 from .common_utils import setup_weight_and_bias
 

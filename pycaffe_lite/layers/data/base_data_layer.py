@@ -46,6 +46,7 @@ class BaseDataLayer(Layer):
     would have seen.
     """
 
+    host_only = True  # batches are made in host memory (and copied to the device in GPU mode)
     exact_num_bottom_blobs = 0
 
     def reshape(self, bottom, top):

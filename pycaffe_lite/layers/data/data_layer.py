@@ -7,7 +7,7 @@ import numpy as np
 from ...data import db as dbmod
 from ...data.datum import DataError, decode_image, parse_datum, raw_shape
 from ...data.transformer import DataTransformer
-from ...parallel.context import ranks
+from ...ranks import data_ranks
 from ...registry import register_layer
 from .base_data_layer import BasePrefetchingDataLayer, default_threads
 
@@ -133,7 +133,7 @@ class DataLayer(BasePrefetchingDataLayer):
         # Caffe's DataLayer::Skip: in TRAIN, N data-parallel solvers read the same stream
         # and rank r keeps the records r, r + N, r + 2N, ...: a batch covers N x batch_size
         # records, so the position (what a snapshot stores) is the same on every rank
-        count, rank = ranks(self.phase)
+        count, rank = data_ranks(self.phase)
         records = []
         for _ in range(self.batch_size):
             self._advance(rank)

@@ -62,6 +62,7 @@ class DetectionEvaluateLayer(Layer):
     Params: ``detection_evaluate_param`` (the SSD fork's DetectionEvaluateParameter).
     """
 
+    host_only = True  # matching and AP in NumPy
     exact_num_bottom_blobs = 2
     exact_num_top_blobs = 1
 

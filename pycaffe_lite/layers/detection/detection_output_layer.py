@@ -63,6 +63,7 @@ class DetectionOutputLayer(Layer):
     files (``save_output_param``) and ``visualize`` are not provided.
     """
 
+    host_only = True  # decoding and NMS in NumPy
     exact_num_bottom_blobs = 3
     exact_num_top_blobs = 1
 

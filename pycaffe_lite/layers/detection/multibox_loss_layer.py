@@ -39,6 +39,7 @@ class MultiBoxLossLayer(Layer):
     are 0/1 (the fork fills them with the background label's value, 0 by default).
     """
 
+    host_only = True  # matching and mining in NumPy
     exact_num_bottom_blobs = 4
     exact_num_top_blobs = 1
     is_loss = True

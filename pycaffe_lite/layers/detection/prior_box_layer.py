@@ -26,6 +26,7 @@ class PriorBoxLayer(Layer):
     Params: ``prior_box_param`` (the SSD fork's PriorBoxParameter).
     """
 
+    host_only = True  # the priors are computed once, on the host
     exact_num_bottom_blobs = 2
     exact_num_top_blobs = 1
 

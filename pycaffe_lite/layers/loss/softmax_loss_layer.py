@@ -125,14 +125,12 @@ class SoftmaxWithLossLayer(LossLayer):
                       self.weight)
 
     def _normalizer(self, xp, valid, dtype):
-        """The loss divisor as a scalar of ``dtype``. On the device, the VALID count stays
-        there (a 0-d array): no host round trip. Without an ignore label every label counts."""
-        if self.ignore_label is None:
-            self.valid_count = self.outer_num * self.inner_num
-        elif xp is np or self.normalization != LossParameter.VALID:
-            self.valid_count = int(valid.sum())
-        else:
+        """The loss divisor as a scalar of ``dtype``. The VALID count is computed where the
+        labels are (a 0-d array on the device: no host round trip). Without an ignore label
+        every label counts."""
+        if self.ignore_label is not None and self.normalization == LossParameter.VALID:
             self.valid_count = valid.sum()
             return xp.maximum(self.valid_count, 1).astype(dtype)
+        self.valid_count = self.outer_num * self.inner_num
         return dtype.type(get_normalizer(self.normalization, self.outer_num, self.inner_num,
                                          self.valid_count, layer=self))

@@ -2,17 +2,12 @@
 
 It reads ``convolution_param`` (kernel, stride, pad, dilation, group, bias, axis), creates and
 checks the weight and bias blobs, shapes the tops, and describes each batch to the convolution
-kernels of :mod:`pycaffe_lite.ops.conv` as a :class:`~pycaffe_lite.ops.conv.ConvGeometry`
-(``self.geometry``, rebuilt by a reshape that changes the bottom's shape); those choose the
-implementation. The batch forms a subclass composes:
-
-- ``forward_gemm(input, weights, output, bias=None, relu=False)``: ``output = W *
-  im2col(input)`` (``+ bias`` per output channel when given; ``max(., 0)`` when ``relu``);
-- ``backward_gemm(output, weights, input)``: ``input = col2im(W^T * output)``;
-- ``weight_gemm(input, output, weight_diff)``: ``weight_diff += output * im2col(input)^T``;
-- ``forward_bias(output, bias)`` and ``backward_bias(bias_diff, output_diff)``;
-- fused forms that share one im2col per chunk: ``backward_and_weight_gemm`` (Convolution's
-  backward) and ``forward_and_weight_gemm`` (Deconvolution's backward).
+ops of :mod:`pycaffe_lite.ops.conv` as a :class:`~pycaffe_lite.ops.conv.ConvPlan` over a
+:class:`~pycaffe_lite.ops.conv.ConvGeometry` (``self.plan``, rebuilt by a reshape that changes
+the bottom's shape). The subclasses call those ops with arrays and the plan
+(``conv_ops.forward``, ``backward``, ``forward_and_weight``), which choose the implementation,
+and add the bias with ``forward_bias(output, bias)`` / ``backward_bias(bias_diff,
+output_diff)``.
 
 "input" is always the im2col side (``conv_in_channels`` channels of spatial shape
 ``conv_input_spatial``) and "output" the matrix-product side (``conv_out_channels`` channels of
@@ -43,7 +38,7 @@ class BaseConvolutionLayer(Layer):
     # 8 MB keeps LeNet's training in one chunk and its peak memory under 100 MB, and was as
     # fast as 64 MB on CaffeNet (large chunks gain nothing once N = P * B is a few thousand).
     workspace_bytes = 8 << 20
-    _geometry_key = None  # what self.geometry was made for (see reshape)
+    _plan_key = None  # what self.plan was made for (see reshape)
 
     # ---- what subclasses define --------------------------------------------------------
     def reverse_dimensions(self):
@@ -178,48 +173,20 @@ class BaseConvolutionLayer(Layer):
         self.out_spatial_dim = prod(self.output_spatial)
         self.bottom_dim = self.channels * prod(self.input_spatial)
         self.top_dim = self.num_output * self.out_spatial_dim
-        # the geometry depends on nothing else that can change after setup: kept while the
+        # the plan depends on nothing else that can change after setup: kept while the
         # bottom's shape is the same (Forward reshapes on every call)
         key = (x.shape, self.dtype.itemsize, self.workspace_bytes, self.engine)
-        if key != self._geometry_key:
-            self.geometry = conv_ops.ConvGeometry(
-                self.kernel_shape, self.pad, self.stride, self.dilation, self.group,
-                self.conv_in_channels, self.conv_out_channels, self.conv_input_spatial,
-                self.conv_out_spatial, self.num, self.dtype.itemsize, self.workspace_bytes,
-                force_nd=self.force_nd_im2col, engine=self.engine)
-            self._geometry_key = key
-        self.chunk = self.geometry.chunk
+        if key != self._plan_key:
+            geometry = conv_ops.ConvGeometry(
+                kernel=self.kernel_shape, pad=self.pad, stride=self.stride,
+                dilation=self.dilation, group=self.group, in_channels=self.conv_in_channels,
+                out_channels=self.conv_out_channels, in_spatial=self.conv_input_spatial,
+                out_spatial=self.conv_out_spatial, num=self.num, force_nd=self.force_nd_im2col)
+            self.plan = conv_ops.ConvPlan(geometry, self.dtype.itemsize, self.workspace_bytes,
+                                          self.engine)
+            self._plan_key = key
 
-    # ---- batch kernels -----------------------------------------------------------------
-    def forward_gemm(self, input, weights, output, bias=None, relu=False):
-        """``output = W * im2col(input) (+ bias)`` for the whole batch (overwrites
-        ``output``), ``max(output, 0)`` when ``relu``."""
-        conv_ops.forward(input, weights, output, self.geometry, bias=bias, relu=relu)
-
-    def forward_and_weight_gemm(self, input, weights, output=None, grad_output=None,
-                                weight_diff=None, bias=None):
-        """One im2col of ``input`` per chunk, used for ``output = W * col (+ bias)`` (when
-        ``output`` is given) and for ``weight_diff += grad_output * col^T`` (when
-        ``weight_diff`` is given; ``grad_output`` is then on the output side)."""
-        conv_ops.forward_and_weight(input, weights, self.geometry, y=output, dy=grad_output,
-                                    dw=weight_diff, bias=bias)
-
-    def backward_gemm(self, output, weights, input):
-        """``input = col2im(W^T * output)`` for the whole batch (overwrites ``input``)."""
-        self.backward_and_weight_gemm(None, output, weights, input_diff=input)
-
-    def weight_gemm(self, input, output, weight_diff):
-        """``weight_diff += output * im2col(input)^T`` summed over the batch."""
-        self.forward_and_weight_gemm(input, None, grad_output=output, weight_diff=weight_diff)
-
-    def backward_and_weight_gemm(self, input, output_diff, weights, input_diff=None,
-                                 weight_diff=None):
-        """Convolution's backward on a batch, sharing the relayout of ``output_diff``:
-        ``weight_diff += output_diff * im2col(input)^T`` (when ``weight_diff`` is given) and
-        ``input_diff = col2im(W^T * output_diff)`` (when ``input_diff`` is given)."""
-        conv_ops.backward(input, output_diff, weights, self.geometry, dx=input_diff,
-                          dw=weight_diff)
-
+    # ---- the bias ----------------------------------------------------------------------
     def forward_bias(self, output, bias):
         """``output += bias`` per output channel."""
         out = output.reshape(self.num, self.num_output, self.out_spatial_dim)

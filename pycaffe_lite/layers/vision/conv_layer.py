@@ -1,5 +1,6 @@
 """Convolution: learnable filters correlated with the input (Caffe's ConvolutionLayer)."""
 
+from ...ops import conv as conv_ops
 from ...ops.gpu import cudnn
 from ...registry import register_layer
 from .base_conv import BaseConvolutionLayer
@@ -50,7 +51,7 @@ class ConvolutionLayer(BaseConvolutionLayer):
         for b, t in zip(bottom, top):
             y = t.write_data()
             bias = self.blobs[1].read_data() if self.bias_term else None
-            self.forward_gemm(b.read_data(), weights, y, bias=bias, relu=relu)
+            conv_ops.forward(b.read_data(), weights, y, self.plan, bias=bias, relu=relu)
 
     def backward(self, top, propagate_down, bottom):
         weights = self.blobs[0].read_data()
@@ -61,7 +62,6 @@ class ConvolutionLayer(BaseConvolutionLayer):
             if do_bias:
                 self.backward_bias(self.blobs[1].write_diff(), dy)
             if do_weights or down:
-                self.backward_and_weight_gemm(
-                    b.read_data() if do_weights else None, dy, weights,
-                    input_diff=b.write_diff() if down else None,
-                    weight_diff=self.blobs[0].write_diff() if do_weights else None)
+                conv_ops.backward(b.read_data() if do_weights else None, dy, weights, self.plan,
+                                  dx=b.write_diff() if down else None,
+                                  dw=self.blobs[0].write_diff() if do_weights else None)

@@ -1,5 +1,6 @@
 """Deconvolution: the transpose of a convolution (Caffe's DeconvolutionLayer)."""
 
+from ...ops import conv as conv_ops
 from ...registry import register_layer
 from .base_conv import BaseConvolutionLayer
 
@@ -52,7 +53,8 @@ class DeconvolutionLayer(BaseConvolutionLayer):
         weights = self.blobs[0].read_data()
         for b, t in zip(bottom, top):
             y = t.write_data()
-            self.backward_gemm(b.read_data(), weights, y)
+            # the top is the im2col side: a convolution's input gradient
+            conv_ops.backward(None, b.read_data(), weights, self.plan, dx=y)
             if self.bias_term:
                 self.forward_bias(y, self.blobs[1].read_data())
 
@@ -66,8 +68,7 @@ class DeconvolutionLayer(BaseConvolutionLayer):
                 self.backward_bias(self.blobs[1].write_diff(), dy)
             if do_weights or down:
                 # one im2col of the top diff serves both the weight and the bottom gradient
-                self.forward_and_weight_gemm(
-                    dy, weights,
-                    output=b.write_diff() if down else None,
-                    grad_output=b.read_data() if do_weights else None,
-                    weight_diff=self.blobs[0].write_diff() if do_weights else None)
+                conv_ops.forward_and_weight(
+                    dy, weights, self.plan, y=b.write_diff() if down else None,
+                    dy=b.read_data() if do_weights else None,
+                    dw=self.blobs[0].write_diff() if do_weights else None)

@@ -27,93 +27,27 @@ of memory to a process whose whole LeNet training fits in 100 MB).
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
 - :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) and
   F(4x4, 3x3) (equal to
-  the matrix-product path to float rounding, not bit for bit: see there);
-- :func:`accumulate_matmul` (NumPy only, always on): ``c += a @ b`` in cache-sized blocks, for
-  the fully connected layers' weight gradients.
+  the matrix-product path to float rounding, not bit for bit: see there).
 
 ctypes releases the GIL during a call, so each kernel splits its work over ``threads()``
 threads (by channel or by plane) and a 2-core machine runs it on both cores.
+
+The package: :mod:`._library` loads the shared object, checks its ABI and declares every
+kernel's C prototype by name; :mod:`._threads` owns the kernel threads and splits a call's
+range over them; this module holds the switch, the array checks and the kernels' Python
+faces; :mod:`.convolution` the convolution kernels.
 """
 
-import ctypes
 import os
-import threading
 
 import numpy as np
 
-_ABI_VERSION = 12
+from ._library import address as _address, function as _function
+from ._library import library_available, load as _load, unavailable_reason  # noqa: F401
+from ._threads import MIN_ELEMENTS_PER_THREAD, grain as _grain, split as _split
+from ._threads import threads  # noqa: F401
+
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
-_state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
-_lock = threading.Lock()
-
-_I = ctypes.c_int64
-_P = ctypes.c_void_p
-_F = "scalar"  # the element type's C scalar (float or double)
-_SIGNATURES = {
-    "im2col_batch_first": [_P, _P] + [_I] * 16,
-    "col2im_batch_first": [_P, _P] + [_I] * 16,
-    "max_pool_forward": [_P, _P, _P] + [_I] * 12,
-    "max_pool_backward": [_P, _P, _P] + [_I] * 12,
-    "ave_pool_forward": [_P, _P, _P] + [_I] * 12,
-    "bias_relu": [_P, _P, _P, _I, _I, ctypes.c_int32, _I, _I],
-    "relu_backward": [_P, _P, _P, _I, _I],
-    "sgd_update": [_P, _P, _P, _F, _F, ctypes.c_int32, _F, _F, _I, _I],
-    "lrn_scale": [_P, _P, _P, _I, _I, _I, _F, _F, _I, _I],
-    "lrn_accum": [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I],
-    "depthwise_forward": [_P, _P, _P, _P] + [_I] * 15,
-    "depthwise_backward_data": [_P, _P, _P] + [_I] * 15,
-    "depthwise_backward_weight": [_P, _P, _P] + [_I] * 16,
-    "winograd_weights": [_P, _P] + [_I] * 4,
-    "winograd_input": [_P, _P] + [_I] * 11,
-    "winograd_output": [_P, _P, _P] + [_I] * 9,
-    "winograd4_weights": [_P, _P] + [_I] * 4,
-    "winograd4_input": [_P, _P] + [_I] * 11,
-    "winograd4_output": [_P, _P, _P] + [_I] * 9,
-}
-
-
-def _load():
-    """The compiled library (ctypes), or None when it was not built or does not load."""
-    if _state["checked"]:
-        return _state["lib"]
-    with _lock:
-        if _state["checked"]:
-            return _state["lib"]
-        lib = None
-        try:
-            import importlib.util
-            spec = importlib.util.find_spec(__name__ + "._kernels")
-            if spec is None or not spec.origin:
-                raise ImportError("the extension %s._kernels was not built" % __name__)
-            lib = ctypes.CDLL(spec.origin)
-            if lib.pcl_abi_version() != _ABI_VERSION:
-                raise ImportError("%s was built from other sources (ABI %d, expected %d): "
-                                  "reinstall the package" % (spec.origin,
-                                                             lib.pcl_abi_version(),
-                                                             _ABI_VERSION))
-            for name, args in _SIGNATURES.items():
-                for suffix, scalar in (("_f32", ctypes.c_float), ("_f64", ctypes.c_double)):
-                    fn = getattr(lib, "pcl_" + name + suffix)
-                    fn.argtypes = [scalar if a is _F else a for a in args]
-                    fn.restype = None
-        except (ImportError, OSError, AttributeError) as exc:
-            _state["error"] = str(exc)
-            lib = None
-        _state["lib"] = lib
-        _state["checked"] = True
-    return lib
-
-
-def library_available():
-    """Whether the compiled library was built and loads (the reason why not:
-    :func:`unavailable_reason`)."""
-    return _load() is not None
-
-
-def unavailable_reason():
-    """Why the compiled library is not used (None when it is)."""
-    _load()
-    return _state["error"]
 
 
 def set_kernels_enabled(flag):
@@ -147,168 +81,6 @@ def supported(*arrays):
         elif a.dtype != np.int32:
             return False
     return dtype is not None
-
-
-def threads():
-    """How many threads the kernels use: ``PYCAFFE_LITE_CPU_THREADS``, else
-    ``OMP_NUM_THREADS``, else the number of CPUs this process may run on."""
-    n = _state["threads"]
-    if n is None:
-        value = os.environ.get("PYCAFFE_LITE_CPU_THREADS") or os.environ.get("OMP_NUM_THREADS")
-        try:
-            n = int(value) if value else len(os.sched_getaffinity(0))
-        except (ValueError, AttributeError):
-            n = os.cpu_count() or 1
-        n = _state["threads"] = max(1, n)
-    return n
-
-
-def _function(name, dtype):
-    return getattr(_load(), "pcl_%s_%s" % (name, "f32" if dtype == np.float32 else "f64"))
-
-
-def _address(a):
-    return a.ctypes.data
-
-
-class _Job:
-    """One call's ranges in flight: the last part to finish releases ``finished``."""
-
-    __slots__ = ("lock", "left", "finished", "error")
-
-    def __init__(self, parts):
-        self.lock = threading.Lock()
-        self.left = parts
-        self.finished = threading.Lock()
-        self.finished.acquire()
-        self.error = None
-        if parts == 0:
-            self.finished.release()
-
-    def done(self, parts=1, error=None):
-        with self.lock:
-            if error is not None and self.error is None:
-                self.error = error
-            self.left -= parts
-            last = self.left == 0
-        if last:
-            self.finished.release()
-
-    def wait(self):
-        """Wait for every part, through interrupts: the parts write into arrays the caller
-        owns, so the caller unwinds only once they are done (then the interrupt goes on)."""
-        interrupted = None
-        while True:
-            try:
-                self.finished.acquire()
-                break
-            except BaseException as exc:  # KeyboardInterrupt, or another signal's exception
-                interrupted = exc
-        if interrupted is not None:
-            raise interrupted
-        if self.error is not None:
-            raise self.error
-
-
-def _work(tasks):
-    while True:
-        task = tasks.get()
-        if task is None:
-            return
-        job, fn, args, start, stop = task
-        try:
-            fn(*args, start, stop)
-        except BaseException as exc:
-            job.done(error=exc)
-        else:
-            job.done()
-
-
-class _Pool:
-    """The kernels' worker threads. The calling thread talks to them only through C-level
-    objects (a SimpleQueue, plain locks), never a Python Condition: a KeyboardInterrupt in
-    the calling thread can then never leave behind a lock that a worker waits for. The
-    threads end, joined, when the pool is closed: at interpreter exit before atexit handlers
-    (:mod:`pycaffe_lite.lifecycle`), or when a larger pool replaces it."""
-
-    def __init__(self, size):
-        import queue
-
-        from ...lifecycle import Resources, stop_and_join
-        self.size = size
-        self.tasks = queue.SimpleQueue()
-        self.threads = []
-        self.resources = Resources(self, "the C kernels' threads")
-        self.resources.push(stop_and_join(self.threads, self._stop))
-        for i in range(size):
-            t = threading.Thread(target=_work, args=(self.tasks,), daemon=True,
-                                 name="pycaffe-lite-kernel #%d" % i)
-            self.threads.append(t)
-            t.start()
-
-    def _stop(self):
-        for _ in self.threads:
-            self.tasks.put(None)
-
-    @property
-    def closed(self):
-        return self.resources.closed
-
-    def run(self, job, fn, args, start, stop):
-        if self.resources.closed:
-            raise RuntimeError("the kernel threads are closed")
-        self.tasks.put((job, fn, args, start, stop))
-
-
-def _pool(size):
-    pool = _state["pool"]
-    if pool is None or pool.closed or pool.size < size:
-        with _lock:
-            pool = _state["pool"]
-            if pool is None or pool.closed or pool.size < size:
-                if pool is not None:
-                    pool.resources.release()
-                pool = _state["pool"] = _Pool(size)
-    return pool
-
-
-def _split(fn, total, args, grain=1):
-    """Run ``fn(*args, start, stop)`` over ``[0, total)`` split into contiguous ranges, one
-    per thread (the calling thread takes the first). ``grain``: the least work worth a
-    thread, in units of ``total``."""
-    n = min(threads(), total // max(1, grain))
-    if n <= 1:
-        fn(*args, 0, total)
-        return
-    bounds = [total * i // n for i in range(n + 1)]
-    job = _Job(n - 1)
-    handed = 1  # parts 1 .. handed - 1 are with the threads
-    try:
-        try:
-            pool = _pool(n - 1)
-            for i in range(1, n):
-                pool.run(job, fn, args, bounds[i], bounds[i + 1])
-                handed = i + 1
-        except RuntimeError:
-            # the interpreter is exiting (the threads are closed): the rest in this thread
-            job.done(n - handed)
-            fn(*args, bounds[handed], total)
-        except BaseException:
-            job.done(n - handed)  # not handed: nobody will count them down
-            raise
-        fn(*args, bounds[0], bounds[1])
-    finally:
-        job.wait()
-
-
-# A thread is worth starting for about this many elements of work (handing a range to a
-# worker and waiting for it cost some tens of microseconds).
-_MIN_ELEMENTS_PER_THREAD = 1 << 15
-
-
-def _grain(elements_per_unit):
-    """Units of work per thread so that each thread moves at least the minimum."""
-    return max(1, _MIN_ELEMENTS_PER_THREAD // max(1, int(elements_per_unit)))
 
 
 # ---- convolution ----------------------------------------------------------------------------
@@ -434,7 +206,7 @@ def bias_relu(x, y, bias=None, relu=True):
 def relu_backward(x, dy, dx):
     """``dx = dy * (x > 0)`` (ReLU's gradient, negative slope 0), as NumPy forms it."""
     _split(_function("relu_backward", x.dtype), x.size,
-           [_address(x), _address(dy), _address(dx)], grain=_MIN_ELEMENTS_PER_THREAD)
+           [_address(x), _address(dy), _address(dx)], grain=MIN_ELEMENTS_PER_THREAD)
     return dx
 
 
@@ -446,31 +218,3 @@ def sgd_update(diff, history, data, norm, decay, l1, rate, momentum):
     _split(_function("sgd_update", diff.dtype), diff.size,
            [_address(diff), _address(history), _address(data), norm, decay, int(bool(l1)),
             rate, momentum], grain=1 << 18)
-
-
-# ---- matrix products accumulated in place ---------------------------------------------------
-# Rows of ``c`` per block of :func:`accumulate_matmul`: a block's product stays in cache until
-# it is added.
-_ACCUMULATE_BLOCK_BYTES = 1 << 20
-_accumulate_buffers = threading.local()
-
-
-def accumulate_matmul(c, a, b):
-    """``c += a @ b`` for host matrices without a temporary the size of ``c``: the product is
-    made a block of rows at a time into a small reused buffer and added while it is still in
-    cache. A large fully connected layer's weight gradient (a product of rank ``batch``) is
-    memory-bound: this halves its memory traffic and its page faults. Small products, and
-    device arrays, take ``c += a @ b``."""
-    rows = max(1, _ACCUMULATE_BLOCK_BYTES // max(1, c.shape[1] * c.itemsize))
-    if type(c) is not np.ndarray or c.shape[0] <= 2 * rows:
-        c += a @ b
-        return c
-    buf = getattr(_accumulate_buffers, "buf", None)
-    if buf is None or buf.dtype != c.dtype or buf.size < rows * c.shape[1]:
-        buf = _accumulate_buffers.buf = np.empty(rows * c.shape[1], c.dtype)
-    for r in range(0, c.shape[0], rows):
-        part = c[r:r + rows]
-        product = buf[:part.size].reshape(part.shape)
-        np.matmul(a[r:r + rows], b, out=product)
-        part += product
-    return c

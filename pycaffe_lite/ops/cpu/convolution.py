@@ -26,7 +26,8 @@ import os
 
 import numpy as np
 
-from . import _address, _function, _grain, _split
+from ._library import address as _address, function as _function
+from ._threads import grain as _grain, split as _split
 
 _winograd = [os.environ.get("PYCAFFE_LITE_WINOGRAD", "1") != "0"]
 

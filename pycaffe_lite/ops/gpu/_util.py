@@ -1,7 +1,7 @@
 """What the GPU kernels share: the lazy CuPy import, array checks, kernel caches and launches.
 
-Nothing here imports CuPy at module import: :func:`cupy` does, on first use, and only the
-kernel functions (which run on CuPy arrays, so CuPy is already loaded) call it.
+Nothing here imports CuPy: ``cupy()`` is :func:`pycaffe_lite.backend.cupy_module`, which only
+the kernel functions (which run on CuPy arrays, so CuPy is already loaded) call.
 """
 
 import os
@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 
+from ...backend import cupy_module as cupy  # noqa: F401  (re-exported: the kernels' CuPy)
 from ...backend import is_cupy_array as is_cupy  # noqa: F401  (re-exported)
 
 # Kernels index with 32-bit ints (fast division on the GPU); larger arrays take the
@@ -33,12 +34,6 @@ def set_kernels_enabled(flag):
 
 def kernels_enabled():
     return _enabled[0]
-
-
-def cupy():
-    """The CuPy module (imported on first use)."""
-    import cupy as _cupy  # the one lazy import of ops/gpu
-    return _cupy
 
 
 def on_gpu(*arrays):

@@ -28,6 +28,7 @@ size, and convolution other than 2-D with the channel axis 1.
 
 import logging
 
+from ...backend import cudnn_modules
 from ._util import cupy, is_cupy, kernel_dtype
 
 log = logging.getLogger("pycaffe_lite")
@@ -47,9 +48,7 @@ def _probe():
         return
     _state["probed"] = True
     try:
-        import cupy  # noqa: F401  (lazily: only when an engine decision needs it)
-        import cupy.cudnn as api
-        from cupy.cuda import cudnn as lib
+        api, lib = cudnn_modules()  # lazily: only when an engine decision needs it
         _state["version"] = int(lib.getVersion())
     except Exception as exc:  # CuPy or cuDNN missing, or CuPy >= 14 (no cuDNN)
         _state["reason"] = "%s: %s" % (type(exc).__name__, exc)

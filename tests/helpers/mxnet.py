@@ -8,7 +8,8 @@ import struct
 
 import numpy as np
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "mxnet")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures",
+                        "mxnet")
 with open(os.path.join(FIXTURES, "manifest.json")) as _f:
     MANIFEST = json.load(_f)
 CASES = sorted(k for k, v in MANIFEST.items() if "expect_error" not in v)

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import uuid
 
-from mpi_helpers import Job, mpi_available, mpiexec
+from helpers.mpi import Job, mpi_available, mpiexec
 
 #: the interface every host sees, and the switch's bridge
 IFACE = "pcl0"
@@ -202,7 +202,7 @@ class Hosts:
         return self.command(per_host, [sys.executable, "-m", "pycaffe_lite.cli"] + list(args))
 
     def job(self, per_host, args, cwd, env=None):
-        """A running ``pycaffe-lite args...`` job (mpi_helpers.Job) over the hosts."""
+        """A running ``pycaffe-lite args...`` job (helpers.mpi.Job) over the hosts."""
         return Job(None, None, cwd, env=self.env(env),
                    command=self.train_command(per_host, args))
 

@@ -1,0 +1,134 @@
+"""The compiled kernels' shared object: finding and loading it (ctypes), its ABI check, and
+the C signature of every kernel, named as the C sources declare them."""
+
+import ctypes
+import importlib.util
+import re
+import threading
+
+import numpy as np
+
+ABI_VERSION = 12
+_state = {"lib": None, "checked": False, "error": None}
+_lock = threading.Lock()
+
+# The kernels' C prototypes as kernels_impl.h and conv_impl.h declare them (``restrict``
+# left out), each exported once per element type as ``pcl_<name>_f32`` and ``_f64``: T is
+# that type (float or double), idx is int64_t. Every kernel also takes ``idx start, idx stop``
+# last, the range of its split axis it computes (see :func:`._threads.split`).
+PROTOTYPES = """
+im2col_batch_first(const T *x, T *cols, idx nb, idx nc, idx h, idx w, idx kh, idx kw, idx pad_h,
+    idx pad_w, idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh, idx ow)
+col2im_batch_first(const T *cols, T *out, idx nb, idx nc, idx h, idx w, idx kh, idx kw,
+    idx pad_h, idx pad_w, idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh, idx ow)
+max_pool_forward(const T *x, T *top, int32_t *argmax, idx h, idx w, idx ph, idx pw, idx kh,
+    idx kw, idx pad_h, idx pad_w, idx stride_h, idx stride_w)
+ave_pool_forward(const T *x, T *top, const T *divisors, idx h, idx w, idx ph, idx pw, idx kh,
+    idx kw, idx pad_h, idx pad_w, idx stride_h, idx stride_w)
+max_pool_backward(const T *top_diff, const int32_t *argmax, T *bottom_diff, idx h, idx w,
+    idx ph, idx pw, idx kh, idx kw, idx pad_h, idx pad_w, idx stride_h, idx stride_w)
+bias_relu(const T *x, T *y, const T *bias, idx nc, idx npix, int32_t relu)
+relu_backward(const T *x, const T *dy, T *dx)
+sgd_update(T *diff, T *history, const T *data, T norm, T decay, int32_t l1, T rate, T momentum)
+lrn_scale(const T *x, T *scale, T *top, idx nc, idx npix, idx size, T a, T k)
+lrn_accum(const T *top_diff, const T *top, const T *scale, T *work, T *accum, idx nc, idx npix,
+    idx size)
+depthwise_forward(const T *x, const T *wts, const T *bias, T *y, idx nc, idx h, idx w, idx kh,
+    idx kw, idx pad_h, idx pad_w, idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh,
+    idx ow)
+depthwise_backward_data(const T *dy, const T *wts, T *dx, idx nc, idx h, idx w, idx kh, idx kw,
+    idx pad_h, idx pad_w, idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh, idx ow)
+depthwise_backward_weight(const T *x, const T *dy, T *dw, idx nb, idx nc, idx h, idx w, idx kh,
+    idx kw, idx pad_h, idx pad_w, idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh,
+    idx ow)
+winograd_weights(const T *g, T *u, idx nk, idx nc)
+winograd_input(const T *x, T *v, idx nb, idx nc, idx xc, idx h, idx w, idx pad_h, idx pad_w,
+    idx th, idx tw)
+winograd_output(const T *m, const T *bias, T *y, idx nb, idx nk, idx yc, idx oh, idx ow, idx th,
+    idx tw)
+winograd4_weights(const T *g, T *u, idx nk, idx nc)
+winograd4_input(const T *x, T *v, idx nb, idx nc, idx xc, idx h, idx w, idx pad_h, idx pad_w,
+    idx th, idx tw)
+winograd4_output(const T *m, const T *bias, T *y, idx nb, idx nk, idx yc, idx oh, idx ow,
+    idx th, idx tw)
+"""
+
+_C_TYPES = {"idx": ctypes.c_int64, "int32_t": ctypes.c_int32}
+
+
+def parse_prototypes(text):
+    """``{name: [(C type, parameter name), ...]}`` of prototypes in the form above, with the
+    trailing ``start`` and ``stop``."""
+    found = {}
+    for name, params in re.findall(r"(\w+)\(([^)]*)\)", text):
+        args = []
+        for param in params.split(","):
+            ctype, _, pname = " ".join(param.split()).rpartition(" ")
+            if pname.startswith("*"):
+                ctype, pname = ctype + " *", pname[1:]
+            args.append((ctype.replace("const ", ""), pname))
+        found[name] = args + [("idx", "start"), ("idx", "stop")]
+    return found
+
+
+SIGNATURES = parse_prototypes(PROTOTYPES)
+
+
+def _argtype(ctype, scalar):
+    if ctype.endswith("*"):
+        return ctypes.c_void_p
+    return scalar if ctype == "T" else _C_TYPES[ctype]
+
+
+def load():
+    """The compiled library (ctypes), or None when it was not built or does not load."""
+    if _state["checked"]:
+        return _state["lib"]
+    with _lock:
+        if _state["checked"]:
+            return _state["lib"]
+        lib = None
+        try:
+            package = __name__.rpartition(".")[0]
+            spec = importlib.util.find_spec(package + "._kernels")
+            if spec is None or not spec.origin:
+                raise ImportError("the extension %s._kernels was not built" % package)
+            lib = ctypes.CDLL(spec.origin)
+            if lib.pcl_abi_version() != ABI_VERSION:
+                raise ImportError("%s was built from other sources (ABI %d, expected %d): "
+                                  "reinstall the package" % (spec.origin,
+                                                             lib.pcl_abi_version(),
+                                                             ABI_VERSION))
+            for name, args in SIGNATURES.items():
+                for suffix, scalar in (("_f32", ctypes.c_float), ("_f64", ctypes.c_double)):
+                    fn = getattr(lib, "pcl_" + name + suffix)
+                    fn.argtypes = [_argtype(ctype, scalar) for ctype, _ in args]
+                    fn.restype = None
+        except (ImportError, OSError, AttributeError) as exc:
+            _state["error"] = str(exc)
+            lib = None
+        _state["lib"] = lib
+        _state["checked"] = True
+    return lib
+
+
+def library_available():
+    """Whether the compiled library was built and loads (the reason why not:
+    :func:`unavailable_reason`)."""
+    return load() is not None
+
+
+def unavailable_reason():
+    """Why the compiled library is not used (None when it is)."""
+    load()
+    return _state["error"]
+
+
+def function(name, dtype):
+    """The kernel ``name`` for arrays of ``dtype`` (float32 or float64)."""
+    return getattr(load(), "pcl_%s_%s" % (name, "f32" if dtype == np.float32 else "f64"))
+
+
+def address(a):
+    """The address of a C-contiguous NumPy array's first element."""
+    return a.ctypes.data
