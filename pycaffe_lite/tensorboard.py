@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from .errors import CaffeError
-from .parallel import context
+from . import ranks
 
 _INSTALL = "pip install 'pycaffe-lite[tensorboard]' (or pip install tensorboard)"
 
@@ -160,7 +160,7 @@ class TensorBoardLogger:
 def attach(solver, logdir, histograms=0):
     """Log ``solver``'s training to TensorBoard event files in ``logdir``: returns the
     :class:`TensorBoardLogger` (closed with the solver), or None on ranks other than 0."""
-    if not context.root_solver():
+    if not ranks.root_solver():
         return None
     logger = TensorBoardLogger(solver, logdir, histograms)
     solver.add_listener(logger)

@@ -25,12 +25,14 @@ COMMAND_LINE_USERS = ("pycaffe_lite", "pycaffe_lite.__main__")
 # it, never a row above. Each entry names a module or a package (and all it holds).
 LAYERS = [
     ("command line", ["pycaffe_lite", "pycaffe_lite.cli", "pycaffe_lite.commands",
-                      "pycaffe_lite.net_spec", "pycaffe_lite.draw", "pycaffe_lite.detection"]),
+                      "pycaffe_lite.net_spec", "pycaffe_lite.draw", "pycaffe_lite.detection",
+                      "pycaffe_lite.tensorboard"]),
     ("training", ["pycaffe_lite.solvers", "pycaffe_lite.parallel"]),
     ("net", ["pycaffe_lite.net", "pycaffe_lite.net_graph", "pycaffe_lite.net_batches",
              "pycaffe_lite.weights", "pycaffe_lite.net_fold", "pycaffe_lite.classifier",
              "pycaffe_lite.detector", "pycaffe_lite.io", "pycaffe_lite.onnx",
-             "pycaffe_lite.darknet", "pycaffe_lite.testing"]),
+             "pycaffe_lite.darknet", "pycaffe_lite.testing", "pycaffe_lite.summary",
+             "pycaffe_lite.evaluate", "pycaffe_lite.pytorch", "pycaffe_lite.mxnet"]),
     ("layers", ["pycaffe_lite.layers"]),
     ("kernels, data", ["pycaffe_lite.ops", "pycaffe_lite.data"]),
     ("core", ["pycaffe_lite.backend", "pycaffe_lite.syncedmem", "pycaffe_lite.blob",
@@ -38,7 +40,8 @@ LAYERS = [
               "pycaffe_lite.errors", "pycaffe_lite.protoio", "pycaffe_lite.upgrade",
               "pycaffe_lite.fork_fields", "pycaffe_lite.health", "pycaffe_lite.signals",
               "pycaffe_lite.lifecycle", "pycaffe_lite.ranks", "pycaffe_lite.tools_log",
-              "pycaffe_lite.profiling"]),
+              "pycaffe_lite.profiling", "pycaffe_lite.python_layers", "pycaffe_lite.download",
+              "pycaffe_lite.fork_layer_fields"]),
     ("schema", ["pycaffe_lite.proto"]),
 ]
 # The rules that go with the table: what some packages may import (besides the standard
@@ -50,7 +53,10 @@ MAY_IMPORT_ONLY = {
 MAY_BE_IMPORTED_ONLY_BY = {
     "pycaffe_lite.testing": ("pycaffe_lite.testing",),
     "pycaffe_lite.parallel": ("pycaffe_lite", "pycaffe_lite.commands", "pycaffe_lite.parallel"),
-    "pycaffe_lite.onnx": ("pycaffe_lite", "pycaffe_lite.commands", "pycaffe_lite.onnx"),
+    # the other converters reuse the ONNX code: pytorch/ its exporter's shapes (and compare runs
+    # the export), mxnet/ its importer's pooling geometry
+    "pycaffe_lite.onnx": ("pycaffe_lite", "pycaffe_lite.commands", "pycaffe_lite.onnx",
+                          "pycaffe_lite.pytorch", "pycaffe_lite.mxnet"),
 }
 # Darknet's converter writes a NetParameter; it never builds a Net itself.
 NEVER = [("pycaffe_lite.darknet", "pycaffe_lite.net")]

@@ -3,7 +3,6 @@
 
 import numpy as np
 
-from ...backend import to_host
 from ...layer import Layer
 from ...proto import caffe_pb2
 from ...registry import register_layer
@@ -49,6 +48,7 @@ class EvalDetectionLayer(Layer):
     here num_object is used, the same for its YOLO v2 files, which have five.)
     """
 
+    host_only = True  # decoding, NMS and matching in NumPy
     exact_num_bottom_blobs = 2
     exact_num_top_blobs = 1
 
@@ -123,8 +123,8 @@ class EvalDetectionLayer(Layer):
         return out
 
     def forward(self, bottom, top):
-        x = to_host(bottom[0].read_data())
-        rows = to_host(bottom[1].read_data()).reshape(-1, 8).astype(np.float64)
+        x = bottom[0].data
+        rows = bottom[1].data.reshape(-1, 8).astype(np.float64)
         truth = {}
         for r in rows:
             if r[0] == -1:
@@ -153,7 +153,7 @@ class EvalDetectionLayer(Layer):
                             taken[j] = True
                     out[i, at:at + 4] = (label, score, tp, fp)
                     at += 4
-        top[0].data[...] = out  # host values (the host copy syncs to a device on demand)
+        top[0].data[...] = out
 
     def backward(self, top, propagate_down, bottom):
         pass
