@@ -26,6 +26,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+import bench_env  # noqa: E402
 from pycaffe_lite.ops import conv, cpu  # noqa: E402
 from pycaffe_lite.ops.cpu import convolution as cpu_conv  # noqa: E402
 
@@ -170,6 +171,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if not cpu.library_available():
         sys.exit("the compiled kernels are not built: %s" % cpu.unavailable_reason())
+    bench_env.report()
     print("threads %d; ms per call, fastest of %d alternating rounds" % (cpu.threads(),
                                                                         args.rounds))
     print("%-22s %5s %5s %8s %8s %6s %6s %6s %8s %7s %9s %9s %7s" % (
@@ -191,6 +193,7 @@ def main(argv=None):
                 "-" if cv is None else "%.2f" % (t["new"] / cv),
                 "%.2f" % t["back_gemm"] if "back_gemm" in t else "-",
                 "%.2f" % t["back_new"] if "back_new" in t else "-", err), flush=True)
+    bench_env.print_load("end")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+import bench_env  # noqa: E402
+
 NETS = {"lenet": os.path.join(ROOT, "models", "lenet", "lenet.prototxt"),
         "caffenet": os.path.join(ROOT, "models", "zoo", "caffenet_deploy.prototxt"),
         "resnet50": os.path.join(ROOT, "models", "zoo", "resnet50_deploy.prototxt")}
@@ -205,8 +207,9 @@ def main():
         return worker(args)
     if args.bandwidth:
         return bandwidth_worker(args)
+    env = bench_env.report()
     me = [sys.executable, os.path.abspath(__file__), "--worker", "--iters", str(args.iters)]
-    results = {"runs": []}
+    results = {"runs": [], "env": env}
     for net in args.nets.split(","):
         for config in args.configs.split(","):
             ranks, threads = (int(v) for v in config.split("x"))
@@ -233,6 +236,7 @@ def main():
               "measured %.1f ms" % (gbit, 1000 * predicted, 1000 * rows[256]["seconds"]))
         results["prediction_256MiB"] = {"gbit": gbit, "predicted_s": predicted,
                                         "measured_s": rows[256]["seconds"]}
+    bench_env.print_load("end")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
