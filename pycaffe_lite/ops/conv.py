@@ -40,6 +40,7 @@ import numpy as np
 
 from ..backend import get_array_module
 from . import cpu as _cpu
+from . import pointwise as _pointwise
 from .cpu import convolution as _cpu_conv
 from .gpu import cudnn as _cudnn
 from .im2col import col2im, col2im_batch_last, im2col, im2col_batch_last, prod
@@ -430,6 +431,9 @@ def forward(x, weights, y, geom, bias=None, relu=False):
                             geom.group)
     elif geom.is_depthwise and _cpu.supported(x, weights, y, bias):
         geom._depthwise(x, weights, y=y, bias=bias)
+    elif _pointwise.takes(geom, x, weights, y, bias):  # narrow 1x1 layers: ops/pointwise.py
+        _pointwise.forward(x, weights, y, bias, relu)
+        return
     elif geom.winograd and _cpu_conv.winograd_enabled() and _cpu.supported(x, weights, y,
                                                                           bias):
         geom._winograd_forward(x, weights, y, bias=bias)

@@ -41,7 +41,7 @@ import threading
 
 import numpy as np
 
-_ABI_VERSION = 12
+_ABI_VERSION = 13
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _state = {"lib": None, "checked": False, "pool": None, "threads": None, "error": None}
 _lock = threading.Lock()
@@ -69,6 +69,7 @@ _SIGNATURES = {
     "winograd4_weights": [_P, _P] + [_I] * 4,
     "winograd4_input": [_P, _P] + [_I] * 11,
     "winograd4_output": [_P, _P, _P] + [_I] * 9,
+    "pointwise_forward": [_P, _P, _P, _P] + [_I] * 6,
 }
 
 

@@ -1,7 +1,7 @@
 /* Compiled host kernels of pycaffe_lite.ops.cpu: im2col/col2im, MAX pooling forward and
  * backward, AVE pooling forward, LRN's channel sums, bias and ReLU, the SGD solver's update
  * (kernels_impl.h); the direct depthwise convolution and Winograd's F(2x2, 3x3) and F(4x4, 3x3)
- * transforms (conv_impl.h).
+ * transforms and the direct 1x1 convolution (conv_impl.h).
  *
  * Plain C functions over raw arrays, called through ctypes (which releases the GIL, so
  * several threads can run parts of one kernel). setup.py builds this file as an optional
@@ -71,7 +71,7 @@ typedef int64_t idx;
 #undef NAME
 
 /* An ABI number: the Python side refuses a library built from other sources. */
-EXPORT int pcl_abi_version(void) { return 12; }
+EXPORT int pcl_abi_version(void) { return 13; }
 
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT, "_kernels",
