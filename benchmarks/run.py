@@ -248,8 +248,17 @@ def bench_train_step(name, batch, rounds, torch, lr=0.01, momentum=0.9, decay=5e
         return result
     model = torch_from_caffe.build(torch, net)
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=decay)
     x = torch.from_numpy(np.array(net.blobs[net.inputs[0]].data))
+    # the same function: both outputs on the same weights and batch agree before timing
+    net.forward_from_to()
+    with torch.no_grad():
+        theirs = model(x).numpy()
+    err = float(np.abs(theirs - top.data).max() / max(np.abs(top.data).max(), 1e-12))
+    if not err <= 1e-3:
+        raise AssertionError("%s: ours and PyTorch's outputs differ by %.3g of the largest"
+                             % (name, err))
+    result["max_rel_diff"] = err
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=decay)
 
     def tstep():
         opt.zero_grad(set_to_none=False)

@@ -82,7 +82,31 @@ def build(torch, net):
             raise ValueError("layer '%s': type %s has no PyTorch twin here" % (names[i], kind))
         steps.append(("module", key, bottoms, tops))
     shapes = {n: tuple(net.blobs[n].shape) for n in net.blobs}
-    return _Twin(torch, modules, steps, net.inputs[0], net.outputs[0], shapes)
+    twin = _Twin(torch, modules, steps, net.inputs[0], net.outputs[0], shapes)
+    copy_weights(torch, twin, net)
+    return twin
+
+
+def copy_weights(torch, twin, net):
+    """Give the twin the net's parameters (a BatchNorm's affine part from the Scale after
+    it), so that both compute the same values."""
+    with torch.no_grad():
+        for key, module in twin.layers.items():
+            i = int(key[1:])
+            blobs = [torch.from_numpy(b.data.copy()) for b in net.layers[i].blobs]
+            if isinstance(module, torch.nn.Sequential):  # Flatten + Linear
+                module = module[1]
+            if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
+                module.weight.copy_(blobs[0].reshape(module.weight.shape))
+                if module.bias is not None:
+                    module.bias.copy_(blobs[1])
+            elif isinstance(module, torch.nn.BatchNorm2d) and module.affine:
+                scale = [torch.from_numpy(b.data.copy()) for b in net.layers[i + 1].blobs]
+                module.weight.copy_(scale[0])
+                if len(scale) > 1:
+                    module.bias.copy_(scale[1])
+                else:
+                    module.bias.zero_()
 
 
 def _Twin(torch, modules, steps, data, output, shapes):
