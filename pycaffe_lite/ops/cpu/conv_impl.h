@@ -610,14 +610,26 @@ EXPORT void NAME(winograd4_output)(const T *restrict m, const T *restrict bias, 
  * channels x 3 vectors of pixels (12 accumulators) sum over c in increasing order, reading the
  * input rows in place (no packing: the pixels of a channel are contiguous); the bias and the
  * ReLU are applied before the tile is stored. The last, partial block of an image runs the same
- * sums one pixel at a time. Each output is sum_c w[k][c] x[c][p] taken in increasing c (products
- * rounded, then added: no fused multiply-adds), so it differs from the exact sum by at most
- * C * eps * sum |w x|, as any BLAS order does. ReLU keeps a NaN (NumPy's maximum does). */
+ * sums one pixel at a time. Each output is sum_c w[k][c] x[c][p] taken in increasing c, so it
+ * differs from the exact sum by at most C * eps * sum |w x|, as any BLAS order does. ReLU
+ * keeps a NaN (NumPy's maximum does). */
 #ifndef PCL_PW_LANES_DEFINED
 #define PCL_PW_LANES_DEFINED
 #define PCL_PW_BYTES 32
+/* Unlike the other vector loops this one may fuse each multiply-add (one rounding instead of
+ * two: the bound above holds all the more): the clones for processors with FMA (AVX2 + FMA,
+ * AVX-512) contract a * b + c, where the separate multiply and add would halve the rate on
+ * cores whose adders are the multipliers' ports. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
+    __GNUC__ >= 8 && !defined(PCL_CLONES_GIVEN)
+#define PCL_PW_CLONES                                                                          \
+    __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default"),            \
+                   optimize("fp-contract=fast")))
+#else
+#define PCL_PW_CLONES VECTOR_CLONES
 #endif
-VECTOR_CLONES
+#endif
+PCL_PW_CLONES
 EXPORT void NAME(pointwise_forward)(const T *restrict x, const T *restrict w,
                                     const T *restrict bias, T *restrict y, idx nk, idx nc,
                                     idx npix, idx relu, idx start, idx stop)

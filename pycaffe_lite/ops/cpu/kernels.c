@@ -35,6 +35,7 @@ typedef int64_t idx;
  * (no fused multiply-adds: -ffp-contract=off; no reassociation), only more elements at a
  * time. */
 #if defined(VECTOR_CLONES) /* given by the build: -DVECTOR_CLONES= builds the baseline only */
+#define PCL_CLONES_GIVEN /* the 1x1 kernel's own clones (conv_impl.h) follow it */
 #elif defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
     ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && __GNUC__ >= 6))
 #define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
