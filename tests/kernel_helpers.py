@@ -1,6 +1,9 @@
 """Shared by the tests of the compiled CPU kernels."""
 
 import contextlib
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -19,3 +22,14 @@ def kernels(flag):
         yield
     finally:
         cpu.set_kernels_enabled(old)
+
+
+def switch_reads(variable, code):
+    """What ``code`` prints in a fresh interpreter with ``variable`` set to 0 and to 1 (a
+    kernel's environment switch is read at import)."""
+    got = []
+    for value in ("0", "1"):
+        env = dict(os.environ, **{variable: value})
+        got.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                  text=True, check=True).stdout.strip())
+    return got

@@ -7,16 +7,13 @@ BLAS's order), so it is checked against the exact result (float64 sums of the sa
 + |b|)`` per element, and against the matrix-product path within twice that."""
 
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from pycaffe_lite.ops import conv, cpu, pointwise
 from pycaffe_lite.testing import check_layer
-from kernel_helpers import needs_library
+from kernel_helpers import needs_library, switch_reads
 
 # num, in channels, out channels, height, width: full and partial pixel blocks, output
 # channels in and out of the 4-wide tiles, one pixel, long sums
@@ -161,11 +158,7 @@ def test_the_rule():
 
 def test_the_environment_switch():
     code = "from pycaffe_lite.ops import pointwise as p; print(p.enabled())"
-    for value, expect in (("0", "False"), ("1", "True")):
-        env = dict(os.environ, PYCAFFE_LITE_POINTWISE=value)
-        got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        assert got == expect
+    assert switch_reads("PYCAFFE_LITE_POINTWISE", code) == ["False", "True"]
 
 
 @needs_library
