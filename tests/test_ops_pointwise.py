@@ -21,6 +21,14 @@ SHAPES = [(1, 16, 64, 12, 12), (2, 3, 5, 7, 9), (3, 17, 7, 5, 5), (1, 2, 1, 1, 1
           (1, 128, 9, 6, 8), (2, 40, 12, 1, 50)]
 
 
+@pytest.fixture(autouse=True)
+def enabled():
+    """The kernel is opt-in: on for these tests."""
+    old = pointwise.set_enabled(True)
+    yield
+    pointwise.set_enabled(old)
+
+
 def geometry(shape, dtype):
     nb, ci, co, h, w = shape
     return conv.ConvGeometry((1, 1), (0, 0), (1, 1), (1, 1), 1, ci, co, (h, w), (h, w), nb,

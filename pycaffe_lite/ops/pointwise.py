@@ -14,8 +14,9 @@ compiled kernels take, a 1x1 stride-1 unpadded single-group geometry, at most
 ``MAX_IN_CHANNELS`` input channels and ``MAX_WEIGHTS`` filter values (the filters are re-read
 per pixel block and should stay in the core's L2 cache). Results equal the matrix-product path
 to float rounding: each output sums its C products in increasing channel order, within
-``C * eps * sum |w x|`` of the exact sum (tests/test_ops_pointwise.py).
-``PYCAFFE_LITE_POINTWISE=0`` or :func:`set_enabled` turns it off.
+``C * eps * sum |w x|`` of the exact sum (tests/test_ops_pointwise.py). It is opt-in
+(``PYCAFFE_LITE_POINTWISE=1`` or :func:`set_enabled`): measured per core on a 2-core AVX2
+machine, OpenBLAS's sgemm plus the bias pass still takes 0.8-2.0x its time on these shapes.
 """
 
 import os
@@ -33,12 +34,14 @@ _BLOCK_BYTES = 3 * 32
 # a kernel thread is worth its hand-off for about this many multiply-adds
 _MIN_MACS_PER_THREAD = 1 << 18
 
-_enabled = [os.environ.get("PYCAFFE_LITE_POINTWISE", "1") != "0"]
+# opt-in: on a 2-core AVX2 (Zen 3) machine OpenBLAS's sgemm still takes less time per core
+# on these shapes (docs/performance.md, "Round 3")
+_enabled = [os.environ.get("PYCAFFE_LITE_POINTWISE", "0") == "1"]
 
 
 def set_enabled(flag):
-    """Use the direct 1x1 kernel where the rule takes a layer (True, the default) or never
-    (False). Returns the previous setting."""
+    """Use the direct 1x1 kernel where the rule takes a layer (True) or never (False, the
+    default). Returns the previous setting."""
     old = _enabled[0]
     _enabled[0] = bool(flag)
     return old

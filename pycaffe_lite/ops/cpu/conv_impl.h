@@ -617,22 +617,22 @@ EXPORT void NAME(winograd4_output)(const T *restrict m, const T *restrict bias, 
 #define PCL_PW_LANES_DEFINED
 #define PCL_PW_BYTES 32
 /* Unlike the other vector loops this one may fuse each multiply-add (one rounding instead of
- * two: the bound above holds all the more): the clones for processors with FMA (AVX2 + FMA,
- * AVX-512) contract a * b + c, where the separate multiply and add would halve the rate on
- * cores whose adders are the multipliers' ports. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && \
-    __GNUC__ >= 8 && !defined(PCL_CLONES_GIVEN)
-#define PCL_PW_CLONES                                                                          \
-    __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default"),            \
-                   optimize("fp-contract=fast")))
+ * two: the bound above holds all the more): on processors with AVX2 and FMA it runs a copy
+ * built for them that contracts a * b + c (a separate multiply and add halve the rate on
+ * cores whose adders are the multipliers' ports). Chosen at run time from the processor's
+ * features (target_clones' "arch=" clones would test its model name instead). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8 && \
+    !defined(PCL_CLONES_GIVEN)
+#define PCL_PW_FMA
+#define PCL_PW_CONTRACT __attribute__((optimize("fp-contract=fast")))
 #else
-#define PCL_PW_CLONES VECTOR_CLONES
+#define PCL_PW_CONTRACT
 #endif
 #endif
-PCL_PW_CLONES
-EXPORT void NAME(pointwise_forward)(const T *restrict x, const T *restrict w,
-                                    const T *restrict bias, T *restrict y, idx nk, idx nc,
-                                    idx npix, idx relu, idx start, idx stop)
+ALWAYS_INLINE PCL_PW_CONTRACT void NAME(pointwise_body)(const T *restrict x, const T *restrict w,
+                                                       const T *restrict bias, T *restrict y,
+                                                       idx nk, idx nc, idx npix, idx relu,
+                                                       idx start, idx stop, T *restrict pack)
 {
     typedef T vec __attribute__((vector_size(PCL_PW_BYTES), aligned(sizeof(T))));
     enum { L = PCL_PW_BYTES / sizeof(T), TILE = 3 * L };
@@ -656,6 +656,15 @@ EXPORT void NAME(pointwise_forward)(const T *restrict x, const T *restrict w,
                 }
             continue;
         }
+        /* the block's rows side by side (pack: nc * TILE values), read once per 4 outputs */
+        const T *xs = xb;
+        idx step = npix;
+        if (pack) {
+            for (idx c = 0; c < nc; ++c)
+                memcpy(pack + c * TILE, xb + c * npix, TILE * sizeof(T));
+            xs = pack;
+            step = TILE;
+        }
         idx k = 0;
         for (; k + 4 <= nk; k += 4) {
             vec a[4][3];
@@ -663,8 +672,8 @@ EXPORT void NAME(pointwise_forward)(const T *restrict x, const T *restrict w,
                 for (int j = 0; j < 3; ++j)
                     a[r][j] = zero;
             const T *w0 = w + k * nc;
-            const T *xp = xb;
-            for (idx c = 0; c < nc; ++c, xp += npix) {
+            const T *xp = xs;
+            for (idx c = 0; c < nc; ++c, xp += step) {
                 const vec x0 = *(const vec *)xp, x1 = *(const vec *)(xp + L),
                           x2 = *(const vec *)(xp + 2 * L);
                 for (int r = 0; r < 4; ++r) {
@@ -686,8 +695,8 @@ EXPORT void NAME(pointwise_forward)(const T *restrict x, const T *restrict w,
         }
         for (; k < nk; ++k) {
             vec a0 = zero, a1 = zero, a2 = zero;
-            const T *xp = xb;
-            for (idx c = 0; c < nc; ++c, xp += npix) {
+            const T *xp = xs;
+            for (idx c = 0; c < nc; ++c, xp += step) {
                 const vec s = zero + w[k * nc + c];
                 a0 += s * *(const vec *)xp;
                 a1 += s * *(const vec *)(xp + L);
@@ -703,4 +712,36 @@ EXPORT void NAME(pointwise_forward)(const T *restrict x, const T *restrict w,
             }
         }
     }
+}
+
+#ifdef PCL_PW_FMA
+__attribute__((target("avx2,fma"))) PCL_PW_CONTRACT static void NAME(pointwise_fma)(
+    const T *restrict x, const T *restrict w, const T *restrict bias, T *restrict y, idx nk,
+    idx nc, idx npix, idx relu, idx start, idx stop, T *restrict pack)
+{
+    NAME(pointwise_body)(x, w, bias, y, nk, nc, npix, relu, start, stop, pack);
+}
+#endif
+
+VECTOR_CLONES
+static void NAME(pointwise_plain)(const T *restrict x, const T *restrict w,
+                                  const T *restrict bias, T *restrict y, idx nk, idx nc,
+                                  idx npix, idx relu, idx start, idx stop, T *restrict pack)
+{
+    NAME(pointwise_body)(x, w, bias, y, nk, nc, npix, relu, start, stop, pack);
+}
+
+EXPORT void NAME(pointwise_forward)(const T *restrict x, const T *restrict w,
+                                    const T *restrict bias, T *restrict y, idx nk, idx nc,
+                                    idx npix, idx relu, idx start, idx stop)
+{
+    /* this call's packed block (without memory: the rows are read in place) */
+    T *pack = (T *)malloc((size_t)nc * 3 * PCL_PW_BYTES);
+#ifdef PCL_PW_FMA
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        NAME(pointwise_fma)(x, w, bias, y, nk, nc, npix, relu, start, stop, pack);
+    else
+#endif
+        NAME(pointwise_plain)(x, w, bias, y, nk, nc, npix, relu, start, stop, pack);
+    free(pack);
 }
