@@ -7,7 +7,8 @@ ceiling):
 - jpeg: encoded 256x256 JPEG records, TRAIN phase, crop 227 + mirror + mean_file
   (target >= 400 img/s on 2 cores).
 
-Usage: python benchmarks/bench_data.py [--seconds 5] [--batch 64] [--threads N] [--case ...]
+Usage: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_data.py
+    [--seconds 5] [--batch 64] [--threads N] [--case ...]
 (--threads sets PYCAFFE_LITE_DATA_THREADS; default: the layer's own choice).
 """
 

@@ -1,9 +1,10 @@
 """GPU benchmarks of pycaffe-lite (CuPy), side by side with PyTorch on the same GPU.
 
-    python benchmarks/bench_gpu.py                    # LeNet step + CaffeNet batch 256
-    python benchmarks/bench_gpu.py --only caffenet --caffenet-batch 128 --json gpu.json
-    python benchmarks/bench_gpu.py --engine caffe     # no cuDNN: pycaffe-lite's own kernels
-    PYCAFFE_LITE_GPU_KERNELS=0 python benchmarks/bench_gpu.py   # xp-generic code on CuPy
+    E="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"   # see bench_env.py
+    $E python benchmarks/bench_gpu.py                  # LeNet step + CaffeNet batch 256
+    $E python benchmarks/bench_gpu.py --only caffenet --caffenet-batch 128 --json gpu.json
+    $E python benchmarks/bench_gpu.py --engine caffe   # no cuDNN: pycaffe-lite's own kernels
+    $E PYCAFFE_LITE_GPU_KERNELS=0 python benchmarks/bench_gpu.py   # xp-generic code on CuPy
 
 Workloads (GPU mode, float32):
   lenet     LeNet training through the solver and the Data layer (prefetch into pinned

@@ -1,10 +1,11 @@
 """Batch-1 inference of the zoo deploy nets: pycaffe-lite's forward and onnxruntime's run of
 the same net exported with :func:`pycaffe_lite.onnx.export`, side by side.
 
-    python benchmarks/bench_onnx.py [--nets caffenet resnet50 ...] [--rounds 5]
-    python benchmarks/bench_onnx.py --nets mobilenet_ssd res10_ssd   # SSD, 300 x 300
-    python benchmarks/bench_onnx.py --threads 2 --no-spinning --nets resnet50_half
-    python benchmarks/run.py --only ort_caffenet ort_resnet50
+    E="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"   # see bench_env.py
+    $E python benchmarks/bench_onnx.py [--nets caffenet resnet50 ...] [--rounds 5]
+    $E python benchmarks/bench_onnx.py --nets mobilenet_ssd res10_ssd   # SSD, 300 x 300
+    $E python benchmarks/bench_onnx.py --threads 2 --no-spinning --nets resnet50_half
+    $E python benchmarks/run.py --only ort   # the goal's protocol: 2 threads, not spinning
 
 Both run in this process on the CPU, in alternating rounds (the load of other jobs drifts
 over seconds); each side's fastest round is reported, and ours / onnxruntime is the figure

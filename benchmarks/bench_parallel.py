@@ -13,7 +13,8 @@ reduction overlaps the backward pass and is not counted). Then the allreduce ban
 2 ranks on this machine (shared-memory loopback) for buffers of 1 to 256 MiB, and the ring
 model's prediction for CaffeNet's gradient buffer against its measured allreduce.
 
-Usage: python benchmarks/bench_parallel.py [--iters 5] [--nets lenet,caffenet] [--json out]
+Usage: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_parallel.py
+    [--iters 5] [--nets lenet,caffenet] [--json out]
 [--configs 1x1,2x1,1x2] (ResNet-50, ``--nets resnet50 --configs 1x1``, gives the scaling model
 its compute time)
 (needs the ``mpi`` extra: mpi4py and mpiexec next to the Python interpreter or on PATH).
