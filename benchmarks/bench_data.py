@@ -7,7 +7,8 @@ ceiling):
 - jpeg: encoded 256x256 JPEG records, TRAIN phase, crop 227 + mirror + mean_file
   (target >= 400 img/s on 2 cores).
 
-Usage: python benchmarks/bench_data.py [--seconds 5] [--batch 64] [--threads N] [--case ...]
+Usage: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_data.py
+    [--seconds 5] [--batch 64] [--threads N] [--case ...]
 (--threads sets PYCAFFE_LITE_DATA_THREADS; default: the layer's own choice).
 """
 
@@ -23,6 +24,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+import bench_env  # noqa: E402
 import pycaffe_lite  # noqa: E402
 from pycaffe_lite.data import compute_image_mean, convert_mnist, open_db  # noqa: E402
 from pycaffe_lite.data.db import NEW  # noqa: E402
@@ -101,6 +103,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.threads:
         os.environ["PYCAFFE_LITE_DATA_THREADS"] = str(args.threads)
+    bench_env.report()
     pycaffe_lite.set_random_seed(0)
     print("cpu cores: %s" % os.cpu_count())
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,6 +115,7 @@ def main(argv=None):
             rate, shape, threads = bench_jpeg(tmp, args.seconds, args.batch)
             print("JPEG 256x256 LMDB, crop 227+mirror+mean:  %10.0f images/s  (top %s, %d "
                   "thread%s; target >= 400)" % (rate, shape, threads, "s"[threads == 1:]))
+    bench_env.print_load("end")
 
 
 if __name__ == "__main__":

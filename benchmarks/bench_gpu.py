@@ -1,9 +1,10 @@
 """GPU benchmarks of pycaffe-lite (CuPy), side by side with PyTorch on the same GPU.
 
-    python benchmarks/bench_gpu.py                    # LeNet step + CaffeNet batch 256
-    python benchmarks/bench_gpu.py --only caffenet --caffenet-batch 128 --json gpu.json
-    python benchmarks/bench_gpu.py --engine caffe     # no cuDNN: pycaffe-lite's own kernels
-    PYCAFFE_LITE_GPU_KERNELS=0 python benchmarks/bench_gpu.py   # xp-generic code on CuPy
+    E="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"   # see bench_env.py
+    $E python benchmarks/bench_gpu.py                  # LeNet step + CaffeNet batch 256
+    $E python benchmarks/bench_gpu.py --only caffenet --caffenet-batch 128 --json gpu.json
+    $E python benchmarks/bench_gpu.py --engine caffe   # no cuDNN: pycaffe-lite's own kernels
+    $E PYCAFFE_LITE_GPU_KERNELS=0 python benchmarks/bench_gpu.py   # xp-generic code on CuPy
 
 Workloads (GPU mode, float32):
   lenet     LeNet training through the solver and the Data layer (prefetch into pinned
@@ -27,6 +28,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import bench_env  # noqa: E402
 import run as cpu_bench  # noqa: E402  (the CPU benchmarks' nets and data)
 
 import pycaffe_lite as caffe  # noqa: E402
@@ -146,7 +148,7 @@ def main(argv=None):
         gpu_ops.cudnn.set_enabled(False)
     props = backend.device_properties(args.gpu)
     torch = torch_cuda_or_none(not args.no_torch)
-    results = {"device": props, "engine": args.engine,
+    results = {"device": props, "engine": args.engine, "env": bench_env.report(),
                "kernels": gpu_ops.kernels_enabled(),
                "cudnn": gpu_ops.cudnn.version() if args.engine == "default" else None,
                "torch": getattr(torch, "__version__", None)}
@@ -161,6 +163,7 @@ def main(argv=None):
         print("%-10s %7d %12.2f %12s %8s" % (
             name, r["batch"], r["ms"], "%.2f" % r["torch_ms"] if "torch_ms" in r else "-",
             "%.2f" % r["ratio"] if "ratio" in r else "-"))
+    bench_env.print_load("end")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)

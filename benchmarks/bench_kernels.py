@@ -1,13 +1,15 @@
 """Per-layer times of the convolution kernels that are not im2col + GEMM, against that path and
 against OpenCV dnn running a one-layer net of the same shape.
 
-    python benchmarks/bench_kernels.py [--groups vgg16 resnet50 googlenet squeezenet mobilenet]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_kernels.py \
+        [--groups vgg16 resnet50 googlenet squeezenet mobilenet pointwise]
                                        [--batch 1 8] [--rounds 3] [--no-opencv]
 
 For every layer shape: ms of ``gemm`` (im2col + GEMM with the compiled im2col, the path
 before these kernels), ``new`` (what :func:`pycaffe_lite.ops.conv.forward` picks: Winograd's
 F(4x4, 3x3) or F(2x2, 3x3) for 3x3 stride-1 layers where it pays, the direct kernel for
-depthwise layers; ``rule`` says which: w4, w2, dw or gemm), their ratio, each Winograd variant
+depthwise layers, the direct 1x1 kernel for narrow 1x1 layers; ``rule`` says which: w4, w2, dw,
+pw or gemm), their ratio, each Winograd variant
 forced (``w2/g``, ``w4/g``: the data behind the rule in :mod:`pycaffe_lite.ops.conv`), and
 OpenCV dnn's forward of a net holding only that convolution (``cv2``, when installed).
 Depthwise layers also time the backward (data and filter gradients). The sides run in
@@ -26,7 +28,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from pycaffe_lite.ops import conv, cpu  # noqa: E402
+import bench_env  # noqa: E402
+from pycaffe_lite.ops import conv, cpu, pointwise  # noqa: E402
 from pycaffe_lite.ops.cpu import convolution as cpu_conv  # noqa: E402
 
 # (name, in channels, out channels, map size, kernel, stride, pad, group)
@@ -39,6 +42,18 @@ GOOGLENET = [("conv2_3x3", 64, 192, 56), ("3a_3x3", 96, 128, 28), ("3b_3x3", 128
              ("4a_3x3", 96, 208, 14), ("4e_3x3", 160, 320, 14), ("5b_3x3", 192, 384, 7)]
 SQUEEZENET = [("fire2_3x3", 16, 64, 56), ("fire4_3x3", 32, 128, 28), ("fire6_3x3", 48, 192, 14),
               ("fire9_3x3", 64, 256, 14)]
+# narrow 1x1 layers (name, in channels, out channels, map size): the direct 1x1 kernel's
+# (ops/pointwise.py) territory; "half": ResNet-50 with half-width convolutions
+POINTWISE = [("squeezenet/fire2_sq", 64, 16, 56), ("squeezenet/fire2_e1", 16, 64, 56),
+             ("squeezenet/fire4_sq", 128, 32, 28), ("squeezenet/fire5_e1", 32, 128, 28),
+             ("squeezenet/fire6_e1", 48, 192, 14), ("squeezenet/fire9_sq", 512, 64, 14),
+             ("squeezenet/fire9_e1", 64, 256, 14), ("half/res2a_2a", 32, 32, 56),
+             ("half/res2a_2c", 32, 128, 56), ("half/res2b_2a", 128, 32, 56),
+             ("half/res3b_2a", 256, 64, 28), ("half/res3b_2c", 64, 256, 28),
+             ("half/res4b_2c", 128, 512, 14), ("resnet50/res2a_2a", 64, 64, 56),
+             ("resnet50/res2a_2c", 64, 256, 56), ("resnet50/res3b_2c", 128, 512, 28),
+             ("resnet50/res4b_2a", 1024, 256, 14), ("googlenet/3a_1x1", 192, 64, 28),
+             ("googlenet/3a_3x3_reduce", 192, 96, 28), ("googlenet/4a_5x5_reduce", 480, 16, 14)]
 MOBILENET = [("dw1", 32, 112, 1), ("dw2", 64, 112, 2), ("dw3", 128, 56, 1), ("dw4", 128, 56, 2),
              ("dw5", 256, 28, 1), ("dw6", 256, 28, 2), ("dw7", 512, 14, 1),
              ("dw12", 512, 14, 2), ("dw13", 1024, 7, 1)]
@@ -52,6 +67,8 @@ def shapes(groups):
         elif group in ("resnet50", "googlenet", "squeezenet"):
             table = {"resnet50": RESNET50, "googlenet": GOOGLENET, "squeezenet": SQUEEZENET}
             out += [(group + "/" + n, ci, co, s, 3, 1, 1, 1) for n, ci, co, s in table[group]]
+        elif group == "pointwise":
+            out += [("1x1/" + n, ci, co, s, 1, 1, 0, 1) for n, ci, co, s in POINTWISE]
         elif group == "mobilenet":
             out += [("mobilenet/" + n, c, c, s, 3, st, 1, c) for n, c, s, st in MOBILENET]
     return out
@@ -65,13 +82,17 @@ def geometry(ci, co, size, k, stride, pad, group, num):
     return conv.ConvPlan(geom, 4, 1 << 30), o
 
 
+# wall time; ``--cpu-time``: this process's CPU time, one thread on every side
+CLOCK = [time.perf_counter]
+
+
 def _best(fn, rounds):
     fn()  # warm: buffers, pages, thread pool
     best = float("inf")
     for _ in range(rounds):
-        t = time.perf_counter()
+        t = CLOCK[0]()
         fn()
-        best = min(best, time.perf_counter() - t)
+        best = min(best, CLOCK[0]() - t)
     return best
 
 
@@ -125,9 +146,14 @@ def bench_layer(name, ci, co, size, k, stride, pad, group, num, rounds, use_open
         conv.forward(x, w, y_new, geom, bias=b)
 
     sides = {"gemm": gemm, "new": new}
+    # the rule's pick, for the table
+    geom.pointwise = pointwise.takes(geom.geometry, x, w, y_new, b)
     if k == 3 and stride == 1 and group == 1:
         for tile in (2, 4):
             sides["w%d" % tile] = _forced_winograd(tile, x, w, b, pad, o)
+    if k == 1 and stride == 1 and pad == 0 and group == 1 and cpu.kernels_enabled():
+        y_pw = np.empty_like(y_gemm)
+        sides["pw"] = lambda: pointwise.forward(x, w, y_pw, b)  # forced, whatever the rule
     gemm()
     new()
     scale = np.abs(y_gemm).max()
@@ -169,13 +195,24 @@ def main(argv=None):
     ap.add_argument("--batch", nargs="+", type=int, default=[1])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-opencv", action="store_true")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="one thread everywhere (kernels, BLAS, OpenCV) and CPU time instead of "
+                    "wall time: per-core figures that other jobs' load barely moves")
     args = ap.parse_args(argv)
+    if args.cpu_time:
+        import threadpoolctl
+
+        os.environ["PYCAFFE_LITE_CPU_THREADS"] = "1"
+        threadpoolctl.threadpool_limits(1, user_api="blas")
+        CLOCK[0] = time.process_time
     if not cpu.library_available():
         sys.exit("the compiled kernels are not built: %s" % cpu.unavailable_reason())
-    print("threads %d; ms per call, fastest of %d alternating rounds" % (cpu.threads(),
-                                                                        args.rounds))
-    print("%-22s %5s %5s %8s %8s %6s %6s %6s %8s %7s %9s %9s %7s" % (
-        "layer", "batch", "rule", "gemm", "new", "new/g", "w2/g", "w4/g", "opencv", "new/cv",
+    bench_env.report()
+    print("threads %d; %s ms per call, fastest of %d alternating rounds" % (
+        cpu.threads(), "CPU" if args.cpu_time else "wall", args.rounds))
+    print("%-22s %5s %5s %8s %8s %6s %6s %6s %6s %8s %7s %9s %9s %7s" % (
+        "layer", "batch", "rule", "gemm", "new", "new/g", "w2/g", "w4/g", "pw/g", "opencv",
+        "new/cv",
         "bwd_gemm", "bwd_new", "rel.err"))
 
     def ratio(t, key):
@@ -186,13 +223,15 @@ def main(argv=None):
                                        use_opencv=not args.no_opencv)
             cv = t.get("opencv")
             rule = "w%d" % geom.winograd_tile if geom.winograd else \
-                "dw" if geom.geometry.is_depthwise else "gemm"
-            print("%-22s %5d %5s %8.2f %8.2f %6.2f %6s %6s %8s %7s %9s %9s %7.1e" % (
+                "dw" if geom.geometry.is_depthwise else "pw" if geom.pointwise else "gemm"
+            print("%-22s %5d %5s %8.2f %8.2f %6.2f %6s %6s %6s %8s %7s %9s %9s %7.1e" % (
                 shape[0], num, rule, t["gemm"], t["new"], t["new"] / t["gemm"],
-                ratio(t, "w2"), ratio(t, "w4"), "-" if cv is None else "%.2f" % cv,
+                ratio(t, "w2"), ratio(t, "w4"), ratio(t, "pw"),
+                "-" if cv is None else "%.2f" % cv,
                 "-" if cv is None else "%.2f" % (t["new"] / cv),
                 "%.2f" % t["back_gemm"] if "back_gemm" in t else "-",
                 "%.2f" % t["back_new"] if "back_new" in t else "-", err), flush=True)
+    bench_env.print_load("end")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 ``Net(proto, weights, TEST).forward`` and OpenCV's ``cv2.dnn.readNetFromCaffe(proto, weights)``
 on the same ``.caffemodel``, side by side.
 
-    python benchmarks/bench_opencv.py [--nets resnet50 mobilenet ...] [--batches 1 8]
-    python benchmarks/run.py --only cv_resnet50 cv_mobilenet --cv-batches 1 8
+    E="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"   # see bench_env.py
+    $E python benchmarks/bench_opencv.py [--nets resnet50 mobilenet ...] [--batches 1 8]
+    $E python benchmarks/run.py --only cv_resnet50 cv_mobilenet --cv-batches 1 8
 
 Both run in one process on the CPU, in alternating rounds (other jobs' load drifts over
 seconds); each side's fastest round is reported and ours / OpenCV is the figure to track. The

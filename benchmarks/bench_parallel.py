@@ -13,7 +13,8 @@ reduction overlaps the backward pass and is not counted). Then the allreduce ban
 2 ranks on this machine (shared-memory loopback) for buffers of 1 to 256 MiB, and the ring
 model's prediction for CaffeNet's gradient buffer against its measured allreduce.
 
-Usage: python benchmarks/bench_parallel.py [--iters 5] [--nets lenet,caffenet] [--json out]
+Usage: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_parallel.py
+    [--iters 5] [--nets lenet,caffenet] [--json out]
 [--configs 1x1,2x1,1x2] (ResNet-50, ``--nets resnet50 --configs 1x1``, gives the scaling model
 its compute time)
 (needs the ``mpi`` extra: mpi4py and mpiexec next to the Python interpreter or on PATH).
@@ -22,8 +23,8 @@ Figures from a shared or loaded machine are noisy: repeat before drawing conclus
 Over emulated links (root on Linux): ``--links 25mbit,100mbit,400mbit [--nets lenet]`` runs
 1 rank per host on 2 hosts (network namespaces joined by a switch, each host's link limited
 with ``tc tbf``: tests/helpers/netns_hosts.py), MPI over TCP across the links, and prints the
-time per iteration beside scaling_model.py's prediction for the same rate: ``t_c + t_comm`` (no overlap)
-and ``max(t_c, t_comm)`` (the backward pass hiding it all), ``t_c`` measured by the 1 rank run
+time per iteration beside scaling_model.py's prediction for the same rate: ``t_c + t_comm`` (no
+overlap) and ``max(t_c, t_comm)`` (the backward pass hiding it all), ``t_c`` measured by the 1 rank run
 and ``t_comm`` the ring allreduce of the gradients at the link's rate; and ``t_2 + t_comm``,
 ``t_2`` the 2 hosts' time per iteration over an unlimited link (on one machine the two hosts
 share its cores, and the kernel's TCP work runs on them too).
@@ -39,6 +40,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+
+import bench_env  # noqa: E402
 
 NETS = {"lenet": os.path.join(ROOT, "models", "lenet", "lenet.prototxt"),
         "caffenet": os.path.join(ROOT, "models", "zoo", "caffenet_deploy.prototxt"),
@@ -217,10 +220,11 @@ def main():
         return worker(args)
     if args.bandwidth:
         return bandwidth_worker(args)
+    env = bench_env.report()
     if args.links:
         return links(args)
     me = [sys.executable, os.path.abspath(__file__), "--worker", "--iters", str(args.iters)]
-    results = {"runs": []}
+    results = {"runs": [], "env": env}
     for net in args.nets.split(","):
         for config in args.configs.split(","):
             ranks, threads = (int(v) for v in config.split("x"))
@@ -247,6 +251,7 @@ def main():
               "measured %.1f ms" % (gbit, 1000 * predicted, 1000 * rows[256]["seconds"]))
         results["prediction_256MiB"] = {"gbit": gbit, "predicted_s": predicted,
                                         "measured_s": rows[256]["seconds"]}
+    bench_env.print_load("end")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

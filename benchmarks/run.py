@@ -1,8 +1,14 @@
-"""Speed and memory benchmarks of pycaffe-lite on the CPU, side by side with PyTorch.
+"""Speed and memory benchmarks of pycaffe-lite on the CPU, side by side with PyTorch,
+onnxruntime and OpenCV dnn.
 
-    python benchmarks/run.py                       # every workload, table + JSON
-    python benchmarks/run.py --only lenet_step caffenet --json out.json
-    python benchmarks/run.py --lenet-iters 2000    # the full LeNet run (with its tests)
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/run.py   # every workload
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/run.py \
+        --only lenet_step caffenet resnet50_train ort memory --json out.json
+
+The OpenBLAS variables are unset for the benchmark process only (see bench_env.py: they pin
+NumPy's BLAS kernel, which the other engines ignore); the run prints the BLAS kernel that
+threadpoolctl reports, warns where they are set, and prints the load average at its start and
+end (figures from a busy machine are not comparable).
 
 Workloads:
   gemm        float32 GEMM peak through numpy (the physical ceiling for conv/IP layers)
@@ -11,9 +17,17 @@ Workloads:
   caffenet    CaffeNet forward+backward (batch 10 by default) + per-layer breakdown
   googlenet   GoogLeNet forward+backward (batch 4)
   resnet50    ResNet-50 forward+backward (batch 1)
+  resnet50_train  ResNet-50 training step at batch 8: forward + backward + SGD update
+              (momentum 0.9, weight decay 5e-4; BatchNorm on batch statistics), against
+              the same net in PyTorch (benchmarks/torch_from_caffe.py), alternating rounds
   ort_<net>   batch-1 inference of a zoo net, ours and onnxruntime's side by side (the
               ratio is ours / onnxruntime; see bench_onnx.py); run where onnxruntime is
-              installed
+              installed; 2 intra-op threads, idle threads not spinning (the protocol of
+              the goal); also ort_mobilenet_ssd and ort_resnet50_half (every convolution
+              half as wide). ``--only ort`` runs the seven goal nets and prints the
+              geometric mean
+  memory      peak memory of batch-8 inference per engine (ours, OpenCV, onnxruntime),
+              each in a fresh process, and of LeNet training (see bench_memory.py)
   cv_<net>    TEST-phase inference with weights (folding on), ours and OpenCV dnn's
               (cv2.dnn.readNetFromCaffe, same .caffemodel) side by side at the batches of
               --cv-batches, with each engine's peak memory measured in a fresh process (see
@@ -49,8 +63,11 @@ import pycaffe_lite as caffe  # noqa: E402
 from pycaffe_lite import protoio  # noqa: E402
 from pycaffe_lite.profiling import time_layers  # noqa: E402
 
+import bench_env  # noqa: E402
+import bench_memory  # noqa: E402
 import bench_onnx  # noqa: E402
 import bench_opencv  # noqa: E402
+import torch_from_caffe  # noqa: E402
 
 ZOO = os.path.join(ROOT, "models", "zoo")
 LENET = os.path.join(ROOT, "models", "lenet")
@@ -124,9 +141,14 @@ def bench_gemm(args, torch):
 
 
 # ---- zoo nets: forward + backward -----------------------------------------------------------
-def zoo_net(name, batch):
+def zoo_net(name, batch, batch_stats=False):
+    """A zoo net for a training pass at ``batch``; ``batch_stats``: BatchNorm on the batch's
+    statistics (as in training) instead of the deploy file's ``use_global_stats``."""
     param = protoio.read_net_param(os.path.join(ZOO, name + "_deploy.prototxt"))
     param.force_backward = True
+    for layer in param.layer:
+        if batch_stats and layer.type == "BatchNorm":
+            layer.batch_norm_param.ClearField("use_global_stats")
     for layer in param.layer:
         if layer.type == "Input":
             for shape in layer.input_param.shape:
@@ -199,6 +221,64 @@ def bench_zoo(name, batch, iters, torch, torch_model=None):
               "layers": breakdown, "layer_gflops": gflops}
     if tstep is not None:
         result.update(side_by_side(step, tstep, iters, 1, warmup=1))
+    return result
+
+
+def bench_train_step(name, batch, rounds, torch, lr=0.01, momentum=0.9, decay=5e-4):
+    """One training step (forward, backward, SGD update with momentum and weight decay) of a
+    zoo net, ours and PyTorch's twin of the same net, in alternating rounds."""
+    from pycaffe_lite.ops import solver_update
+
+    net = zoo_net(name, batch, batch_stats=True)
+    top = net.blobs[net.outputs[0]]
+    params = net.learnable_params
+    history = [np.zeros_like(b.data) for b in params]
+    mom = [np.float32(momentum)]
+    decays = [np.float32(decay * d) for d in net.params_weight_decay]
+    rates = [np.float32(lr * m) for m in net.params_lr]
+
+    def step():
+        net.clear_param_diffs()
+        net.forward_from_to()
+        top.diff[...] = 1.0 / top.count
+        net.backward_from_to()
+        for i, blob in enumerate(params):
+            data, diff = blob.read_data(), blob.write_diff()
+            if solver_update.takes("SGD", data, diff, history[i]):
+                solver_update.update("SGD", data, diff, [history[i]], 1, decays[i], False,
+                                     rates[i], mom)
+            else:  # as the solver's NumPy steps
+                diff += decays[i] * data
+                history[i] *= mom[0]
+                history[i] += rates[i] * diff
+                diff[...] = history[i]
+        net.update()
+
+    result = {"batch": batch}
+    if torch is None:
+        result["ms"] = best_of(step, rounds, warmup=1)
+        return result
+    model = torch_from_caffe.build(torch, net)
+    model.train()
+    x = torch.from_numpy(np.array(net.blobs[net.inputs[0]].data))
+    # the same function: both outputs on the same weights and batch agree before timing
+    net.forward_from_to()
+    with torch.no_grad():
+        theirs = model(x).numpy()
+    err = float(np.abs(theirs - top.data).max() / max(np.abs(top.data).max(), 1e-12))
+    if not err <= 1e-3:
+        raise AssertionError("%s: ours and PyTorch's outputs differ by %.3g of the largest"
+                             % (name, err))
+    result["max_rel_diff"] = err
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=decay)
+
+    def tstep():
+        opt.zero_grad(set_to_none=False)
+        out = model(x)
+        (out.sum() / out.numel()).backward()
+        opt.step()
+
+    result.update(side_by_side(step, tstep, rounds, 1, warmup=1))
     return result
 
 
@@ -332,14 +412,20 @@ WORKLOADS = {
                                        torch_caffenet),
     "googlenet": lambda a, t: bench_zoo("googlenet", 4, a.zoo_iters, t),
     "resnet50": lambda a, t: bench_zoo("resnet50", 1, a.zoo_iters, t),
+    "resnet50_train": lambda a, t: bench_train_step("resnet50", 8, a.train_rounds, t),
+    "memory": lambda a, t: bench_memory.bench(bench_memory.NETS, 8, a.memory_lenet_iters),
 }
 
 
 def _ort_workload(net):
-    return lambda args, torch: bench_onnx.bench_net(net, args.zoo_iters + 2)
+    return lambda args, torch: bench_onnx.bench_net(net, args.ort_rounds, threads=2,
+                                                    spinning=False)
 
 
-WORKLOADS.update(("ort_" + net, _ort_workload(net)) for net in bench_onnx.NETS)
+ORT_NETS = bench_onnx.NETS + ["mobilenet_ssd", "resnet50_half"]
+ORT_WORKLOADS = ["ort_" + net for net in bench_onnx.GOAL_NETS]
+WORKLOADS.update(("ort_" + net, _ort_workload(net)) for net in ORT_NETS)
+WORKLOADS["ort"] = None  # the goal's ort_<net>, then the geometric mean
 
 
 def _cv_workload(net):
@@ -380,6 +466,10 @@ def main(argv=None):
     p.add_argument("--cv-rounds", type=int, default=3)
     p.add_argument("--no-memory", action="store_true",
                    help="cv_*: skip the per-engine peak memory processes")
+    p.add_argument("--ort-rounds", type=int, default=5)
+    p.add_argument("--train-rounds", type=int, default=3, help="resnet50_train rounds")
+    p.add_argument("--memory-lenet-iters", type=int, default=500,
+                   help="memory: LeNet training iterations (0: skip)")
     p.add_argument("--numpy-only", action="store_true",
                    help="without the compiled CPU kernels (pycaffe_lite/ops/cpu)")
     args = p.parse_args(argv)
@@ -388,12 +478,13 @@ def main(argv=None):
         cpu.set_kernels_enabled(False)
     torch = torch_or_none(not args.no_torch)
     names = args.only or ["gemm", "lenet_step", "lenet_train", "caffenet", "googlenet",
-                          "resnet50"] + ["ort_" + net for net in bench_onnx.NETS] + \
-        CV_WORKLOADS
-    if "infer" in names:
-        i = names.index("infer")
-        names = names[:i] + [n for n in CV_WORKLOADS if n not in names] + names[i + 1:]
-    results = {"numpy": np.__version__, "torch": getattr(torch, "__version__", None),
+                          "resnet50", "resnet50_train", "ort"] + CV_WORKLOADS + ["memory"]
+    for group, members in (("infer", CV_WORKLOADS), ("ort", ORT_WORKLOADS)):
+        if group in names:
+            i = names.index(group)
+            names = names[:i] + [n for n in members if n not in names] + names[i + 1:]
+    env = bench_env.report()
+    results = {"env": env, "numpy": np.__version__, "torch": getattr(torch, "__version__", None),
                "threads": os.environ.get("OMP_NUM_THREADS"),
                "cpu_kernels": cpu.kernels_enabled(),
                "cpu_kernels_missing": None if cpu.kernels_enabled() else
@@ -416,6 +507,10 @@ def main(argv=None):
         if name.startswith("cv_"):
             results[name] = r
             print_cv(name, r, args.cv_batches)
+            continue
+        if name == "memory":
+            results[name] = r
+            bench_memory.print_results(r)
             continue
         r["peak_rss_mb"] = peak_rss_mb()
         results[name] = r
@@ -440,6 +535,12 @@ def main(argv=None):
         g = bench_opencv.geomean([results[n][batch]["ratio"] for n in cv])
         results["cv_geomean_batch%d" % batch] = g
         print("geometric mean of ours / OpenCV, batch %d (%d nets): %.2f" % (batch, len(cv), g))
+    ort = [n for n in ORT_WORKLOADS if n in results]
+    if ort:
+        g = bench_opencv.geomean([results[n]["ratio"] for n in ort])
+        results["ort_geomean"] = g
+        print("geometric mean of ours / onnxruntime, batch 1 (%d nets): %.2f" % (len(ort), g))
+    results["load_end"] = bench_env.print_load("end")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=float)

@@ -9,9 +9,6 @@ largest error, as a fraction of the output's largest magnitude: F(2x2) ``1e-5`` 
 coefficients (up to 8 and 1/24), ``1e-4`` (``1e-12``), in practice a few ``1e-6``. The
 matrix-product path must agree to the same bound."""
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +17,7 @@ from pycaffe_lite.ops import conv
 from pycaffe_lite.ops.cpu import _threads as cpu_threads
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
 from pycaffe_lite.testing import check_layer
-from helpers.kernel import conv_plan, needs_library
+from helpers.kernel import conv_plan, needs_library, switch_reads
 
 
 BOUND = {2: {np.float32: 1e-5, np.float64: 1e-13}, 4: {np.float32: 1e-4, np.float64: 1e-12}}
@@ -125,11 +122,7 @@ def test_the_switch_turns_it_off(always, monkeypatch):
 
 def test_the_environment_switch():
     code = "from pycaffe_lite.ops.cpu import convolution as c; print(c.winograd_enabled())"
-    for value, expect in (("0", "False"), ("1", "True")):
-        env = dict(os.environ, PYCAFFE_LITE_WINOGRAD=value)
-        got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        assert got == expect
+    assert switch_reads("PYCAFFE_LITE_WINOGRAD", code) == ["False", "True"]
 
 
 def test_the_rule():

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..backend import get_array_module
 from . import cpu as _cpu
+from . import pointwise as _pointwise
 from .cpu import convolution as _cpu_conv
 from .gpu import cudnn as _cudnn
 from .im2col import col2im, col2im_batch_last, im2col, im2col_batch_last, prod
@@ -465,6 +466,9 @@ def forward(x, weights, y, plan, bias=None, relu=False):
         _cudnn.conv_forward(x, weights, bias, y, g.pad, g.stride, g.dilation, g.group)
     elif g.is_depthwise and _cpu.supported(x, weights, y, bias):
         _depthwise(g, x, weights, y=y, bias=bias)
+    elif _pointwise.takes(g, x, weights, y, bias):  # narrow 1x1 layers: ops/pointwise.py
+        _pointwise.forward(x, weights, y, bias, relu)
+        return
     elif plan.winograd and _cpu_conv.winograd_enabled() and _cpu.supported(x, weights, y,
                                                                           bias):
         _winograd_forward(plan, x, weights, y, bias=bias)

@@ -1,6 +1,9 @@
 """Shared by the tests of the compiled CPU kernels."""
 
 import contextlib
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -32,3 +35,14 @@ def conv_plan(itemsize=4, workspace_bytes=1 << 26, **geometry):
     geometry.setdefault("dilation", (1,) * rank)
     geometry.setdefault("group", 1)
     return conv.ConvPlan(conv.ConvGeometry(**geometry), itemsize, workspace_bytes)
+
+
+def switch_reads(variable, code):
+    """What ``code`` prints in a fresh interpreter with ``variable`` set to 0 and to 1 (a
+    kernel's environment switch is read at import)."""
+    got = []
+    for value in ("0", "1"):
+        env = dict(os.environ, **{variable: value})
+        got.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                  text=True, check=True).stdout.strip())
+    return got

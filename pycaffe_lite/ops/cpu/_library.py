@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-ABI_VERSION = 12
+ABI_VERSION = 13
 _state = {"lib": None, "checked": False, "error": None}
 _lock = threading.Lock()
 
@@ -51,6 +51,8 @@ winograd4_input(const T *x, T *v, idx nb, idx nc, idx xc, idx h, idx w, idx pad_
     idx th, idx tw)
 winograd4_output(const T *m, const T *bias, T *y, idx nb, idx nk, idx yc, idx oh, idx ow,
     idx th, idx tw)
+pointwise_forward(const T *x, const T *w, const T *bias, T *y, idx nk, idx nc, idx npix,
+    idx relu)
 """
 
 _C_TYPES = {"idx": ctypes.c_int64, "int32_t": ctypes.c_int32}

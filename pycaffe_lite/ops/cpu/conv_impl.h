@@ -601,3 +601,147 @@ EXPORT void NAME(winograd4_output)(const T *restrict m, const T *restrict bias, 
     T work[8 * PCL_WINOGRAD_MAX_TW];
     NAME(winograd4_output_rows)(m, bias, y, work, nb, nk, yc, oh, ow, th, tw, start, stop);
 }
+
+/* ---- 1x1 convolution (stride 1, no pad, one group), direct ---------------------------------
+ * y (N, K, P) = w (K, C) . x (N, C, P) (+ bias (K,)) (then max(., 0) when relu), a product
+ * whose inner dimension C is short in the narrow layers (16-128 channels), where a BLAS call
+ * spends more time packing and waking its threads than multiplying. Work units [start, stop)
+ * are (image, block of PCL_PW_LANES * 3 pixels) pairs. Per unit, register tiles of 4 output
+ * channels x 3 vectors of pixels (12 accumulators) sum over c in increasing order, reading the
+ * input rows in place (no packing: the pixels of a channel are contiguous); the bias and the
+ * ReLU are applied before the tile is stored. The last, partial block of an image runs the same
+ * sums one pixel at a time. Each output is sum_c w[k][c] x[c][p] taken in increasing c, so it
+ * differs from the exact sum by at most C * eps * sum |w x|, as any BLAS order does. ReLU
+ * keeps a NaN (NumPy's maximum does). */
+#ifndef PCL_PW_LANES_DEFINED
+#define PCL_PW_LANES_DEFINED
+#define PCL_PW_BYTES 32
+/* Unlike the other vector loops this one may fuse each multiply-add (one rounding instead of
+ * two: the bound above holds all the more): on processors with AVX2 and FMA it runs a copy
+ * built for them that contracts a * b + c (a separate multiply and add halve the rate on
+ * cores whose adders are the multipliers' ports). Chosen at run time from the processor's
+ * features (target_clones' "arch=" clones would test its model name instead). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8 && \
+    !defined(PCL_CLONES_GIVEN)
+#define PCL_PW_FMA
+#define PCL_PW_CONTRACT __attribute__((optimize("fp-contract=fast")))
+#else
+#define PCL_PW_CONTRACT
+#endif
+#endif
+ALWAYS_INLINE PCL_PW_CONTRACT void NAME(pointwise_body)(const T *restrict x, const T *restrict w,
+                                                       const T *restrict bias, T *restrict y,
+                                                       idx nk, idx nc, idx npix, idx relu,
+                                                       idx start, idx stop, T *restrict pack)
+{
+    typedef T vec __attribute__((vector_size(PCL_PW_BYTES), aligned(sizeof(T))));
+    enum { L = PCL_PW_BYTES / sizeof(T), TILE = 3 * L };
+    const idx blocks = (npix + TILE - 1) / TILE;
+    const vec zero = {0};
+    for (idx u = start; u < stop; ++u) {
+        const idx b = u / blocks, p0 = (u % blocks) * TILE;
+        const T *xb = x + b * nc * npix + p0;
+        T *yb = y + b * nk * npix + p0;
+        if (p0 + TILE > npix) { /* the partial block: one pixel at a time */
+            for (idx k = 0; k < nk; ++k)
+                for (idx p = 0; p < npix - p0; ++p) {
+                    T s = (T)0;
+                    for (idx c = 0; c < nc; ++c)
+                        s += w[k * nc + c] * xb[c * npix + p];
+                    if (bias)
+                        s += bias[k];
+                    if (relu && !(s > (T)0) && s == s)
+                        s = (T)0;
+                    yb[k * npix + p] = s;
+                }
+            continue;
+        }
+        /* the block's rows side by side (pack: nc * TILE values), read once per 4 outputs */
+        const T *xs = xb;
+        idx step = npix;
+        if (pack) {
+            for (idx c = 0; c < nc; ++c)
+                memcpy(pack + c * TILE, xb + c * npix, TILE * sizeof(T));
+            xs = pack;
+            step = TILE;
+        }
+        idx k = 0;
+        for (; k + 4 <= nk; k += 4) {
+            vec a[4][3];
+            for (int r = 0; r < 4; ++r)
+                for (int j = 0; j < 3; ++j)
+                    a[r][j] = zero;
+            const T *w0 = w + k * nc;
+            const T *xp = xs;
+            for (idx c = 0; c < nc; ++c, xp += step) {
+                const vec x0 = *(const vec *)xp, x1 = *(const vec *)(xp + L),
+                          x2 = *(const vec *)(xp + 2 * L);
+                for (int r = 0; r < 4; ++r) {
+                    const vec s = zero + w0[r * nc + c];
+                    a[r][0] += s * x0;
+                    a[r][1] += s * x1;
+                    a[r][2] += s * x2;
+                }
+            }
+            for (int r = 0; r < 4; ++r)
+                for (int j = 0; j < 3; ++j) {
+                    vec v = a[r][j];
+                    if (bias)
+                        v += bias[k + r];
+                    if (relu) /* keep v where v > 0 or v is NaN, else +0 */
+                        v = (vec)((__typeof__(v > v))v & ((v > zero) | (v != v)));
+                    *(vec *)(yb + (k + r) * npix + j * L) = v;
+                }
+        }
+        for (; k < nk; ++k) {
+            vec a0 = zero, a1 = zero, a2 = zero;
+            const T *xp = xs;
+            for (idx c = 0; c < nc; ++c, xp += step) {
+                const vec s = zero + w[k * nc + c];
+                a0 += s * *(const vec *)xp;
+                a1 += s * *(const vec *)(xp + L);
+                a2 += s * *(const vec *)(xp + 2 * L);
+            }
+            vec v[3] = {a0, a1, a2};
+            for (int j = 0; j < 3; ++j) {
+                if (bias)
+                    v[j] += bias[k];
+                if (relu)
+                    v[j] = (vec)((__typeof__(v[j] > v[j]))v[j] & ((v[j] > zero) | (v[j] != v[j])));
+                *(vec *)(yb + k * npix + j * L) = v[j];
+            }
+        }
+    }
+}
+
+#ifdef PCL_PW_FMA
+__attribute__((target("avx2,fma"))) PCL_PW_CONTRACT static void NAME(pointwise_fma)(
+    const T *restrict x, const T *restrict w, const T *restrict bias, T *restrict y, idx nk,
+    idx nc, idx npix, idx relu, idx start, idx stop, T *restrict pack)
+{
+    NAME(pointwise_body)(x, w, bias, y, nk, nc, npix, relu, start, stop, pack);
+}
+#endif
+
+VECTOR_CLONES
+static void NAME(pointwise_plain)(const T *restrict x, const T *restrict w,
+                                  const T *restrict bias, T *restrict y, idx nk, idx nc,
+                                  idx npix, idx relu, idx start, idx stop, T *restrict pack)
+{
+    NAME(pointwise_body)(x, w, bias, y, nk, nc, npix, relu, start, stop, pack);
+}
+
+EXPORT void NAME(pointwise_forward)(const T *restrict x, const T *restrict w,
+                                    const T *restrict bias, T *restrict y, idx nk, idx nc,
+                                    idx npix, idx relu, idx start, idx stop)
+{
+    /* this call's packed block (without memory: the rows are read in place) */
+    T *pack = (T *)malloc((size_t)nc * 3 * PCL_PW_BYTES);
+#ifdef PCL_PW_FMA
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        NAME(pointwise_fma)(x, w, bias, y, nk, nc, npix, relu, start, stop, pack);
+    else
+#endif
+        NAME(pointwise_plain)(x, w, bias, y, nk, nc, npix, relu, start, stop, pack);
+    free(pack);
+}

@@ -1,7 +1,7 @@
 /* Compiled host kernels of pycaffe_lite.ops.cpu: im2col/col2im, MAX pooling forward and
  * backward, AVE pooling forward, LRN's channel sums, bias and ReLU, the SGD solver's update
  * (kernels_impl.h); the direct depthwise convolution and Winograd's F(2x2, 3x3) and F(4x4, 3x3)
- * transforms (conv_impl.h).
+ * transforms and the direct 1x1 convolution (conv_impl.h).
  *
  * Plain C functions over raw arrays, called through ctypes (which releases the GIL, so
  * several threads can run parts of one kernel). setup.py builds this file as an optional
@@ -35,6 +35,7 @@ typedef int64_t idx;
  * (no fused multiply-adds: -ffp-contract=off; no reassociation), only more elements at a
  * time. */
 #if defined(VECTOR_CLONES) /* given by the build: -DVECTOR_CLONES= builds the baseline only */
+#define PCL_CLONES_GIVEN /* the 1x1 kernel's own clones (conv_impl.h) follow it */
 #elif defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
     ((defined(__clang__) && __clang_major__ >= 14) || (!defined(__clang__) && __GNUC__ >= 6))
 #define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -71,7 +72,7 @@ typedef int64_t idx;
 #undef NAME
 
 /* An ABI number: the Python side refuses a library built from other sources. */
-EXPORT int pcl_abi_version(void) { return 12; }
+EXPORT int pcl_abi_version(void) { return 13; }
 
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT, "_kernels",
