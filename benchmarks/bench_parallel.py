@@ -25,8 +25,8 @@ Over emulated links (root on Linux): ``--links 25mbit,100mbit,400mbit [--nets le
 with ``tc tbf``: tests/helpers/netns_hosts.py), MPI over TCP across the links, and prints the
 time per iteration beside scaling_model.py's prediction for the same rate: ``t_c + t_comm`` (no
 overlap) and ``max(t_c, t_comm)`` (the backward pass hiding it all), ``t_c`` measured by the 1
-rank run and ``t_comm`` the ring allreduce of the gradients at the link's rate; and ``t_2 + t_comm``,
-``t_2`` the 2 hosts' time per iteration over an unlimited link (on one machine the two hosts
+rank run and ``t_comm`` the ring allreduce of the gradients at the link's rate; and
+``t_2 + t_comm``, ``t_2`` the 2 hosts' time per iteration over an unlimited link (on one machine the two hosts
 share its cores, and the kernel's TCP work runs on them too).
 """
 
