@@ -20,14 +20,14 @@ its compute time)
 (needs the ``mpi`` extra: mpi4py and mpiexec next to the Python interpreter or on PATH).
 Figures from a shared or loaded machine are noisy: repeat before drawing conclusions.
 
-Over emulated links (root on Linux): ``--links 25mbit,100mbit,400mbit [--nets lenet]`` runs
-1 rank per host on 2 hosts (network namespaces joined by a switch, each host's link limited
-with ``tc tbf``: tests/helpers/netns_hosts.py), MPI over TCP across the links, and prints the
-time per iteration beside scaling_model.py's prediction for the same rate: ``t_c + t_comm`` (no
-overlap) and ``max(t_c, t_comm)`` (the backward pass hiding it all), ``t_c`` measured by the 1
-rank run and ``t_comm`` the ring allreduce of the gradients at the link's rate; and
-``t_2 + t_comm``, ``t_2`` the 2 hosts' time per iteration over an unlimited link (on one machine the two hosts
-share its cores, and the kernel's TCP work runs on them too).
+Over emulated links (root on Linux): ``--links 25mbit,100mbit,400mbit [--nets lenet]`` runs 1 rank
+per host on 2 hosts (network namespaces joined by a switch, each host's link limited with ``tc
+tbf``: tests/helpers/netns_hosts.py), MPI over TCP across the links, and prints the time per
+iteration beside scaling_model.py's prediction for the same rate: ``t_c + t_comm`` (no overlap) and
+``max(t_c, t_comm)`` (the backward pass hiding it all), ``t_c`` measured by the 1 rank run and
+``t_comm`` the ring allreduce of the gradients at the link's rate; and ``t_2 + t_comm``, ``t_2``
+the 2 hosts' time per iteration over an unlimited link (on one machine the two hosts share its
+cores, and the kernel's TCP work runs on them too).
 """
 
 import argparse
