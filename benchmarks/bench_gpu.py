@@ -67,7 +67,7 @@ def bench_lenet(args, torch):
     with tempfile.TemporaryDirectory() as tmp:
         solver = cpu_bench.lenet_solver(tmp, 10 ** 6, 10 ** 6)
         ms = timed(lambda: solver.step(1), args.step_iters, 10, backend.synchronize)
-        for layer in solver.net.layers + [x for n in solver.test_nets for x in n.layers]:
+        for layer in [*solver.net.layers, *(x for n in solver.test_nets for x in n.layers)]:
             if hasattr(layer, "close"):
                 layer.close()
     result = {"batch": 64, "ms": ms}

@@ -74,11 +74,11 @@ def match(node, layer_names):
 
 def describe(net, i):
     """The geometry of a convolution (in -> out channels, kernel, stride, output map)."""
-    layer = net.layers[i]
+    layer = net.records[i].layer
     if layer.type not in ("Convolution", "ConvolutionDepthwise", "DepthwiseConvolution"):
         return ""
     w = layer.blobs[0].shape
-    top = net.top_vecs[i][0].shape
+    top = net.records[i].tops[0].shape
     group = layer.layer_param.convolution_param.group
     stride = layer.layer_param.convolution_param.stride
     return "%d->%d %dx%d%s%s @%dx%d" % (
@@ -109,7 +109,7 @@ def profile(name, runs, threads=2):
             by_layer[layer] += ms
     rows = []
     for i, lname in enumerate(names):
-        rows.append({"layer": lname, "type": net.layers[i].type, "shape": describe(net, i),
+        rows.append({"layer": lname, "type": net.records[i].layer.type, "shape": describe(net, i),
                      "ours_ms": ours["forward"][i], "ort_ms": by_layer.get(lname, 0.0)})
     return {"net": name, "rows": rows, "ort_extra": extra, "ort_ops": ops,
             "ours_sum_ms": sum(ours["forward"]), "ort_sum_ms": sum(theirs.values()),

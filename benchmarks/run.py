@@ -158,9 +158,9 @@ def zoo_net(name, batch, batch_stats=False):
     # and, like PyTorch with an input that needs no gradient, none for the data itself
     net = caffe.Net(param, caffe.TRAIN)
     data_ids = set(net._input_ids)
-    for i, ids in enumerate(net.bottom_ids):
-        net.bottom_need_backward[i] = [need and bid not in data_ids
-                                       for need, bid in zip(net.bottom_need_backward[i], ids)]
+    for rec in net.records:
+        rec.bottom_need_backward = [need and bid not in data_ids
+                                    for need, bid in zip(rec.bottom_need_backward, rec.bottom_ids)]
     rng = np.random.default_rng(0)
     for blobs in net.params.values():
         for blob in blobs:
@@ -178,7 +178,8 @@ def zoo_net(name, batch, batch_stats=False):
 def conv_flops(net):
     """Forward multiply-adds x2 of each Convolution / InnerProduct layer."""
     flops = {}
-    for name, layer, tops in zip(net.layer_names, net.layers, net.top_vecs):
+    for rec in net.records:
+        name, layer, tops = rec.name, rec.layer, rec.tops
         if layer.type in ("Convolution", "InnerProduct"):
             w = layer.blobs[0]
             out = tops[0]

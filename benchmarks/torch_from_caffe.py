@@ -39,9 +39,9 @@ def build(torch, net):
     names = list(net.layer_names)
     steps, modules, skip = [], nn.ModuleDict(), set()
     for i, layer in enumerate(net.layers):
-        bottoms = [net._blob_names[b] for b in net.bottom_ids[i]]
-        tops = [net._blob_names[t] for t in net.top_ids[i]]
-        shape = net.bottom_vecs[i][0].shape if bottoms else None
+        bottoms = [net._blob_names[b] for b in net.records[i].bottom_ids]
+        tops = [net._blob_names[t] for t in net.records[i].top_ids]
+        shape = net.records[i].bottoms[0].shape if bottoms else None
         kind, lp, key = layer.type, layer.layer_param, "m%d" % i
         if i in skip or kind in ("Input", "Split", "Silence"):
             if kind == "Split":
@@ -50,9 +50,9 @@ def build(torch, net):
         if kind == "Convolution":
             modules[key] = _conv(torch, layer, lp.convolution_param)
         elif kind == "BatchNorm":
-            nxt = net.layers[i + 1] if i + 1 < len(net.layers) else None
+            nxt = net.records[i + 1].layer if i + 1 < len(net.records) else None
             affine = (nxt is not None and nxt.type == "Scale"
-                      and net.bottom_ids[i + 1] == net.top_ids[i])
+                      and net.records[i + 1].bottom_ids == net.records[i].top_ids)
             if affine:
                 skip.add(i + 1)
             modules[key] = nn.BatchNorm2d(shape[1], eps=lp.batch_norm_param.eps,
@@ -93,7 +93,7 @@ def copy_weights(torch, twin, net):
     with torch.no_grad():
         for key, module in twin.layers.items():
             i = int(key[1:])
-            blobs = [torch.from_numpy(b.data.copy()) for b in net.layers[i].blobs]
+            blobs = [torch.from_numpy(b.data.copy()) for b in net.records[i].layer.blobs]
             if isinstance(module, torch.nn.Sequential):  # Flatten + Linear
                 module = module[1]
             if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)):
@@ -101,7 +101,7 @@ def copy_weights(torch, twin, net):
                 if module.bias is not None:
                     module.bias.copy_(blobs[1])
             elif isinstance(module, torch.nn.BatchNorm2d) and module.affine:
-                scale = [torch.from_numpy(b.data.copy()) for b in net.layers[i + 1].blobs]
+                scale = [torch.from_numpy(b.data.copy()) for b in net.records[i + 1].layer.blobs]
                 module.weight.copy_(scale[0])
                 if len(scale) > 1:
                     module.bias.copy_(scale[1])

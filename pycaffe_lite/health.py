@@ -42,12 +42,12 @@ class Culprit:
 
     def __init__(self, net, layer_index, kind, blob, what):
         self.layer_index = layer_index
-        self.layer = net.layer_names[layer_index]
-        self.layer_type = net.layers[layer_index].type
+        self.layer = net.records[layer_index].name
+        self.layer_type = net.records[layer_index].layer.type
         self.kind = kind
         self.blob = blob
         self.what = what
-        self.bottoms = [net.blob_names[b] for b in net.bottom_ids[layer_index]]
+        self.bottoms = [net.blob_names[b] for b in net.records[layer_index].bottom_ids]
 
     def describe(self):
         where = "layer '%s' (type %s)" % (self.layer, self.layer_type)
@@ -97,12 +97,12 @@ def gradients_finite(net):
 
 def check_layer_forward(net, i):
     """The first non-finite param or top of layer ``i`` (after its forward), or None."""
-    layer = net.layers[i]
-    for j, blob in enumerate(layer.blobs):
+    rec = net.records[i]
+    for j, blob in enumerate(rec.layer.blobs):
         what = nonfinite_kind(blob.read_data())
         if what:
             return Culprit(net, i, "param", j, what)
-    for blob, tid in zip(net.top_vecs[i], net.top_ids[i]):
+    for blob, tid in zip(rec.tops, rec.top_ids):
         what = nonfinite_kind(blob.read_data())
         if what:
             return Culprit(net, i, "top", net.blob_names[tid], what)
@@ -111,9 +111,10 @@ def check_layer_forward(net, i):
 
 def check_layer_backward(net, i):
     """The first non-finite bottom diff or param diff that layer ``i``'s backward wrote."""
-    layer = net.layers[i]
-    for j, (blob, bid) in enumerate(zip(net.bottom_vecs[i], net.bottom_ids[i])):
-        if net.bottom_need_backward[i][j]:
+    rec = net.records[i]
+    layer = rec.layer
+    for j, (blob, bid) in enumerate(zip(rec.bottoms, rec.bottom_ids)):
+        if rec.bottom_need_backward[j]:
             what = nonfinite_kind(blob.read_diff())
             if what:
                 return Culprit(net, i, "bottom diff", net.blob_names[bid], what)
@@ -135,17 +136,18 @@ def locate(net):
     (random numbers of Dropout, BatchNorm's running averages, accumulated param diffs): call
     it only when training is about to stop, or has gone wrong anyway.
     """
-    for i, layer in enumerate(net.layers):
-        if net.bottom_vecs[i]:
-            layer.Forward(net.bottom_vecs[i], net.top_vecs[i])
+    for i, rec in enumerate(net.records):
+        if rec.bottoms:
+            rec.layer.Forward(rec.bottoms, rec.tops)
         culprit = check_layer_forward(net, i)
         if culprit is not None:
             return culprit
     net.clear_param_diffs()
-    for i in range(len(net.layers) - 1, -1, -1):
-        if not net.layer_need_backward[i]:
+    for i in range(len(net.records) - 1, -1, -1):
+        rec = net.records[i]
+        if not rec.need_backward:
             continue
-        net.layers[i].Backward(net.top_vecs[i], net.bottom_need_backward[i], net.bottom_vecs[i])
+        rec.layer.Backward(rec.tops, rec.bottom_need_backward, rec.bottoms)
         culprit = check_layer_backward(net, i)
         if culprit is not None:
             return culprit

@@ -28,6 +28,19 @@ TEST = caffe_pb2.TEST
 
 
 # ---- the Net -------------------------------------------------------------------------------
+class LayerRecord:
+    """One layer of a Net and its place in the graph (Caffe's parallel vectors): the blobs it
+    reads and writes, their ids, which bottoms get a diff, backward or not, its param ids."""
+
+    __slots__ = ("layer", "name", "bottoms", "bottom_ids", "bottom_need_backward", "tops",
+                 "top_ids", "need_backward", "param_ids")
+
+    def __init__(self, layer, name):
+        self.layer, self.name, self.need_backward = layer, name, False
+        self.bottoms, self.bottom_ids, self.bottom_need_backward = [], [], []
+        self.tops, self.top_ids, self.param_ids = [], [], []
+
+
 class Net(BatchedCalls):
     """A network built from a prototxt (or NetParameter), with pycaffe's constructor forms::
 
@@ -89,12 +102,7 @@ class Net(BatchedCalls):
         self.name = param.name
         self.param = param
         self.debug_info = param.debug_info
-        self.layers = []
-        self._layer_names = []
-        self.bottom_vecs, self.top_vecs = [], []
-        self.bottom_ids, self.top_ids = [], []
-        self.bottom_need_backward = []
-        self.layer_need_backward = []
+        self.records = []           # one LayerRecord per layer, in order
         self._fused = {}            # layer index -> its forward when folded (net_fold)
         self.folding = None
         self._hooks = {"before_forward": [], "after_forward": [], "before_backward": [],
@@ -115,7 +123,6 @@ class Net(BatchedCalls):
         self.params_weight_decay = []
         self.has_params_decay = []
         self._param_names_index = {}
-        self.param_id_vecs = []
 
         name_to_id = {}
         available = set()
@@ -127,23 +134,21 @@ class Net(BatchedCalls):
                                "(%d bottoms, %d values)"
                                % (lp.name, len(lp.bottom), len(lp.propagate_down)))
             layer = create_layer(lp, dtype=self.dtype)
-            self.layers.append(layer)
-            self._layer_names.append(lp.name)
-            bvec, bids, bneed = [], [], []
-            need_backward = False
+            rec = LayerRecord(layer, lp.name)
+            self.records.append(rec)
             for j, bname in enumerate(lp.bottom):
                 if bname not in available:
                     raise NetError("layer '%s' (type %s): unknown bottom blob '%s' (bottom index "
                                    "%d): no earlier layer produces it, or it was consumed "
                                    "in place" % (lp.name, lp.type, bname, j))
                 bid = name_to_id[bname]
-                bvec.append(self._blobs[bid])
-                bids.append(bid)
+                rec.bottoms.append(self._blobs[bid])
+                rec.bottom_ids.append(bid)
                 nb = self.blob_need_backward[bid]
-                need_backward |= nb
-                bneed.append(bool(lp.propagate_down[j]) if lp.propagate_down else nb)
+                rec.need_backward |= nb
+                rec.bottom_need_backward.append(bool(lp.propagate_down[j]) if lp.propagate_down
+                                                else nb)
                 available.discard(bname)
-            tvec, tids = [], []
             tops = list(lp.top)
             if layer.auto_top_blobs:
                 while len(tops) < layer.needed_num_top_blobs():
@@ -166,17 +171,12 @@ class Net(BatchedCalls):
                         name_to_id[tname] = tid
                 if lp.type == "Input":
                     self._input_ids.append(tid)
-                tvec.append(self._blobs[tid])
-                tids.append(tid)
+                rec.tops.append(self._blobs[tid])
+                rec.top_ids.append(tid)
                 if tname is not None:
                     available.add(tname)
-            self.bottom_vecs.append(bvec)
-            self.bottom_ids.append(bids)
-            self.bottom_need_backward.append(bneed)
-            self.top_vecs.append(tvec)
-            self.top_ids.append(tids)
-            self._setup_layer(layer, bvec, tvec)
-            for j, tid in enumerate(tids):
+            self._setup_layer(layer, rec.bottoms, rec.tops)
+            for j, tid in enumerate(rec.top_ids):
                 self._blob_loss_weights[tid] = layer.loss(j)
             # params: read the layer's own param specs after setup (BatchNorm adds lr_mult 0)
             lp = layer.layer_param
@@ -188,14 +188,12 @@ class Net(BatchedCalls):
             for pid in range(len(layer.blobs)):
                 spec = lp.param[pid] if pid < len(lp.param) else default_spec
                 pneed = spec.lr_mult != 0 and layer.param_propagate_down[pid]
-                need_backward |= pneed
+                rec.need_backward |= pneed
                 layer.set_param_propagate_down(pid, pneed)
-            self.param_id_vecs.append([])
             for pid in range(len(layer.blobs)):
                 self._append_param(param, layer_id, pid)
-            self.layer_need_backward.append(need_backward)
-            if need_backward:
-                for tid in tids:
+            if rec.need_backward:
+                for tid in rec.top_ids:
                     self.blob_need_backward[tid] = True
 
         self._infer_backward(param, available)
@@ -210,7 +208,7 @@ class Net(BatchedCalls):
         _call_layer(layer, "setup", bvec, layer.SetUp, bvec, tvec)
 
     def _append_param(self, param, layer_id, pid):
-        layer = self.layers[layer_id]
+        layer = self.records[layer_id].layer
         lp = layer.layer_param
         spec = lp.param[pid] if pid < len(lp.param) else None
         name = spec.name if spec is not None else ""
@@ -218,7 +216,7 @@ class Net(BatchedCalls):
         blob = layer.blobs[pid]
         self.param_blobs.append(blob)
         self.param_layer_indices.append((layer_id, pid))
-        self.param_id_vecs[layer_id].append(net_pid)
+        self.records[layer_id].param_ids.append(net_pid)
         self.param_display_names.append(name if name else str(pid))
         if not name or name not in self._param_names_index:
             if name:
@@ -234,12 +232,13 @@ class Net(BatchedCalls):
         owner_id = self._param_names_index[name]
         self.param_owners.append(owner_id)
         owner_layer_id, owner_pid = self.param_layer_indices[owner_id]
-        owner = self.layers[owner_layer_id].blobs[owner_pid]
+        owner_layer = self.records[owner_layer_id].layer
+        owner = owner_layer.blobs[owner_pid]
         strict = spec.share_mode == caffe_pb2.ParamSpec.STRICT
         if (strict and owner.shape != blob.shape) or (not strict and owner.count != blob.count):
             raise ShapeError(
                 "cannot share param '%s' owned by layer '%s' with layer '%s': shape mismatch "
-                "(owner %s, sharer %s%s)" % (name, self.layers[owner_layer_id].name, layer.name,
+                "(owner %s, sharer %s%s)" % (name, owner_layer.name, layer.name,
                                            owner.shape, blob.shape,
                                            "; share_mode STRICT needs equal shapes" if strict
                                            else ""))
@@ -266,11 +265,11 @@ class Net(BatchedCalls):
 
     def _infer_backward(self, param, available):
         under_loss, skip_backprop = set(), set()
-        for layer_id in range(len(self.layers) - 1, -1, -1):
-            layer = self.layers[layer_id]
+        for rec in reversed(self.records):
+            layer = rec.layer
             contributes = False
             skip = True
-            for j, tid in enumerate(self.top_ids[layer_id]):
+            for j, tid in enumerate(rec.top_ids):
                 name = self._blob_names[tid]
                 if layer.loss(j) or name in under_loss:
                     contributes = True
@@ -278,40 +277,49 @@ class Net(BatchedCalls):
                     skip = False
                 if contributes and not skip:
                     break
-            if self.layer_need_backward[layer_id] and skip:
-                self.layer_need_backward[layer_id] = False
-                self.bottom_need_backward[layer_id] = [False] * len(self.bottom_ids[layer_id])
+            if rec.need_backward and skip:
+                rec.need_backward = False
+                rec.bottom_need_backward = [False] * len(rec.bottom_ids)
             if not contributes:
-                self.layer_need_backward[layer_id] = False
-            for j, bid in enumerate(self.bottom_ids[layer_id]):
+                rec.need_backward = False
+            for j, bid in enumerate(rec.bottom_ids):
                 name = self._blob_names[bid]
                 if contributes:
                     under_loss.add(name)
                 else:
-                    self.bottom_need_backward[layer_id][j] = False
-                if not self.bottom_need_backward[layer_id][j]:
+                    rec.bottom_need_backward[j] = False
+                if not rec.bottom_need_backward[j]:
                     skip_backprop.add(name)
         if param.force_backward:
-            for layer_id, layer in enumerate(self.layers):
-                self.layer_need_backward[layer_id] = True
-                for j, bid in enumerate(self.bottom_ids[layer_id]):
-                    nb = self.bottom_need_backward[layer_id][j] or layer.allow_force_backward(j)
-                    self.bottom_need_backward[layer_id][j] = nb
+            for rec in self.records:
+                layer = rec.layer
+                rec.need_backward = True
+                for j, bid in enumerate(rec.bottom_ids):
+                    nb = rec.bottom_need_backward[j] or layer.allow_force_backward(j)
+                    rec.bottom_need_backward[j] = nb
                     self.blob_need_backward[bid] = self.blob_need_backward[bid] or nb
                 for pid in range(len(layer.blobs)):
                     layer.set_param_propagate_down(pid, True)
 
     # -- pycaffe surface -------------------------------------------------------------------
     @property
+    def layers(self):
+        """The layers (pycaffe's); like ``_layer_names``, a tuple built from ``records``."""
+        return tuple(rec.layer for rec in self.records)
+
+    @property
+    def _layer_names(self):
+        return tuple(rec.name for rec in self.records)
+
+    @property
     def layer_dict(self):
-        return collections.OrderedDict(zip(self._layer_names, self.layers))
+        return collections.OrderedDict((rec.name, rec.layer) for rec in self.records)
 
     @property
     def params(self):
         """{layer name: list of param Blobs} for layers that have params (pycaffe's)."""
         return collections.OrderedDict(
-            (name, layer.blobs) for name, layer in zip(self._layer_names, self.layers)
-            if len(layer.blobs))
+            (rec.name, rec.layer.blobs) for rec in self.records if len(rec.layer.blobs))
 
     @property
     def blob_loss_weights(self):
@@ -334,19 +342,17 @@ class Net(BatchedCalls):
 
     @property
     def layer_names(self):
-        return list(self._layer_names)
+        return [rec.name for rec in self.records]
 
     @property
     def top_names(self):
         return collections.OrderedDict(
-            (n, [self._blob_names[i] for i in ids]) for n, ids in zip(self._layer_names,
-                                                                     self.top_ids))
+            (r.name, [self._blob_names[i] for i in r.top_ids]) for r in self.records)
 
     @property
     def bottom_names(self):
         return collections.OrderedDict(
-            (n, [self._blob_names[i] for i in ids]) for n, ids in zip(self._layer_names,
-                                                                     self.bottom_ids))
+            (r.name, [self._blob_names[i] for i in r.bottom_ids]) for r in self.records)
 
     def layer_index(self, name):
         try:
@@ -357,31 +363,31 @@ class Net(BatchedCalls):
 
     # -- forward / backward ----------------------------------------------------------------
     def forward_from_to(self, start=0, end=None):
-        end = len(self.layers) - 1 if end is None else end
+        end = len(self.records) - 1 if end is None else end
         loss = 0.0
         hooks, fused = self._hooks, self._fused
         for i in range(start, end + 1):
-            layer = self.layers[i]
+            rec = self.records[i]
             for hook in hooks["before_forward"]:
                 hook(i)
-            bottom = self.bottom_vecs[i]
-            loss += _call_layer(layer, "forward", bottom, fused.get(i, layer.Forward), bottom,
-                                self.top_vecs[i])
+            bottom = rec.bottoms
+            loss += _call_layer(rec.layer, "forward", bottom, fused.get(i, rec.layer.Forward),
+                                bottom, rec.tops)
             for hook in hooks["after_forward"]:
                 hook(i)
         return loss
 
     def backward_from_to(self, start=None, end=0):
-        start = len(self.layers) - 1 if start is None else start
+        start = len(self.records) - 1 if start is None else start
         hooks = self._hooks
         for i in range(start, end - 1, -1):
             for hook in hooks["before_backward"]:
                 hook(i)
-            if self.layer_need_backward[i]:
-                layer = self.layers[i]
-                bottom = self.bottom_vecs[i]
-                _call_layer(layer, "backward", bottom, layer.Backward, self.top_vecs[i],
-                            self.bottom_need_backward[i], bottom)
+            rec = self.records[i]
+            if rec.need_backward:
+                bottom = rec.bottoms
+                _call_layer(rec.layer, "backward", bottom, rec.layer.Backward, rec.tops,
+                            rec.bottom_need_backward, bottom)
             for hook in hooks["after_backward"]:
                 hook(i)
 
@@ -396,7 +402,7 @@ class Net(BatchedCalls):
     def forward(self, blobs=None, start=None, end=None, **kwargs):
         """Run forward (pycaffe's signature); returns {output blob name: data array}."""
         start_ind = self.layer_index(start) if start is not None else 0
-        end_ind = self.layer_index(end) if end is not None else len(self.layers) - 1
+        end_ind = self.layer_index(end) if end is not None else len(self.records) - 1
         self._check_blob_names(blobs, "forward(blobs=...)")
         outputs = set(self.outputs if end is None else self.top_names[end]) | set(blobs or ())
         for name, value in kwargs.items():
@@ -416,7 +422,7 @@ class Net(BatchedCalls):
 
     def backward(self, diffs=None, start=None, end=None, **kwargs):
         """Run backward (pycaffe's signature); returns {input blob name: diff array}."""
-        start_ind = self.layer_index(start) if start is not None else len(self.layers) - 1
+        start_ind = self.layer_index(start) if start is not None else len(self.records) - 1
         end_ind = self.layer_index(end) if end is not None else 0
         self._check_blob_names(diffs, "backward(diffs=...)")
         outputs = set(self.inputs if end is None else self.bottom_names[end]) | set(diffs or ())
@@ -473,9 +479,9 @@ class Net(BatchedCalls):
         blob.data[...] = value
 
     def reshape(self):
-        for i, layer in enumerate(self.layers):
-            bottom = self.bottom_vecs[i]
-            _call_layer(layer, "reshape", bottom, layer.reshape, bottom, self.top_vecs[i])
+        for rec in self.records:
+            layer, bottom = rec.layer, rec.bottoms
+            _call_layer(layer, "reshape", bottom, layer.reshape, bottom, rec.tops)
 
     def clear_param_diffs(self):
         for blob in self.learnable_params:
@@ -489,7 +495,8 @@ class Net(BatchedCalls):
         """Use ``other``'s trained params, matched by layer name (ShareTrainedLayersWith)."""
         net_fold.unfold(self)  # the shared blobs change under a folded copy
         mine = self.layer_dict
-        for name, layer in zip(other._layer_names, other.layers):
+        for rec in other.records:
+            name, layer = rec.name, rec.layer
             target = mine.get(name)
             if target is None or not layer.blobs:
                 continue
@@ -512,8 +519,8 @@ class Net(BatchedCalls):
     def to_proto(self, write_diff=False):
         param = caffe_pb2.NetParameter()
         param.name = self.name
-        for layer in self.layers:
-            param.layer.add().CopyFrom(layer.to_proto(write_diff))
+        for rec in self.records:
+            param.layer.add().CopyFrom(rec.layer.to_proto(write_diff))
         return param
 
     def save(self, path, write_diff=False):
@@ -549,8 +556,8 @@ class Net(BatchedCalls):
         does nothing. A net that is dropped, or still open at exit, is released the same way.
         Also ``with Net(...) as net:``."""
         errors = []
-        for layer in self.layers:
-            close = getattr(layer, "close", None)
+        for rec in self.records:
+            close = getattr(rec.layer, "close", None)
             if close is not None:
                 try:
                     close()
@@ -567,7 +574,7 @@ class Net(BatchedCalls):
         return False
 
     def __repr__(self):
-        return "<Net '%s': %d layers, %d blobs>" % (self.name, len(self.layers), len(self.blobs))
+        return "<Net '%s': %d layers, %d blobs>" % (self.name, len(self.records), len(self.blobs))
 
 
 # Exceptions a layer's own code raises on inputs it cannot handle (a NumPy error on a shape, a

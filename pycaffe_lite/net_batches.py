@@ -74,7 +74,7 @@ class BatchedCalls:
 
     def set_input_arrays(self, data, labels, layer_index=0):
         """Point a MemoryData layer at arrays (pycaffe's set_input_arrays)."""
-        layer = self.layers[layer_index]
+        layer = self.records[layer_index].layer
         if layer.type != "MemoryData":
             raise NetError("set_input_arrays needs a MemoryData layer at index %d, found %s "
                            "layer '%s'" % (layer_index, layer.type, layer.name))

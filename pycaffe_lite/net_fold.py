@@ -89,14 +89,14 @@ class Chain:
     def __init__(self, producer, absorbed, net):
         self.producer = producer
         self.absorbed = absorbed
-        self.types = [net.layers[i].type for i in absorbed]
+        self.types = [net.records[i].layer.type for i in absorbed]
         self.relu = "ReLU" in self.types
         self.affine = any(t != "ReLU" for t in self.types)
         last = absorbed[-1]
-        self.final = net.top_vecs[last][0]
+        self.final = net.records[last].tops[0]
         self.intermediates = sorted(
-            {net._blob_names[t] for i in [producer] + absorbed[:-1] for t in net.top_ids[i]}
-            - {net._blob_names[net.top_ids[last][0]]})
+            {net._blob_names[t] for i in [producer] + absorbed[:-1] for t in net.records[i].top_ids}
+            - {net._blob_names[net.records[last].top_ids[0]]})
         self.fused = None  # the producer with folded blobs (when BatchNorm/Scale fold)
         self.frozen = []   # the blobs made read-only
 
@@ -135,31 +135,32 @@ def _readers(net, blob_id, after):
     """The layers after index ``after`` that read the value blob ``blob_id`` holds then (up to
     and including the first one that overwrites it in place)."""
     found = []
-    for i in range(after + 1, len(net.layers)):
-        if blob_id in net.bottom_ids[i]:
+    for i in range(after + 1, len(net.records)):
+        rec = net.records[i]
+        if blob_id in rec.bottom_ids:
             found.append(i)
-            if blob_id in net.top_ids[i]:
+            if blob_id in rec.top_ids:
                 break
-        elif blob_id in net.top_ids[i]:
+        elif blob_id in rec.top_ids:
             break
     return found
 
 
 def _plain(net, i):
     """A layer that may take part in a chain: one bottom, one top, no backward, no loss."""
-    layer = net.layers[i]
-    return (len(net.bottom_ids[i]) == 1 and len(net.top_ids[i]) == 1
-            and not net.layer_need_backward[i] and not layer.loss(0))
+    rec = net.records[i]
+    return (len(rec.bottom_ids) == 1 and len(rec.top_ids) == 1
+            and not rec.need_backward and not rec.layer.loss(0))
 
 
 def _foldable(net, i, channels):
-    layer = net.layers[i]
+    layer = net.records[i].layer
     if layer.type == "BatchNorm":
         return layer.use_global_stats and layer.channels == channels and not layer.relu
     if layer.type == "Scale":
         p = layer.layer_param.scale_param
         return (len(layer.blobs) >= 1 and layer.blobs[0].shape == (channels,)
-                and net.bottom_vecs[i][0].canonical_axis_index(p.axis) == 1)
+                and net.records[i].bottoms[0].canonical_axis_index(p.axis) == 1)
     if layer.type == "ReLU":
         return layer.negative_slope == 0
     return False
@@ -167,10 +168,10 @@ def _foldable(net, i, channels):
 
 def _producer_channels(net, i):
     """The output channels of a producer whose channel axis is 1, else None."""
-    layer = net.layers[i]
+    layer = net.records[i].layer
     if layer.type not in PRODUCERS or not _plain(net, i):
         return None
-    top = net.top_vecs[i][0]
+    top = net.records[i].tops[0]
     if layer.type == "InnerProduct":
         return layer.num_output if top.num_axes == 2 else None
     return layer.num_output if layer.channel_axis == 1 else None
@@ -178,22 +179,22 @@ def _producer_channels(net, i):
 
 def find_chains(net, keep_intermediates=True):
     chains = []
-    for i in range(len(net.layers)):
+    for i in range(len(net.records)):
         channels = _producer_channels(net, i)
         if channels is None:
             continue
         absorbed, stage, last = [], 0, i
         while True:
-            cur = net.top_ids[last][0]
+            cur = net.records[last].top_ids[0]
             readers = _readers(net, cur, last)
             if len(readers) != 1:
                 break
             j = readers[0]
-            kind = _ORDER.get(net.layers[j].type)
+            kind = _ORDER.get(net.records[j].layer.type)
             if kind is None or kind < stage or not _plain(net, j) or \
                     not _foldable(net, j, channels):
                 break
-            in_place = net.top_ids[j][0] == cur
+            in_place = net.records[j].top_ids[0] == cur
             if keep_intermediates and not in_place:
                 break
             absorbed.append(j)
@@ -211,7 +212,7 @@ def _affine(net, chain):
     channels = _producer_channels(net, chain.producer)
     a, c = np.ones(channels), np.zeros(channels)
     for i in chain.absorbed:
-        layer = net.layers[i]
+        layer = net.records[i].layer
         if layer.type == "BatchNorm":
             s = float(layer.blobs[2].cpu_data()[0])
             factor = 0.0 if s == 0 else 1.0 / s
@@ -234,7 +235,7 @@ def _affine(net, chain):
 
 def _fused_layer(net, chain):
     """A copy of the producer with its weights and bias folded."""
-    producer = net.layers[chain.producer]
+    producer = net.records[chain.producer].layer
     a, c = _affine(net, chain)
     w = producer.blobs[0].cpu_data().astype(np.float64)
     if producer.type == "InnerProduct" and producer.transpose:
@@ -255,7 +256,7 @@ def _fused_layer(net, chain):
     fused = create_layer(lp, dtype=net.dtype)
     fused.blobs.add_blob(*w.shape).data[...] = w
     fused.blobs.add_blob(*b.shape).data[...] = b
-    fused.SetUp(net.bottom_vecs[chain.producer], [chain.final])
+    fused.SetUp(net.records[chain.producer].bottoms, [chain.final])
     for pid in range(len(fused.blobs)):
         fused.set_param_propagate_down(pid, False)
     return fused
@@ -300,13 +301,13 @@ def fold(net, keep_intermediates=True):
     chains = find_chains(net, keep_intermediates)
     folded_names = {}
     for chain in chains:
-        producer = net.layers[chain.producer]
+        producer = net.records[chain.producer].layer
         final = chain.final
         if chain.affine:
             chain.fused = _fused_layer(net, chain)
             runner = chain.fused
             chain.frozen = list(producer.blobs) + [
-                b for i in chain.absorbed for b in net.layers[i].blobs]
+                b for i in chain.absorbed for b in net.records[i].layer.blobs]
             _set_writable(chain.frozen, False)
         else:
             runner = producer
@@ -336,10 +337,10 @@ def _inference_forwards(net):
     """{layer index: its ``inference_forward``} for the layers outside the chains that offer
     one (a forward that leaves nothing for a backward: MAX pooling without its window
     choices), have no loss weight and whose backward the net never runs."""
-    return {i: layer.inference_forward for i, layer in enumerate(net.layers)
-            if i not in net._fused and hasattr(layer, "inference_forward")
-            and not net.layer_need_backward[i]
-            and not any(layer.loss(k) for k in range(len(net.top_vecs[i])))}
+    return {i: rec.layer.inference_forward for i, rec in enumerate(net.records)
+            if i not in net._fused and hasattr(rec.layer, "inference_forward")
+            and not rec.need_backward
+            and not any(rec.layer.loss(k) for k in range(len(rec.tops)))}
 
 
 @contextlib.contextmanager

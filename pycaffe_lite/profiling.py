@@ -21,7 +21,7 @@ def time_layers(net, iterations, on_iteration=None):
     ``on_iteration(j, ms)`` is called after each pass.
     """
     clock = time.perf_counter
-    n = len(net.layers)
+    n = len(net.records)
     fwd, bwd = [0.0] * n, [0.0] * n
     fwd_total = bwd_total = 0.0
     start = clock()
@@ -35,7 +35,7 @@ def time_layers(net, iterations, on_iteration=None):
         t1 = clock()
         for i in range(n - 1, -1, -1):
             t = clock()
-            if net.layer_need_backward[i]:
+            if net.records[i].need_backward:
                 net.backward_from_to(i, i)
                 synchronize()
             bwd[i] += clock() - t

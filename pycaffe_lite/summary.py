@@ -65,15 +65,15 @@ def summarize(model, phase=None, level=0, stages=(), allow_python_layers=None):
     else:
         net = Net(model, 1 if phase is None else phase, level=level, stages=stages,
                   allow_python_layers=allow_python_layers)
-    owned = {layer_id: [] for layer_id in range(len(net.layers))}
+    owned = {layer_id: [] for layer_id in range(len(net.records))}
     for net_pid, (layer_id, pid) in enumerate(net.param_layer_indices):
         if net.param_owners[net_pid] == -1:
             owned[layer_id].append(pid)
     layers = []
-    for layer_id, (name, layer) in enumerate(zip(net.layer_names, net.layers)):
+    for layer_id, rec in enumerate(net.records):
+        name, layer, bottoms, tops = rec.name, rec.layer, rec.bottoms, rec.tops
         if layer.type == "Split":
             continue
-        bottoms, tops = net.bottom_vecs[layer_id], net.top_vecs[layer_id]
         new_tops = [t for t in tops if not any(t is b for b in bottoms)]
         layers.append({
             "name": name,

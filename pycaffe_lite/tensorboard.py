@@ -141,7 +141,7 @@ class TensorBoardLogger:
         for net_pid, (layer_id, pid) in enumerate(net.param_layer_indices):
             if net.param_owners[net_pid] != -1:
                 continue  # a shared blob is written once, under its owner
-            blob = net.layers[layer_id].blobs[pid]
+            blob = net.records[layer_id].layer.blobs[pid]
             name = "%s/%d" % (layer_names[layer_id], pid)
             weights.append(("weights/" + name, blob.data))
             gradients.append(("gradients/" + name, blob.diff))

@@ -370,15 +370,15 @@ def test_max_pooling_runs_without_window_choices_in_a_folded_net(tmp_path):
     assert folded.folding is not None and pool in folded._fused
     np.testing.assert_array_equal(folded.blobs["p"].data, plain.blobs["p"].data)
     np.testing.assert_array_equal(out["a"], ref["a"])
-    layer, top = folded.layers[pool], folded.top_vecs[pool]
+    layer, top = folded.records[pool].layer, folded.records[pool].tops
     top[0].diff[...] = 1
     with pytest.raises(caffe.CaffeError, match="forward pass first"):
-        layer.Backward(top, [True], folded.bottom_vecs[pool])
+        layer.Backward(top, [True], folded.records[pool].bottoms)
     folded.unfold()
     assert pool not in folded._fused
     folded.forward(data=x)
-    layer.Backward(top, [True], folded.bottom_vecs[pool])  # choices recorded again
-    assert folded.bottom_vecs[pool][0].diff.sum() == top[0].count
+    layer.Backward(top, [True], folded.records[pool].bottoms)  # choices recorded again
+    assert folded.records[pool].bottoms[0].diff.sum() == top[0].count
     forced = caffe.Net(write(tmp_path, "force_backward: true\n" + text, "forced"), weights,
                        caffe.TEST)
     assert forced.folding is None and not forced._fused
@@ -405,8 +405,8 @@ def test_split_does_nothing_while_its_tops_share_the_bottom(tmp_path):
             net.reshape()
         np.testing.assert_array_equal(folded.forward(data=x)["cat"],
                                       plain.forward(data=x)["cat"])
-        tops = folded.top_vecs[split[0]]
-        assert all(t.shares_data_with(folded.bottom_vecs[split[0]][0]) for t in tops)
+        tops = folded.records[split[0]].tops
+        assert all(t.shares_data_with(folded.records[split[0]].bottoms[0]) for t in tops)
 
 
 def test_a_pooling_layer_with_a_loss_weight_keeps_its_forward(tmp_path):

@@ -123,14 +123,15 @@ layer { name: "side" type: "ReLU" bottom: "h" top: "unused" }
 layer { name: "loss" type: "EuclideanLoss" bottom: "h" bottom: "t" top: "loss" }
 """
     net = Net(text, caffe.TRAIN)
-    need = dict(zip(net.layer_names, net.layer_need_backward))
+    need = {rec.name: rec.need_backward for rec in net.records}
     assert need["ip"] and need["relu"] and need["loss"]
     assert not need["side"] and not need["in"]
-    assert net.blobs["h"] is net.top_vecs[net.layer_index("relu")][0]  # in place
-    assert net.bottom_need_backward[net.layer_index("ip")] == [False]  # input needs no grad
+    assert net.blobs["h"] is net.records[net.layer_index("relu")].tops[0]  # in place
+    # the input needs no gradient
+    assert net.records[net.layer_index("ip")].bottom_need_backward == [False]
     forced = Net(text.replace("force_backward: false", "force_backward: true"), caffe.TRAIN)
-    assert forced.bottom_need_backward[forced.layer_index("ip")] == [True]
-    assert all(forced.layer_need_backward)
+    assert forced.records[forced.layer_index("ip")].bottom_need_backward == [True]
+    assert all(rec.need_backward for rec in forced.records)
 
 
 def test_propagate_down_and_lr_mult_zero():
@@ -144,10 +145,10 @@ layer { name: "loss" type: "EuclideanLoss" bottom: "z" bottom: "t" top: "loss"
         propagate_down: true propagate_down: false }
 """
     net = Net(text.replace("dim: 3 } } }", "dim: 3 } shape { dim: 2 dim: 2 } } }"), caffe.TRAIN)
-    need = dict(zip(net.layer_names, net.layer_need_backward))
+    need = {rec.name: rec.need_backward for rec in net.records}
     assert need["ip2"] and not need["ip1"]
     assert net.layer_dict["ip1"].param_propagate_down == [False, False]
-    assert net.bottom_need_backward[net.layer_index("loss")] == [True, False]
+    assert net.records[net.layer_index("loss")].bottom_need_backward == [True, False]
 
 
 def test_shared_params_by_name():

@@ -50,30 +50,30 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
         raise CaffeError("ONNX opset %d is not supported: choose %d..%d"
                          % (opset, MIN_OPSET, onnx.defs.onnx_opset_version()))
     g = GraphBuilder(opset)
-    names = list(net._blob_names)  # by blob id, as bottom_ids / top_ids index them
+    names = list(net._blob_names)  # by blob id, as a record's bottom_ids / top_ids index them
     shapes = [tuple(b.shape) for b in net._blobs]
     for n in names:
         g.reserve(n)
-    kept = [i for i, layer in enumerate(net.layers) if not is_dropped(layer.type)]
     last_writer = {}
-    for i in kept:
-        for t in net.top_ids[i]:
+    for i, rec in enumerate(net.records):
+        if is_dropped(rec.layer.type):
+            continue
+        for t in rec.top_ids:
             last_writer[t] = i
     batch = None if static_batch else "N"
     current, inputs, dropped, available, order = {}, [], [], [], {}
     values = []  # (layer, top blob, the ONNX value it has after that layer)
     split_source = {}  # top of a Split that the net inserted -> the blob it copies
     declared = {}  # blob -> the dims a converter declared for it (shapes that vary)
-    layer_names = net.layer_names
-    for i, layer in enumerate(net.layers):
-        lname = layer_names[i]
+    for i, rec in enumerate(net.records):
+        lname, layer = rec.name, rec.layer
         if is_dropped(layer.type):
             dropped.append((lname, layer.type))
             log.info("ONNX export: dropped layer '%s' (type %s), not part of a deploy net",
                      lname, layer.type)
             continue
         if layer.type in DATA_TYPES:
-            for t in net.top_ids[i]:
+            for t in rec.top_ids:
                 current[t] = names[t]
                 inputs.append(_value_info(onnx, names[t], shapes[t], batch))
                 available.append(t)
@@ -83,7 +83,7 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
             raise CaffeError("layer '%s' of type %s has no ONNX equivalent; it cannot be "
                              "exported" % (lname, layer.type))
         bottoms = []
-        for b in net.bottom_ids[i]:
+        for b in rec.bottom_ids:
             if b not in current:
                 raise CaffeError("layer '%s' (type %s) reads blob '%s', which comes from a "
                                  "layer left out of the ONNX graph" % (lname, layer.type,
@@ -92,19 +92,19 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
             if b in available:
                 available.remove(b)
         tops = [names[t] if last_writer.get(t) == i else g.fresh("%s/%s" % (lname, names[t]))
-                for t in net.top_ids[i]]
-        call = Call(g, layer, bottoms, tops, [shapes[b] for b in net.bottom_ids[i]],
-                    [shapes[t] for t in net.top_ids[i]])
+                for t in rec.top_ids]
+        call = Call(g, layer, bottoms, tops, [shapes[b] for b in rec.bottom_ids],
+                    [shapes[t] for t in rec.top_ids])
         call.name = lname
         if layer.type == "Split" and lname.endswith("_split"):
-            for t in net.top_ids[i]:
-                split_source[t] = net.bottom_ids[i][0]
+            for t in rec.top_ids:
+                split_source[t] = rec.bottom_ids[0]
         produced = converter(call) or tops
-        values.extend((lname, names[t], v) for t, v in zip(net.top_ids[i], produced))
+        values.extend((lname, names[t], v) for t, v in zip(rec.top_ids, produced))
         dims = call.out_dims or [None] * len(tops)
-        for t, d in zip(net.top_ids[i], dims):
+        for t, d in zip(rec.top_ids, dims):
             declared[t] = d
-        for t, value in zip(net.top_ids[i], produced):
+        for t, value in zip(rec.top_ids, produced):
             current[t] = value
             if t not in available:
                 available.append(t)

@@ -55,7 +55,7 @@ class _Bucket:
 
 def _ready_layers(net):
     """For each learnable param, the lowest layer index whose backward adds to its diff."""
-    ready = [len(net.layers)] * len(net.learnable_params)
+    ready = [len(net.records)] * len(net.learnable_params)
     for pid, (layer_id, _) in enumerate(net.param_layer_indices):
         j = net.learnable_param_ids[pid]
         ready[j] = min(ready[j], layer_id)

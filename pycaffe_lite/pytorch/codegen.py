@@ -159,37 +159,37 @@ class Plan:
 
     def _walk(self):
         net = self.net
-        for i, layer in enumerate(net.layers):
-            lname = net.layer_names[i]
+        for i, rec in enumerate(net.records):
+            lname, layer = rec.name, rec.layer
             if is_dropped(layer.type):
                 self.dropped.append((lname, layer.type))
                 continue
             if layer.type in DATA_TYPES:
-                for t in net.top_ids[i]:
+                for t in rec.top_ids:
                     self.current[t] = self._own_var(t)
                     self.inputs.append((self.names[t], self.current[t]))
                 continue
             bottoms = []
-            self.read.update(net.bottom_ids[i])
-            for b in net.bottom_ids[i]:
+            self.read.update(rec.bottom_ids)
+            for b in rec.bottom_ids:
                 if b not in self.current:
                     raise CaffeError("layer '%s' (type %s) reads blob '%s', which comes from a "
                                      "layer left out of the PyTorch module"
                                      % (lname, layer.type, self.names[b]))
                 bottoms.append(self.current[b])
             if layer.type == "Split":
-                for t in net.top_ids[i]:
+                for t in rec.top_ids:
                     self.current[t] = bottoms[0]
                     self.writer[t] = i
                     if lname.endswith("_split"):  # inserted by the net, not the user's
-                        self.inserted_split[t] = net.bottom_ids[i][0]
+                        self.inserted_split[t] = rec.bottom_ids[0]
                 continue
             generator = GENERATORS.get(layer.type)
             if generator is None:
                 raise CaffeError("layer '%s' of type %s has no PyTorch equivalent; it cannot be "
                                  "exported" % (lname, layer.type))
-            code = LayerCode(layer, lname, [self.shapes[b] for b in net.bottom_ids[i]],
-                             [self.shapes[t] for t in net.top_ids[i]], self.train)
+            code = LayerCode(layer, lname, [self.shapes[b] for b in rec.bottom_ids],
+                             [self.shapes[t] for t in rec.top_ids], self.train)
             module = generator(code)
             attr = identifier(lname, self.attr_taken, MODULE_NAMES | set(HELPERS))
             for h in module.helpers:
@@ -203,21 +203,21 @@ class Plan:
             args = [b if module.args is None else module.args[k].format(b)
                     for k, b in enumerate(bottoms)]
             tops = []
-            for t in net.top_ids[i]:
+            for t in rec.top_ids:
                 self.current[t] = self._own_var(t)
                 self.writer[t] = i
                 tops.append(self.current[t])
             self.lines.append("%s = self.%s(%s)" % (", ".join(tops), attr, ", ".join(args)))
-            self.layers.append((lname, attr, [self.names[t] for t in net.top_ids[i]]))
+            self.layers.append((lname, attr, [self.names[t] for t in rec.top_ids]))
 
     def outputs(self):
         """(Caffe name, variable) of the blobs nothing reads after their last writer, in the
         order of their writers (an unread data blob, such as a label, is not an output; a
         Split's copy that only left-out layers read stands for the blob it copies)."""
         read = set()
-        for i, layer in enumerate(self.net.layers):
-            if not is_dropped(layer.type):
-                read.update(b for b in self.net.bottom_ids[i] if self.writer.get(b, i) < i)
+        for i, rec in enumerate(self.net.records):
+            if not is_dropped(rec.layer.type):
+                read.update(b for b in rec.bottom_ids if self.writer.get(b, i) < i)
         out, seen = [], set()
         for b, _ in sorted(self.writer.items(), key=lambda item: (item[1], item[0])):
             if b in read:

@@ -68,13 +68,14 @@ def our_values(net, inputs):
     for name, value in inputs.items():
         net.blobs[name].data[...] = value
     values = {}
-    names = net.layer_names
+    names = net.blob_names
 
     def record(i):
-        if net.layers[i].type in DATA_TYPES or net.layers[i].type == "Split":
+        rec = net.records[i]
+        if rec.layer.type in DATA_TYPES or rec.layer.type == "Split":
             return  # a Split's tops are its bottom's value in the other engines
-        for t, blob in zip(net.top_names[names[i]], net.top_vecs[i]):
-            values[(names[i], t)] = np.array(blob.data, copy=True)
+        for t, blob in zip(rec.top_ids, rec.tops):
+            values[(rec.name, names[t])] = np.array(blob.data, copy=True)
 
     net.after_forward(record)
     try:  # from the first layer that computes: data layers would overwrite the inputs
@@ -90,7 +91,7 @@ def _first_computed(net):
     for i, layer in enumerate(net.layers):
         if layer.type not in DATA_TYPES:
             return i
-    return len(net.layers)
+    return len(net.records)
 
 
 class OpenCV:

@@ -30,14 +30,14 @@ def forward(net, check):
     """Forward ``net`` one layer at a time, logging each layer's tops and params; the loss."""
     names = net.blob_names
     loss = 0.0
-    for i, layer in enumerate(net.layers):
+    for i, rec in enumerate(net.records):
         loss += net.forward_from_to(i, i)
-        lname = net.layer_names[i]
+        lname = rec.name
         check(net, health.check_layer_forward(net, i), "Forward")
-        for blob, tid in zip(net.top_vecs[i], net.top_ids[i]):
+        for blob, tid in zip(rec.tops, rec.top_ids):
             log.info("    [Forward] Layer %s, top blob %s data: %s", lname, names[tid],
                      fmt(mean_abs(blob)))
-        for blob, pid in zip(layer.blobs, net.param_id_vecs[i]):
+        for blob, pid in zip(rec.layer.blobs, rec.param_ids):
             log.info("    [Forward] Layer %s, param blob %s data: %s", lname,
                      net.param_display_names[pid], fmt(mean_abs(blob)))
     return loss
@@ -46,17 +46,18 @@ def forward(net, check):
 def backward(net, check):
     """Backward ``net`` one layer at a time, logging the diffs, then the params' norms."""
     names = net.blob_names
-    for i in range(len(net.layers) - 1, -1, -1):
-        if not net.layer_need_backward[i]:
+    for i in range(len(net.records) - 1, -1, -1):
+        rec = net.records[i]
+        if not rec.need_backward:
             continue
         net.backward_from_to(i, i)
-        lname = net.layer_names[i]
+        lname = rec.name
         check(net, health.check_layer_backward(net, i), "Backward")
-        for j, (blob, bid) in enumerate(zip(net.bottom_vecs[i], net.bottom_ids[i])):
-            if net.bottom_need_backward[i][j]:
+        for j, (blob, bid) in enumerate(zip(rec.bottoms, rec.bottom_ids)):
+            if rec.bottom_need_backward[j]:
                 log.info("    [Backward] Layer %s, bottom blob %s diff: %s", lname,
                          names[bid], fmt(mean_abs(blob, True)))
-        layer = net.layers[i]
+        layer = rec.layer
         for j, blob in enumerate(layer.blobs):
             if layer.param_propagate_down[j]:
                 log.info("    [Backward] Layer %s, param blob %d diff: %s", lname, j,
@@ -75,7 +76,7 @@ def backward(net, check):
 def update(net):
     """The [Update] lines: every param's data and diff before the solver applies it."""
     for pid, blob in enumerate(net.param_blobs):
-        lname = net.layer_names[net.param_layer_indices[pid][0]]
+        lname = net.records[net.param_layer_indices[pid][0]].name
         owner = net.param_owners[pid]
         if owner < 0:
             log.info("    [Update] Layer %s, param %s data: %s; diff: %s", lname,
@@ -84,5 +85,5 @@ def update(net):
         else:
             log.info("    [Update] Layer %s, param blob %s (owned by layer %s, param %s) "
                      "diff: %s", lname, net.param_display_names[pid],
-                     net.layer_names[net.param_layer_indices[owner][0]],
+                     net.records[net.param_layer_indices[owner][0]].name,
                      net.param_display_names[owner], fmt(mean_abs(blob, True)))

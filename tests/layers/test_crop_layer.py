@@ -98,7 +98,7 @@ layer { name: "in" type: "Input" top: "x" top: "ref"
 layer { name: "crop" type: "Crop" bottom: "x" bottom: "ref" top: "y" crop_param { offset: 1 } }
 """
     net = Net(text, caffe.TRAIN)
-    assert net.bottom_need_backward[net.layer_index("crop")] == [True, False]
+    assert net.records[net.layer_index("crop")].bottom_need_backward == [True, False]
     net.blobs["x"].data[...] = np.arange(72).reshape(1, 2, 6, 6)
     net.forward()
     np.testing.assert_array_equal(net.blobs["y"].data, net.blobs["x"].data[:, :, 1:5, 1:5])

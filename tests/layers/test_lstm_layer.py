@@ -475,7 +475,7 @@ def test_lstm_backward_inside_a_net_reaches_earlier_layers():
     """
     net = Net(text, caffe_pb2.TRAIN, dtype=np.float64)
     lstm_index = net.layer_names.index("lstm")
-    assert net.bottom_need_backward[lstm_index] == [True, False]
+    assert net.records[lstm_index].bottom_need_backward == [True, False]
     rng = np.random.default_rng(5)
     inputs = {"x": rng.normal(size=(T, N, D)), "cont": np.array(CONT_RESETS, np.float64),
               "target": rng.normal(size=(T, N, H))}
