@@ -265,3 +265,10 @@ def test_an_engine_that_cannot_run_the_net_diverges(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "opencv: cannot run the net:" in printed and "Reduction" in printed
     assert "pytorch: agrees" in printed
+
+
+def test_the_command_line_names_the_engines_compare_knows():
+    from pycaffe_lite.commands import compare as command
+    from pycaffe_lite.pytorch import compare as engines
+
+    assert command.ENGINES == engines.ENGINES

@@ -9,10 +9,11 @@ import numpy as np
 
 from ..errors import CaffeError
 
+# pytorch.compare.ENGINES, named here so that building the command line imports no converter
+ENGINES = ("opencv", "onnxruntime", "pytorch")
+
 
 def add_arguments(p):
-    from ..pytorch.compare import ENGINES
-
     p.add_argument("--model", required=True, help="the net (.prototxt), built in the TEST phase")
     p.add_argument("--weights", help="its weights (.caffemodel or .h5); without them the net's "
                    "fillers give the weights, the same for every engine")
