@@ -19,13 +19,12 @@ What is still unknown after :func:`restore` is listed by :func:`unknown_fields`,
 that defines the number where one is known.
 """
 
-import importlib
-import importlib.util
 import logging
 from typing import NamedTuple
 
 from google.protobuf.unknown_fields import UnknownFieldSet
 
+from . import fork_layer_fields
 from .blob import encode_varint
 
 
@@ -120,22 +119,13 @@ MESSAGE_CLAIMS = {"TransformationParameter": TRANSFORM_CLAIMS,
                   "BatchNormParameter": BATCH_NORM_CLAIMS}
 
 
-def _add_layer_tables():
-    """The layer field tables of the segmentation, YOLO, R-FCN and CTPN forks, where this
-    package has them (module ``fork_layer_fields``), join the claims above."""
-    global LAYER_CLAIMS
-    name = __name__.rpartition(".")[0] + ".fork_layer_fields"
-    if importlib.util.find_spec(name) is None:
-        return
-    tables = importlib.import_module(name)
-    LAYER_CLAIMS += tuple(Claim(f.fork, f.number, f.wire_type, f.field, frozenset(f.types))
-                          for f in tables.LAYER_FIELDS)
-    for message, number, wire, field in getattr(tables, "MESSAGE_FIELDS", ()):
-        MESSAGE_CLAIMS[message] = MESSAGE_CLAIMS.get(message, ()) + (
-            Claim("pycaffe-lite (earlier numbering)", number, wire, field),)
-
-
-_add_layer_tables()
+# The layer fields of the segmentation, YOLO, R-FCN and CTPN forks (fork_layer_fields) join
+# the claims above.
+LAYER_CLAIMS += tuple(Claim(f.fork, f.number, f.wire_type, f.field, frozenset(f.types))
+                      for f in fork_layer_fields.LAYER_FIELDS)
+for _message, _number, _wire, _field in fork_layer_fields.MESSAGE_FIELDS:
+    MESSAGE_CLAIMS[_message] = MESSAGE_CLAIMS.get(_message, ()) + (
+        Claim("pycaffe-lite (earlier numbering)", _number, _wire, _field),)
 
 # Numbers that forks define and this schema does not read (message -> number -> forks), for
 # the message about an unknown field. The claims above are added below.
