@@ -173,6 +173,9 @@ class MPIComm:
             self.comm.Barrier()
 
     def abort(self, code=1):
+        """End the job (``MPI_Abort``) once the launcher has read this rank's last lines."""
+        from .watchdog import wait_until_output_read
+        wait_until_output_read()
         self.comm.Abort(code)
 
 

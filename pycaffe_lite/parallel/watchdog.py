@@ -7,8 +7,9 @@ wait of an :class:`~pycaffe_lite.parallel.comm.MPIComm`:
 - the rank's main thread *arms* the watchdog (a deadline ``timeout`` seconds away) before it
   waits for a collective and *disarms* it after; a thread of the watchdog's own sleeps on an
   event between short checks (it never spins a core) and, when an armed deadline passes, logs
-  which collective stalled and which ranks stopped answering, then calls ``MPI_Abort`` so that
-  the launcher ends every process of the job;
+  which collective stalled and which ranks stopped answering, waits (at most 2 s) until the
+  launcher has read that message, then calls ``MPI_Abort`` so that the launcher ends every
+  process of the job;
 - to name the ranks that stopped answering, the watchdog threads exchange heartbeats (a tiny
   message to every other rank every ``period`` seconds, on a communicator of their own): a rank
   whose heartbeats stopped arriving is frozen, dead, or behind a cut link. Heartbeats need
@@ -19,10 +20,14 @@ A job whose rank 0 tests or snapshots for a long time makes the others wait in t
 collective meanwhile: the timeout must be longer than that (the default is 30 minutes).
 """
 
+import fcntl
 import logging
 import os
 import socket
+import stat
+import struct
 import sys
+import termios
 import threading
 import time
 
@@ -51,6 +56,35 @@ def _flush_logs():
             stream.flush()
         except Exception:
             pass
+
+
+def _unread_bytes(fd):
+    """Bytes written to the pipe ``fd`` that its reader has not read yet; None where ``fd`` is
+    not a pipe (a terminal, a file) or cannot be asked."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        count = bytearray(struct.calcsize("i"))
+        fcntl.ioctl(fd, termios.FIONREAD, count)
+    except OSError:
+        return None
+    return struct.unpack("i", bytes(count))[0]
+
+
+def wait_until_output_read(fds=(1, 2), limit=2.0, poll=0.01, clock=time.monotonic,
+                           sleep=time.sleep):
+    """Wait, at most ``limit`` seconds, until the reader of this process's stdout and stderr
+    pipes (MPI's launcher, which forwards a rank's output to ``mpiexec``) has read what was
+    written to them (``fds``: the descriptors to wait for). ``MPI_Abort`` races the output:
+    the launcher acts on the abort at once and may end the job before it has forwarded the
+    lines written just before, the very lines that say why the job ends."""
+    deadline = clock() + limit
+    for fd in fds:
+        while True:
+            unread = _unread_bytes(fd)
+            if not unread or clock() >= deadline:
+                break
+            sleep(poll)
 
 
 class Watchdog:
@@ -170,6 +204,7 @@ class Watchdog:
         self.fired = self.message(armed, self._clock())
         log.error("%s; aborting the job", self.fired)
         _flush_logs()
+        wait_until_output_read()
         self._abort()
         # MPI_Abort told the launcher (which ends every process it can reach) and, called from
         # a thread, may return: this rank ends itself all the same
