@@ -1,10 +1,14 @@
-"""The collective timeout's last step before ``MPI_Abort``: it waits until the launcher has read
-the lines that say why the job ends (the launcher acts on the abort at once and would otherwise
-drop them). Real pipes; the clock and the sleep are the test's, so nothing waits on time."""
+"""The collective timeout's parts, without MPI: which ranks count as silent and the message that
+names them; and its last step before ``MPI_Abort``, which waits until the launcher has read the
+lines that say why the job ends (the launcher acts on the abort at once and would otherwise drop
+them). Real pipes; the clocks are the test's, so nothing waits on time. The whole path with real
+processes: tests/test_collective_timeout.py and tests/test_multi_host.py."""
 
 import os
 
-from pycaffe_lite.parallel.watchdog import _unread_bytes, wait_until_output_read
+import pytest
+
+from pycaffe_lite.parallel.watchdog import Watchdog, _unread_bytes, wait_until_output_read
 
 
 class FakeTime:
@@ -86,3 +90,89 @@ def test_nothing_written_means_no_wait():
     finally:
         os.close(r)
         os.close(w)
+
+
+# ---- naming the ranks that stopped answering -------------------------------------------------
+class OneThreadMPI:
+    """mpi4py's names for a library without MPI_THREAD_MULTIPLE: no heartbeat exchange."""
+    THREAD_MULTIPLE = 3
+
+    @staticmethod
+    def Query_thread():
+        return 1
+
+
+class FakeComm:
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+
+    def Get_rank(self):
+        return self.rank
+
+    def Get_size(self):
+        return self.size
+
+    def allgather(self, mine):
+        return [("h%d" % (r // 2 + 1), 1000 + r) for r in range(self.size)]
+
+    def Abort(self, code):
+        raise AssertionError("no abort in these tests")
+
+
+@pytest.fixture
+def watchdog():
+    made = []
+
+    def make(timeout, rank=0, size=4):
+        dog = Watchdog(OneThreadMPI, FakeComm(rank, size), timeout)
+        made.append(dog)
+        return dog
+    yield make
+    for dog in made:
+        dog.close()
+
+
+@pytest.mark.parametrize("timeout,period,slack", [(4, 0.4, 1.0), (3, 0.3, 0.75),
+                                                   (0.5, 0.1, 0.125), (1800, 10.0, 1.0)])
+def test_a_rank_is_silent_after_three_periods_and_the_slack(watchdog, timeout, period, slack):
+    dog = watchdog(timeout)
+    assert dog.period == pytest.approx(period)
+    limit = 3 * period + slack
+    assert limit < timeout  # a rank frozen for the whole wait is always named
+    t = 50.0
+    dog.last_heard = {1: t, 2: t - limit * 0.999, 3: t - limit * 1.001}
+    assert dog.silent_ranks(now=t) == [3]
+    assert dog.silent_ranks(now=t + limit * 1.01) == [1, 2, 3]
+
+
+def test_the_message_names_the_stalled_collective_and_the_silent_ranks(watchdog):
+    dog = watchdog(4, rank=0, size=3)
+    dog.arm("an allreduce of 492 bytes (iteration 21)")
+    deadline, what, started = dog._armed
+    now = started + 4.5
+    dog.last_heard = {1: now - 0.5, 2: now - 3.0}  # rank 1 answers, rank 2 is silent
+    dog._hb = object()  # as if heartbeats ran: the silent ranks are named
+    try:
+        text = dog.message((deadline, what, started), now)
+    finally:
+        dog._hb = None
+    assert text == ("collective timeout: rank 0 (h1, pid 1000) waited 4.5 s "
+                    "(--collective_timeout 4) for an allreduce of 492 bytes (iteration 21), "
+                    "collective #1 of this rank; stopped answering: rank 2 (h2, pid 1002), "
+                    "not heard from for 3.0 s")
+    dog.last_heard = {1: now - 0.5, 2: now - 0.5}
+    dog._hb = object()
+    try:
+        text = dog.message((deadline, what, started), now)
+    finally:
+        dog._hb = None
+    assert text.endswith("; every rank still answers heartbeats (a rank is in another "
+                         "collective, or one is slower than the timeout)")
+
+
+def test_without_heartbeats_the_message_says_it_cannot_tell(watchdog):
+    dog = watchdog(4, rank=1, size=2)
+    dog.arm("a barrier")
+    text = dog.message(dog._armed, dog._armed[2] + 4.0)
+    assert text.startswith("collective timeout: rank 1 (h1, pid 1001) waited 4.0 s")
+    assert "cannot tell which rank stopped answering" in text

@@ -38,6 +38,10 @@ log = logging.getLogger("pycaffe_lite")
 #: the default of ``pycaffe-lite train --collective_timeout`` (seconds; 0 turns it off)
 DEFAULT_TIMEOUT_S = 1800.0
 _HEARTBEAT_TAG = 29029
+#: seconds a rank may be late with its heartbeats, beyond three periods, before it counts as
+#: silent (a quarter of the timeout where that is less): a busy machine delays a thread's
+#: wake-up by that much, a frozen rank stays silent for the whole timeout
+SILENCE_SLACK_S = 1.0
 
 
 def heartbeat_period(timeout):
@@ -179,9 +183,11 @@ class Watchdog:
                 self._sends[r] = self._hb.Isend(self._hb_out, r, _HEARTBEAT_TAG)
 
     def silent_ranks(self, now=None):
-        """The other ranks not heard from for more than three heartbeat periods."""
+        """The other ranks not heard from for more than three heartbeat periods and a slack
+        (:data:`SILENCE_SLACK_S`, at most a quarter of the timeout)."""
         now = self._clock() if now is None else now
-        return sorted(r for r, t in self.last_heard.items() if now - t > 3 * self.period)
+        limit = 3 * self.period + min(SILENCE_SLACK_S, self.timeout / 4.0)
+        return sorted(r for r, t in self.last_heard.items() if now - t > limit)
 
     def message(self, armed, now):
         deadline, what, started = armed
