@@ -88,7 +88,20 @@ class GraphBuilder:
                          out, name)
 
 
-class Call:
+class LayerParts:
+    """What a converter's per-layer object reads of its layer (``self.layer``, ``self.name``,
+    ``self.type``): the parameter blobs, and errors that name the layer."""
+
+    @property
+    def blobs(self):
+        """The layer's parameter blobs as float32 arrays."""
+        return [np.asarray(b.data, dtype=np.float32) for b in self.layer.blobs]
+
+    def error(self, message):
+        return CaffeError("layer '%s' (type %s): %s" % (self.name, self.type, message))
+
+
+class Call(LayerParts):
     """One Caffe layer being exported (see the module docstring)."""
 
     def __init__(self, graph, layer, inputs, outputs, in_shapes, out_shapes):
@@ -104,14 +117,6 @@ class Call:
         # a converter whose tops' shapes vary at run time sets one list of dims per top
         # (ints, or names for the varying axes); the graph declares them for its outputs
         self.out_dims = None
-
-    @property
-    def blobs(self):
-        """The layer's parameter blobs as float32 arrays."""
-        return [np.asarray(b.data, dtype=np.float32) for b in self.layer.blobs]
-
-    def error(self, message):
-        return CaffeError("layer '%s' (type %s): %s" % (self.name, self.type, message))
 
     def node(self, op, inputs, out=None, suffix=None, **attrs):
         """A node named after the layer (``name`` or ``name/suffix``)."""

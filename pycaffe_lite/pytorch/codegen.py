@@ -20,6 +20,7 @@ import textwrap
 import numpy as np
 
 from ..errors import CaffeError
+from ..onnx.builder import LayerParts
 from ..onnx.export import DATA_TYPES, is_dropped
 
 GENERATORS = {}
@@ -65,7 +66,7 @@ class Module:
         self.comment = comment
 
 
-class LayerCode:
+class LayerCode(LayerParts):
     """One Caffe layer being written (see the module docstring)."""
 
     def __init__(self, layer, name, in_shapes, out_shapes, train):
@@ -76,13 +77,6 @@ class LayerCode:
         self.in_shapes = [tuple(int(d) for d in s) for s in in_shapes]
         self.out_shapes = [tuple(int(d) for d in s) for s in out_shapes]
         self.train = train
-
-    @property
-    def blobs(self):
-        return [np.asarray(b.data, dtype=np.float32) for b in self.layer.blobs]
-
-    def error(self, message):
-        return CaffeError("layer '%s' (type %s): %s" % (self.name, self.type, message))
 
 
 def identifier(name, taken, reserved=()):

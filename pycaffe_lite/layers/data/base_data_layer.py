@@ -8,6 +8,7 @@ import numpy as np
 
 from ... import backend
 from ...blob import Blob
+from ...data.datum import DataError
 from ...data.prefetch import PrefetchError, Prefetcher
 from ...errors import CaffeError, LayerError
 from ...layer import Layer
@@ -35,6 +36,24 @@ def default_threads(heavy):
             raise CaffeError("%s must be a positive integer, got %r" % (THREADS_ENV, env)) \
                 from None
     return min(2, os.cpu_count() or 1) if heavy else 1
+
+
+def check_source(field, param, what):
+    """The checks every data layer makes of its ``source`` and ``batch_size``: ``field`` names
+    the parameter message ("image_data_param"), ``what`` what its source names ("the list
+    file to read")."""
+    if not param.source:
+        raise DataError("%s.source is empty: name %s" % (field, what))
+    if param.batch_size <= 0:
+        raise DataError("%s.batch_size must be positive (got %d)" % (field, param.batch_size))
+
+
+def check_pairs(field, param, pairs):
+    """Each pair of size fields (``("new_height", "new_width")``) is set both or neither."""
+    for a, b in pairs:
+        if (getattr(param, a) > 0) != (getattr(param, b) > 0):
+            raise DataError("%s: %s and %s must be set together (got %d and %d)"
+                            % (field, a, b, getattr(param, a), getattr(param, b)))
 
 
 class BaseDataLayer(Layer):

@@ -9,7 +9,7 @@ from ...data.datum import DataError, decode_image, parse_datum, raw_shape
 from ...data.transformer import DataTransformer
 from ...ranks import data_ranks
 from ...registry import register_layer
-from .base_data_layer import BasePrefetchingDataLayer, default_threads
+from .base_data_layer import BasePrefetchingDataLayer, check_source, default_threads
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -42,10 +42,7 @@ class DataLayer(BasePrefetchingDataLayer):
 
     def data_setup(self, top):
         p = self.layer_param.data_param
-        if not p.source:
-            raise DataError("data_param.source is empty: name the database to read")
-        if p.batch_size <= 0:
-            raise DataError("data_param.batch_size must be positive (got %d)" % p.batch_size)
+        check_source("data_param", p, "the database to read")
         for field in ("scale", "mean_file", "crop_size", "mirror"):
             if p.HasField(field):
                 log.warning("layer '%s': data_param.%s is deprecated and ignored (as in Caffe); "

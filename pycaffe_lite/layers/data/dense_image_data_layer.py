@@ -6,7 +6,7 @@ from ...data.datum import DataError, read_file, read_image
 from ...data.imageset import join_root
 from ...data.transformer import DataTransformer
 from ...registry import register_layer
-from .base_data_layer import default_threads
+from .base_data_layer import check_pairs, check_source, default_threads
 from .image_data_layer import ImageDataLayer
 
 def resize_nearest(img, height, width):
@@ -55,15 +55,9 @@ class DenseImageDataLayer(ImageDataLayer):
 
     def data_setup(self, top):
         p = self.layer_param.dense_image_data_param
-        if not p.source:
-            raise DataError("dense_image_data_param.source is empty: name the list file")
-        if p.batch_size <= 0:
-            raise DataError("dense_image_data_param.batch_size must be positive (got %d)"
-                            % p.batch_size)
-        for a, b in (("new_height", "new_width"), ("crop_height", "crop_width")):
-            if (getattr(p, a) > 0) != (getattr(p, b) > 0):
-                raise DataError("dense_image_data_param: %s and %s must be set together "
-                                "(got %d and %d)" % (a, b, getattr(p, a), getattr(p, b)))
+        check_source("dense_image_data_param", p, "the list file")
+        check_pairs("dense_image_data_param", p,
+                    (("new_height", "new_width"), ("crop_height", "crop_width")))
         if p.label_divide_factor < 1:
             raise DataError("dense_image_data_param.label_divide_factor must be >= 1")
         tp = self.layer_param.transform_param

@@ -8,7 +8,8 @@ from ...data.datum import DataError, read_image
 from ...data.imageset import join_root, read_list_file
 from ...data.transformer import DataTransformer
 from ...registry import register_layer
-from .base_data_layer import BasePrefetchingDataLayer, default_threads
+from .base_data_layer import (BasePrefetchingDataLayer, check_pairs, check_source,
+                              default_threads)
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -28,14 +29,8 @@ class ImageDataLayer(BasePrefetchingDataLayer):
 
     def data_setup(self, top):
         p = self.layer_param.image_data_param
-        if not p.source:
-            raise DataError("image_data_param.source is empty: name the list file to read")
-        if p.batch_size <= 0:
-            raise DataError("image_data_param.batch_size must be positive (got %d)"
-                            % p.batch_size)
-        if (p.new_height > 0) != (p.new_width > 0):
-            raise DataError("image_data_param: new_height and new_width must be set together "
-                            "(got %d and %d)" % (p.new_height, p.new_width))
+        check_source("image_data_param", p, "the list file to read")
+        check_pairs("image_data_param", p, (("new_height", "new_width"),))
         self.source = p.source
         self.batch_size = int(p.batch_size)
         self.root = p.root_folder

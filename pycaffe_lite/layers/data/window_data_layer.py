@@ -10,7 +10,7 @@ from ...data.imageset import join_root
 from ...data.mean import load_mean
 from ...data.transformer import check_fork_fields
 from ...registry import register_layer
-from .base_data_layer import BasePrefetchingDataLayer, default_threads
+from .base_data_layer import BasePrefetchingDataLayer, check_source, default_threads
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -90,11 +90,7 @@ class WindowDataLayer(BasePrefetchingDataLayer):
         p = self.layer_param.window_data_param
         tp = self.layer_param.transform_param
         check_fork_fields(tp, "transform_param of layer '%s'" % self.name)
-        if not p.source:
-            raise DataError("window_data_param.source is empty: name the window file")
-        if p.batch_size <= 0:
-            raise DataError("window_data_param.batch_size must be positive (got %d)"
-                            % p.batch_size)
+        check_source("window_data_param", p, "the window file")
         self.crop = int(tp.crop_size)
         if self.crop <= 0:
             raise DataError("WindowData needs transform_param.crop_size (the warped size)")
