@@ -10,7 +10,8 @@ import pycaffe_lite as caffe
 from pycaffe_lite import cli, parallel
 from pycaffe_lite.commands import train as train_cmd
 from pycaffe_lite.errors import CaffeError
-from pycaffe_lite.parallel import context, launch
+from pycaffe_lite import ranks
+from pycaffe_lite.parallel import launch
 from pycaffe_lite.solvers import SGDSolver
 
 from helpers.mpi import make_lmdb, read_weights, tiny_project
@@ -18,9 +19,9 @@ from helpers.mpi import make_lmdb, read_weights, tiny_project
 
 @pytest.fixture(autouse=True)
 def single_solver():
-    context.reset()
+    ranks.reset()
     yield
-    context.reset()
+    ranks.reset()
 
 
 def test_pycaffe_names_set_and_read_the_solver_rank():
@@ -36,9 +37,9 @@ def test_pycaffe_names_set_and_read_the_solver_rank():
 
 
 def _labels_and_positions(source, count, rank, batch, phase, batches):
-    context.reset()
-    context.set_solver_count(count)
-    context.set_solver_rank(rank)
+    ranks.reset()
+    ranks.set_solver_count(count)
+    ranks.set_solver_rank(rank)
     proto = """layer { name: "d" type: "Data" top: "x" top: "y"
                 data_param { source: "%s" batch_size: %d backend: LMDB prefetch: 0 } }""" \
         % (source, batch)
@@ -199,19 +200,19 @@ def test_rank_r_takes_the_r_th_listed_gpu(monkeypatch):
     chosen = []
     monkeypatch.setattr(caffe.backend, "set_device", chosen.append)
     monkeypatch.setattr(caffe.backend, "set_mode_gpu", lambda: None)
-    context.set_solver_count(4)
+    ranks.set_solver_count(4)
     for rank in range(4):
-        context.set_solver_rank(rank)
+        ranks.set_solver_rank(rank)
         train_cmd.select_mode("2,5", 0)
     assert chosen == [2, 5, 2, 5]
 
 
 def test_rank_0_alone_writes_snapshots(tmp_path):
     solver = _tiny_solver(tmp_path)
-    context.set_solver_count(2)
-    context.set_solver_rank(1)
+    ranks.set_solver_count(2)
+    ranks.set_solver_rank(1)
     assert solver.snapshot() is None
     assert not list((tmp_path / "p" / "snaps").iterdir())
-    context.set_solver_rank(0)
+    ranks.set_solver_rank(0)
     written = solver.snapshot()
     assert read_weights(written).keys() == {"ip1", "ip2"}

@@ -19,7 +19,7 @@ from tensorboard.util import tensor_util  # noqa: E402
 import pycaffe_lite as caffe  # noqa: E402
 from pycaffe_lite import cli, tensorboard  # noqa: E402
 from pycaffe_lite.errors import CaffeError  # noqa: E402
-from pycaffe_lite.parallel import context  # noqa: E402
+from pycaffe_lite import ranks  # noqa: E402
 from pycaffe_lite.tools_log import parse_log  # noqa: E402
 
 from helpers.browser import Browser, chromium_missing  # noqa: E402
@@ -146,11 +146,11 @@ def test_only_rank_0_writes(tmp_path):
     solver_path = make_project(tmp_path)
     solver = caffe.get_solver(str(solver_path))
     try:
-        context.set_solver_count(2)
-        context.set_solver_rank(1)
+        ranks.set_solver_count(2)
+        ranks.set_solver_rank(1)
         assert tensorboard.attach(solver, tmp_path / "rank1") is None
     finally:
-        context.reset()
+        ranks.reset()
         solver.close()
     assert not (tmp_path / "rank1").exists() and solver.listeners == []
 

@@ -22,9 +22,9 @@ import resource
 import sys
 import time
 
-from .. import backend, protoio
+from .. import backend, protoio, ranks
 from ..errors import CaffeError
-from ..parallel import context, launch
+from ..parallel import launch
 from ..parallel.watchdog import DEFAULT_TIMEOUT_S
 from ..signals import SignalHandler, SolverAction
 from ..tools_log import use_glog_format
@@ -87,7 +87,7 @@ def select_mode(gpu_flag, solver_mode=None, device_id=0):
     """Set CPU or GPU mode as ``caffe train`` would, falling back to the CPU (with a warning)
     when the solver asks for the GPU but none is usable. Returns the device id or None."""
     gpus = parse_gpus(gpu_flag) if gpu_flag else []
-    rank, count = context.solver_rank(), context.solver_count()
+    rank, count = ranks.solver_rank(), ranks.solver_count()
     if gpus:
         device = gpus[rank % len(gpus)]  # under mpiexec: rank r takes the r-th listed id
         backend.set_device(device)
@@ -225,7 +225,7 @@ def train(args, comm):
             from .. import tensorboard
             tensorboard.attach(solver, args.tensorboard, args.tensorboard_histograms)
         bar = None
-        if context.root_solver() and ProgressBar.wanted():
+        if ranks.root_solver() and ProgressBar.wanted():
             bar = ProgressBar(solver.max_iter).attach()
             solver.progress = bar
         log.info("Starting Optimization")

@@ -18,10 +18,10 @@ In a script of one's own, under ``mpiexec -n N python script.py``::
 GPUs use NCCL (``caffe.NCCL``, or :func:`init` with ``nccl=True``).
 """
 
-from . import context
+from .. import ranks
+from ..ranks import (multiprocess, root_solver, set_multiprocess, set_solver_count,
+                     set_solver_rank, solver_count, solver_rank)
 from .comm import LocalComm, MPIComm, NCCLComm, import_mpi
-from .context import (multiprocess, root_solver, set_multiprocess, set_solver_count,
-                      set_solver_rank, solver_count, solver_rank)
 from .reducer import DEFAULT_BUCKET_BYTES, NCCL, DataParallel
 
 __all__ = ["init", "DataParallel", "NCCL", "MPIComm", "NCCLComm", "LocalComm", "import_mpi",
@@ -36,10 +36,10 @@ def init(comm=None, nccl=False):
     mode) the gradients go through NCCL, its id handed out over MPI. Returns the communicator
     for :class:`DataParallel`."""
     mpi = MPIComm(comm)
-    context.reset()
-    context.set_solver_count(mpi.size)
-    context.set_solver_rank(mpi.rank)
-    context.set_multiprocess(mpi.size > 1)
+    ranks.reset()
+    ranks.set_solver_count(mpi.size)
+    ranks.set_solver_rank(mpi.rank)
+    ranks.set_multiprocess(mpi.size > 1)
     if not nccl or mpi.size == 1:
         return mpi
     uid = mpi.bcast_object(NCCLComm.new_uid() if mpi.rank == 0 else None, 0)
@@ -54,7 +54,7 @@ def derive_rank_random_state(solver):
     import numpy as np
 
     from .. import backend
-    rank = context.solver_rank()
+    rank = ranks.solver_rank()
     if rank == 0:
         return
 

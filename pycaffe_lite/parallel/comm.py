@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import backend
 from ..errors import CaffeError
-from . import context
+from .. import ranks
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -203,8 +203,8 @@ class NCCLComm:
 
     def __init__(self, uid, rank=None, size=None, mpi=None):
         self.nccl = backend.nccl()
-        self.rank = context.solver_rank() if rank is None else int(rank)
-        self.size = context.solver_count() if size is None else int(size)
+        self.rank = ranks.solver_rank() if rank is None else int(rank)
+        self.size = ranks.solver_count() if size is None else int(size)
         self.mpi = mpi
         cp = backend.device_module()
         self.cp = cp

@@ -1,13 +1,9 @@
 """The data-parallel job as its launcher describes it: the environment variables an MPI
 launcher sets (:func:`launcher_rank`, :func:`launcher_size`). The process's solver count and
-rank live in the core (:mod:`pycaffe_lite.ranks`, as Caffe keeps them in common.hpp); their
-functions are re-exported here for the modules of this package.
+rank live in the core (:mod:`pycaffe_lite.ranks`, as Caffe keeps them in common.hpp).
 """
 
 import os
-
-from ..ranks import (multiprocess, reset, root_solver, set_multiprocess,  # noqa: F401
-                     set_solver_count, set_solver_rank, solver_count, solver_rank)
 
 #: environment variables an MPI launcher sets in every process it starts (MPICH/Hydra and Intel
 #: MPI: PMI_RANK; Open MPI: OMPI_COMM_WORLD_RANK; PMIx launchers; Slurm's srun with PMI2)

@@ -21,6 +21,7 @@ import shutil
 import sys
 
 from ..errors import CaffeError
+from .. import ranks
 from . import context
 from .comm import MPI_EXTRA, MPIComm
 
@@ -79,10 +80,10 @@ def join(environ=None):
                          "launcher's mpiexec (use the mpiexec of the same MPI, e.g. the one "
                          "next to %s). Refusing to train as independent copies."
                          % (announced, rank, comm.size, sys.executable))
-    context.reset()
-    context.set_solver_count(comm.size)
-    context.set_solver_rank(comm.rank)
-    context.set_multiprocess(comm.size > 1)
+    ranks.reset()
+    ranks.set_solver_count(comm.size)
+    ranks.set_solver_rank(comm.rank)
+    ranks.set_multiprocess(comm.size > 1)
     return comm
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from .. import backend
 from ..errors import CaffeError
 from ..signals import SolverAction
-from . import context
+from .. import ranks
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -124,7 +124,7 @@ class DataParallel:
             self.net.after_backward(self)
         if self._actions is not None:
             self.solver.set_action_function(self._agreed_action)
-        if self.size > 1 and context.root_solver():
+        if self.size > 1 and ranks.root_solver():
             for name, layer in zip(self.net.layer_names, self.net.layers):
                 if layer.type in _SAME_RECORDS_ON_EVERY_RANK:
                     log.warning("layer '%s' (%s) gives every rank the same records, as in "
@@ -249,7 +249,7 @@ class NCCL(DataParallel):
             raise CaffeError("caffe.NCCL reduces gradients between GPUs: call "
                              "caffe.set_mode_gpu() (and set_device) first; on CPUs use "
                              "pycaffe_lite.parallel.init() (MPI)")
-        comm = NCCLComm(uid, context.solver_rank(), context.solver_count())
+        comm = NCCLComm(uid, ranks.solver_rank(), ranks.solver_count())
         super().__init__(solver, comm, bucket_bytes)
 
     @staticmethod
