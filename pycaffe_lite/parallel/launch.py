@@ -24,6 +24,7 @@ from ..errors import CaffeError
 from .. import ranks
 from . import context
 from .comm import MPI_EXTRA, MPIComm
+from .watchdog import flush_logs
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -113,12 +114,7 @@ def fail(comm, exc):
     rank = comm.rank
     log.error("rank %d of %d failed: %s: %s; aborting the job", rank, comm.size,
               type(exc).__name__, exc)
-    for handler in logging.getLogger().handlers + logging.getLogger("pycaffe_lite").handlers:
-        try:
-            handler.flush()
-        except Exception:  # a closed stream must not hide the abort
-            pass
-    sys.stderr.flush()
+    flush_logs()
     comm.abort(1)
 
 

@@ -49,7 +49,9 @@ def heartbeat_period(timeout):
     return min(max(timeout / 10.0, 0.1), 10.0)
 
 
-def _flush_logs():
+def flush_logs():
+    """Flush the log handlers and the standard streams (a closed one is passed over): what a
+    rank says before it aborts the job."""
     for handler in logging.getLogger().handlers + log.handlers:
         try:
             handler.flush()
@@ -209,7 +211,7 @@ class Watchdog:
     def _fire(self, armed):
         self.fired = self.message(armed, self._clock())
         log.error("%s; aborting the job", self.fired)
-        _flush_logs()
+        flush_logs()
         wait_until_output_read()
         self._abort()
         # MPI_Abort told the launcher (which ends every process it can reach) and, called from
