@@ -6,17 +6,26 @@
     $E python benchmarks/bench_gpu.py --engine caffe   # no cuDNN: pycaffe-lite's own kernels
     $E PYCAFFE_LITE_GPU_KERNELS=0 python benchmarks/bench_gpu.py   # xp-generic code on CuPy
 
-Workloads (GPU mode, float32):
-  lenet     LeNet training through the solver and the Data layer (prefetch into pinned
-            memory, upload from the loading thread): ms per iteration (batch 64)
-  caffenet  CaffeNet forward + backward at batch 256: ms per pass
-With ``torch`` built for CUDA, the same workloads run in PyTorch on the same GPU in this
-process and the report prints ours / PyTorch. Each timing is the median of single iterations,
-each ended by a device synchronisation. Without a GPU (or CuPy) it prints "no GPU: skipped"
-and exits 0.
+    $E python benchmarks/bench_gpu.py --only resnet50_train resnet50_infer resnet50_b1 \
+        googlenet_train --json gpu.json
+
+Workloads (GPU mode, float32; TF32 off on both sides, PyTorch's cudnn.benchmark on):
+  lenet            LeNet training through the solver and the Data layer (prefetch into
+                   pinned memory, upload from the loading thread): ms per iteration (batch 64)
+  caffenet         CaffeNet forward + backward at batch 256: ms per pass
+  resnet50_train   ResNet-50 SGD iteration (forward, backward, momentum update), batch 32
+  resnet50_infer   ResNet-50 TEST forward, batch 32
+  resnet50_b1      ResNet-50 TEST forward, batch 1 (latency)
+  googlenet_train  GoogLeNet SGD iteration, batch 32
+The zoo workloads run the net of models/zoo against PyTorch's twin of the same net
+(benchmarks/torch_from_caffe.py: the same layers, the same weights; the outputs are checked
+equal before timing) in alternating rounds, the fastest round of each. With ``torch`` built for
+CUDA the report prints ours / PyTorch, and the peak GPU memory of each side. Without a GPU
+(or CuPy) it prints "no GPU: skipped" and exits 0.
 """
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -30,6 +39,7 @@ sys.path.insert(0, HERE)
 
 import bench_env  # noqa: E402
 import run as cpu_bench  # noqa: E402  (the CPU benchmarks' nets and data)
+import torch_from_caffe  # noqa: E402
 
 import pycaffe_lite as caffe  # noqa: E402
 from pycaffe_lite import backend  # noqa: E402
@@ -60,6 +70,8 @@ def torch_cuda_or_none(enabled):
     if not torch.cuda.is_available():
         return None
     torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     return torch
 
 
@@ -118,7 +130,117 @@ def bench_caffenet(args, torch):
     return result
 
 
-WORKLOADS = {"lenet": bench_lenet, "caffenet": bench_caffenet}
+def alternating(ours, theirs, rounds, per_round, sync, tsync):
+    """ms per call of ``ours`` and ``theirs`` (each round ended by its device's
+    synchronisation), in alternating rounds: the fastest round of each."""
+    for fn, s in ((ours, sync), (theirs, tsync)):
+        fn()
+        fn()
+        s()
+    times = {"ours": [], "theirs": []}
+    for _ in range(rounds):
+        for key, fn, s in (("ours", ours, sync), ("theirs", theirs, tsync)):
+            if fn is None:
+                continue
+            s()
+            t = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            s()
+            times[key].append((time.perf_counter() - t) / per_round * 1e3)
+    out = {"ms": min(times["ours"])}
+    if times["theirs"]:
+        out.update(torch_ms=min(times["theirs"]), ratio=out["ms"] / min(times["theirs"]))
+    return out
+
+
+def zoo_workload(name, batch, train, args, torch):
+    """A zoo net's SGD iteration (``train``) or TEST forward, ours and PyTorch's twin."""
+    from pycaffe_lite.ops import solver_update
+    cp = backend.device_module()
+    pool = cp.get_default_memory_pool()
+    gc.collect()
+    pool.free_all_blocks()
+    if train:
+        net = cpu_bench.zoo_net(name, batch, batch_stats=True)
+    else:
+        net = cpu_bench.zoo_net(name, batch)
+    top = net.blobs[net.outputs[0]]
+    params = net.learnable_params
+    history = [cp.zeros(b.shape, dtype=np.float32) for b in params]
+    lr, momentum, decay = 0.01, 0.9, 5e-4
+    mom = [np.float32(momentum)]
+    decays = [np.float32(decay * d) for d in net.params_weight_decay]
+    rates = [np.float32(lr * m) for m in net.params_lr]
+    grad = None
+
+    def step():
+        nonlocal grad
+        if not train:
+            net.forward_from_to()
+            return
+        net.clear_param_diffs()
+        net.forward_from_to()
+        if grad is None:
+            grad = cp.full(top.shape, 1.0 / top.count, dtype=np.float32)
+        top.write_diff()[...] = grad
+        net.backward_from_to()
+        for i, blob in enumerate(params):
+            solver_update.update("SGD", blob.read_data(), blob.write_diff(), [history[i]], 1,
+                                 decays[i], False, rates[i], mom)
+        net.update()
+
+    step()
+    backend.synchronize()
+    pool_peak = pool.total_bytes()
+    result = {"batch": batch}
+    if torch is not None:
+        dev = torch.device("cuda", args.gpu)
+        model = torch_from_caffe.build(torch, net).to(dev)
+        model.train(train)
+        x = torch.from_numpy(np.array(net.blobs[net.inputs[0]].data)).to(dev)
+        if not train:
+            net.forward_from_to()
+            with torch.no_grad():
+                theirs = model(x).cpu().numpy()
+            err = float(np.abs(theirs - top.data).max() / max(np.abs(top.data).max(), 1e-12))
+            if not err <= 1e-3:
+                raise AssertionError("%s: ours and PyTorch's outputs differ by %.3g" % (name,
+                                                                                      err))
+            result["max_rel_diff"] = err
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum,
+                              weight_decay=decay)
+
+        def tstep():
+            if not train:
+                with torch.no_grad():
+                    model(x)
+                return
+            opt.zero_grad(set_to_none=False)
+            out = model(x)
+            (out.sum() / out.numel()).backward()
+            opt.step()
+
+        torch.cuda.reset_peak_memory_stats(dev)
+        tstep()
+        torch.cuda.synchronize()
+        result["torch_peak_mib"] = torch.cuda.max_memory_allocated(dev) / 2.0 ** 20
+    else:
+        tstep = None
+    result.update(alternating(step, tstep, args.rounds, args.per_round, backend.synchronize,
+                              torch.cuda.synchronize if torch is not None else
+                              backend.synchronize))
+    result["peak_mib"] = pool_peak / 2.0 ** 20
+    return result
+
+
+WORKLOADS = {
+    "lenet": bench_lenet, "caffenet": bench_caffenet,
+    "resnet50_train": lambda a, t: zoo_workload("resnet50", 32, True, a, t),
+    "resnet50_infer": lambda a, t: zoo_workload("resnet50", 32, False, a, t),
+    "resnet50_b1": lambda a, t: zoo_workload("resnet50", 1, False, a, t),
+    "googlenet_train": lambda a, t: zoo_workload("googlenet", 32, True, a, t),
+}
 
 
 def main(argv=None):
@@ -133,6 +255,8 @@ def main(argv=None):
     p.add_argument("--step-iters", type=int, default=50)
     p.add_argument("--zoo-iters", type=int, default=10)
     p.add_argument("--caffenet-batch", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds (zoo workloads)")
+    p.add_argument("--per-round", type=int, default=5, help="iterations per round")
     args = p.parse_args(argv)
     if not backend.gpu_available():
         try:
@@ -152,17 +276,28 @@ def main(argv=None):
                "kernels": gpu_ops.kernels_enabled(),
                "cudnn": gpu_ops.cudnn.version() if args.engine == "default" else None,
                "torch": getattr(torch, "__version__", None)}
+    cp = backend.device_module()
+    results["cuda_runtime"] = cp.cuda.runtime.runtimeGetVersion()
+    try:
+        results["cudnn_frontend"] = backend.cudnn_frontend().__version__
+    except Exception as exc:  # not installed: the CAFFE engine runs
+        results["cudnn_frontend"] = "none (%s)" % exc
+    print("CUDA runtime %s, cuDNN frontend %s" % (results["cuda_runtime"],
+                                                  results["cudnn_frontend"]))
     print("GPU %d: %s (compute capability %s, %.0f GiB), CuPy %s, cuDNN %s, kernels %s"
           % (props["id"], props["name"], props["compute_capability"],
              props["total_memory"] / float(1 << 30), props["cupy"], results["cudnn"],
              "on" if results["kernels"] else "off"))
-    print("%-10s %7s %12s %12s %8s" % ("workload", "batch", "ours (ms)", "torch (ms)", "ratio"))
+    print("%-16s %6s %10s %10s %7s %10s %10s" % ("workload", "batch", "ours (ms)", "torch (ms)",
+                                                 "ratio", "ours MiB", "torch MiB"))
     for name in args.only or ["lenet", "caffenet"]:
         r = WORKLOADS[name](args, torch)
         results[name] = r
-        print("%-10s %7d %12.2f %12s %8s" % (
+        print("%-16s %6d %10.2f %10s %7s %10s %10s" % (
             name, r["batch"], r["ms"], "%.2f" % r["torch_ms"] if "torch_ms" in r else "-",
-            "%.2f" % r["ratio"] if "ratio" in r else "-"))
+            "%.2f" % r["ratio"] if "ratio" in r else "-",
+            "%.0f" % r["peak_mib"] if "peak_mib" in r else "-",
+            "%.0f" % r["torch_peak_mib"] if "torch_peak_mib" in r else "-"), flush=True)
     bench_env.print_load("end")
     if args.json:
         with open(args.json, "w") as f:

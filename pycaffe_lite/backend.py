@@ -62,6 +62,13 @@ def cudnn_modules():
     return api, lib
 
 
+def cudnn_frontend():
+    """NVIDIA's cuDNN frontend (``import cudnn``, the ``nvidia-cudnn-frontend`` package), which
+    loads the cuDNN 9 library; imported on first use, raises where either is missing."""
+    import cudnn
+    return cudnn
+
+
 def gpu_available():
     """True when CuPy imports and sees at least one CUDA device."""
     try:

@@ -6,7 +6,7 @@ import pytest
 
 import pycaffe_lite as caffe
 from pycaffe_lite import backend
-from pycaffe_lite.parallel import context
+from pycaffe_lite import ranks
 from pycaffe_lite.solvers import SGDSolver
 
 from helpers.mpi import (make_lmdb, max_relative_difference, mpi_available, read_weights,
@@ -20,13 +20,13 @@ def gpu_mode():
     backend.set_mode_gpu()
     yield
     backend.set_mode_cpu()
-    context.reset()
+    ranks.reset()
 
 
 def test_pycaffe_nccl_on_one_gpu_trains_as_without_it(tmp_path, gpu_mode):
     source = make_lmdb(tmp_path / "db", n=12)
     solvers = [SGDSolver(str(tiny_project(tmp_path / name, source))) for name in ("a", "b")]
-    context.reset()
+    ranks.reset()
     nccl = caffe.NCCL(solvers[0], caffe.NCCL.new_uid())
     nccl.bcast()
     solvers[0].add_callback(nccl)

@@ -462,9 +462,11 @@ def forward(x, weights, y, plan, bias=None, relu=False):
     ``y``); then ``y = max(y, 0)`` when ``relu`` (a ReLU folded into the convolution, see
     :mod:`pycaffe_lite.net_fold`)."""
     g = plan.geometry
-    if _cudnn.conv_takes(plan.engine, x, weights, y, bias):
-        _cudnn.conv_forward(x, weights, bias, y, g.pad, g.stride, g.dilation, g.group)
-    elif g.is_depthwise and _cpu.supported(x, weights, y, bias):
+    if _cudnn.conv_takes(plan.engine, x, weights, y, bias) and \
+            _cudnn.conv_forward(x, weights, bias, y, g.pad, g.stride, g.dilation, g.group,
+                                relu=relu):
+        return
+    if g.is_depthwise and _cpu.supported(x, weights, y, bias):
         _depthwise(g, x, weights, y=y, bias=bias)
     elif _pointwise.takes(g, x, weights, y, bias):  # narrow 1x1 layers: ops/pointwise.py
         _pointwise.forward(x, weights, y, bias, relu)
@@ -485,8 +487,12 @@ def backward(x, dy, weights, plan, dx=None, dw=None):
     is needed only for ``dw``)."""
     g = plan.geometry
     if _cudnn.conv_takes(plan.engine, x, dy, weights, dx, dw):
-        _cudnn.conv_backward(x, dy, weights, dx, dw, g.pad, g.stride, g.dilation, g.group)
-        return
+        dw_done, dx_done = _cudnn.conv_backward(x, dy, weights, dx, dw, g.pad, g.stride,
+                                                g.dilation, g.group)
+        dw = None if dw_done else dw
+        dx = None if dx_done else dx
+        if dw is None and dx is None:
+            return
     if g.is_depthwise and _cpu.supported(x if dw is not None else None, dy, weights, dx, dw):
         _depthwise(g, x, weights, dy=dy, dx=dx, dw=dw)
         return
@@ -504,6 +510,17 @@ def forward_and_weight(x, weights, plan, y=None, dy=None, dw=None, bias=None):
     and for ``dw += dy * col^T`` (when ``dw`` is given; ``dy`` is then on the output side):
     Deconvolution's backward."""
     g = plan.geometry
+    if bias is None and _cudnn.conv_takes(plan.engine, x, weights, y, dy, dw):
+        # Deconvolution's backward: the bottom gradient is a convolution of x, the weight
+        # gradient a convolution's filter gradient with x on the image side
+        if y is not None and not _cudnn.conv_forward(x, weights, None, y, g.pad, g.stride,
+                                                     g.dilation, g.group):
+            return gemm_forward_and_weight(x, weights, plan, output=y, grad_output=dy,
+                                           weight_diff=dw)
+        if dw is not None and not _cudnn.conv_backward(x, dy, weights, None, dw, g.pad,
+                                                       g.stride, g.dilation, g.group)[0]:
+            gemm_forward_and_weight(x, weights, plan, grad_output=dy, weight_diff=dw)
+        return
     if g.is_depthwise and _cpu.supported(x, weights if y is not None else None, y, dy, dw,
                                          bias):
         _depthwise(g, x, weights, y=y, dy=dy, dw=dw, bias=bias)

@@ -1,8 +1,12 @@
 """BatchNorm: normalise each channel to zero mean and unit variance (and, NVCaffe's
 ``scale_bias``, scale and shift it)."""
 
+from ...backend import get_array_module
 from ...fillers import fill
 from ...layer import Layer
+from ...ops.gpu import channels as gpu_channels
+from ...ops.gpu import on_gpu
+from ...ops.gpu._util import kernel_dtype
 from ...proto import caffe_pb2
 from ...registry import register_layer
 
@@ -134,8 +138,37 @@ class BatchNormLayer(Layer):
     def _view(self, arr):
         return arr.reshape(self.num, self.channels, self.spatial)
 
+    def _on_gpu(self, x):
+        """The GPU kernels (ops/gpu/channels.py) take Caffe's plain BatchNorm on CuPy arrays."""
+        return not (self.affine_blobs or self.relu or self.scale_bias) and on_gpu(x) and \
+            kernel_dtype(x) is not None and x.size > 0
+
+    def _forward_gpu(self, x, y):
+        xp = get_array_module(x)
+        mean = xp.empty(self.channels, dtype=x.dtype)
+        std = xp.empty(self.channels, dtype=x.dtype)
+        if self.use_global_stats:
+            gpu_channels.bn_global(self.blobs[0].read_data(), self.blobs[1].read_data(),
+                                   self.blobs[2].read_data(), self.eps, mean, std)
+        else:
+            var = xp.empty(self.channels, dtype=x.dtype)
+            gpu_channels.bn_statistics(x, mean, var)
+            m = self.num * self.spatial
+            gpu_channels.bn_running(mean, var, self.blobs[0].write_data(),
+                                    self.blobs[1].write_data(), self.blobs[2].write_data(),
+                                    self.moving_average_fraction, m / (m - 1) if m > 1 else 1,
+                                    self.eps, std)
+        x_norm = getattr(self, "x_norm", None)
+        if x_norm is None or x_norm.shape != x.shape or x_norm.dtype != x.dtype or \
+                get_array_module(x_norm) is not xp:
+            x_norm = xp.empty_like(x)
+        gpu_channels.bn_apply(x, mean, std, x_norm, y)
+        self.x_norm, self.std = x_norm, std
+
     def forward(self, bottom, top):
         x = self._view(bottom[0].read_data())
+        if self._on_gpu(x):
+            return self._forward_gpu(x, self._view(top[0].write_data()))
         if self.use_global_stats:
             s = self.blobs[2].read_data()[0]
             factor = 0 if s == 0 else 1 / s
@@ -188,6 +221,11 @@ class BatchNormLayer(Layer):
 
     def backward(self, top, propagate_down, bottom):
         dy = self._view(top[0].read_diff())
+        if self._on_gpu(dy):
+            if propagate_down[0]:
+                gpu_channels.bn_backward(dy, self.x_norm, self.std, self.use_global_stats,
+                                         self._view(bottom[0].write_diff()))
+            return
         if self.relu:
             dy = dy * self.positive
         if self.affine_blobs:

@@ -4,6 +4,9 @@ optional learned bias."""
 from ...backend import get_array_module
 from ...fillers import fill
 from ...layer import Layer
+from ...ops.gpu import channels as gpu_channels
+from ...ops.gpu import on_gpu
+from ...ops.gpu._util import kernel_dtype
 from ...proto import caffe_pb2
 from ...registry import register_layer
 from .common_utils import broadcast_dims, broadcast_param_shape
@@ -79,7 +82,13 @@ class ScaleLayer(Layer):
                     get_array_module(self._temp) is not xp:
                 self._temp = xp.empty_like(x)
             self._temp[...] = x
-        s = self._scale(bottom).read_data().reshape(1, dim, 1)
+        s = self._scale(bottom).read_data()
+        if self._on_gpu(x, s):
+            b = None if self.bias_index is None else self.blobs[self.bias_index].read_data()
+            gpu_channels.scale_apply(x.reshape(outer, dim, inner), s, b,
+                                     top[0].write_data().reshape(outer, dim, inner))
+            return
+        s = s.reshape(1, dim, 1)
         y = top[0].write_data().reshape(outer, dim, inner)
         xp.multiply(x.reshape(outer, dim, inner), s, out=y)
         if self.bias_index is not None:
@@ -88,9 +97,42 @@ class ScaleLayer(Layer):
             y = y.reshape(bo, bd, bi)
             y += b
 
+    def _on_gpu(self, x, s):
+        """The GPU kernels (ops/gpu/channels.py) take the arrays: CuPy, one element type, the
+        bias (if any) over the scale's axes, the scale contiguous."""
+        return on_gpu(x, s) and kernel_dtype(x, s) is not None and x.size > 0 and \
+            s.flags.c_contiguous and \
+            (self.bias_index is None or self.bias_dims == self.dims)
+
+    def _backward_gpu(self, top, propagate_down, bottom):
+        outer, dim, inner = self.dims
+        dy = top[0].read_diff().reshape(outer, dim, inner)
+        scale_blob = self._scale(bottom)
+        as_param = len(bottom) == 1
+        need_db = self.bias_index is not None and self.param_propagate_down[self.bias_index]
+        need_ds = (as_param and self.param_propagate_down[0]) or \
+            (not as_param and propagate_down[1])
+        if need_ds:
+            x = self._temp if top[0] is bottom[0] else bottom[0].read_data()
+            ds = scale_blob.write_diff().reshape(dim)
+            if not as_param:
+                ds[...] = 0
+            db = self.blobs[self.bias_index].write_diff().reshape(dim) if need_db else \
+                get_array_module(dy).empty(dim, dtype=dy.dtype)
+            gpu_channels.channel_sums(dy, 2, db, ds, b=x.reshape(outer, dim, inner),
+                                      accumulate=True)
+        elif need_db:
+            gpu_channels.channel_sums(dy, 0, self.blobs[self.bias_index].write_diff(),
+                                      accumulate=True)
+        if propagate_down[0]:
+            gpu_channels.scale_apply(dy, scale_blob.read_data(), None,
+                                     bottom[0].write_diff().reshape(outer, dim, inner))
+
     def backward(self, top, propagate_down, bottom):
         outer, dim, inner = self.dims
         dy = top[0].read_diff()
+        if self._on_gpu(dy, self._scale(bottom).read_data()):
+            return self._backward_gpu(top, propagate_down, bottom)
         if self.bias_index is not None and self.param_propagate_down[self.bias_index]:
             bo, bd, bi = self.bias_dims
             db = self.blobs[self.bias_index].write_diff().reshape(bd)

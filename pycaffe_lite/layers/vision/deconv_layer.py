@@ -1,6 +1,7 @@
 """Deconvolution: the transpose of a convolution (Caffe's DeconvolutionLayer)."""
 
 from ...ops import conv as conv_ops
+from ...ops.gpu import cudnn
 from ...registry import register_layer
 from .base_conv import BaseConvolutionLayer
 
@@ -34,6 +35,11 @@ class DeconvolutionLayer(BaseConvolutionLayer):
 
     def reverse_dimensions(self):
         return True
+
+    def choose_engine(self):
+        why_not = cudnn.conv_why_not(self.num_spatial_axes, self.channel_axis)
+        return cudnn.choose_engine(self.layer_param.convolution_param.engine, why_not,
+                                   self.name)
 
     def compute_output_shape(self):
         out = []

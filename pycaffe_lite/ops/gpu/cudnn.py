@@ -1,12 +1,13 @@
-"""cuDNN convolution and pooling through CuPy, and Caffe's engine selection.
+"""cuDNN convolution and pooling, and Caffe's engine selection.
 
 Engines (``convolution_param.engine`` / ``pooling_param.engine``), as Caffe's layer factory:
 
 - ``CAFFE``: pycaffe-lite's own code (im2col + GEMM, the pooling kernels) - always present;
-- ``CUDNN``: cuDNN, when the layer runs on a CuPy array and CuPy provides cuDNN; asked for but
+  never touches cuDNN;
+- ``CUDNN``: cuDNN, when the layer runs on a CuPy array and cuDNN can be loaded; asked for but
   unavailable, a warning is logged once and CAFFE is used;
 - ``DEFAULT``: CUDNN when it is available (and the configuration is one cuDNN computes as
-  Caffe does), else CAFFE.
+  Caffe does), else CAFFE; in GPU mode one log line says why cuDNN could not be loaded.
 
 A layer resolves its engine once, in setup (:func:`choose_engine`, with the reason a
 configuration is left to CAFFE from :func:`conv_why_not` / :func:`pool_why_not`), and passes it
@@ -14,22 +15,25 @@ to the ops functions (:mod:`pycaffe_lite.ops.conv`, :mod:`pycaffe_lite.ops.pooli
 arrays; those call :func:`conv_takes` / :func:`pool_takes` and, when cuDNN takes the arrays, the
 functions here. Nothing here sees a layer.
 
-cuDNN comes from ``cupy.cudnn``, which CuPy 13 provides with the cuDNN library installed
-(``pip install nvidia-cudnn-cu12``); CuPy 14 removed it, and then every layer uses CAFFE.
-The calls (``convolution_forward``, ``convolution_backward_filter``,
-``convolution_backward_data``, ``pooling_forward``, ``pooling_backward``) are CuPy 13's
-documented-in-source signatures; cuDNN writes its outputs (beta = 0), so the weight gradient
-is computed into a temporary and added, as Caffe's layers accumulate it.
+Convolutions (Convolution and Deconvolution, forward, data and filter gradients, groups,
+dilation, depthwise) run through NVIDIA's cuDNN frontend (``pip install nvidia-cudnn-frontend``
+with the cuDNN 9 wheel, ``nvidia-cudnn-cu12`` or ``-cu13``: the ``gpu`` and ``gpu-cuda13``
+extras), one graph per shape with its plan chosen once (:mod:`.cudnn_graphs`); with CuPy 13's
+``cupy.cudnn`` only, through that. Pooling uses ``cupy.cudnn`` where CuPy provides it (CuPy 13),
+else the CAFFE kernels. cuDNN writes its outputs (beta = 0), so the weight gradient is
+computed into a temporary and added, as Caffe's layers accumulate it.
 
 Configurations left to CAFFE, as Caffe does: pooling with padding, a second (mask) top or
 STOCHASTIC; plus (pycaffe-lite) pooling whose ceil-mode output size differs from cuDNN's floor
-size, and convolution other than 2-D with the channel axis 1.
+size, and convolution other than 2-D with the channel axis 1; and any convolution for which
+cuDNN offers no plan (logged once per configuration).
 """
 
 import logging
 
-from ...backend import cudnn_modules
-from ._util import cupy, is_cupy, kernel_dtype
+from ...backend import cudnn_frontend, cudnn_modules
+from . import cudnn_graphs as graphs
+from ._util import LazyKernel, contiguous, cupy, is_cupy, kernel_dtype
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -38,8 +42,8 @@ DEFAULT, CAFFE, CUDNN = 0, 1, 2
 NAMES = {DEFAULT: "DEFAULT", CAFFE: "CAFFE", CUDNN: "CUDNN"}
 POOL_MAX, POOL_AVE = 0, 1
 
-_state = {"probed": False, "api": None, "lib": None, "version": None, "reason": "",
-          "disabled": False}
+_state = {"probed": False, "fe": None, "api": None, "lib": None, "version": None,
+          "reason": "", "disabled": False}
 _warned = set()
 
 
@@ -47,21 +51,33 @@ def _probe():
     if _state["probed"]:
         return
     _state["probed"] = True
+    reasons = []
     try:
-        api, lib = cudnn_modules()  # lazily: only when an engine decision needs it
-        _state["version"] = int(lib.getVersion())
-    except Exception as exc:  # CuPy or cuDNN missing, or CuPy >= 14 (no cuDNN)
-        _state["reason"] = "%s: %s" % (type(exc).__name__, exc)
-        return
-    _state["api"], _state["lib"] = api, lib
+        fe = cudnn_frontend()  # lazily: only when an engine decision needs it
+        version = int(fe.backend_version())
+        if version <= 0:
+            raise RuntimeError("the cuDNN library was not found")
+        _state["fe"], _state["version"] = fe, version
+    except Exception as exc:  # frontend or cuDNN 9 missing
+        reasons.append("cuDNN frontend: %s: %s" % (type(exc).__name__, exc))
+    try:
+        api, lib = cudnn_modules()
+        version = int(lib.getVersion())
+        _state["api"], _state["lib"] = api, lib
+        if _state["version"] is None:
+            _state["version"] = version
+    except Exception as exc:  # CuPy >= 14 has no cupy.cudnn
+        reasons.append("cupy.cudnn: %s: %s" % (type(exc).__name__, exc))
+    if _state["fe"] is None and _state["api"] is None:
+        _state["reason"] = "; ".join(reasons)
 
 
 def available():
-    """True when CuPy provides cuDNN here (and it was not disabled)."""
+    """True when cuDNN can be loaded here (and it was not disabled)."""
     if _state["disabled"]:
         return False
     _probe()
-    return _state["api"] is not None
+    return _state["fe"] is not None or _state["api"] is not None
 
 
 def version():
@@ -98,15 +114,21 @@ def choose_engine(asked, why_not, layer_name):
         if "unavailable" not in _warned:
             _warned.add("unavailable")
             log.warning("engine: CUDNN was asked for (layer %s) but cuDNN is not available "
-                        "through CuPy (%s); using the CAFFE engine", layer_name,
-                        unavailable_reason())
+                        "(%s); using the CAFFE engine", layer_name, unavailable_reason())
         return CAFFE
     return CUDNN
 
 
 def _takes(engine, arrays):
-    return engine == CUDNN and is_cupy(*arrays) and kernel_dtype(*arrays) is not None and \
-        available()
+    if engine != CUDNN or not is_cupy(*arrays) or kernel_dtype(*arrays) is None:
+        return False
+    if available():
+        return True
+    if "default" not in _warned and not _state["disabled"]:
+        _warned.add("default")
+        log.info("cuDNN is not available (%s); the CAFFE engine runs instead",
+                 unavailable_reason())
+    return False
 
 
 # ---- convolution ---------------------------------------------------------------------------
@@ -121,18 +143,68 @@ def conv_takes(engine, *arrays):
     return _takes(engine, arrays)
 
 
-def conv_forward(x, weights, bias, y, pad, stride, dilation, groups):
-    """``y = conv(x, weights) (+ bias)`` for a batch ``(N, C, H, W)``."""
-    _state["api"].convolution_forward(x, weights, bias, y, tuple(pad), tuple(stride),
-                                      tuple(dilation), int(groups), auto_tune=True,
-                                      tensor_core="never")
+_bias_act = LazyKernel(lambda cp: cp.ElementwiseKernel(
+    "raw T b, int32 inner, int32 channels, bool relu", "T y",
+    "T v = y + b[(i / inner) % channels]; y = (relu && v < (T)0) ? (T)0 : v;",
+    "pycaffe_lite_bias_act"))
+_relu = LazyKernel(lambda cp: cp.ElementwiseKernel(
+    "T x", "T y", "y = (x < (T)0) ? (T)0 : x;", "pycaffe_lite_relu_inplace"))
+
+
+def _geometry(pad, stride, dilation):
+    return tuple(int(v) for v in pad), tuple(int(v) for v in stride), \
+        tuple(int(v) for v in dilation)
+
+
+def conv_forward(x, weights, bias, y, pad, stride, dilation, groups, relu=False):
+    """``y = conv(x, weights) (+ bias) (then max(y, 0) when relu)`` for a batch ``(N, C, H,
+    W)``. True when done; False (nothing written) when cuDNN has no plan for it."""
+    geometry = _geometry(pad, stride, dilation)
+    if _state["fe"] is not None:
+        x, w = contiguous(x), contiguous(weights)
+        shapes = (x.shape, w.shape, y.shape) + geometry
+        if relu and bias is not None and \
+                graphs.run(graphs.FPROP_BIAS_RELU, (x, w, contiguous(bias), y), *shapes):
+            return True
+        if not graphs.run(graphs.FPROP, (x, w, y), *shapes):
+            return False
+    else:
+        _state["api"].convolution_forward(x, weights, None, y, *geometry, int(groups),
+                                          auto_tune=True, tensor_core="never")
+    if bias is not None:
+        inner = 1
+        for n in y.shape[2:]:
+            inner *= int(n)
+        _bias_act(bias, inner, int(y.shape[1]), bool(relu), y)
+    elif relu:
+        _relu(y, y)
+    return True
 
 
 def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups):
     """``dw += dW(x, dy)`` (when ``dw`` is given: cuDNN writes, so through a temporary) and
-    ``dx = dX(weights, dy)`` (when ``dx`` is given)."""
+    ``dx = dX(weights, dy)`` (when ``dx`` is given). Returns ``(dw done, dx done)``: what cuDNN
+    could not compute is left for the caller."""
+    geometry = _geometry(pad, stride, dilation)
+    dw_done = dx_done = False
+    if _state["fe"] is not None:
+        dy, w = contiguous(dy), contiguous(weights)
+        if dw is not None:
+            x = contiguous(x)
+            grad = cupy().empty(w.shape, dtype=w.dtype)
+            if graphs.run(graphs.WGRAD, (x, dy, grad), x.shape, w.shape, dy.shape, *geometry):
+                dw += grad
+                dw_done = True
+        if dx is not None:
+            out = contiguous(dx)
+            if graphs.run(graphs.DGRAD, (dy, w, out), dx.shape, w.shape, dy.shape,
+                          *geometry):
+                if out is not dx:
+                    dx[...] = out
+                dx_done = True
+        return dw_done or dw is None, dx_done or dx is None
     api = _state["api"]
-    args = tuple(pad), tuple(stride), tuple(dilation), int(groups)
+    args = geometry + (int(groups),)
     if dw is not None:
         grad = cupy().empty_like(weights)
         api.convolution_backward_filter(x, dy, grad, *args, deterministic=False,
@@ -141,6 +213,7 @@ def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups):
     if dx is not None:
         api.convolution_backward_data(weights, dy, None, dx, *args, deterministic=False,
                                       auto_tune=True, tensor_core="never")
+    return True, True
 
 
 # ---- pooling ---------------------------------------------------------------------------------
@@ -157,7 +230,7 @@ def pool_why_not(method, top_count, pad):
 def pool_takes(engine, x, kernel, stride, pooled, *arrays):
     """Whether cuDNN computes a pooling of engine ``engine`` (no padding) on these arrays: also
     not when the ceil-mode output size differs from cuDNN's floor size."""
-    if not _takes(engine, (x,) + arrays):
+    if not _takes(engine, (x,) + arrays) or _state["api"] is None:
         return False
     return all((size - k) // s + 1 == p
                for size, k, s, p in zip(x.shape[2:], kernel, stride, pooled))

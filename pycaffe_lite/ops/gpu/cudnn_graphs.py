@@ -1,0 +1,328 @@
+"""cuDNN convolutions through NVIDIA's cuDNN frontend (``nvidia-cudnn-frontend``, cuDNN 9).
+
+Each distinct convolution (its kind, shapes, geometry and element type) becomes one cuDNN
+operation graph, built the first time it runs and kept in :data:`CACHE`; its execution plan is
+chosen then, once: with autotuning (the default) every plan the heuristics offer is built and
+timed on the arrays of that first call, and the fastest one is kept; without it, the
+heuristics' first choice. Later calls only bind the arrays' device pointers and launch.
+
+The kinds: ``fprop`` (``y = conv(x, w)``), ``dgrad`` (``dx = conv_T(dy, w)``), ``wgrad``
+(``dw = dW(x, dy)``) and ``fprop_bias`` / ``fprop_bias_relu`` (the forward with the bias and a
+ReLU fused into it, for inference). Groups (depthwise included) follow from the shapes: the
+weights ``(K, C / G, kh, kw)`` against an input of ``C`` channels. Every tensor is NCHW and
+contiguous; the outputs' strides are given explicitly (without them cuDNN may choose another
+layout).
+
+float32: no plan that rounds through TF32 tensor cores (numerical notes ``TENSOR_CORE``,
+``DOWN_CONVERT_INPUTS``, ``REDUCED_PRECISION_REDUCTION``) unless :func:`set_allow_tf32` allows
+them, as PyTorch's ``allow_tf32``; so GPU results equal the CPU's to float32 rounding. float16
+runs on tensor cores with float32 accumulation.
+
+A graph that cuDNN cannot build or run for a configuration is remembered as unsupported (the
+caller then runs the CAFFE engine for it, and the log says why, once per configuration).
+Nothing here sees a layer; :mod:`.cudnn` decides which arrays come here.
+"""
+
+import logging
+import os
+import threading
+
+import numpy as np
+
+from ...backend import cudnn_frontend
+from ._util import cupy
+
+log = logging.getLogger("pycaffe_lite")
+
+FPROP, DGRAD, WGRAD = "fprop", "dgrad", "wgrad"
+FPROP_BIAS, FPROP_BIAS_RELU = "fprop_bias", "fprop_bias_relu"
+KINDS = (FPROP, DGRAD, WGRAD, FPROP_BIAS, FPROP_BIAS_RELU)
+# the numerical notes of plans that do not compute in float32 throughout
+STRICT_FLOAT32_EXCLUDES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")
+TIMING_REPEATS = 3
+
+_settings = {
+    "allow_tf32": False,
+    "autotune": os.environ.get("PYCAFFE_LITE_CUDNN_AUTOTUNE", "1") != "0",
+}
+_lock = threading.Lock()
+
+
+def set_allow_tf32(flag):
+    """Let float32 convolutions use TF32 tensor cores (faster, about 1e-3 relative error), as
+    PyTorch's ``torch.backends.cudnn.allow_tf32``. Off by default. Returns the old value; the
+    graphs built so far are dropped, so the next call chooses its plans again."""
+    old = _settings["allow_tf32"]
+    _settings["allow_tf32"] = bool(flag)
+    if old != _settings["allow_tf32"]:
+        CACHE.clear()
+    return old
+
+
+def allow_tf32():
+    return _settings["allow_tf32"]
+
+
+def set_autotune(flag):
+    """Time every plan of a new graph and keep the fastest (True, the default), or take the
+    heuristics' first choice (False). Returns the old value."""
+    old = _settings["autotune"]
+    _settings["autotune"] = bool(flag)
+    return old
+
+
+def strides(shape):
+    """The element strides of a contiguous (C-order) array of ``shape``."""
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= int(n)
+    return list(reversed(out))
+
+
+def _data_type(fe, dtype):
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        return fe.data_type.FLOAT, fe.data_type.FLOAT
+    if dtype == np.float16:
+        return fe.data_type.HALF, fe.data_type.FLOAT
+    if dtype == np.float64:
+        return fe.data_type.DOUBLE, fe.data_type.DOUBLE
+    raise NotSupported("element type %s" % dtype)
+
+
+class NotSupported(Exception):
+    """cuDNN offers no plan for this graph here."""
+
+
+class Key(tuple):
+    """What identifies one graph: ``(kind, x shape, w shape, y shape, pad, stride, dilation,
+    dtype, tf32, device)``."""
+
+    __slots__ = ()
+
+    @classmethod
+    def make(cls, kind, x_shape, w_shape, y_shape, pad, stride, dilation, dtype, device):
+        return cls((kind, tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(pad),
+                    tuple(stride), tuple(dilation), np.dtype(dtype).str,
+                    _settings["allow_tf32"], device))
+
+    @property
+    def kind(self):
+        return self[0]
+
+    def describe(self):
+        kind, x, w, y, pad, stride, dil, dtype = self[:8]
+        return ("%s x%s w%s y%s pad %s stride %s dilation %s %s"
+                % (kind, list(x), list(w), list(y), list(pad), list(stride), list(dil),
+                   np.dtype(dtype).name))
+
+
+class Plan:
+    """One built graph: its tensors (in the order the calls pass arrays), the chosen plan's
+    index and its workspace size."""
+
+    __slots__ = ("graph", "tensors", "index", "workspace", "timings")
+
+    def __init__(self, graph, tensors, index, workspace, timings=None):
+        self.graph, self.tensors, self.index = graph, tensors, index
+        self.workspace, self.timings = workspace, timings or {}
+
+
+def build_graph(fe, key, handle):
+    """The frontend graph for ``key`` and its tensors: ``(graph, tensors)`` where tensors are
+    in the order of the arrays the kind's calls pass (see :func:`run`)."""
+    kind, x_shape, w_shape, y_shape, pad, stride, dilation = key[:7]
+    io, compute = _data_type(fe, key[7])
+    graph = fe.pygraph(io_data_type=io, intermediate_data_type=compute,
+                       compute_data_type=compute, handle=handle)
+
+    def tensor(name, shape):
+        return graph.tensor(name=name, dim=list(shape), stride=strides(shape), data_type=io)
+
+    def output(t, shape):
+        t.set_output(True).set_dim(list(shape)).set_stride(strides(shape)).set_data_type(io)
+
+    geometry = dict(padding=list(pad), stride=list(stride), dilation=list(dilation),
+                    compute_data_type=compute)
+    if kind in (FPROP, FPROP_BIAS, FPROP_BIAS_RELU):
+        x, w = tensor("x", x_shape), tensor("w", w_shape)
+        y = graph.conv_fprop(image=x, weight=w, **geometry)
+        tensors = [x, w]
+        if kind != FPROP:
+            b = graph.tensor(name="b", dim=[1, w_shape[0], 1, 1],
+                             stride=[w_shape[0], 1, 1, 1], data_type=io)
+            y = graph.bias(input=y, bias=b, compute_data_type=compute)
+            tensors.append(b)
+            if kind == FPROP_BIAS_RELU:
+                y = graph.relu(input=y, compute_data_type=compute)
+        output(y, y_shape)
+        tensors.append(y)
+    elif kind == DGRAD:
+        dy, w = tensor("dy", y_shape), tensor("w", w_shape)
+        dx = graph.conv_dgrad(loss=dy, filter=w, **geometry)
+        output(dx, x_shape)
+        tensors = [dy, w, dx]
+    elif kind == WGRAD:
+        x, dy = tensor("x", x_shape), tensor("dy", y_shape)
+        dw = graph.conv_wgrad(image=x, loss=dy, **geometry)
+        output(dw, w_shape)
+        tensors = [x, dy, dw]
+    else:
+        raise ValueError("unknown convolution kind %r" % (kind,))
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans([fe.heur_mode.A, fe.heur_mode.FALLBACK])
+    if np.dtype(key[7]) == np.float32 and not key[8]:
+        notes = [getattr(fe.numerical_note, n) for n in STRICT_FLOAT32_EXCLUDES
+                 if hasattr(fe.numerical_note, n)]
+        graph.deselect_numeric_notes(notes)
+    graph.check_support()
+    graph.build_plans(fe.build_plan_policy.ALL if _settings["autotune"]
+                      else fe.build_plan_policy.HEURISTICS_CHOICE)
+    return graph, tensors
+
+
+class GraphCache:
+    """Built graphs by :class:`Key`, with the plan chosen for each; ``None`` for a key cuDNN
+    cannot run (so it is tried once). ``timer(graph, index, pack, workspace)`` times one plan
+    (milliseconds) when autotuning."""
+
+    def __init__(self):
+        self._plans = {}
+        self.builds = 0
+
+    def __len__(self):
+        return len(self._plans)
+
+    def clear(self):
+        with _lock:
+            self._plans.clear()
+
+    def get(self, key):
+        return self._plans.get(key, False)
+
+    def plan(self, fe, key, handle, pointers, workspace, timer):
+        """The :class:`Plan` for ``key`` (built and tuned on ``pointers`` the first time), or
+        None where cuDNN cannot run it."""
+        plan = self._plans.get(key, False)
+        if plan is not False:
+            return plan
+        with _lock:
+            plan = self._plans.get(key, False)
+            if plan is False:
+                plan = self._build(fe, key, handle, pointers, workspace, timer)
+                self._plans[key] = plan
+        return plan
+
+    def _build(self, fe, key, handle, pointers, workspace, timer):
+        self.builds += 1
+        try:
+            graph, tensors = build_graph(fe, key, handle)
+            candidates = _built_plans(graph)
+            if not candidates:
+                raise NotSupported("no execution plan could be built")
+        except Exception as exc:  # the frontend's errors have no common base
+            log.info("cuDNN cannot run %s (%s: %s); the CAFFE engine computes it",
+                     key.describe(), type(exc).__name__, str(exc).splitlines()[0][:200]
+                     if str(exc) else "")
+            return None
+        pack = dict(zip(tensors, pointers))
+        timings = {}
+        if _settings["autotune"] and len(candidates) > 1:
+            for index, size in candidates:
+                try:
+                    timings[index] = timer(graph, index, pack, workspace(size))
+                except Exception as exc:
+                    log.debug("cuDNN plan %d of %s failed: %s", index, key.describe(), exc)
+            if not timings:
+                log.info("cuDNN cannot run %s (every plan failed); the CAFFE engine "
+                         "computes it", key.describe())
+                return None
+            index = min(timings, key=timings.get)
+        else:
+            index = candidates[0][0]
+        size = dict(candidates)[index]
+        return Plan(graph, tensors, index, size, timings)
+
+
+def _built_plans(graph):
+    """``[(index, workspace bytes)]`` of the plans that were built (those filtered out by the
+    numerical notes or failing to build are left out)."""
+    out = []
+    for index in range(graph.get_execution_plan_count()):
+        try:
+            size = int(graph.get_workspace_size_plan_at_index(index))
+        except Exception:
+            continue
+        out.append((index, size))
+    return out
+
+
+CACHE = GraphCache()
+
+
+# ---- the device side -------------------------------------------------------------------------
+_device_state = {"handles": {}, "workspace": {}, "streams": {}}
+
+
+def _handle(fe, device):
+    handles = _device_state["handles"]
+    h = handles.get(device)
+    if h is None:
+        h = handles[device] = fe.create_handle()
+    stream = cupy().cuda.get_current_stream().ptr
+    if _device_state["streams"].get(device) != stream:
+        fe.set_stream(h, stream)
+        _device_state["streams"][device] = stream
+    return h
+
+
+def _workspace(device, size):
+    """A device buffer of at least ``size`` bytes, shared by every graph of the device (graphs
+    run one after another on the stream); its pointer."""
+    buf = _device_state["workspace"].get(device)
+    if buf is None or buf.nbytes < size:
+        buf = cupy().empty(max(int(size), 1 << 20), dtype=np.uint8)
+        _device_state["workspace"][device] = buf
+    return buf.data.ptr
+
+
+def _time_plan(fe, handle):
+    cp = cupy()
+
+    def timer(graph, index, pack, workspace_ptr):
+        graph.execute_plan_at_index(pack, workspace_ptr, index, handle=handle)  # warm-up
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(TIMING_REPEATS):
+            graph.execute_plan_at_index(pack, workspace_ptr, index, handle=handle)
+        end.record()
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / TIMING_REPEATS
+
+    return timer
+
+
+def run(kind, arrays, x_shape, w_shape, y_shape, pad, stride, dilation):
+    """Run the ``kind`` convolution on CuPy ``arrays`` (contiguous, in the order
+    :func:`build_graph` lists its tensors: fprop ``x, w, y``; fprop_bias(_relu) ``x, w, b,
+    y``; dgrad ``dy, w, dx``; wgrad ``x, dy, dw``). Returns False (and writes nothing) where
+    cuDNN cannot run it."""
+    fe = cudnn_frontend()
+    cp = cupy()
+    device = cp.cuda.runtime.getDevice()
+    key = Key.make(kind, x_shape, w_shape, y_shape, pad, stride, dilation, arrays[0].dtype,
+                   device)
+    pointers = [a.data.ptr for a in arrays]
+    handle = _handle(fe, device)
+    plan = CACHE.get(key)
+    if plan is False:
+        plan = CACHE.plan(fe, key, handle, pointers,
+                          lambda size: _workspace(device, size), _time_plan(fe, handle))
+    if plan is None:
+        return False
+    pack = dict(zip(plan.tensors, pointers))
+    plan.graph.execute_plan_at_index(pack, _workspace(device, plan.workspace), plan.index,
+                                     handle=handle)
+    return True
