@@ -198,6 +198,14 @@ def zoo_workload(name, batch, train, args, torch):
         dev = torch.device("cuda", args.gpu)
         model = torch_from_caffe.build(torch, net).to(dev)
         model.train(train)
+        with torch.no_grad():  # the twin's running statistics: the net's global ones
+            for key, module in model.layers.items():
+                if isinstance(module, torch.nn.BatchNorm2d):
+                    blobs = net.records[int(key[1:])].layer.blobs
+                    s = float(blobs[2].data[0])
+                    f = 0.0 if s == 0 else 1.0 / s
+                    module.running_mean.copy_(torch.from_numpy(blobs[0].data * f))
+                    module.running_var.copy_(torch.from_numpy(blobs[1].data * f))
         x = torch.from_numpy(np.array(net.blobs[net.inputs[0]].data)).to(dev)
         if not train:
             net.forward_from_to()

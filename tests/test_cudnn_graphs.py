@@ -232,3 +232,22 @@ def test_fused_forward_graph_adds_the_bias_then_the_relu():
 def test_strides_are_c_order():
     assert graphs.strides((2, 3, 4, 5)) == [60, 20, 5, 1]
     assert graphs.strides((7,)) == [1]
+
+
+def test_a_plan_launches_with_its_arrays_in_order():
+    fe = fake_frontend()
+    plan = graphs.GraphCache().plan(fe, key(graphs.WGRAD), None, [1, 2, 3], lambda s: 0,
+                                    timings({0: 2.0, 3: 1.0}))
+    plan.execute([7, 8, 9], 4096, None)  # a frontend without a lowered graph: its public path
+    assert fe.executed[-1] == (3, {"x": 7, "dy": 8, "dw": 9}, 4096)
+
+
+def test_plans_over_the_workspace_limit_are_left_out_while_others_exist():
+    big = graphs.WORKSPACE_LIMIT + 1
+    fe = fake_frontend(plans=(big, 64))
+    timer = timings({0: 0.5, 1: 1.0})
+    plan = graphs.GraphCache().plan(fe, key(), None, [1, 2, 3], lambda s: 0, timer)
+    assert plan.index == 1 and timer.seen == []  # the one plan left: nothing to time
+    fe = fake_frontend(plans=(big,))
+    plan = graphs.GraphCache().plan(fe, key(), None, [1, 2, 3], lambda s: 0, timings({0: 1.0}))
+    assert plan.index == 0 and plan.workspace == big

@@ -216,3 +216,23 @@ def test_rank_0_alone_writes_snapshots(tmp_path):
     ranks.set_solver_rank(0)
     written = solver.snapshot()
     assert read_weights(written).keys() == {"ip1", "ip2"}
+
+
+class _OneRank:
+    """A communicator of one rank (what NCCL on one GPU or an MPI job of one process is)."""
+    size, on_device, name = 1, False, "one rank"
+
+
+def test_one_rank_data_parallel_trains_as_without_it(tmp_path):
+    # one rank reduces nothing: the gradients must stay the solver's own (they were once
+    # overwritten by the empty reduction buffer)
+    from pycaffe_lite.parallel.reducer import DataParallel
+    source = make_lmdb(tmp_path / "db", n=12)
+    solvers = [SGDSolver(str(tiny_project(tmp_path / name, source))) for name in ("a", "b")]
+    for layer_wise in (False, True):
+        DataParallel(solvers[0], _OneRank(), layer_wise=layer_wise).attach()
+        for s in solvers:
+            s.step(2)
+        for name, blobs in solvers[1].net.params.items():
+            for got, want in zip(solvers[0].net.params[name], blobs):
+                np.testing.assert_allclose(got.data, want.data, rtol=1e-6, atol=1e-7)

@@ -176,6 +176,8 @@ class DataParallel:
         for bucket in self.buckets:
             bucket.handle.wait()
             bucket.handle = None
+            if self.size == 1:  # nothing was reduced: the gradients stay as they are
+                continue
             for j, off, count in bucket.params:
                 dst = self._write(self.params[j], "diff")
                 dst[...] = buf[off:off + count].reshape(dst.shape)
@@ -198,12 +200,12 @@ class DataParallel:
 
     def _read(self, blob, what):
         if self.comm.on_device:
-            return blob.gpu_data() if what == "data" else blob.gpu_diff()
+            return blob.read_data() if what == "data" else blob.read_diff()
         return blob.cpu_data() if what == "data" else blob.cpu_diff()
 
     def _write(self, blob, what):
         if self.comm.on_device:
-            return blob.mutable_gpu_data() if what == "data" else blob.mutable_gpu_diff()
+            return blob.write_data() if what == "data" else blob.write_diff()
         return blob.data if what == "data" else blob.diff
 
     def _agreed_action(self):

@@ -40,6 +40,9 @@ KINDS = (FPROP, DGRAD, WGRAD, FPROP_BIAS, FPROP_BIAS_RELU)
 # the numerical notes of plans that do not compute in float32 throughout
 STRICT_FLOAT32_EXCLUDES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")
 TIMING_REPEATS = 3
+# Plans needing more workspace than this are left out while others exist (a few plans of large
+# convolutions ask for gigabytes, for little gain).
+WORKSPACE_LIMIT = int(os.environ.get("PYCAFFE_LITE_CUDNN_WORKSPACE_MB", "256")) << 20
 
 _settings = {
     "allow_tf32": False,
@@ -122,11 +125,46 @@ class Plan:
     """One built graph: its tensors (in the order the calls pass arrays), the chosen plan's
     index and its workspace size."""
 
-    __slots__ = ("graph", "tensors", "index", "workspace", "timings")
+    __slots__ = ("graph", "tensors", "index", "workspace", "timings", "launch")
 
     def __init__(self, graph, tensors, index, workspace, timings=None):
         self.graph, self.tensors, self.index = graph, tensors, index
         self.workspace, self.timings = workspace, timings or {}
+        self.launch = None  # (pointers, workspace pointer, handle) -> None, once known
+
+    def execute(self, pointers, workspace, handle):
+        launch = self.launch
+        if launch is None:
+            launch = self.launch = _launcher(self, handle)
+        launch(pointers, workspace, handle)
+
+
+def _launcher(plan, handle):
+    """How to launch ``plan``: straight into the frontend's lowered (C++) graph where this
+    frontend has one (frontend 1.x from 1.30: its Python graph spends about 60 us per call on
+    bookkeeping), else through the public ``execute_plan_at_index``."""
+    graph, index, tensors = plan.graph, plan.index, plan.tensors
+
+    def public(pointers, workspace, h):
+        graph.execute_plan_at_index(dict(zip(tensors, pointers)), workspace, index, handle=h)
+
+    try:
+        lowered = graph._lowered_graph
+        if graph._engine_for(graph._plans[index]) is not None:
+            return public  # a plan the frontend runs in Python: only its own path runs it
+        cpp_index = graph._materialize_backend_plan(index).cpp_index
+        raw_handle = cudnn_frontend()._handle.to_backend_handle(handle)
+        uids = [t.uid for t in tensors]
+        run_lowered = lowered._execute_plan_at_index
+        if cpp_index is None or not callable(run_lowered):
+            return public
+    except Exception:  # another frontend version: its public path
+        return public
+
+    def direct(pointers, workspace, h):
+        run_lowered(dict(zip(uids, pointers)), workspace, cpp_index, raw_handle, None, None,
+                    None)
+    return direct
 
 
 def build_graph(fe, key, handle):
@@ -256,7 +294,8 @@ def _built_plans(graph):
         except Exception:
             continue
         out.append((index, size))
-    return out
+    small = [(i, size) for i, size in out if size <= WORKSPACE_LIMIT]
+    return small or out
 
 
 CACHE = GraphCache()
@@ -322,7 +361,5 @@ def run(kind, arrays, x_shape, w_shape, y_shape, pad, stride, dilation):
                           lambda size: _workspace(device, size), _time_plan(fe, handle))
     if plan is None:
         return False
-    pack = dict(zip(plan.tensors, pointers))
-    plan.graph.execute_plan_at_index(pack, _workspace(device, plan.workspace), plan.index,
-                                     handle=handle)
+    plan.execute(pointers, _workspace(device, plan.workspace), handle)
     return True
