@@ -163,8 +163,8 @@ def zoo_workload(name, batch, train, args, torch):
     pool.free_all_blocks()
     if train:
         net = cpu_bench.zoo_net(name, batch, batch_stats=True)
-    else:
-        net = cpu_bench.zoo_net(name, batch)
+    else:  # a TEST net: its forward replays a CUDA graph unless --cuda-graph off
+        net = cpu_bench.zoo_net(name, batch, inference=True)
     top = net.blobs[net.outputs[0]]
     params = net.learnable_params
     history = [cp.zeros(b.shape, dtype=np.float32) for b in params]
@@ -263,6 +263,8 @@ def main(argv=None):
     p.add_argument("--step-iters", type=int, default=50)
     p.add_argument("--zoo-iters", type=int, default=10)
     p.add_argument("--caffenet-batch", type=int, default=256)
+    p.add_argument("--cuda-graph", choices=["on", "off"], default="on",
+                   help="capture TEST forwards into CUDA graphs (on) or not (off)")
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds (zoo workloads)")
     p.add_argument("--per-round", type=int, default=5, help="iterations per round")
     args = p.parse_args(argv)
@@ -278,6 +280,7 @@ def main(argv=None):
     caffe.set_mode_gpu()
     if args.engine == "caffe":
         gpu_ops.cudnn.set_enabled(False)
+    caffe.set_cuda_graph(args.cuda_graph == "on")
     props = backend.device_properties(args.gpu)
     torch = torch_cuda_or_none(not args.no_torch)
     results = {"device": props, "engine": args.engine, "env": bench_env.report(),

@@ -141,11 +141,12 @@ def bench_gemm(args, torch):
 
 
 # ---- zoo nets: forward + backward -----------------------------------------------------------
-def zoo_net(name, batch, batch_stats=False):
+def zoo_net(name, batch, batch_stats=False, inference=False):
     """A zoo net for a training pass at ``batch``; ``batch_stats``: BatchNorm on the batch's
-    statistics (as in training) instead of the deploy file's ``use_global_stats``."""
+    statistics (as in training) instead of the deploy file's ``use_global_stats``;
+    ``inference``: a TEST net instead, for forward passes alone."""
     param = protoio.read_net_param(os.path.join(ZOO, name + "_deploy.prototxt"))
-    param.force_backward = True
+    param.force_backward = not inference
     for layer in param.layer:
         if batch_stats and layer.type == "BatchNorm":
             layer.batch_norm_param.ClearField("use_global_stats")
@@ -156,7 +157,7 @@ def zoo_net(name, batch, batch_stats=False):
     caffe.set_random_seed(0)
     # a training pass: TRAIN phase (dropout on, batch statistics), every param's gradient,
     # and, like PyTorch with an input that needs no gradient, none for the data itself
-    net = caffe.Net(param, caffe.TRAIN)
+    net = caffe.Net(param, caffe.TEST if inference else caffe.TRAIN)
     data_ids = set(net._input_ids)
     for rec in net.records:
         rec.bottom_need_backward = [need and bid not in data_ids

@@ -41,6 +41,21 @@ from .detector import Detector  # noqa: E402
 layers = net_spec.Layers(package=sys.modules[__name__ + ".layers"])
 
 
+def set_cuda_graph(flag):
+    """Capture a TEST net's forward on the GPU into a CUDA graph and replay it (True, the
+    default) or run it layer by layer (False); see :mod:`pycaffe_lite.cuda_graphs`. Returns
+    the old setting."""
+    from . import cuda_graphs
+    return cuda_graphs.set_enabled(flag)
+
+
+def set_allow_tf32(flag):
+    """Let cuDNN compute float32 convolutions with TF32 tensor cores (faster, about 1e-3
+    relative error), as PyTorch's ``allow_tf32``; off by default. Returns the old setting."""
+    from .ops.gpu import cudnn_graphs
+    return cudnn_graphs.set_allow_tf32(flag)
+
+
 def layer_type_list():
     """Every registered layer type string, sorted."""
     from .layers import load_all
@@ -52,6 +67,7 @@ def layer_type_list():
 
 __all__ = ["Net", "TRAIN", "TEST", "Blob", "Layer", "CaffeError", "caffe_pb2", "set_mode_cpu",
            "set_mode_gpu", "set_device", "set_random_seed", "register_layer", "layer_type_list",
+           "set_cuda_graph", "set_allow_tf32",
            "io", "net_spec", "draw", "NetSpec", "layers", "params", "to_proto", "Classifier",
            "Detector", "SGDSolver", "NesterovSolver", "AdaGradSolver", "RMSPropSolver",
            "AdaDeltaSolver", "AdamSolver", "get_solver", "__version__"]

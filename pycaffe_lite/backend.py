@@ -69,6 +69,55 @@ def cudnn_frontend():
     return cudnn
 
 
+def device_memory():
+    """GPU mode with CuPy: ``(bytes held by CuPy's memory pool, bytes in use)``; the pool keeps
+    what it allocated, so the first is the peak of the process so far. None otherwise."""
+    if mode() != GPU:
+        return None
+    mod = device_module()
+    if not _is_cupy(mod):
+        return None
+    pool = mod.get_default_memory_pool()
+    return int(pool.total_bytes()), int(pool.used_bytes())
+
+
+def capture_graph(fn):
+    """``fn()`` captured into a CUDA graph (nothing runs while capturing) on a capture stream
+    of its own, with a memory pool of its own for the temporaries ``fn`` allocates (the graph
+    keeps it: no later allocation can take memory the graph writes). Returns an object whose
+    ``launch()`` replays it on the current stream. The simulated device captures by recording
+    (its ``capture_graph``). Raises what the capture raised."""
+    mod = device_module()
+    own = getattr(mod, "capture_graph", None)
+    if own is not None:
+        return own(fn)
+    stream = mod.cuda.Stream(non_blocking=True)
+    pool = mod.cuda.MemoryPool()
+    with mod.cuda.using_allocator(pool.malloc):
+        with stream:
+            stream.begin_capture()
+            try:
+                fn()
+            except BaseException:
+                try:
+                    stream.end_capture()
+                except Exception:  # an invalidated capture says so here too
+                    pass
+                raise
+            graph = stream.end_capture()
+    return _DeviceGraph(graph, stream, pool)
+
+
+class _DeviceGraph:
+    __slots__ = ("graph", "stream", "pool")
+
+    def __init__(self, graph, stream, pool):
+        self.graph, self.stream, self.pool = graph, stream, pool
+
+    def launch(self):
+        self.graph.launch(stream=device_module().cuda.get_current_stream())
+
+
 def gpu_available():
     """True when CuPy imports and sees at least one CUDA device."""
     try:

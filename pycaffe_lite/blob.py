@@ -162,6 +162,12 @@ class Blob:
         """The diff in the current mode's array for writing, as :meth:`write_data`."""
         return self._view(self._diff.write())
 
+    def device_written(self):
+        """The device data was written outside the layers (a CUDA graph's replay, see
+        :mod:`pycaffe_lite.cuda_graphs`): reading the host data copies it down again."""
+        if self._data is not None:
+            self._data.device_written()
+
     def pin_host(self):
         """Put the data's host side in page-locked memory (GPU-mode data loading)."""
         self._data.pin_host()

@@ -1,10 +1,10 @@
 """Net: a directed acyclic graph of layers built from a NetParameter, as Caffe builds it.
 
 Construction: upgrade legacy forms, keep the layers the NetState includes (phase, level,
-stages), insert Split layers for blobs consumed more than once (both in :mod:`net_graph`),
-then set up each layer in order,
-connecting blobs by name (in-place when a top reuses its bottom's name), sharing named params and
-working out which layers and blobs need backward.
+stages), insert Split layers for blobs consumed more than once (both in :mod:`net_graph`), then
+set up each layer in order, connecting blobs by name (in-place when a top reuses its bottom's
+name), sharing named params and working out which layers and blobs need backward. A full TEST
+forward on the GPU may replay a CUDA graph (:mod:`cuda_graphs`).
 """
 
 import collections
@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from . import net_fold, protoio, python_layers
+from . import cuda_graphs, net_fold, protoio, python_layers
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
 from .layers import create_layer
@@ -307,13 +307,9 @@ class Net(BatchedCalls):
         """The layers (pycaffe's); like ``_layer_names``, a tuple built from ``records``."""
         return tuple(rec.layer for rec in self.records)
 
-    @property
-    def _layer_names(self):
-        return tuple(rec.name for rec in self.records)
-
-    @property
-    def layer_dict(self):
-        return collections.OrderedDict((rec.name, rec.layer) for rec in self.records)
+    _layer_names = property(lambda self: tuple(rec.name for rec in self.records))
+    layer_dict = property(lambda self: collections.OrderedDict(
+        (rec.name, rec.layer) for rec in self.records))
 
     @property
     def params(self):
@@ -364,6 +360,9 @@ class Net(BatchedCalls):
     # -- forward / backward ----------------------------------------------------------------
     def forward_from_to(self, start=0, end=None):
         end = len(self.records) - 1 if end is None else end
+        return cuda_graphs.forward(self, start, end, self._forward_layers)
+
+    def _forward_layers(self, start, end):
         loss = 0.0
         hooks, fused = self._hooks, self._fused
         for i in range(start, end + 1):

@@ -76,6 +76,12 @@ class SyncedArray:
             self.head = HEAD_AT_GPU
         return self._gpu
 
+    def device_written(self):
+        """The device copy was written behind this object's back (a CUDA graph's replay):
+        make it the current one."""
+        if self._gpu is not None:
+            self.head = HEAD_AT_GPU
+
     def pin_host(self):
         """Move the host side into page-locked memory (GPU mode; see backend.pinned_empty),
         keeping its contents."""

@@ -192,7 +192,7 @@ def test_gpu_lists_start_one_process_per_gpu_under_mpiexec(monkeypatch):
     assert command[3:6] == [sys.executable, "-m", "pycaffe_lite.cli"]
     assert command[6:] == ["train", "--solver", "s.prototxt", "--gpu", "0,1,2", "--level", "0",
                            "--sigint_effect", "stop", "--sighup_effect", "snapshot",
-                           "--collective_timeout", "1800"]
+                           "--collective_timeout", "1800", "--cuda_graph", "on"]
     assert train_cmd.parse_gpus("0,1,2") == [0, 1, 2]
 
 

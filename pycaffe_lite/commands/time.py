@@ -15,8 +15,9 @@ from ..errors import CaffeError
 from ..profiling import synchronize, time_layers
 from ..proto import caffe_pb2
 from ..tools_log import use_glog_format
+from .. import cuda_graphs
 from . import add_no_python_layers
-from .train import parse_gpus, parse_stages
+from .train import add_cuda_graph_flag, parse_gpus, parse_stages
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -28,6 +29,7 @@ def add_net_arguments(p, default_phase):
     p.add_argument("--phase", default="", help="TRAIN or TEST (default %s)" % default_phase)
     p.add_argument("--level", type=int, default=0, help="the net level (NetState)")
     p.add_argument("--stage", default="", help="net stages, separated by ','")
+    add_cuda_graph_flag(p)
     add_no_python_layers(p)
 
 
@@ -63,6 +65,7 @@ def open_net(args, default_phase):
     if args.iterations < 1:
         raise CaffeError("--iterations must be >= 1 (got %d)" % args.iterations)
     select_single_gpu(args.gpu)
+    cuda_graphs.set_enabled(args.cuda_graph == "on")
     return Net(args.model, parse_phase(args.phase, default_phase), level=args.level,
                stages=parse_stages(args.stage))
 
@@ -90,6 +93,11 @@ def run(args):
     log.info("Average Backward pass: %g ms.", t["backward_total"])
     log.info("Average Forward-Backward: %g ms.", t["total"])
     log.info("Total Time: %g ms.", t["total_all_ms"])
+    memory = backend.device_memory()
+    if memory is not None:
+        log.info("GPU memory: %.1f MiB held by the memory pool at its peak, %.1f MiB in use "
+                 "at the end.", memory[0] / 2.0 ** 20, memory[1] / 2.0 ** 20)
+        args.gpu_memory = {"held_bytes": memory[0], "used_bytes": memory[1]}
     log.info("*** Benchmark ends ***")
     args.timings = {"forward": t["forward"], "backward": t["backward"],
                     "total_ms": t["total_all_ms"], "layers": t["layers"]}

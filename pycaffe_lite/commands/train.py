@@ -22,7 +22,7 @@ import resource
 import sys
 import time
 
-from .. import backend, protoio, ranks
+from .. import backend, cuda_graphs, protoio, ranks
 from ..errors import CaffeError
 from ..parallel import launch
 from ..parallel.watchdog import DEFAULT_TIMEOUT_S
@@ -31,6 +31,12 @@ from ..tools_log import use_glog_format
 from . import add_no_python_layers
 
 log = logging.getLogger("pycaffe_lite")
+
+
+def add_cuda_graph_flag(p):
+    p.add_argument("--cuda_graph", default="on", choices=("on", "off"),
+                   help="GPU mode: capture a TEST net's forward into a CUDA graph and replay it "
+                        "(on, the default) or run it layer by layer (off)")
 
 
 def add_arguments(p):
@@ -58,6 +64,7 @@ def add_arguments(p):
                    help="with --tensorboard: weight and gradient histograms every N "
                         "iterations (0: none)")
     add_no_python_layers(p)
+    add_cuda_graph_flag(p)
     p.add_argument("--collective_timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    metavar="SECONDS",
                    help="data-parallel jobs: a rank that waits longer than this in one "
@@ -135,7 +142,8 @@ def relaunch_argv(args):
     """The train command's flags, to run again under mpiexec."""
     argv = ["train", "--solver", args.solver, "--gpu", args.gpu, "--level", str(args.level),
             "--sigint_effect", args.sigint_effect, "--sighup_effect", args.sighup_effect,
-            "--collective_timeout", "%g" % args.collective_timeout]
+            "--collective_timeout", "%g" % args.collective_timeout,
+            "--cuda_graph", args.cuda_graph]
     for flag in ("weights", "snapshot", "stage"):
         if getattr(args, flag):
             argv += ["--" + flag, getattr(args, flag)]
@@ -149,6 +157,7 @@ def relaunch_argv(args):
 
 def run(args):
     use_glog_format()
+    cuda_graphs.set_enabled(args.cuda_graph == "on")
     if not args.solver:
         raise CaffeError("need a solver definition to train: --solver path/to/solver.prototxt")
     if args.snapshot and args.weights:

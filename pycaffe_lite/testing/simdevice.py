@@ -38,6 +38,7 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from .. import backend
+from . import simgraph
 
 TO_DEVICE = "to_device"
 TO_HOST = "to_host"
@@ -339,11 +340,17 @@ class SimulatedDevice:
         self.to_host = 0
         self.scalar_syncs = 0
         self.pinned_allocations = 0
+        self.graph_captures = 0
+        self.graph_launches = 0
         self.transfers = []
         self._lock = threading.Lock()
         self._local = threading.local()  # forbid() applies to the thread that entered it
         self._cache = {}
         self.random = _DeviceRandom(self)
+
+    def capture_graph(self, fn):
+        """A CUDA graph's capture, simulated (see :mod:`.simgraph`)."""
+        return simgraph.capture(self, fn, KINDS)
 
     # ---- bookkeeping -----------------------------------------------------------------------
     def _forbidden(self):

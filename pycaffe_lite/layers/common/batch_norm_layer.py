@@ -170,8 +170,10 @@ class BatchNormLayer(Layer):
         if self._on_gpu(x):
             return self._forward_gpu(x, self._view(top[0].write_data()))
         if self.use_global_stats:
-            s = self.blobs[2].read_data()[0]
-            factor = 0 if s == 0 else 1 / s
+            # 1 / s, or 0 when s is 0, without reading s on the host
+            s = self.blobs[2].read_data()[:1]
+            xp = get_array_module(s)
+            factor = xp.where(s != 0, 1 / xp.where(s != 0, s, 1), 0).astype(s.dtype)
             mean = self.blobs[0].read_data() * factor
             var = self.blobs[1].read_data() * factor
         else:

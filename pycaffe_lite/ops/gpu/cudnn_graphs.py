@@ -302,7 +302,7 @@ CACHE = GraphCache()
 
 
 # ---- the device side -------------------------------------------------------------------------
-_device_state = {"handles": {}, "workspace": {}, "streams": {}}
+_device_state = {"handles": {}, "workspace": {}, "streams": {}, "retired": []}
 
 
 def _handle(fe, device):
@@ -322,6 +322,8 @@ def _workspace(device, size):
     run one after another on the stream); its pointer."""
     buf = _device_state["workspace"].get(device)
     if buf is None or buf.nbytes < size:
+        if buf is not None:  # a captured CUDA graph may still use it: never freed
+            _device_state["retired"].append(buf)
         buf = cupy().empty(max(int(size), 1 << 20), dtype=np.uint8)
         _device_state["workspace"][device] = buf
     return buf.data.ptr

@@ -1,0 +1,84 @@
+"""CUDA graphs of TEST forwards on a real GPU (``@pytest.mark.gpu``): a replay gives exactly
+what the layer-by-layer forward gives (the same kernels, cuDNN plans and buffers), inputs
+written from the host between replays are seen, and a new shape is captured again.
+tests/test_cuda_graphs.py covers the same logic on the simulated device."""
+
+import os
+
+import numpy as np
+import pytest
+
+import pycaffe_lite as caffe
+from pycaffe_lite import backend, cuda_graphs, protoio
+
+pytestmark = pytest.mark.gpu
+ZOO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "zoo")
+
+
+@pytest.fixture(autouse=True)
+def real_gpu():
+    old = backend.use_device_module(None)
+    backend.set_mode_gpu()
+    yield
+    cuda_graphs.set_enabled(True)
+    backend.set_mode_cpu()
+    backend.use_device_module(old)
+
+
+def _net(name, batch):
+    param = protoio.read_net_param(os.path.join(ZOO, name + "_deploy.prototxt"))
+    for layer in param.layer:
+        if layer.type == "Input":
+            layer.input_param.shape[0].dim[0] = batch
+    caffe.set_random_seed(1)
+    net = caffe.Net(param, caffe.TEST)
+    rng = np.random.default_rng(0)
+    for blobs in net.params.values():
+        for blob in blobs:
+            fan_in = max(1, blob.count // max(1, blob.shape[0]))
+            blob.data[...] = rng.normal(0, 1.0 / np.sqrt(fan_in), blob.shape)
+    for layer in net.layers:
+        if layer.type == "BatchNorm":
+            layer.blobs[1].data[...] = np.abs(layer.blobs[1].data) + 0.5
+            layer.blobs[2].data[...] = 1.0
+    return net
+
+
+@pytest.mark.parametrize("name", ["resnet50", "googlenet", "squeezenet1.1"])
+def test_a_replayed_forward_equals_the_eager_one_exactly(name):
+    net = _net(name, 2)
+    data, out = net.inputs[0], net.outputs[0]
+    rng = np.random.default_rng(7)
+    batches = [rng.uniform(-1, 1, net.blobs[data].shape).astype(np.float32) for _ in range(4)]
+    cuda_graphs.set_enabled(False)
+    eager = []
+    for x in batches:
+        net.blobs[data].data[...] = x
+        net.forward_from_to()
+        eager.append(net.blobs[out].data.copy())
+    cuda_graphs.set_enabled(True)
+    replayed = []
+    for x in batches:
+        net.blobs[data].data[...] = x
+        net.forward_from_to()
+        replayed.append(net.blobs[out].data.copy())
+    state = net._cuda_graphs
+    assert not state.refused and state.replays == 3  # warm-up, then capture + 3 replays
+    assert not np.array_equal(eager[0], eager[1])  # the inputs matter
+    for a, b in zip(eager, replayed):
+        np.testing.assert_array_equal(b, a)
+
+
+def test_a_new_batch_size_is_captured_again():
+    net = _net("squeezenet1.1", 1)
+    data, out = net.inputs[0], net.outputs[0]
+    results = {}
+    for batch in (1, 3, 1):
+        net.blobs[data].reshape(batch, *net.blobs[data].shape[1:])
+        x = np.random.default_rng(batch).uniform(-1, 1, net.blobs[data].shape)
+        for _ in range(3):
+            net.blobs[data].data[...] = x
+            net.forward_from_to()
+        results.setdefault(batch, []).append(net.blobs[out].data.copy())
+    np.testing.assert_array_equal(results[1][0], results[1][1])
+    assert results[3][0].shape[0] == 3 and net._cuda_graphs.replays >= 3
