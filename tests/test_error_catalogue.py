@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import pycaffe_lite as caffe
-from pycaffe_lite import cli, protoio
+from pycaffe_lite import cli
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.data import db as dbmod
 from pycaffe_lite.data.datum import array_to_datum
 from pycaffe_lite.errors import (CaffeError, LayerError, NetError, ProtoError, ShapeError,

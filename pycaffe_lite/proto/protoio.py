@@ -1,7 +1,7 @@
 """Reading and writing protobuf messages in text (prototxt) and binary form.
 
 Errors name the file and, for text, the line and column. Net and solver files are upgraded from
-Caffe's legacy forms on read (see :mod:`pycaffe_lite.upgrade`).
+Caffe's legacy forms on read (see :mod:`pycaffe_lite.proto.upgrade`).
 """
 
 import errno
@@ -12,8 +12,8 @@ from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 
 from . import fork_fields
-from .errors import ProtoError
-from .proto import caffe_pb2
+from ..errors import ProtoError
+from . import caffe_pb2
 
 _LOCATION = re.compile(r"^(\d+):(\d+)\s*:\s*(.*)$", re.S)
 

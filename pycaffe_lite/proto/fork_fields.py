@@ -25,12 +25,11 @@ from typing import NamedTuple
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from . import fork_layer_fields
-from .blob import encode_varint
+from .wire import FIXED32, FIXED64, LEN, VARINT, encode_varint, fields  # noqa: F401
 
 
 log = logging.getLogger(__name__)
 
-VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 _WIRE_OF_TYPE = {"double": FIXED64, "float": FIXED32, "fixed64": FIXED64, "fixed32": FIXED32,
                  "sfixed64": FIXED64, "sfixed32": FIXED32, "string": LEN, "bytes": LEN,
                  "message": LEN, "group": 3}
@@ -169,45 +168,6 @@ FORK_FIELD_NAMES = {
 def fork_of_field(message_name, field_name):
     """The fork that defines ``message_name.field_name`` where this schema lacks it, or None."""
     return FORK_FIELD_NAMES.get((message_name, field_name))
-
-
-# ---- the wire format ----------------------------------------------------------------------
-
-def _varint(data, pos):
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def fields(data):
-    """The top-level fields of serialized bytes: (number, wire type, raw bytes after the tag,
-    value), the value being an int (varint), the payload (length-delimited) or the raw bytes."""
-    pos = 0
-    while pos < len(data):
-        key, start = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == VARINT:
-            value, end = _varint(data, start)
-        elif wire == LEN:
-            length, body = _varint(data, start)
-            end = body + length
-            value = data[body:end]
-        elif wire in (FIXED64, FIXED32):
-            end = start + (8 if wire == FIXED64 else 4)
-            value = data[start:end]
-        else:
-            raise ValueError("wire type %d (groups are not used by Caffe)" % wire)
-        if end > len(data):
-            raise ValueError("truncated field %d" % number)
-        yield number, wire, data[start:end], value
-        pos = end
 
 
 def _reads(descriptor, number, wire):
