@@ -6,7 +6,7 @@ all. Copying weights into a Net is the Net's business (:mod:`pycaffe_lite.weight
 import io
 
 from ..errors import CaffeError, ProtoError
-from . import caffe_pb2, fork_fields, protoio
+from . import caffe_pb2, protoio
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
@@ -34,12 +34,11 @@ def is_hdf5(path):
 
 def read_caffemodel(path):
     """The NetParameter of a ``.caffemodel``: the forks' fields moved to this schema's numbers
-    (:func:`fork_fields.restore`) and legacy nets upgraded, as Caffe's ``CopyTrainedLayers``
-    reads it."""
+    and legacy nets upgraded, as Caffe's ``CopyTrainedLayers`` reads it; a field whose bytes
+    are not this schema's there is kept aside with a warning (:func:`protoio.read_binary`)."""
     from . import upgrade
 
     source = protoio.read_binary(path, caffe_pb2.NetParameter())
-    fork_fields.restore(source)
     upgrade.upgrade_net_as_needed(source, path)
     return source
 
