@@ -51,10 +51,11 @@ _DECODE_ERRORS = (_pb_message.DecodeError, RuntimeError, ValueError)
 class Broken(Exception):
     """Bytes that cannot be read at all: ``offset`` in the file and what was found there."""
 
-    def __init__(self, offset, reason):
+    def __init__(self, offset, reason, final=False):
         super().__init__("at byte %d: %s" % (offset, reason))
         self.offset = offset
         self.reason = reason
+        self.final = final  # damage in a field that holds the file's data: no mending above
 
 
 def _varint(data, pos, base):
@@ -164,15 +165,17 @@ def _mend(data, descriptor, base, place, kept, depth):
                     out.append(bytes(data[key_at:start]) + encode_varint(len(fixed)) + fixed)
                     continue
             except Broken as exc:
+                if exc.final:
+                    raise
                 reason = "not a %s (%s)" % (sub.name, exc)
             if (descriptor.name, field.name) in LOAD_BEARING:
-                raise Broken(base + key_at, "%s is %s" % (where, reason))
+                raise Broken(base + key_at, "%s is %s" % (where, reason), final=True)
         else:
             reason = "not a valid %s value" % _type_name(field)
             if (descriptor.name, field.name) in LOAD_BEARING or field.is_repeated and \
                     field.type != field.TYPE_MESSAGE:
                 # packed numbers that do not divide into values: the data is damaged
-                raise Broken(base + key_at, "%s is %s" % (where, reason))
+                raise Broken(base + key_at, "%s is %s" % (where, reason), final=True)
         kept.append(Kept(place, descriptor.name, number, wire, base + key_at,
                          "%s (%s)" % (field.name, _type_name(field)), reason))
         out.append(envelope(raw))
@@ -222,8 +225,9 @@ def _error(data, name, reason, path):
 
 def serialize(message):
     """The bytes of ``message`` as a file holds them: the envelopes opened, each field set aside
-    on reading back at its own number, byte for byte."""
-    data = message.SerializeToString()
+    on reading back at its own number, byte for byte. A message that lacks a required field
+    (a fork's file may) is written as it is, as protobuf would read it back."""
+    data = message.SerializePartialToString()
     if ENVELOPE_TAG not in data:
         return data
     return _unwrap(data, message.DESCRIPTOR)
