@@ -148,13 +148,18 @@ def _mend(data, descriptor, base, place, kept, depth):
     counts = {}
     for number, wire, key_at, start, end in walk(data, base):
         raw = data[key_at:end]
+        if number == ENVELOPE:
+            out.append(envelope(raw))
+            continue
         field = descriptor.fields_by_number.get(number)
         index = counts[number] = counts.get(number, -1) + 1
-        if field is None or _parses(cls, raw):
+        is_message = field is not None and field.type == field.TYPE_MESSAGE and wire == LEN
+        if field is None or _parses(cls, raw) and not (is_message and
+                                                       ENVELOPE_TAG in bytes(raw)):
             out.append(raw)
             continue
         where = "%s.%s" % (place, field.name) + ("[%d]" % index if field.is_repeated else "")
-        if field.type == field.TYPE_MESSAGE and wire == LEN:
+        if is_message:
             length, body = _varint(data, start, base)
             payload = data[body:end]
             sub = field.message_type
@@ -194,11 +199,15 @@ def parse(data, message, path=None):
     """Parse ``data`` into ``message`` (cleared first), setting aside the fields that do not
     decode as this schema declares them. Returns the list of :class:`Kept` (empty on the fast
     path). A ProtoError naming ``path`` and the byte offset when the bytes are broken."""
-    try:
-        message.ParseFromString(data)
-        return []
-    except _DECODE_ERRORS as exc:
-        first = exc
+    first = None
+    if ENVELOPE_TAG not in data:
+        try:
+            message.ParseFromString(data)
+            return []
+        except _DECODE_ERRORS as exc:
+            first = exc
+    # else a field at the envelope's number is in the file itself (a fork's, or damage): it
+    # goes into an envelope of its own, so that writing back gives it back as it was
     name = message.DESCRIPTOR.name
     kept = []
     try:
@@ -208,9 +217,9 @@ def parse(data, message, path=None):
     except Broken as exc:
         message.Clear()
         raise _error(data, name, "at byte %d: %s" % (exc.offset, exc.reason), path) from None
-    except _DECODE_ERRORS:
+    except _DECODE_ERRORS as exc:
         message.Clear()
-        raise _error(data, name, str(first), path) from None
+        raise _error(data, name, str(first or exc), path) from None
     return kept
 
 
