@@ -358,6 +358,8 @@ def unknown_fields(message, where=""):
         field = message.DESCRIPTOR.fields_by_number.get(number)
         declared = field and "%s (%s)" % (field.name, _kind(field))
         found.append(Unknown(where or name, name, number, wire, forks, declared))
+    if not _holds_messages(message.DESCRIPTOR):
+        return found  # a Datum, say: nothing inside to look into (records are many)
     for field, value in message.ListFields():
         if field.type != field.TYPE_MESSAGE or field.message_type.name == "BlobProto":
             continue
@@ -371,6 +373,17 @@ def unknown_fields(message, where=""):
                 place += " (layer %r)" % label
             found.extend(unknown_fields(item, place))
     return found
+
+
+_HOLDS_MESSAGES = {}
+
+
+def _holds_messages(descriptor):
+    known = _HOLDS_MESSAGES.get(descriptor.full_name)
+    if known is None:
+        known = _HOLDS_MESSAGES[descriptor.full_name] = any(
+            f.type == f.TYPE_MESSAGE for f in descriptor.fields)
+    return known
 
 
 def _kind(field):
@@ -408,6 +421,8 @@ def report_unknown(message, source, seen=None, limit=20):
     ``seen`` (a set kept by the caller across records of one source), a field already reported
     at the same place and number is not reported again."""
     entries = unknown_fields(message)
+    if not entries:
+        return entries
     if seen is not None:
         def key(e):  # the same field of another record, or of another item of a list
             return re.sub(r"\[\d+\]", "[]", e.place), e.number, e.wire_type
