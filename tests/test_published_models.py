@@ -161,3 +161,18 @@ def test_open_nsfw_exports_to_onnx_and_runs_there(open_nsfw, tmp_path):
     theirs = session.run(None, {session.get_inputs()[0].name: x})[0]
     net = caffe.Net(open_nsfw["deploy"], open_nsfw["weights"], caffe.TEST)
     np.testing.assert_allclose(net.forward(data=x)["prob"], theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_open_nsfw_exports_to_pytorch_and_compares_across_engines(open_nsfw, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("cv2")
+    from pycaffe_lite import cli
+
+    # export_pytorch checks the module it writes against this net (exit 1 when they differ)
+    assert cli.main(["export_pytorch", "--model", open_nsfw["deploy"], "--weights",
+                     open_nsfw["weights"], "--output-dir", str(tmp_path / "torch")]) == 0
+    assert (tmp_path / "torch" / "weights.pt").exists()
+    # compare runs the net here, in OpenCV, onnxruntime and PyTorch (exit 1 on a divergence)
+    assert cli.main(["compare", "--model", open_nsfw["deploy"], "--weights",
+                     open_nsfw["weights"]]) == 0
