@@ -163,6 +163,7 @@ def test_open_nsfw_exports_to_onnx_and_runs_there(open_nsfw, tmp_path):
     np.testing.assert_allclose(net.forward(data=x)["prob"], theirs, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_open_nsfw_exports_to_pytorch_and_compares_across_engines(open_nsfw, tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("onnxruntime")
