@@ -31,7 +31,7 @@ from google.protobuf import message as _pb_message
 from google.protobuf import message_factory
 
 from ..errors import ProtoError
-from .wire import FIXED32, FIXED64, LEN, VARINT, encode_varint, tag
+from .wire import END_GROUP, FIXED32, FIXED64, LEN, START_GROUP, VARINT, encode_varint, tag
 
 #: the field number of an envelope (2**29 - 1, the largest protobuf allows)
 ENVELOPE = (1 << 29) - 1
@@ -74,7 +74,7 @@ def _varint(data, pos, base):
             raise Broken(base + start, "a varint longer than 10 bytes")
 
 
-def walk(data, base=0):
+def walk(data, base=0, one=False, depth=0):
     """The fields of serialized bytes as (number, wire type, key start, value start, end),
     positions within ``data``; a :class:`Broken` (with the offset ``base`` + position) where
     the bytes are not the wire format or end early."""
@@ -93,14 +93,35 @@ def walk(data, base=0):
             end = start + 8
         elif wire == FIXED32:
             end = start + 4
+        elif wire == START_GROUP:
+            # Caffe writes no groups, but protobuf reads a whole one as an unknown field
+            end = _group_end(data, start, number, base, depth + 1)
         else:
-            raise Broken(base + pos, "wire type %d at field %d (Caffe writes none: garbage?)"
-                         % (wire, number))
+            raise Broken(base + pos, "wire type %d at field %d (garbage?)" % (wire, number))
         if end > size:
             raise Broken(base + pos, "field %d needs %d bytes, the data ends after %d "
                          "(truncated)" % (number, end - start, size - start))
         yield number, wire, pos, start, end
+        if one:
+            return
         pos = end
+
+
+def _group_end(data, pos, number, base, depth):
+    """The position after the end of the group ``number`` whose fields start at ``pos``."""
+    if depth > _MAX_DEPTH:
+        raise Broken(base + pos, "groups nested deeper than %d (garbage?)" % _MAX_DEPTH)
+    size = len(data)
+    while pos < size:
+        key, start = _varint(data, pos, base)
+        if key & 7 == END_GROUP:
+            if key >> 3 != number:
+                break
+            return start
+        # one field of the group: walk it alone (a nested group included)
+        for _, _, _, _, end in walk(data[pos:], base + pos, True, depth):
+            pos += end
+    raise Broken(base + pos, "group %d does not end (garbage?)" % number)
 
 
 def _class(descriptor):
@@ -199,6 +220,8 @@ def parse(data, message, path=None):
     """Parse ``data`` into ``message`` (cleared first), setting aside the fields that do not
     decode as this schema declares them. Returns the list of :class:`Kept` (empty on the fast
     path). A ProtoError naming ``path`` and the byte offset when the bytes are broken."""
+    if not isinstance(data, (bytes, bytearray)):
+        data = bytes(data)  # a buffer from a database
     first = None
     if ENVELOPE_TAG not in data:
         try:
