@@ -275,16 +275,18 @@ def test_the_layer_check_finds_known_violations():
         "pycaffe_lite.net": {"pycaffe_lite.testing.gradient_check": 5},
         "pycaffe_lite.darknet.convert": {"pycaffe_lite.net": 6, "pycaffe_lite.proto": 7},
         "pycaffe_lite.commands.train": {"pycaffe_lite.parallel.launch": 8},
+        "pycaffe_lite.proto.weights_file": {"pycaffe_lite.blob": 9, "pycaffe_lite.errors": 2},
     }
     wrong = layering_violations(_with_parents(graph))
-    assert len(wrong) == 8, wrong
+    assert len(wrong) == 9, wrong
     text = "\n".join(wrong)
     for expected in ("data_layer (layers) imports pycaffe_lite.parallel (training",
                      "data_layer (layers) imports pycaffe_lite.parallel.context (training",
                      "imports pycaffe_lite.blob at line 3: pycaffe_lite.ops may import only",
                      "only pycaffe_lite.testing may import pycaffe_lite.testing",
                      "pycaffe_lite.darknet never imports pycaffe_lite.net",
-                     "pycaffe_lite.net imports pycaffe_lite.testing.gradient_check at line 5"):
+                     "pycaffe_lite.net imports pycaffe_lite.testing.gradient_check at line 5",
+                     "imports pycaffe_lite.blob at line 9: pycaffe_lite.proto may import only"):
         assert expected in text, (expected, text)
 
 
