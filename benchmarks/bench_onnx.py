@@ -41,7 +41,7 @@ def net_param(name):
     """The NetParameter of a benchmark net: a zoo deploy net, an SSD deploy net of the
     tests, or a zoo net with its convolutions narrowed (``DERIVED``)."""
     sys.path.insert(0, ROOT)
-    from pycaffe_lite import protoio
+    from pycaffe_lite.proto import protoio
 
     base, width = DERIVED.get(name, (name, 1.0))
     param = protoio.read_net_param(PROTOTXT.get(base, os.path.join(ZOO, base + "_deploy.prototxt")))

@@ -70,7 +70,7 @@ def _input_shape(name, batch):
     """The data shape for ``batch`` images, read from the prototxt (an Input layer or the
     legacy input fields) without building a net."""
     _caffe()
-    from pycaffe_lite import protoio
+    from pycaffe_lite.proto import protoio
 
     param = protoio.read_net_param(prototxt(name))
     if len(param.input_shape):

@@ -53,7 +53,7 @@ def train_net_param(deploy, batch):
     """A train net from a deploy net: DummyData in place of the Input, SoftmaxWithLoss in
     place of the final Softmax, MSRA (convolutions) and gaussian fillers, BatchNorm on the
     batch's statistics."""
-    from pycaffe_lite import protoio
+    from pycaffe_lite.proto import protoio
     net = protoio.read_net_param(deploy)
     layers = list(net.layer)
     del net.layer[:]

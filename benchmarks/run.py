@@ -60,7 +60,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 import pycaffe_lite as caffe  # noqa: E402
-from pycaffe_lite import protoio  # noqa: E402
+from pycaffe_lite.proto import protoio  # noqa: E402
 from pycaffe_lite.profiling import time_layers  # noqa: E402
 
 import bench_env  # noqa: E402

@@ -4,6 +4,7 @@ import numpy as np
 
 from .errors import ShapeError
 from .proto import caffe_pb2
+from .proto.wire import encode_varint
 from .syncedmem import SyncedArray
 
 MAX_BLOB_AXES = 32
@@ -289,19 +290,6 @@ class Blob:
 
     def __repr__(self):
         return "Blob(shape=%s, dtype=%s)" % (self._shape, self.dtype.name)
-
-
-def encode_varint(n):
-    """The protobuf varint bytes of a non-negative integer."""
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def _packed(field_number, values, dtype):

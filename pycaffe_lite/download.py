@@ -28,7 +28,8 @@ import time
 import urllib.error
 import urllib.request
 
-from . import protoio, python_layers
+from . import python_layers
+from .proto import protoio
 from .errors import CaffeError, ProtoError
 
 REQUIRED = ("caffemodel", "caffemodel_url", "sha1")

@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 
-from . import protoio
+from .proto import protoio
 from .errors import CaffeError
 from .proto import caffe_pb2
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import blob as _blob
 from .errors import CaffeError, ShapeError
-from .proto import caffe_pb2
+from .proto import caffe_pb2, protoio
 
 __all__ = [
     "Transformer", "load_image", "resize_image", "oversample", "blobproto_to_array",
@@ -82,11 +82,7 @@ arraylist_to_blobprotovecor_str = arraylist_to_blobprotovector_str
 def blobprotovector_str_to_arraylist(data):
     """The arrays of a serialized ``BlobProtoVector``."""
     vec = caffe_pb2.BlobProtoVector()
-    try:
-        vec.ParseFromString(bytes(data))
-    except Exception as exc:  # protobuf raises DecodeError or RuntimeError by implementation
-        raise CaffeError("cannot decode %d bytes as a BlobProtoVector: %s"
-                         % (len(data), exc)) from None
+    protoio.parse_binary(bytes(data), vec, "BlobProtoVector bytes")
     return [blobproto_to_array(b) for b in vec.blobs]
 
 

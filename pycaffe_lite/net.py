@@ -13,7 +13,8 @@ import os
 
 import numpy as np
 
-from . import cuda_graphs, net_fold, protoio, python_layers
+from . import cuda_graphs, net_fold, python_layers
+from .proto import protoio
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
 from .layers import create_layer

@@ -1,38 +1,18 @@
 """Trained weights in and out of a Net: ``.caffemodel`` (binary NetParameter) and Caffe's HDF5
-layout (``/data/<layer>/<i>`` and, optionally, ``/diff/<layer>/<i>``)."""
+layout (``/data/<layer>/<i>`` and, optionally, ``/diff/<layer>/<i>``). Reading and writing the
+files themselves is :mod:`pycaffe_lite.proto.weights_file`'s."""
 
-import io
 import logging
 import os
 
 import numpy as np
 
-from . import fork_fields, protoio
 from .blob import proto_shape
-from .errors import CaffeError, ProtoError, ShapeError
-from .proto import caffe_pb2
+from .errors import ProtoError, ShapeError
+from .proto import weights_file
+from .proto.weights_file import is_hdf5, write_hdf5
 
 log = logging.getLogger("pycaffe_lite")
-
-
-def _h5py():
-    try:
-        import h5py
-    except ImportError:
-        raise CaffeError("HDF5 weights need h5py: pip install 'pycaffe-lite[hdf5]'") from None
-    return h5py
-
-
-def is_hdf5(path):
-    """Whether ``path`` starts with the HDF5 signature (a ProtoError when it cannot be read)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(8) == b"\x89HDF\r\n\x1a\n"
-    except IsADirectoryError:
-        raise ProtoError("is a directory, expected a weights file (.caffemodel or .h5)",
-                         path) from None
-    except OSError as exc:
-        raise ProtoError("cannot read file: %s" % (exc.strerror or exc), path) from None
 
 
 def copy_trained_layers(net, path):
@@ -41,11 +21,7 @@ def copy_trained_layers(net, path):
         raise ProtoError("weights file not found", path)
     if is_hdf5(path):
         return copy_trained_layers_hdf5(net, path)
-    source = protoio.read_binary(path, caffe_pb2.NetParameter())
-    fork_fields.restore(source)
-    from . import upgrade
-    upgrade.upgrade_net_as_needed(source, path)
-    copy_trained_layers_from_param(net, source, path)
+    copy_trained_layers_from_param(net, weights_file.read_caffemodel(path), path)
 
 
 def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
@@ -100,7 +76,7 @@ def _fmt(shape):
 
 
 def copy_trained_layers_hdf5(net, path):
-    h5py = _h5py()
+    h5py = weights_file.h5py_module()
     path = os.fspath(path)
     try:
         f = h5py.File(path, "r")
@@ -130,18 +106,6 @@ def copy_trained_layers_hdf5(net, path):
                         % (path, j, name, _fmt(arr.shape), _fmt(blob.shape)))
                 blob.data[...] = arr
                 _warn_nonfinite(blob.data, path, name, j)
-
-
-def write_hdf5(path, fill, what="HDF5 file"):
-    """Write an HDF5 file built by ``fill(h5file)``: in memory first, then to ``path`` with
-    :func:`protoio.atomic_write`. A full disk or a crash then leaves any previous file intact,
-    and a failing write is a ProtoError rather than an HDF5 library error (which, on a full
-    disk, can bring the process down when the file is closed)."""
-    h5py = _h5py()
-    buffer = io.BytesIO()
-    with h5py.File(buffer, "w") as f:
-        fill(f)
-    protoio.atomic_write(path, buffer.getvalue(), what)
 
 
 def save_hdf5(net, path, write_diff=False):

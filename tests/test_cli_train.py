@@ -10,7 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from pycaffe_lite import backend, cli, protoio
+from pycaffe_lite import backend, cli
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.signals import SignalHandler, SolverAction
 from pycaffe_lite.tools_log import parse_log

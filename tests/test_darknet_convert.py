@@ -74,7 +74,7 @@ def test_tiny_yolo_batch_of_two(tmp_path):
     data = weights_bytes(random_params(TINY_YOLO, 3))
     result = convert(str(cfg), data, batch_size=2)
     model = tmp_path / "m.caffemodel"
-    from pycaffe_lite import protoio
+    from pycaffe_lite.proto import protoio
     protoio.write_binary(result.weights_param, str(model))
     net = pycaffe_lite.Net(result.net_param, str(model), pycaffe_lite.TEST)
     images = np.random.default_rng(5).uniform(0, 1, (2, 3, 16, 20))
@@ -234,7 +234,7 @@ def test_batch_norm_pjreddie_variance_folding(tmp_path):
     np.testing.assert_allclose(np.sqrt(stored + eps), np.sqrt(var.astype(np.float64)) + 1e-6,
                                rtol=1e-6)
     model = tmp_path / "bn.caffemodel"
-    from pycaffe_lite import protoio
+    from pycaffe_lite.proto import protoio
     protoio.write_binary(result.weights_param, str(model))
     net = pycaffe_lite.Net(result.net_param, str(model), pycaffe_lite.TEST)
     net.blobs["data"].data[...] = 1e-3

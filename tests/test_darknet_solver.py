@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.darknet import DarknetError, DarknetWarning, parse_cfg, solver_from_cfg
 from pycaffe_lite.darknet.convert import darknet2caffe
 from pycaffe_lite.solvers.lr_policy import learning_rate

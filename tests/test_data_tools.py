@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.blob import blobproto_to_array
 from pycaffe_lite.cli import main
 from pycaffe_lite.data import DataError, compute_image_mean, convert_imageset, convert_mnist

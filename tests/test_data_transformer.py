@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.data.datum import DataError
 from pycaffe_lite.data.mean import mean_to_blobproto
 from pycaffe_lite.data.transformer import DataTransformer, distort_colour

@@ -1,7 +1,7 @@
 """A disk that fills up during training: a clear error naming the last complete snapshot,
 which stays intact, and from which training resumes to the uninterrupted result.
 
-In-process, the writes of :func:`pycaffe_lite.protoio.atomic_write` go through a simulated
+In-process, the writes of :func:`pycaffe_lite.proto.protoio.atomic_write` go through a simulated
 disk that fails with ENOSPC once its free space is used up. In a subprocess, a real file size
 limit (RLIMIT_FSIZE, the kernel failing write() with EFBIG) is set after the first snapshot,
 for both snapshot formats and through ``pycaffe-lite train``.
@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.errors import SnapshotError
 from pycaffe_lite.solvers import get_solver
 

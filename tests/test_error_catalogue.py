@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import pycaffe_lite as caffe
-from pycaffe_lite import cli, protoio
+from pycaffe_lite import cli
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.data import db as dbmod
 from pycaffe_lite.data.datum import array_to_datum
 from pycaffe_lite.errors import (CaffeError, LayerError, NetError, ProtoError, ShapeError,
@@ -544,20 +545,33 @@ def copy_from_blob_with_missing_values(tmp):
     net.copy_from(path)
 
 
-@case(ProtoError, "cut.caffemodel", "truncated")
+@case(ProtoError, "cut.caffemodel", "truncated", "at byte ")
 def truncated_caffemodel(tmp):
     net, path = saved_weights(tmp)
     write(tmp, "cut.caffemodel", path.read_bytes()[:-9])
     net.copy_from(str(tmp / "cut.caffemodel"))
 
 
-@case(ProtoError, "bad.caffemodel", "cannot decode")
+@case(ProtoError, "bad.caffemodel", "cannot decode", "at byte 0", "garbage?")
 def corrupt_caffemodel(tmp):
     net, path = saved_weights(tmp)
     data = bytearray(path.read_bytes())
     data[:4] = b"\xff" * 4  # an invalid field tag
     write(tmp, "bad.caffemodel", bytes(data))
     net.copy_from(str(tmp / "bad.caffemodel"))
+
+
+@case(ProtoError, "blob.caffemodel", "at byte ", ".blobs[0] is not a BlobProto")
+def damaged_blob_in_caffemodel(tmp):
+    # the weights themselves are damaged (a field tag of wire type 7 inside the first blob):
+    # not a fork's field to set aside
+    net, path = saved_weights(tmp)
+    model = protoio.read_binary(str(path), caffe_pb2.NetParameter())
+    blob = [lp for lp in model.layer if lp.name == "ip"][0].blobs[0].SerializeToString()
+    data = path.read_bytes()
+    at = data.index(blob)
+    write(tmp, "blob.caffemodel", data[:at] + b"\x0f" + data[at + 1:])
+    net.copy_from(str(tmp / "blob.caffemodel"))
 
 
 @case(ProtoError, "empty.caffemodel", "file is empty", "use an earlier copy")

@@ -4,7 +4,7 @@ input_param): its net and its weights still read here."""
 import numpy as np
 
 import pycaffe_lite as caffe
-from pycaffe_lite import fork_fields, protoio
+from pycaffe_lite.proto import fork_fields, protoio
 from pycaffe_lite.proto import caffe_pb2
 
 

@@ -1,6 +1,6 @@
 """The table of the forks' layer field numbers agrees with the schema it maps onto."""
 
-from pycaffe_lite.fork_layer_fields import LAYER_FIELDS, fields_for
+from pycaffe_lite.proto.fork_layer_fields import LAYER_FIELDS, fields_for
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.layers import load_all
 from pycaffe_lite.registry import layer_type_list

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import pycaffe_lite as caffe
-from pycaffe_lite import fork_fields, protoio
+from pycaffe_lite.proto import fork_fields, protoio
 from pycaffe_lite.errors import ProtoError
-from pycaffe_lite.fork_fields import encode_varint as varint
+from pycaffe_lite.proto.fork_fields import encode_varint as varint
 from pycaffe_lite.proto import caffe_pb2
 
 HERE = os.path.dirname(os.path.abspath(__file__))

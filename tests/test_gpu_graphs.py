@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import pycaffe_lite as caffe
-from pycaffe_lite import backend, cuda_graphs, protoio
+from pycaffe_lite import backend, cuda_graphs
+from pycaffe_lite.proto import protoio
 
 pytestmark = pytest.mark.gpu
 ZOO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "zoo")

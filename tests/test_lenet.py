@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.solvers import SGDSolver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

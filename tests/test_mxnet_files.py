@@ -14,7 +14,8 @@ from helpers.mxnet import (FIXTURES, array_bytes, assert_matches, files, inputs,
                            references)
 
 import pycaffe_lite
-from pycaffe_lite import mxnet, protoio
+from pycaffe_lite import mxnet
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.cli import main
 from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.proto import caffe_pb2

@@ -17,7 +17,8 @@ from helpers.mxnet import (CASES, ERROR_CASES, FIXTURES, MANIFEST, MORE_MANIFEST
                            assert_matches, files, inputs, ndarray_list, references, run)
 
 import pycaffe_lite
-from pycaffe_lite import mxnet, protoio
+from pycaffe_lite import mxnet
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.errors import CaffeError
 
 @pytest.mark.parametrize("case", CASES)

@@ -8,7 +8,7 @@ from pycaffe_lite.errors import CaffeError, LayerError, NetError, ProtoError, Sh
 from pycaffe_lite.net import Net
 from pycaffe_lite.net_graph import insert_splits
 from pycaffe_lite.proto import caffe_pb2
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 
 IP_NET = """
 name: "ipnet"

@@ -105,8 +105,8 @@ def test_intel_aspect_ratio_window_of_the_whole_square_image():
 
 
 def test_intel_binary_transform_fields_map_past_nvcaffes():
-    from pycaffe_lite import fork_fields
-    from pycaffe_lite.fork_fields import encode_varint as v
+    from pycaffe_lite.proto import fork_fields
+    from pycaffe_lite.proto.fork_fields import encode_varint as v
 
     def ld(n, payload):
         return v(n << 3 | 2) + v(len(payload)) + payload

@@ -16,7 +16,8 @@ from helpers.onnx_runtime import assert_close, onnx, run_ort
 from test_model_zoo import LOGITS, fill_random, path
 
 import pycaffe_lite as caffe
-from pycaffe_lite import cli, protoio
+from pycaffe_lite import cli
+from pycaffe_lite.proto import protoio
 from pycaffe_lite import onnx as caffe_onnx
 from pycaffe_lite.solvers import SGDSolver
 

@@ -362,7 +362,7 @@ def test_sgd_solver_steps_equal_with_and_without_kernels(tmp_path, monkeypatch):
     the update itself is checked bit for bit above)."""
     import pycaffe_lite as caffe
     from pycaffe_lite.solvers import get_solver
-    from pycaffe_lite import protoio
+    from pycaffe_lite.proto import protoio
     net = """
     layer { name: "data" type: "DummyData" top: "data" top: "label"
       dummy_data_param { shape { dim: 8 dim: 2 dim: 12 dim: 12 } shape { dim: 8 }

@@ -41,7 +41,7 @@ def mnist_lmdb(tmp_path_factory):
 
 
 def _lenet_solver(folder, source, batch, max_iter=50):
-    from pycaffe_lite import protoio
+    from pycaffe_lite.proto import protoio
     from google.protobuf import text_format
     net = protoio.read_net_param(os.path.join(LENET, "lenet_train_test.prototxt"))
     keep = [lp for lp in net.layer if not (lp.include and lp.include[0].phase == 1)]

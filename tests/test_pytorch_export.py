@@ -25,7 +25,7 @@ import pycaffe_lite as caffe  # noqa: E402
 import test_onnx_export as onnx_cases  # noqa: E402
 import test_onnx_forks as fork_cases  # noqa: E402
 from helpers.onnx_runtime import fill_random, input_layers, net_from_text  # noqa: E402
-from pycaffe_lite import protoio  # noqa: E402
+from pycaffe_lite.proto import protoio  # noqa: E402
 from pycaffe_lite.errors import CaffeError  # noqa: E402
 from pycaffe_lite.proto import caffe_pb2  # noqa: E402
 from pycaffe_lite.pytorch import GENERATORS, export  # noqa: E402

@@ -20,7 +20,8 @@ import time
 import numpy as np
 import pytest
 
-from pycaffe_lite import cli, protoio
+from pycaffe_lite import cli
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.solvers import get_solver
 
@@ -276,7 +277,8 @@ def test_cli_resumes_a_killed_run_from_its_last_snapshot(tmp_path, monkeypatch, 
     state then finishes with the weights of the uninterrupted run."""
     folder = project(tmp_path)
     slow = ("import sys; sys.path.insert(0, %r); from helpers import snapshot_kill_child as c; "
-            "from pycaffe_lite import cli, protoio; protoio.open = c.slow_open; "
+            "from pycaffe_lite import cli; from pycaffe_lite.proto import protoio; "
+            "protoio.open = c.slow_open; "
             "sys.exit(cli.main(['train', '--solver', 'solver.prototxt']))" % HERE)
     proc = subprocess.Popen([sys.executable, "-c", slow], cwd=folder,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

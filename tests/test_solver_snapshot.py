@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.layer import Layer
 from pycaffe_lite.proto import caffe_pb2

@@ -5,7 +5,7 @@ import logging
 import pytest
 from google.protobuf import text_format
 
-from pycaffe_lite import protoio, upgrade
+from pycaffe_lite.proto import protoio, upgrade
 from pycaffe_lite.errors import ProtoError
 from pycaffe_lite.proto import caffe_pb2
 

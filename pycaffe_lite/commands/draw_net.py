@@ -6,7 +6,8 @@ text (nothing else needed); ``.png``, ``.svg``, ``.pdf`` ... are rendered by Gra
 
 import logging
 
-from .. import draw, protoio
+from .. import draw
+from ..proto import protoio
 from ..errors import CaffeError
 from ..proto import caffe_pb2
 
@@ -30,7 +31,7 @@ def add_arguments(p):
 def run(args):
     param = protoio.read_net_param(args.input_net_proto_file, upgrade=False)
     if len(param.layers) and not len(param.layer):
-        from .. import upgrade
+        from ..proto import upgrade
         upgrade.upgrade_net_as_needed(param, args.input_net_proto_file)
     if not len(param.layer):
         raise CaffeError("%s defines no layers to draw" % args.input_net_proto_file)

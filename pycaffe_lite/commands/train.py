@@ -22,7 +22,8 @@ import resource
 import sys
 import time
 
-from .. import backend, cuda_graphs, protoio, ranks
+from .. import backend, cuda_graphs, ranks
+from ..proto import protoio
 from ..errors import CaffeError
 from ..parallel import launch
 from ..parallel.watchdog import DEFAULT_TIMEOUT_S

@@ -13,7 +13,7 @@ cannot be parsed, 1 the upgrade failed (nothing is written then).
 import logging
 import sys
 
-from .. import protoio, upgrade
+from ..proto import protoio, upgrade
 from ..errors import ProtoError
 from ..proto import caffe_pb2
 

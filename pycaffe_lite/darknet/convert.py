@@ -17,7 +17,7 @@ import os
 import numpy as np
 from google.protobuf import text_format
 
-from .. import protoio
+from ..proto import protoio
 from ..proto import caffe_pb2
 from .cfg import DarknetCfg, DarknetError, parse_cfg, read_cfg, warn
 from .sections import ACTIVATIONS, SectionConverters, _Out

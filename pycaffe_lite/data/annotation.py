@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from .. import protoio
+from ..proto import protoio
 from ..proto import caffe_pb2
 from .datum import DataError
 

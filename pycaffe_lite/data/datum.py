@@ -20,8 +20,8 @@ import os
 
 import numpy as np
 
-from ..errors import CaffeError
-from ..proto import caffe_pb2
+from ..errors import CaffeError, ProtoError
+from ..proto import caffe_pb2, protoio
 
 
 class DataError(CaffeError):
@@ -41,11 +41,15 @@ def parse_datum(value, where="record"):
     """A Datum from serialized bytes (``where`` names the record in errors)."""
     datum = caffe_pb2.Datum()
     try:
-        datum.ParseFromString(value)
-    except Exception as exc:  # protobuf raises DecodeError (or RuntimeError in upb)
+        protoio.parse_binary(value, datum, where, RECORD_FIELDS_REPORTED)
+    except ProtoError as exc:
         raise DataError("%s is not a Datum (%d bytes, corrupt or another format): %s"
-                        % (where, len(value), exc)) from None
+                        % (where, len(value), exc.reason)) from None
     return datum
+
+
+#: the unread fields of records already reported (one warning per field, not per record)
+RECORD_FIELDS_REPORTED = set()
 
 
 def raw_shape(datum, where="record"):

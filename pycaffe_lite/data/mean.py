@@ -5,7 +5,7 @@ import logging
 
 import numpy as np
 
-from .. import protoio
+from ..proto import protoio
 from ..blob import blobproto_to_array
 from ..errors import ProtoError
 from ..proto import caffe_pb2

@@ -60,7 +60,7 @@ def to_caffe(symbol_path, params_path, prefix, input_shapes=None):
     ``input_shapes``: a dict variable name -> shape tuple (needed where the symbol file does
     not give a variable's shape, as Gluon's exports do not). Returns ``(prototxt path,
     caffemodel path, output blob names)``."""
-    from ..protoio import write_binary, write_text
+    from ..proto.protoio import write_binary, write_text
 
     net, weights, outputs = _convert(symbol_path, params_path, input_shapes)
     prototxt = os.fspath(prefix) + ".prototxt"

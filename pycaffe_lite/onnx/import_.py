@@ -185,7 +185,7 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
     for layer in deploy.layer:
         del layer.blobs[:]
     if output_prefix is not None:
-        from ..protoio import write_binary, write_text
+        from ..proto.protoio import write_binary, write_text
         write_text(deploy, str(output_prefix) + ".prototxt")
         write_binary(weights, str(output_prefix) + ".caffemodel")
     return deploy, weights, {out.name: ctx.blob(out.name) for out in graph.output}

@@ -14,7 +14,7 @@ The rules (``type``): SGD, Nesterov, AdaGrad, RMSProp, AdaDelta, Adam; the legac
 
 import os
 
-from .. import protoio
+from ..proto import protoio
 from ..registry import SOLVERS
 from . import lr_policy  # noqa: F401  (registers the policies)
 from .adadelta import AdaDeltaSolver

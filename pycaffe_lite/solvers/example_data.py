@@ -14,7 +14,7 @@ import logging
 import os
 import re
 
-from .. import protoio
+from ..proto import protoio
 from ..data.mnist import convert_mnist
 from ..errors import CaffeError
 from . import paths

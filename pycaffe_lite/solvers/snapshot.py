@@ -13,7 +13,8 @@ import os
 
 import numpy as np
 
-from .. import backend, protoio
+from .. import backend
+from ..proto import protoio
 from ..blob import blobproto_to_array, fill_blobproto
 from ..errors import CaffeError, ProtoError
 from ..proto import caffe_pb2
@@ -67,7 +68,7 @@ def _history_host(solver):
 
 
 def _write_state_hdf5(solver, filename, model_filename, extra):
-    from ..weights import write_hdf5
+    from ..proto.weights_file import write_hdf5
 
     def fill(f):
         f.create_dataset("iter", data=np.array([solver.iter], np.int32))
@@ -86,7 +87,7 @@ def restore(solver, state_file):
     """Load a binary or HDF5 solver state (and the weights it names) into ``solver``."""
     if not os.path.isfile(state_file):
         raise ProtoError("solver state file not found", state_file)
-    from ..weights import is_hdf5
+    from ..proto.weights_file import is_hdf5
     if state_file.endswith(".h5") or is_hdf5(state_file):
         _restore_hdf5(solver, state_file)
     else:
@@ -127,8 +128,8 @@ def _restore_binary(solver, state_file):
 
 
 def _restore_hdf5(solver, state_file):
-    from ..weights import _h5py
-    h5py = _h5py()
+    from ..proto.weights_file import h5py_module
+    h5py = h5py_module()
     try:
         f = h5py.File(state_file, "r")
     except OSError as exc:

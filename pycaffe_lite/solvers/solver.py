@@ -21,7 +21,8 @@ import os
 import numpy as np
 from google.protobuf import text_format
 
-from .. import backend, health, protoio, ranks
+from .. import backend, health, ranks
+from ..proto import protoio
 from ..errors import CaffeError, ProtoError, SnapshotError
 from ..net import LAYER_FAILURES, Net
 from ..proto import caffe_pb2

@@ -8,7 +8,7 @@ Usable for custom layers too::
 
 import numpy as np
 
-from .. import protoio
+from ..proto import protoio
 from ..blob import Blob
 from ..layers import create_layer
 from ..proto import caffe_pb2

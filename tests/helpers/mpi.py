@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.data import db as dbmod
 from pycaffe_lite.data.datum import array_to_datum
 from pycaffe_lite.proto import caffe_pb2

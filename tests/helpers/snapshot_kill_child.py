@@ -6,8 +6,8 @@ killed) it prints ``exit CODE``. Forking from this process, which has Python, Nu
 pycaffe-lite loaded already, makes a run start in milliseconds, so that a test can kill many.
 
 With SLOW = 1 the child's snapshot files are written in 4 KiB chunks with a pause after each
-(the real write path, :func:`pycaffe_lite.protoio.atomic_write`, through a slow file), so that a
-SIGKILL can be aimed at a given point inside a write.
+(the real write path, :func:`pycaffe_lite.proto.protoio.atomic_write`, through a slow file), so
+that a SIGKILL can be aimed at a given point inside a write.
 """
 
 import logging
@@ -16,7 +16,8 @@ import sys
 import time
 import traceback
 
-from pycaffe_lite import layers, protoio
+from pycaffe_lite import layers
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.solvers import get_solver
 
 CHUNK = 4096

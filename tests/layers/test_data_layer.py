@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import pycaffe_lite
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.data.mean import mean_to_blobproto
 from pycaffe_lite.data.mnist import convert_mnist
 from pycaffe_lite.errors import LayerError

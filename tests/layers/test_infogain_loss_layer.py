@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.special import softmax
 
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.blob import array_to_blobproto
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.proto import caffe_pb2

@@ -5,7 +5,7 @@ import pytest
 from PIL import Image
 
 import pycaffe_lite
-from pycaffe_lite import protoio
+from pycaffe_lite.proto import protoio
 from pycaffe_lite.data.mean import mean_to_blobproto
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.testing import empty_blobs, make_layer

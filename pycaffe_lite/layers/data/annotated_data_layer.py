@@ -8,9 +8,10 @@ import numpy as np
 from ...data import anno_transform as at
 from ...data import sampler
 from ...data.annotation import Boxes, boxes_of, read_label_map
-from ...data.datum import DataError, decode_image, raw_shape
+from ...data.datum import RECORD_FIELDS_REPORTED, DataError, decode_image, raw_shape
 from ...data.mean import load_mean
-from ...proto import caffe_pb2
+from ...errors import ProtoError
+from ...proto import caffe_pb2, protoio
 from ...registry import register_layer
 from .base_data_layer import default_threads
 from .data_layer import DataLayer
@@ -23,10 +24,10 @@ RP = caffe_pb2.ResizeParameter
 def parse_annotated(value, where):
     anno = caffe_pb2.AnnotatedDatum()
     try:
-        anno.ParseFromString(value)
-    except Exception:
+        protoio.parse_binary(value, anno, where, RECORD_FIELDS_REPORTED)
+    except ProtoError as exc:
         raise DataError("%s is not an AnnotatedDatum record (was the database written by "
-                        "convert_annoset?)" % where) from None
+                        "convert_annoset?): %s" % (where, exc.reason)) from None
     if not anno.HasField("datum"):
         raise DataError("%s is not an AnnotatedDatum record: it has no datum (was the "
                         "database written by convert_annoset?)" % where)

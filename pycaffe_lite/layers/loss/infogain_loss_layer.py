@@ -5,7 +5,7 @@ from ...blob import Blob, proto_shape
 from ...errors import ProtoError, ShapeError
 from ...layer import LossLayer
 from ...proto import caffe_pb2
-from ...protoio import read_binary
+from ...proto.protoio import read_binary
 from ...registry import register_layer
 from ..common.softmax_layer import softmax_forward
 from .loss_utils import check_labels, get_normalizer

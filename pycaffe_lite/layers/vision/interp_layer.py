@@ -58,7 +58,7 @@ class InterpLayer(Layer):
     Bottoms: x ``(N, C, H, W)``.
     Tops: ``(N, C, H_out, W_out)``.
     Params: ``interp_param { zoom_factor (1) shrink_factor (1) height (0) width (0)
-    pad_beg (0) pad_end (0) }`` (a fork field: see :mod:`pycaffe_lite.fork_fields` for its
+    pad_beg (0) pad_end (0) }`` (a fork field: see :mod:`pycaffe_lite.proto.fork_fields` for its
     number).
     """
 

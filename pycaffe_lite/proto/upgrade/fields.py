@@ -2,8 +2,8 @@
 ``input_dim`` become a leading ``Input`` layer; BatchNorm's three statistics ``param`` specs
 are frozen."""
 
-from ..errors import ProtoError
-from ..proto import caffe_pb2
+from ...errors import ProtoError
+from .. import caffe_pb2
 from ._common import _copy_messages
 
 

@@ -1,19 +1,17 @@
 """Reading and writing protobuf messages in text (prototxt) and binary form.
 
 Errors name the file and, for text, the line and column. Net and solver files are upgraded from
-Caffe's legacy forms on read (see :mod:`pycaffe_lite.upgrade`).
+Caffe's legacy forms on read (see :mod:`pycaffe_lite.proto.upgrade`).
 """
 
 import errno
 import os
 import re
 
-from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 
-from . import fork_fields
-from .errors import ProtoError
-from .proto import caffe_pb2
+from ..errors import ProtoError
+from . import caffe_pb2, fork_fields, tolerant
 
 _LOCATION = re.compile(r"^(\d+):(\d+)\s*:\s*(.*)$", re.S)
 
@@ -84,19 +82,30 @@ def read_text(path, message):
 
 
 def read_binary(path, message):
-    """Read a binary protobuf file (``.caffemodel``, ``.solverstate``, ``.binaryproto``)."""
+    """Read a binary protobuf file (``.caffemodel``, ``.solverstate``, ``.binaryproto``).
+
+    A field whose bytes are not what this schema declares at its number (a fork's field under
+    a number this schema gives to something else) does not fail the file: it is kept as it is
+    (:mod:`.tolerant`), a NetParameter's forks' fields are moved to this schema's numbers
+    (:func:`fork_fields.restore`), and one warning names each field still unread. Broken
+    bytes (truncated, garbage) are a ProtoError naming the byte offset."""
     data = _read_bytes(path)
     if not data:
         raise ProtoError("file is empty (0 bytes), expected a binary %s: it was not written "
                          "completely (a crash or a full disk?); use an earlier copy"
                          % message.DESCRIPTOR.name, path)
-    try:
-        message.ParseFromString(data)
-    except (_pb_message.DecodeError, RuntimeError) as exc:
-        raise ProtoError(
-            "cannot decode %d bytes as binary %s (truncated or not a %s file?): %s"
-            % (len(data), message.DESCRIPTOR.name, message.DESCRIPTOR.name, exc),
-            path) from None
+    parse_binary(data, message, path)
+    return message
+
+
+def parse_binary(data, message, source=None, seen=None):
+    """Parse the bytes of a binary message into ``message`` as :func:`read_binary` does
+    (``source`` names them in errors and warnings; ``seen``: see
+    :func:`fork_fields.report_unknown`, for the records of one database)."""
+    tolerant.parse(data, message, source)
+    if isinstance(message, caffe_pb2.NetParameter):
+        fork_fields.restore(message)
+    fork_fields.report_unknown(message, _source_name(source), seen)
     return message
 
 
@@ -117,7 +126,8 @@ def write_text(message, path):
 
 
 def write_binary(message, path):
-    atomic_write(path, message.SerializeToString())
+    """Write ``message`` in binary form; fields kept unread on reading go back unchanged."""
+    atomic_write(path, tolerant.serialize(message))
 
 
 #: errno values meaning "no room left": a full disk, a quota, a file size limit
@@ -221,7 +231,6 @@ def read_net_param(source, upgrade=True):
     """A NetParameter from a prototxt path, a binary path, prototxt text or a message."""
     from . import upgrade as _upgrade
 
-    binary = False
     if isinstance(source, caffe_pb2.NetParameter):
         param = caffe_pb2.NetParameter()
         param.CopyFrom(source)
@@ -237,15 +246,12 @@ def read_net_param(source, upgrade=True):
             parse_text(data, param, path)
         else:
             read_binary(path, param)
-            binary = True
     elif isinstance(source, str) and ("{" in source or ":" in source):
         path = None
         param = parse_text(source, caffe_pb2.NetParameter())
     else:
         raise _not_found(source, "a net: a prototxt path, prototxt text or a NetParameter")
     fork_fields.restore(param)
-    if binary:
-        fork_fields.report_unknown(param, path)
     if upgrade:
         _upgrade.upgrade_net_as_needed(param, path or "<string>")
     return param

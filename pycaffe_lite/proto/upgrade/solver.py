@@ -1,7 +1,7 @@
 """Solvers: the deprecated ``solver_type`` enum becomes the ``type`` string."""
 
-from ..errors import ProtoError
-from ..proto import caffe_pb2
+from ...errors import ProtoError
+from .. import caffe_pb2
 from ._common import log
 
 _SOLVER = caffe_pb2.SolverParameter

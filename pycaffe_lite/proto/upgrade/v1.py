@@ -1,8 +1,8 @@
 """V1 nets (``layers { type: CONVOLUTION ... }``) to current nets (``layer { type:
 "Convolution" ... }``); ``blobs_lr`` and ``weight_decay`` become ``param`` specs."""
 
-from ..errors import ProtoError
-from ..proto import caffe_pb2
+from ...errors import ProtoError
+from .. import caffe_pb2
 from ._common import _V1, _copy_messages, _describe, _has
 
 # V1 layer type enum -> current layer type string.

@@ -1,8 +1,8 @@
 """V0 nets (``layers { layer { type: "conv" ... } }``) to V1 nets; separate ``padding`` layers
 are folded into the ``pad`` of the convolution or pooling layer they feed."""
 
-from ..errors import ProtoError
-from ..proto import caffe_pb2
+from ...errors import ProtoError
+from .. import caffe_pb2
 from ._common import _V0, _V1, _assign, _copy_messages, _describe, _has
 
 # V0 layer type string -> V1 layer type enum.

@@ -20,7 +20,7 @@ Where Caffe would abort, or would carry on with a net that no longer means what 
 a :class:`~pycaffe_lite.errors.ProtoError` naming the file and the layer is raised instead.
 """
 
-from ..errors import ProtoError
+from ...errors import ProtoError
 from ._common import log
 from .data_transform import net_needs_data_upgrade, upgrade_net_data_transformation
 from .fields import (net_needs_batch_norm_upgrade, net_needs_input_upgrade,

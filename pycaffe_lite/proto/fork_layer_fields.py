@@ -6,7 +6,7 @@ the layer parameters too) holds the fork's number, which here may be a BVLC fiel
 ``upsample_param`` is 137, BVLC's ``embed_param``), another fork's field (149 and 150 are each
 claimed by several forks), or nothing. :data:`LAYER_FIELDS` lists, for each such field, the
 fork, the layer types that use it, the fork's LayerParameter number, the protobuf wire type
-of its value and this schema's field; the on-read mapping of :mod:`pycaffe_lite.fork_fields`
+of its value and this schema's field; the on-read mapping of :mod:`pycaffe_lite.proto.fork_fields`
 decides by layer type and wire type. Fields whose fork number this schema also uses (SegNet
 and ENet's ``bn_param`` 45, ENet's ``dense_image_data_param`` 46, Intel's ``reorg_param``
 159, MobileNet-YOLO's 601 and 602, caffe-rfcn's ``psroi_pooling_param`` 10001) need no

@@ -2,7 +2,7 @@
 
 import logging
 
-from ..proto import caffe_pb2
+from .. import caffe_pb2
 
 log = logging.getLogger("pycaffe_lite")
 

@@ -20,17 +20,18 @@ that defines the number where one is known.
 """
 
 import logging
-from typing import NamedTuple
+import re
+from typing import NamedTuple, Optional
 
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from . import fork_layer_fields
-from .blob import encode_varint
+from .tolerant import ENVELOPE
+from .wire import FIXED32, FIXED64, LEN, VARINT, encode_varint, fields  # noqa: F401
 
 
 log = logging.getLogger(__name__)
 
-VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 _WIRE_OF_TYPE = {"double": FIXED64, "float": FIXED32, "fixed64": FIXED64, "fixed32": FIXED32,
                  "sfixed64": FIXED64, "sfixed32": FIXED32, "string": LEN, "bytes": LEN,
                  "message": LEN, "group": 3}
@@ -133,7 +134,16 @@ FORK_NUMBERS = {
     "LayerParameter": {150: ("Intel Caffe (multinode)",), 152: ("NVCaffe (trt_param)",
                                                                   "Intel Caffe"),
                        155: ("Intel Caffe (spatial_dropout_param)",),
-                       209: ("Intel Caffe (region_loss_param)",)},
+                       209: ("Intel Caffe (region_loss_param)",),
+                       10001: ("CaffeOnSpark (source_class, a string)",
+                               "R-FCN (psroi_pooling_param)"),
+                       10010: ("CaffeOnSpark (cos_data_param)",)},
+    # CaffeOnSpark (yahoo/caffe, the caffe-public of yahoo/CaffeOnSpark)
+    "MemoryDataParameter": {10000: ("CaffeOnSpark (share_in_parallel)",),
+                            10001: ("CaffeOnSpark (source)",),
+                            10002: ("CaffeOnSpark (dataframe_column_select)",),
+                            10003: ("CaffeOnSpark (image_encoded)",),
+                            10004: ("CaffeOnSpark (dataframe_format)",)},
     "PoolingParameter": {40: ("NVCaffe (torch_pooling)",)},
     "DropoutParameter": {3: ("NVCaffe (random_seed)",)},
     "ConvolutionParameter": {19: ("NVCaffe (cudnn_convolution_algo_seeker)",),
@@ -163,51 +173,19 @@ FORK_FIELD_NAMES = {
     ("TransformationParameter", "flow"): "Intel Caffe",
     ("TransformationParameter", "bgr2rgb"): "Intel Caffe",
     ("TransformationParameter", "pad"): "Intel Caffe",
+    ("LayerParameter", "source_class"): "CaffeOnSpark",
+    ("LayerParameter", "cos_data_param"): "CaffeOnSpark",
+    ("MemoryDataParameter", "share_in_parallel"): "CaffeOnSpark",
+    ("MemoryDataParameter", "source"): "CaffeOnSpark",
+    ("MemoryDataParameter", "dataframe_column_select"): "CaffeOnSpark",
+    ("MemoryDataParameter", "image_encoded"): "CaffeOnSpark",
+    ("MemoryDataParameter", "dataframe_format"): "CaffeOnSpark",
 }
 
 
 def fork_of_field(message_name, field_name):
     """The fork that defines ``message_name.field_name`` where this schema lacks it, or None."""
     return FORK_FIELD_NAMES.get((message_name, field_name))
-
-
-# ---- the wire format ----------------------------------------------------------------------
-
-def _varint(data, pos):
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-def fields(data):
-    """The top-level fields of serialized bytes: (number, wire type, raw bytes after the tag,
-    value), the value being an int (varint), the payload (length-delimited) or the raw bytes."""
-    pos = 0
-    while pos < len(data):
-        key, start = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == VARINT:
-            value, end = _varint(data, start)
-        elif wire == LEN:
-            length, body = _varint(data, start)
-            end = body + length
-            value = data[body:end]
-        elif wire in (FIXED64, FIXED32):
-            end = start + (8 if wire == FIXED64 else 4)
-            value = data[start:end]
-        else:
-            raise ValueError("wire type %d (groups are not used by Caffe)" % wire)
-        if end > len(data):
-            raise ValueError("truncated field %d" % number)
-        yield number, wire, data[start:end], value
-        pos = end
 
 
 def _reads(descriptor, number, wire):
@@ -248,37 +226,56 @@ def _remap(message, claims, layer_type=None):
         return set()
     moved, out, forks, pending = [], [], set(), []
     for number, wire, raw, value in parsed:
+        as_read = (number, wire, raw)
+        if number == ENVELOPE and wire == LEN:
+            # a field set aside on reading (its bytes are not this schema's type there): a
+            # fork's claim may still take it
+            number, wire, raw, value = _opened(value)
         claim = _claim_for(descriptor, claims, number, wire, value, layer_type)
         if claim is None:
-            out.append((number, wire, raw))
+            out.append(as_read)
         elif claim.marked:
-            pending.append((claim, number, wire, raw))
+            pending.append((claim, wire, raw, as_read))
         else:
-            moved.append((claim, wire, raw))
+            moved.append((claim, wire, raw, as_read))
             forks.add(claim.fork)
-    kept = {n for n, _, _ in out}
-    if claims is TRANSFORM_CLAIMS and kept & _NVCAFFE_TRANSFORM_OWN:
+    numbers = {n for n, _, _ in out}
+    if claims is TRANSFORM_CLAIMS and numbers & _NVCAFFE_TRANSFORM_OWN:
         forks.add("NVCaffe")  # its fields that keep their numbers mark the message too
-    for claim, number, wire, raw in pending:
+    for claim, wire, raw, as_read in pending:
         if claim.fork in forks:
-            moved.append((claim, wire, raw))
+            moved.append((claim, wire, raw, as_read))
             forks.add(claim.fork)
         else:
-            out.append((number, wire, raw))
+            out.append(as_read)
     # a field already set under this schema's number (bytes written here) is left as it is
-    kept = {n for n, _, _ in out}
-    for claim, wire, raw in [m for m in moved if _number(descriptor, m[0]) in kept]:
-        moved.remove((claim, wire, raw))
-        out.append((claim.number, wire, raw))
+    numbers = {n for n, _, _ in out}
+    for entry in [m for m in moved if _number(descriptor, m[0]) in numbers]:
+        moved.remove(entry)
+        out.append(entry[3])
     if not moved:
         return set()
-    forks = {claim.fork for claim, _, _ in moved}
+    forks = {claim.fork for claim, _, _, _ in moved}
     rebuilt = b"".join(encode_varint(n << 3 | w) + raw for n, w, raw in out)
     rebuilt += b"".join(encode_varint(_number(descriptor, c) << 3 | w) + raw
-                        for c, w, raw in moved)
+                        for c, w, raw, _ in moved)
+    original = message.SerializePartialToString()
     message.Clear()
-    message.MergeFromString(rebuilt)
+    try:
+        message.MergeFromString(rebuilt)
+    except Exception:  # the fork's bytes are not this schema's field either: leave them
+        message.Clear()
+        message.MergeFromString(original)
+        return set()
     return forks
+
+
+def _opened(payload):
+    """(number, wire type, raw bytes after the tag, value) of the field in an envelope."""
+    try:
+        return next(fields(payload))
+    except (ValueError, StopIteration):
+        return ENVELOPE, LEN, payload, payload
 
 
 def _number(descriptor, claim):
@@ -335,14 +332,34 @@ def _suspect(param):
 
 # ---- what is left unknown ------------------------------------------------------------------
 
+class Unknown(NamedTuple):
+    """A field nothing here reads: where it is (``NetParameter.layer[0] (layer 'data')``), the
+    message, its number and wire type, the forks that define the number there, and, when this
+    schema reads the number itself, the field it declares (the bytes are not that)."""
+
+    place: str
+    message: str
+    number: int
+    wire_type: int
+    forks: tuple
+    declared: Optional[str] = None
+
+
 def unknown_fields(message, where=""):
-    """Every field still unknown in ``message`` and the messages inside it: a list of
-    ``(place, message name, number, wire type, forks that define the number there)``."""
+    """Every field still unknown in ``message`` and the messages inside it (a list of
+    :class:`Unknown`), the fields set aside on reading (:mod:`.tolerant`) among them."""
     found = []
     name = message.DESCRIPTOR.name
     for item in UnknownFieldSet(message):
-        forks = FORK_NUMBERS.get(name, {}).get(item.field_number, ())
-        found.append((where or name, name, item.field_number, item.wire_type, forks))
+        number, wire = item.field_number, item.wire_type
+        if number == ENVELOPE and wire == LEN:
+            number, wire, _, _ = _opened(item.data)
+        forks = FORK_NUMBERS.get(name, {}).get(number, ())
+        field = message.DESCRIPTOR.fields_by_number.get(number)
+        declared = field and "%s (%s)" % (field.name, _kind(field))
+        found.append(Unknown(where or name, name, number, wire, forks, declared))
+    if not _holds_messages(message.DESCRIPTOR):
+        return found  # a Datum, say: nothing inside to look into (records are many)
     for field, value in message.ListFields():
         if field.type != field.TYPE_MESSAGE or field.message_type.name == "BlobProto":
             continue
@@ -358,23 +375,62 @@ def unknown_fields(message, where=""):
     return found
 
 
+_HOLDS_MESSAGES = {}
+
+
+def _holds_messages(descriptor):
+    known = _HOLDS_MESSAGES.get(descriptor.full_name)
+    if known is None:
+        known = _HOLDS_MESSAGES[descriptor.full_name] = any(
+            f.type == f.TYPE_MESSAGE for f in descriptor.fields)
+    return known
+
+
+def _kind(field):
+    if field.type == field.TYPE_MESSAGE:
+        return "a %s" % field.message_type.name
+    return {field.TYPE_STRING: "a string", field.TYPE_BYTES: "bytes", field.TYPE_BOOL: "a bool",
+            field.TYPE_FLOAT: "a float", field.TYPE_DOUBLE: "a double",
+            field.TYPE_ENUM: "an enum"}.get(field.type, "an integer")
+
+
+_WIRE_NAMES = {VARINT: "a varint", FIXED64: "8 bytes", LEN: "length-delimited bytes",
+               FIXED32: "4 bytes"}
+
+
 def describe_unknown(entry):
     """One line about an unknown field from :func:`unknown_fields`."""
-    place, message, number, wire, forks = entry
-    kind = {VARINT: "a varint", FIXED64: "8 bytes", LEN: "length-delimited bytes",
-            FIXED32: "4 bytes"}.get(wire, "wire type %d" % wire)
-    text = "%s: field %d of %s (%s) is not in this schema" % (place, number, message, kind)
-    if forks:
-        text += "; it is %s" % " or ".join(forks)
+    kind = _WIRE_NAMES.get(entry.wire_type, "wire type %d" % entry.wire_type)
+    if entry.declared:
+        text = ("%s: field %d of %s (wire type %d, %s) does not decode as this schema's %s; "
+                "its bytes are kept unread and written back unchanged"
+                % (entry.place, entry.number, entry.message, entry.wire_type, kind,
+                   entry.declared))
+        if entry.forks:
+            text += "; forks that use %d there: %s" % (entry.number, ", ".join(entry.forks))
+        return text
+    text = "%s: field %d of %s (wire type %d, %s) is not in this schema" % (
+        entry.place, entry.number, entry.message, entry.wire_type, kind)
+    if entry.forks:
+        text += "; it is %s" % " or ".join(entry.forks)
     return text
 
 
-def report_unknown(net_param, source):
-    """Log a warning for each field of a binary net that nothing here reads."""
-    entries = unknown_fields(net_param)
-    for entry in entries[:20]:
-        log.warning("%s: %s (ignored)", source, describe_unknown(entry))
-    if len(entries) > 20:
-        log.warning("%s: %d more unknown fields", source, len(entries) - 20)
-    return entries
+def report_unknown(message, source, seen=None, limit=20):
+    """Log one warning for each field of a binary ``message`` that nothing here reads. With
+    ``seen`` (a set kept by the caller across records of one source), a field already reported
+    at the same place and number is not reported again."""
+    entries = unknown_fields(message)
+    if not entries:
+        return entries
+    if seen is not None:
+        def key(e):  # the same field of another record, or of another item of a list
+            return re.sub(r"\[\d+\]", "[]", e.place), e.number, e.wire_type
 
+        entries = [e for e in entries if key(e) not in seen]
+        seen.update(key(e) for e in entries)
+    for entry in entries[:limit]:
+        log.warning("%s: %s (ignored)", source, describe_unknown(entry))
+    if len(entries) > limit:
+        log.warning("%s: %d more unknown fields", source, len(entries) - limit)
+    return entries

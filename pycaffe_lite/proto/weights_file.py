@@ -1,0 +1,55 @@
+"""The files that hold trained weights, apart from any Net: a ``.caffemodel`` (a binary
+NetParameter) read into a message with the forks' fields found again and the legacy forms
+upgraded, and the HDF5 files (Caffe's ``/data/<layer>/<i>`` layout) written whole or not at
+all. Copying weights into a Net is the Net's business (:mod:`pycaffe_lite.weights`)."""
+
+import io
+
+from ..errors import CaffeError, ProtoError
+from . import caffe_pb2, protoio
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def h5py_module():
+    """h5py, or a CaffeError saying how to install it."""
+    try:
+        import h5py
+    except ImportError:
+        raise CaffeError("HDF5 weights need h5py: pip install 'pycaffe-lite[hdf5]'") from None
+    return h5py
+
+
+def is_hdf5(path):
+    """Whether ``path`` starts with the HDF5 signature (a ProtoError when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(8) == HDF5_SIGNATURE
+    except IsADirectoryError:
+        raise ProtoError("is a directory, expected a weights file (.caffemodel or .h5)",
+                         path) from None
+    except OSError as exc:
+        raise ProtoError("cannot read file: %s" % (exc.strerror or exc), path) from None
+
+
+def read_caffemodel(path):
+    """The NetParameter of a ``.caffemodel``: the forks' fields moved to this schema's numbers
+    and legacy nets upgraded, as Caffe's ``CopyTrainedLayers`` reads it; a field whose bytes
+    are not this schema's there is kept aside with a warning (:func:`protoio.read_binary`)."""
+    from . import upgrade
+
+    source = protoio.read_binary(path, caffe_pb2.NetParameter())
+    upgrade.upgrade_net_as_needed(source, path)
+    return source
+
+
+def write_hdf5(path, fill, what="HDF5 file"):
+    """Write an HDF5 file built by ``fill(h5file)``: in memory first, then to ``path`` with
+    :func:`protoio.atomic_write`. A full disk or a crash then leaves any previous file intact,
+    and a failing write is a ProtoError rather than an HDF5 library error (which, on a full
+    disk, can bring the process down when the file is closed)."""
+    h5py = h5py_module()
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w") as f:
+        fill(f)
+    protoio.atomic_write(path, buffer.getvalue(), what)
