@@ -2,12 +2,13 @@
 
 A child process that imports only pycaffe-lite (and NumPy) limits its own address space
 (RLIMIT_AS) to 4 GiB, then builds and runs: the public SSD deploy nets of tests/fixtures/ssd
-(OpenCV's ResNet-10 face detector, MobileNet-SSD), SSD's DetectionOutput over 30,000 priors at
-a low threshold, MobileNet-YOLO's Yolov3DetectionOutput (two heads of a 608 x 608 input, 20
-classes, confidence_threshold 0.01, about 30,000 candidate boxes: an N x N overlap matrix
-of them would need 7 GB) and YoloDetectionOutput, py-faster-rcnn's proposal layer and an R-FCN
-head (Proposal + PSROIPooling), CTPN's text proposals, Intel Caffe's EvalDetection and SSD's
-DetectionEvaluate.
+(OpenCV's ResNet-10 face detector, MobileNet-SSD), models/ssd_shapes' TEST net (its data
+layer replaced by inputs; DetectionOutput and DetectionEvaluate), SSD's DetectionOutput over
+30,000 priors at a low threshold, MobileNet-YOLO's Yolov3DetectionOutput (two heads of a
+608 x 608 input, 20 classes, confidence_threshold 0.01, about 30,000 candidate boxes: an
+N x N overlap matrix of them would need 7 GB) and YoloDetectionOutput, py-faster-rcnn's
+proposal layer and an R-FCN head (Proposal + PSROIPooling), CTPN's text proposals, Intel
+Caffe's EvalDetection and SSD's DetectionEvaluate.
 """
 
 import json
@@ -41,7 +42,10 @@ CHILD = textwrap.dedent("""
                     b.data[...] = v
         inputs = {k: np.load(v) for k, v in entry["inputs"].items()}
         out = net.forward(**inputs)
-        report[entry["name"]] = {k: list(v.shape) for k, v in out.items()}
+        shapes = {k: list(v.shape) for k, v in out.items()}
+        if "detection_out" in net.blobs:
+            shapes["detection_out"] = list(net.blobs["detection_out"].data.shape)
+        report[entry["name"]] = shapes
     print(json.dumps(report))
 """ % (LIMIT, LIMIT))
 
@@ -134,6 +138,26 @@ layer { name: "map" type: "DetectionEvaluate" bottom: "det" bottom: "gt" top: "m
 """
 
 
+def ssd_shapes_test_net(tmp_path):
+    """models/ssd_shapes' TEST net with its LMDB data layer replaced by inputs."""
+    from google.protobuf import text_format
+
+    from pycaffe_lite.proto import caffe_pb2
+
+    net = caffe_pb2.NetParameter()
+    with open(os.path.join(ROOT, "models", "ssd_shapes", "ssd_shapes.prototxt")) as f:
+        text_format.Merge(f.read(), net)
+    layers = [lp for lp in net.layer if lp.type != "AnnotatedData"]
+    del net.layer[:]
+    net.layer.extend(layers)
+    for name, dims in (("data", (1, 3, 96, 96)), ("label", (1, 1, 2, 8))):
+        net.input.append(name)
+        net.input_shape.add().dim.extend(dims)
+    path = tmp_path / "ssd_shapes_test.prototxt"
+    path.write_text(text_format.MessageToString(net))
+    return str(path)
+
+
 def _nets(tmp_path):
     """[(name, prototxt path, {input: array})], and the Yolov3 case's candidate count."""
     rng = np.random.default_rng(1)
@@ -151,6 +175,10 @@ def _nets(tmp_path):
         {"data": rng.uniform(-1, 1, (1, 3, 300, 300)).astype(np.float32)})
     add("mobilenet_ssd", os.path.join(SSD, "mobilenet_ssd_deploy.prototxt"),
         {"data": rng.uniform(-1, 1, (1, 3, 300, 300)).astype(np.float32)})
+    gt = np.array([[0, 1, 0, 0.1, 0.1, 0.3, 0.3, 0], [0, 2, 0, 0.5, 0.5, 0.7, 0.9, 0]])
+    add("ssd_shapes", ssd_shapes_test_net(tmp_path),
+        {"data": rng.uniform(-1, 1, (1, 3, 96, 96)).astype(np.float32),
+         "label": gt.reshape(1, 1, 2, 8).astype(np.float32)})
     xy = rng.uniform(0, 0.95, (30000, 2))
     priors = np.concatenate([xy, xy + rng.uniform(0.01, 0.05, (30000, 2))], axis=1)
     fg = rng.uniform(0.02, 1.0, 30000)
@@ -179,7 +207,6 @@ def _nets(tmp_path):
     det[:, 2] = rng.uniform(0, 1, 3000)
     det[:, 3:5] = rng.uniform(0, 0.8, (3000, 2))
     det[:, 5:7] = det[:, 3:5] + 0.1
-    gt = np.array([[0, 1, 0, 0.1, 0.1, 0.3, 0.3, 0], [0, 2, 0, 0.5, 0.5, 0.7, 0.9, 0]])
     add("evaluation", EVAL, {"region": rng.normal(0, 1, (1, 125, 13, 13)).astype(np.float32),
                              "label": gt.reshape(1, 1, 2, 8).astype(np.float32),
                              "det": det.reshape(1, 1, 3000, 7).astype(np.float32),
@@ -209,10 +236,11 @@ def test_every_detection_net_runs_in_4_gib(tmp_path):
     assert set(report) == {name for name, _, _ in nets}
     # every detection output holds rows of 7; the low-threshold cases keep many boxes
     for name in ("res10_face_ssd", "mobilenet_ssd", "ssd_30000_priors", "yolov3_lite",
-                 "yolov2"):
+                 "yolov2", "ssd_shapes"):
         shape = report[name]["detection_out"]
         assert len(shape) == 4 and shape[3] == 7, (name, shape)
     assert report["yolov3_lite"]["detection_out"][2] > 1000
     assert report["ssd_30000_priors"]["detection_out"][2] > 1000
+    assert report["ssd_shapes"]["detection_eval"][3] == 5
     assert report["rfcn"]["psroi"][0] == 300               # post_nms_topN (TEST)
     assert report["ctpn"]["rois"][1] == 4
