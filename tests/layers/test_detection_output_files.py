@@ -116,6 +116,11 @@ def files(directory):
 def test_voc_files_are_emptied_then_written_after_num_test_image_images(tmp_path):
     label_map, name_size = write_inputs(tmp_path)
     out = tmp_path / "results" / "Main"
+    layer = make_layer(layer_text(out, label_map, name_size, "VOC"), dtype=np.float32)
+    bottom = random_blobs([np.zeros((1, 12)), np.zeros((1, 9)), np.zeros((1, 2, 12))],
+                          dtype=np.float32)
+    layer.SetUp(bottom, empty_blobs(1))               # the fork's Reshape creates them
+    assert files(out) == {"comp4_det_test_cat.txt": "", "comp4_det_test_dog.txt": ""}
     runs = run_batches(layer_text(out, label_map, name_size, "VOC"),
                        [["000001", "000002"], ["000003"], ["000001"]])
     top = next(runs)

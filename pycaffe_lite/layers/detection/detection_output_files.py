@@ -10,7 +10,8 @@ detections, then starts a new round:
   mapped back through ``resize_param``: WARP, FIT_SMALL_SIZE, FIT_LARGE_SIZE_AND_PAD), in
   single precision; x, y, width and height are rounded to hundredths (halves away from 0);
 - ``VOC``: one file ``<output_name_prefix><name>.txt`` per class of the label map (the
-  background aside, by ``name``), emptied when a round begins and rewritten when it ends,
+  background aside, by ``name``), emptied when a round begins (the layer's set-up included)
+  and rewritten when it ends,
   one line per detection: ``image score xmin ymin xmax ymax`` with the corners as integers
   (the rounded values truncated; xmax = xmin + width) and the score with 6 significant digits;
 - ``COCO``: ``<output_name_prefix>.json``, the detections array as Boost's property tree
@@ -215,7 +216,8 @@ class ResultFiles:
         return os.path.join(self.directory, self.prefix + name)
 
     def begin(self):
-        """Before a forward pass: at the start of a round, VOC's class files are emptied."""
+        """When the layer is reshaped (set up, and before each forward pass, as the fork's
+        Reshape): at the start of a round, VOC's class files are emptied (created)."""
         if self.enabled and self.count == 0 and self.format == "VOC":
             for label, name in sorted(self.names.items()):
                 if label != self.background:

@@ -98,6 +98,7 @@ class DetectionOutputLayer(Layer):
             raise self.error("visualize is not supported; draw the top blob's boxes instead")
 
     def reshape(self, bottom, top):
+        self.results.begin()          # as the fork's Reshape: a round's VOC files emptied
         self.num_priors = count_priors(self, *bottom, self.num_loc_classes, self.num_classes)
         top[0].reshape(1, 1, 1, 7)
 
@@ -148,7 +149,6 @@ class DetectionOutputLayer(Layer):
         return np.concatenate(rows)
 
     def forward(self, bottom, top):
-        self.results.begin()
         rows = self.detect(bottom[0].cpu_data(), bottom[1].cpu_data(), bottom[2].cpu_data())
         if self.results.enabled:
             for i in range(bottom[0].shape[0]):
