@@ -7,16 +7,18 @@ host; the SSD layers bring their blobs to the host, as the fork does):
 - ``encode`` / ``decode``: offsets of boxes relative to prior (default) boxes for the three
   code types CORNER, CENTER_SIZE and CORNER_SIZE, with the variance in the target or in the
   offsets;
-- ``bbox_size``, ``jaccard``: the fork's area (0 for an inverted box) and overlap (0 unless
-  the intersection has a positive width and height);
+- ``bbox_size``, ``jaccard`` (defined in :mod:`.nms`): the fork's area (0 for an inverted
+  box) and overlap (0 unless the intersection has a positive width and height);
 - ``nms_fast`` (DetectionOutput's suppression with the adaptive ``eta``) and ``nms`` (the
-  variant hard-example mining uses: tiny boxes dropped, stop after ``top_k`` kept);
+  variant hard-example mining uses: tiny boxes dropped, stop after ``top_k`` kept), both
+  run by :func:`.nms.greedy` in memory linear in the boxes;
 - ``match`` (bipartite then per-prediction matching of priors to ground truth).
 """
 
 import numpy as np
 
 from ...proto import caffe_pb2
+from .nms import ABOVE, AT_MOST, bbox_size, greedy, jaccard
 
 CodeType = caffe_pb2.PriorBoxParameter
 CORNER = CodeType.CORNER
@@ -27,29 +29,6 @@ CODE_NAMES = {CORNER: "CORNER", CENTER_SIZE: "CENTER_SIZE", CORNER_SIZE: "CORNER
 MatchType = caffe_pb2.MultiBoxLossParameter
 BIPARTITE = MatchType.BIPARTITE
 PER_PREDICTION = MatchType.PER_PREDICTION
-
-
-def bbox_size(boxes):
-    """Areas of ``boxes`` (``(..., 4)``); 0 where xmax < xmin or ymax < ymin."""
-    w = boxes[..., 2] - boxes[..., 0]
-    h = boxes[..., 3] - boxes[..., 1]
-    return np.where((w < 0) | (h < 0), 0, w * h).astype(boxes.dtype, copy=False)
-
-
-def jaccard(a, b):
-    """Jaccard overlap of every box of ``a`` (``(M, 4)``) with every box of ``b`` (``(N, 4)``):
-    an ``(M, N)`` array. As the fork, 0 unless the intersection has positive width and
-    height; areas as :func:`bbox_size`."""
-    a = a[:, None, :]
-    b = b[None, :, :]
-    iw = np.minimum(a[..., 2], b[..., 2]) - np.maximum(a[..., 0], b[..., 0])
-    ih = np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 1], b[..., 1])
-    inter = iw * ih
-    union = bbox_size(a) + bbox_size(b) - inter
-    ok = (iw > 0) & (ih > 0)
-    out = np.zeros(inter.shape, dtype=np.result_type(a, b))
-    np.divide(inter, union, out=out, where=ok)
-    return out
 
 
 def _variance(variances, boxes, in_target):
@@ -120,54 +99,7 @@ def nms_fast(boxes, scores, score_threshold, nms_threshold, eta=1.0, top_k=-1):
     order = candidates[sort_descending(scores[candidates])]
     if top_k > -1:
         order = order[:top_k]
-    if order.size == 0:
-        return order
-    if eta >= 1:
-        return order[_greedy(boxes[order], nms_threshold)]
-    # The adaptive threshold is a float in the fork: shrink it in single precision.
-    threshold = np.float32(nms_threshold)
-    eta = np.float32(eta)
-    ious = _overlaps(boxes[order])
-    kept = []
-    for k in range(order.size):
-        row = ious(k)
-        if kept and not (row[kept] <= threshold).all():
-            continue
-        kept.append(k)
-        if threshold > 0.5:
-            threshold = np.float32(threshold * eta)
-    return order[np.asarray(kept, dtype=np.int64)]
-
-
-# Candidates up to this many get their overlaps as one matrix (32 MB in float64 at most).
-_MATRIX_LIMIT = 2048
-
-
-def _overlaps(boxes):
-    """``row(k)``: the overlaps of box ``k`` with all of ``boxes``, from one matrix when the
-    boxes are few enough, else computed row by row."""
-    if len(boxes) <= _MATRIX_LIMIT:
-        matrix = jaccard(boxes, boxes)
-        return lambda k: matrix[k]
-    return lambda k: jaccard(boxes[k:k + 1], boxes)[0]
-
-
-def _greedy(boxes, threshold, limit=-1):
-    """Positions kept by greedy suppression of ``boxes`` (already best first): each kept
-    box removes the later ones overlapping it by more than ``threshold``; stops after
-    ``limit`` kept boxes when ``limit > -1``. With a fixed threshold this keeps exactly the
-    boxes that overlap no earlier kept box by more than the threshold."""
-    ious = _overlaps(boxes)
-    removed = np.zeros(len(boxes), dtype=bool)
-    kept = []
-    for k in range(len(boxes)):
-        if removed[k]:
-            continue
-        kept.append(k)
-        if -1 < limit <= len(kept):
-            break
-        removed |= ious(k) > threshold
-    return np.asarray(kept, dtype=np.int64)
+    return order[greedy(boxes[order], nms_threshold, jaccard, AT_MOST, eta)]
 
 
 def nms(boxes, scores, nms_threshold, top_k=-1):
@@ -179,7 +111,7 @@ def nms(boxes, scores, nms_threshold, top_k=-1):
     if top_k > -1:
         order = order[:top_k]
     order = order[bbox_size(boxes[order]) >= 1e-5]
-    return order[_greedy(boxes[order], nms_threshold, top_k)]
+    return order[greedy(boxes[order], nms_threshold, jaccard, ABOVE, limit=top_k)]
 
 
 def cross_boundary(boxes):

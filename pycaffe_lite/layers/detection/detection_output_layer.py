@@ -5,6 +5,7 @@ import numpy as np
 from ...layer import Layer
 from ...registry import register_layer
 from .bbox_util import CODE_NAMES, decode, nms_fast
+from .detection_output_files import ResultFiles
 
 NO_THRESHOLD = -float(np.finfo(np.float32).max)
 
@@ -59,8 +60,9 @@ class DetectionOutputLayer(Layer):
     scores descending within a class. With no detection at all the fork's placeholder is
     written: one row per image ``[i, -1, -1, -1, -1, -1, -1]``.
     Params: ``detection_output_param`` (the SSD fork's DetectionOutputParameter, plus
-    OpenCV's ``clip``: decoded boxes clipped to [0, 1] before suppression); saving results to
-    files (``save_output_param``) and ``visualize`` are not provided.
+    OpenCV's ``clip``: decoded boxes clipped to [0, 1] before suppression);
+    ``save_output_param`` writes the fork's VOC, COCO or ILSVRC result files (see
+    :mod:`.detection_output_files`); ``visualize`` is not provided.
     """
 
     host_only = True  # decoding and NMS in NumPy
@@ -90,13 +92,13 @@ class DetectionOutputLayer(Layer):
         if not 0 < self.eta <= 1:
             raise self.error("nms_param eta must be in (0, 1], got %g" % self.eta)
         self.top_k = int(p.nms_param.top_k) if p.nms_param.HasField("top_k") else -1
-        if p.save_output_param.output_directory:
-            raise self.error("save_output_param (writing detections to files) is not "
-                             "supported; read the top blob instead")
+        self.results = ResultFiles(self, p.save_output_param, self.num_classes,
+                                   self.background_label_id)
         if p.visualize:
             raise self.error("visualize is not supported; draw the top blob's boxes instead")
 
     def reshape(self, bottom, top):
+        self.results.begin()          # as the fork's Reshape: a round's VOC files emptied
         self.num_priors = count_priors(self, *bottom, self.num_loc_classes, self.num_classes)
         top[0].reshape(1, 1, 1, 7)
 
@@ -148,5 +150,8 @@ class DetectionOutputLayer(Layer):
 
     def forward(self, bottom, top):
         rows = self.detect(bottom[0].cpu_data(), bottom[1].cpu_data(), bottom[2].cpu_data())
+        if self.results.enabled:
+            for i in range(bottom[0].shape[0]):
+                self.results.add_image(rows[(rows[:, 0] == i) & (rows[:, 1] >= 0)])
         top[0].reshape(1, 1, rows.shape[0], 7)
         top[0].data[...] = rows.reshape(1, 1, -1, 7)

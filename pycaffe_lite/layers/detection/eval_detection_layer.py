@@ -6,6 +6,7 @@ import numpy as np
 from ...layer import Layer
 from ...proto import caffe_pb2
 from ...registry import register_layer
+from .nms import AT_LEAST, center_overlaps, greedy
 
 _SCORE = caffe_pb2.EvalDetectionParameter
 
@@ -107,15 +108,7 @@ class EvalDetectionLayer(Layer):
         boxes = np.stack([bx, by, bw, bh], axis=-1).reshape(-1, 4)
         score, label = score.reshape(-1), label.reshape(-1)
         order = np.argsort(-score, kind="stable")
-        kept, suppressed = [], np.zeros(len(order), bool)
-        for a in range(len(order)):
-            if suppressed[a]:
-                continue
-            kept.append(order[a])
-            for b in range(a + 1, len(order)):
-                if not suppressed[b] and center_iou(boxes[order[a]], boxes[order[b]]) >= \
-                        self.nms:
-                    suppressed[b] = True
+        kept = order[greedy(boxes[order], self.nms, center_overlaps, AT_LEAST)]
         out = {}
         for k in kept:
             if score[k] >= 0.005:

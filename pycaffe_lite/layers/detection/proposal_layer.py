@@ -17,6 +17,7 @@ import numpy as np
 from ...backend import get_array_module, to_host
 from ...layer import Layer
 from ..common.python_param_str import feat_stride_params
+from .nms import AT_MOST, greedy, pixel_overlaps
 
 # py-faster-rcnn's configuration (lib/fast_rcnn/config.py) for each phase:
 # RPN_PRE_NMS_TOP_N, RPN_POST_NMS_TOP_N, RPN_NMS_THRESH, RPN_MIN_SIZE.
@@ -51,23 +52,12 @@ def decode_boxes(anchors, deltas):
     return np.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], axis=1)
 
 
-def nms_pixels(boxes, scores, threshold):
+def nms_pixels(boxes, scores, threshold, limit=-1):
     """The fork's NMS on pixel boxes (areas count both end pixels): indices kept, best
-    first; a kept box removes the later ones overlapping it by more than ``threshold``."""
+    first (at most ``limit`` when ``limit > -1``); a box is kept when it overlaps each kept
+    box by at most ``threshold``. Memory linear in the boxes."""
     order = np.argsort(-scores, kind="stable")
-    x1, y1, x2, y2 = (boxes[:, i] for i in range(4))
-    areas = (x2 - x1 + 1) * (y2 - y1 + 1)
-    keep = []
-    while order.size:
-        i = order[0]
-        keep.append(i)
-        rest = order[1:]
-        iw = np.maximum(0.0, np.minimum(x2[i], x2[rest]) - np.maximum(x1[i], x1[rest]) + 1)
-        ih = np.maximum(0.0, np.minimum(y2[i], y2[rest]) - np.maximum(y1[i], y1[rest]) + 1)
-        inter = iw * ih
-        overlap = inter / (areas[i] + areas[rest] - inter)
-        order = rest[overlap <= threshold]
-    return np.asarray(keep, dtype=np.int64)
+    return order[greedy(boxes[order], threshold, pixel_overlaps, AT_MOST, limit=limit)]
 
 
 class ProposalLayer(Layer):
@@ -135,7 +125,7 @@ class ProposalLayer(Layer):
         boxes, scores = boxes[keep], scores[keep]
         order = np.argsort(-scores, kind="stable")[:pre_top]
         boxes, scores = boxes[order], scores[order]
-        keep = nms_pixels(boxes, scores, threshold)[:post_top]
+        keep = nms_pixels(boxes, scores, threshold, post_top)
         boxes, scores = boxes[keep], scores[keep]
         rois = np.zeros((len(keep), 5))
         rois[:, 1:] = boxes

@@ -5,24 +5,17 @@ import numpy as np
 from ...backend import get_array_module, to_host
 from ...layer import Layer
 from ...registry import register_layer
-from .bbox_util import jaccard, sort_descending
+from .bbox_util import sort_descending
+from .nms import AT_LEAST, greedy, jaccard
 from .yolo_layer import anchor_pairs, sigmoid
 
 
 def suppress(boxes, scores, threshold):
     """The YOLO ports' NMS: indices of the kept boxes, best first (ties in index order);
     a kept box removes every later box whose overlap with it is at least ``threshold``,
-    whatever the classes. ``boxes``: ``(K, 4)`` corners."""
+    whatever the classes. ``boxes``: ``(K, 4)`` corners. Memory linear in ``K``."""
     order = sort_descending(scores)
-    ious = jaccard(boxes[order], boxes[order])
-    removed = np.zeros(len(order), dtype=bool)
-    kept = []
-    for k in range(len(order)):
-        if removed[k]:
-            continue
-        kept.append(k)
-        removed[k + 1:] |= ious[k, k + 1:] >= threshold
-    return order[np.asarray(kept, dtype=np.int64)]
+    return order[greedy(boxes[order], threshold, jaccard, AT_LEAST)]
 
 
 def detections_top(top, per_image, num):
