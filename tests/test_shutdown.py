@@ -439,11 +439,11 @@ def test_failing_trains_at_a_short_switch_interval_all_exit(mnist_lmdbs, lenet_d
         return proc.returncode, err
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(one, range(40)))
+        results = list(pool.map(one, range(60)))
     statuses = {}
     for status, _ in results:
         statuses[status] = statuses.get(status, 0) + 1
-    assert statuses == {1: 40}, (statuses, [err[-3000:] for s, err in results if s != 1][:1])
+    assert statuses == {1: 60}, (statuses, [err[-3000:] for s, err in results if s != 1][:1])
     for _, err in results:
         assert "missing.caffemodel" in err.splitlines()[-1], err[-2000:]
         for word in FATAL:

@@ -41,7 +41,7 @@ LAYERS = [
               "pycaffe_lite.fork_fields", "pycaffe_lite.health", "pycaffe_lite.signals",
               "pycaffe_lite.lifecycle", "pycaffe_lite.ranks", "pycaffe_lite.tools_log",
               "pycaffe_lite.profiling", "pycaffe_lite.python_layers", "pycaffe_lite.download",
-              "pycaffe_lite.fork_layer_fields"]),
+              "pycaffe_lite.fork_layer_fields", "pycaffe_lite.plugins"]),
     ("schema", ["pycaffe_lite.proto"]),
 ]
 # The rules that go with the table: what some packages may import (besides the standard

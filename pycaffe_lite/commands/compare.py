@@ -8,6 +8,7 @@ import sys
 import numpy as np
 
 from ..errors import CaffeError
+from . import add_net_flags
 
 # pytorch.compare.ENGINES, named here so that building the command line imports no converter
 ENGINES = ("opencv", "onnxruntime", "pytorch")
@@ -27,6 +28,7 @@ def add_arguments(p):
                    help="largest relative difference (to the value's largest magnitude) that "
                    "counts as agreeing (default 1e-4)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input")
+    add_net_flags(p)
 
 
 def read_inputs(net, specs, seed):

@@ -15,7 +15,7 @@ import os
 from ..errors import CaffeError
 from ..evaluate import evaluate, format_report, plot_confusion
 from ..layers.detection.average_precision import AP_VERSIONS
-from . import add_no_python_layers
+from . import add_net_flags
 from .time import select_single_gpu
 
 
@@ -36,7 +36,7 @@ def add_arguments(p):
     p.add_argument("--ap_version", default="Integral", choices=AP_VERSIONS,
                    help="how detection AP is computed (Integral)")
     p.add_argument("--gpu", default="", help="run on the GPU with this device id")
-    add_no_python_layers(p)
+    add_net_flags(p)
 
 
 def run(args):

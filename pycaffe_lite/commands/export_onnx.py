@@ -1,7 +1,7 @@
 """``pycaffe-lite export_onnx``: a deploy prototxt and its weights as an ONNX model."""
 
 from ..errors import CaffeError
-from . import add_no_python_layers
+from . import add_net_flags
 
 
 def add_arguments(p):
@@ -13,7 +13,7 @@ def add_arguments(p):
                    help="ONNX opset to target (default: the exporter's, 21)")
     p.add_argument("--static-batch", action="store_true",
                    help="keep the prototxt's batch size instead of a dynamic batch axis")
-    add_no_python_layers(p)
+    add_net_flags(p)
 
 
 def run(args):

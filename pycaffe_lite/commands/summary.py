@@ -11,7 +11,7 @@ import json
 
 from ..errors import CaffeError
 from ..summary import format_table, summarize
-from . import add_no_python_layers
+from . import add_net_flags
 from .time import parse_phase
 from .train import parse_stages
 
@@ -22,7 +22,7 @@ def add_arguments(p):
     p.add_argument("--level", type=int, default=0, help="the net level (NetState)")
     p.add_argument("--stage", default="", help="net stages, separated by ','")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    add_no_python_layers(p)
+    add_net_flags(p)
 
 
 def run(args):

@@ -15,7 +15,7 @@ from ..errors import CaffeError
 from ..profiling import synchronize, time_layers
 from ..proto import caffe_pb2
 from ..tools_log import use_glog_format
-from . import add_no_python_layers
+from . import add_net_flags
 from .train import parse_gpus, parse_stages
 
 log = logging.getLogger("pycaffe_lite")
@@ -28,7 +28,7 @@ def add_net_arguments(p, default_phase):
     p.add_argument("--phase", default="", help="TRAIN or TEST (default %s)" % default_phase)
     p.add_argument("--level", type=int, default=0, help="the net level (NetState)")
     p.add_argument("--stage", default="", help="net stages, separated by ','")
-    add_no_python_layers(p)
+    add_net_flags(p)
 
 
 def add_arguments(p):
