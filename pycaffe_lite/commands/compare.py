@@ -1,6 +1,6 @@
 """``pycaffe-lite compare``: one input through our net and OpenCV, onnxruntime and PyTorch,
 layer by layer; the first layer where an engine diverges. Exit 0 when all agree, 1 when one
-diverges, 2 on bad input."""
+diverges, 2 on bad input, 3 when no engine asked for is installed (nothing was compared)."""
 
 import os
 import sys
@@ -51,6 +51,12 @@ def read_inputs(net, specs, seed):
             raise CaffeError("--input %s: '%s' is not an input of the net (inputs: %s)"
                              % (spec, name, ", ".join(names)))
         try:
+            with open(path, "rb") as f:
+                magic = f.read(6)
+            if magic != b"\x93NUMPY":
+                raise CaffeError("--input %s: %s is not a .npy file (no NumPy header): give an "
+                                 "array saved with numpy.save, or an image for a net with one "
+                                 "input" % (spec, path))
             value = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise CaffeError("--input %s: cannot read %s as a .npy array (%s)"
@@ -102,6 +108,12 @@ def run(args):
         weights = os.path.join(tmp, "weights.caffemodel")
         net.save(weights)  # every engine gets the weights our net holds
         engines = prepare(args.engines, args.model, weights, net)
+        if not engines:
+            print("pycaffe-lite compare: error: nothing was compared: none of the engines "
+                  "asked for (%s) is installed; install the tools extra "
+                  "(pip install 'pycaffe-lite[tools]') or name an installed engine with "
+                  "--engines" % ", ".join(args.engines), file=sys.stderr)
+            return 3
         rows, first = compare(net, engines, inputs, args.tolerance)
     names = [e.name for e in engines]
     print(format_table(rows, names))
