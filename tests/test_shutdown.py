@@ -389,19 +389,26 @@ def test_a_second_release_waits_for_the_first_unless_it_runs_in_a_finalizer():
     res = lifecycle.Resources(owner, "slow")
     res.push(lambda: order.append("step done"))
     res.push(lambda: (inside.set(), go.wait()))
-    first = threading.Thread(target=res.release)
+    first = threading.Thread(target=res.release, daemon=True)
     first.start()
     inside.wait()
-    holder = Owner()
-    late = lifecycle.Resources(holder, "releases 'slow' when collected")
+    holder = [Owner()]
+    late = lifecycle.Resources(holder[0], "releases 'slow' when collected")
     late.push(res.release)
-    del holder  # its finalizer asks for 'slow', in progress in `first`: it returns at once
-    assert late.closed and order == []
+    # the owner's last reference goes in `dropping`, which runs the finalizer: it asks for
+    # 'slow', in progress in `first`, and must return at once
+    dropping = threading.Thread(target=holder.clear, daemon=True)
     second_done = threading.Event()
-    second = threading.Thread(target=lambda: (res.release(), second_done.set()))
-    second.start()
-    assert not second_done.wait(0.2)  # still waiting for `first`
-    go.set()
+    second = threading.Thread(target=lambda: (res.release(), second_done.set()), daemon=True)
+    try:
+        dropping.start()
+        dropping.join(timeout=60)  # a guard against the wait only
+        assert not dropping.is_alive(), "a finalizer waited for another thread's release"
+        assert late.closed and order == []
+        second.start()
+        assert not second_done.wait(0.2)  # a plain caller still waits for `first`
+    finally:
+        go.set()
     first.join()
     second.join()
     assert order == ["step done"] and second_done.is_set()
@@ -418,7 +425,8 @@ def test_failing_trains_at_a_short_switch_interval_all_exit(mnist_lmdbs, lenet_d
     text = text.replace("models/lenet/mnist_test_lmdb", str(test_lmdb))
     (tmp_path / "net.prototxt").write_text(text)
     solver = open(os.path.join(lenet_dir, "lenet_solver.prototxt")).read()
-    solver = solver.replace("models/lenet/lenet_train_test.prototxt", str(tmp_path / "net.prototxt"))
+    solver = solver.replace("models/lenet/lenet_train_test.prototxt",
+                            str(tmp_path / "net.prototxt"))
     solver = solver.replace('"models/lenet/lenet"', '"%s"' % (tmp_path / "lenet"))
     (tmp_path / "solver.prototxt").write_text(solver)
     wrapper = ("import sys; sys.setswitchinterval(5e-3); from pycaffe_lite.cli import main; "
