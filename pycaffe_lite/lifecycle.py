@@ -44,7 +44,7 @@ class Resources:
         self.closed = False
         self._steps = []
         self._lock = threading.RLock()  # guards the list and the flag, never held by a step
-        self._releaser = None           # the thread that runs the steps
+        self._releaser = None           # the thread running the steps, while it runs them
         self._done = threading.Lock()   # held until the steps have run: a bell for waiters
         self._done.acquire()
         finalizer = weakref.finalize(owner, self._release_collected)
@@ -93,6 +93,7 @@ class Resources:
         finally:
             with _open_lock:
                 _open.pop(id(self), None)
+            self._releaser = None
             self._done.release()
         if errors:
             first = errors[0]
