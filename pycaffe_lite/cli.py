@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from . import __version__, python_layers
+from . import __version__, plugins, python_layers
 from .commands import all_commands
 from .errors import CaffeError
 from .tools_log import use_glog_format
@@ -45,11 +45,26 @@ def build_parser():
         description="Caffe-compatible deep learning: train, test and time prototxt nets.")
     parser.add_argument("--version", action="version", version="pycaffe-lite " + __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.command_parsers = {}
     for name, help_text, add_arguments, run in all_commands():
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(p)
         p.set_defaults(run=run)
+        parser.command_parsers[name] = p
     return parser
+
+
+def parse(parser, argv):
+    """The parsed arguments; argparse's error (usage and status 2) for no command, and the
+    command's own usage for a flag it does not know."""
+    args, unknown = parser.parse_known_args(argv)
+    if not getattr(args, "run", None):
+        parser.error("a command is required (one of: %s)"
+                     % ", ".join(sorted(parser.command_parsers)))
+    if unknown:
+        parser.command_parsers[args.command].error("unrecognized arguments: %s"
+                                                   % " ".join(unknown))
+    return args
 
 
 def main(argv=None):
@@ -57,14 +72,13 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO)
     use_glog_format()
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "run", None):
-        parser.print_help()
-        return 0
+    args = parse(parser, argv)
     saved = os.environ.get(python_layers.ENV)
     if getattr(args, "no_python_layers", False):
         os.environ[python_layers.ENV] = "0"  # also reaches ranks started by mpiexec
     try:
+        if hasattr(args, "plugin"):  # a command that builds nets: its layers first
+            plugins.load(args.plugin)
         return args.run(args) or 0
     except CaffeError as exc:
         print("pycaffe-lite %s: error: %s" % (args.command, one_line(str(exc))),

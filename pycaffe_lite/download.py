@@ -13,8 +13,11 @@ A zoo folder's ``readme.md`` starts with a front matter block::
 ``<folder>/<caffemodel>.part``, resuming a partial file with an HTTP ``Range`` request (also when
 a server drops the connection mid-file), checks the SHA-1 and only then renames the file to
 ``<folder>/<caffemodel>``. A wrong SHA-1, an HTTP error or a host that cannot be reached moves
-on to the next URL; when none works the error names every URL and why, and no file is left
-(a download stopped by Ctrl-C keeps its ``.part``, which the next run resumes).
+on to the next URL. The ``.part`` is kept across URLs: the next URL (a mirror of the same file)
+resumes it, so a download stopped by Ctrl-C, or cut off on one server, goes on from where it
+was, whichever URL answers. Only a file whose SHA-1 is wrong is thrown away (fetched once more
+whole, from the same URL, when it was a resumed one). When no URL works the error names every
+URL and why; bytes received so far stay in the ``.part`` for the next run.
 
 A mirror is a URL of the file itself or, ending with ``/``, of a folder holding it.
 """
@@ -220,9 +223,8 @@ def download_model(model_dir, mirrors=(), timeout=30.0, stream="stderr"):
         for attempt in range(attempts):
             say("Downloading %s" % url)
             error = _get(url, part, timeout, _Progress(stream, fields["caffemodel"]), say)
-            if error is not None:
+            if error is not None:  # the .part stays: the next URL resumes it
                 failures.append("%s (%s)" % (url, _describe(error)))
-                _remove(part)
                 break
             got = sha1_of(part)
             if got == expected:
@@ -235,7 +237,13 @@ def download_model(model_dir, mirrors=(), timeout=30.0, stream="stderr"):
             else:
                 say("%s: SHA-1 %s is not %s: the earlier partial file was wrong; starting "
                     "again" % (url, got, expected))
-    raise CaffeError("could not download %s: %s" % (fields["caffemodel"], "; ".join(failures)))
+    kept = os.path.getsize(part) if os.path.exists(part) else 0
+    if not kept:
+        _remove(part)
+    raise CaffeError("could not download %s: %s%s" % (
+        fields["caffemodel"], "; ".join(failures),
+        "; the %d bytes received are kept in %s, which the next run resumes" % (kept, part)
+        if kept else ""))
 
 
 def _get(url, part, timeout, progress, say):

@@ -14,9 +14,18 @@
   (in the labels or the predictions), and the confusion matrix of the pixels.
 
 The scores and labels are the two bottoms of the net's first Accuracy layer, else of its first
-SoftmaxWithLoss layer, unless named (``scores_blob=``, ``label_blob=``); labels equal to the layer's
+SoftmaxWithLoss layer, unless named (``scores_blob=``, ``label_blob=``), under the names the net
+file gives them (the blob a Split copies, not the copy); labels equal to the layer's
 ``ignore_label`` are left out.
+
+By default the TEST source is covered once: as many batches as its records need (counted by the
+first data layer that can tell), the surplus of the last batch, which wraps to the first
+records, left out. ``iterations`` sets the number of batches; where that wraps the source, a
+warning says how often each record is counted. Where no data layer can tell its source's size,
+:data:`DEFAULT_ITERATIONS` batches run, with a warning.
 """
+
+import logging
 
 import numpy as np
 
@@ -26,6 +35,10 @@ from .net import Net
 from .proto import caffe_pb2
 
 SCORE_LAYERS = ("Accuracy", "SoftmaxWithLoss")
+#: batches run where no data layer of the net can tell its source's size
+DEFAULT_ITERATIONS = 50
+
+log = logging.getLogger("pycaffe_lite")
 
 
 def read_labels(path):
@@ -62,7 +75,53 @@ def _find_pair(net, scores, label):
         if name not in net.blobs:
             raise CaffeError("net '%s' has no blob '%s' (blobs: %s)"
                              % (net.name, name, ", ".join(net.blobs)))
-    return scores, label, ignore
+    return _copied_blob(net, scores), _copied_blob(net, label), ignore
+
+
+def _copied_blob(net, name):
+    """The blob a Split layer copies into ``name`` (the name the net file gives), else
+    ``name``; both hold the same values."""
+    for layer in net.layers:
+        lp = layer.layer_param
+        if lp.type == "Split" and name in lp.top:
+            return lp.bottom[0]
+    return name
+
+
+def source_pass(net):
+    """``(records, batch size, data layer)`` of the net's first data layer that can tell how
+    many records its source holds; None where none can."""
+    for layer in net.layers:
+        count = getattr(layer, "source_records", None)
+        records = count() if count is not None else None
+        if records:
+            lp = layer.layer_param
+            return int(records), int(net.blobs[lp.top[0]].shape[0]), lp.name
+    return None
+
+
+def _plan_batches(net, iterations):
+    """(batches, samples of the last batch to count or None for all, records or None)."""
+    found = source_pass(net)
+    if found is None:
+        if iterations is None:
+            log.warning("evaluate: no data layer of net '%s' tells how many records its source "
+                        "holds; running %d batches (set iterations, --iterations)",
+                        net.name, DEFAULT_ITERATIONS)
+            return DEFAULT_ITERATIONS, None, None
+        return iterations, None, None
+    records, batch, layer = found
+    if iterations is None:
+        iterations = -(-records // batch)
+        last = records - (iterations - 1) * batch
+        return iterations, (last if last < batch else None), records
+    if iterations * batch > records:
+        log.warning("evaluate: %d iterations of batch %d (%d samples) wrap the %d records of "
+                    "layer '%s''s source: each record is counted about %.3g times; leave "
+                    "iterations (--iterations) out to cover the source once",
+                    iterations, batch, iterations * batch, records, layer,
+                    iterations * batch / float(records))
+    return iterations, None, records
 
 
 def confusion(true, predicted, num_classes):
@@ -146,11 +205,12 @@ def _class_names(names, count):
     return names or [str(k) for k in range(count)]
 
 
-def evaluate(model, weights=None, iterations=50, labels=None, scores_blob=None,
+def evaluate(model, weights=None, iterations=None, labels=None, scores_blob=None,
              label_blob=None, ap_version="Integral", allow_python_layers=None):
-    """Run the TEST net of ``model`` (with ``weights``) for ``iterations`` batches and return
-    the report as a dict (see the module's notes); ``labels``: class names or a labels file."""
-    if iterations < 1:
+    """Run the TEST net of ``model`` (with ``weights``) over its TEST source once, or for
+    ``iterations`` batches, and return the report as a dict (see the module's notes);
+    ``labels``: class names or a labels file."""
+    if iterations is not None and iterations < 1:
         raise CaffeError("iterations must be >= 1 (got %d)" % iterations)
     if ap_version not in AP_VERSIONS:
         raise CaffeError("ap_version must be one of %s, got %r"
@@ -161,22 +221,28 @@ def evaluate(model, weights=None, iterations=50, labels=None, scores_blob=None,
         if weights:
             for w in str(weights).split(","):
                 net.copy_from(w)
+        iterations, last, records = _plan_batches(net, iterations)
         evaluators = [lp.top[0] for lp in (layer.layer_param for layer in net.layers)
                       if lp.type == "DetectionEvaluate"]
         if evaluators and scores_blob is None:
+            if last is not None:
+                log.warning("evaluate: the last batch wraps the TEST source: its first records "
+                            "count twice in the detection figures")
             accumulators = {name: DetectionAccumulator() for name in evaluators}
             for _ in range(iterations):
                 net.forward_from_to()
                 for name, acc in accumulators.items():
                     acc.add(np.asarray(net.blobs[name].data).reshape(-1, 5))
-            return _detection_report(accumulators, names, ap_version, iterations)
+            return dict(_detection_report(accumulators, names, ap_version, iterations),
+                        source_records=records)
         pair = _find_pair(net, scores_blob, label_blob)
         acc = _Classes(*pair)
-        for _ in range(iterations):
+        for i in range(iterations):
             net.forward_from_to()
-            acc.add(np.asarray(net.blobs[pair[0]].data, np.float64),
-                    np.asarray(net.blobs[pair[1]].data))
-        return dict(acc.report(names), iterations=iterations)
+            keep = last if i == iterations - 1 and last is not None else None
+            acc.add(np.asarray(net.blobs[pair[0]].data, np.float64)[:keep],
+                    np.asarray(net.blobs[pair[1]].data)[:keep])
+        return dict(acc.report(names), iterations=iterations, source_records=records)
     finally:
         net.close()
 
@@ -225,15 +291,21 @@ def format_report(report):
     return "\n".join(lines)
 
 
-def plot_confusion(report, png_path):
-    """A PNG of the confusion matrix (needs matplotlib: the ``plot`` extra)."""
+def need_matplotlib(what="the confusion matrix PNG"):
+    """matplotlib's pyplot on the Agg backend; a CaffeError naming ``what`` without it."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise CaffeError("the confusion matrix PNG needs matplotlib: pip install "
-                         "'pycaffe-lite[plot]'") from None
+        raise CaffeError("%s needs matplotlib, which is not installed: pip install "
+                         "'pycaffe-lite[plot]' (or the tools extra)" % what) from None
+    return plt
+
+
+def plot_confusion(report, png_path):
+    """A PNG of the confusion matrix (needs matplotlib: the ``plot`` extra)."""
+    plt = need_matplotlib()
     m = np.asarray(report["confusion_matrix"])
     names = report["classes"]
     size = max(4.0, 0.35 * len(names) + 2)

@@ -13,7 +13,12 @@ is unwound once, newest first, by whichever comes first of
 Because threads are started after the handles they read, their stop-and-join step runs
 before the handles close: no loading thread can touch a closed handle. A step refers to the
 resources, never to the owner, so the owner can still be collected. Unwinding twice, or from
-several threads at once, does the work once; a second caller waits for the first to finish.
+several threads at once, does the work once; a second caller waits for the first to finish,
+unless it is a finalizer or a loading thread (:func:`never_waits`).
+
+No lock of ours is held while a step runs: the steps are taken off the stack under the lock and
+run after it is released. A thread being joined by a step can therefore always finish, even
+when dropping its last reference to an owner runs that owner's finalizer there.
 """
 
 import logging
@@ -27,6 +32,8 @@ log = logging.getLogger("pycaffe_lite")
 _open = {}              # id -> Resources not yet released, in creation order
 _open_lock = threading.RLock()  # re-entrant: a collection can run a release inside
 _exit_hook = []
+_local = threading.local()          # .finalizing: how many finalizers this thread is inside
+_workers = weakref.WeakSet()        # the threads made by worker_thread
 
 
 class Resources:
@@ -36,8 +43,11 @@ class Resources:
         self.what = what
         self.closed = False
         self._steps = []
-        self._lock = threading.RLock()
-        finalizer = weakref.finalize(owner, self.release)
+        self._lock = threading.RLock()  # guards the list and the flag, never held by a step
+        self._releaser = None           # the thread running the steps, while it runs them
+        self._done = threading.Lock()   # held until the steps have run: a bell for waiters
+        self._done.acquire()
+        finalizer = weakref.finalize(owner, self._release_collected)
         finalizer.atexit = False  # exit is handled by release_all, before atexit handlers
         with _open_lock:
             _open[id(self)] = self
@@ -54,20 +64,37 @@ class Resources:
     def release(self, raise_errors=False):
         """Run every step once, newest first. A step that fails does not stop the others;
         its error is logged, or raised (as a CaffeError, after the other steps ran) when
-        ``raise_errors``."""
+        ``raise_errors``.
+
+        The steps run outside any lock of ours. A caller that finds another thread running
+        them waits for it to finish, except a finalizer (and all it calls) and a thread that
+        the release may be joining: those return at once (see :func:`never_waits`)."""
         with self._lock:
             if self.closed:
-                return
-            self.closed = True
-            errors = []
-            while self._steps:
-                step = self._steps.pop()
+                releaser = self._releaser
+                steps = None
+            else:
+                self.closed = True
+                self._releaser = threading.current_thread()
+                steps, self._steps = self._steps, []
+        if steps is None:
+            if releaser is not threading.current_thread() and not never_waits():
+                with self._done:  # rung when the other thread has run the steps
+                    pass
+            return
+        errors = []
+        try:
+            while steps:
+                step = steps.pop()
                 try:
                     step()
                 except Exception as exc:
                     errors.append(exc)
+        finally:
             with _open_lock:
                 _open.pop(id(self), None)
+            self._releaser = None
+            self._done.release()
         if errors:
             first = errors[0]
             message = "closing %s: %s: %s" % (self.what, type(first).__name__, first)
@@ -75,14 +102,44 @@ class Resources:
                 raise CaffeError(message) from first
             log.warning("%s", message)
 
+    def _release_collected(self):
+        """The finalizer's release: it may run in any thread, a joined one included, so
+        neither it nor anything it releases waits for another thread's release."""
+        _local.finalizing = getattr(_local, "finalizing", 0) + 1
+        try:
+            self.release()
+        finally:
+            _local.finalizing -= 1
+
+
+def never_waits():
+    """True in a thread that must not wait for a release another thread runs: while a
+    finalizer runs, and in the threads that the package's releases join (the loading and
+    kernel threads, marked by :func:`worker_thread`). The thread that releases may be joining
+    them, or may hold a lock they need; it finishes the release alone."""
+    return (getattr(_local, "finalizing", 0) > 0
+            or threading.current_thread() in _workers)
+
+
+def worker_thread(target, args=(), name=None):
+    """A daemon thread (not started) for a loading or kernel thread that a release step joins:
+    it never waits for a release in another thread (:func:`never_waits`)."""
+    t = threading.Thread(target=target, args=args, name=name, daemon=True)
+    _workers.add(t)
+    return t
+
 
 def release_all():
-    """Release every open :class:`Resources`, newest first (run at interpreter exit)."""
+    """Release every open :class:`Resources`, newest first (run at interpreter exit). One
+    that another thread is releasing is waited for, where this thread may wait."""
+    seen = set()
     while True:
         with _open_lock:
-            if not _open:
-                return
-            newest = next(reversed(_open.values()))
+            newest = next((r for r in reversed(list(_open.values())) if id(r) not in seen),
+                          None)
+        if newest is None:
+            return
+        seen.add(id(newest))
         newest.release()
 
 

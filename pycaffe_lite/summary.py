@@ -17,6 +17,7 @@ layer its type, top shapes, parameter count, multiply-accumulates and activation
 import numpy as np
 
 from .net import Net
+from .proto import caffe_pb2
 
 MAC_TYPES = ("Convolution", "Deconvolution", "InnerProduct")
 
@@ -59,11 +60,12 @@ def layer_element_ops(layer, bottoms, tops):
 def summarize(model, phase=None, level=0, stages=(), allow_python_layers=None):
     """The summary of a net (a prototxt path or text, or a built :class:`Net`) as a dict:
     ``params``, ``macs``, ``element_ops``, ``activation_bytes`` (totals) and ``layers`` (one
-    dict per layer with ``name``, ``type``, ``top_shapes`` and the same four figures)."""
+    dict per layer with ``name``, ``type``, ``top_shapes`` and the same four figures).
+    ``phase`` defaults to TEST (the net as deployed), as on the command line."""
     if isinstance(model, Net):
         net = model
     else:
-        net = Net(model, 1 if phase is None else phase, level=level, stages=stages,
+        net = Net(model, caffe_pb2.TEST if phase is None else phase, level=level, stages=stages,
                   allow_python_layers=allow_python_layers)
     owned = {layer_id: [] for layer_id in range(len(net.records))}
     for net_pid, (layer_id, pid) in enumerate(net.param_layer_indices):

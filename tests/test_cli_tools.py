@@ -124,3 +124,36 @@ def test_plot_refuses_a_file_that_is_not_a_training_log(tmp_path):
     path.write_text("hello\n")
     with pytest.raises(CaffeError, match="no 'Train net output' or 'Test net output' lines"):
         plot_log(str(path), str(tmp_path / "x.png"))
+
+
+def _module_command(*argv):
+    return subprocess.run([sys.executable, "-m", "pycaffe_lite"] + list(argv),
+                          capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_python_dash_m_pycaffe_lite_is_the_command_line():
+    from pycaffe_lite import __version__
+
+    done = _module_command("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "pycaffe-lite " + __version__
+    done = _module_command("summary", "--model", os.path.join(ROOT, "models", "lenet",
+                                                               "lenet.prototxt"))
+    assert done.returncode == 0, done.stderr
+    assert "conv1" in done.stdout
+
+
+def test_no_command_is_a_usage_error():
+    done = _module_command()
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: pycaffe-lite ")
+    assert "error: a command is required (one of: compare," in done.stderr
+
+
+def test_an_unknown_flag_shows_the_commands_usage():
+    done = _module_command("summary", "--model", "m.prototxt", "--bogus", "1")
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: pycaffe-lite summary ")
+    assert done.stderr.strip().splitlines()[-1] == \
+        "pycaffe-lite summary: error: unrecognized arguments: --bogus 1"

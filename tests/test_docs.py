@@ -209,3 +209,49 @@ def test_readme_snippets_run_as_written(tmp_path, lenet_dir, mnist_lmdbs):
     assert float(re.search(r"accuracy on 64 digits: (\S+)", classified).group(1)) > 0.7
     assert "(64, 20, 24, 24) (20, 1, 5, 5)" in classified
     run(snippets[2])
+
+
+def command_line_flags():
+    """{command: set of its flags} from the argparse parsers (the canonical ``--`` spelling of
+    each flag; aliases and hidden spellings aside)."""
+    import argparse
+
+    from pycaffe_lite.cli import build_parser
+
+    found = {}
+    for name, sub in build_parser().command_parsers.items():
+        flags = set()
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                continue
+            spelled = [o for o in action.option_strings if o.startswith("--")]
+            if spelled:
+                flags.add(spelled[0])
+        found[name] = flags
+    return found
+
+
+def documented_commands(text):
+    """{command: set of the flags its section names} of docs/command-line.md's
+    '### `command`' sections."""
+    section = text.split("## Every command and its flags")[1]
+    found = {}
+    for m in re.finditer(r"^### `([\w-]+)`\n(.*?)(?=^### |\Z)", section, re.M | re.S):
+        spans = CODE_SPAN.findall(m.group(2))
+        found[m.group(1)] = {flag for span in spans
+                             for flag in re.findall(r"(?<![\w-])--[a-z][\w-]*", span)}
+    return found
+
+
+def test_the_command_line_page_lists_every_command_with_its_flags():
+    documented = documented_commands(_read(os.path.join(DOCS, "command-line.md")))
+    actual = command_line_flags()
+    assert sorted(documented) == sorted(actual)
+    wrong = {name: {"undocumented": sorted(actual[name] - documented[name]),
+                    "not a flag": sorted(documented[name] - actual[name])}
+             for name in actual if documented[name] != actual[name]}
+    assert not wrong, wrong
+    # and the check sees a missing flag and a missing command
+    page = ("## Every command and its flags\n\n### `train`\n\n- `--solver S`: x\n\n"
+            "### `test`\n\n- `--model M`, `--nope`\n")
+    assert documented_commands(page) == {"train": {"--solver"}, "test": {"--model", "--nope"}}

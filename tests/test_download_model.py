@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from pycaffe_lite import cli
-from pycaffe_lite.download import download_model
+from pycaffe_lite.download import RESUME_ATTEMPTS, download_model
 from pycaffe_lite.errors import CaffeError
 
 CONTENT = bytes(range(256)) * 1200 + b"tail"  # 307,204 bytes: several reads of 64 KiB
@@ -28,7 +28,8 @@ layer { name: "custom" type: "Python" bottom: "x" top: "y"
 
 class Handler(http.server.BaseHTTPRequestHandler):
     """/ok/<name>: Range support; /drop/<name>: a whole-file request gets half the bytes and
-    the connection closes; /norange/<name>: Range ignored; anything else: 404."""
+    the connection closes; /cut/<name>: every request gets 1000 bytes and the connection
+    closes; /norange/<name>: Range ignored; anything else: 404."""
 
     def log_message(self, *args):
         pass
@@ -36,7 +37,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.server.requests.append((self.path, self.headers.get("Range")))
         kind = self.path.split("/")[1]
-        if kind not in ("ok", "drop", "norange") or not self.path.endswith(NAME):
+        if kind not in ("ok", "drop", "norange", "cut") or not self.path.endswith(NAME):
             self.send_error(404, "Not Found")
             return
         wanted = self.headers.get("Range")
@@ -50,6 +51,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                              % (start, len(CONTENT) - 1, len(CONTENT)))
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        if kind == "cut":  # every answer stops 1000 bytes in: this server never finishes
+            self.wfile.write(body[:1000])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         if kind == "drop" and not start:
             self.wfile.write(body[:len(body) // 2])
             self.wfile.flush()
@@ -172,3 +179,34 @@ def test_bad_readme_is_a_clear_error(tmp_path):
     with pytest.raises(CaffeError, match="readme.md"):
         download_model(tmp_path / "nowhere", stream=None)
     assert os.listdir(folder) == ["readme.md"]
+
+
+def test_the_part_of_an_interrupted_run_is_resumed_on_the_mirror(server, tmp_path):
+    """Ctrl-C left 1000 bytes in the .part; the first URL is dead now: the mirror resumes."""
+    folder = model_dir(tmp_path / "m", server.url + "/gone/" + NAME)
+    (folder / (NAME + ".part")).write_bytes(CONTENT[:1000])
+    assert cli.main(["download_model", str(folder), "--mirror", dead_url(),
+                     "--mirror", server.url + "/ok/"]) == 0
+    assert (folder / NAME).read_bytes() == CONTENT and left_files(folder) == [NAME]
+    assert server.requests == [("/gone/" + NAME, "bytes=1000-"), ("/ok/" + NAME, "bytes=1000-")]
+
+
+def test_bytes_from_a_server_that_fails_are_resumed_on_the_next_and_kept_at_the_end(
+        server, tmp_path, capsys):
+    folder = model_dir(tmp_path / "m", server.url + "/cut/" + NAME)
+    # the first server gives 1000 bytes a request, then fails for good; the mirror resumes
+    assert cli.main(["download_model", str(folder), "--mirror", server.url + "/ok/"]) == 0
+    assert (folder / NAME).read_bytes() == CONTENT
+    got = 1000 * (1 + RESUME_ATTEMPTS)
+    assert server.requests[-1] == ("/ok/" + NAME, "bytes=%d-" % got)
+    # no URL finishes: the bytes received stay, named in the error, and the next run resumes
+    other = model_dir(tmp_path / "n", server.url + "/cut/" + NAME)
+    del server.requests[:]
+    assert cli.main(["download_model", str(other), "--mirror", server.url + "/gone/"]) == 1
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert ("the %d bytes received are kept in %s" % (got, other / (NAME + ".part"))) in err
+    assert (other / (NAME + ".part")).read_bytes() == CONTENT[:got]
+    assert server.requests[-1] == ("/gone/" + NAME, "bytes=%d-" % got)
+    assert cli.main(["download_model", str(other), "--mirror", server.url + "/ok/"]) == 0
+    assert (other / NAME).read_bytes() == CONTENT and left_files(other) == [NAME]
+    assert server.requests[-1] == ("/ok/" + NAME, "bytes=%d-" % (2 * got))

@@ -149,10 +149,17 @@ def malformed_prototxt(tmp):
     build(tmp, layer('layer { name: "r" type: "ReLU" bottom: "x" top: "x"'))
 
 
-@case(ProtoError, "net.prototxt:3:", "no field named \"num_outputs\"")
+@case(ProtoError, "net.prototxt:3:", "no field named \"num_outputs\"",
+      "Did you mean 'num_output'?")
 def unknown_field(tmp):
     build(tmp, layer('layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" '
                      'inner_product_param { num_outputs: 2 } }'))
+
+
+@case(ProtoError, "net.prototxt:3:", "caffe.LayerParameter\" has no field named \"botom\"",
+      "Did you mean 'bottom'?")
+def misspelt_layer_field(tmp):
+    build(tmp, layer('layer { name: "r" type: "ReLU" botom: "x" top: "y" }'))
 
 
 @case(ProtoError, "net.prototxt:3:", "no value named MAXX")

@@ -142,3 +142,73 @@ def test_bad_input_names_what_is_wrong(tmp_path, capsys):
         evaluate(str(model), str(weights), 1, scores_blob="nope")
     assert cli.main(["evaluate", "--model", str(model)]) == 1
     assert "--weights" in capsys.readouterr().err
+
+
+def test_by_default_the_test_source_is_covered_once_even_when_batches_do_not_divide_it(
+        tmp_path):
+    # 8 samples in batches of 3: three batches, the last one's wrapped sample left out
+    model, weights = write_set(tmp_path, {"x": SCORES, "label": LABELS},
+                               CLASSIFY.replace("batch_size: 4", "batch_size: 3"), "ip")
+    report = evaluate(str(model), str(weights))
+    assert report["samples"] == 8 and report["iterations"] == 3
+    assert report["source_records"] == 8
+    assert report["confusion_matrix"] == CONFUSION
+    assert report["top1"] == 4 / 8 and report["top5"] == 7 / 8
+
+
+def test_iterations_that_wrap_the_source_warn(tmp_path, caplog):
+    model, weights = write_set(tmp_path, {"x": SCORES, "label": LABELS}, CLASSIFY, "ip")
+    with caplog.at_level("WARNING", logger="pycaffe_lite"):
+        report = evaluate(str(model), str(weights), iterations=5)
+    assert report["samples"] == 20  # what was asked for: each sample 2.5 times
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == ["evaluate: 5 iterations of batch 4 (20 samples) wrap the 8 records of "
+                        "layer 'data''s source: each record is counted about 2.5 times; leave "
+                        "iterations (--iterations) out to cover the source once"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pycaffe_lite"):
+        assert evaluate(str(model), str(weights), iterations=2)["samples"] == 8
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_lenet_test_digits_are_counted_once_and_the_json_names_the_nets_blobs(
+        tmp_path, lenet_dir, mnist_lmdbs, capsys):
+    """LeNet's TEST net over the 1,000 test digits (batch 100), from the command line: each
+    digit once, the confusion matrix's rows summing to the labels file's counts, and the
+    report naming ip2 and label (the net file's names, not the Splits' copies)."""
+    import os
+
+    from pycaffe_lite.data.mnist import read_idx_labels
+
+    text = open(os.path.join(lenet_dir, "lenet_train_test.prototxt")).read()
+    text = text.replace("models/lenet/mnist_train_lmdb", str(mnist_lmdbs[0]))
+    text = text.replace("models/lenet/mnist_test_lmdb", str(mnist_lmdbs[1]))
+    model = tmp_path / "lenet.prototxt"
+    model.write_text(text)
+    net = caffe.Net(str(model), caffe.TEST)
+    assert "ip2_ip2_0_split_0" in net.blobs  # ip2 feeds both Accuracy and the loss
+    net.save(str(tmp_path / "random.caffemodel"))
+    net.close()
+    out = tmp_path / "report.json"
+    assert cli.main(["evaluate", "--model", str(model), "--weights",
+                     str(tmp_path / "random.caffemodel"), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    labels = read_idx_labels(os.path.join(lenet_dir, "mnist5k", "t10k-labels-idx1-ubyte.gz"))
+    assert report["samples"] == len(labels) == 1000 and report["iterations"] == 10
+    assert np.array(report["confusion_matrix"]).sum(axis=1).tolist() == \
+        np.bincount(labels, minlength=10).tolist()
+    assert (report["scores"], report["label"]) == ("ip2", "label")
+    assert "samples: 1000" in capsys.readouterr().out
+
+
+def test_confusion_png_without_matplotlib_fails_before_the_run(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    # the model does not even exist: the check comes first, before anything is read or run
+    assert cli.main(["evaluate", "--model", str(tmp_path / "nowhere.prototxt"), "--weights",
+                     str(tmp_path / "w.caffemodel"), "--confusion_png",
+                     str(tmp_path / "cm.png")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pycaffe-lite evaluate: error: --confusion_png needs matplotlib, which is "
+                   "not installed: pip install 'pycaffe-lite[plot]' (or the tools extra)"]

@@ -292,3 +292,31 @@ def test_opset_out_of_range_is_refused():
         caffe_onnx.export(net, None, opset=9)
     model, _ = caffe_onnx.export(net, None, opset=13)
     assert model.opset_import[0].version == 13
+
+
+CONSTANT_NET = """name: "constant"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+        inner_product_param { num_output: 2 weight_filler { type: "constant" value: 0.5 }
+                              bias_filler { type: "constant" value: -1 } } }
+"""
+
+
+def test_export_command_refuses_to_export_fillers_without_being_told(tmp_path, capsys):
+    from onnx import numpy_helper
+
+    from pycaffe_lite import cli
+
+    model, out = tmp_path / "net.prototxt", tmp_path / "net.onnx"
+    model.write_text(CONSTANT_NET)
+    assert cli.main(["export_onnx", "--model", str(model), "--output", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["pycaffe-lite export_onnx: error: no --weights: the model would hold the "
+                   "fillers' random weights, not trained ones; give --weights w.caffemodel, or "
+                   "--random_weights to export the fillers' values on purpose"]
+    assert not out.exists()
+    assert cli.main(["export_onnx", "--model", str(model), "--output", str(out),
+                     "--random_weights"]) == 0
+    values = sorted(numpy_helper.to_array(t).ravel().tolist()
+                    for t in onnx.load(str(out)).graph.initializer if t.dims)
+    assert [0.5] * 6 in values and [-1.0, -1.0] in values  # the fillers', as asked

@@ -214,13 +214,29 @@ def test_compare_takes_an_image(tmp_path, capsys):
     ("data=missing.npy", "cannot read missing.npy as a .npy array"),
     ("data=wrong.npy", "shape (2, 28, 28), the net's input 'data' is (64, 1, 28, 28)"),
     ("nosuch.png", "no such image file"),
+    ("data=x.prototxt", "--input data=x.prototxt: x.prototxt is not a .npy file (no NumPy "
+                        "header)"),
 ])
 def test_compare_bad_input_exits_2(spec, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     np.save(tmp_path / "wrong.npy", np.zeros((2, 28, 28), np.float32))
+    (tmp_path / "x.prototxt").write_text('name: "not an array"\n')
     assert cli.main(["compare", "--model", LENET, "--input", spec]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+    assert "allow_pickle" not in err
+
+
+def test_compare_with_no_engine_installed_compared_nothing_and_fails(capsys, monkeypatch):
+    for module in ("cv2", "onnxruntime", "torch"):
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    assert cli.main(["compare", "--model", LENET]) == 3
+    captured = capsys.readouterr()
+    assert captured.out.count("skipped ") == 3 and "agrees" not in captured.out
+    assert captured.err.strip().splitlines() == [
+        "pycaffe-lite compare: error: nothing was compared: none of the engines asked for "
+        "(opencv, onnxruntime, pytorch) is installed; install the tools extra (pip install "
+        "'pycaffe-lite[tools]') or name an installed engine with --engines"]
 
 
 @pytest.mark.slow

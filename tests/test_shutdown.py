@@ -305,3 +305,154 @@ def test_resources_release_newest_first_once_even_when_a_step_fails():
     lifecycle.Resources(owner2, "collected").push(lambda: order2.append("released"))
     del owner2  # garbage collection takes the same path
     assert order2 == ["released"]
+
+
+# ---- a finalizer in a loading thread while the exit joins that thread ---------------------
+# The shape of a data layer: the layer's Resources close its prefetcher, whose threads call the
+# layer through weak references. The loading thread holds the layer's last reference while it
+# fills a batch; the main thread is at exit, inside release_all, joining that thread. Events
+# force the interleaving: the batch is finished only once the main thread is inside the
+# prefetcher's release (its newest step rings `joining`), so the layer's finalizer runs in the
+# loading thread, asks for the prefetcher's release and must not wait for the main thread.
+FINALIZER_IN_A_JOINED_THREAD = textwrap.dedent('''\
+    import threading
+    import weakref
+
+    from pycaffe_lite import lifecycle
+    from pycaffe_lite.blob import Blob
+    from pycaffe_lite.data.prefetch import Prefetcher
+
+    filling, joining = threading.Event(), threading.Event()
+    finalized_in = []
+
+
+    def weak_call(method):
+        ref = weakref.WeakMethod(method)
+        return lambda *args: ref()(*args)
+
+
+    class Layer:
+        def __init__(self):
+            self.resources = lifecycle.Resources(self, "the layer")
+            self.prefetcher = Prefetcher(weak_call(self.plan), weak_call(self.fill),
+                                         lambda: [Blob((2,))], count=1, threads=1)
+            self.resources.push(self.prefetcher.close)
+            self.resources.push(lambda: finalized_in.append(threading.current_thread().name))
+            self.prefetcher.resources.push(joining.set)  # the newest step: runs first
+            self.prefetcher.start()
+
+        def plan(self):
+            return None, {}
+
+        def fill(self, plan, blobs):
+            filling.set()
+            joining.wait()  # until the main thread is inside the prefetcher's release
+
+
+    layer = Layer()
+    worker = layer.prefetcher.worker_threads[0]
+    filling.wait()
+    del layer  # the loading thread now holds the layer's last reference
+    lifecycle.release_all()  # what the interpreter runs at exit
+    print("released; the layer was finalized in %s; the worker is alive: %s"
+          % (finalized_in, worker.is_alive()), flush=True)
+    ''')
+
+
+def test_a_finalizer_in_the_thread_being_joined_never_waits_for_the_joining_thread(tmp_path):
+    script = tmp_path / "finalizer_in_joined_thread.py"
+    script.write_text(FINALIZER_IN_A_JOINED_THREAD)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+    try:
+        out, err = proc.communicate(timeout=120)  # a guard against the deadlock only
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail("release_all and the loading thread's finalizer deadlocked: %s" % err[-2000:])
+    assert proc.returncode == 0, err[-2000:]
+    assert ("released; the layer was finalized in ['pycaffe-lite prefetch data #0']; the "
+            "worker is alive: False") in out, (out, err[-2000:])
+    for word in FATAL:
+        assert word not in err, err[-2000:]
+
+
+def test_a_second_release_waits_for_the_first_unless_it_runs_in_a_finalizer():
+    """A plain second caller returns only once the steps have run; a finalizer's (and
+    everything it releases) returns at once, whoever runs the steps."""
+    class Owner:
+        pass
+
+    inside, go, order = threading.Event(), threading.Event(), []
+    owner = Owner()
+    res = lifecycle.Resources(owner, "slow")
+    res.push(lambda: order.append("step done"))
+    res.push(lambda: (inside.set(), go.wait()))
+    first = threading.Thread(target=res.release, daemon=True)
+    first.start()
+    inside.wait()
+    holder = [Owner()]
+    late = lifecycle.Resources(holder[0], "releases 'slow' when collected")
+    late.push(res.release)
+    # the owner's last reference goes in `dropping`, which runs the finalizer: it asks for
+    # 'slow', in progress in `first`, and must return at once
+    dropping = threading.Thread(target=holder.clear, daemon=True)
+    second_done = threading.Event()
+    second = threading.Thread(target=lambda: (res.release(), second_done.set()), daemon=True)
+    try:
+        dropping.start()
+        dropping.join(timeout=60)  # a guard against the wait only
+        assert not dropping.is_alive(), "a finalizer waited for another thread's release"
+        assert late.closed and order == []
+        second.start()
+        assert not second_done.wait(0.2)  # a plain caller still waits for `first`
+    finally:
+        go.set()
+    first.join()
+    second.join()
+    assert order == ["step done"] and second_done.is_set()
+
+
+@pytest.mark.slow
+def test_failing_trains_at_a_short_switch_interval_all_exit(mnist_lmdbs, lenet_dir, tmp_path):
+    """`train --weights missing.caffemodel` fails while its loading threads run; at a 5 ms
+    switch interval a finalizer in a loading thread used to deadlock with the exit (about
+    one run in fifty). Every run must end, with the error line and status 1."""
+    train_lmdb, test_lmdb = mnist_lmdbs
+    text = open(os.path.join(lenet_dir, "lenet_train_test.prototxt")).read()
+    text = text.replace("models/lenet/mnist_train_lmdb", str(train_lmdb))
+    text = text.replace("models/lenet/mnist_test_lmdb", str(test_lmdb))
+    (tmp_path / "net.prototxt").write_text(text)
+    solver = open(os.path.join(lenet_dir, "lenet_solver.prototxt")).read()
+    solver = solver.replace("models/lenet/lenet_train_test.prototxt",
+                            str(tmp_path / "net.prototxt"))
+    solver = solver.replace('"models/lenet/lenet"', '"%s"' % (tmp_path / "lenet"))
+    (tmp_path / "solver.prototxt").write_text(solver)
+    wrapper = ("import sys; sys.setswitchinterval(5e-3); from pycaffe_lite.cli import main; "
+               "sys.exit(main(sys.argv[1:]))")
+    command = [sys.executable, "-c", wrapper, "train", "--solver",
+               str(tmp_path / "solver.prototxt"), "--weights", str(tmp_path / "missing.caffemodel")]
+
+    def one(_):
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd=str(tmp_path),
+                                env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+        try:
+            _, err = proc.communicate(timeout=300)  # a guard against a hang only
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            _, err = proc.communicate()
+            return "hang", err
+        return proc.returncode, err
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(one, range(60)))
+    statuses = {}
+    for status, _ in results:
+        statuses[status] = statuses.get(status, 0) + 1
+    assert statuses == {1: 60}, (statuses, [err[-3000:] for s, err in results if s != 1][:1])
+    for _, err in results:
+        assert "missing.caffemodel" in err.splitlines()[-1], err[-2000:]
+        for word in FATAL:
+            assert word not in err, err[-2000:]

@@ -43,7 +43,7 @@ LAYERS = [
               "pycaffe_lite.profiling", "pycaffe_lite.python_layers", "pycaffe_lite.download",
               # the schema's files: protoio, wire, tolerant, fork_fields, fork_layer_fields,
               # weights_file, upgrade/
-              "pycaffe_lite.proto"]),
+              "pycaffe_lite.proto", "pycaffe_lite.plugins"]),
     ("schema", ["pycaffe_lite.proto.caffe_pb2"]),
 ]
 # The rules that go with the table: what some packages may import (besides the standard

@@ -86,3 +86,27 @@ layer { name: "sum" type: "Eltwise" bottom: "a" bottom: "b" top: "sum" }
     assert cli.main(["summary", "--model", str(net)]) == 0
     out = capsys.readouterr().out
     assert "Deconvolution" in out and "334 params" in out
+
+
+# a deploy net whose last layer exists in one phase only: which phase was built shows
+PHASED = """name: "phased"
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 2 dim: 3 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+        inner_product_param { num_output: 4 } }
+layer { name: "prob" type: "Softmax" bottom: "ip" top: "prob" include { phase: TEST } }
+layer { name: "train_only" type: "ReLU" bottom: "ip" top: "r" include { phase: TRAIN } }
+"""
+
+
+def test_the_command_line_and_python_build_the_same_phase(tmp_path, capsys):
+    model = tmp_path / "phased.prototxt"
+    model.write_text(PHASED)
+    assert cli.main(["summary", "--model", str(model), "--json"]) == 0
+    from_cli = json.loads(capsys.readouterr().out)
+    from_python = summarize(str(model))
+    assert from_cli == from_python
+    assert [e["name"] for e in from_cli["layers"]] == ["data", "ip", "prob"]  # TEST
+    assert cli.main(["summary", "--model", str(model), "--json", "--phase", "TRAIN"]) == 0
+    train = json.loads(capsys.readouterr().out)
+    assert [e["name"] for e in train["layers"]] == ["data", "ip", "train_only"]
+    assert train == summarize(str(model), phase=0)

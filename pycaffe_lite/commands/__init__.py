@@ -23,3 +23,14 @@ def add_no_python_layers(p):
                    help="refuse nets with Python layers (which import and run the module "
                         "they name) before anything is imported: for net files you do not "
                         "trust (also PYCAFFE_LITE_ALLOW_PYTHON_LAYERS=0)")
+
+
+def add_net_flags(p):
+    """The flags of the commands that build nets: ``--plugin`` (the CLI imports the modules
+    before the command runs) and ``--no_python_layers``."""
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import this module first, so that the layer types it registers "
+                        "(@caffe.register_layer) can be used; repeat for several (also "
+                        "PYCAFFE_LITE_PLUGINS=mod1,mod2 and installed entry points of the "
+                        "group pycaffe_lite.plugins)")
+    add_no_python_layers(p)

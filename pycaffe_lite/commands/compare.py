@@ -1,6 +1,6 @@
 """``pycaffe-lite compare``: one input through our net and OpenCV, onnxruntime and PyTorch,
 layer by layer; the first layer where an engine diverges. Exit 0 when all agree, 1 when one
-diverges, 2 on bad input."""
+diverges, 2 on bad input, 3 when no engine asked for is installed (nothing was compared)."""
 
 import os
 import sys
@@ -8,6 +8,7 @@ import sys
 import numpy as np
 
 from ..errors import CaffeError
+from . import add_net_flags
 
 # pytorch.compare.ENGINES, named here so that building the command line imports no converter
 ENGINES = ("opencv", "onnxruntime", "pytorch")
@@ -27,6 +28,7 @@ def add_arguments(p):
                    help="largest relative difference (to the value's largest magnitude) that "
                    "counts as agreeing (default 1e-4)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input")
+    add_net_flags(p)
 
 
 def read_inputs(net, specs, seed):
@@ -49,6 +51,12 @@ def read_inputs(net, specs, seed):
             raise CaffeError("--input %s: '%s' is not an input of the net (inputs: %s)"
                              % (spec, name, ", ".join(names)))
         try:
+            with open(path, "rb") as f:
+                magic = f.read(6)
+            if magic != b"\x93NUMPY":
+                raise CaffeError("--input %s: %s is not a .npy file (no NumPy header): give an "
+                                 "array saved with numpy.save, or an image for a net with one "
+                                 "input" % (spec, path))
             value = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise CaffeError("--input %s: cannot read %s as a .npy array (%s)"
@@ -100,6 +108,12 @@ def run(args):
         weights = os.path.join(tmp, "weights.caffemodel")
         net.save(weights)  # every engine gets the weights our net holds
         engines = prepare(args.engines, args.model, weights, net)
+        if not engines:
+            print("pycaffe-lite compare: error: nothing was compared: none of the engines "
+                  "asked for (%s) is installed; install the tools extra "
+                  "(pip install 'pycaffe-lite[tools]') or name an installed engine with "
+                  "--engines" % ", ".join(args.engines), file=sys.stderr)
+            return 3
         rows, first = compare(net, engines, inputs, args.tolerance)
     names = [e.name for e in engines]
     print(format_table(rows, names))

@@ -1,6 +1,6 @@
 """``pycaffe-lite evaluate``: accuracy reports of a trained net over its TEST data.
 
-    pycaffe-lite evaluate --model M.prototxt --weights W.caffemodel [--iterations 50]
+    pycaffe-lite evaluate --model M.prototxt --weights W.caffemodel [--iterations N]
                           [--labels labels.txt] [--json out.json] [--confusion_png cm.png]
                           [--scores BLOB --label BLOB] [--ap_version Integral] [--gpu 0]
 
@@ -13,9 +13,9 @@ import json
 import os
 
 from ..errors import CaffeError
-from ..evaluate import evaluate, format_report, plot_confusion
+from ..evaluate import evaluate, format_report, need_matplotlib, plot_confusion
 from ..layers.detection.average_precision import AP_VERSIONS
-from . import add_no_python_layers
+from . import add_net_flags
 from .time import select_single_gpu
 
 
@@ -23,7 +23,9 @@ def add_arguments(p):
     p.add_argument("--model", default="", help="the net definition with its TEST data layers")
     p.add_argument("--weights", default="", help="the trained weights (.caffemodel or .h5); "
                    "several separated by ','")
-    p.add_argument("--iterations", type=int, default=50, help="TEST batches to run (50)")
+    p.add_argument("--iterations", type=int, default=None,
+                   help="TEST batches to run (default: enough to cover the TEST source once, "
+                        "counted by its data layer; 50 where it cannot tell)")
     p.add_argument("--labels", default="", help="class names, one per line")
     p.add_argument("--json", default="", metavar="OUT.json", help="also write the report as "
                    "JSON to this file")
@@ -36,7 +38,7 @@ def add_arguments(p):
     p.add_argument("--ap_version", default="Integral", choices=AP_VERSIONS,
                    help="how detection AP is computed (Integral)")
     p.add_argument("--gpu", default="", help="run on the GPU with this device id")
-    add_no_python_layers(p)
+    add_net_flags(p)
 
 
 def run(args):
@@ -44,6 +46,8 @@ def run(args):
         raise CaffeError("need a model definition to evaluate: --model path/to/net.prototxt")
     if not args.weights:
         raise CaffeError("need model weights to evaluate: --weights path/to/weights.caffemodel")
+    if args.confusion_png:
+        need_matplotlib("--confusion_png")  # before the run, not after it
     select_single_gpu(args.gpu)
     report = evaluate(args.model, args.weights, args.iterations, args.labels or None,
                       args.scores, args.label, args.ap_version)

@@ -1,24 +1,33 @@
 """``pycaffe-lite export_onnx``: a deploy prototxt and its weights as an ONNX model."""
 
 from ..errors import CaffeError
-from . import add_no_python_layers
+from . import add_net_flags
 
 
 def add_arguments(p):
     p.add_argument("--model", required=True, help="the deploy net (.prototxt)")
-    p.add_argument("--weights", help="trained weights (.caffemodel or .h5); without them the "
-                   "net's fillers give the weights")
+    p.add_argument("--weights", help="the trained weights (.caffemodel or .h5); required "
+                   "unless --random_weights")
+    p.add_argument("--random_weights", action="store_true",
+                   help="export without trained weights: the net's fillers give them (a model "
+                        "for checking shapes and converters, not for use)")
     p.add_argument("--output", required=True, help="the ONNX file to write")
     p.add_argument("--opset", type=int, default=None,
                    help="ONNX opset to target (default: the exporter's, 21)")
     p.add_argument("--static-batch", action="store_true",
                    help="keep the prototxt's batch size instead of a dynamic batch axis")
-    add_no_python_layers(p)
+    add_net_flags(p)
 
 
 def run(args):
     from ..onnx import export_files
 
+    if not args.weights and not args.random_weights:
+        raise CaffeError("no --weights: the model would hold the fillers' random weights, not "
+                         "trained ones; give --weights w.caffemodel, or --random_weights to "
+                         "export the fillers' values on purpose")
+    if args.weights and args.random_weights:
+        raise CaffeError("--weights and --random_weights exclude each other")
     if args.opset is not None and args.opset <= 0:
         raise CaffeError("--opset must be positive, got %d" % args.opset)
     _, report = export_files(args.model, args.weights, args.output, opset=args.opset,

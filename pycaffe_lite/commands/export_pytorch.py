@@ -4,6 +4,8 @@ forward where torch is installed."""
 
 import numpy as np
 
+from . import add_net_flags
+
 DEFAULT_TOLERANCE = 1e-4
 
 
@@ -22,6 +24,7 @@ def add_arguments(p):
                    help="largest relative difference from our forward that passes the check "
                    "(default %g)" % DEFAULT_TOLERANCE)
     p.add_argument("--seed", type=int, default=0, help="seed of the check's random input")
+    add_net_flags(p)
 
 
 def random_inputs(net, names, seed):

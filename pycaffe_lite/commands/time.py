@@ -16,7 +16,7 @@ from ..profiling import synchronize, time_layers
 from ..proto import caffe_pb2
 from ..tools_log import use_glog_format
 from .. import cuda_graphs
-from . import add_no_python_layers
+from . import add_net_flags
 from .train import add_cuda_graph_flag, parse_gpus, parse_stages
 
 log = logging.getLogger("pycaffe_lite")
@@ -30,7 +30,7 @@ def add_net_arguments(p, default_phase):
     p.add_argument("--level", type=int, default=0, help="the net level (NetState)")
     p.add_argument("--stage", default="", help="net stages, separated by ','")
     add_cuda_graph_flag(p)
-    add_no_python_layers(p)
+    add_net_flags(p)
 
 
 def add_arguments(p):

@@ -29,7 +29,7 @@ from ..parallel import launch
 from ..parallel.watchdog import DEFAULT_TIMEOUT_S
 from ..signals import SignalHandler, SolverAction
 from ..tools_log import use_glog_format
-from . import add_no_python_layers
+from . import add_net_flags
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -64,7 +64,7 @@ def add_arguments(p):
     p.add_argument("--tensorboard_histograms", type=int, default=0, metavar="N",
                    help="with --tensorboard: weight and gradient histograms every N "
                         "iterations (0: none)")
-    add_no_python_layers(p)
+    add_net_flags(p)
     add_cuda_graph_flag(p)
     p.add_argument("--collective_timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    metavar="SECONDS",

@@ -27,7 +27,7 @@ before closing what ``plan`` and ``fill`` read.
 import threading
 import weakref
 
-from ..lifecycle import Resources, stop_and_join
+from ..lifecycle import Resources, stop_and_join, worker_thread
 
 
 class PrefetchError(Exception):
@@ -167,8 +167,8 @@ class Prefetcher:
             return
         ref = weakref.ref(self)
         for i in range(min(self.threads, self.count)):
-            t = threading.Thread(target=_worker, args=(self._shared, ref), daemon=True,
-                                 name="pycaffe-lite prefetch %s #%d" % (self.name, i))
+            t = worker_thread(_worker, (self._shared, ref),
+                              "pycaffe-lite prefetch %s #%d" % (self.name, i))
             threads.append(t)
             t.start()
 

@@ -13,7 +13,8 @@ interrupt it is.
 """
 
 import queue
-import threading
+
+from ..lifecycle import worker_thread
 
 
 def _work(fn, tasks, results):
@@ -38,8 +39,7 @@ class ThreadMap:
         self._generation = 0
         self._threads = []
         for i in range(max(1, int(workers))):
-            t = threading.Thread(target=_work, args=(fn, self._tasks, self._results),
-                                 daemon=True, name="%s #%d" % (name, i))
+            t = worker_thread(_work, (fn, self._tasks, self._results), "%s #%d" % (name, i))
             self._threads.append(t)
             t.start()
 

@@ -5,7 +5,8 @@ import pkgutil
 
 import numpy as np
 
-from ..registry import LAYERS
+from .. import plugins
+from ..registry import LAYERS, UnknownTypeError
 
 _loaded = False
 
@@ -24,5 +25,10 @@ def create_layer(layer_param, dtype=np.float32):
     """A layer object for ``layer_param`` (a LayerParameter), chosen by its type."""
     load_all()
     context = "layer '%s'" % layer_param.name if layer_param.name else ""
+    if layer_param.type not in LAYERS:
+        plugins.load_configured()  # PYCAFFE_LITE_PLUGINS and installed plugins, once
+        if layer_param.type not in LAYERS:
+            raise UnknownTypeError(LAYERS.unknown_message(layer_param.type, context)
+                                   + ". " + plugins.HOW)
     cls = LAYERS.get(layer_param.type, context)
     return cls(layer_param, dtype=dtype)

@@ -61,7 +61,7 @@ def parse_text(text, message, path=None):
         raise ProtoError(
             "cannot parse %s as %s: %s%s" % (os.path.basename(_source_name(path)),
                                                message.DESCRIPTOR.name, detail,
-                                               _fork_hint(detail)),
+                                               _fork_hint(detail) or _field_hint(detail)),
             _source_name(path), line, column) from None
     return message
 
@@ -74,6 +74,21 @@ def _fork_hint(detail):
     m = _NO_FIELD.search(detail)
     fork = m and fork_fields.fork_of_field(m.group(1), m.group(2))
     return " (a field of the %s fork, not supported here)" % fork if fork else ""
+
+
+def _field_hint(detail):
+    """For a field name that the message lacks, the closest names it has (a typo)."""
+    m = _NO_FIELD.search(detail)
+    descriptor = m and caffe_pb2.DESCRIPTOR.message_types_by_name.get(m.group(1))
+    if not descriptor:
+        return ""
+    import difflib
+
+    names = [f.name for f in descriptor.fields]
+    wrong = m.group(2)
+    close = [n for n in names if n.lower() == wrong.lower()] or \
+        difflib.get_close_matches(wrong, names, n=3, cutoff=0.6)
+    return " Did you mean %s?" % " or ".join("'%s'" % n for n in close) if close else ""
 
 
 def read_text(path, message):

@@ -77,6 +77,11 @@ class BaseDataLayer(Layer):
     def get_state(self):
         return {"type": self.type}
 
+    def source_records(self):
+        """How many records one pass over the source holds, or None where it is unknown
+        (the batches wrap around to the first record after the last)."""
+        return None
+
     def set_state(self, state):
         self._check_state(state)
 

@@ -68,6 +68,9 @@ class DataLayer(BasePrefetchingDataLayer):
         self.resources.push(self.cursor.close)
         return self._setup_from_first(p)
 
+    def source_records(self):
+        return self.db.count()
+
     def _setup_from_first(self, p):
         if not self.cursor.valid:
             raise DataError("database '%s' (%s) is empty: there are no records to read"

@@ -81,6 +81,14 @@ class HDF5DataLayer(BaseDataLayer):
         for t, arr in zip(top, self.arrays):
             t.reshape((self.batch_size,) + arr.shape[1:])
 
+    def source_records(self):
+        """The rows of every listed file (read from the first dataset's shape)."""
+        total = 0
+        for path in self.files:
+            with self.h5py.File(path, "r") as f:
+                total += int(f[self.names[0]].shape[0])
+        return total
+
     def _load(self, file_index, shuffle_rows):
         path = self.files[file_index]
         where = "HDF5 file '%s' (listed in '%s')" % (path, self.source)

@@ -50,6 +50,9 @@ class ImageDataLayer(BasePrefetchingDataLayer):
         self.prefetch_threads = default_threads(True)
         return [(self.batch_size,) + tuple(out), (self.batch_size,)]
 
+    def source_records(self):
+        return len(self.lines)
+
     def _start(self, rand_skip):
         """The reading order (shuffled when asked) and the first position (``rand_skip``)."""
         log.info("layer '%s': a total of %d images", self.name, len(self.lines))

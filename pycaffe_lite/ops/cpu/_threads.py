@@ -95,15 +95,14 @@ class Pool:
     def __init__(self, size):
         import queue
 
-        from ...lifecycle import Resources, stop_and_join
+        from ...lifecycle import Resources, stop_and_join, worker_thread
         self.size = size
         self.tasks = queue.SimpleQueue()
         self.threads = []
         self.resources = Resources(self, "the C kernels' threads")
         self.resources.push(stop_and_join(self.threads, self._stop))
         for i in range(size):
-            t = threading.Thread(target=_work, args=(self.tasks,), daemon=True,
-                                 name="pycaffe-lite-kernel #%d" % i)
+            t = worker_thread(_work, (self.tasks,), "pycaffe-lite-kernel #%d" % i)
             self.threads.append(t)
             t.start()
 

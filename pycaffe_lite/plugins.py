@@ -1,0 +1,114 @@
+"""Modules of your own that register layers (or fillers, solvers, ...) before a net is built.
+
+A plugin is a module that calls ``@caffe.register_layer`` (or another registry) when it is
+imported. Three ways name one:
+
+- ``--plugin MODULE`` on each command that builds nets (repeat it for several);
+- the environment variable ``PYCAFFE_LITE_PLUGINS=mod1,mod2``;
+- an installed distribution's entry point in the group ``pycaffe_lite.plugins``
+  (``name = module`` or ``name = module:object``).
+
+The command line imports all three before it runs the command; a ``caffe.Net`` built from
+Python imports the variable's and the entry points' modules the first time it meets a layer
+type nobody registered. A module that cannot be imported is an error naming it and what named
+it. Plugins run code, as ``Python`` layers do: where Python layers are turned off
+(``--no_python_layers``, ``PYCAFFE_LITE_ALLOW_PYTHON_LAYERS=0``) a plugin named by the flag or
+the variable is refused, and the entry points are not loaded.
+"""
+
+import importlib
+import logging
+import os
+import threading
+
+from . import python_layers
+from .errors import CaffeError
+
+log = logging.getLogger("pycaffe_lite")
+
+ENV = "PYCAFFE_LITE_PLUGINS"
+GROUP = "pycaffe_lite.plugins"
+HOW = ("A layer type of your own is known once its module is imported: --plugin MODULE on the "
+       "command line, %s=MODULE, an entry point of the group %s, or an import in your script"
+       % (ENV, GROUP))
+
+_lock = threading.RLock()
+_configured = []  # True once the variable's and the entry points' modules were imported
+
+
+class PluginError(CaffeError):
+    """A plugin module that cannot be imported, or plugins that are turned off."""
+
+
+def env_modules():
+    """The modules named by ``PYCAFFE_LITE_PLUGINS`` (separated by ',')."""
+    return [m.strip() for m in os.environ.get(ENV, "").split(",") if m.strip()]
+
+
+def entry_points():
+    """The installed entry points of the group ``pycaffe_lite.plugins``."""
+    from importlib.metadata import entry_points as installed
+
+    return sorted(installed(group=GROUP), key=lambda ep: ep.name)
+
+
+def import_module(name, where):
+    """Import the plugin module ``name``; ``where`` says what named it (for the error)."""
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:
+        raise PluginError("cannot import plugin module '%s' (named by %s): %s: %s"
+                          % (name, where, type(exc).__name__, exc)) from exc
+
+
+def _load_entry_point(ep):
+    dist = getattr(getattr(ep, "dist", None), "name", None)
+    where = "entry point '%s = %s' of the group %s%s" % (
+        ep.name, ep.value, GROUP, " (distribution %s)" % dist if dist else "")
+    try:
+        return ep.load()
+    except Exception as exc:
+        raise PluginError("cannot import plugin module '%s' (named by %s): %s: %s"
+                          % (ep.module, where, type(exc).__name__, exc)) from exc
+
+
+def load(modules=(), flag="--plugin"):
+    """Import the ``modules`` named by ``flag``, then the variable's and the entry points'
+    (once per process). Returns the names imported. Raises :class:`PluginError` for a module
+    that cannot be imported, or for any named module where Python layers are turned off."""
+    modules = [m for m in modules if m]
+    named = [(m, "%s %s" % (flag, m)) for m in modules]
+    named += [(m, "%s=%s" % (ENV, os.environ.get(ENV, ""))) for m in env_modules()]
+    if not python_layers.allowed():
+        if named:
+            name, where = named[0]
+            raise PluginError("plugin module '%s' (named by %s) would import and run that "
+                              "module's code, and plugins are turned off with Python layers "
+                              "(%s=%s, --no_python_layers)"
+                              % (name, where, python_layers.ENV,
+                                 os.environ.get(python_layers.ENV, "")))
+        points = entry_points()
+        if points:
+            log.warning("Python layers are turned off: plugin entry points not loaded: %s",
+                        ", ".join("%s = %s" % (ep.name, ep.value) for ep in points))
+        return []
+    done = []
+    for name, where in named:
+        import_module(name, where)
+        done.append(name)
+    with _lock:
+        if not _configured:
+            for ep in entry_points():
+                _load_entry_point(ep)
+                done.append(ep.value)
+            _configured.append(True)
+    return done
+
+
+def load_configured():
+    """Import the variable's modules and the entry points once, where Python layers are
+    allowed (a net meeting an unknown layer type asks). True when this call imported any."""
+    with _lock:
+        if _configured or not python_layers.allowed():
+            return False
+        return bool(load())

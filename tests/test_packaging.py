@@ -1,0 +1,86 @@
+"""The extras of pyproject.toml give what the docs use: the ``tools`` extra holds every other
+extra but the GPU's and the test suite's, and every package that a Python block of the README
+or docs/ imports is a dependency or in ``tools`` (module -> distribution as the installed
+packages say, importlib.metadata); the README names the extra."""
+
+import ast
+import glob
+import importlib.metadata
+import os
+import re
+import sys
+import tomllib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
+BASE = {"numpy", "protobuf", "lmdb", "pillow"}  # setup.py's install_requires
+# extras that the tools extra leaves out, and why
+NOT_IN_TOOLS = {"gpu": "needs an NVIDIA GPU and CUDA 12", "test": "the test suite's own"}
+# modules a docs block imports that are not packages to install
+NOT_PACKAGES = {"pycaffe_lite", "model"}  # `model`: the module export_pytorch writes
+
+
+def extras():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]["optional-dependencies"]
+
+
+def names(requirements):
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in requirements}
+
+
+def docs_imports():
+    """{top-level module: [page]} of the Python blocks of the README and docs/*.md."""
+    found = {}
+    for page in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs",
+                                                                                  "*.md"))):
+        with open(page, encoding="utf-8") as f:
+            text = f.read()
+        for m in FENCE.finditer(text):
+            if m.group(1) != "python":
+                continue
+            for node in ast.walk(ast.parse(m.group(2))):
+                if isinstance(node, ast.Import):
+                    modules = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    modules = [node.module]
+                else:
+                    continue
+                for module in modules:
+                    found.setdefault(module.split(".")[0], []).append(os.path.basename(page))
+    return found
+
+
+def test_the_onnx_extra_runs_what_it_exports():
+    assert {"onnx", "onnxruntime"} <= names(extras()["onnx"])
+
+
+def test_the_tools_extra_holds_every_other_extra_but_the_gpu_and_test_ones():
+    all_extras = extras()
+    tools = names(all_extras["tools"])
+    for extra, requirements in all_extras.items():
+        if extra in NOT_IN_TOOLS or extra == "tools":
+            continue
+        assert names(requirements) <= tools, (extra, names(requirements) - tools)
+    # compare's engines and export_pytorch's check
+    assert {"opencv-python-headless", "onnxruntime", "torch"} <= tools
+
+
+def test_every_package_the_docs_import_comes_with_the_tools_extra():
+    provided = BASE | names(extras()["tools"])
+    of_module = importlib.metadata.packages_distributions()
+    wrong = []
+    for module, pages in sorted(docs_imports().items()):
+        if module in sys.stdlib_module_names or module in NOT_PACKAGES:
+            continue
+        dists = {d.lower() for d in of_module.get(module, [])}
+        if not dists & provided:
+            wrong.append("%s (imported in %s; distributions %s)" % (module, ", ".join(sorted(
+                set(pages))), sorted(dists) or "unknown"))
+    assert not wrong, wrong
+
+
+def test_the_readme_names_the_tools_extra():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    assert re.search(r"pip install ['\"]?(\.|pycaffe-lite)\[tools\]", text)
