@@ -296,8 +296,8 @@ def fold(net, keep_intermediates=True):
     """Fold ``net`` (a TEST net) in place; returns the chains folded. Folding a folded net
     unfolds it first, so the current weights are used."""
     unfold(net)
-    if net.phase != caffe_pb2.TEST or net.param.force_backward:
-        return []
+    if net.phase != caffe_pb2.TEST or net.param.force_backward or getattr(net, "int8_layers", 0):
+        return []  # int8 convolutions (net_int8) run on their own
     chains = find_chains(net, keep_intermediates)
     folded_names = {}
     for chain in chains:

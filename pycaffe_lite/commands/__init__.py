@@ -23,3 +23,11 @@ def add_no_python_layers(p):
                    help="refuse nets with Python layers (which import and run the module "
                         "they name) before anything is imported: for net files you do not "
                         "trust (also PYCAFFE_LITE_ALLOW_PYTHON_LAYERS=0)")
+
+
+def add_int8_flag(p):
+    """``--int8 on|off``: whether convolutions with Intel Caffe's ``quantization_param`` run in
+    int8 (TEST phase; the default) or in float."""
+    p.add_argument("--int8", default="on", choices=("on", "off"), type=str.lower,
+                   help="run Intel Caffe's int8 calibration (quantization_param) as int8 "
+                        "(on, the default) or compute those layers in float (off)")

@@ -15,7 +15,7 @@ from ..errors import CaffeError
 from ..profiling import synchronize, time_layers
 from ..proto import caffe_pb2
 from ..tools_log import use_glog_format
-from . import add_no_python_layers
+from . import add_int8_flag, add_no_python_layers
 from .train import parse_gpus, parse_stages
 
 log = logging.getLogger("pycaffe_lite")
@@ -28,6 +28,7 @@ def add_net_arguments(p, default_phase):
     p.add_argument("--phase", default="", help="TRAIN or TEST (default %s)" % default_phase)
     p.add_argument("--level", type=int, default=0, help="the net level (NetState)")
     p.add_argument("--stage", default="", help="net stages, separated by ','")
+    add_int8_flag(p)
     add_no_python_layers(p)
 
 
@@ -64,7 +65,7 @@ def open_net(args, default_phase):
         raise CaffeError("--iterations must be >= 1 (got %d)" % args.iterations)
     select_single_gpu(args.gpu)
     return Net(args.model, parse_phase(args.phase, default_phase), level=args.level,
-               stages=parse_stages(args.stage))
+               stages=parse_stages(args.stage), int8=args.int8 == "on")
 
 
 def run(args):
