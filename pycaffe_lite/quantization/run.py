@@ -20,8 +20,8 @@ log = logging.getLogger("pycaffe_lite")
 # opset 17: what TensorRT 8.6+, OpenVINO and onnxruntime all read; onnxruntime 1.2x's
 # int8-to-uint8 rewrite of QDQ graphs fails on opset 21's QuantizeLinear
 DEFAULT_OPSET = 17
-FLOAT_REASON = ("ONNX %s: kept in float; only Conv, Gemm and MatMul are given int8 weights "
-                "and int8 inputs here (onnxruntime runs the rest on the dequantized values)")
+FLOAT_REASON = ("ONNX %s: float, on the dequantized values (int8 weights and inputs are "
+                "given to Conv, Gemm and MatMul only)")
 
 
 def _require_ort():
@@ -50,8 +50,9 @@ def _blob_values(net, report):
     return out
 
 
-def _collect(net, tops, iterations, bins):
-    """Run ``iterations`` batches and return {ONNX value: Histogram}."""
+def _collect(net, tops, batches, bins):
+    """Run the batches (a count of the data layers' batches, or feed dicts) and return
+    {ONNX value: Histogram}."""
     stats = {v: calibrate.Histogram(bins) for v in tops.values()}
 
     def record(i):
@@ -62,8 +63,8 @@ def _collect(net, tops, iterations, bins):
 
     net.after_forward(record)
     try:
-        for _ in range(iterations):
-            net.forward()
+        for feed in (range(batches) if isinstance(batches, int) else batches):
+            net.forward(**feed) if isinstance(feed, dict) else net.forward()
     finally:
         net._hooks["after_forward"].remove(record)
     return stats
@@ -167,6 +168,32 @@ def _evaluate(model_path, weights, int8_model, iterations):
                 "change": (q - f) / iterations} for k, (f, q) in sums.items()}
 
 
+def qdq_model(net, batches, method="entropy", per_channel=False, skip=(), percentile=99.99,
+              opset=None, where=None):
+    """Calibrate ``net`` (a TEST net with its weights, not folded) over ``batches`` (a count
+    of its data layers' batches, or an iterable of ``{input blob: array}``) and return a dict:
+    the QDQ ``model`` (checked), the ``layers`` of the report, the ``thresholds`` and ``stats``
+    per ONNX value, and ``tops``: {(layer index, top index): ONNX value}."""
+    onnx = require_onnx()
+    if method not in calibrate.METHODS:
+        raise CaffeError("unknown calibration method %r: choose %s"
+                         % (method, ", ".join(calibrate.METHODS)))
+    unknown = [s for s in skip if s not in set(net.layer_names)]
+    if unknown:
+        raise CaffeError("--skip: no layer named %s in the TEST net%s (layers: %s)"
+                         % (", ".join(map(repr, unknown)), " of %s" % where if where else "",
+                            ", ".join(net.layer_names)))
+    model, report = export(net, None, opset=DEFAULT_OPSET if opset is None else opset)
+    tops = _blob_values(net, report)
+    stats = _collect(net, tops, batches, 0 if method == "minmax" else calibrate.BINS)
+    thresholds = {v: calibrate.threshold(h, method, percentile) for v, h in stats.items()
+                  if h.count}
+    layers = _plan(model, stats, thresholds, net.layer_names, set(skip), per_channel)
+    onnx.checker.check_model(model, full_check=True)
+    return {"model": model, "layers": layers, "thresholds": thresholds, "stats": stats,
+            "tops": tops}
+
+
 def quantize(model, weights, calibration_iterations, output_dir, method="entropy",
              per_channel=False, eval_iterations=50, skip=(), percentile=99.99, opset=None):
     """Calibrate the TEST net of ``model`` (a train/test prototxt with its data layers) and
@@ -179,37 +206,23 @@ def quantize(model, weights, calibration_iterations, output_dir, method="entropy
                          % calibration_iterations)
     if eval_iterations < 0:
         raise CaffeError("--eval_iterations must be >= 0 (got %d)" % eval_iterations)
-    if method not in calibrate.METHODS:
-        raise CaffeError("unknown calibration method %r: choose %s"
-                         % (method, ", ".join(calibrate.METHODS)))
     onnx = require_onnx()
     if eval_iterations:
         _require_ort()
     net = Net(model, caffe_pb2.TEST, weights=weights, fold=False, int8=False)
-    names = set(net.layer_names)
-    unknown = [s for s in skip if s not in names]
-    if unknown:
-        net.close()
-        raise CaffeError("--skip: no layer named %s in the TEST net of %s (layers: %s)"
-                         % (", ".join(map(repr, unknown)), model, ", ".join(net.layer_names)))
     try:
-        float_model, report = export(net, None, opset=DEFAULT_OPSET if opset is None else opset)
-        tops = _blob_values(net, report)
-        stats = _collect(net, tops, calibration_iterations,
-                         0 if method == "minmax" else calibrate.BINS)
+        q = qdq_model(net, calibration_iterations, method, per_channel, skip, percentile,
+                      opset, where=model)
     finally:
         net.close()
-    thresholds = {v: calibrate.threshold(h, method, percentile) for v, h in stats.items()
-                  if h.count}
-    layers = _plan(float_model, stats, thresholds, net.layer_names, set(skip), per_channel)
-    onnx.checker.check_model(float_model, full_check=True)
     os.makedirs(output_dir, exist_ok=True)
     onnx_path = os.path.join(output_dir, "model.int8.onnx")
-    onnx.save(float_model, onnx_path)
+    onnx.save(q["model"], onnx_path)
     proto_path = os.path.join(output_dir, "quantized.prototxt")
-    intel_layers = intel.write_quantized_prototxt(model, net, tops, stats, thresholds,
+    stats, thresholds, layers = q["stats"], q["thresholds"], q["layers"]
+    intel_layers = intel.write_quantized_prototxt(model, net, q["tops"], stats, thresholds,
                                                   set(skip), per_channel, proto_path)
-    accuracy = _evaluate(model, weights, float_model, eval_iterations) if eval_iterations \
+    accuracy = _evaluate(model, weights, q["model"], eval_iterations) if eval_iterations \
         else {}
     result = {
         "model": os.fspath(model), "weights": os.fspath(weights), "method": method,
