@@ -8,7 +8,9 @@ MatMul's), their bias as int32 at ``input scale * weight scale`` (as an int8 con
 adds it), and their activation input and output pass through a QuantizeLinear/DequantizeLinear
 pair at the calibrated scale (``threshold / 127``, zero point 0). Every other node keeps its
 float computation on the dequantized values; shape-only nodes (Flatten, Reshape, ...) take
-the statistics of the value they reshape.
+the statistics of the value they reshape. An input that is a quantized output passed through
+shape-only nodes, MaxPool or Relu (which keep its values on its int8 grid) is quantized at
+that output's scale: exactly, and so that a runtime can run those nodes in int8.
 """
 
 import numpy as np
@@ -17,6 +19,7 @@ from ..onnx._lib import require_onnx
 
 QUANTIZED_OPS = ("Conv", "Gemm", "MatMul")
 SHAPE_OPS = ("Flatten", "Reshape", "Identity", "Squeeze", "Unsqueeze", "Transpose")
+GRID_OPS = SHAPE_OPS + ("MaxPool", "Relu")
 
 
 def layer_of_node(node_name, layer_names):
@@ -39,6 +42,18 @@ def stats_source(value, producers, has_stats):
             return None
         value = node.input[0]
     return value
+
+
+def upstream_scale(value, producers, done):
+    """The scale of the quantized value that ``value`` is, through a chain of nodes that
+    keep a value's grid (shape-only nodes, MaxPool, Relu), or None: re-quantizing at that scale
+    is exact, and lets a runtime run those nodes on the int8 values."""
+    while value not in done:
+        node = producers.get(value)
+        if node is None or node.op_type not in GRID_OPS:
+            return None
+        value = node.input[0]
+    return done[value]
 
 
 def weight_axis(node, weight):

@@ -93,7 +93,8 @@ def _plan(model, stats, thresholds, layer_names, skip, per_channel):
             entry["reason"] = "no calibration statistics for its input '%s'" % node.input[0]
             continue
         x, y = node.input[0], node.output[0]
-        g.quantize_activation(x, thresholds[src] / 127.0 or 1.0)
+        g.quantize_activation(x, qdq.upstream_scale(x, g.producers, g.done)
+                              or thresholds[src] / 127.0 or 1.0)
         w_scales = g.quantize_node(node, g.done[x], per_channel)
         if y in thresholds:
             g.quantize_activation(y, thresholds[y] / 127.0 or 1.0)
