@@ -73,10 +73,10 @@ class Int8Conv:
         layer.reshape(bottom, top)
         if len(layer.kernel_shape) != 2:
             raise layer.error("int8 (quantization_param) runs 2-D convolutions only")
-        x = np.asarray(bottom[0].data, np.float64)
+        x = np.asarray(bottom[0].cpu_data(), np.float64)
         lo, hi = (-128, 127) if self.signed_in else (0, 255)
         xq = np.clip(np.rint(x * self.scale_in), lo, hi)
-        w = np.asarray(layer.blobs[0].data, np.float64)
+        w = np.asarray(layer.blobs[0].cpu_data(), np.float64)
         sw = np.broadcast_to(self.scale_params, (w.shape[0],))
         wq = np.clip(np.rint(w * sw.reshape((-1,) + (1,) * (w.ndim - 1))), -128, 127)
         cols = im2col(xq, layer.kernel_shape, layer.pad, layer.stride, layer.dilation)
@@ -84,7 +84,7 @@ class Int8Conv:
         cols = cols.reshape(g, cols.shape[0] // g, cols.shape[1])
         acc = np.matmul(wq.reshape(g, nout // g, -1), cols).reshape(nout, -1)
         if layer.bias_term:
-            b = np.asarray(layer.blobs[1].data, np.float64).reshape(-1)
+            b = np.asarray(layer.blobs[1].cpu_data(), np.float64).reshape(-1)
             acc += np.rint(b * np.where(sw == 0, 1.0, self.scale_in * sw))[:, None]
         nb = x.shape[0]
         acc = acc.reshape(nout, nb, -1).transpose(1, 0, 2)

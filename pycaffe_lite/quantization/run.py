@@ -59,7 +59,7 @@ def _collect(net, tops, batches, bins):
         for j, blob in enumerate(net.records[i].tops):
             v = tops.get((i, j))
             if v is not None:
-                stats[v].add(blob.data)
+                stats[v].add(blob.cpu_data())
 
     net.after_forward(record)
     try:
@@ -137,6 +137,12 @@ def _evaluate(model_path, weights, int8_model, iterations):
         net.close()
         return {}
     scores = _score_values(net, tops, accuracy)
+    for i, rec in accuracy:
+        if scores[i] is None:
+            net.close()
+            raise CaffeError("Accuracy layer '%s' reads blob '%s', which no layer of the ONNX "
+                             "graph computes: its int8 accuracy cannot be measured"
+                             % (rec.name, net._blob_names[rec.bottom_ids[0]]))
     model = onnx.ModelProto()
     model.CopyFrom(int8_model)
     have = {o.name for o in model.graph.output}
@@ -151,18 +157,15 @@ def _evaluate(model_path, weights, int8_model, iterations):
     try:
         for _ in range(iterations):
             net.forward()
-            fl = {(i, j): float(np.ravel(t.data)[0]) for i, rec in accuracy
-                  for j, t in enumerate(rec.tops)}
+            fl = {i: float(np.ravel(rec.tops[0].cpu_data())[0]) for i, rec in accuracy}
             outs = dict(zip(names, session.run(None, {n: np.ascontiguousarray(
-                net.blobs[n].data, np.float32) for n in feeds})))
+                net.blobs[n].cpu_data(), np.float32) for n in feeds})))
             for i, rec in accuracy:
                 rec.bottoms[0].data[...] = outs[scores[i]].reshape(rec.bottoms[0].shape)
                 rec.layer.Forward(rec.bottoms, rec.tops)
-                for j, t in enumerate(rec.tops):
-                    key = net._blob_names[rec.top_ids[j]]
-                    s = sums.setdefault(key, [0.0, 0.0])
-                    s[0] += fl[(i, j)]
-                    s[1] += float(np.ravel(t.data)[0])
+                s = sums.setdefault(net._blob_names[rec.top_ids[0]], [0.0, 0.0])
+                s[0] += fl[i]
+                s[1] += float(np.ravel(rec.tops[0].cpu_data())[0])
     finally:
         net.close()
     return {k: {"float": f / iterations, "int8": q / iterations,
