@@ -375,7 +375,7 @@ def test_ceil_mode_is_round_mode(ceil_mode, round_mode, size):
 def test_intel_engines_build_and_match_opencv_without_them(tmp_path, caplog):
     """Intel's engine strings, MKL engines and int8 calibration read and run (the int8
     calibration in float with ``int8=False``, as a note says; its int8 run is
-    test_quantize.py's); OpenCV, which knows none of them, runs the same file with those
+    test_int8.py's); OpenCV, which knows none of them, runs the same file with those
     fields removed, and agrees."""
     proto = os.path.join(FIXTURES, "intel_engines_deploy.prototxt")
     with caplog.at_level(logging.INFO):
