@@ -14,8 +14,10 @@ for every output channel, or one per channel)::
     y   = max(y, 0)                            a ReLU fused into the convolution
     y_q = saturate(round(y))                   bw_layer_out 8: u8 after a fused ReLU, else s8
 
-and the layers after it read ``y_q / s_out`` (``y / s_out`` when ``bw_layer_out`` is 32, where
-the calibrator writes ``scale_out: 1``). Rounding is to the nearest, ties to even. A ReLU
+and the layers after it read ``y_q / s_out`` (``y / s_out`` when ``bw_layer_out`` is not 8, a
+float output, where the calibrator writes ``scale_out: 1``). As in Intel Caffe, a
+``quantization_param`` on a convolution is all it takes (its input and weight widths are not
+read). Rounding is to the nearest, ties to even. A ReLU
 with ``negative_slope: 0`` that runs in place on the convolution's top, as Intel Caffe's net
 compiler fuses it, counts as fused. This module runs that computation, in exact integer
 arithmetic, instead of the float convolution; every other layer computes in float (Intel Caffe's
@@ -134,9 +136,6 @@ def attach(net, enabled=None):
                      "in float (Intel Caffe's int8 engine quantizes convolutions)", name,
                      lp.name, lp.type)
             continue
-        q = lp.quantization_param
-        if q.bw_layer_in != 8 or q.bw_params != 8:
-            continue  # 32-bit widths: Intel Caffe computes this layer in float too
         conv = Int8Conv(lp, lp.name in fused)
         rec.layer.Forward = (lambda c, lay: lambda b, t: c.forward(lay, b, t))(conv, rec.layer)
         net.int8_layers.append(lp.name)

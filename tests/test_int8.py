@@ -87,11 +87,14 @@ def _filled(net, seed):
     return rng
 
 
-def _intel_int8_conv(x, w, b, scale_in, scale_out, scale_params):
-    """Intel Caffe's int8 convolution (u8 input, fused ReLU, u8 output), in integers: 3x3,
-    stride 1, no padding; returns what the next layer reads (y_q / scale_out)."""
-    xq = np.clip(np.rint(x.astype(np.float64) * scale_in), 0, 255).astype(np.int64)
-    sp = np.asarray(scale_params, np.float64)
+def _intel_int8_conv(x, w, b, scale_in, scale_out, scale_params, signed=False, relu=True,
+                     out_bits=8):
+    """Intel Caffe's int8 convolution, in integers: 3x3, stride 1, no padding; u8 input (s8
+    when ``signed``), a fused ReLU or not, an 8-bit (u8 after the ReLU, else s8) or float
+    output; returns what the next layer reads (y_q / scale_out)."""
+    lo, hi = (-128, 127) if signed else (0, 255)
+    xq = np.clip(np.rint(x.astype(np.float64) * scale_in), lo, hi).astype(np.int64)
+    sp = np.broadcast_to(np.asarray(scale_params, np.float64), (w.shape[0],))
     wq = np.clip(np.rint(w * sp[:, None, None, None]), -128, 127).astype(np.int64)
     n, _, hh, ww = x.shape
     acc = np.zeros((n, w.shape[0], hh - 2, ww - 2), np.int64)
@@ -102,7 +105,10 @@ def _intel_int8_conv(x, w, b, scale_in, scale_out, scale_params):
     acc += np.rint(b * scale_in * sp).astype(np.int64)[None, :, None, None]
     mult = (scale_out / (scale_in * sp)).astype(np.float32)
     y = acc.astype(np.float32) * mult[None, :, None, None]
-    y = np.clip(np.rint(np.maximum(y, 0)), 0, 255)
+    if relu:
+        y = np.maximum(y, 0)
+    if out_bits == 8:
+        y = np.clip(np.rint(y), 0 if relu else -128, 255 if relu else 127)
     return y / np.float32(scale_out)
 
 
@@ -132,6 +138,30 @@ def test_intel_quantized_convolution_runs_as_its_int8_engine_computes(caplog):
     # ... and the rest of the net is float on the int8 convolution's output
     flt.blobs["conv1"].data[...] = expected
     np.testing.assert_allclose(flt.forward(start="pool1")["fc"], ours, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bw_out,scale_out", [(8, 20.0), (32, 1.0)])
+def test_signed_input_without_relu_and_both_output_widths(bw_out, scale_out):
+    """s8 input (is_negative_input), one weight scale for every channel, no ReLU after the
+    convolution: an s8 output, or a float one with bw_layer_out 32."""
+    net = caffe.Net(
+        'layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 2 dim: 2 dim: 6 '
+        'dim: 6 } } } layer { name: "c" type: "Convolution" bottom: "d" top: "c" '
+        'convolution_param { num_output: 3 kernel_size: 3 } quantization_param { '
+        'bw_layer_in: 8 bw_layer_out: %d bw_params: 8 scale_in: 50 scale_out: %g '
+        'scale_params: 90 is_negative_input: true } } layer { name: "r" type: "ReLU" '
+        'bottom: "c" top: "r" }' % (bw_out, scale_out), caffe.TEST)
+    assert net.int8_layers == ["c"]
+    rng = _filled(net, 7)
+    x = rng.uniform(-3, 3, (2, 2, 6, 6)).astype(np.float32)  # some beyond 127 / 50
+    net.forward(d=x)
+    w = np.asarray(net.params["c"][0].data, np.float64)
+    b = np.asarray(net.params["c"][1].data, np.float64)
+    expected = _intel_int8_conv(x, w, b, 50.0, scale_out, [90.0], signed=True, relu=False,
+                                out_bits=bw_out)
+    np.testing.assert_array_equal(net.blobs["c"].data, expected)
+    if bw_out == 8:
+        assert (expected * scale_out).min() < 0  # signed output (the ReLU is not in place)
 
 
 def test_int8_off_on_the_command_line_and_in_the_environment(caplog, monkeypatch):
