@@ -33,8 +33,9 @@ What the user sees (the rule, also in the README):
   recording its window choices, which only a backward reads).
 - Nothing is folded in a TRAIN net, in a net with ``force_backward``, or where any layer of the
   chain needs backward, has a loss weight or a second top; nor when the intermediate value is read
-  by any other layer. ``Net(..., fold=False)`` or the environment variable
-  ``PYCAFFE_LITE_FOLD=0`` turns folding off.
+  by any other layer; nor in a net whose convolutions run in int8 (Intel Caffe's
+  ``quantization_param``, :mod:`net_int8`). ``Net(..., fold=False)`` or the environment
+  variable ``PYCAFFE_LITE_FOLD=0`` turns folding off.
 """
 
 import collections

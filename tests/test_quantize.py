@@ -145,3 +145,50 @@ def test_trained_lenet_quantizes_within_half_a_point(trained_lenet, tmp_path, mn
         scores[mode] = parsed.results["accuracy"][0]
     assert scores["off"] == pytest.approx(acc["float"], abs=1e-6)
     assert abs(scores["on"] - acc["float"]) <= 0.01
+
+
+def test_layers_without_int8_weights_stay_float_and_the_graph_still_runs():
+    """A ReLU, a Deconvolution (ConvTranspose), an Eltwise sum and a Softmax stay float with
+    their reason; an InnerProduct on axis 2 (MatMul then Add) is int8; onnxruntime runs the
+    graph close to float."""
+    from pycaffe_lite.proto import caffe_pb2
+    from pycaffe_lite.quantization.run import qdq_model
+    from google.protobuf import text_format
+
+    param = caffe_pb2.NetParameter()
+    text_format.Merge('''
+      layer { name: "d" type: "Input" top: "d"
+              input_param { shape { dim: 2 dim: 3 dim: 8 dim: 8 } } }
+      layer { name: "c1" type: "Convolution" bottom: "d" top: "c1"
+              convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+      layer { name: "r1" type: "ReLU" bottom: "c1" top: "c1" }
+      layer { name: "up" type: "Deconvolution" bottom: "c1" top: "up"
+              convolution_param { num_output: 4 kernel_size: 1 } }
+      layer { name: "sum" type: "Eltwise" bottom: "up" bottom: "c1" top: "sum" }
+      layer { name: "ip" type: "InnerProduct" bottom: "sum" top: "ip"
+              inner_product_param { num_output: 5 axis: 2 } }
+      layer { name: "prob" type: "Softmax" bottom: "ip" top: "prob" }''', param)
+    param.state.phase = caffe_pb2.TEST
+    net = caffe.Net.from_param(param)
+    rng = np.random.default_rng(0)
+    for layer in net.layers:
+        for blob in layer.blobs:
+            blob.data[...] = rng.normal(0, 0.5, blob.shape)
+    feeds = [{"d": rng.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
+    q = qdq_model(net, feeds, method="minmax", per_channel=True)
+    layers = q["layers"]
+    assert [n for n, e in layers.items() if e["precision"] == "int8"] == ["c1", "ip"]
+    assert layers["ip"]["onnx"] == ["Reshape", "MatMul", "Add"]
+    assert layers["ip"]["output_scale"] is None  # the MatMul's output is no Caffe blob
+    assert len(layers["ip"]["weight_scales"]) == 5  # per output column
+    for name, op in (("r1", "Relu"), ("up", "ConvTranspose"), ("sum", "Sum"),
+                     ("prob", "Softmax")):
+        assert layers[name]["reason"].startswith("ONNX %s: computed on the dequantized" % op)
+    onnx.checker.check_model(q["model"], full_check=True)
+    session = ort.InferenceSession(q["model"].SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    x = feeds[0]["d"]
+    theirs = session.run(None, {"d": x})[0]
+    ours = net.forward(d=x)["prob"]
+    assert np.abs(theirs - ours).max() < 0.05
+    assert np.abs(theirs - ours).max() > 0

@@ -20,8 +20,7 @@ log = logging.getLogger("pycaffe_lite")
 # opset 17: what TensorRT 8.6+, OpenVINO and onnxruntime all read; onnxruntime 1.2x's
 # int8-to-uint8 rewrite of QDQ graphs fails on opset 21's QuantizeLinear
 DEFAULT_OPSET = 17
-FLOAT_REASON = ("ONNX %s: float, on the dequantized values (int8 weights and inputs are "
-                "given to Conv, Gemm and MatMul only)")
+FLOAT_REASON = "ONNX %s: computed on the dequantized values (only Conv, Gemm, MatMul are int8)"
 
 
 def _require_ort():
@@ -258,17 +257,17 @@ def format_report(report):
         for name, a in acc.items():
             lines.append("  %-28s %-9.4f %-9.4f %+.4f" % (name, a["float"], a["int8"],
                                                            a["change"]))
-    lines.append("%-24s %-10s %-9s %-12s %-12s %-14s %s" % (
+    lines.append("%-24s %-12s %-9s %-12s %-12s %-14s %s" % (
         "layer", "onnx", "precision", "input scale", "output scale", "weight scale",
         "why float"))
     for e in report["layers"]:
         if e["precision"] == "int8":
             ws = e["weight_scales"]
             w = "%.4g" % ws[0] if len(ws) == 1 else "%.3g..%.3g" % (min(ws), max(ws))
-            lines.append("%-24s %-10s %-9s %-12.5g %-12.5g %-14s" % (
-                e["name"], "/".join(e["onnx"]), "int8", e["input_scale"], e["output_scale"],
-                w))
+            out = "-" if e["output_scale"] is None else "%.5g" % e["output_scale"]
+            lines.append("%-24s %-12s %-9s %-12.5g %-12s %-14s" % (
+                e["name"], "/".join(e["onnx"]), "int8", e["input_scale"], out, w))
         else:
-            lines.append("%-24s %-10s %-9s %-12s %-12s %-14s %s" % (
+            lines.append("%-24s %-12s %-9s %-12s %-12s %-14s %s" % (
                 e["name"], "/".join(e["onnx"]), "float", "-", "-", "-", e["reason"]))
     return "\n".join(lines)
