@@ -8,6 +8,7 @@ speed-up. The CPU's int8 instructions decide it: the header says whether it has 
     E="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"   # see bench_env.py
     $E python benchmarks/bench_int8.py [--nets squeezenet1.1 resnet50 ...] [--rounds 10]
                                        [--batch 1] [--threads N] [--per-channel]
+                                       [--activation-type int8|uint8]
 
 Measure on a quiet machine (the load average is printed before and after); docs/int8.md
 keeps the figures. Needs ``onnx`` and ``onnxruntime``.
@@ -38,7 +39,8 @@ def cpu_int8_flags():
     return {name: name in flags for name in INT8_FLAGS}
 
 
-def bench_net(name, rounds=10, batch=1, threads=None, per_channel=False, calibration=4):
+def bench_net(name, rounds=10, batch=1, threads=None, per_channel=False, calibration=4,
+              activation_type="int8"):
     """ms per forward of the float and the int8 model (fastest round of each) and the ratio."""
     sys.path.insert(0, ROOT)
     from pycaffe_lite.quantization.run import qdq_model
@@ -49,7 +51,8 @@ def bench_net(name, rounds=10, batch=1, threads=None, per_channel=False, calibra
     shape = (batch,) + tuple(net.blobs["data"].shape[1:])
     feeds = [{"data": rng.uniform(-1, 1, (1,) + shape[1:]).astype(np.float32)}
              for _ in range(calibration)]
-    int8_model = qdq_model(net, feeds, method="minmax", per_channel=per_channel)["model"]
+    int8_model = qdq_model(net, feeds, method="minmax", per_channel=per_channel,
+                           activation_type=activation_type)["model"]
     net.close()
     x = rng.uniform(-1, 1, shape).astype(np.float32)
     sessions = {"float": bench_onnx.session(float_model, threads),
@@ -75,6 +78,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     p.add_argument("--per-channel", action="store_true", help="per-channel weight scales")
+    p.add_argument("--activation-type", default="int8", choices=("int8", "uint8"),
+                   help="the QDQ activations: int8 (zero point 0) or uint8 (zero point 128)")
     args = p.parse_args(argv)
     try:
         import onnxruntime
@@ -89,7 +94,8 @@ def main(argv=None):
     print("%-14s %6s %11s %11s %9s %13s" % ("net", "batch", "float (ms)", "int8 (ms)",
                                              "speed-up", "max rel diff"))
     for name in args.nets:
-        r = bench_net(name, args.rounds, args.batch, args.threads, args.per_channel)
+        r = bench_net(name, args.rounds, args.batch, args.threads, args.per_channel,
+                      activation_type=args.activation_type)
         print("%-14s %6d %11.2f %11.2f %9.2f %13.3g" % (name, args.batch, r["float_ms"],
                                                         r["int8_ms"], r["speedup"],
                                                         r["max_rel_diff"]))

@@ -147,10 +147,12 @@ def test_trained_lenet_quantizes_within_half_a_point(trained_lenet, tmp_path, mn
     assert abs(scores["on"] - acc["float"]) <= 0.01
 
 
-def test_layers_without_int8_weights_stay_float_and_the_graph_still_runs():
+@pytest.mark.parametrize("activation_type", ["int8", "uint8"])
+def test_layers_without_int8_weights_stay_float_and_the_graph_still_runs(activation_type):
     """A ReLU, a Deconvolution (ConvTranspose), an Eltwise sum and a Softmax stay float with
     their reason; an InnerProduct on axis 2 (MatMul then Add) is int8; onnxruntime runs the
-    graph close to float."""
+    graph close to float, with int8 activations (zero point 0) or uint8 ones (zero point
+    128)."""
     from pycaffe_lite.proto import caffe_pb2
     from pycaffe_lite.quantization.run import qdq_model
     from google.protobuf import text_format
@@ -175,7 +177,13 @@ def test_layers_without_int8_weights_stay_float_and_the_graph_still_runs():
         for blob in layer.blobs:
             blob.data[...] = rng.normal(0, 0.5, blob.shape)
     feeds = [{"d": rng.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
-    q = qdq_model(net, feeds, method="minmax", per_channel=True)
+    q = qdq_model(net, feeds, method="minmax", per_channel=True,
+                  activation_type=activation_type)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in q["model"].graph.initializer}
+    zero = inits["d/zero_point"]
+    assert (zero.dtype, int(zero)) == ((np.dtype(np.int8), 0) if activation_type == "int8"
+                                       else (np.dtype(np.uint8), 128))
+    assert inits["c1/weight/int8"].dtype == np.int8
     layers = q["layers"]
     assert [n for n, e in layers.items() if e["precision"] == "int8"] == ["c1", "ip"]
     assert layers["ip"]["onnx"] == ["Reshape", "MatMul", "Add"]

@@ -30,6 +30,10 @@ def add_arguments(p):
     p.add_argument("--per_channel", action="store_true",
                    help="one weight scale per output channel (Conv, Gemm) instead of one per "
                         "layer")
+    p.add_argument("--activation_type", default="int8", choices=("int8", "uint8"),
+                   help="int8 activations with zero point 0 (default; what TensorRT reads), or "
+                        "uint8 with zero point 128: the same grid, which onnxruntime's x86 "
+                        "kernels run without converting it")
     p.add_argument("--eval_iterations", type=int, default=50,
                    help="TEST batches over which float and int8 accuracy are measured (50; "
                         "0: none)")
@@ -47,7 +51,7 @@ def run(args):
     report = quantize(args.model, args.weights, args.calibration_iterations, args.output_dir,
                       method=args.method, per_channel=args.per_channel,
                       eval_iterations=args.eval_iterations, skip=args.skip,
-                      percentile=args.percentile)
+                      percentile=args.percentile, activation_type=args.activation_type)
     print(format_report(report))
     for path in report["files"].values():
         print("wrote %s" % path)

@@ -6,7 +6,9 @@ int8 (symmetric, zero point 0; one scale for the tensor, or one per output chann
 ``per_channel``: axis 0 of a Conv's or a ``transB`` Gemm's weights, the last axis of a
 MatMul's), their bias as int32 at ``input scale * weight scale`` (as an int8 convolution
 adds it), and their activation input and output pass through a QuantizeLinear/DequantizeLinear
-pair at the calibrated scale (``threshold / 127``, zero point 0). Every other node keeps its
+pair at the calibrated scale (``threshold / 127``, zero point 0; or as uint8 with zero point
+128, the same grid, which onnxruntime's x86 kernels take without conversion; module
+``ACTIVATION_TYPES``). Every other node keeps its
 float computation on the dequantized values; shape-only nodes (Flatten, Reshape, ...) take
 the statistics of the value they reshape. An input that is a quantized output passed through
 shape-only nodes, MaxPool or Relu (which keep its values on its int8 grid) is quantized at
@@ -18,6 +20,7 @@ import numpy as np
 from ..onnx._lib import require_onnx
 
 QUANTIZED_OPS = ("Conv", "Gemm", "MatMul")
+ACTIVATION_TYPES = ("int8", "uint8")
 SHAPE_OPS = ("Flatten", "Reshape", "Identity", "Squeeze", "Unsqueeze", "Transpose")
 GRID_OPS = SHAPE_OPS + ("MaxPool", "Relu")
 
@@ -87,8 +90,10 @@ def quantize_weights(w, scales, axis):
 class QDQGraph:
     """Rewrites one exported model in place (see the module notes)."""
 
-    def __init__(self, model):
+    def __init__(self, model, activation_type="int8"):
         self.onnx = require_onnx()
+        # int8 with zero point 0, or uint8 with zero point 128: the same grid of 256 steps
+        self.zero_point = np.int8(0) if activation_type == "int8" else np.uint8(128)
         self.model = model
         graph = model.graph
         self.inits = {t.name: t for t in graph.initializer}
@@ -118,7 +123,7 @@ class QDQGraph:
             return
         self.done[value] = float(scale)
         s = self._const(value + "/scale", np.float32(scale))
-        z = self._const(value + "/zero_point", np.int8(0))
+        z = self._const(value + "/zero_point", self.zero_point)
         if value in self.inputs:
             anchor = self.model.graph.node[0]
             deq = value + "/dequantized"

@@ -69,9 +69,9 @@ def _collect(net, tops, batches, bins):
     return stats
 
 
-def _plan(model, stats, thresholds, layer_names, skip, per_channel):
+def _plan(model, thresholds, layer_names, skip, per_channel, activation_type):
     """Quantize the graph of ``model`` in place; returns {layer: entry of the report}."""
-    g = qdq.QDQGraph(model)
+    g = qdq.QDQGraph(model, activation_type)
     layers = {}
     for node in list(model.graph.node):
         lname = qdq.layer_of_node(node.name, layer_names)
@@ -172,15 +172,18 @@ def _evaluate(model_path, weights, int8_model, iterations):
 
 
 def qdq_model(net, batches, method="entropy", per_channel=False, skip=(), percentile=99.99,
-              opset=None, where=None):
+              opset=None, activation_type="int8", where=None):
     """Calibrate ``net`` (a TEST net with its weights, not folded) over ``batches`` (a count
-    of its data layers' batches, or an iterable of ``{input blob: array}``) and return a dict:
+    of its data layers' batches, or an iterable of ``{input blob: array}``), activations as
+    ``activation_type`` (int8, zero point 0; or uint8, zero point 128), and return a dict:
     the QDQ ``model`` (checked), the ``layers`` of the report, the ``thresholds`` and ``stats``
     per ONNX value, and ``tops``: {(layer index, top index): ONNX value}."""
     onnx = require_onnx()
     if method not in calibrate.METHODS:
         raise CaffeError("unknown calibration method %r: choose %s"
                          % (method, ", ".join(calibrate.METHODS)))
+    if activation_type not in qdq.ACTIVATION_TYPES:
+        raise CaffeError("activation type must be int8 or uint8, got %r" % (activation_type,))
     unknown = [s for s in skip if s not in set(net.layer_names)]
     if unknown:
         raise CaffeError("--skip: no layer named %s in the TEST net%s (layers: %s)"
@@ -191,19 +194,22 @@ def qdq_model(net, batches, method="entropy", per_channel=False, skip=(), percen
     stats = _collect(net, tops, batches, 0 if method == "minmax" else calibrate.BINS)
     thresholds = {v: calibrate.threshold(h, method, percentile) for v, h in stats.items()
                   if h.count}
-    layers = _plan(model, stats, thresholds, net.layer_names, set(skip), per_channel)
+    layers = _plan(model, thresholds, net.layer_names, set(skip), per_channel,
+                   activation_type)
     onnx.checker.check_model(model, full_check=True)
     return {"model": model, "layers": layers, "thresholds": thresholds, "stats": stats,
             "tops": tops}
 
 
 def quantize(model, weights, calibration_iterations, output_dir, method="entropy",
-             per_channel=False, eval_iterations=50, skip=(), percentile=99.99, opset=None):
+             per_channel=False, eval_iterations=50, skip=(), percentile=99.99, opset=None,
+             activation_type="int8"):
     """Calibrate the TEST net of ``model`` (a train/test prototxt with its data layers) and
     ``weights`` over ``calibration_iterations`` batches and write ``model.int8.onnx``,
     ``quantized.prototxt`` and ``report.json`` into ``output_dir``; returns the report (a
     dict; see docs/int8.md). ``eval_iterations`` batches measure the float and int8 accuracy
-    (0: none)."""
+    (0: none); ``activation_type="uint8"`` writes the activations as uint8 with zero point 128
+    (the same grid), which onnxruntime runs faster on x86."""
     if calibration_iterations < 1:
         raise CaffeError("--calibration_iterations must be >= 1 (got %d)"
                          % calibration_iterations)
@@ -215,7 +221,7 @@ def quantize(model, weights, calibration_iterations, output_dir, method="entropy
     net = Net(model, caffe_pb2.TEST, weights=weights, fold=False, int8=False)
     try:
         q = qdq_model(net, calibration_iterations, method, per_channel, skip, percentile,
-                      opset, where=model)
+                      opset, activation_type, where=model)
     finally:
         net.close()
     os.makedirs(output_dir, exist_ok=True)
@@ -230,7 +236,8 @@ def quantize(model, weights, calibration_iterations, output_dir, method="entropy
     result = {
         "model": os.fspath(model), "weights": os.fspath(weights), "method": method,
         "percentile": percentile if method == "percentile" else None,
-        "per_channel": bool(per_channel), "calibration_iterations": calibration_iterations,
+        "per_channel": bool(per_channel), "activation_type": activation_type,
+        "calibration_iterations": calibration_iterations,
         "eval_iterations": eval_iterations, "accuracy": accuracy,
         "layers": [layers[n] for n in net.layer_names if n in layers],
         "intel_caffe": intel_layers,
