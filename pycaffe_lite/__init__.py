@@ -82,3 +82,19 @@ from .parallel import (NCCL, set_multiprocess, set_solver_count,  # noqa: E402
 
 __all__ += ["NCCL", "set_multiprocess", "set_solver_count", "set_solver_rank", "solver_count",
             "solver_rank"]
+
+
+# ---- int8 post-training quantization (pycaffe_lite.quantization; ``pycaffe-lite quantize``) ----
+def quantize(model, weights, calibration_iterations, output_dir, method="entropy",
+             per_channel=False, eval_iterations=50, skip=(), **options):
+    """Calibrate ``model`` (a train/test prototxt) with ``weights`` over
+    ``calibration_iterations`` TEST batches of its data layers and write ``model.int8.onnx``,
+    ``quantized.prototxt`` and ``report.json`` into ``output_dir``; returns the report
+    (:func:`pycaffe_lite.quantization.quantize`, docs/int8.md)."""
+    from .quantization import quantize as run
+
+    return run(model, weights, calibration_iterations, output_dir, method=method,
+               per_channel=per_channel, eval_iterations=eval_iterations, skip=skip, **options)
+
+
+__all__ += ["quantize"]

@@ -206,17 +206,18 @@ def _class_names(names, count):
 
 
 def evaluate(model, weights=None, iterations=None, labels=None, scores_blob=None,
-             label_blob=None, ap_version="Integral", allow_python_layers=None):
+             label_blob=None, ap_version="Integral", allow_python_layers=None, int8=None):
     """Run the TEST net of ``model`` (with ``weights``) over its TEST source once, or for
     ``iterations`` batches, and return the report as a dict (see the module's notes);
-    ``labels``: class names or a labels file."""
+    ``labels``: class names or a labels file; ``int8=False``: Intel Caffe's int8
+    convolutions compute in float."""
     if iterations is not None and iterations < 1:
         raise CaffeError("iterations must be >= 1 (got %d)" % iterations)
     if ap_version not in AP_VERSIONS:
         raise CaffeError("ap_version must be one of %s, got %r"
                          % (", ".join(AP_VERSIONS), ap_version))
     names = read_labels(labels) if isinstance(labels, str) else labels
-    net = Net(model, caffe_pb2.TEST, allow_python_layers=allow_python_layers)
+    net = Net(model, caffe_pb2.TEST, allow_python_layers=allow_python_layers, int8=int8)
     try:
         if weights:
             for w in str(weights).split(","):

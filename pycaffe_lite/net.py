@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from . import cuda_graphs, net_fold, python_layers
+from . import cuda_graphs, net_fold, net_int8, python_layers
 from .proto import protoio
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
@@ -56,12 +56,13 @@ class Net(BatchedCalls):
 
     ``allow_python_layers=False`` refuses a net with a ``Python`` layer before anything is
     imported (default: allowed, as in Caffe, unless ``PYCAFFE_LITE_ALLOW_PYTHON_LAYERS=0``).
+    Intel Caffe's int8 convolutions run in int8 in TEST (``int8=False``: float; net_int8).
     """
 
     def __init__(self, model, *args, phase=None, level=0, stages=(), weights=None,
                  dtype=np.float32, fold=None, keep_intermediates=True,
-                 allow_python_layers=None):
-        args = list(args)
+                 allow_python_layers=None, int8=None):
+        args, self._int8 = list(args), int8
         if args and isinstance(args[0], (str, bytes)) or (args and hasattr(args[0], "__fspath__")):
             weights = args.pop(0)
         if args:
@@ -83,7 +84,8 @@ class Net(BatchedCalls):
         self._init(param, allow_python_layers, where)
         if weights is not None:
             self.copy_from(weights)
-            if phase == TEST and (net_fold.enabled_by_default() if fold is None else fold):
+            if (phase == TEST and not self.int8_layers
+                    and (net_fold.enabled_by_default() if fold is None else fold)):
                 net_fold.fold(self, keep_intermediates)
 
     @classmethod
@@ -91,7 +93,7 @@ class Net(BatchedCalls):
         """A Net from a NetParameter whose ``state`` (phase, level, stages) is already set,
         as a solver builds its train and test nets."""
         net = cls.__new__(cls)
-        net.dtype = np.dtype(dtype)
+        net.dtype, net._int8 = np.dtype(dtype), None
         net._init(protoio.read_net_param(net_param), allow_python_layers)
         return net
 
@@ -201,6 +203,7 @@ class Net(BatchedCalls):
         self.blobs = collections.OrderedDict(
             (n, self._blobs[i]) for i, n in enumerate(self._blob_names) if n != "(automatic)")
         self._output_ids = [name_to_id[n] for n in self._blob_order(available, name_to_id)]
+        net_int8.attach(self, self._int8)
 
     def _blob_order(self, names, name_to_id):
         return sorted(names, key=lambda n: name_to_id[n])
@@ -337,9 +340,7 @@ class Net(BatchedCalls):
     def blob_names(self):
         return list(self._blob_names)
 
-    @property
-    def layer_names(self):
-        return [rec.name for rec in self.records]
+    layer_names = property(lambda self: [rec.name for rec in self.records])
 
     @property
     def top_names(self):

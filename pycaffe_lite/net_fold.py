@@ -33,8 +33,9 @@ What the user sees (the rule, also in the README):
   recording its window choices, which only a backward reads).
 - Nothing is folded in a TRAIN net, in a net with ``force_backward``, or where any layer of the
   chain needs backward, has a loss weight or a second top; nor when the intermediate value is read
-  by any other layer. ``Net(..., fold=False)`` or the environment variable
-  ``PYCAFFE_LITE_FOLD=0`` turns folding off.
+  by any other layer; nor in a net whose convolutions run in int8 (Intel Caffe's
+  ``quantization_param``, :mod:`net_int8`). ``Net(..., fold=False)`` or the environment
+  variable ``PYCAFFE_LITE_FOLD=0`` turns folding off.
 """
 
 import collections
@@ -296,8 +297,8 @@ def fold(net, keep_intermediates=True):
     """Fold ``net`` (a TEST net) in place; returns the chains folded. Folding a folded net
     unfolds it first, so the current weights are used."""
     unfold(net)
-    if net.phase != caffe_pb2.TEST or net.param.force_backward:
-        return []
+    if net.phase != caffe_pb2.TEST or net.param.force_backward or getattr(net, "int8_layers", 0):
+        return []  # int8 convolutions (net_int8) run on their own
     chains = find_chains(net, keep_intermediates)
     folded_names = {}
     for chain in chains:

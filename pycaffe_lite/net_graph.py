@@ -148,10 +148,6 @@ def apply_fork_options(param):
         asked |= {caffe_pb2.Type.Name(getattr(layer, f)) for f in _TYPE_FIELDS
                   if layer.HasField(f)}
     asked -= {"FLOAT"}
-    quantized = sum(layer.HasField("quantization_param") for layer in param.layer)
-    if quantized:
-        log.info("Net %s: Intel Caffe's int8 calibration (quantization_param, %d layers) is "
-                 "kept; the layers compute in float", param.name or "(unnamed)", quantized)
     if asked:
         log.info("Net %s: NVCaffe storage/math types %s run as this net's float type "
                  "(float32 unless built in float64), on the CPU and the GPU alike",

@@ -477,6 +477,23 @@ def softmax_label_count_mismatch(tmp):
         "inner_product_param { num_output: 4", "convolution_param { num_output: 4 kernel_size: 1"))
 
 
+@case(NetError, "layer 'c' (type Convolution): quantization_param", "2 scale_params for 4 "
+      "output channels")
+def int8_scale_params_count_mismatch(tmp):
+    build(tmp, layer('layer { name: "c" type: "Convolution" bottom: "x" top: "y" '
+                     'convolution_param { num_output: 4 kernel_size: 1 } quantization_param '
+                     '{ bw_layer_in: 8 bw_layer_out: 8 bw_params: 8 scale_in: 10 scale_out: 5 '
+                     'scale_params: 3 scale_params: 4 } }'), phase=caffe.TEST)
+
+
+@case(NetError, "layer 'c' (type Convolution): quantization_param needs scale_in")
+def int8_scales_missing(tmp):
+    build(tmp, layer('layer { name: "c" type: "Convolution" bottom: "x" top: "y" '
+                     'convolution_param { num_output: 4 kernel_size: 1 } quantization_param '
+                     '{ bw_layer_in: 8 bw_layer_out: 8 bw_params: 8 scale_out: 5 '
+                     'scale_params: 3 } }'), phase=caffe.TEST)
+
+
 # -- running the net
 @case(ShapeError, "input 'x'", "(2, 3, 5, 4)", "expects (2, 3, 5, 5)")
 def wrong_input_shape_on_forward(tmp):

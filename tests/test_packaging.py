@@ -15,7 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 BASE = {"numpy", "protobuf", "lmdb", "pillow"}  # setup.py's install_requires
 # extras that the tools extra leaves out, and why
-NOT_IN_TOOLS = {"gpu": "needs an NVIDIA GPU and CUDA 12", "test": "the test suite's own"}
+NOT_IN_TOOLS = {"gpu": "needs an NVIDIA GPU and CUDA 12",
+                "gpu-cuda13": "needs an NVIDIA GPU and CUDA 13", "test": "the test suite's own"}
 # modules a docs block imports that are not packages to install
 NOT_PACKAGES = {"pycaffe_lite", "model"}  # `model`: the module export_pytorch writes
 

@@ -33,7 +33,7 @@ LAYERS = [
              "pycaffe_lite.detector", "pycaffe_lite.io", "pycaffe_lite.onnx",
              "pycaffe_lite.darknet", "pycaffe_lite.testing", "pycaffe_lite.summary",
              "pycaffe_lite.evaluate", "pycaffe_lite.pytorch", "pycaffe_lite.mxnet",
-             "pycaffe_lite.cuda_graphs"]),
+             "pycaffe_lite.cuda_graphs", "pycaffe_lite.net_int8", "pycaffe_lite.quantization"]),
     ("layers", ["pycaffe_lite.layers"]),
     ("kernels, data", ["pycaffe_lite.ops", "pycaffe_lite.data"]),
     ("core", ["pycaffe_lite.backend", "pycaffe_lite.syncedmem", "pycaffe_lite.blob",
@@ -59,9 +59,12 @@ MAY_BE_IMPORTED_ONLY_BY = {
     "pycaffe_lite.testing": ("pycaffe_lite.testing",),
     "pycaffe_lite.parallel": ("pycaffe_lite", "pycaffe_lite.commands", "pycaffe_lite.parallel"),
     # the other converters reuse the ONNX code: pytorch/ its exporter's shapes (and compare runs
-    # the export), mxnet/ its importer's pooling geometry
+    # the export), mxnet/ its importer's pooling geometry, quantization/ the export it rewrites
     "pycaffe_lite.onnx": ("pycaffe_lite", "pycaffe_lite.commands", "pycaffe_lite.onnx",
-                          "pycaffe_lite.pytorch", "pycaffe_lite.mxnet"),
+                          "pycaffe_lite.pytorch", "pycaffe_lite.mxnet",
+                          "pycaffe_lite.quantization"),
+    "pycaffe_lite.quantization": ("pycaffe_lite", "pycaffe_lite.commands",
+                                  "pycaffe_lite.quantization"),
 }
 # Darknet's converter writes a NetParameter; it never builds a Net itself.
 NEVER = [("pycaffe_lite.darknet", "pycaffe_lite.net")]

@@ -34,3 +34,11 @@ def add_net_flags(p):
                         "PYCAFFE_LITE_PLUGINS=mod1,mod2 and installed entry points of the "
                         "group pycaffe_lite.plugins)")
     add_no_python_layers(p)
+
+
+def add_int8_flag(p):
+    """``--int8 on|off``: whether convolutions with Intel Caffe's ``quantization_param`` run in
+    int8 (TEST phase; the default) or in float."""
+    p.add_argument("--int8", default="on", choices=("on", "off"), type=str.lower,
+                   help="run Intel Caffe's int8 calibration (quantization_param) as int8 "
+                        "(on, the default) or compute those layers in float (off)")

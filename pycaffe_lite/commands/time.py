@@ -16,7 +16,7 @@ from ..profiling import synchronize, time_layers
 from ..proto import caffe_pb2
 from ..tools_log import use_glog_format
 from .. import cuda_graphs
-from . import add_net_flags
+from . import add_int8_flag, add_net_flags
 from .train import add_cuda_graph_flag, parse_gpus, parse_stages
 
 log = logging.getLogger("pycaffe_lite")
@@ -30,6 +30,7 @@ def add_net_arguments(p, default_phase):
     p.add_argument("--level", type=int, default=0, help="the net level (NetState)")
     p.add_argument("--stage", default="", help="net stages, separated by ','")
     add_cuda_graph_flag(p)
+    add_int8_flag(p)
     add_net_flags(p)
 
 
@@ -67,7 +68,7 @@ def open_net(args, default_phase):
     select_single_gpu(args.gpu)
     cuda_graphs.set_enabled(args.cuda_graph == "on")
     return Net(args.model, parse_phase(args.phase, default_phase), level=args.level,
-               stages=parse_stages(args.stage))
+               stages=parse_stages(args.stage), int8=args.int8 == "on")
 
 
 def run(args):

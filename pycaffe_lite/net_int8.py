@@ -1,0 +1,146 @@
+"""Intel Caffe's int8 calibration honoured at run time: the ``quantization_param`` of a
+Convolution layer in a TEST net.
+
+Intel Caffe's int8 convolution (its MKL-DNN engine, TEST phase only) computes, with
+``s_in = scale_in[0]``, ``s_out = scale_out[0]`` and ``s_w[c] = scale_params[c]`` (one value
+for every output channel, or one per channel)::
+
+    x_q = saturate(round(x * s_in))            u8 [0, 255], or s8 [-128, 127] when
+                                               is_negative_input
+    w_q = saturate_s8(round(w[c] * s_w[c]))
+    b_q = round(b[c] * s_in * s_w[c])          int32
+    acc = conv(x_q, w_q) + b_q                 exact integer sums
+    y   = acc * s_out / (s_in * s_w[c])        (s_out alone where s_w[c] is 0)
+    y   = max(y, 0)                            a ReLU fused into the convolution
+    y_q = saturate(round(y))                   bw_layer_out 8: u8 after a fused ReLU, else s8
+
+and the layers after it read ``y_q / s_out`` (``y / s_out`` when ``bw_layer_out`` is not 8, a
+float output, where the calibrator writes ``scale_out: 1``). As in Intel Caffe, a
+``quantization_param`` on a convolution is all it takes (its input and weight widths are not
+read). Rounding is to the nearest, ties to even. A ReLU
+with ``negative_slope: 0`` that runs in place on the convolution's top, as Intel Caffe's net
+compiler fuses it, counts as fused. This module runs that computation, in exact integer
+arithmetic, instead of the float convolution; every other layer computes in float (Intel Caffe's
+max pooling, ReLU and Split on int8 data give the same values; its int8 average pooling rounds
+the mean, which the float layer here does not).
+
+``Net(..., int8=False)``, ``--int8 off`` on the commands that run nets, or the environment
+variable ``PYCAFFE_LITE_INT8=0`` turn it off: the layers then compute in float.
+"""
+
+import logging
+import os
+
+import numpy as np
+
+from .errors import NetError
+from .ops.im2col import im2col
+from .proto import caffe_pb2
+
+log = logging.getLogger("pycaffe_lite")
+
+ENV_VAR = "PYCAFFE_LITE_INT8"
+QUANTIZED_TYPES = ("Convolution",)
+
+
+def enabled_by_default():
+    """False when ``PYCAFFE_LITE_INT8`` is 0/false/no/off."""
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class Int8Conv:
+    """The scales of one quantized convolution, read from its ``quantization_param``."""
+
+    def __init__(self, lp, fused_relu):
+        q = lp.quantization_param
+        where = "layer '%s' (type %s): quantization_param" % (lp.name, lp.type)
+        if not q.scale_in or not q.scale_out or not q.scale_params:
+            raise NetError("%s needs scale_in, scale_out and scale_params (Intel Caffe's "
+                           "calibrator writes all three)" % where)
+        self.scale_in = float(q.scale_in[0])
+        self.scale_out = float(q.scale_out[0])
+        self.scale_params = np.asarray(q.scale_params, np.float64)
+        if self.scale_in <= 0 or self.scale_out <= 0 or (self.scale_params < 0).any():
+            raise NetError("%s: scales must be positive (scale_in %g, scale_out %g)"
+                           % (where, self.scale_in, self.scale_out))
+        num_output = lp.convolution_param.num_output
+        if len(self.scale_params) not in (1, num_output):
+            raise NetError("%s: %d scale_params for %d output channels (give one, or one per "
+                           "channel)" % (where, len(self.scale_params), num_output))
+        self.signed_in = q.is_negative_input
+        self.out_bits = q.bw_layer_out
+        self.fused_relu = fused_relu
+
+    def forward(self, layer, bottom, top):
+        layer.reshape(bottom, top)
+        if len(layer.kernel_shape) != 2:
+            raise layer.error("int8 (quantization_param) runs 2-D convolutions only")
+        x = np.asarray(bottom[0].cpu_data(), np.float64)
+        lo, hi = (-128, 127) if self.signed_in else (0, 255)
+        xq = np.clip(np.rint(x * self.scale_in), lo, hi)
+        w = np.asarray(layer.blobs[0].cpu_data(), np.float64)
+        sw = np.broadcast_to(self.scale_params, (w.shape[0],))
+        wq = np.clip(np.rint(w * sw.reshape((-1,) + (1,) * (w.ndim - 1))), -128, 127)
+        cols = im2col(xq, layer.kernel_shape, layer.pad, layer.stride, layer.dilation)
+        g, nout = layer.group, w.shape[0]
+        cols = cols.reshape(g, cols.shape[0] // g, cols.shape[1])
+        acc = np.matmul(wq.reshape(g, nout // g, -1), cols).reshape(nout, -1)
+        if layer.bias_term:
+            b = np.asarray(layer.blobs[1].cpu_data(), np.float64).reshape(-1)
+            acc += np.rint(b * np.where(sw == 0, 1.0, self.scale_in * sw))[:, None]
+        nb = x.shape[0]
+        acc = acc.reshape(nout, nb, -1).transpose(1, 0, 2)
+        mult = np.where(sw == 0, self.scale_out, self.scale_out / (self.scale_in * sw))
+        y = acc.astype(np.float32) * mult.astype(np.float32)[:, None]
+        if self.fused_relu:
+            y = np.maximum(y, np.float32(0))
+        if self.out_bits == 8:
+            lo, hi = (0, 255) if self.fused_relu else (-128, 127)
+            y = np.clip(np.rint(y), lo, hi)
+        top[0].data[...] = (y / np.float32(self.scale_out)).reshape(top[0].shape)
+        return 0.0
+
+
+def _fused_relus(param):
+    """Names of the convolutions whose top a ReLU (negative_slope 0) rewrites in place."""
+    producer, fused = {}, set()
+    for lp in param.layer:
+        if (lp.type == "ReLU" and len(lp.bottom) == 1 and lp.top[:1] == lp.bottom[:1]
+                and lp.relu_param.negative_slope == 0 and lp.bottom[0] in producer):
+            fused.add(producer[lp.bottom[0]])
+        for t in lp.top:
+            producer[t] = lp.name if lp.type == "Convolution" else None
+    return fused
+
+
+def attach(net, enabled=None):
+    """Run the quantized convolutions of ``net`` (a TEST net) in int8. Returns the names of
+    the layers that now do; ``enabled`` False (or None with ``PYCAFFE_LITE_INT8=0``) leaves
+    them in float."""
+    marked = [rec for rec in net.records if rec.layer.layer_param.HasField("quantization_param")]
+    net.int8_layers = []
+    if not marked:
+        return []
+    enabled = enabled_by_default() if enabled is None else bool(enabled)
+    name = net.name or "(unnamed)"
+    if not enabled or net.phase != caffe_pb2.TEST:
+        log.info("Net %s: Intel Caffe's int8 calibration (quantization_param, %d layers) is "
+                 "kept; the layers compute in float (%s)", name, len(marked),
+                 "int8 turned off" if not enabled else "int8 runs in the TEST phase only")
+        return []
+    fused = _fused_relus(net.param)
+    for rec in marked:
+        lp = rec.layer.layer_param
+        if lp.type not in QUANTIZED_TYPES:
+            log.info("Net %s: layer '%s' (type %s) keeps its quantization_param and computes "
+                     "in float (Intel Caffe's int8 engine quantizes convolutions)", name,
+                     lp.name, lp.type)
+            continue
+        conv = Int8Conv(lp, lp.name in fused)
+        rec.layer.Forward = (lambda c, lay: lambda b, t: c.forward(lay, b, t))(conv, rec.layer)
+        net.int8_layers.append(lp.name)
+    if net.int8_layers:
+        log.info("Net %s: Intel Caffe's int8 calibration (quantization_param): %d "
+                 "convolutions compute in int8 (%s)", name, len(net.int8_layers),
+                 ", ".join(net.int8_layers))
+    return net.int8_layers

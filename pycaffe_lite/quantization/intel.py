@@ -1,0 +1,101 @@
+"""The net with Intel Caffe's ``quantization_param`` filled in, as its calibrator
+(``scripts/calibrator.py``) writes it: every Convolution gets ``bw_layer_in``,
+``bw_layer_out`` and ``bw_params`` 8 and
+
+- ``scale_in = 255 / t_in`` for a non-negative input (u8), ``127 / t_in`` with
+  ``is_negative_input: true`` for an input with negative values (s8);
+- ``scale_out = 255 / t_out`` when a ReLU (negative slope 0) runs in place on its top (the
+  int8 engine fuses it: u8), ``127 / t_out`` otherwise; a convolution whose top goes to a
+  layer outside Intel Caffe's int8 set (Convolution, ReLU, Split, Concat, Pooling, Eltwise)
+  writes float: ``bw_layer_out: 32``, ``scale_out: 1``;
+- ``scale_params = 127 / max |w|``, one value, or one per output channel with
+  ``per_channel`` (0 where the weights are all zero),
+
+with ``t`` the calibrated threshold of the value (the ReLU's output for a fused ReLU).
+Unlike the calibrator's default, the first convolution is quantized too (``--skip`` it to
+keep it in float).
+"""
+
+import numpy as np
+
+from ..proto import protoio
+from ..proto import caffe_pb2
+
+INT8_LAYERS = ("Convolution", "ReLU", "Split", "Concat", "Pooling", "Eltwise")
+
+
+def _current_values(net, tops):
+    """For each record index, {blob id: the ONNX value it holds before that layer runs}."""
+    current, before = {}, []
+    for i, rec in enumerate(net.records):
+        before.append(dict(current))
+        for j, tid in enumerate(rec.top_ids):
+            if (i, j) in tops:
+                current[tid] = tops[(i, j)]
+    return before
+
+
+def _fused_relu(net, i):
+    if i + 1 >= len(net.records):
+        return False
+    rec, nxt = net.records[i], net.records[i + 1]
+    return (nxt.layer.type == "ReLU" and nxt.bottom_ids == rec.top_ids[:1]
+            and nxt.top_ids == rec.top_ids[:1]
+            and nxt.layer.layer_param.relu_param.negative_slope == 0)
+
+
+def _consumers_int8(net, i, start):
+    tid = net.records[i].top_ids[0]
+    for rec in net.records[start:]:
+        if tid in rec.bottom_ids and rec.layer.type not in INT8_LAYERS:
+            return False
+    return True
+
+
+def conv_params(net, tops, stats, thresholds, skip, per_channel):
+    """{layer name: the quantization_param fields} for the TEST net's convolutions."""
+    before = _current_values(net, tops)
+    out = {}
+    for i, rec in enumerate(net.records):
+        if rec.layer.type != "Convolution" or rec.name in skip:
+            continue
+        src = before[i].get(rec.bottom_ids[0])
+        fused = _fused_relu(net, i)
+        dst = tops.get((i + 1, 0) if fused else (i, 0))
+        if src not in thresholds or dst not in thresholds:
+            continue
+        signed = stats[src].min < 0
+        t_in, t_out = thresholds[src], thresholds[dst]
+        w = np.abs(np.asarray(rec.layer.blobs[0].data, np.float64))
+        wmax = w.reshape(w.shape[0], -1).max(axis=1) if per_channel else np.array([w.max()])
+        eight = _consumers_int8(net, i, i + (2 if fused else 1))
+        out[rec.name] = {
+            "name": rec.name, "is_negative_input": bool(signed),
+            "scale_in": (127.0 if signed else 255.0) / t_in if t_in > 0 else 1.0,
+            "bw_layer_out": 8 if eight else 32, "fused_relu": bool(fused),
+            "scale_out": ((255.0 if fused else 127.0) / t_out if t_out > 0 else 1.0)
+            if eight else 1.0,
+            "scale_params": [127.0 / m if m > 0 else 0.0 for m in wmax]}
+    return out
+
+
+def write_quantized_prototxt(model, net, tops, stats, thresholds, skip, per_channel, path):
+    """Write ``model`` (every phase kept) with the convolutions' ``quantization_param`` to
+    ``path``; returns the fields written, one dict per layer."""
+    params = conv_params(net, tops, stats, thresholds, skip, per_channel)
+    param = protoio.read_net_param(model)
+    for lp in param.layer:
+        p = params.get(lp.name)
+        if p is None or lp.type != "Convolution":
+            continue
+        q = lp.quantization_param
+        q.Clear()
+        q.precision = caffe_pb2.QuantizationParameter.DYNAMIC_FIXED_POINT
+        q.bw_layer_in, q.bw_layer_out, q.bw_params = 8, p["bw_layer_out"], 8
+        q.scale_in.append(p["scale_in"])
+        q.scale_out.append(p["scale_out"])
+        q.scale_params.extend(p["scale_params"])
+        if p["is_negative_input"]:
+            q.is_negative_input = True
+    protoio.write_text(param, path)
+    return list(params.values())

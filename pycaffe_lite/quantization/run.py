@@ -1,0 +1,280 @@
+"""The calibration run: statistics over the TEST batches of the net's own data layers, the
+three files, and the accuracy each precision gives."""
+
+import json
+import logging
+import os
+
+import numpy as np
+
+from ..errors import CaffeError
+from ..net import Net
+from ..onnx import export
+from ..onnx.export import DATA_TYPES
+from ..onnx._lib import require_onnx
+from ..proto import caffe_pb2
+from . import calibrate, intel, qdq
+
+log = logging.getLogger("pycaffe_lite")
+
+# opset 17: what TensorRT 8.6+, OpenVINO and onnxruntime all read; onnxruntime 1.2x's
+# int8-to-uint8 rewrite of QDQ graphs fails on opset 21's QuantizeLinear
+DEFAULT_OPSET = 17
+FLOAT_REASON = "ONNX %s: computed on the dequantized values (only Conv, Gemm, MatMul are int8)"
+
+
+def _require_ort():
+    try:
+        import onnxruntime
+    except ImportError:
+        raise CaffeError("quantize needs onnxruntime to measure the int8 accuracy: "
+                         "pip install onnxruntime") from None
+    return onnxruntime
+
+
+def _blob_values(net, report):
+    """{(record index, top index): ONNX value} for every exported layer's tops."""
+    by_layer = {}
+    for layer, _blob, value in report["values"]:
+        by_layer.setdefault(layer, []).append(value)
+    out = {}
+    for i, rec in enumerate(net.records):
+        if rec.layer.type in DATA_TYPES:  # graph inputs, named after their blobs
+            out.update(((i, j), net._blob_names[t]) for j, t in enumerate(rec.top_ids))
+            continue
+        vals = by_layer.get(rec.name)
+        if vals and len(vals) == len(rec.tops):
+            for j, v in enumerate(vals):
+                out[(i, j)] = v
+    return out
+
+
+def _collect(net, tops, batches, bins):
+    """Run the batches (a count of the data layers' batches, or feed dicts) and return
+    {ONNX value: Histogram}."""
+    stats = {v: calibrate.Histogram(bins) for v in tops.values()}
+
+    def record(i):
+        for j, blob in enumerate(net.records[i].tops):
+            v = tops.get((i, j))
+            if v is not None:
+                stats[v].add(blob.cpu_data())
+
+    net.after_forward(record)
+    try:
+        for feed in (range(batches) if isinstance(batches, int) else batches):
+            net.forward(**feed) if isinstance(feed, dict) else net.forward()
+    finally:
+        net._hooks["after_forward"].remove(record)
+    return stats
+
+
+def _plan(model, thresholds, layer_names, skip, per_channel, activation_type):
+    """Quantize the graph of ``model`` in place; returns {layer: entry of the report}."""
+    g = qdq.QDQGraph(model, activation_type)
+    layers = {}
+    for node in list(model.graph.node):
+        lname = qdq.layer_of_node(node.name, layer_names)
+        if lname is None:
+            continue
+        entry = layers.setdefault(lname, {"name": lname, "onnx": [], "precision": "float"})
+        entry["onnx"].append(node.op_type)
+        if node.op_type not in qdq.QUANTIZED_OPS:
+            continue
+        if lname in skip:
+            entry["reason"] = "--skip: left in float as asked"
+            continue
+        if len(node.input) < 2 or node.input[1] not in g.inits:
+            entry["reason"] = "ONNX %s: its weights are not constant" % node.op_type
+            continue
+        src = qdq.stats_source(node.input[0], g.producers, thresholds)
+        if src is None:
+            entry["reason"] = "no calibration statistics for its input '%s'" % node.input[0]
+            continue
+        x, y = node.input[0], node.output[0]
+        g.quantize_activation(x, qdq.upstream_scale(x, g.producers, g.done)
+                              or thresholds[src] / 127.0 or 1.0)
+        w_scales = g.quantize_node(node, g.done[x], per_channel)
+        if y in thresholds:
+            g.quantize_activation(y, thresholds[y] / 127.0 or 1.0)
+        entry.update(precision="int8", input=x, input_scale=g.done[x],
+                     output_scale=g.done.get(y),
+                     weight_scales=[float(s) for s in np.ravel(w_scales)])
+    g.finish()
+    for entry in layers.values():
+        if entry["precision"] == "float" and "reason" not in entry:
+            entry["reason"] = FLOAT_REASON % "/".join(sorted(set(entry["onnx"])))
+    return layers
+
+
+def _accuracy_layers(net):
+    return [(i, rec) for i, rec in enumerate(net.records) if rec.layer.type == "Accuracy"]
+
+
+def _score_values(net, tops, accuracy):
+    """{accuracy record index: the ONNX value its first bottom holds}."""
+    current, out = {}, {}
+    for i, rec in enumerate(net.records):
+        if any(i == a for a, _ in accuracy):
+            out[i] = current.get(rec.bottom_ids[0])
+        for j, tid in enumerate(rec.top_ids):
+            if (i, j) in tops:
+                current[tid] = tops[(i, j)]
+    return out
+
+
+def _evaluate(model_path, weights, int8_model, iterations):
+    """Float (this engine) and int8 (onnxruntime) accuracy over the same ``iterations``
+    TEST batches, per top of each Accuracy layer."""
+    onnx = require_onnx()
+    ort = _require_ort()
+    net = Net(model_path, caffe_pb2.TEST, weights=weights, fold=False, int8=False)
+    _, report = export(net, None, check=False)
+    tops = _blob_values(net, report)
+    accuracy = _accuracy_layers(net)
+    if not accuracy:
+        net.close()
+        return {}
+    scores = _score_values(net, tops, accuracy)
+    for i, rec in accuracy:
+        if scores[i] is None:
+            net.close()
+            raise CaffeError("Accuracy layer '%s' reads blob '%s', which no layer of the ONNX "
+                             "graph computes: its int8 accuracy cannot be measured"
+                             % (rec.name, net._blob_names[rec.bottom_ids[0]]))
+    model = onnx.ModelProto()
+    model.CopyFrom(int8_model)
+    have = {o.name for o in model.graph.output}
+    for v in set(scores.values()) - have - {None}:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(
+            v, onnx.TensorProto.FLOAT, None))
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    feeds = [i.name for i in session.get_inputs()]
+    names = [o.name for o in session.get_outputs()]
+    sums = {}
+    try:
+        for _ in range(iterations):
+            net.forward()
+            fl = {i: float(np.ravel(rec.tops[0].cpu_data())[0]) for i, rec in accuracy}
+            outs = dict(zip(names, session.run(None, {n: np.ascontiguousarray(
+                net.blobs[n].cpu_data(), np.float32) for n in feeds})))
+            for i, rec in accuracy:
+                rec.bottoms[0].data[...] = outs[scores[i]].reshape(rec.bottoms[0].shape)
+                rec.layer.Forward(rec.bottoms, rec.tops)
+                s = sums.setdefault(net._blob_names[rec.top_ids[0]], [0.0, 0.0])
+                s[0] += fl[i]
+                s[1] += float(np.ravel(rec.tops[0].cpu_data())[0])
+    finally:
+        net.close()
+    return {k: {"float": f / iterations, "int8": q / iterations,
+                "change": (q - f) / iterations} for k, (f, q) in sums.items()}
+
+
+def qdq_model(net, batches, method="entropy", per_channel=False, skip=(), percentile=99.99,
+              opset=None, activation_type="int8", where=None):
+    """Calibrate ``net`` (a TEST net with its weights, not folded) over ``batches`` (a count
+    of its data layers' batches, or an iterable of ``{input blob: array}``), activations as
+    ``activation_type`` (int8, zero point 0; or uint8, zero point 128), and return a dict:
+    the QDQ ``model`` (checked), the ``layers`` of the report, the ``thresholds`` and ``stats``
+    per ONNX value, and ``tops``: {(layer index, top index): ONNX value}."""
+    onnx = require_onnx()
+    if method not in calibrate.METHODS:
+        raise CaffeError("unknown calibration method %r: choose %s"
+                         % (method, ", ".join(calibrate.METHODS)))
+    if activation_type not in qdq.ACTIVATION_TYPES:
+        raise CaffeError("activation type must be int8 or uint8, got %r" % (activation_type,))
+    unknown = [s for s in skip if s not in set(net.layer_names)]
+    if unknown:
+        raise CaffeError("--skip: no layer named %s in the TEST net%s (layers: %s)"
+                         % (", ".join(map(repr, unknown)), " of %s" % where if where else "",
+                            ", ".join(net.layer_names)))
+    model, report = export(net, None, opset=DEFAULT_OPSET if opset is None else opset)
+    tops = _blob_values(net, report)
+    stats = _collect(net, tops, batches, 0 if method == "minmax" else calibrate.BINS)
+    thresholds = {v: calibrate.threshold(h, method, percentile) for v, h in stats.items()
+                  if h.count}
+    layers = _plan(model, thresholds, net.layer_names, set(skip), per_channel,
+                   activation_type)
+    onnx.checker.check_model(model, full_check=True)
+    return {"model": model, "layers": layers, "thresholds": thresholds, "stats": stats,
+            "tops": tops}
+
+
+def quantize(model, weights, calibration_iterations, output_dir, method="entropy",
+             per_channel=False, eval_iterations=50, skip=(), percentile=99.99, opset=None,
+             activation_type="int8"):
+    """Calibrate the TEST net of ``model`` (a train/test prototxt with its data layers) and
+    ``weights`` over ``calibration_iterations`` batches and write ``model.int8.onnx``,
+    ``quantized.prototxt`` and ``report.json`` into ``output_dir``; returns the report (a
+    dict; see docs/int8.md). ``eval_iterations`` batches measure the float and int8 accuracy
+    (0: none); ``activation_type="uint8"`` writes the activations as uint8 with zero point 128
+    (the same grid), which onnxruntime runs faster on x86."""
+    if calibration_iterations < 1:
+        raise CaffeError("--calibration_iterations must be >= 1 (got %d)"
+                         % calibration_iterations)
+    if eval_iterations < 0:
+        raise CaffeError("--eval_iterations must be >= 0 (got %d)" % eval_iterations)
+    onnx = require_onnx()
+    if eval_iterations:
+        _require_ort()
+    net = Net(model, caffe_pb2.TEST, weights=weights, fold=False, int8=False)
+    try:
+        q = qdq_model(net, calibration_iterations, method, per_channel, skip, percentile,
+                      opset, activation_type, where=model)
+    finally:
+        net.close()
+    os.makedirs(output_dir, exist_ok=True)
+    onnx_path = os.path.join(output_dir, "model.int8.onnx")
+    onnx.save(q["model"], onnx_path)
+    proto_path = os.path.join(output_dir, "quantized.prototxt")
+    stats, thresholds, layers = q["stats"], q["thresholds"], q["layers"]
+    intel_layers = intel.write_quantized_prototxt(model, net, q["tops"], stats, thresholds,
+                                                  set(skip), per_channel, proto_path)
+    accuracy = _evaluate(model, weights, q["model"], eval_iterations) if eval_iterations \
+        else {}
+    result = {
+        "model": os.fspath(model), "weights": os.fspath(weights), "method": method,
+        "percentile": percentile if method == "percentile" else None,
+        "per_channel": bool(per_channel), "activation_type": activation_type,
+        "calibration_iterations": calibration_iterations,
+        "eval_iterations": eval_iterations, "accuracy": accuracy,
+        "layers": [layers[n] for n in net.layer_names if n in layers],
+        "intel_caffe": intel_layers,
+        "activations": {v: {"threshold": thresholds[v], "scale": thresholds[v] / 127.0,
+                            "max_abs": stats[v].amax, "min": stats[v].min}
+                        for v in sorted(thresholds)},
+        "files": {"onnx": onnx_path, "prototxt": proto_path,
+                  "report": os.path.join(output_dir, "report.json")},
+    }
+    tmp = result["files"]["report"] + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(tmp, result["files"]["report"])
+    return result
+
+
+def format_report(report):
+    """The printed table: accuracy per Accuracy top, then each layer's precision and scales."""
+    lines = []
+    acc = report["accuracy"]
+    if acc:
+        lines.append("accuracy over %d TEST batches   float     int8      change"
+                     % report["eval_iterations"])
+        for name, a in acc.items():
+            lines.append("  %-28s %-9.4f %-9.4f %+.4f" % (name, a["float"], a["int8"],
+                                                           a["change"]))
+    lines.append("%-24s %-12s %-9s %-12s %-12s %-14s %s" % (
+        "layer", "onnx", "precision", "input scale", "output scale", "weight scale",
+        "why float"))
+    for e in report["layers"]:
+        if e["precision"] == "int8":
+            ws = e["weight_scales"]
+            w = "%.4g" % ws[0] if len(ws) == 1 else "%.3g..%.3g" % (min(ws), max(ws))
+            out = "-" if e["output_scale"] is None else "%.5g" % e["output_scale"]
+            lines.append("%-24s %-12s %-9s %-12.5g %-12s %-14s" % (
+                e["name"], "/".join(e["onnx"]), "int8", e["input_scale"], out, w))
+        else:
+            lines.append("%-24s %-12s %-9s %-12s %-12s %-14s %s" % (
+                e["name"], "/".join(e["onnx"]), "float", "-", "-", "-", e["reason"]))
+    return "\n".join(lines)

@@ -1,0 +1,186 @@
+"""int8 without ONNX: the calibration thresholds against hand computations (min-max,
+percentile, the KL divergence of TensorRT's entropy calibration), and Intel Caffe's
+``quantization_param`` run as its int8 convolution computes it (``--int8 off``: float)."""
+
+import logging
+import math
+import os
+
+import numpy as np
+import pytest
+
+import pycaffe_lite as caffe
+from pycaffe_lite import cli
+from pycaffe_lite.proto import protoio
+from pycaffe_lite.errors import CaffeError, NetError
+from pycaffe_lite.quantization import calibrate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INTEL = os.path.join(ROOT, "tests", "fixtures", "forks", "intel_engines_deploy.prototxt")
+
+
+# ---- thresholds ----------------------------------------------------------------------------
+def test_minmax_is_the_largest_magnitude_over_every_batch():
+    h = calibrate.Histogram()
+    h.add(np.array([-3.0, 1.0, 2.0]))
+    h.add(np.array([0.5, -1.0]))
+    assert calibrate.threshold(h, "minmax") == 3.0
+    assert h.min == -3.0
+
+
+def test_percentile_is_the_upper_edge_of_the_bin_reaching_the_share():
+    # |x| = 1..2048: range 2048, 2048 bins of width 1; value k sits in [k, k+1) (2048 in the
+    # last bin). 50 %: the 1024th smallest value, 1024, lies in [1024, 1025) -> 1025.
+    # 99.9 %: 2045.952 values -> the 2046th, 2046, in [2046, 2047) -> 2047.
+    h = calibrate.Histogram()
+    h.add(-np.arange(1, 2049, dtype=np.float64))
+    assert calibrate.percentile_threshold(h, 50) == 1025.0
+    assert calibrate.percentile_threshold(h, 99.9) == 2047.0
+    assert calibrate.percentile_threshold(h, 100) == 2048.0
+    with pytest.raises(CaffeError, match="percentile"):
+        calibrate.percentile_threshold(h, 0)
+
+
+def test_a_wider_batch_moves_the_counts_into_the_new_bins():
+    """1..1024 first (bins of 0.5: k < 1024 in bin 2k, centre k + 0.25; the maximum 1024 in
+    the closed last bin, centre 1023.75), then 1025..2048 (bins of 1): each k < 1024 lands in
+    bin k, as if all 2048 values came at once, and 1024 in bin 1023."""
+    split, whole = calibrate.Histogram(), calibrate.Histogram()
+    split.add(np.arange(1, 1025, dtype=np.float64))
+    split.add(np.arange(1025, 2049, dtype=np.float64))
+    whole.add(np.arange(1, 2049, dtype=np.float64))
+    expected = whole.counts.copy()
+    expected[1024] -= 1
+    expected[1023] += 1
+    np.testing.assert_array_equal(split.counts, expected)
+
+
+def test_kl_divergence_of_a_small_histogram_by_hand():
+    counts = [3, 1, 0, 2, 4, 0, 1, 1]
+    # threshold after i = 4 bins, 2 levels:
+    # P: [3, 1, 0, 2 + (4 + 0 + 1 + 1)] = [3, 1, 0, 8] / 12
+    # Q: levels [3, 1] -> 2, 2 (two non-empty bins); [0, 2] -> 0, 2: [2, 2, 0, 2] / 6
+    # smoothing: the one empty bin gets eps, the three others give eps / 3 each
+    e = 1e-4
+    p = [3 / 12 - e / 3, 1 / 12 - e / 3, e, 8 / 12 - e / 3]
+    q = [2 / 6 - e / 3, 2 / 6 - e / 3, e, 2 / 6 - e / 3]
+    expected = sum(a * math.log(a / b) for a, b in zip(p, q))
+    assert calibrate.kl_divergence(counts, 4, levels=2) == pytest.approx(expected, rel=1e-12)
+    # all of the mass inside the first i bins, one bin a level: Q is P, nothing diverges
+    assert calibrate.kl_divergence([1, 2, 3, 4, 0, 0], 4, levels=4) == pytest.approx(0.0)
+
+
+def test_entropy_keeps_the_first_threshold_that_loses_nothing():
+    """Every count in the first 100 of 2048 bins: at i = 128 (one bin a level) Q equals P, so
+    the search stops there: t = (128 + 0.5) * width."""
+    h = calibrate.Histogram()
+    h.counts[:100] = 5
+    h.range, h.amax, h.count = 2048.0, 2048.0, 500
+    assert calibrate.threshold(h, "entropy") == 128.5
+
+
+# ---- Intel Caffe's quantization_param at run time -----------------------------------------
+def _filled(net, seed):
+    rng = np.random.default_rng(seed)
+    for layer in net.layers:
+        for blob in layer.blobs:
+            blob.data[...] = rng.normal(0, 0.3, blob.shape)
+    return rng
+
+
+def _intel_int8_conv(x, w, b, scale_in, scale_out, scale_params, signed=False, relu=True,
+                     out_bits=8):
+    """Intel Caffe's int8 convolution, in integers: 3x3, stride 1, no padding; u8 input (s8
+    when ``signed``), a fused ReLU or not, an 8-bit (u8 after the ReLU, else s8) or float
+    output; returns what the next layer reads (y_q / scale_out)."""
+    lo, hi = (-128, 127) if signed else (0, 255)
+    xq = np.clip(np.rint(x.astype(np.float64) * scale_in), lo, hi).astype(np.int64)
+    sp = np.broadcast_to(np.asarray(scale_params, np.float64), (w.shape[0],))
+    wq = np.clip(np.rint(w * sp[:, None, None, None]), -128, 127).astype(np.int64)
+    n, _, hh, ww = x.shape
+    acc = np.zeros((n, w.shape[0], hh - 2, ww - 2), np.int64)
+    for di in range(3):
+        for dj in range(3):
+            patch = xq[:, :, di:di + hh - 2, dj:dj + ww - 2]
+            acc += np.einsum("nkij,ck->ncij", patch, wq[:, :, di, dj])
+    acc += np.rint(b * scale_in * sp).astype(np.int64)[None, :, None, None]
+    mult = (scale_out / (scale_in * sp)).astype(np.float32)
+    y = acc.astype(np.float32) * mult[None, :, None, None]
+    if relu:
+        y = np.maximum(y, 0)
+    if out_bits == 8:
+        y = np.clip(np.rint(y), 0 if relu else -128, 255 if relu else 127)
+    return y / np.float32(scale_out)
+
+
+def test_intel_quantized_convolution_runs_as_its_int8_engine_computes(caplog):
+    with caplog.at_level(logging.INFO):
+        net = caffe.Net(INTEL, caffe.TEST)
+    assert net.int8_layers == ["conv1"]
+    assert "1 convolutions compute in int8 (conv1)" in caplog.text
+    rng = _filled(net, 3)
+    flt = caffe.Net(INTEL, caffe.TEST, int8=False)
+    assert flt.int8_layers == []
+    for a, b in zip(flt.layers, net.layers):
+        for x, y in zip(a.blobs, b.blobs):
+            x.data[...] = y.data
+    x = rng.uniform(-0.5, 1.5, (1, 3, 10, 10)).astype(np.float32)
+    ours = net.forward(data=x)["fc"].copy()
+    conv1 = net.blobs["conv1"].data.copy()
+    q = protoio.read_net_param(INTEL).layer[1].quantization_param
+    expected = _intel_int8_conv(x, np.asarray(net.params["conv1"][0].data, np.float64),
+                                np.asarray(net.params["conv1"][1].data, np.float64),
+                                float(q.scale_in[0]), float(q.scale_out[0]),
+                                list(q.scale_params))
+    np.testing.assert_array_equal(conv1, expected)
+    assert len(np.unique(conv1)) > 3  # not saturated into nothing
+    reference = flt.forward(data=x)["fc"]
+    assert not np.allclose(ours, reference, rtol=0, atol=1e-6)  # int8 is not float
+    # ... and the rest of the net is float on the int8 convolution's output
+    flt.blobs["conv1"].data[...] = expected
+    np.testing.assert_allclose(flt.forward(start="pool1")["fc"], ours, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bw_out,scale_out", [(8, 20.0), (32, 1.0)])
+def test_signed_input_without_relu_and_both_output_widths(bw_out, scale_out):
+    """s8 input (is_negative_input), one weight scale for every channel, no ReLU after the
+    convolution: an s8 output, or a float one with bw_layer_out 32."""
+    net = caffe.Net(
+        'layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 2 dim: 2 dim: 6 '
+        'dim: 6 } } } layer { name: "c" type: "Convolution" bottom: "d" top: "c" '
+        'convolution_param { num_output: 3 kernel_size: 3 } quantization_param { '
+        'bw_layer_in: 8 bw_layer_out: %d bw_params: 8 scale_in: 50 scale_out: %g '
+        'scale_params: 90 is_negative_input: true } } layer { name: "r" type: "ReLU" '
+        'bottom: "c" top: "r" }' % (bw_out, scale_out), caffe.TEST)
+    assert net.int8_layers == ["c"]
+    rng = _filled(net, 7)
+    x = rng.uniform(-3, 3, (2, 2, 6, 6)).astype(np.float32)  # some beyond 127 / 50
+    net.forward(d=x)
+    w = np.asarray(net.params["c"][0].data, np.float64)
+    b = np.asarray(net.params["c"][1].data, np.float64)
+    expected = _intel_int8_conv(x, w, b, 50.0, scale_out, [90.0], signed=True, relu=False,
+                                out_bits=bw_out)
+    np.testing.assert_array_equal(net.blobs["c"].data, expected)
+    if bw_out == 8:
+        assert (expected * scale_out).min() < 0  # signed output (the ReLU is not in place)
+
+
+def test_int8_off_on_the_command_line_and_in_the_environment(caplog, monkeypatch):
+    args = ["time", "--model", INTEL, "--phase", "TEST", "--iterations", "1"]
+    with caplog.at_level(logging.INFO):
+        assert cli.main(args + ["--int8", "off"]) == 0
+    assert "kept; the layers compute in float (int8 turned off)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert cli.main(args) == 0
+    assert "compute in int8 (conv1)" in caplog.text
+    monkeypatch.setenv("PYCAFFE_LITE_INT8", "0")
+    assert caffe.Net(INTEL, caffe.TEST).int8_layers == []
+
+
+def test_bad_quantization_param_names_the_layer(tmp_path):
+    text = open(INTEL).read().replace("scale_params: 107.2", "")
+    bad = tmp_path / "bad.prototxt"
+    bad.write_text(text)
+    with pytest.raises(NetError, match=r"layer 'conv1'.*3 scale_params for 4 output"):
+        caffe.Net(str(bad), caffe.TEST)
