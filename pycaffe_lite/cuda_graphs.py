@@ -80,6 +80,8 @@ def why_not(net, start, end):
         return "a partial forward"
     if any(net._hooks.values()):
         return "the net has hooks"
+    if getattr(net, "int8_layers", None):
+        return "Intel Caffe's int8 layers compute on the host"
     state = _state(net)
     if state.refused:
         return state.refused
