@@ -2,32 +2,11 @@
 input_param): its net and its weights still read here."""
 
 import numpy as np
+from helpers.wire_bytes import length_delimited, string, tag, varint
 
 import pycaffe_lite as caffe
 from pycaffe_lite.proto import fork_fields, protoio
 from pycaffe_lite.proto import caffe_pb2
-
-
-def varint(n):
-    n &= (1 << 64) - 1  # negative int32 values go out as 10-byte varints, as protobuf writes
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def tag(number, wire_type):
-    return varint(number << 3 | wire_type)
-
-
-def length_delimited(number, payload):
-    return tag(number, 2) + varint(len(payload)) + payload
-
-
-def string(number, text):
-    return length_delimited(number, text.encode())
 
 
 def fork_interp_param(zoom_factor, pad_beg):

@@ -8,6 +8,7 @@ import h5py
 import numpy as np
 import pytest
 from google.protobuf import text_format
+from helpers.wire_bytes import varint
 
 from pycaffe_lite.proto import protoio
 from pycaffe_lite.errors import CaffeError
@@ -174,28 +175,16 @@ def test_resume_without_the_extra_state_still_differs(tmp_path):
                               straight.net.params["ip"][0].data)
 
 
-def _varint(n):
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _field(number, wire_type, payload):
-    key = _varint((number << 3) | wire_type)
+    key = varint((number << 3) | wire_type)
     if wire_type == 2:
-        return key + _varint(len(payload)) + payload
+        return key + varint(len(payload)) + payload
     return key + payload
 
 
 def _caffe_blob_bytes(shape, values):
     """A BlobProto as Caffe's Blob::ToProto writes it: shape (7) then packed floats (5)."""
-    dims = b"".join(_varint(d) for d in shape)
+    dims = b"".join(varint(d) for d in shape)
     shape_msg = _field(1, 2, dims)
     data = struct.pack("<%df" % len(values), *values)
     return _field(7, 2, shape_msg) + _field(5, 2, data)
@@ -211,9 +200,9 @@ def test_restore_a_solverstate_written_by_caffe(tmp_path, caplog):
     donor.net.save(str(model_path))
     W_hist = np.arange(6, dtype=np.float32) / 100
     b_hist = np.array([0.5, -0.5], np.float32)
-    raw = (_field(1, 0, _varint(7)) + _field(2, 2, str(model_path).encode()) +
+    raw = (_field(1, 0, varint(7)) + _field(2, 2, str(model_path).encode()) +
            _field(3, 2, _caffe_blob_bytes([2, 3], W_hist)) +
-           _field(3, 2, _caffe_blob_bytes([2], b_hist)) + _field(4, 0, _varint(0)))
+           _field(3, 2, _caffe_blob_bytes([2], b_hist)) + _field(4, 0, varint(0)))
     state_path = tmp_path / "caffe_iter_7.solverstate"
     state_path.write_bytes(raw)
     solver = _solver(tmp_path, "", seed=1)

@@ -17,6 +17,8 @@ import os
 import numpy as np
 import pytest
 
+from helpers.wire_bytes import length_delimited, tag, varint_field
+
 import pycaffe_lite as caffe
 from pycaffe_lite.data.datum import RECORD_FIELDS_REPORTED, DataError, parse_datum
 from pycaffe_lite.errors import ProtoError
@@ -29,26 +31,8 @@ FIXTURES = os.path.join(HERE, "fixtures")
 CAFFE_ON_SPARK = b"com.yahoo.ml.caffe.ImageDataFrame"
 
 
-# ---- the wire format, written here by hand -----------------------------------------------
-def varint(n):
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def key(number, wire):
-    return varint(number << 3 | wire)
-
-
-def field(number, payload):
-    return key(number, 2) + varint(len(payload)) + payload
-
-
-def varint_field(number, value):
-    return key(number, 0) + varint(value)
+# the wire format, written by hand: key(number, wire type), field(number, payload)
+key, field = tag, length_delimited
 
 
 # ---- the fields the schema takes from forks ----------------------------------------------

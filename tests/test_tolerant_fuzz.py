@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from helpers.wire_bytes import varint
 
 import pycaffe_lite as caffe
 from pycaffe_lite.data.datum import DataError, parse_datum
@@ -106,22 +107,13 @@ def tree(data, descriptor):
     return nodes
 
 
-def _varint(n):
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def encode(nodes):
     out = []
     for number, wire, value in nodes:
         if isinstance(value, list):
             body = encode(value)
-            value = _varint(len(body)) + body
-        out.append(_varint(number << 3 | wire) + value)
+            value = varint(len(body)) + body
+        out.append(varint(number << 3 | wire) + value)
     return b"".join(out)
 
 
@@ -149,12 +141,12 @@ def mutated(draw, data, descriptor):
         if op == "wire":
             node[1] = draw(st.sampled_from([0, 1, 2, 5, 3, 6]))
             if isinstance(node[2], list):
-                node[2] = _varint(len(encode(node[2]))) + encode(node[2])
+                node[2] = varint(len(encode(node[2]))) + encode(node[2])
         elif op in ("payload", "string", "message"):
             body = {"payload": lambda: draw(st.binary(max_size=24)),
                     "string": lambda: b"com.yahoo.ml.caffe.ImageDataFrame",
                     "message": lambda: ANOTHER_MESSAGE}[op]()
-            node[1], node[2] = 2, _varint(len(body)) + body
+            node[1], node[2] = 2, varint(len(body)) + body
         elif op == "number":
             node[0] = draw(st.sampled_from([1, 2, 5, 7, 100, 119, 149, 10001, 536870911,
                                             draw(st.integers(1, 1 << 20))]))
