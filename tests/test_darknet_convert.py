@@ -19,6 +19,9 @@ from pycaffe_lite.proto import caffe_pb2
 
 RTOL = 1e-5
 ATOL = 2e-6
+# the output of a whole net, float32 against Darknet's arithmetic in float64: the rounding of
+# every layer adds up (about 25 float32 steps of the output's scale on AMD's OpenBLAS kernels)
+NET_ATOL = 5e-6
 
 
 def convert_and_run(tmp_path, cfg_text, seed=0, bn_variant="pjreddie", major=0, minor=2,
@@ -83,7 +86,7 @@ def test_tiny_yolo_batch_of_two(tmp_path):
     for b in range(2):
         ref = darknet_forward(TINY_YOLO, data, images[b])
         np.testing.assert_allclose(net.blobs["yolo18"].data[b], ref[18], rtol=RTOL,
-                                   atol=ATOL)
+                                   atol=NET_ATOL * max(1.0, np.abs(ref[18]).max()))
 
 
 def test_alexeyab_batch_norm_variant(tmp_path):

@@ -748,7 +748,7 @@ def snapshot_folder_not_writable(tmp, monkeypatch):
     def refuse(path, *args, **kwargs):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
     monkeypatch.chdir(tmp)
-    monkeypatch.setattr(paths, "open", refuse, raising=False)  # as a read-only folder does
+    monkeypatch.setattr(paths.tempfile, "mkstemp", refuse)  # as a read-only folder does
     get_solver(solver_project(tmp))
 
 

@@ -84,7 +84,10 @@ def test_lenet_on_2_and_3_ranks_matches_one_process_with_the_whole_batch(tmp_pat
                 ["0", "1", "2"]
         reference = read_weights(one.parent / "lenet_iter_50.caffemodel")
         got = read_weights(ranks.parent / "lenet_iter_50.caffemodel")
-        assert max_relative_difference(got, reference) <= 1e-4
+        # the same arithmetic up to the order of float32 sums (BLAS kernels differ between
+        # machines: 4.4e-4 seen on AMD's), which 50 SGD steps amplify; a wrong split lands
+        # beyond 1e-2 (checked below)
+        assert max_relative_difference(got, reference) <= 2e-3
         if n == 2:  # the check can fail: one process with batch B ends elsewhere
             small = _lenet_solver(tmp_path / "small", mnist_lmdb, batch)
             _train(1, small, small.parent)

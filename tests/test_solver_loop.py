@@ -315,3 +315,25 @@ def test_train_net_and_test_net_files(tmp_path, monkeypatch):
     with pytest.raises(CaffeError, match="must not contain more than one .*it has net, "
                        "train_net"):
         get_solver(both)
+
+
+def test_trainings_sharing_a_snapshot_prefix_check_it_without_racing(tmp_path):
+    # each check writes and removes a probe of its own: with one shared probe name, one
+    # process removing it made another's removal fail ("No such file or directory")
+    import threading
+    from pycaffe_lite.solvers.paths import check_writable
+    errors, start = [], threading.Barrier(8)
+
+    def check():
+        start.wait()
+        for _ in range(200):
+            try:
+                check_writable(str(tmp_path / "lenet"), "solver.prototxt")
+            except Exception as exc:  # noqa: BLE001 (collected for the assertion)
+                errors.append(exc)
+    threads = [threading.Thread(target=check) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and os.listdir(tmp_path) == []

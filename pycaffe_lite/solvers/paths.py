@@ -10,6 +10,7 @@ found, the error names every place looked at.
 
 import logging
 import os
+import tempfile
 
 from ..errors import CaffeError
 
@@ -98,11 +99,12 @@ def prefix_error(prefix, base_dirs, where):
 
 
 def check_writable(prefix, where):
-    """Caffe's CheckSnapshotWritePermissions: write and remove a probe file."""
-    probe = prefix + "_iter_0.tempfile"
+    """Caffe's CheckSnapshotWritePermissions: write and remove a probe file (named uniquely,
+    so that trainings sharing a prefix cannot remove each other's)."""
     try:
-        with open(probe, "wb"):
-            pass
+        fd, probe = tempfile.mkstemp(prefix=os.path.basename(prefix) + "_iter_0.",
+                                     suffix=".tempfile", dir=os.path.dirname(prefix) or ".")
+        os.close(fd)
         os.remove(probe)
     except OSError as exc:
         raise CaffeError("%s: cannot write to snapshot prefix '%s' (%s). Make sure that the "
