@@ -745,8 +745,8 @@ def snapshot_folder_missing(tmp, monkeypatch):
 def snapshot_folder_not_writable(tmp, monkeypatch):
     from pycaffe_lite.solvers import paths
 
-    def refuse(path, *args, **kwargs):
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), kwargs.get("dir"))
     monkeypatch.chdir(tmp)
     monkeypatch.setattr(paths.tempfile, "mkstemp", refuse)  # as a read-only folder does
     get_solver(solver_project(tmp))
