@@ -195,3 +195,22 @@ def test_channel_sums_equal_numpy(real_gpu, dtype):
     channels.bn_statistics(cp.asarray(a), mean, var)
     assert_close(mean.get(), a64.mean(axis=(0, 2)), rel)
     assert_close(var.get(), a64.var(axis=(0, 2)), rel)
+
+
+def test_inner_product_forward_runs_as_a_cudnn_convolution(real_gpu, tmp_path):
+    # an InnerProduct's forward on the GPU is cuDNN's 1x1 convolution (a CUDA graph can hold
+    # it, cuBLAS it cannot): float64 reference, bias added
+    import pycaffe_lite as caffe
+    path = tmp_path / "ip.prototxt"
+    path.write_text('layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 5 '
+                    'dim: 3 dim: 4 dim: 2 } } }\nlayer { name: "ip" type: "InnerProduct" '
+                    'bottom: "x" top: "y" inner_product_param { num_output: 7 weight_filler '
+                    '{ type: "gaussian" } bias_filler { type: "gaussian" } } }')
+    net = caffe.Net(str(path), caffe.TEST)
+    x = np.random.default_rng(9).uniform(-1, 1, (5, 3, 4, 2)).astype(np.float32)
+    net.blobs["x"].data[...] = x
+    before = cudnn_graphs.CACHE.builds
+    net.forward()
+    w, b = (blob.data.astype(np.float64) for blob in net.params["ip"])
+    assert_close(net.blobs["y"].data, x.reshape(5, -1).astype(np.float64) @ w.T + b)
+    assert cudnn_graphs.CACHE.builds == before + 1

@@ -3,6 +3,7 @@
 from ...backend import get_array_module
 from ...errors import ShapeError
 from ...layer import Layer
+from ...ops.gpu import cudnn
 from ...ops.matmul import accumulate_matmul
 from ...registry import register_layer
 from .common_utils import setup_weight_and_bias
@@ -63,10 +64,24 @@ class InnerProductLayer(Layer):
     def forward(self, bottom, top):
         x = bottom[0].read_data().reshape(self.M, self.K)
         y = top[0].write_data().reshape(self.M, self.num_output)
+        if not self.transpose and self._cudnn_forward(x, y):
+            return
         xp = get_array_module(x)
         xp.matmul(x, self._weight_nk().T, out=y)
         if self.bias_term:
             y += self.blobs[1].read_data()
+
+    def _cudnn_forward(self, x, y):
+        """On the GPU with cuDNN: the product as a 1x1 convolution of (M, K, 1, 1), which a
+        CUDA graph can hold (CuPy refuses cuBLAS calls while capturing); True when done."""
+        w = self.blobs[0].read_data()
+        b = self.blobs[1].read_data() if self.bias_term else None
+        if not cudnn.conv_takes(cudnn.CUDNN, x, w, y, b):
+            return False
+        return cudnn.conv_forward(x.reshape(self.M, self.K, 1, 1),
+                                  w.reshape(self.num_output, self.K, 1, 1), b,
+                                  y.reshape(self.M, self.num_output, 1, 1), (0, 0), (1, 1),
+                                  (1, 1), 1)
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].read_diff().reshape(self.M, self.num_output)
