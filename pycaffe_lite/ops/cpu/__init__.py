@@ -29,12 +29,14 @@ of memory to a process whose whole LeNet training fits in 100 MB).
   F(4x4, 3x3) (equal to
   the matrix-product path to float rounding, not bit for bit: see there).
 
-ctypes releases the GIL during a call, so each kernel splits its work over ``threads()``
-threads (by channel or by plane) and a 2-core machine runs it on both cores.
+ctypes releases the GIL during a call, so each kernel cuts its work into chunks (by channel,
+plane or element) that the calling thread and ``threads() - 1`` workers claim as they come: a
+2-core machine runs it on both cores, and a worker descheduled by a busy machine leaves its
+chunks to the calling thread instead of stalling the call.
 
 The package: :mod:`._library` loads the shared object, checks its ABI and declares every
-kernel's C prototype by name; :mod:`._threads` owns the kernel threads and splits a call's
-range over them; this module holds the switch, the array checks and the kernels' Python
+kernel's C prototype by name; :mod:`._threads` owns the kernel threads, hands a call's chunks to
+them and sets the thread count (affinity, cgroup quota; OpenBLAS gets the same); this module holds the switch, the array checks and the kernels' Python
 faces; :mod:`.convolution` the convolution kernels.
 """
 
