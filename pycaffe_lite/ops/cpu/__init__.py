@@ -35,9 +35,10 @@ plane or element) that the calling thread and ``threads() - 1`` workers claim as
 chunks to the calling thread instead of stalling the call.
 
 The package: :mod:`._library` loads the shared object, checks its ABI and declares every
-kernel's C prototype by name; :mod:`._threads` owns the kernel threads, hands a call's chunks to
-them and sets the thread count (affinity, cgroup quota; OpenBLAS gets the same); this module holds the switch, the array checks and the kernels' Python
-faces; :mod:`.convolution` the convolution kernels.
+kernel's C prototype by name; :mod:`._threads` owns the kernel threads, hands a call's chunks
+to them and sets the thread count (affinity, cgroup quota; OpenBLAS gets the same); this
+module holds the switch, the array checks and the kernels' Python faces; :mod:`.convolution`
+the convolution kernels.
 """
 
 import os
