@@ -235,3 +235,46 @@ def test_every_splitting_kernel_gives_the_same_bits_on_any_thread_count(dtype, m
     for name, reference in results[0].items():
         for other in results[1:]:
             assert other[name].tobytes() == reference.tobytes(), name
+
+
+# ---- products shared by the kernel threads ------------------------------------------------------
+@pytest.mark.parametrize("shape", [(64, 27, 12544), (32, 144, 3025), (192, 576, 3136)])
+def test_split_matmul_equals_the_product_to_rounding(shape, monkeypatch):
+    """Columns shared by two threads, each a single-threaded OpenBLAS product: within the
+    classical dot-product bound of the exact (float64) product; OpenBLAS's thread count
+    restored afterwards."""
+    if not cpu_threads.blas_controllable():
+        pytest.skip("NumPy's BLAS here is not an OpenBLAS whose threads can be set")
+    get = cpu_threads._blas_functions()[1]
+    before = get()
+    monkeypatch.setitem(cpu_threads._state, "threads", 2)
+    m, k, n = shape
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    out = np.full((m, n), np.nan, np.float32)
+    columns = []
+    real = cpu._matmul_columns
+
+    def spy(a, b, out, start, stop):
+        columns.append((start, stop))
+        real(a, b, out, start, stop)
+
+    monkeypatch.setattr(cpu, "_matmul_columns", spy)
+    assert cpu.split_matmul(a, b, out)
+    assert len(columns) > 1 and get() == before
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    bound = k * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(b))
+    assert np.all(np.abs(out - exact) <= bound)
+
+
+def test_split_matmul_leaves_small_or_switched_off_products(monkeypatch):
+    monkeypatch.setitem(cpu_threads._state, "threads", 2)
+    a, b = np.ones((4, 3), np.float32), np.ones((3, 100), np.float32)
+    assert not cpu.split_matmul(a, b, np.empty((4, 100), np.float32))  # too small to share
+    old = cpu.set_gemm_split(False)
+    try:
+        big = np.ones((64, 64), np.float32), np.ones((64, 4096), np.float32)
+        assert not cpu.split_matmul(*big, np.empty((64, 4096), np.float32))
+    finally:
+        cpu.set_gemm_split(old)

@@ -25,6 +25,8 @@ of memory to a process whose whole LeNet training fits in 100 MB).
 - :func:`bias_relu` / :func:`relu_backward`: a convolution's bias and ReLU in one pass, ReLU's
   forward and gradient (NumPy's ``maximum`` is several times slower than an add);
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
+- :func:`split_matmul`: a large product's columns shared by the kernel threads, each chunk a
+  single-threaded OpenBLAS call (equal to the whole product to float rounding);
 - :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) and
   F(4x4, 3x3) (equal to
   the matrix-product path to float rounding, not bit for bit: see there).
@@ -48,9 +50,12 @@ import numpy as np
 from ._library import address as _address, function as _function
 from ._library import library_available, load as _load, unavailable_reason  # noqa: F401
 from ._threads import MIN_ELEMENTS_PER_THREAD, grain as _grain, split as _split
+from ._threads import SingleThreadedBlas as _SingleThreadedBlas
+from ._threads import blas_controllable as _blas_controllable
 from ._threads import threads  # noqa: F401
 
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
+_gemm_split = [os.environ.get("PYCAFFE_LITE_GEMM_SPLIT", "1") != "0"]
 
 
 def set_kernels_enabled(flag):
@@ -221,3 +226,50 @@ def sgd_update(diff, history, data, norm, decay, l1, rate, momentum):
     _split(_function("sgd_update", diff.dtype), diff.size,
            [_address(diff), _address(history), _address(data), norm, decay, int(bool(l1)),
             rate, momentum], grain=1 << 18)
+
+
+# ---- matrix products -------------------------------------------------------------------------
+# Columns per unit of a split product (whole SIMD panels of OpenBLAS's kernels), and the least
+# multiply-adds worth a chunk.
+GEMM_COLUMNS = 64
+GEMM_MIN_WORK = 1 << 21
+
+
+def set_gemm_split(flag):
+    """Split large products over the kernel threads (True, the default) or leave each to
+    OpenBLAS's own threads (False; ``PYCAFFE_LITE_GEMM_SPLIT=0``). Returns the previous
+    setting."""
+    old = _gemm_split[0]
+    _gemm_split[0] = bool(flag)
+    return old
+
+
+def _matmul_columns(a, b, out, start, stop):
+    start, stop = start * GEMM_COLUMNS, min(b.shape[1], stop * GEMM_COLUMNS)
+    np.matmul(a, b[:, start:stop], out=out[:, start:stop])
+
+
+def split_matmul(a, b, out):
+    """``out = a @ b`` (2-D float32/float64 host arrays, ``out`` C-contiguous) with the columns
+    of ``b`` cut into chunks that the kernel threads claim as they come, each chunk one
+    single-threaded OpenBLAS product: a thread that a busy machine deschedules leaves its
+    columns to the others (OpenBLAS's own threads split a product in fixed parts and wait for
+    each). Each element is the same dot product as in one whole product, computed by
+    OpenBLAS's kernel for its panel, so it equals the unsplit result to float rounding (bit
+    for bit on most shapes). Returns False, having done nothing, where it does not apply:
+    switched off, one thread, a product too small to share, or a BLAS whose threads cannot be
+    set."""
+    if not _gemm_split[0] or a.ndim != 2 or b.ndim != 2 or out.ndim != 2:
+        return False
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or type(out) is not np.ndarray:
+        return False
+    m, k = a.shape
+    units = -(-b.shape[1] // GEMM_COLUMNS)
+    grain = max(1, GEMM_MIN_WORK // max(1, m * k * GEMM_COLUMNS))
+    if threads() <= 1 or units < 2 * grain or not out.flags.c_contiguous:
+        return False
+    if not _blas_controllable():
+        return False
+    with _SingleThreadedBlas():
+        _split(_matmul_columns, units, (a, b, out), grain=grain)
+    return True

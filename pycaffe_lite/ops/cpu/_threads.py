@@ -142,23 +142,59 @@ def match_blas(n):
     Returns the number set, or None."""
     if os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("GOTO_NUM_THREADS"):
         return None
-    import ctypes
-    import sys
-    if "numpy" not in sys.modules:
+    if not blas_controllable():
         return None
-    for path in _loaded_openblas():
-        try:
-            library = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in _BLAS_SETTERS:
-            setter = getattr(library, name, None)
-            if setter is not None:
-                setter.argtypes, setter.restype = [ctypes.c_int], None
-                setter(int(n))
-                _state["blas"] = int(n)
-                return int(n)
-    return None
+    _blas_functions()[0](int(n))
+    _state["blas"] = int(n)
+    return int(n)
+
+
+def _blas_functions():
+    """NumPy's OpenBLAS thread-count setter and getter (ctypes functions), or None."""
+    found = _state.get("blas_functions")
+    if found is None:
+        import ctypes
+        found = ()
+        for path in _loaded_openblas():
+            try:
+                library = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for name in _BLAS_SETTERS:
+                setter = getattr(library, name, None)
+                getter = getattr(library, name.replace("set_", "get_"), None)
+                if setter is not None and getter is not None:
+                    setter.argtypes, setter.restype = [ctypes.c_int], None
+                    getter.argtypes, getter.restype = [], ctypes.c_int
+                    found = (setter, getter)
+                    break
+            if found:
+                break
+        _state["blas_functions"] = found
+    return found or None
+
+
+class SingleThreadedBlas:
+    """A block in which NumPy's OpenBLAS runs each product on the calling thread alone (the
+    kernel threads run several at once); entered only when :func:`blas_controllable`."""
+
+    def __enter__(self):
+        setter, getter = _blas_functions()
+        self.previous = getter()
+        if self.previous != 1:
+            setter(1)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous != 1:
+            _blas_functions()[0](self.previous)
+
+
+def blas_controllable():
+    """Whether this process maps an OpenBLAS whose thread count can be set (after NumPy
+    loaded it)."""
+    import sys
+    return "numpy" in sys.modules and _blas_functions() is not None
 
 
 # ---- the work of one call --------------------------------------------------------------------
