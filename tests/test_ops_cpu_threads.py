@@ -278,3 +278,19 @@ def test_split_matmul_leaves_small_or_switched_off_products(monkeypatch):
         assert not cpu.split_matmul(*big, np.empty((64, 4096), np.float32))
     finally:
         cpu.set_gemm_split(old)
+
+
+def test_split_matmul_of_a_stack_runs_each_product_as_numpy_does(monkeypatch):
+    """A stack of products (Winograd's 36 per layer) shared whole by the threads: each
+    product the very call NumPy makes on one BLAS thread, so the same bits."""
+    if not cpu_threads.blas_controllable():
+        pytest.skip("NumPy's BLAS here is not an OpenBLAS whose threads can be set")
+    monkeypatch.setitem(cpu_threads._state, "threads", 3)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((36, 64, 96)).astype(np.float32)
+    b = rng.standard_normal((36, 96, 200)).astype(np.float32)
+    out = np.full((36, 64, 200), np.nan, np.float32)
+    assert cpu.split_matmul(a, b, out)
+    with cpu_threads.SingleThreadedBlas():
+        reference = np.matmul(a, b)
+    assert out.tobytes() == reference.tobytes()

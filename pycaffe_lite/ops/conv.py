@@ -254,7 +254,7 @@ def _matmul(a, b, out):
         if xp is np and _cpu.split_matmul(a[0], b[0], out[0]):
             return
         xp.matmul(a[0], b[0], out=out[0])
-    else:
+    elif xp is not np or not _cpu.split_matmul(a, b, out):
         xp.matmul(a, b, out=out)
 
 

@@ -249,27 +249,45 @@ def _matmul_columns(a, b, out, start, stop):
     np.matmul(a, b[:, start:stop], out=out[:, start:stop])
 
 
+def _matmul_stack(a, b, out, start, stop):
+    np.matmul(a[start:stop], b[start:stop], out=out[start:stop])
+
+
 def split_matmul(a, b, out):
-    """``out = a @ b`` (2-D float32/float64 host arrays, ``out`` C-contiguous) with the columns
-    of ``b`` cut into chunks that the kernel threads claim as they come, each chunk one
-    single-threaded OpenBLAS product: a thread that a busy machine deschedules leaves its
-    columns to the others (OpenBLAS's own threads split a product in fixed parts and wait for
-    each). Each element is the same dot product as in one whole product, computed by
-    OpenBLAS's kernel for its panel, so it equals the unsplit result to float rounding (bit
-    for bit on most shapes). Returns False, having done nothing, where it does not apply:
-    switched off, one thread, a product too small to share, or a BLAS whose threads cannot be
+    """``out = a @ b`` for float host arrays shared by the kernel threads, each chunk a
+    single-threaded OpenBLAS product that a thread claims as it comes: a thread that a busy
+    machine deschedules leaves its share to the others (OpenBLAS's own threads split a
+    product in fixed parts and wait for each).
+
+    - 2-D (``a (M, K)``, ``b (K, N)``): the columns of ``b`` and ``out`` in chunks of
+      :data:`GEMM_COLUMNS`. Each element is the same dot product as in one whole product,
+      computed by OpenBLAS's kernel for its panel: equal to the unsplit result to float
+      rounding (bit for bit on most shapes);
+    - 3-D (a stack of products, as NumPy's ``matmul`` broadcasts them): whole products per
+      chunk, each the same call NumPy makes for it.
+
+    Returns False, having done nothing, where it does not apply: switched off, one thread, a
+    product too small to share, ``out`` not C-contiguous, or a BLAS whose threads cannot be
     set."""
-    if not _gemm_split[0] or a.ndim != 2 or b.ndim != 2 or out.ndim != 2:
+    if not _gemm_split[0] or threads() <= 1:
         return False
     if type(a) is not np.ndarray or type(b) is not np.ndarray or type(out) is not np.ndarray:
         return False
-    m, k = a.shape
-    units = -(-b.shape[1] // GEMM_COLUMNS)
-    grain = max(1, GEMM_MIN_WORK // max(1, m * k * GEMM_COLUMNS))
-    if threads() <= 1 or units < 2 * grain or not out.flags.c_contiguous:
+    if a.ndim != b.ndim or out.ndim != a.ndim or not out.flags.c_contiguous:
         return False
-    if not _blas_controllable():
+    if a.ndim == 2:
+        m, k = a.shape
+        units = -(-b.shape[1] // GEMM_COLUMNS)
+        grain = max(1, GEMM_MIN_WORK // max(1, m * k * GEMM_COLUMNS))
+        fn = _matmul_columns
+    elif a.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0]:
+        units = a.shape[0]
+        grain = max(1, GEMM_MIN_WORK // max(1, a.shape[1] * a.shape[2] * b.shape[2]))
+        fn = _matmul_stack
+    else:
+        return False
+    if units < 2 * grain or not _blas_controllable():
         return False
     with _SingleThreadedBlas():
-        _split(_matmul_columns, units, (a, b, out), grain=grain)
+        _split(fn, units, (a, b, out), grain=grain)
     return True
