@@ -6,9 +6,10 @@
 
 Each round times both engines quiet, then starts ``--busy`` processes that spin forever
 (``python -c "while True: pass"``: the normal state of a shared server), times both again
-beside them, and kills them; the engines alternate within each phase. The fastest time of
-each (engine, phase) is kept, and the figure to track is each engine's slowdown, busy / quiet,
-and ours / onnxruntime's (the goal: at most 1.5). onnxruntime runs ``--ort-threads`` intra-op
+beside them, and kills them; the engines alternate run by run. The fastest time of each
+(engine, phase) is reported, and the median (a stall that comes and goes shows there); the
+figures to track are each engine's slowdown, busy / quiet, and ours / onnxruntime's (the goal:
+at most 1.5). onnxruntime runs ``--ort-threads`` intra-op
 threads, idle threads not spinning; ours runs :func:`pycaffe_lite.ops.cpu.threads` threads
 (``PYCAFFE_LITE_CPU_THREADS`` sets it) with OpenBLAS on the same count. The figures are only
 comparable on a machine with nothing else running (the load average is printed).
@@ -17,6 +18,7 @@ comparable on a machine with nothing else running (the load average is printed).
 import argparse
 import ctypes
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -79,23 +81,23 @@ def bench(names, rounds, per_round, busy, ort_threads):
                                    rtol=1e-3, atol=1e-5)
         built[name] = (lambda net=net, x=x: net.forward(data=x),
                        lambda sess=sess, out=out, x=x: sess.run([out], {"data": x}))
-    best = {}
+    times = {}
     for _ in range(rounds):
         for phase in ("quiet", "busy"):
             procs = start_busy(busy) if phase == "busy" else []
             try:
                 for name, engines in built.items():
-                    for engine, fn in zip(("ours", "ort"), engines):
-                        fn()  # warm
-                        for _ in range(per_round):
+                    for fn in engines:
+                        fn()  # warm, in this phase
+                    for _ in range(per_round):
+                        for engine, fn in zip(("ours", "ort"), engines):
                             t = time.perf_counter()
                             fn()
                             ms = (time.perf_counter() - t) * 1e3
-                            key = (name, engine, phase)
-                            best[key] = min(best.get(key, ms), ms)
+                            times.setdefault((name, engine, phase), []).append(ms)
             finally:
                 stop_busy(procs)
-    return best
+    return times
 
 
 def main(argv=None):
@@ -116,16 +118,17 @@ def main(argv=None):
     print("BLAS kernel (from the library): %s" % ("%s, %d threads" % blas if blas else "unknown"))
     print("our kernel threads: %d; onnxruntime intra-op threads: %d; %d busy processes"
           % (threads, args.ort_threads, args.busy))
-    best = bench(args.nets, args.rounds, args.per_round, args.busy, args.ort_threads)
-    print("%-14s %9s %9s %9s %9s %9s %9s %9s" % ("net (batch 1)", "ours", "ours busy",
-                                                 "slowdown", "ort", "ort busy", "slowdown",
-                                                 "ratio"))
-    for name in args.nets:
-        q, b = best[(name, "ours", "quiet")], best[(name, "ours", "busy")]
-        oq, ob = best[(name, "ort", "quiet")], best[(name, "ort", "busy")]
-        print("%-14s %9.1f %9.1f %8.2fx %9.1f %9.1f %8.2fx %8.2fx"
-              % (name, q, b, b / q, oq, ob, ob / oq, (b / q) / (ob / oq)))
-    print("(ms, fastest of %d; ratio: our slowdown / onnxruntime's)"
+    times = bench(args.nets, args.rounds, args.per_round, args.busy, args.ort_threads)
+    for stat, pick in (("fastest", min), ("median", statistics.median)):
+        print("%-14s %9s %9s %9s %9s %9s %9s %9s" % (
+            "%s (ms)" % stat, "ours", "ours busy", "slowdown", "ort", "ort busy", "slowdown",
+            "ratio"))
+        for name in args.nets:
+            q, b, oq, ob = (pick(times[(name, engine, phase)]) for engine, phase in (
+                ("ours", "quiet"), ("ours", "busy"), ("ort", "quiet"), ("ort", "busy")))
+            print("%-14s %9.1f %9.1f %8.2fx %9.1f %9.1f %8.2fx %8.2fx"
+                  % (name, q, b, b / q, oq, ob, ob / oq, (b / q) / (ob / oq)))
+    print("(batch 1, %d runs per engine and phase; ratio: our slowdown / onnxruntime's)"
           % (args.rounds * args.per_round))
     bench_env.print_load("end")
     return 0
