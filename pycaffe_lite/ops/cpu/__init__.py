@@ -56,6 +56,7 @@ from ._threads import threads  # noqa: F401
 
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
 _gemm_split = [os.environ.get("PYCAFFE_LITE_GEMM_SPLIT", "1") != "0"]
+threads()  # settles the count now, and with it OpenBLAS's (NumPy has loaded it)
 
 
 def set_kernels_enabled(flag):
