@@ -11,7 +11,7 @@ import pytest
 from pycaffe_lite.ops import cpu
 from pycaffe_lite.ops.cpu import _threads as cpu_threads
 from pycaffe_lite.ops.cpu import convolution as cpu_conv
-from helpers.kernel import kernels, needs_library
+from helpers.kernel import kernels, needs_library, switch_reads
 
 HANG = 120  # seconds: only a hang detector, a passing call takes milliseconds
 
@@ -294,3 +294,8 @@ def test_split_matmul_of_a_stack_runs_each_product_as_numpy_does(monkeypatch):
     with cpu_threads.SingleThreadedBlas():
         reference = np.matmul(a, b)
     assert out.tobytes() == reference.tobytes()
+
+
+def test_the_gemm_split_environment_switch():
+    code = "from pycaffe_lite.ops import cpu; print(cpu.gemm_split_enabled())"
+    assert switch_reads("PYCAFFE_LITE_GEMM_SPLIT", code) == ["False", "True"]

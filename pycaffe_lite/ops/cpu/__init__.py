@@ -245,6 +245,11 @@ def set_gemm_split(flag):
     return old
 
 
+def gemm_split_enabled():
+    """Whether large products may be shared by the kernel threads (see :func:`split_matmul`)."""
+    return _gemm_split[0]
+
+
 def _matmul_columns(a, b, out, start, stop):
     start, stop = start * GEMM_COLUMNS, min(b.shape[1], stop * GEMM_COLUMNS)
     np.matmul(a, b[:, start:stop], out=out[:, start:stop])
