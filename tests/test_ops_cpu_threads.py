@@ -154,22 +154,12 @@ def test_thread_count_follows_affinity_and_quota(monkeypatch):
     monkeypatch.setitem(cpu_threads._state, "threads", None)
 
 
-def _openblas_threads():
-    for path in cpu_threads._loaded_openblas():
-        library = ctypes.CDLL(path)
-        for name in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
-                     "openblas_get_num_threads"):
-            getter = getattr(library, name, None)
-            if getter is not None:
-                getter.restype = ctypes.c_int
-                return getter
-    return None
-
-
 def test_openblas_gets_the_kernels_budget(monkeypatch):
-    get = _openblas_threads()
-    if get is None:
-        pytest.skip("NumPy's BLAS here is not an OpenBLAS this process maps")
+    if not cpu_threads.blas_controllable():
+        pytest.skip("NumPy's BLAS here is not an OpenBLAS whose threads can be set")
+    library = ctypes.CDLL(cpu_threads._state["blas_library"])
+    get = getattr(library, cpu_threads._blas_functions()[1].__name__)
+    get.restype = ctypes.c_int
     before = get()
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     monkeypatch.delenv("GOTO_NUM_THREADS", raising=False)
@@ -178,7 +168,7 @@ def test_openblas_gets_the_kernels_budget(monkeypatch):
         monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")  # the user's own choice is left alone
         assert cpu_threads.match_blas(2) is None and get() == 1
     finally:
-        monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+        monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
         cpu_threads.match_blas(before)
 
 

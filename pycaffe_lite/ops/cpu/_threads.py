@@ -123,7 +123,8 @@ _BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads6
 
 
 def _loaded_openblas(maps="/proc/self/maps"):
-    """The OpenBLAS shared objects mapped into this process (Linux; empty elsewhere)."""
+    """The OpenBLAS shared objects mapped into this process (Linux; empty elsewhere), NumPy's
+    first (other packages may bring their own)."""
     found = []
     try:
         with open(maps) as f:
@@ -133,7 +134,7 @@ def _loaded_openblas(maps="/proc/self/maps"):
                     found.append(path)
     except OSError:
         pass
-    return found
+    return sorted(found, key=lambda path: "numpy" not in path)
 
 
 def match_blas(n):
@@ -167,6 +168,7 @@ def _blas_functions():
                     setter.argtypes, setter.restype = [ctypes.c_int], None
                     getter.argtypes, getter.restype = [], ctypes.c_int
                     found = (setter, getter)
+                    _state["blas_library"] = path
                     break
             if found:
                 break
