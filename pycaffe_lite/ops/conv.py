@@ -251,8 +251,10 @@ def _matmul(a, b, out):
     """``a @ b`` over the group axis, written into ``out``."""
     xp = get_array_module(a)
     if a.shape[0] == 1:
+        if xp is np and _cpu.split_matmul(a[0], b[0], out[0]):
+            return
         xp.matmul(a[0], b[0], out=out[0])
-    else:
+    elif xp is not np or not _cpu.split_matmul(a, b, out):
         xp.matmul(a, b, out=out)
 
 

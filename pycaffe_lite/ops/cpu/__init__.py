@@ -25,17 +25,22 @@ of memory to a process whose whole LeNet training fits in 100 MB).
 - :func:`bias_relu` / :func:`relu_backward`: a convolution's bias and ReLU in one pass, ReLU's
   forward and gradient (NumPy's ``maximum`` is several times slower than an add);
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
+- :func:`split_matmul`: a large product's columns shared by the kernel threads, each chunk a
+  single-threaded OpenBLAS call (equal to the whole product to float rounding);
 - :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) and
   F(4x4, 3x3) (equal to
   the matrix-product path to float rounding, not bit for bit: see there).
 
-ctypes releases the GIL during a call, so each kernel splits its work over ``threads()``
-threads (by channel or by plane) and a 2-core machine runs it on both cores.
+ctypes releases the GIL during a call, so each kernel cuts its work into chunks (by channel,
+plane or element) that the calling thread and ``threads() - 1`` workers claim as they come: a
+2-core machine runs it on both cores, and a worker descheduled by a busy machine leaves its
+chunks to the calling thread instead of stalling the call.
 
 The package: :mod:`._library` loads the shared object, checks its ABI and declares every
-kernel's C prototype by name; :mod:`._threads` owns the kernel threads and splits a call's
-range over them; this module holds the switch, the array checks and the kernels' Python
-faces; :mod:`.convolution` the convolution kernels.
+kernel's C prototype by name; :mod:`._threads` owns the kernel threads, hands a call's chunks
+to them and sets the thread count (affinity, cgroup quota; OpenBLAS gets the same); this
+module holds the switch, the array checks and the kernels' Python faces; :mod:`.convolution`
+the convolution kernels.
 """
 
 import os
@@ -45,9 +50,13 @@ import numpy as np
 from ._library import address as _address, function as _function
 from ._library import library_available, load as _load, unavailable_reason  # noqa: F401
 from ._threads import MIN_ELEMENTS_PER_THREAD, grain as _grain, split as _split
+from ._threads import SingleThreadedBlas as _SingleThreadedBlas
+from ._threads import blas_controllable as _blas_controllable
 from ._threads import threads  # noqa: F401
 
 _enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
+_gemm_split = [os.environ.get("PYCAFFE_LITE_GEMM_SPLIT", "1") != "0"]
+threads()  # settles the count now, and with it OpenBLAS's (NumPy has loaded it)
 
 
 def set_kernels_enabled(flag):
@@ -218,3 +227,73 @@ def sgd_update(diff, history, data, norm, decay, l1, rate, momentum):
     _split(_function("sgd_update", diff.dtype), diff.size,
            [_address(diff), _address(history), _address(data), norm, decay, int(bool(l1)),
             rate, momentum], grain=1 << 18)
+
+
+# ---- matrix products -------------------------------------------------------------------------
+# Columns per unit of a split product (whole SIMD panels of OpenBLAS's kernels), and the least
+# multiply-adds worth a chunk.
+GEMM_COLUMNS = 64
+GEMM_MIN_WORK = 1 << 21
+
+
+def set_gemm_split(flag):
+    """Split large products over the kernel threads (True, the default) or leave each to
+    OpenBLAS's own threads (False; ``PYCAFFE_LITE_GEMM_SPLIT=0``). Returns the previous
+    setting."""
+    old = _gemm_split[0]
+    _gemm_split[0] = bool(flag)
+    return old
+
+
+def gemm_split_enabled():
+    """Whether large products may be shared by the kernel threads (see :func:`split_matmul`)."""
+    return _gemm_split[0]
+
+
+def _matmul_columns(a, b, out, start, stop):
+    start, stop = start * GEMM_COLUMNS, min(b.shape[1], stop * GEMM_COLUMNS)
+    np.matmul(a, b[:, start:stop], out=out[:, start:stop])
+
+
+def _matmul_stack(a, b, out, start, stop):
+    np.matmul(a[start:stop], b[start:stop], out=out[start:stop])
+
+
+def split_matmul(a, b, out):
+    """``out = a @ b`` for float host arrays shared by the kernel threads, each chunk a
+    single-threaded OpenBLAS product that a thread claims as it comes: a thread that a busy
+    machine deschedules leaves its share to the others (OpenBLAS's own threads split a
+    product in fixed parts and wait for each).
+
+    - 2-D (``a (M, K)``, ``b (K, N)``): the columns of ``b`` and ``out`` in chunks of
+      :data:`GEMM_COLUMNS`. Each element is the same dot product as in one whole product,
+      computed by OpenBLAS's kernel for its panel: equal to the unsplit result to float
+      rounding (bit for bit on most shapes);
+    - 3-D (a stack of products, as NumPy's ``matmul`` broadcasts them): whole products per
+      chunk, each the same call NumPy makes for it.
+
+    Returns False, having done nothing, where it does not apply: switched off, one thread, a
+    product too small to share, ``out`` not C-contiguous, or a BLAS whose threads cannot be
+    set."""
+    if not _gemm_split[0] or threads() <= 1:
+        return False
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or type(out) is not np.ndarray:
+        return False
+    if a.ndim != b.ndim or out.ndim != a.ndim or not out.flags.c_contiguous:
+        return False
+    if a.ndim == 2:
+        m, k = a.shape
+        units = -(-b.shape[1] // GEMM_COLUMNS)
+        grain = max(1, GEMM_MIN_WORK // max(1, m * k * GEMM_COLUMNS))
+        fn = _matmul_columns
+    elif a.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0]:
+        units = a.shape[0]
+        grain = max(1, GEMM_MIN_WORK // max(1, a.shape[1] * a.shape[2] * b.shape[2]))
+        fn = _matmul_stack
+    else:
+        return False
+    if units < 2 * grain or not _blas_controllable():
+        return False
+    with _SingleThreadedBlas():
+        _split(fn, units, (a, b, out), grain=grain)
+    return True
