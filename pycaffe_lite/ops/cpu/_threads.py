@@ -220,15 +220,23 @@ class Job:
         self.finished.acquire()
         self.error = None
 
+    def _claim(self, running):
+        """The next chunk's index (counted as running when ``running``), or None."""
+        with self.lock:
+            i = self.next
+            if i >= self.chunks:
+                return None
+            self.next = i + 1
+            if running:
+                self.running += 1
+            return i
+
     def work(self):
         """A worker thread's share: claim and run chunks until none is left."""
         while True:
-            with self.lock:
-                i = self.next
-                if i >= self.chunks:
-                    return
-                self.next = i + 1
-                self.running += 1
+            i = self._claim(True)
+            if i is None:
+                return
             try:
                 self.fn(*self.args, self.bounds[i], self.bounds[i + 1])
             except BaseException as exc:
@@ -248,11 +256,9 @@ class Job:
     def run_here(self):
         """The calling thread's share: claim and run chunks until none is left."""
         while True:
-            with self.lock:
-                i = self.next
-                if i >= self.chunks:
-                    return
-                self.next = i + 1
+            i = self._claim(False)
+            if i is None:
+                return
             self.fn(*self.args, self.bounds[i], self.bounds[i + 1])
 
     def wait(self, cancel):
