@@ -27,7 +27,7 @@ import numpy as np
 from . import cpu as _cpu
 
 # Measured on a 2-core AVX2 machine (benchmarks/bench_kernels.py --groups pointwise): see
-# docs/performance.md, "Round 3".
+# docs/performance.md, "Convolutions".
 MAX_IN_CHANNELS = 128
 MAX_WEIGHTS = 1 << 16
 # pixels per block of the kernel: 3 vectors of 32 bytes
@@ -36,7 +36,7 @@ _BLOCK_BYTES = 3 * 32
 _MIN_MACS_PER_THREAD = 1 << 18
 
 # opt-in: on a 2-core AVX2 (Zen 3) machine OpenBLAS's sgemm still takes less time per core
-# on most of these shapes (docs/performance.md, "Round 3")
+# on most of these shapes (docs/performance.md, "Convolutions")
 _enabled = [os.environ.get("PYCAFFE_LITE_POINTWISE", "0") == "1"]
 
 
