@@ -31,7 +31,8 @@ from google.protobuf import message as _pb_message
 from google.protobuf import message_factory
 
 from ..errors import ProtoError
-from .wire import END_GROUP, FIXED32, FIXED64, LEN, START_GROUP, VARINT, encode_varint, tag
+from .wire import (END_GROUP, FIXED32, FIXED64, LEN, START_GROUP, VARINT, decode_varint,
+                   encode_varint, tag)
 
 #: the field number of an envelope (2**29 - 1, the largest protobuf allows)
 ENVELOPE = (1 << 29) - 1
@@ -59,19 +60,11 @@ class Broken(Exception):
 
 
 def _varint(data, pos, base):
-    result = shift = 0
-    start = pos
-    while True:
-        if pos >= len(data):
-            raise Broken(base + start, "the data ends inside a varint (truncated)")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise Broken(base + start, "a varint longer than 10 bytes")
+    """:func:`wire.decode_varint`, failing with a :class:`Broken` at the varint's offset."""
+    try:
+        return decode_varint(data, pos)
+    except ValueError as exc:
+        raise Broken(base + pos, str(exc)) from None
 
 
 def walk(data, base=0, one=False, depth=0):

@@ -23,17 +23,21 @@ def tag(number, wire):
     return encode_varint(number << 3 | wire)
 
 
-def _varint(data, pos):
+def decode_varint(data, pos):
+    """The varint at ``pos`` of ``data`` and the position after it; ValueError where the data
+    ends inside it or it runs past protobuf's 10 bytes."""
     result = shift = 0
     while True:
         if pos >= len(data):
-            raise ValueError("truncated varint")
+            raise ValueError("the data ends inside a varint (truncated)")
         byte = data[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return result, pos
         shift += 7
+        if shift >= 70:
+            raise ValueError("a varint longer than 10 bytes")
 
 
 def fields(data):
@@ -41,12 +45,12 @@ def fields(data):
     value), the value being an int (varint), the payload (length-delimited) or the raw bytes."""
     pos = 0
     while pos < len(data):
-        key, start = _varint(data, pos)
+        key, start = decode_varint(data, pos)
         number, wire = key >> 3, key & 7
         if wire == VARINT:
-            value, end = _varint(data, start)
+            value, end = decode_varint(data, start)
         elif wire == LEN:
-            length, body = _varint(data, start)
+            length, body = decode_varint(data, start)
             end = body + length
             value = data[body:end]
         elif wire in (FIXED64, FIXED32):
