@@ -11,6 +11,9 @@ import sys
 import pytest
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FieldDescriptor as FD
+from helpers.wire_bytes import length_delimited as _len
+from helpers.wire_bytes import tag as _key
+from helpers.wire_bytes import varint_field as _vint
 
 from pycaffe_lite.proto import caffe_pb2
 
@@ -236,29 +239,8 @@ def test_installed_protobuf_requirement_matches_the_generated_module():
     assert run[0] == major and run >= (major, minor, patch)
 
 
-def _varint(n):
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _key(number, wire_type):
-    return _varint(number << 3 | wire_type)
-
-
-def _len(number, payload):
-    return _key(number, 2) + _varint(len(payload)) + payload
-
-
 def _f32(number, value):
     return _key(number, 5) + struct.pack("<f", value)
-
-
-def _vint(number, value):
-    return _key(number, 0) + _varint(value)
 
 
 def test_ssd_fork_wire_bytes_parse():
