@@ -28,6 +28,7 @@ import logging
 import os
 
 from . import backend
+from .proto import caffe_pb2
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -41,7 +42,6 @@ CAPTURABLE = frozenset([
     "Exp", "Log", "Clip", "ReLU6", "Swish", "Eltwise", "Concat", "Slice", "Split", "Pooling",
     "InnerProduct", "Softmax", "LRN", "Dropout", "Flatten", "Reshape", "Silence",
 ])
-TEST = 1
 
 
 def set_enabled(flag):
@@ -59,10 +59,10 @@ def enabled():
 class _Graphs:
     """A net's capture state: the input shapes last seen, the captured graph for them."""
 
-    __slots__ = ("warm_key", "key", "graph", "written", "refused", "replays")
+    __slots__ = ("warm_key", "key", "graph", "written", "refused", "replays", "layers")
 
     def __init__(self):
-        self.warm_key = self.key = self.graph = None
+        self.warm_key = self.key = self.graph = self.layers = None
         self.written = []
         self.refused = ""
         self.replays = 0
@@ -74,7 +74,7 @@ def why_not(net, start, end):
         return "CUDA graphs are off"
     if backend.mode() != backend.GPU:
         return "CPU mode"
-    if net.phase != TEST:
+    if net.phase != caffe_pb2.TEST:
         return "a TRAIN net"
     if start != 0 or end != len(net.records) - 1:
         return "a partial forward"
@@ -85,6 +85,12 @@ def why_not(net, start, end):
     state = _state(net)
     if state.refused:
         return state.refused
+    if state.layers is None:  # the layers and their losses are the net's for good
+        state.layers = _layers_why_not(net)
+    return state.layers
+
+
+def _layers_why_not(net):
     for rec in net.records:
         if rec.layer.type not in CAPTURABLE:
             return "layer '%s' (%s) runs host code" % (rec.name, rec.layer.type)

@@ -11,7 +11,7 @@ it is given; nothing synchronises with the host.
 
 import numpy as np
 
-from ._util import BLOCK, RawModuleCache, cupy, i32, launch
+from ._util import BLOCK, RawModuleCache, cupy, i32, kernel_dtype, launch
 
 # Blocks per channel for the sums: enough blocks to fill the device, each at least this many
 # elements.
@@ -134,10 +134,6 @@ _MODULE = RawModuleCache(_SOURCE, ["channel_sums", "finish_sums", "bn_running", 
                                    "bn_apply", "bn_backward", "scale_apply"])
 
 
-def _ctype(a):
-    return {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}[np.dtype(a.dtype)]
-
-
 def splits_for(outer, channels, inner):
     """Blocks per channel: the device filled, each block at least MIN_PER_BLOCK elements."""
     per_channel = int(outer) * int(inner)
@@ -155,7 +151,7 @@ def channel_sums(a, mode, out1, out2=None, b=None, mean=None, scale=1.0, accumul
     splits = splits_for(outer, channels, inner)
     p1 = cp.empty(channels * splits, dtype=np.float64)
     p2 = cp.empty(channels * splits, dtype=np.float64) if mode == 2 else p1
-    t = _ctype(a)
+    t = kernel_dtype(a)
     fn = _MODULE.function("channel_sums", t)
     fn((channels, splits), (BLOCK,),
        (a, b if b is not None else a, mean if mean is not None else a, i32(mode), i32(outer),
@@ -177,19 +173,19 @@ def bn_statistics(x, mean, var):
 
 
 def bn_running(mean, var, mean_sum, var_sum, weight, fraction, correction, eps, std):
-    launch(_MODULE.function("bn_running", _ctype(mean)), mean.size,
+    launch(_MODULE.function("bn_running", kernel_dtype(mean)), mean.size,
            (mean, var, mean_sum, var_sum, weight, np.float64(fraction),
             np.float64(correction), np.float64(eps), i32(mean.size), std))
 
 
 def bn_global(mean_sum, var_sum, weight, eps, mean, std):
-    launch(_MODULE.function("bn_global", _ctype(mean)), mean.size,
+    launch(_MODULE.function("bn_global", kernel_dtype(mean)), mean.size,
            (mean_sum, var_sum, weight, np.float64(eps), i32(mean.size), mean, std))
 
 
 def bn_apply(x, mean, std, x_norm, y):
     outer, channels, inner = x.shape
-    launch(_MODULE.function("bn_apply", _ctype(x)), x.size,
+    launch(_MODULE.function("bn_apply", kernel_dtype(x)), x.size,
            (x, mean, std, i32(channels), i32(inner), np.int64(x.size), x_norm, y))
 
 
@@ -204,7 +200,7 @@ def bn_backward(dy, x_norm, std, global_stats, dx, mean_dy=None, mean_dy_xn=None
         channel_sums(dy, 2, mean_dy, mean_dy_xn, b=x_norm, scale=1.0 / count if count else 0.0)
     else:
         mean_dy = mean_dy_xn = std
-    launch(_MODULE.function("bn_backward", _ctype(dy)), dy.size,
+    launch(_MODULE.function("bn_backward", kernel_dtype(dy)), dy.size,
            (dy, x_norm, mean_dy, mean_dy_xn, std, i32(1 if global_stats else 0),
             i32(channels), i32(inner), np.int64(dy.size), dx))
 
@@ -212,6 +208,6 @@ def bn_backward(dy, x_norm, std, global_stats, dx, mean_dy=None, mean_dy_xn=None
 def scale_apply(x, s, b, y):
     """``y = x * s[c] (+ b[c])`` over ``(outer, C, inner)``."""
     outer, channels, inner = x.shape
-    launch(_MODULE.function("scale_apply", _ctype(x)), x.size,
+    launch(_MODULE.function("scale_apply", kernel_dtype(x)), x.size,
            (x, s, b if b is not None else np.uint64(0), i32(channels), i32(inner),
             np.int64(x.size), y))

@@ -36,7 +36,6 @@ log = logging.getLogger("pycaffe_lite")
 
 FPROP, DGRAD, WGRAD = "fprop", "dgrad", "wgrad"
 FPROP_BIAS, FPROP_BIAS_RELU = "fprop_bias", "fprop_bias_relu"
-KINDS = (FPROP, DGRAD, WGRAD, FPROP_BIAS, FPROP_BIAS_RELU)
 # the numerical notes of plans that do not compute in float32 throughout
 STRICT_FLOAT32_EXCLUDES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")
 TIMING_REPEATS = 3
@@ -109,10 +108,6 @@ class Key(tuple):
         return cls((kind, tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(pad),
                     tuple(stride), tuple(dilation), np.dtype(dtype).str,
                     _settings["allow_tf32"], device))
-
-    @property
-    def kind(self):
-        return self[0]
 
     def describe(self):
         kind, x, w, y, pad, stride, dil, dtype = self[:8]
@@ -329,7 +324,7 @@ def _workspace(device, size):
     return buf.data.ptr
 
 
-def _time_plan(fe, handle):
+def _time_plan(handle):
     cp = cupy()
 
     def timer(graph, index, pack, workspace_ptr):
@@ -360,7 +355,7 @@ def run(kind, arrays, x_shape, w_shape, y_shape, pad, stride, dilation):
     plan = CACHE.get(key)
     if plan is False:
         plan = CACHE.plan(fe, key, handle, pointers,
-                          lambda size: _workspace(device, size), _time_plan(fe, handle))
+                          lambda size: _workspace(device, size), _time_plan(handle))
     if plan is None:
         return False
     plan.execute(pointers, _workspace(device, plan.workspace), handle)
