@@ -44,6 +44,7 @@ import os
 
 import numpy as np
 
+from . import net_blocked
 from .errors import NetError
 from .layers import create_layer
 from .ops.relu import bias_relu
@@ -108,6 +109,7 @@ class Folding:
     def __init__(self, chains, keep_intermediates):
         self.chains = chains
         self.keep_intermediates = keep_intermediates
+        self.blocked = None  # the channel-blocked steps (net_blocked.Plan), when they run
         self.inside = {}  # layer index -> (chain, position): 0 producer, k absorbed
         for c in chains:
             self.inside[c.producer] = (c, 0)
@@ -329,8 +331,13 @@ def fold(net, keep_intermediates=True):
     if chains:
         net.blobs = BlobDict(((n, b) for n, b in net.blobs.items() if n not in folded_names),
                              folded_names)
-    if chains or lean:
+    blocked = net_blocked.install(net, chains)
+    if chains or lean or blocked is not None and blocked.steps:
         net.folding = Folding(chains, keep_intermediates)
+        net.folding.blocked = blocked
+        for pair in blocked.pairs if blocked is not None else ():
+            net.folding.inside[pair.producer] = (pair, 0)
+            net.folding.inside[pair.absorbed[0]] = (pair, 1)
     return chains
 
 

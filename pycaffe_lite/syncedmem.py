@@ -3,6 +3,13 @@
 States: ``UNINITIALIZED`` (nothing allocated), ``HEAD_AT_CPU`` (host is current, device stale),
 ``HEAD_AT_GPU`` (device is current, host stale) and ``SYNCED`` (both current). Reading a side
 brings it up to date; asking for a side to write marks the other one stale.
+
+A third side serves the channel-blocked inference path (:mod:`pycaffe_lite.net_blocked`):
+``HEAD_AT_BLOCKED`` (the value lives only in ``blocked``, an object whose ``unblock(flat)``
+writes it into a host array in the blob's own layout). Reading the host side converts it;
+``blocked_current`` stays True until a side is asked for writing. ``version`` counts the
+requests for writing (host or device), so a copy derived from the values (packed weights)
+can tell that they may have changed.
 """
 
 import numpy as np
@@ -12,13 +19,15 @@ from . import backend
 UNINITIALIZED = "uninitialized"
 HEAD_AT_CPU = "head_at_cpu"
 HEAD_AT_GPU = "head_at_gpu"
+HEAD_AT_BLOCKED = "head_at_blocked"
 SYNCED = "synced"
 
 
 class SyncedArray:
     """A flat array of ``size`` elements of ``dtype`` with lazy host/device copies."""
 
-    __slots__ = ("size", "dtype", "_cpu", "_gpu", "head")
+    __slots__ = ("size", "dtype", "_cpu", "_gpu", "head", "blocked", "blocked_current",
+                 "version")
 
     def __init__(self, size, dtype=np.float32):
         self.size = int(size)
@@ -26,9 +35,17 @@ class SyncedArray:
         self._cpu = None
         self._gpu = None
         self.head = UNINITIALIZED
+        self.blocked = None
+        self.blocked_current = False
+        self.version = 0
 
     def _to_cpu(self):
-        if self.head == UNINITIALIZED:
+        if self.head == HEAD_AT_BLOCKED:
+            if self._cpu is None:
+                self._cpu = np.empty(self.size, self.dtype)
+            self.blocked.unblock(self._cpu)
+            self.head = HEAD_AT_CPU
+        elif self.head == UNINITIALIZED:
             self._cpu = np.zeros(self.size, self.dtype)
             self.head = HEAD_AT_CPU
         elif self.head == HEAD_AT_GPU:
@@ -40,6 +57,8 @@ class SyncedArray:
             self.head = SYNCED
 
     def _to_gpu(self):
+        if self.head == HEAD_AT_BLOCKED:
+            self._to_cpu()
         if self.head == UNINITIALIZED:
             self._gpu = backend.device_module().zeros(self.size, self.dtype)
             self.head = HEAD_AT_GPU
@@ -60,6 +79,8 @@ class SyncedArray:
 
     def mutable_cpu(self):
         """The host array for writing: the device copy becomes stale."""
+        self.blocked_current = False
+        self.version += 1
         if self.head != HEAD_AT_CPU:
             self._to_cpu()
             self.head = HEAD_AT_CPU
@@ -71,6 +92,8 @@ class SyncedArray:
         return self._gpu
 
     def mutable_gpu(self):
+        self.blocked_current = False
+        self.version += 1
         if self.head != HEAD_AT_GPU:
             self._to_gpu()
             self.head = HEAD_AT_GPU
@@ -81,6 +104,14 @@ class SyncedArray:
         make it the current one."""
         if self._gpu is not None:
             self.head = HEAD_AT_GPU
+            self.blocked_current = False
+
+    def blocked_written(self, side):
+        """The value was written in blocked layout into ``side`` (see the module's text): the
+        host and device copies become stale."""
+        self.blocked = side
+        self.blocked_current = True
+        self.head = HEAD_AT_BLOCKED
 
     def pin_host(self):
         """Move the host side into page-locked memory (GPU mode; see backend.pinned_empty),
@@ -92,6 +123,8 @@ class SyncedArray:
     def push_to_device(self, stream=None):
         """Bring the device side up to date from the host on ``stream`` (the caller waits for
         it), as Caffe's async_gpu_push; both sides are current afterwards."""
+        if self.head == HEAD_AT_BLOCKED:
+            self._to_cpu()
         if self.head != HEAD_AT_CPU:
             return
         if self._gpu is None:
