@@ -141,6 +141,7 @@ class ConvStep(Step):
         self.runner, self.out, self.relu = runner, out, relu
         self.input_blocked = input_blocked
         self.live = False
+        self.sum = None  # (Eltwise layer, its bottoms, its top, the other bottom): see below
         self.pack()
 
     def _sources(self):
@@ -168,10 +169,21 @@ class ConvStep(Step):
             x = self.input(bottom[0], contiguous=True)
         else:
             x = np.ascontiguousarray(bottom[0].cpu_data())
-        side = self.output(self.out)
+        if self.sum is None:
+            side = self.output(self.out)
+            kernels.conv_forward(self.packed, x, side.array, tuple(r.pad), tuple(r.stride),
+                                 tuple(r.dilation), relu=self.relu)
+            self.out.synced_data.blocked_written(side)
+            return
+        # the residual Eltwise SUM (and its ReLU) in the store: its top gets conv + other
+        layer, sum_bottom, sum_top, other = self.sum
+        if sum_top.shape[:1] + sum_top.shape[2:] != self.out.shape[:1] + self.out.shape[2:]:
+            layer.reshape(sum_bottom, [sum_top])
+        side = self.output(sum_top)
         kernels.conv_forward(self.packed, x, side.array, tuple(r.pad), tuple(r.stride),
-                             tuple(r.dilation), relu=self.relu)
-        self.out.synced_data.blocked_written(side)
+                             tuple(r.dilation), relu=self.relu,
+                             residual=self.input(other, contiguous=True))
+        sum_top.synced_data.blocked_written(side)
 
 
 class PoolStep(Step):
@@ -243,12 +255,12 @@ class EltwiseStep(Step):
 
 
 class Absorbed:
-    """A layer whose work another step does (a ReLU after an Eltwise); ``absorbed``: its index,
-    as net_fold's chains list theirs, so that a forward that stops between the two runs every
-    layer on its own."""
+    """Layers whose work another step does (a ReLU after an Eltwise; an Eltwise in a
+    convolution's store); ``absorbed``: their indices, as net_fold's chains list theirs, so
+    that a forward that stops between them runs every layer on its own."""
 
-    def __init__(self, producer, index):
-        self.producer, self.absorbed = producer, [index]
+    def __init__(self, producer, absorbed):
+        self.producer, self.absorbed = producer, list(absorbed)
 
     def __call__(self, bottom, top):
         return 0.0
@@ -308,7 +320,8 @@ class Plan:
     def __init__(self, net, B):
         self.net, self.B = net, B
         self.steps, self.views = {}, {}
-        self.pairs = []  # Absorbed layers: (producer index, absorbed index)
+        self.pairs = []  # Absorbed: a producer index and the layers whose work it does
+        self.dropped = {}  # blob name -> the layer that now computes past it (not kept)
 
 
 def _conv_ok(layer, rec):
@@ -318,9 +331,11 @@ def _conv_ok(layer, rec):
             and getattr(layer, "num_spatial_axes", None) == 2 and rec.bottoms[0].num_axes == 4)
 
 
-def install(net, chains):
+def install(net, chains, keep_intermediates=True):
     """Put the blocked steps of ``net`` (folded: ``chains`` from net_fold) into
-    ``net._fused``; returns the Plan, or None when the path is off or unavailable."""
+    ``net._fused``; returns the Plan, or None when the path is off or unavailable. Without
+    ``keep_intermediates``, a residual Eltwise SUM also runs in the store of the convolution
+    that computes one of its inputs (that input's blob is then not computed)."""
     B = block_size()
     if B is None or net.dtype != np.float32:
         return None
@@ -380,10 +395,52 @@ def install(net, chains):
         writer[root(out_id)] = (i, step)
         if isinstance(step, EltwiseStep) and _relu_follows(net, i, rec.top_ids[0], absorbed):
             step.relu = True
-            pair = Absorbed(i, i + 1)
+            pair = Absorbed(i, [i + 1])
             plan.pairs.append(pair)
             net._fused[i + 1] = pair
+    if not keep_intermediates:
+        for j, step in list(plan.steps.items()):
+            if isinstance(step, EltwiseStep):
+                _into_convolution(net, plan, j, step, chain_of, writer, root)
     return plan
+
+
+def _into_convolution(net, plan, j, step, chain_of, writer, root):
+    """Run Eltwise ``j`` (SUM of two, coefficients 1) in the store of the convolution that
+    computes one of its inputs just before it (nothing else reads that input; the other input
+    was written before that convolution ran)."""
+    rec = net.records[j]
+    if rec.layer.op != _Eltwise.SUM or len(rec.bottom_ids) != 2 or \
+            any(c != 1 for c in rec.layer.coeffs):
+        return
+    for k in (1, 0):
+        found = writer.get(root(rec.bottom_ids[k]))
+        other = writer.get(root(rec.bottom_ids[1 - k]))
+        if found is None or other is None or not isinstance(found[1], ConvStep):
+            continue
+        i, conv = found
+        chain = chain_of.get(i)
+        last = chain.absorbed[-1] if chain is not None else i
+        out_id = root(rec.bottom_ids[k])
+        inside = set(chain.absorbed if chain is not None else []) | {j}
+        readers = [n for n, r in enumerate(net.records)
+                   if n not in inside and out_id in r.bottom_ids]
+        if (last + 1 != j or other[0] >= i or conv.relu or conv.sum is not None or readers
+                or net._blob_names[out_id] in net.outputs or id(conv.out) in plan.views):
+            continue
+        conv.sum = (rec.layer, rec.bottoms, rec.tops[0], rec.bottoms[1 - k])
+        conv.relu = step.relu
+        del plan.steps[j]
+        absorbed = (chain.absorbed if chain is not None else []) + [j]
+        for pair in [p for p in plan.pairs if p.producer == j]:
+            absorbed += pair.absorbed
+            plan.pairs.remove(pair)
+        pair = Absorbed(i, absorbed)
+        plan.pairs.append(pair)
+        for n in [j] + absorbed[absorbed.index(j) + 1:]:
+            net._fused[n] = pair
+        plan.dropped[net._blob_names[out_id]] = rec.layer.name
+        return
 
 
 def _relu_follows(net, i, blob_id, absorbed):

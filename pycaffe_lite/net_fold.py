@@ -328,16 +328,18 @@ def fold(net, keep_intermediates=True):
             folded_names[name] = producer.name
     lean = _inference_forwards(net)
     net._fused.update(lean)
-    if chains:
+    blocked = net_blocked.install(net, chains, keep_intermediates)
+    if blocked is not None:
+        folded_names.update(blocked.dropped)
+    if folded_names:
         net.blobs = BlobDict(((n, b) for n, b in net.blobs.items() if n not in folded_names),
                              folded_names)
-    blocked = net_blocked.install(net, chains)
     if chains or lean or blocked is not None and blocked.steps:
         net.folding = Folding(chains, keep_intermediates)
         net.folding.blocked = blocked
         for pair in blocked.pairs if blocked is not None else ():
-            net.folding.inside[pair.producer] = (pair, 0)
-            net.folding.inside[pair.absorbed[0]] = (pair, 1)
+            for k, i in enumerate([pair.producer] + pair.absorbed):
+                net.folding.inside[i] = (pair, k)
     return chains
 
 

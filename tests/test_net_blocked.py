@@ -274,3 +274,35 @@ def test_relu_after_eltwise_runs_in_its_pass_and_a_forward_can_stop_between(tmp_
     want = ref.forward(data=x, end="sum")["sum"]
     assert (want < 0).any()
     close(got, want, "sum before its ReLU")
+
+
+def test_residual_sum_in_the_convolution_store_without_intermediates(tmp_path):
+    """keep_intermediates=False: ResNet's Eltwise SUM and its ReLU run in the store of the
+    branch's last convolution (BatchNorm + Scale folded); that branch's blob is then not
+    computed; the block's output matches the layer-by-layer net, and a forward that stops at
+    the Eltwise still gives its value before the ReLU."""
+    proto = tmp_path / "net.prototxt"
+    proto.write_text(INPUT % "2 dim: 16 dim: 7 dim: 5"
+                     + conv("short", "data", "short", 32, k=1, pad=0)
+                     + conv("b1", "data", "b1", 16) + relu("b1_relu", "b1")
+                     + conv("b2", "b1", "b2", 32)
+                     + layer("b2_bn", "BatchNorm", ["b2"], ["b2"])
+                     + layer("b2_scale", "Scale", ["b2"], ["b2"], "scale_param { bias_term: true }")
+                     + layer("res", "Eltwise", ["short", "b2"], ["res"])
+                     + relu("res_relu", "res") + conv("after", "res", "after", 8))
+    weights = weights_for(tmp_path, str(proto))
+    net = caffe.Net(str(proto), weights, caffe.TEST, keep_intermediates=False)
+    ref = caffe.Net(str(proto), weights, caffe.TEST, fold=False)
+    plan = net.folding.blocked
+    names = net.layer_names
+    assert [(names[p.producer], [names[i] for i in p.absorbed]) for p in plan.pairs] == [
+        ("b2", ["b2_bn", "b2_scale", "res", "res_relu"])]
+    assert "b2" not in net.blobs
+    with pytest.raises(KeyError, match="b2"):
+        net.blobs["b2"]
+    x = np.random.default_rng(8).uniform(-1, 1, (2, 16, 7, 5)).astype(np.float32)
+    compare_every_blob(net, ref, x)
+    got = net.forward(data=x, end="res")["res"]
+    want = ref.forward(data=x, end="res")["res"]
+    assert (want < 0).any()
+    close(got, want, "res before its ReLU")
