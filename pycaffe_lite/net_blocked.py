@@ -40,20 +40,28 @@ CONVOLUTIONS = ("Convolution", "ConvolutionDepthwise", "DepthwiseConvolution")
 STEM_CHANNELS = 4
 _Eltwise = caffe_pb2.EltwiseParameter
 _Pool = caffe_pb2.PoolingParameter
-_enabled = [os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")]
+_enabled = [None]  # None: PYCAFFE_LITE_BLOCKED decides, when a net is folded
 
 
 def set_enabled(flag):
     """Run folded TEST nets built from now on in the blocked layout (True, the default where the
-    kernels offer one) or not. Returns the previous setting."""
+    kernels offer one) or not (False); None: as ``PYCAFFE_LITE_BLOCKED`` says. Returns the
+    previous setting."""
     old = _enabled[0]
-    _enabled[0] = bool(flag)
+    _enabled[0] = None if flag is None else bool(flag)
     return old
+
+
+def enabled():
+    """Whether nets folded now take the blocked layout where the kernels offer one."""
+    if _enabled[0] is not None:
+        return _enabled[0]
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def block_size():
     """The channels per block this process would use (None: the path is off or unavailable)."""
-    return kernels.block_size() if _enabled[0] else None
+    return kernels.block_size() if enabled() else None
 
 
 class Side:

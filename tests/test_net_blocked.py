@@ -235,6 +235,10 @@ def test_switch_and_gpu_free_fallback(tmp_path, monkeypatch):
         assert net.folding is None or net.folding.blocked is None
     finally:
         net_blocked.set_enabled(old)
+    monkeypatch.setenv("PYCAFFE_LITE_BLOCKED", "0")
+    net = caffe.Net(str(proto), weights, caffe.TEST)
+    assert net.folding is None or net.folding.blocked is None
+    monkeypatch.delenv("PYCAFFE_LITE_BLOCKED")
     net = caffe.Net(str(proto), weights, caffe.TEST)
     assert net.folding.blocked is not None
     # unfold: layer by layer again, the blocked values still read correctly
