@@ -54,7 +54,7 @@ def net_param(name):
     return param
 
 
-def build_ours(name, seed=0):
+def build_ours(name, seed=0, keep_intermediates=True):
     """Our TEST net ``name`` with seeded He-normal weights (BatchNorm as the identity), the
     ONNX model exported from it, and a seeded input; the net is folded afterwards (as a TEST
     net built with its weights runs; onnxruntime fuses the same)."""
@@ -74,7 +74,7 @@ def build_ours(name, seed=0):
                 blob.data[...] = rng.normal(0, np.sqrt(2.0 / fan_in), blob.shape)
     x = rng.uniform(-1, 1, net.blobs["data"].shape).astype(np.float32)
     model, _ = caffe_onnx.export(net, None)
-    net.fold()
+    net.fold(keep_intermediates)
     return net, model, x
 
 
@@ -95,15 +95,18 @@ def session(model, threads, spinning=True, profile_prefix=None):
                                 providers=["CPUExecutionProvider"])
 
 
-def bench_net(name, rounds=5, per_round=1, threads=None, spinning=True):
+def bench_net(name, rounds=5, per_round=1, threads=None, spinning=True,
+              keep_intermediates=True):
     """ms per batch-1 forward, ours and onnxruntime's (fastest round of each), and the
     ratio; ``None`` when onnx / onnxruntime are missing. ``spinning=False``: onnxruntime's
-    idle threads sleep instead of spinning (which slows our rounds by 10-30% on 2 cores)."""
+    idle threads sleep instead of spinning (which slows our rounds by 10-30% on 2 cores).
+    ``keep_intermediates=False``: our net folded without keeping intermediates (as
+    ``Net(..., keep_intermediates=False)``)."""
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
         return None
-    net, model, x = build_ours(name)
+    net, model, x = build_ours(name, keep_intermediates=keep_intermediates)
     sess = session(model, threads, spinning)
     out = net.outputs[0]
     ours_out = net.forward(data=x)[out].copy()
@@ -140,11 +143,14 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     p.add_argument("--no-spinning", action="store_true",
                    help="onnxruntime's idle threads sleep (session.intra_op.allow_spinning 0)")
+    p.add_argument("--no-intermediates", action="store_true",
+                   help="our nets folded with keep_intermediates=False")
     args = p.parse_args(argv)
     bench_env.report()
     print("%-14s %10s %14s %8s" % ("net (batch 1)", "ours (ms)", "onnxruntime", "ratio"))
     for name in args.nets:
-        r = bench_net(name, args.rounds, threads=args.threads, spinning=not args.no_spinning)
+        r = bench_net(name, args.rounds, threads=args.threads, spinning=not args.no_spinning,
+                      keep_intermediates=not args.no_intermediates)
         if r is None:
             print("onnxruntime is not installed (pip install onnx onnxruntime)")
             return 1

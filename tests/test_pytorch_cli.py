@@ -73,11 +73,17 @@ def test_export_command_checks_against_our_forward(small, tmp_path, capsys):
 
 def test_export_command_errors(small, tmp_path, capsys, monkeypatch):
     proto, weights = small
+    assert cli.main(["export_pytorch", "--model", str(proto), "--output-dir", str(tmp_path)]) == 1
+    assert "no --weights" in capsys.readouterr().err
+    assert not (tmp_path / "weights.pt").exists()
     assert cli.main(["export_pytorch", "--model", str(proto), "--output-dir", str(tmp_path),
-                     "--class-name", "class"]) == 1
+                     "--weights", str(weights), "--random_weights"]) == 1
+    assert "exclude each other" in capsys.readouterr().err
+    assert cli.main(["export_pytorch", "--model", str(proto), "--output-dir", str(tmp_path),
+                     "--random_weights", "--class-name", "class"]) == 1
     assert "--class-name 'class' is not a usable Python class name" in capsys.readouterr().err
     assert cli.main(["export_pytorch", "--model", str(tmp_path / "none.prototxt"),
-                     "--output-dir", str(tmp_path)]) == 1
+                     "--random_weights", "--output-dir", str(tmp_path)]) == 1
     assert "none.prototxt" in capsys.readouterr().err
     # without torch the files are written all the same (weights.pt needs no torch)
     monkeypatch.setitem(sys.modules, "torch", None)

@@ -11,8 +11,11 @@ DEFAULT_TOLERANCE = 1e-4
 
 def add_arguments(p):
     p.add_argument("--model", required=True, help="the net (.prototxt), built in the TEST phase")
-    p.add_argument("--weights", help="trained weights (.caffemodel or .h5); without them the "
-                   "net's fillers give the weights")
+    p.add_argument("--weights", help="trained weights (.caffemodel or .h5); required unless "
+                   "--random_weights")
+    p.add_argument("--random_weights", action="store_true",
+                   help="export without trained weights: the net's fillers give them (a module "
+                   "to test the conversion with, not a trained one)")
     p.add_argument("--output-dir", required=True,
                    help="the folder to write model.py and weights.pt into")
     p.add_argument("--class-name", help="the module's class name (default: from the net's "
@@ -65,6 +68,12 @@ def run(args):
 
     if not args.tolerance >= 0:
         raise CaffeError("--tolerance must be >= 0, got %r" % args.tolerance)
+    if not args.weights and not args.random_weights:
+        raise CaffeError("no --weights: weights.pt would hold the fillers' random weights, not "
+                         "trained ones; give --weights w.caffemodel, or --random_weights to "
+                         "export those on purpose")
+    if args.weights and args.random_weights:
+        raise CaffeError("--weights and --random_weights exclude each other")
     net, report = export_files(args.model, args.weights, args.output_dir, args.class_name,
                                args.train)
     for name, type_ in report["dropped"]:
