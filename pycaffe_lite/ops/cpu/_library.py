@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-ABI_VERSION = 13
+ABI_VERSION = 14
 _state = {"lib": None, "checked": False, "error": None}
 _lock = threading.Lock()
 
@@ -55,6 +55,19 @@ pointwise_forward(const T *x, const T *w, const T *bias, T *y, idx nk, idx nc, i
     idx relu)
 """
 
+# Float-only kernels (blocked_impl.h), exported once as ``pcl_<name>_f32``; ``blocked_isa``
+# (no arguments) is bound apart.
+PROTOTYPES_F32 = """
+to_blocked(const float *x, float *xb, idx nc, idx hw, idx bs, idx xbs_n)
+from_blocked(const float *xb, float *x, idx nc, idx hw, idx bs, idx xbs_n)
+blocked_conv(const float *x, const float *wts, const float *bias, const float *res, float *y,
+    idx bs, idx depthwise, idx input_blocked, idx nk, idx cg, idx kg, idx h, idx w, idx kh,
+    idx kw, idx ph, idx pw, idx sh, idx sw, idx dh, idx dw, idx oh, idx ow, idx xs_n, idx ys_n,
+    idx rs_n, idx relu, idx seglen)
+blocked_pool(const float *x, float *y, idx bs, idx method_ave, idx cbn, idx h, idx w, idx oh,
+    idx ow, idx kh, idx kw, idx ph, idx pw, idx sh, idx sw, idx xs_n, idx ys_n)
+"""
+
 _C_TYPES = {"idx": ctypes.c_int64, "int32_t": ctypes.c_int32}
 
 
@@ -74,6 +87,7 @@ def parse_prototypes(text):
 
 
 SIGNATURES = parse_prototypes(PROTOTYPES)
+SIGNATURES_F32 = parse_prototypes(PROTOTYPES_F32)
 
 
 def _argtype(ctype, scalar):
@@ -106,6 +120,11 @@ def load():
                     fn = getattr(lib, "pcl_" + name + suffix)
                     fn.argtypes = [_argtype(ctype, scalar) for ctype, _ in args]
                     fn.restype = None
+            for name, args in SIGNATURES_F32.items():
+                fn = getattr(lib, "pcl_" + name + "_f32")
+                fn.argtypes = [_argtype(ctype, ctypes.c_float) for ctype, _ in args]
+                fn.restype = None
+            lib.pcl_blocked_isa.argtypes, lib.pcl_blocked_isa.restype = [], ctypes.c_int
         except (ImportError, OSError, AttributeError) as exc:
             _state["error"] = str(exc)
             lib = None

@@ -1,7 +1,8 @@
 /* Compiled host kernels of pycaffe_lite.ops.cpu: im2col/col2im, MAX pooling forward and
  * backward, AVE pooling forward, LRN's channel sums, bias and ReLU, the SGD solver's update
  * (kernels_impl.h); the direct depthwise convolution and Winograd's F(2x2, 3x3) and F(4x4, 3x3)
- * transforms and the direct 1x1 convolution (conv_impl.h).
+ * transforms and the direct 1x1 convolution (conv_impl.h); the channel-blocked convolution
+ * and pooling, float only (blocked_impl.h, blocked_body.h).
  *
  * Plain C functions over raw arrays, called through ctypes (which releases the GIL, so
  * several threads can run parts of one kernel). setup.py builds this file as an optional
@@ -71,8 +72,10 @@ typedef int64_t idx;
 #undef SQRT
 #undef NAME
 
+#include "blocked_impl.h"
+
 /* An ABI number: the Python side refuses a library built from other sources. */
-EXPORT int pcl_abi_version(void) { return 13; }
+EXPORT int pcl_abi_version(void) { return 14; }
 
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT, "_kernels",
