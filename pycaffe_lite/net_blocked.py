@@ -20,7 +20,8 @@ from then on, so net surgery is always seen.
 
 The path runs in CPU mode only (in GPU mode every step runs the layer's own forward), for
 float32 nets, on 2-D convolutions the kernels take (one group; depthwise; groups of whole
-blocks), MAX and AVE pooling with one top, ReLU, Eltwise and channel Concat. It is off with
+blocks), MAX and AVE pooling with one top, ReLU, Eltwise, channel Concat and test-time
+Dropout. It is off with
 ``PYCAFFE_LITE_BLOCKED=0`` (read when a net is folded) or :func:`set_enabled`.
 """
 
@@ -221,6 +222,24 @@ class ReluStep(Step):
         top[0].synced_data.blocked_written(side)
 
 
+class DropoutStep(Step):
+    """Dropout at test time: the identity, or a multiplication by ``1 - dropout_ratio`` where
+    ``scale_train`` is false."""
+
+    def run(self, bottom, top):
+        self.reshape(bottom, top)
+        x = self.input(bottom[0])
+        if top[0].synced_data is bottom[0].synced_data:
+            side = bottom[0].synced_data.blocked
+        else:
+            side = self.output(top[0])
+        if not self.layer.scale_train:
+            np.multiply(x, np.float32(1.0 - self.layer.ratio), out=side.array)
+        elif side.array is not x:
+            side.array[...] = x
+        top[0].synced_data.blocked_written(side)
+
+
 class EltwiseStep(Step):
     """Eltwise on the blocked arrays, in the layer's order of operations; ``relu``: the ReLU
     that follows in place, applied here (its own step then does nothing)."""
@@ -388,6 +407,8 @@ def install(net, chains, keep_intermediates=True):
                 step = PoolStep(plan, i, original)
             elif layer.type == "ReLU":
                 step = ReluStep(plan, i, original)
+            elif layer.type == "Dropout" and not layer._train():
+                step = DropoutStep(plan, i, original)
             elif layer.type == "Eltwise":
                 step = EltwiseStep(plan, i, original)
             elif layer.type == "Concat" and len(roots) > 1:

@@ -108,8 +108,9 @@ def relu(name, blob, slope=0.0):
 # stem read as NCHW, ragged channel counts (20, 36: not whole blocks), BatchNorm + Scale + ReLU
 # folded, MAX pooling rounding up, AVE pooling with pad, a grouped and a depthwise convolution,
 # a dilated one, a Concat of whole blocks (written in place) and one that is not (copied on
-# NCHW), Eltwise SUM with coefficients, PROD and MAX, a leaky ReLU, LRN and Dropout (NCHW),
-# a Split, and an InnerProduct reading the last blocked blob.
+# NCHW), Eltwise SUM with coefficients, PROD and MAX, a leaky ReLU, LRN (NCHW),
+# a Split, test-time Dropout (in place, and scaled as the Fast R-CNN fork's scale_train: false
+# asks), and an InnerProduct reading the last blocked blob.
 MIXED = (
     INPUT % "2 dim: 3 dim: 23 dim: 21"
     + conv("stem", "data", "stem", 32, k=5, pad=2, stride=2)
@@ -119,7 +120,7 @@ MIXED = (
     + layer("pool1", "Pooling", ["stem"], ["pool1"],
             "pooling_param { pool: MAX kernel_size: 3 stride: 2 }")
     + conv("a1", "pool1", "a1", 32, k=1, pad=0) + relu("a1_relu", "a1")
-    + conv("a3", "pool1", "a3", 16, k=3) + relu("a3_relu", "a3")
+    + conv("a3", "pool1", "a3", 32, k=3) + relu("a3_relu", "a3")
     + layer("cat_blocks", "Concat", ["a1", "a3"], ["cat_blocks"])
     + conv("g2", "cat_blocks", "g2", 32, k=3, group=2)
     + conv("dw", "g2", "dw", 32, k=3, group=32)
@@ -140,7 +141,9 @@ MIXED = (
     + layer("ave", "Pooling", ["after_norm"], ["ave"],
             "pooling_param { pool: AVE kernel_size: 3 stride: 2 pad: 1 }")
     + layer("drop", "Dropout", ["ave"], ["ave"])
-    + conv("last", "ave", "last", 16, k=2, pad=0)
+    + layer("drop2", "Dropout", ["ave"], ["ave2"], "dropout_param { dropout_ratio: 0.25 "
+            "scale_train: false }")
+    + conv("last", "ave2", "last", 16, k=2, pad=0)
     + layer("fc", "InnerProduct", ["last"], ["fc"], "inner_product_param { num_output: 7 }"))
 
 
@@ -154,11 +157,12 @@ def test_mixed_net_every_blob_matches_layer_by_layer(tmp_path, isa):
     assert plan is not None and plan.B == isa
     steps = {net.layer_names[i]: type(s).__name__ for i, s in plan.steps.items()}
     for name in ("stem", "pool1", "a1", "a3", "cat_blocks", "g2", "dw", "r20", "r20_leaky",
-                 "r36", "p", "q", "sum", "prod", "max", "after_norm", "ave", "last"):
+                 "r36", "p", "q", "sum", "prod", "max", "after_norm", "ave", "drop", "drop2",
+                 "last"):
         assert name in steps, name
     # the in-place ReLU after an Eltwise runs in the Eltwise's step
     assert [net.layer_names[p.absorbed[0]] for p in plan.pairs] == ["max_relu"]
-    for name in ("cat_ragged", "norm", "drop", "fc"):  # run on NCHW
+    for name in ("cat_ragged", "norm", "fc"):  # run on NCHW
         assert name not in steps, name
     # cat_blocks' inputs are written into its buffer: no copy
     assert len(plan.views) == 2
