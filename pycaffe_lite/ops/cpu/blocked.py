@@ -227,8 +227,14 @@ def pack_conv(weight, bias, group, B, input_blocked=True):
 
 
 # Output columns per work unit at most (runs of a long row, and of a 1x1 layer's flattened
-# image); a multiple of the kernel's 12-pixel tile.
+# image), cut into equal runs.
 SEGMENT = 96
+
+
+# Floats of the C kernels' stack copy of one block of input for the tiles at the left and
+# right edges (PCL_BLK_PATCH in blocked_impl.h), and the most pixels of a tile.
+PATCH_FLOATS = 16384
+TILE_MAX = 14
 
 
 def _pair(v, what):
@@ -289,8 +295,11 @@ def conv_forward(packed, x, y, pad, stride, dilation, relu=False, residual=None)
     if not packed.depthwise:
         units_per_row = -(-ow // SEGMENT)
         seglen = -(-ow // units_per_row)
-        seglen = -(-seglen // 12) * 12 if units_per_row > 1 else ow
         units_per_row = -(-ow // seglen)
+    span = (TILE_MAX - 1) * sw + (kw - 1) * dw + 1
+    if not packed.depthwise and kh * span * (B if packed.input_blocked else 1) > PATCH_FLOATS:
+        raise ValueError("kernel %s with stride %d and dilation %d spans too many columns "
+                         "for the blocked kernels" % ((kh, kw), sw, dw))
     cg = C // packed.group
     kg = K // packed.group
     units = n * want[1] * oh * units_per_row
