@@ -92,6 +92,8 @@ GEOMETRIES = [
     (1, 8, 9, 6, 50, (3, 5), (1, 3), (2, 1), (1, 1), 1),        # odd stride: small tiles
     (1, 32, 48, 27, 27, (5, 5), (1, 1), (2, 2), (1, 1), 1),     # GoogLeNet's 5x5
     (1, 13, 11, 3, 4, (3, 3), (1, 1), (1, 1), (1, 1), 1),       # every tile at an edge
+    (1, 10, 20, 5, 200, (3, 3), (1, 1), (1, 1), (1, 1), 1),     # rows cut into runs
+    (1, 3, 16, 40, 45, (11, 11), (4, 4), (2, 2), (1, 1), 1),    # AlexNet-like conv1 (blocked)
     (1, 96, 64, 13, 13, (5, 5), (1, 1), (2, 2), (1, 1), 2),     # CaffeNet conv2 (groups)
     (1, 64, 64, 9, 9, (3, 3), (1, 1), (1, 1), (1, 1), 4),       # 4 groups of 16 (B = 8: 2)
 ]
@@ -115,15 +117,17 @@ def test_conv_matches_torch(B, geometry):
 
 
 @needs_library
-def test_first_layer_reads_nchw(B):
-    """A 7x7 stride 2 pad 3 convolution of a 3-channel NCHW image (ResNet's conv1)."""
+@pytest.mark.parametrize("kernel, stride, pad", [(7, 2, 3), (3, 1, 1), (11, 4, 0), (3, 2, 0)])
+def test_first_layer_reads_nchw(B, kernel, stride, pad):
+    """A convolution of a 3-channel NCHW image (ResNet's 7x7 stride 2 pad 3 conv1, ...)."""
     rng = np.random.default_rng(2)
     x = rng.standard_normal((2, 3, 37, 41)).astype(np.float32)
-    w = rng.standard_normal((20, 3, 7, 7)).astype(np.float32)
+    w = rng.standard_normal((20, 3, kernel, kernel)).astype(np.float32)
     b = rng.standard_normal(20).astype(np.float32)
-    y = run_conv(B, x, w, b, (2, 2), (3, 3), (1, 1), 1, input_blocked=False, relu=True)
-    want, scale = torch_conv(x, w, b, (2, 2), (3, 3), (1, 1), 1, relu=True)
-    assert_close(blocked.from_blocked(y, 20), want, scale, 3 * 49)
+    s, p = (stride, stride), (pad, pad)
+    y = run_conv(B, x, w, b, s, p, (1, 1), 1, input_blocked=False, relu=True)
+    want, scale = torch_conv(x, w, b, s, p, (1, 1), 1, relu=True)
+    assert_close(blocked.from_blocked(y, 20), want, scale, 3 * kernel * kernel)
     assert np.all(y[:, -1, ..., 20 % B:] == 0)
 
 
@@ -156,6 +160,20 @@ def test_residual_relu_and_no_bias(B):
     assert_close(got, want, scale, 21 * 9)
     assert (got == 0).mean() > 0.2  # the ReLU did cut
     assert np.all(y[:, -1, ..., 19 % B:] == 0)
+
+
+@needs_library
+def test_residual_may_be_the_output(B):
+    """y += conv(x) in place: the residual read from the output array itself."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 18, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((20, 18, 1, 1)).astype(np.float32)
+    r = rng.standard_normal((1, 20, 9, 9)).astype(np.float32)
+    y = blocked.to_blocked(r, B)
+    blocked.conv_forward(blocked.pack_conv(w, None, 1, B), blocked.to_blocked(x, B), y, (0, 0),
+                         (1, 1), (1, 1), relu=True, residual=y)
+    want, scale = torch_conv(x, w, None, (1, 1), (0, 0), (1, 1), 1, residual=r, relu=True)
+    assert_close(blocked.from_blocked(y, 20), want, scale, 18)
 
 
 @needs_library
@@ -323,6 +341,10 @@ def test_bad_shapes_are_named(B):
     with pytest.raises(ValueError, match="contiguous"):
         blocked.conv_forward(packed, x, np.zeros((1, 32 // B, 8, 16, B), np.float32)[:, :, :, ::2],
                              (1, 1), (1, 1), (1, 1))
+    with pytest.raises(ValueError, match="must not overlap its input"):
+        big = np.zeros((1, 4, 8, 8, B), np.float32)
+        blocked.conv_forward(blocked.pack_conv(np.zeros((B, B, 3, 3), np.float32), None, 1, B),
+                             big[:, :1], big[:, :1], (1, 1), (1, 1), (1, 1))
     with pytest.raises(ValueError, match="not multiples of the block size"):
         blocked.pack_conv(np.zeros((30, 5, 3, 3), np.float32), None, 3, B)
     with pytest.raises(ValueError, match="group 1 only"):
