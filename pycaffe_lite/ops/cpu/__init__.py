@@ -30,6 +30,8 @@ of memory to a process whose whole LeNet training fits in 100 MB).
 - :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) and
   F(4x4, 3x3) (equal to
   the matrix-product path to float rounding, not bit for bit: see there).
+- :mod:`.blocked`: the channel-blocked (NCHWc) layout's direct convolution and pooling,
+  float32, AVX-512F or AVX2 + FMA chosen at run time (see there).
 
 ctypes releases the GIL during a call, so each kernel cuts its work into chunks (by channel,
 plane or element) that the calling thread and ``threads() - 1`` workers claim as they come: a
@@ -40,7 +42,7 @@ The package: :mod:`._library` loads the shared object, checks its ABI and declar
 kernel's C prototype by name; :mod:`._threads` owns the kernel threads, hands a call's chunks
 to them and sets the thread count (affinity, cgroup quota; OpenBLAS gets the same); this
 module holds the switch, the array checks and the kernels' Python faces; :mod:`.convolution`
-the convolution kernels.
+the convolution kernels; :mod:`.blocked` the channel-blocked ones.
 """
 
 import os

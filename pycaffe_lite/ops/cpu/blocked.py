@@ -176,6 +176,7 @@ class PackedConv:
         self.out_channels, self.in_channels, self.group = out_channels, in_channels, group
         self.kernel, self.B = kernel, B
         self.input_blocked, self.depthwise = input_blocked, depthwise
+        self.addresses = (_address(weights), _address(bias))
 
     def __repr__(self):
         return "PackedConv(%d -> %d, kernel %s, group %d, B %d%s)" % (
@@ -227,8 +228,14 @@ def pack_conv(weight, bias, group, B, input_blocked=True):
 
 
 # Output columns per work unit at most (runs of a long row, and of a 1x1 layer's flattened
-# image); a multiple of the kernel's 12-pixel tile.
+# image), cut into equal runs.
 SEGMENT = 96
+
+
+# Floats of the C kernels' stack copy of one block of input for the tiles at the left and
+# right edges (PCL_BLK_PATCH in blocked_impl.h), and the most pixels of a tile.
+PATCH_FLOATS = 16384
+TILE_MAX = 14
 
 
 def _pair(v, what):
@@ -244,7 +251,8 @@ def conv_forward(packed, x, y, pad, stride, dilation, relu=False, residual=None)
     ``(N, Cbi, H, W, B)`` (plain ``(N, C, H, W)`` when the weights were packed with
     ``input_blocked=False``); ``y`` and ``residual``: blocked ``(N, Cbo, OH, OW, B)``, each
     contiguous or a slice of blocks of a larger array; OH, OW from ``y``'s shape (Caffe's
-    geometry)."""
+    geometry). ``residual`` may be ``y`` itself (each output reads its residual just before
+    it is written); ``y`` must not overlap ``x``."""
     B = _block_size_or_error(packed.B)
     ph, pw = _pair(pad, "pad")
     sh, sw = _pair(stride, "stride")
@@ -275,6 +283,8 @@ def conv_forward(packed, x, y, pad, stride, dilation, relu=False, residual=None)
     if y.shape != want or min(want[2], want[3]) < 1:
         raise ValueError("the convolution's output must be shaped %s, not %s"
                          % (want, y.shape))
+    if np.may_share_memory(x, y):
+        raise ValueError("the convolution's output must not overlap its input")
     rs = 0
     if residual is not None:
         rs = _check_blocked(residual, B, "the residual")
@@ -289,14 +299,17 @@ def conv_forward(packed, x, y, pad, stride, dilation, relu=False, residual=None)
     if not packed.depthwise:
         units_per_row = -(-ow // SEGMENT)
         seglen = -(-ow // units_per_row)
-        seglen = -(-seglen // 12) * 12 if units_per_row > 1 else ow
         units_per_row = -(-ow // seglen)
+    span = (TILE_MAX - 1) * sw + (kw - 1) * dw + 1
+    if not packed.depthwise and kh * span * (B if packed.input_blocked else 1) > PATCH_FLOATS:
+        raise ValueError("kernel %s with stride %d and dilation %d spans too many columns "
+                         "for the blocked kernels" % ((kh, kw), sw, dw))
     cg = C // packed.group
     kg = K // packed.group
     units = n * want[1] * oh * units_per_row
     taps = (kh * kw) * (1 if packed.depthwise else cg)
     _split(_fn("blocked_conv"), units,
-           [_address(x), _address(packed.weights), _address(packed.bias),
+           [_address(x), packed.addresses[0], packed.addresses[1],
             None if residual is None else _address(residual), _address(y), B,
             int(packed.depthwise), int(packed.input_blocked), K, cg, kg, h, w, kh, kw, ph, pw,
             sh, sw, dh, dw, oh, ow, xs, ys, rs, int(bool(relu)), seglen],

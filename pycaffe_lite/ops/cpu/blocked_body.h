@@ -18,55 +18,108 @@ ALWAYS_INLINE BLK_ATTR VEC BLK_FN(finish)(VEC v, const float *res, int relu, IVE
     return (VEC)((IVEC)v & lanes);
 }
 
-/* N output pixels of one output block: columns ox0 + r (r < N) of an output row whose input
- * columns start at ix0 + r * SW * (pixel) and rows iy0 + i * dh, taps i in [i0, i1) and j in
- * [j0, j1) (the ones inside the image: the caller's bounds). Each output starts at its bias,
- * then adds w[c][i][j] * x[c][iy][ix] over the input channels c in increasing order and
- * the taps in row-major order, one fused multiply-add each (input value broadcast over the
- * block's lanes). Input channel c of the group is at xg + (c / CDIV) * cstride + c % CDIV,
- * one pixel PS floats after the other. */
+/* N output pixels of one output block: pixel r reads input columns ix0 + r * SW + j * dw of
+ * rows iy0 + i * dh, taps i in [i0, i1) (the rows inside the image). Each output starts at its
+ * bias, then adds w[c][i][j] * x[c][iy][ix] over the group's input channels c in increasing
+ * order and the taps in row-major order, one fused multiply-add each (the input value
+ * broadcast over the block's lanes). Input channel c of the group is at
+ * xg + (c / CDIV) * cstride + c % CDIV, pixels PS floats apart (CDIV == PS: B, or 1 for plain
+ * NCHW input). Where some window crosses the left or right edge (patch not NULL), each block
+ * of channels is first copied into patch, its columns ix0 .. ix0 + pw_ - 1 of the rows used,
+ * zeros outside the image: the padding multiplied as Caffe's im2col does. */
 ALWAYS_INLINE BLK_ATTR void BLK_FN(conv_tile)(
     const int N, const idx PS, const idx SW, const idx CDIV, const float *restrict xg,
     const float *restrict wb, const float *restrict bias, const float *res, float *restrict y,
     idx cg, idx cstride, idx w, idx kh, idx kw, idx dh, idx dw, idx iy0, idx ix0, idx i0,
-    idx i1, idx j0, idx j1, int relu, IVEC lanes)
+    idx i1, float *restrict patch, int relu, IVEC lanes)
 {
-    VEC acc[12]; /* N <= 12 used */
+    VEC acc[BLK_NMAX]; /* N <= BLK_NMAX used */
     const VEC b = *(const VEC *)bias;
+    PCL_UNROLL
     for (int r = 0; r < N; ++r)
         acc[r] = b;
-    const idx taps = kh * kw;
+    const idx taps = kh * kw, pw_ = (N - 1) * SW + (kw - 1) * dw + 1;
     for (idx cb = 0; cb * CDIV < cg; ++cb) {
         const idx ln = cg - cb * CDIV < CDIV ? cg - cb * CDIV : CDIV;
-        const float *xb = xg + cb * cstride;
+        const float *rows = xg + cb * cstride + (iy0 * w + ix0) * PS;
+        idx rowstep = dh * w * PS;
+        if (patch) {
+            for (idx i = i0; i < i1; ++i) {
+                const float *src = xg + cb * cstride + (iy0 + i * dh) * w * PS;
+                float *dst = patch + i * pw_ * PS;
+                for (idx q = 0; q < pw_; ++q) {
+                    const idx col = ix0 + q;
+                    const int in = col >= 0 && col < w;
+                    if (PS == BLK_B)
+                        *(VEC *)(dst + q * BLK_B) = in ? *(const VEC *)(src + col * BLK_B)
+                                                       : (VEC){0};
+                    else
+                        for (idx e = 0; e < PS; ++e)
+                            dst[q * PS + e] = in ? src[col * PS + e] : 0.0f;
+                }
+            }
+            rows = patch;
+            rowstep = pw_ * PS;
+        }
         for (idx l = 0; l < ln; ++l) {
-            const float *xc = xb + l;
             const float *wc = wb + (cb * CDIV + l) * taps * BLK_B;
             for (idx i = i0; i < i1; ++i) {
-                const float *xr = xc + ((iy0 + i * dh) * w + ix0) * PS;
+                const float *xr = rows + l + i * rowstep;
                 const float *wr = wc + i * kw * BLK_B;
-                for (idx j = j0; j < j1; ++j) {
+                for (idx j = 0; j < kw; ++j) {
                     const VEC wv = *(const VEC *)(wr + j * BLK_B);
                     const float *xp = xr + j * dw * PS;
+                    PCL_UNROLL
                     for (int r = 0; r < N; ++r)
                         acc[r] += wv * xp[r * SW * PS];
                 }
             }
         }
     }
+    PCL_UNROLL
     for (int r = 0; r < N; ++r)
         *(VEC *)(y + r * BLK_B) =
             BLK_FN(finish)(acc[r], res ? res + r * BLK_B : NULL, relu, lanes);
 }
 
-/* One unit of conv: output columns [c0, c1) of output row oy of block ob of one image. The
- * columns whose window lies inside the image in tiles of 12, 6, 3 and 1 pixels; the others
- * pixel by pixel with their own tap bounds. */
+/* conv_tile for a 1x1 filter without padding: N pixels whose input columns are
+ * ix0 + r * SW of row iy0, one multiply-add per input channel. */
+ALWAYS_INLINE BLK_ATTR void BLK_FN(conv1_tile)(
+    const int N, const idx PS, const idx SW, const idx CDIV, const float *restrict xg,
+    const float *restrict wb, const float *restrict bias, const float *res, float *restrict y,
+    idx cg, idx cstride, idx w, idx iy0, idx ix0, int relu, IVEC lanes)
+{
+    VEC acc[BLK_NMAX]; /* N <= BLK_NMAX used */
+    const VEC b = *(const VEC *)bias;
+    PCL_UNROLL
+    for (int r = 0; r < N; ++r)
+        acc[r] = b;
+    const float *wc = wb;
+    for (idx cb = 0; cb * CDIV < cg; ++cb) {
+        const idx ln = cg - cb * CDIV < CDIV ? cg - cb * CDIV : CDIV;
+        const float *xp = xg + cb * cstride + (iy0 * w + ix0) * PS;
+        for (idx l = 0; l < ln; ++l, ++xp, wc += BLK_B) {
+            const VEC wv = *(const VEC *)wc;
+            PCL_UNROLL
+            for (int r = 0; r < N; ++r)
+                acc[r] += wv * xp[r * SW * PS];
+        }
+    }
+    PCL_UNROLL
+    for (int r = 0; r < N; ++r)
+        *(VEC *)(y + r * BLK_B) =
+            BLK_FN(finish)(acc[r], res ? res + r * BLK_B : NULL, relu, lanes);
+}
+
+/* One unit of conv: output columns [c0, c1) of output row oy of one output block, in tiles
+ * of equal sizes (within one) of at most BLK_NMAX pixels (with a stride other than 1 and 2,
+ * tiles of 8, 4, 2 and 1); a tile with a window across the left or right edge goes through
+ * the patch. */
 ALWAYS_INLINE BLK_ATTR void BLK_FN(conv_row)(
-    const idx PS, const idx SW, const idx CDIV, const float *restrict xg,
+    const int ONE, const idx PS, const idx SW, const idx CDIV, const float *restrict xg,
     const float *restrict wb, const float *restrict bias, const float *res, float *restrict y,
     idx cg, idx cstride, idx h, idx w, idx kh, idx kw, idx ph, idx pw, idx sh, idx dh, idx dw,
-    idx oy, idx c0, idx c1, idx lo, idx hi, int relu, IVEC lanes)
+    idx oy, idx c0, idx c1, float *restrict patch, int relu, IVEC lanes)
 {
     const idx iy0 = oy * sh - ph;
     idx i0 = 0, i1 = kh;
@@ -74,53 +127,64 @@ ALWAYS_INLINE BLK_ATTR void BLK_FN(conv_row)(
         ++i0;
     while (i1 > i0 && iy0 + (i1 - 1) * dh >= h)
         --i1;
-    idx ox = c0;
-#define BLK_TILE(n, x0, j0, j1)                                                                \
-    BLK_FN(conv_tile)(n, PS, SW, CDIV, xg, wb, bias, res ? res + ox * BLK_B : NULL,          \
-                      y + ox * BLK_B, cg, cstride, w, kh, kw, dh, dw, iy0, x0, i0, i1, j0, j1, \
-                      relu, lanes)
-    while (ox < c1) {
-        if (ox >= lo && ox < hi) {
-            const idx end = hi < c1 ? hi : c1;
-            for (; ox + 12 <= end; ox += 12)
-                BLK_TILE(12, ox * SW - pw, 0, kw);
-            for (; ox + 6 <= end; ox += 6)
-                BLK_TILE(6, ox * SW - pw, 0, kw);
-            for (; ox + 3 <= end; ox += 3)
-                BLK_TILE(3, ox * SW - pw, 0, kw);
-            for (; ox < end; ++ox)
-                BLK_TILE(1, ox * SW - pw, 0, kw);
-        } else {
-            const idx ix0 = ox * SW - pw;
-            idx j0 = 0, j1 = kw;
-            while (j0 < kw && ix0 + j0 * dw < 0)
-                ++j0;
-            while (j1 > j0 && ix0 + (j1 - 1) * dw >= w)
-                --j1;
-            BLK_TILE(1, ix0, j0, j1);
-            ++ox;
-        }
+#define BLK_ANY(n)                                                                             \
+    do {                                                                                       \
+        const float *r_ = res ? res + ox * BLK_B : NULL;                                       \
+        const idx x0_ = ox * SW - pw;                                                          \
+        const int in_ = x0_ >= 0 && x0_ + ((n) - 1) * SW + (kw - 1) * dw < w;                  \
+        if (ONE)                                                                               \
+            BLK_FN(conv1_tile)(n, PS, SW, CDIV, xg, wb, bias, r_, y + ox * BLK_B, cg, cstride, \
+                               w, iy0, x0_, relu, lanes);                                      \
+        else                                                                                   \
+            BLK_FN(conv_tile)(n, PS, SW, CDIV, xg, wb, bias, r_, y + ox * BLK_B, cg, cstride,  \
+                              w, kh, kw, dh, dw, iy0, x0_, i0, i1, in_ ? NULL : patch, relu,   \
+                              lanes);                                                          \
+    } while (0)
+    if (SW != 1 && SW != 2) {
+        idx ox = c0;
+        for (; ox + 8 <= c1; ox += 8)
+            BLK_ANY(8);
+        for (; ox + 4 <= c1; ox += 4)
+            BLK_ANY(4);
+        for (; ox + 2 <= c1; ox += 2)
+            BLK_ANY(2);
+        for (; ox < c1; ++ox)
+            BLK_ANY(1);
+        return;
     }
-#undef BLK_TILE
+    const idx count = c1 - c0, tiles = (count + BLK_NMAX - 1) / BLK_NMAX;
+    idx ox = c0;
+    for (idx t = 0; t < tiles; ++t) {
+        const idx n = count / tiles + (t < count % tiles);
+        switch (n) {
+#define BLK_CASE(k)                                                                            \
+    case k:                                                                                    \
+        BLK_ANY(k);                                                                            \
+        break;
+            BLK_CASE(1) BLK_CASE(2) BLK_CASE(3) BLK_CASE(4) BLK_CASE(5) BLK_CASE(6)
+            BLK_CASE(7) BLK_CASE(8) BLK_CASE(9) BLK_CASE(10) BLK_CASE(11) BLK_CASE(12)
+#if BLK_NMAX > 12
+            BLK_CASE(13) BLK_CASE(14)
+#endif
+#undef BLK_CASE
+        default:
+            break;
+        }
+        ox += n;
+    }
+#undef BLK_ANY
 }
 
 /* conv for one pixel stride and one column stride (constants once inlined). */
 ALWAYS_INLINE BLK_ATTR void BLK_FN(conv_units)(
-    const idx PS, const idx SW, const idx CDIV, const float *restrict x,
+    const int ONE, const idx PS, const idx SW, const idx CDIV, const float *restrict x,
     const float *restrict wts, const float *restrict bias, const float *res,
     float *restrict y, idx nk, idx cg, idx kg, idx h, idx w, idx kh, idx kw, idx ph,
     idx pw, idx sh, idx dh, idx dw, idx oh, idx ow, idx xs_n, idx ys_n, idx rs_n, idx relu,
-    idx seglen, idx start, idx stop)
+    idx seglen, float *restrict patch, idx start, idx stop)
 {
     const idx kb = (nk + BLK_B - 1) / BLK_B, nseg = (ow + seglen - 1) / seglen;
     const idx cstride = CDIV == 1 ? h * w : h * w * BLK_B;
-    /* interior columns: ox * SW - pw >= 0 and ox * SW - pw + (kw - 1) * dw < w */
-    idx lo = (pw + SW - 1) / SW, hi = w - 1 + pw - (kw - 1) * dw;
-    hi = hi < 0 ? 0 : hi / SW + 1;
-    if (hi > ow)
-        hi = ow;
-    if (lo > hi)
-        lo = hi;
     for (idx u = start; u < stop; ++u) {
         const idx seg = u % nseg, oy = (u / nseg) % oh, ob = (u / (nseg * oh)) % kb,
                   n = u / (nseg * oh * kb);
@@ -130,11 +194,11 @@ ALWAYS_INLINE BLK_ATTR void BLK_FN(conv_units)(
         IVEC lanes;
         for (int l = 0; l < BLK_B; ++l)
             lanes[l] = ob * BLK_B + l < nk ? -1 : 0;
-        const idx out = n * ys_n + (ob * oh + oy) * ow * BLK_B;
-        BLK_FN(conv_row)(PS, SW, CDIV, xg, wts + ob * cg * kh * kw * BLK_B, bias + ob * BLK_B,
-                         res ? res + n * rs_n + (ob * oh + oy) * ow * BLK_B : NULL, y + out,
-                         cg, cstride, h, w, kh, kw, ph, pw, sh, dh, dw, oy, c0, c1, lo, hi,
-                         (int)relu, lanes);
+        const idx out = (ob * oh + oy) * ow * BLK_B;
+        BLK_FN(conv_row)(ONE, PS, SW, CDIV, xg, wts + ob * cg * kh * kw * BLK_B,
+                         bias + ob * BLK_B, res ? res + n * rs_n + out : NULL,
+                         y + n * ys_n + out, cg, cstride, h, w, kh, kw, ph, pw, sh, dh, dw, oy,
+                         c0, c1, patch, (int)relu, lanes);
     }
 }
 
@@ -143,25 +207,29 @@ static BLK_ATTR void BLK_FN(conv)(const float *x, const float *wts, const float 
                                   idx cg, idx kg, idx h, idx w, idx kh, idx kw, idx ph,
                                   idx pw, idx sh, idx sw, idx dh, idx dw, idx oh, idx ow,
                                   idx xs_n, idx ys_n, idx rs_n, idx relu, idx seglen,
-                                  idx start, idx stop)
+                                  float *patch, idx start, idx stop)
 {
-#define BLK_CALL(PS, SW, CDIV)                                                                \
-    BLK_FN(conv_units)(PS, SW, CDIV, x, wts, bias, res, y, nk, cg, kg, h, w, kh, kw, ph, pw,  \
-                       sh, dh, dw, oh, ow, xs_n, ys_n, rs_n, relu, seglen, start, stop)
+#define BLK_CALL(ONE, PS, SW, CDIV)                                                           \
+    BLK_FN(conv_units)(ONE, PS, SW, CDIV, x, wts, bias, res, y, nk, cg, kg, h, w, kh, kw, ph, \
+                       pw, sh, dh, dw, oh, ow, xs_n, ys_n, rs_n, relu, seglen, patch, start,  \
+                       stop)
+    const int one = kh == 1 && kw == 1 && ph == 0 && pw == 0;
     if (input_blocked) {
-        if (sw == 1)
-            BLK_CALL(BLK_B, 1, BLK_B);
+        if (one && sw == 1)
+            BLK_CALL(1, BLK_B, 1, BLK_B);
+        else if (one && sw == 2)
+            BLK_CALL(1, BLK_B, 2, BLK_B);
+        else if (sw == 1)
+            BLK_CALL(0, BLK_B, 1, BLK_B);
         else if (sw == 2)
-            BLK_CALL(BLK_B, 2, BLK_B);
+            BLK_CALL(0, BLK_B, 2, BLK_B);
         else
-            BLK_CALL(BLK_B, sw, BLK_B);
+            BLK_CALL(0, BLK_B, sw, BLK_B);
     } else {
-        if (sw == 1)
-            BLK_CALL(1, 1, 1);
-        else if (sw == 2)
-            BLK_CALL(1, 2, 1);
+        if (sw == 2)
+            BLK_CALL(0, 1, 2, 1);
         else
-            BLK_CALL(1, sw, 1);
+            BLK_CALL(0, 1, sw, 1);
     }
 #undef BLK_CALL
 }
@@ -176,6 +244,7 @@ ALWAYS_INLINE BLK_ATTR void BLK_FN(dw_tile)(const int N, const idx SW,
 {
     VEC acc[8]; /* N <= 8 used */
     const VEC b = *(const VEC *)bias;
+    PCL_UNROLL
     for (int r = 0; r < N; ++r)
         acc[r] = b;
     for (idx i = i0; i < i1; ++i) {
@@ -183,10 +252,12 @@ ALWAYS_INLINE BLK_ATTR void BLK_FN(dw_tile)(const int N, const idx SW,
         for (idx j = j0; j < j1; ++j) {
             const VEC wv = *(const VEC *)(wb + (i * kw + j) * BLK_B);
             const float *xp = xr + j * dw * BLK_B;
-            for (int r = 0; r < N; ++r)
+            PCL_UNROLL
+    for (int r = 0; r < N; ++r)
                 acc[r] += wv * *(const VEC *)(xp + r * SW * BLK_B);
         }
     }
+    PCL_UNROLL
     for (int r = 0; r < N; ++r)
         *(VEC *)(y + r * BLK_B) =
             BLK_FN(finish)(acc[r], res ? res + r * BLK_B : NULL, relu, lanes);

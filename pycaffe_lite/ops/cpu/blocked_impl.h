@@ -24,25 +24,33 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 8 && \
     !defined(PCL_CLONES_GIVEN)
 #define PCL_BLK_VECTOR
+/* floats in the edge tiles' copy of a block of input (64 KiB on the stack) */
+#define PCL_BLK_PATCH 16384
+#define PCL_UNROLL _Pragma("GCC unroll 16")
 
 #define BLK_B 16
+#define BLK_NMAX 14
 #define BLK_FN(f) pcl_blk16_##f
 #define BLK_ATTR __attribute__((target("avx512f"), optimize("fp-contract=fast")))
 #include "blocked_body.h"
 #undef BLK_B
+#undef BLK_NMAX
 #undef BLK_FN
 #undef BLK_ATTR
 
 #define BLK_B 8
+#define BLK_NMAX 12
 #define BLK_FN(f) pcl_blk8_##f
 #define BLK_ATTR __attribute__((target("avx2,fma"), optimize("fp-contract=fast")))
 #include "blocked_body.h"
 #undef BLK_B
+#undef BLK_NMAX
 #undef BLK_FN
 #undef BLK_ATTR
 #endif
 
 /* Which builds this processor runs: 1 (AVX2 + FMA, B = 8) | 2 (AVX-512F, B = 16). */
+
 EXPORT int pcl_blocked_isa(void)
 {
     int found = 0;
@@ -108,18 +116,23 @@ EXPORT void pcl_blocked_conv_f32(const float *x, const float *wts, const float *
                                  idx seglen, idx start, idx stop)
 {
 #ifdef PCL_BLK_VECTOR
+    /* the edge tiles' copy of one block of channels: kh rows of at most
+     * (NMAX - 1) * sw + (kw - 1) * dw + 1 columns (the caller checks PCL_BLK_PATCH) */
+    float patch[PCL_BLK_PATCH] __attribute__((aligned(64)));
     if (bs == 16 && depthwise)
         pcl_blk16_depthwise(x, wts, bias, res, y, nk, h, w, kh, kw, ph, pw, sh, sw, dh, dw, oh,
                             ow, xs_n, ys_n, rs_n, relu, start, stop);
     else if (bs == 16)
         pcl_blk16_conv(x, wts, bias, res, y, input_blocked, nk, cg, kg, h, w, kh, kw, ph, pw,
-                       sh, sw, dh, dw, oh, ow, xs_n, ys_n, rs_n, relu, seglen, start, stop);
+                       sh, sw, dh, dw, oh, ow, xs_n, ys_n, rs_n, relu, seglen, patch, start,
+                       stop);
     else if (bs == 8 && depthwise)
         pcl_blk8_depthwise(x, wts, bias, res, y, nk, h, w, kh, kw, ph, pw, sh, sw, dh, dw, oh,
                            ow, xs_n, ys_n, rs_n, relu, start, stop);
     else if (bs == 8)
         pcl_blk8_conv(x, wts, bias, res, y, input_blocked, nk, cg, kg, h, w, kh, kw, ph, pw,
-                      sh, sw, dh, dw, oh, ow, xs_n, ys_n, rs_n, relu, seglen, start, stop);
+                      sh, sw, dh, dw, oh, ow, xs_n, ys_n, rs_n, relu, seglen, patch, start,
+                       stop);
 #else
     (void)x, (void)wts, (void)bias, (void)res, (void)y, (void)bs, (void)depthwise;
     (void)input_blocked, (void)nk, (void)cg, (void)kg, (void)h, (void)w, (void)kh, (void)kw;
