@@ -247,7 +247,17 @@ def _pair(v, what):
 
 
 def conv_forward(packed, x, y, pad, stride, dilation, relu=False, residual=None):
-    """``y = conv(x) + bias (+ residual)``, then ``max(., 0)`` when ``relu``. ``x``: blocked
+    """:func:`conv_call` run once (its text says what it computes)."""
+    conv_call(packed, x, y, pad, stride, dilation, relu, residual)()
+    return y
+
+
+def conv_call(packed, x, y, pad, stride, dilation, relu=False, residual=None):
+    """The convolution of :func:`conv_forward` checked once and bound to these arrays: a
+    callable that runs it (again) on their current contents, for a caller that reuses its
+    buffers (the arrays must stay alive and keep their shapes while it is used).
+
+    ``y = conv(x) + bias (+ residual)``, then ``max(., 0)`` when ``relu``. ``x``: blocked
     ``(N, Cbi, H, W, B)`` (plain ``(N, C, H, W)`` when the weights were packed with
     ``input_blocked=False``); ``y`` and ``residual``: blocked ``(N, Cbo, OH, OW, B)``, each
     contiguous or a slice of blocks of a larger array; OH, OW from ``y``'s shape (Caffe's
@@ -308,18 +318,32 @@ def conv_forward(packed, x, y, pad, stride, dilation, relu=False, residual=None)
     kg = K // packed.group
     units = n * want[1] * oh * units_per_row
     taps = (kh * kw) * (1 if packed.depthwise else cg)
-    _split(_fn("blocked_conv"), units,
-           [_address(x), packed.addresses[0], packed.addresses[1],
-            None if residual is None else _address(residual), _address(y), B,
-            int(packed.depthwise), int(packed.input_blocked), K, cg, kg, h, w, kh, kw, ph, pw,
-            sh, sw, dh, dw, oh, ow, xs, ys, rs, int(bool(relu)), seglen],
-           grain=_grain(taps * seglen * B // 8))
-    return y
+    return _bound(_fn("blocked_conv"), units,
+                  [_address(x), packed.addresses[0], packed.addresses[1],
+                   None if residual is None else _address(residual), _address(y), B,
+                   int(packed.depthwise), int(packed.input_blocked), K, cg, kg, h, w, kh, kw,
+                   ph, pw, sh, sw, dh, dw, oh, ow, xs, ys, rs, int(bool(relu)), seglen],
+                  _grain(taps * seglen * B // 8))
+
+
+def _bound(fn, units, args, grain):
+    def run():
+        _split(fn, units, args, grain=grain)
+    return run
 
 
 # ---- pooling ---------------------------------------------------------------------------------
 def pool_forward(x, y, method, kernel, pad, stride):
-    """Caffe's MAX (``method`` "max") or AVE ("ave") pooling of a blocked ``x`` into a
+    """:func:`pool_call` run once (its text says what it computes)."""
+    pool_call(x, y, method, kernel, pad, stride)()
+    return y
+
+
+def pool_call(x, y, method, kernel, pad, stride):
+    """The pooling of :func:`pool_forward` checked once and bound to these arrays (as
+    :func:`conv_call`).
+
+    Caffe's MAX (``method`` "max") or AVE ("ave") pooling of a blocked ``x`` into a
     blocked ``y`` whose OH, OW the caller gives (Caffe's ceil rule); each window clipped to
     the image, AVE dividing by the window clipped to the padded image. Global pooling: kernel
     ``(H, W)``."""
@@ -342,7 +366,6 @@ def pool_forward(x, y, method, kernel, pad, stride):
     if oh < 1 or ow < 1 or (oh - 1) * sh >= h + ph or (ow - 1) * sw >= w + pw:
         raise ValueError("pooled output %s does not fit the input %s (kernel %s, pad %s, "
                          "stride %s)" % ((oh, ow), (h, w), (kh, kw), (ph, pw), (sh, sw)))
-    _split(_fn("blocked_pool"), n * cb * oh,
-           [_address(x), _address(y), B, int(method == "ave"), cb, h, w, oh, ow, kh, kw, ph,
-            pw, sh, sw, xs, ys], grain=_grain(ow * kh * kw * B))
-    return y
+    return _bound(_fn("blocked_pool"), n * cb * oh,
+                  [_address(x), _address(y), B, int(method == "ave"), cb, h, w, oh, ow, kh, kw,
+                   ph, pw, sh, sw, xs, ys], _grain(ow * kh * kw * B))
