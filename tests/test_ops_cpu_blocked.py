@@ -202,8 +202,8 @@ def test_output_into_a_slice_of_a_larger_buffer(B):
 def test_thread_count_does_not_change_results(B, monkeypatch):
     rng = np.random.default_rng(6)
     x = rng.standard_normal((2, 40, 23, 130)).astype(np.float32)  # rows cut into runs
-    w = rng.standard_normal((36, 40, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(36).astype(np.float32)
+    w = rng.standard_normal((40, 40, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
     xp = rng.standard_normal((2, 40, 23, 23)).astype(np.float32)
     results = []
     for n in (1, 3):
@@ -211,9 +211,10 @@ def test_thread_count_does_not_change_results(B, monkeypatch):
         y = run_conv(B, x, w, b, (1, 1), (1, 1), (1, 1), 1, relu=True)
         p = np.empty((2, -(-40 // B), 12, 12, B), np.float32)
         blocked.pool_forward(blocked.to_blocked(xp, B), p, "ave", (3, 3), (1, 1), (2, 2))
-        results.append((y, p))
-    assert np.array_equal(results[0][0], results[1][0])
-    assert np.array_equal(results[0][1], results[1][1])
+        d = run_conv(B, xp, w[:40, :1], None, (2, 2), (1, 1), (1, 1), 40)  # depthwise
+        results.append((y, p, d))
+    for one, three in zip(*results):
+        assert np.array_equal(one, three)
 
 
 # ---- layout ----------------------------------------------------------------------------------

@@ -209,27 +209,32 @@ static BLK_ATTR void BLK_FN(conv)(const float *x, const float *wts, const float 
                                   idx xs_n, idx ys_n, idx rs_n, idx relu, idx seglen,
                                   float *patch, idx start, idx stop)
 {
-#define BLK_CALL(ONE, PS, SW, CDIV)                                                           \
-    BLK_FN(conv_units)(ONE, PS, SW, CDIV, x, wts, bias, res, y, nk, cg, kg, h, w, kh, kw, ph, \
-                       pw, sh, dh, dw, oh, ow, xs_n, ys_n, rs_n, relu, seglen, patch, start,  \
+#define BLK_CALL(ONE, PS, SW, CDIV, KW, DW)                                                   \
+    BLK_FN(conv_units)(ONE, PS, SW, CDIV, x, wts, bias, res, y, nk, cg, kg, h, w, kh, KW, ph, \
+                       pw, sh, dh, DW, oh, ow, xs_n, ys_n, rs_n, relu, seglen, patch, start,  \
                        stop)
-    const int one = kh == 1 && kw == 1 && ph == 0 && pw == 0;
+    /* the common shapes with their strides and widths as constants */
+    const int one = kh == 1 && kw == 1 && ph == 0 && pw == 0, three = kw == 3 && dw == 1;
     if (input_blocked) {
         if (one && sw == 1)
-            BLK_CALL(1, BLK_B, 1, BLK_B);
+            BLK_CALL(1, BLK_B, 1, BLK_B, 1, 1);
         else if (one && sw == 2)
-            BLK_CALL(1, BLK_B, 2, BLK_B);
+            BLK_CALL(1, BLK_B, 2, BLK_B, 1, 1);
+        else if (three && sw == 1)
+            BLK_CALL(0, BLK_B, 1, BLK_B, 3, 1);
+        else if (three && sw == 2)
+            BLK_CALL(0, BLK_B, 2, BLK_B, 3, 1);
         else if (sw == 1)
-            BLK_CALL(0, BLK_B, 1, BLK_B);
+            BLK_CALL(0, BLK_B, 1, BLK_B, kw, dw);
         else if (sw == 2)
-            BLK_CALL(0, BLK_B, 2, BLK_B);
+            BLK_CALL(0, BLK_B, 2, BLK_B, kw, dw);
         else
-            BLK_CALL(0, BLK_B, sw, BLK_B);
+            BLK_CALL(0, BLK_B, sw, BLK_B, kw, dw);
     } else {
         if (sw == 2)
-            BLK_CALL(0, 1, 2, 1);
+            BLK_CALL(0, 1, 2, 1, kw, dw);
         else
-            BLK_CALL(0, 1, sw, 1);
+            BLK_CALL(0, 1, sw, 1, kw, dw);
     }
 #undef BLK_CALL
 }
