@@ -67,7 +67,8 @@ class BuildExtOptional(build_ext):
 
 KERNELS = Extension("pycaffe_lite.ops.cpu._kernels", ["pycaffe_lite/ops/cpu/kernels.c"],
                     depends=["pycaffe_lite/ops/cpu/kernels_impl.h",
-                             "pycaffe_lite/ops/cpu/conv_impl.h"], optional=True)
+                             "pycaffe_lite/ops/cpu/conv_impl.h",
+                             "pycaffe_lite/ops/cpu/train_impl.h"], optional=True)
 
 compile_schema()
 setup(

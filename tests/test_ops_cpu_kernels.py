@@ -527,7 +527,7 @@ def test_the_c_signatures_are_the_headers():
 
     folder = os.path.dirname(_library.__file__)
     source = ""
-    for name in ("kernels_impl.h", "conv_impl.h"):
+    for name in ("kernels_impl.h", "conv_impl.h", "train_impl.h"):
         with open(os.path.join(folder, name), encoding="utf-8") as f:
             source += f.read()
     exported = {}

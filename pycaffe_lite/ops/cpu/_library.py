@@ -8,11 +8,11 @@ import threading
 
 import numpy as np
 
-ABI_VERSION = 13
+ABI_VERSION = 14
 _state = {"lib": None, "checked": False, "error": None}
 _lock = threading.Lock()
 
-# The kernels' C prototypes as kernels_impl.h and conv_impl.h declare them (``restrict``
+# The kernels' C prototypes as kernels_impl.h, conv_impl.h and train_impl.h declare them (``restrict``
 # left out), each exported once per element type as ``pcl_<name>_f32`` and ``_f64``: T is
 # that type (float or double), idx is int64_t. Every kernel also takes ``idx start, idx stop``
 # last, the range of its split axis it computes (see :func:`._threads.split`).
@@ -53,6 +53,12 @@ winograd4_output(const T *m, const T *bias, T *y, idx nb, idx nk, idx yc, idx oh
     idx th, idx tw)
 pointwise_forward(const T *x, const T *w, const T *bias, T *y, idx nk, idx nc, idx npix,
     idx relu)
+bn_train_forward(const T *x, T *y, T *xnorm, T *mean, T *var, T *stdv, const T *gamma,
+    const T *beta, idx nb, idx nc, idx sp, T eps, int32_t global, int32_t relu)
+bn_train_backward(const T *dy, const T *xnorm, const T *y, const T *stdv, const T *gamma,
+    T *dgamma, T *dbeta, T *dx, idx nb, idx nc, idx sp, int32_t global, int32_t relu)
+sgd_update_all(T **diffs, T **histories, T **datas, const idx *ends, const T *rates,
+    const T *decays, idx nparams, T norm, int32_t l1, T momentum)
 """
 
 _C_TYPES = {"idx": ctypes.c_int64, "int32_t": ctypes.c_int32}

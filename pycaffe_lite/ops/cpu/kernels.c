@@ -1,12 +1,13 @@
 /* Compiled host kernels of pycaffe_lite.ops.cpu: im2col/col2im, MAX pooling forward and
  * backward, AVE pooling forward, LRN's channel sums, bias and ReLU, the SGD solver's update
  * (kernels_impl.h); the direct depthwise convolution and Winograd's F(2x2, 3x3) and F(4x4, 3x3)
- * transforms and the direct 1x1 convolution (conv_impl.h).
+ * transforms and the direct 1x1 convolution (conv_impl.h); BatchNorm -> Scale -> ReLU forward
+ * and backward in training, the SGD update of every parameter in one call (train_impl.h).
  *
  * Plain C functions over raw arrays, called through ctypes (which releases the GIL, so
  * several threads can run parts of one kernel). setup.py builds this file as an optional
  * extension module: without a C compiler the package installs and runs the NumPy code.
- * The kernels are written once, in kernels_impl.h and conv_impl.h, and instantiated for
+ * The kernels are written once, in kernels_impl.h, conv_impl.h and train_impl.h, and instantiated for
  * float and double. Build without -ffast-math and with -ffp-contract=off: the kernels of
  * kernels_impl.h must equal NumPy's results exactly.
  */
@@ -58,6 +59,7 @@ typedef int64_t idx;
 #define NAME(f) pcl_##f##_f32
 #include "kernels_impl.h"
 #include "conv_impl.h"
+#include "train_impl.h"
 #undef T
 #undef SQRT
 #undef NAME
@@ -67,12 +69,13 @@ typedef int64_t idx;
 #define NAME(f) pcl_##f##_f64
 #include "kernels_impl.h"
 #include "conv_impl.h"
+#include "train_impl.h"
 #undef T
 #undef SQRT
 #undef NAME
 
 /* An ABI number: the Python side refuses a library built from other sources. */
-EXPORT int pcl_abi_version(void) { return 13; }
+EXPORT int pcl_abi_version(void) { return 14; }
 
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT, "_kernels",

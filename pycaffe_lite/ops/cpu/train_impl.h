@@ -1,0 +1,162 @@
+/* The training kernels of kernels.c for one element type (included once per type, as
+ * kernels_impl.h): BatchNorm -> Scale -> ReLU on one blob, forward and backward, each over a
+ * range [start, stop) of channels; and the SGD solver's update of every parameter in one call,
+ * over a range of elements of all the parameters laid end to end.
+ *
+ * The per-channel sums are taken in double (for double too, in order), so they are as
+ * accurate as NumPy's pairwise sums, not equal to them bit for bit; everything per element is
+ * the NumPy layers' own operations, rounded after each.
+ */
+
+/* Forward of a channel range of x (B, C, S) into y (may be x: in place), with m = B * S values
+ * per channel:
+ *   batch statistics (global 0): mean[c] and var[c] (biased) of the channel are written;
+ *   global statistics (global 1): mean[c] and var[c] are read;
+ *   stdv[c] = sqrt(var + eps); xnorm = (x - mean) / stdv (kept for the backward);
+ *   y = xnorm * gamma[c] (gamma not NULL) + beta[c] (beta not NULL), then 0 where y <= 0
+ *   (relu, as bias_relu).
+ */
+VECTOR_CLONES
+EXPORT void NAME(bn_train_forward)(const T *x, T *y, T *restrict xnorm, T *restrict mean,
+                                   T *restrict var, T *restrict stdv, const T *restrict gamma,
+                                   const T *restrict beta, idx nb, idx nc, idx sp, T eps,
+                                   int32_t global, int32_t relu, idx start, idx stop)
+{
+    idx m = nb * sp;
+    for (idx c = start; c < stop; ++c) {
+        T mu, v;
+        if (global) {
+            mu = mean[c];
+            v = var[c];
+        } else {
+            double sum = 0.0;
+            for (idx b = 0; b < nb; ++b) {
+                const T *restrict row = x + (b * nc + c) * sp;
+                for (idx p = 0; p < sp; ++p)
+                    sum += (double)row[p];
+            }
+            mu = (T)(sum / (double)m);
+            double sq = 0.0;
+            for (idx b = 0; b < nb; ++b) {
+                const T *restrict row = x + (b * nc + c) * sp;
+                for (idx p = 0; p < sp; ++p) {
+                    T d = row[p] - mu;
+                    sq += (double)(d * d);
+                }
+            }
+            v = (T)(sq / (double)m);
+            mean[c] = mu;
+            var[c] = v;
+        }
+        T s = SQRT(v + eps);
+        stdv[c] = s;
+        T g = gamma ? gamma[c] : (T)1;
+        T h = beta ? beta[c] : (T)0;
+        for (idx b = 0; b < nb; ++b) {
+            idx off = (b * nc + c) * sp;
+            const T *row = x + off;
+            T *out = y + off;
+            T *restrict xn = xnorm + off;
+            for (idx p = 0; p < sp; ++p) {
+                T n = (row[p] - mu) / s;
+                xn[p] = n;
+                T z = n;
+                if (gamma)
+                    z = z * g;
+                if (beta)
+                    z = z + h;
+                if (relu && z <= (T)0)
+                    z = (T)0;
+                out[p] = z;
+            }
+        }
+    }
+}
+
+/* Backward of the chain for a channel range: dy (B, C, S) the top's diff, dx the bottom's
+ * (may be dy: in place), xnorm and stdv from the forward, y the top's data (dz = dy * (y > 0)
+ * when relu, as relu_backward). With dz the gradient past the ReLU:
+ *   dgamma[c] += sum(dz * xnorm) (dgamma not NULL); dbeta[c] += sum(dz) (dbeta not NULL);
+ *   batch statistics: dx = (dz g - mean(dz g) - mean(dz g xnorm) xnorm) / stdv, g = gamma[c]
+ *   (1 when gamma is NULL); global statistics: dx = dz g / stdv.
+ */
+VECTOR_CLONES
+EXPORT void NAME(bn_train_backward)(const T *dy, const T *restrict xnorm, const T *y,
+                                    const T *restrict stdv, const T *restrict gamma,
+                                    T *restrict dgamma, T *restrict dbeta, T *dx, idx nb,
+                                    idx nc, idx sp, int32_t global, int32_t relu, idx start,
+                                    idx stop)
+{
+    idx m = nb * sp;
+    for (idx c = start; c < stop; ++c) {
+        double sdz = 0.0, sdzx = 0.0;
+        for (idx b = 0; b < nb; ++b) {
+            idx off = (b * nc + c) * sp;
+            const T *g_row = dy + off, *x_row = xnorm + off, *y_row = y + off;
+            for (idx p = 0; p < sp; ++p) {
+                T dz = relu ? g_row[p] * (T)(y_row[p] > (T)0) : g_row[p];
+                sdz += (double)dz;
+                sdzx += (double)(dz * x_row[p]);
+            }
+        }
+        if (dgamma)
+            dgamma[c] = dgamma[c] + (T)sdzx;
+        if (dbeta)
+            dbeta[c] = dbeta[c] + (T)sdz;
+        T g = gamma ? gamma[c] : (T)1;
+        T s = stdv[c];
+        T mean_dz = global ? (T)0 : (T)((double)g * sdz / (double)m);
+        T mean_dzx = global ? (T)0 : (T)((double)g * sdzx / (double)m);
+        for (idx b = 0; b < nb; ++b) {
+            idx off = (b * nc + c) * sp;
+            const T *g_row = dy + off, *x_row = xnorm + off, *y_row = y + off;
+            T *out = dx + off;
+            for (idx p = 0; p < sp; ++p) {
+                T dz = relu ? g_row[p] * (T)(y_row[p] > (T)0) : g_row[p];
+                T d = dz * g;
+                if (!global)
+                    d = (d - mean_dz) - mean_dzx * x_row[p];
+                out[p] = d / s;
+            }
+        }
+    }
+}
+
+/* The SGD solver's step for elements [start, stop) of all the parameters laid end to end
+ * (parameter k holds elements [ends[k - 1], ends[k]), ends[-1] = 0), each element as
+ * sgd_update computes it, then data -= the update (Net.update): g = diff * norm (skipped when
+ * norm is 1); g += decays[k] * data (L2) or decays[k] * sign(data) (L1) when decays[k] is not
+ * 0; history = history * momentum + g * rates[k]; diff = history; data = data - history. */
+VECTOR_CLONES
+EXPORT void NAME(sgd_update_all)(T **diffs, T **histories, T **datas, const idx *ends,
+                                 const T *rates, const T *decays, idx nparams, T norm,
+                                 int32_t l1, T momentum, idx start, idx stop)
+{
+    idx k = 0;
+    while (k < nparams && ends[k] <= start)
+        ++k;
+    for (; k < nparams && start < stop; ++k) {
+        idx first = k ? ends[k - 1] : 0;
+        idx lo = start - first, hi = (ends[k] < stop ? ends[k] : stop) - first;
+        T *restrict diff = diffs[k], *restrict history = histories[k];
+        T *restrict data = datas[k];
+        T decay = decays[k], rate = rates[k];
+        for (idx i = lo; i < hi; ++i) {
+            T g = diff[i];
+            if (norm != (T)1)
+                g = g * norm;
+            if (decay != (T)0) {
+                T v = data[i];
+                T reg = l1 ? (T)((v > (T)0) - (v < (T)0)) * decay : v * decay;
+                g = g + reg;
+            }
+            T h = history[i] * momentum;
+            g = g * rate;
+            h = h + g;
+            history[i] = h;
+            diff[i] = h;
+            data[i] = data[i] - h;
+        }
+        start = first + hi;
+    }
+}
