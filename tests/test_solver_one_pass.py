@@ -21,7 +21,8 @@ layer { name: "data" type: "DummyData" top: "data" top: "label"
 layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
         param { lr_mult: 1 decay_mult: 1 } param { lr_mult: 2 decay_mult: 0 }
         convolution_param { num_output: 3 kernel_size: 3
-          weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "constant" value: 0.1 } } }
+          weight_filler { type: "gaussian" std: 0.3 }
+          bias_filler { type: "constant" value: 0.1 } } }
 layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
 layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
         param { lr_mult: 0 decay_mult: 2 } param { lr_mult: 1 decay_mult: 2 }

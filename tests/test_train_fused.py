@@ -26,7 +26,8 @@ SHAPE = (4, 3, 5, 6)
 CHAIN_NET = """
 name: "chain" force_backward: true
 layer { name: "in" type: "Input" top: "x" top: "t"
-        input_param { shape { dim: 4 dim: 3 dim: 5 dim: 6 } shape { dim: 4 dim: 3 dim: 5 dim: 6 } } }
+        input_param { shape { dim: 4 dim: 3 dim: 5 dim: 6 }
+                      shape { dim: 4 dim: 3 dim: 5 dim: 6 } } }
 layer { name: "copy" type: "Power" bottom: "x" top: "h" }
 layer { name: "bn" type: "BatchNorm" bottom: "h" top: "h"
         batch_norm_param { moving_average_fraction: 0.9 eps: 0.001 %(global)s } }

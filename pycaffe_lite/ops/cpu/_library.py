@@ -12,8 +12,8 @@ ABI_VERSION = 14
 _state = {"lib": None, "checked": False, "error": None}
 _lock = threading.Lock()
 
-# The kernels' C prototypes as kernels_impl.h, conv_impl.h and train_impl.h declare them (``restrict``
-# left out), each exported once per element type as ``pcl_<name>_f32`` and ``_f64``: T is
+# The kernels' C prototypes as kernels_impl.h, conv_impl.h and train_impl.h declare them
+# (``restrict`` left out), each exported once per element type as ``pcl_<name>_f32`` and ``_f64``: T is
 # that type (float or double), idx is int64_t. Every kernel also takes ``idx start, idx stop``
 # last, the range of its split axis it computes (see :func:`._threads.split`).
 PROTOTYPES = """

@@ -3,10 +3,96 @@
  * range [start, stop) of channels; and the SGD solver's update of every parameter in one call,
  * over a range of elements of all the parameters laid end to end.
  *
- * The per-channel sums are taken in double (for double too, in order), so they are as
- * accurate as NumPy's pairwise sums, not equal to them bit for bit; everything per element is
- * the NumPy layers' own operations, rounded after each.
+ * The per-channel sums are taken in double, in PCL_TRAIN_LANES interleaved partial sums (one
+ * per element position modulo the count, so that the loops vectorise without reassociation,
+ * added up in lane order at the end): as accurate as NumPy's pairwise sums, not equal to them
+ * bit for bit. Everything per element is the NumPy layers' own operations, rounded after each.
  */
+
+#ifndef PCL_TRAIN_LANES
+#define PCL_TRAIN_LANES 8
+/* The comparisons of the ReLU: quiet (no exception on a NaN, the same result as > and <=),
+ * so that the compiler turns them into vector masks instead of branches. */
+#if defined(__GNUC__)
+#define PCL_GREATER(a, b) __builtin_isgreater(a, b)
+#define PCL_LESS_EQUAL(a, b) __builtin_islessequal(a, b)
+#else
+#define PCL_GREATER(a, b) ((a) > (b))
+#define PCL_LESS_EQUAL(a, b) ((a) <= (b))
+#endif
+
+/* The gradient past the ReLU: dy * (y > 0) (a NaN or negative dy times 0 gives NaN or -0, as
+ * relu_backward), or dy without one. */
+#define PCL_DZ(relu, dy, y) ((relu) ? (dy) * (T)PCL_GREATER((y), (T)0) : (dy))
+#endif
+
+/* Into the lanes: sum += row[0:n] (squares 0), or sq += (row[0:n] - mu)^2 (squares 1). */
+ALWAYS_INLINE void NAME(row_sums)(const T *restrict row, idx n, T mu, int squares,
+                                  double *restrict sum, double *restrict sq)
+{
+    idx p = 0;
+    for (; p + PCL_TRAIN_LANES <= n; p += PCL_TRAIN_LANES)
+        for (int k = 0; k < PCL_TRAIN_LANES; ++k) {
+            T v = row[p + k];
+            if (squares) {
+                T d = v - mu;
+                sq[k] += (double)(d * d);
+            } else {
+                sum[k] += (double)v;
+            }
+        }
+    for (int k = 0; p < n; ++p, ++k) {
+        T v = row[p];
+        if (squares) {
+            T d = v - mu;
+            sq[k] += (double)(d * d);
+        } else {
+            sum[k] += (double)v;
+        }
+    }
+}
+
+/* sums of dz and dz * xnorm over row[0:n] (relu a constant at each call: the loops are built
+ * without the test). */
+ALWAYS_INLINE void NAME(grad_sums)(const T *restrict dy, const T *restrict xn,
+                                   const T *restrict y, idx n, const int relu,
+                                   double *restrict sdz, double *restrict sdzx)
+{
+    idx p = 0;
+    for (; p + PCL_TRAIN_LANES <= n; p += PCL_TRAIN_LANES)
+        for (int k = 0; k < PCL_TRAIN_LANES; ++k) {
+            T dz = PCL_DZ(relu, dy[p + k], y[p + k]);
+            sdz[k] += (double)dz;
+            sdzx[k] += (double)(dz * xn[p + k]);
+        }
+    for (int k = 0; p < n; ++p, ++k) {
+        T dz = PCL_DZ(relu, dy[p], y[p]);
+        sdz[k] += (double)dz;
+        sdzx[k] += (double)(dz * xn[p]);
+    }
+}
+
+/* out[0:n] = the bottom's gradient (out may be dy: each element is read before it is written,
+ * at the same position). */
+ALWAYS_INLINE void NAME(grad_apply)(const T *dy, const T *restrict xn, const T *restrict y,
+                                    T *out, idx n, const int relu, const int global, T g,
+                                    T mean_dz, T mean_dzx, T s)
+{
+    for (idx p = 0; p < n; ++p) {
+        T d = PCL_DZ(relu, dy[p], y[p]) * g;
+        if (!global)
+            d = (d - mean_dz) - mean_dzx * xn[p];
+        out[p] = d / s;
+    }
+}
+
+ALWAYS_INLINE double NAME(lane_total)(const double *lanes)
+{
+    double total = 0.0;
+    for (int k = 0; k < PCL_TRAIN_LANES; ++k)
+        total += lanes[k];
+    return total;
+}
 
 /* Forward of a channel range of x (B, C, S) into y (may be x: in place), with m = B * S values
  * per channel:
@@ -29,22 +115,13 @@ EXPORT void NAME(bn_train_forward)(const T *x, T *y, T *restrict xnorm, T *restr
             mu = mean[c];
             v = var[c];
         } else {
-            double sum = 0.0;
-            for (idx b = 0; b < nb; ++b) {
-                const T *restrict row = x + (b * nc + c) * sp;
-                for (idx p = 0; p < sp; ++p)
-                    sum += (double)row[p];
-            }
-            mu = (T)(sum / (double)m);
-            double sq = 0.0;
-            for (idx b = 0; b < nb; ++b) {
-                const T *restrict row = x + (b * nc + c) * sp;
-                for (idx p = 0; p < sp; ++p) {
-                    T d = row[p] - mu;
-                    sq += (double)(d * d);
-                }
-            }
-            v = (T)(sq / (double)m);
+            double sum[PCL_TRAIN_LANES] = {0}, sq[PCL_TRAIN_LANES] = {0};
+            for (idx b = 0; b < nb; ++b)
+                NAME(row_sums)(x + (b * nc + c) * sp, sp, (T)0, 0, sum, sq);
+            mu = (T)(NAME(lane_total)(sum) / (double)m);
+            for (idx b = 0; b < nb; ++b)
+                NAME(row_sums)(x + (b * nc + c) * sp, sp, mu, 1, sum, sq);
+            v = (T)(NAME(lane_total)(sq) / (double)m);
             mean[c] = mu;
             var[c] = v;
         }
@@ -65,7 +142,7 @@ EXPORT void NAME(bn_train_forward)(const T *x, T *y, T *restrict xnorm, T *restr
                     z = z * g;
                 if (beta)
                     z = z + h;
-                if (relu && z <= (T)0)
+                if (relu && PCL_LESS_EQUAL(z, (T)0))
                     z = (T)0;
                 out[p] = z;
             }
@@ -89,16 +166,15 @@ EXPORT void NAME(bn_train_backward)(const T *dy, const T *restrict xnorm, const 
 {
     idx m = nb * sp;
     for (idx c = start; c < stop; ++c) {
-        double sdz = 0.0, sdzx = 0.0;
+        double sdz_lanes[PCL_TRAIN_LANES] = {0}, sdzx_lanes[PCL_TRAIN_LANES] = {0};
         for (idx b = 0; b < nb; ++b) {
             idx off = (b * nc + c) * sp;
-            const T *g_row = dy + off, *x_row = xnorm + off, *y_row = y + off;
-            for (idx p = 0; p < sp; ++p) {
-                T dz = relu ? g_row[p] * (T)(y_row[p] > (T)0) : g_row[p];
-                sdz += (double)dz;
-                sdzx += (double)(dz * x_row[p]);
-            }
+            if (relu)
+                NAME(grad_sums)(dy + off, xnorm + off, y + off, sp, 1, sdz_lanes, sdzx_lanes);
+            else
+                NAME(grad_sums)(dy + off, xnorm + off, y + off, sp, 0, sdz_lanes, sdzx_lanes);
         }
+        double sdz = NAME(lane_total)(sdz_lanes), sdzx = NAME(lane_total)(sdzx_lanes);
         if (dgamma)
             dgamma[c] = dgamma[c] + (T)sdzx;
         if (dbeta)
@@ -111,13 +187,14 @@ EXPORT void NAME(bn_train_backward)(const T *dy, const T *restrict xnorm, const 
             idx off = (b * nc + c) * sp;
             const T *g_row = dy + off, *x_row = xnorm + off, *y_row = y + off;
             T *out = dx + off;
-            for (idx p = 0; p < sp; ++p) {
-                T dz = relu ? g_row[p] * (T)(y_row[p] > (T)0) : g_row[p];
-                T d = dz * g;
-                if (!global)
-                    d = (d - mean_dz) - mean_dzx * x_row[p];
-                out[p] = d / s;
-            }
+            if (relu && global)
+                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 1, 1, g, mean_dz, mean_dzx, s);
+            else if (relu)
+                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 1, 0, g, mean_dz, mean_dzx, s);
+            else if (global)
+                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 0, 1, g, mean_dz, mean_dzx, s);
+            else
+                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 0, 0, g, mean_dz, mean_dzx, s);
         }
     }
 }
