@@ -13,9 +13,10 @@ _state = {"lib": None, "checked": False, "error": None}
 _lock = threading.Lock()
 
 # The kernels' C prototypes as kernels_impl.h, conv_impl.h and train_impl.h declare them
-# (``restrict`` left out), each exported once per element type as ``pcl_<name>_f32`` and ``_f64``: T is
-# that type (float or double), idx is int64_t. Every kernel also takes ``idx start, idx stop``
-# last, the range of its split axis it computes (see :func:`._threads.split`).
+# (``restrict`` left out), each exported once per element type as ``pcl_<name>_f32`` and
+# ``_f64``: T is that type (float or double), idx is int64_t. Every kernel also takes
+# ``idx start, idx stop`` last, the range of its split axis it computes (see
+# :func:`._threads.split`).
 PROTOTYPES = """
 im2col_batch_first(const T *x, T *cols, idx nb, idx nc, idx h, idx w, idx kh, idx kw, idx pad_h,
     idx pad_w, idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh, idx ow)
