@@ -244,6 +244,13 @@ def bench_train_step(name, batch, rounds, torch, lr=0.01, momentum=0.9, decay=5e
         net.forward_from_to()
         top.diff[...] = 1.0 / top.count
         net.backward_from_to()
+        datas = [blob.write_data() for blob in params]
+        diffs = [blob.write_diff() for blob in params]
+        if solver_update.takes_all("SGD", datas, diffs, [history]):
+            # every param in one compiled call, with data -= diff, as SGDSolver does
+            solver_update.update_all("SGD", datas, diffs, [history], 1, decays, False, rates,
+                                     mom)
+            return
         for i, blob in enumerate(params):
             data, diff = blob.read_data(), blob.write_diff()
             if solver_update.takes("SGD", data, diff, history[i]):
