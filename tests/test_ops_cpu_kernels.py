@@ -374,9 +374,9 @@ def test_sgd_solver_steps_equal_with_and_without_kernels(tmp_path, monkeypatch):
     layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
     """
     calls = []
-    fused = cpu.sgd_update_all
-    monkeypatch.setattr(cpu, "sgd_update_all",
-                        lambda diffs, *a: calls.append(len(diffs)) or fused(diffs, *a))
+    fused = cpu.solver_update_all
+    monkeypatch.setattr(cpu, "solver_update_all",
+                        lambda rule, diffs, *a: calls.append(len(diffs)) or fused(rule, diffs, *a))
     results = []
     for flag in (False, True):
         with kernels(flag):

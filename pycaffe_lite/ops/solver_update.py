@@ -4,7 +4,7 @@ rule) on CuPy arrays, the compiled host kernel of :mod:`pycaffe_lite.ops.cpu` (S
 arrays. The solver's NumPy steps run where none does (:func:`takes` is False).
 
 :func:`update_all` runs the update of every parameter and ``data -= diff`` in one compiled call
-(SGD on NumPy arrays of one float type: :func:`takes_all`), with the same values bit for bit."""
+(SGD, Nesterov and Adam on NumPy arrays of one float type: :func:`takes_all`), with the same values bit for bit."""
 
 from . import cpu as _cpu
 from .gpu import solver_updates as _gpu
@@ -28,16 +28,19 @@ def update(rule, data, diff, state, norm, decay, l1, rate, coefficients):
 
 
 #: the rules :func:`update_all` computes
-ONE_PASS_RULES = ("SGD",)
+ONE_PASS_RULES = tuple(_cpu.UPDATE_RULES)
 
 
 def takes_all(rule, datas, diffs, state):
     """Whether one compiled call computes the update of all these params (``state``: one list
     of arrays per history of the rule) and applies it."""
-    return rule in ONE_PASS_RULES and _cpu.supported(*datas, *diffs, *[a for s in state for a in s])
+    if rule not in ONE_PASS_RULES:
+        return False
+    return _cpu.supported(*datas, *diffs, *[a for arrays in state for a in arrays])
 
 
 def update_all(rule, datas, diffs, state, norm, decays, l1, rates, coefficients):
-    """:func:`update` of every param (``decays`` and ``rates`` one per param), then
-    ``data -= diff`` (``Net.update``), in one call (after :func:`takes_all`)."""
-    _cpu.sgd_update_all(diffs, state[0], datas, rates, decays, norm, l1, coefficients[0])
+    """:func:`update` of every param (``decays`` and ``rates`` one per param, ``coefficients``
+    the rule's scalars, as for :func:`update`), then ``data -= diff`` (``Net.update``), in one
+    call (after :func:`takes_all`)."""
+    _cpu.solver_update_all(rule, diffs, state, datas, rates, decays, norm, l1, coefficients)

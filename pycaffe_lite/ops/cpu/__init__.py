@@ -25,7 +25,8 @@ of memory to a process whose whole LeNet training fits in 100 MB).
 - :func:`bias_relu` / :func:`relu_backward`: a convolution's bias and ReLU in one pass, ReLU's
   forward and gradient (NumPy's ``maximum`` is several times slower than an add);
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
-  :func:`sgd_update_all`: that step and ``data -= diff`` for every parameter in one call;
+  :func:`solver_update_all`: the SGD, Nesterov or Adam step and ``data -= diff`` for every
+  parameter in one call;
 - :func:`bn_train_forward` / :func:`bn_train_backward`: BatchNorm -> Scale -> ReLU on one
   blob in training (the net's fused chains, :mod:`pycaffe_lite.net_train_fuse`);
 - :func:`split_matmul`: a large product's columns shared by the kernel threads, each chunk a
@@ -232,23 +233,26 @@ def sgd_update(diff, history, data, norm, decay, l1, rate, momentum):
             rate, momentum], grain=1 << 18)
 
 
-def sgd_update_all(diffs, histories, datas, rates, decays, norm, l1, momentum):
-    """:func:`sgd_update` of every parameter (lists of arrays of one dtype, ``rates`` and
-    ``decays`` one per parameter) and then ``data -= diff``, in one call whose threads share
-    the elements of all of them; the same values as the per-parameter steps, bit for bit."""
+#: the rules :func:`solver_update_all` computes, by the kernel's number for each
+UPDATE_RULES = {"SGD": 0, "Nesterov": 1, "Adam": 2}
+
+
+def solver_update_all(rule, diffs, states, datas, rates, decays, norm, l1, coefficients):
+    """The update of every parameter by ``rule`` (a key of :data:`UPDATE_RULES`), then
+    ``data -= diff``, in one call whose threads share the elements of all of them: lists of
+    arrays of one dtype (``states`` one list per state of the rule: the history, or Adam's m
+    and v), ``rates`` and ``decays`` one per parameter, ``coefficients`` the rule's scalars
+    (see train_impl.h). The same values as the solver's per-parameter steps, bit for bit."""
     dtype = diffs[0].dtype
     ptr = np.uint64
-    sizes = np.fromiter((d.size for d in diffs), np.int64, len(diffs))
-    ends = np.cumsum(sizes)
+    ends = np.cumsum(np.fromiter((d.size for d in diffs), np.int64, len(diffs)))
     tables = [np.fromiter((a.ctypes.data for a in arrays), ptr, len(arrays))
-              for arrays in (diffs, histories, datas)]
-    rates = np.asarray(rates, dtype)
-    decays = np.asarray(decays, dtype)
+              for arrays in (diffs, states[0], states[-1], datas)]
+    scalars = [np.asarray(v, dtype) for v in (rates, decays, coefficients)]
     total = int(ends[-1]) if len(ends) else 0
-    _split(_function("sgd_update_all", dtype), total,
-           [_address(t) for t in tables] + [_address(ends), _address(rates), _address(decays),
-                                            len(diffs), norm, int(bool(l1)), momentum],
-           grain=1 << 18)
+    _split(_function("solver_update_all", dtype), total,
+           [_address(t) for t in tables] + [_address(ends)] + [_address(v) for v in scalars]
+           + [len(diffs), norm, int(bool(l1)), UPDATE_RULES[rule]], grain=1 << 18)
 
 
 def _null(a):

@@ -199,15 +199,72 @@ EXPORT void NAME(bn_train_backward)(const T *dy, const T *restrict xnorm, const 
     }
 }
 
-/* The SGD solver's step for elements [start, stop) of all the parameters laid end to end
- * (parameter k holds elements [ends[k - 1], ends[k]), ends[-1] = 0), each element as
- * sgd_update computes it, then data -= the update (Net.update): g = diff * norm (skipped when
- * norm is 1); g += decays[k] * data (L2) or decays[k] * sign(data) (L1) when decays[k] is not
- * 0; history = history * momentum + g * rates[k]; diff = history; data = data - history. */
+/* One element's gradient as the solvers' normalize and regularize steps leave it: g = diff *
+ * norm (skipped when norm is 1); g += decay * data (L2) or decay * sign(data) (L1) when decay is
+ * not 0. */
+ALWAYS_INLINE T NAME(regularized)(T g, T v, T norm, T decay, int32_t l1)
+{
+    if (norm != (T)1)
+        g = g * norm;
+    if (decay != (T)0) {
+        T reg = l1 ? (T)((v > (T)0) - (v < (T)0)) * decay : v * decay;
+        g = g + reg;
+    }
+    return g;
+}
+
+/* A solver's step for elements [lo, hi) of one parameter, each operation rounded as the
+ * solver's NumPy steps round it, then data -= the update (Net.update); diff holds the update:
+ *   SGD (rule 0):      h = h * momentum + g * rate; diff = h
+ *   Nesterov (rule 1): h' = h * momentum + g * rate; diff = h' * (1 + momentum) - h * momentum
+ *   Adam (rule 2):     m = m * beta1 + g * (1 - beta1); v = v * beta2 + (g * g) * (1 - beta2);
+ *                      diff = m / (sqrt(v) + eps) * rate  (rate with Adam's correction)
+ * coef: SGD {momentum}, Nesterov {momentum, 1 + momentum}, Adam {beta1, 1 - beta1, beta2,
+ * 1 - beta2, eps}. */
+ALWAYS_INLINE void NAME(param_step)(T *restrict diff, T *restrict s0, T *restrict s1,
+                                    T *restrict data, idx lo, idx hi, const int rule,
+                                    const T *coef, T rate, T decay, T norm, int32_t l1)
+{
+    for (idx i = lo; i < hi; ++i) {
+        T g = NAME(regularized)(diff[i], data[i], norm, decay, l1), u;
+        if (rule == 0) {
+            T h = s0[i] * coef[0];
+            g = g * rate;
+            h = h + g;
+            s0[i] = h;
+            u = h;
+        } else if (rule == 1) {
+            T previous = s0[i];
+            T h = previous * coef[0];
+            g = g * rate;
+            h = h + g;
+            s0[i] = h;
+            u = h * coef[1];
+            u = u - previous * coef[0];
+        } else {
+            T m = s0[i] * coef[0];
+            m = m + g * coef[1];
+            T v = s1[i] * coef[2];
+            v = v + (g * g) * coef[3];
+            s0[i] = m;
+            s1[i] = v;
+            T d = SQRT(v) + coef[4];
+            u = (m / d) * rate;
+        }
+        diff[i] = u;
+        data[i] = data[i] - u;
+    }
+}
+
+/* A solver's step (see param_step) for elements [start, stop) of all the parameters laid end
+ * to end: parameter k holds elements [ends[k - 1], ends[k]) (ends[-1] = 0), its arrays are
+ * diffs[k], datas[k] and states0[k] (the history, or Adam's m), states1[k] (Adam's v; else
+ * unread), its rate rates[k] and its weight decay decays[k]. */
 VECTOR_CLONES
-EXPORT void NAME(sgd_update_all)(T **diffs, T **histories, T **datas, const idx *ends,
-                                 const T *rates, const T *decays, idx nparams, T norm,
-                                 int32_t l1, T momentum, idx start, idx stop)
+EXPORT void NAME(solver_update_all)(T **diffs, T **states0, T **states1, T **datas,
+                                    const idx *ends, const T *rates, const T *decays,
+                                    const T *coef, idx nparams, T norm, int32_t l1,
+                                    int32_t rule, idx start, idx stop)
 {
     idx k = 0;
     while (k < nparams && ends[k] <= start)
@@ -215,25 +272,16 @@ EXPORT void NAME(sgd_update_all)(T **diffs, T **histories, T **datas, const idx 
     for (; k < nparams && start < stop; ++k) {
         idx first = k ? ends[k - 1] : 0;
         idx lo = start - first, hi = (ends[k] < stop ? ends[k] : stop) - first;
-        T *restrict diff = diffs[k], *restrict history = histories[k];
-        T *restrict data = datas[k];
-        T decay = decays[k], rate = rates[k];
-        for (idx i = lo; i < hi; ++i) {
-            T g = diff[i];
-            if (norm != (T)1)
-                g = g * norm;
-            if (decay != (T)0) {
-                T v = data[i];
-                T reg = l1 ? (T)((v > (T)0) - (v < (T)0)) * decay : v * decay;
-                g = g + reg;
-            }
-            T h = history[i] * momentum;
-            g = g * rate;
-            h = h + g;
-            history[i] = h;
-            diff[i] = h;
-            data[i] = data[i] - h;
-        }
+        T *s1 = rule == 2 ? states1[k] : states0[k];
+        if (rule == 0)
+            NAME(param_step)(diffs[k], states0[k], s1, datas[k], lo, hi, 0, coef, rates[k],
+                             decays[k], norm, l1);
+        else if (rule == 1)
+            NAME(param_step)(diffs[k], states0[k], s1, datas[k], lo, hi, 1, coef, rates[k],
+                             decays[k], norm, l1);
+        else
+            NAME(param_step)(diffs[k], states0[k], s1, datas[k], lo, hi, 2, coef, rates[k],
+                             decays[k], norm, l1);
         start = first + hi;
     }
 }
