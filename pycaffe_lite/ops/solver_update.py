@@ -4,7 +4,8 @@ rule) on CuPy arrays, the compiled host kernel of :mod:`pycaffe_lite.ops.cpu` (S
 arrays. The solver's NumPy steps run where none does (:func:`takes` is False).
 
 :func:`update_all` runs the update of every parameter and ``data -= diff`` in one compiled call
-(SGD, Nesterov and Adam on NumPy arrays of one float type: :func:`takes_all`), with the same values bit for bit."""
+(SGD, Nesterov and Adam on NumPy arrays of one float type: :func:`takes_all`), with the same
+values bit for bit."""
 
 from . import cpu as _cpu
 from .gpu import solver_updates as _gpu
