@@ -295,3 +295,29 @@ def test_param_diffs_accumulate_over_backwards(monkeypatch):
     net.forward_backward()
     for blob, single in zip(net.params["sc"], once):
         np.testing.assert_allclose(blob.diff, 2 * single, rtol=1e-6)
+
+
+@needs_library
+def test_gpu_mode_runs_the_layers_on_their_own(tmp_path, monkeypatch):
+    """On device arrays (a simulated device) the chains take the layers' own GPU path: no
+    fused host kernel, no trip to the host, and the CPU's fused result to float rounding."""
+    from pycaffe_lite import backend
+    from pycaffe_lite.testing.simdevice import simulated_device
+
+    calls = counting(monkeypatch)
+    expected = train(tmp_path, monkeypatch, True, 1, steps=2)
+    assert calls["forward"] > 0
+    used = dict(calls)
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        try:
+            with dev.forbid("to_host"):
+                got = train(tmp_path, monkeypatch, True, 1, steps=2)
+            assert got._train_fuse is not None and calls == used
+            values = {name: [backend.to_host(b.data) for b in blobs]
+                      for name, blobs in got.params.items()}
+        finally:
+            backend.set_mode_cpu()
+    for name, blobs in expected.params.items():
+        for a, b in zip(blobs, values[name]):
+            np.testing.assert_allclose(b, a.data, rtol=1e-4, atol=1e-6, err_msg=name)
