@@ -1,4 +1,4 @@
-"""BatchNorm -> Scale -> ReLU on one blob, in place, run as one forward and one backward.
+"""BatchNorm -> Scale -> ReLU run as one forward and one backward.
 
 ResNet's blocks compute ``conv -> BatchNorm -> Scale -> ReLU`` all on the convolution's top,
 in place. Layer by layer that is some ten passes over the blob forward and as many backward
@@ -6,20 +6,21 @@ in place. Layer by layer that is some ten passes over the blob forward and as ma
 kernels of :mod:`pycaffe_lite.ops.cpu` (``bn_train_forward``, ``bn_train_backward``) do the
 forward in three passes and the backward in two, per channel, on the kernel threads.
 
-A chain is a BatchNorm layer computed in place (Caffe's own: no NVCaffe or Intel Caffe scale,
-bias or ReLU of its own; a bottom with a channel axis), then optionally, in the next layers
-and on the same blob in place, a Scale with one bottom and a per-channel scale (``axis: 1``,
-with or without bias), then optionally a ReLU with ``negative_slope: 0``. No layer of it has
-a loss weight. Both batch statistics (training) and global statistics (a fixed affine map)
-are taken.
+A chain is a BatchNorm layer (Caffe's own: no NVCaffe or Intel Caffe scale, bias or ReLU of
+its own; a bottom with a channel axis), in place or not, then optionally, in the next layers
+and in place on BatchNorm's top, a Scale with one bottom and a per-channel scale (``axis:
+1``, with or without bias), then optionally a ReLU with ``negative_slope: 0``. No layer of it
+has a loss weight. Both batch statistics (training) and global statistics (a fixed affine
+map) are taken.
 
 What a user sees stays Caffe's: ``net.layers``, ``net.params`` and ``net.blobs`` are not
-changed; after a forward the blob holds the ReLU's output, BatchNorm's three statistics blobs
-are updated with Caffe's moving average, and each layer keeps what its own backward needs (so
-any backward may run layer by layer after a fused forward); after a backward the blob's diff
-is BatchNorm's bottom diff and the Scale's parameter diffs have the gradient added (they
-accumulate, for ``iter_size`` > 1). Values are the layers' to float rounding: the per-channel
-sums are taken in double, in another order than NumPy's.
+changed; after a forward BatchNorm's top holds the ReLU's output, BatchNorm's three
+statistics blobs are updated with Caffe's moving average, and each layer keeps what its own
+backward needs (so any backward may run layer by layer after a fused forward); after a
+backward BatchNorm's bottom diff is its gradient, its top's diff (not in place) the Scale's
+bottom gradient, and the Scale's parameter diffs have the gradient added (they accumulate,
+for ``iter_size`` > 1). Values are the layers' to float rounding: the per-channel sums are
+taken in double, in another order than NumPy's.
 
 Layers run on their own: with ``debug_info``, with a hook registered on the net, for a
 forward or backward whose first or last layer lies inside a chain (``start=``/``end=``), on
@@ -62,7 +63,9 @@ class Chain:
         self.bn = layers[0]
         self.scale = next((layer for layer in layers if layer.type == "Scale"), None)
         self.relu = any(layer.type == "ReLU" for layer in layers)
-        self.blob = self.records[0].tops[0]
+        # BatchNorm's bottom and top: the same blob, or BatchNorm writes a new one that the
+        # Scale and ReLU then compute in place
+        self.bottom, self.top = self.records[0].bottoms[0], self.records[0].tops[0]
         self.xnorm = None
         # The fused backward computes every bottom diff of the chain: it runs where Caffe's
         # layers would all compute theirs.
@@ -85,7 +88,7 @@ class Chain:
         for rec in self.records:
             rec.layer.reshape(rec.bottoms, rec.tops)
         bn = self.bn
-        x = self.blob.read_data()
+        x = self.bottom.read_data()
         gamma, beta = self._affine()
         if x.size == 0 or not cpu_kernels.supported(x, gamma, beta):
             return self._by_layer_forward()
@@ -97,7 +100,7 @@ class Chain:
         else:
             mean, var = np.empty(bn.channels, x.dtype), np.empty(bn.channels, x.dtype)
         std = np.empty(bn.channels, x.dtype)
-        y = self.blob.write_data()
+        y = self.top.write_data()
         cpu_kernels.bn_train_forward(x.reshape(shape), y.reshape(shape), self.xnorm, mean, var,
                                      std, gamma, beta, bn.eps, bn.use_global_stats, self.relu)
         if not bn.use_global_stats:
@@ -125,16 +128,21 @@ class Chain:
             dbeta = scale.blobs[scale.bias_index].write_diff()
         if not all(rec.need_backward and rec.bottom_need_backward[0] for rec in self.records):
             return self._by_layer_backward()  # changed since the net was built
-        dy, y = self.blob.read_diff(), self.blob.read_data()
+        dy, y = self.top.read_diff(), self.top.read_data()
         xnorm, std = getattr(bn, "x_norm", None), getattr(bn, "std", None)
         shape = (bn.num, bn.channels, bn.spatial)
         if dy.size == 0 or xnorm is None or xnorm.shape != shape or \
                 not cpu_kernels.supported(dy, y, xnorm, std, gamma, dgamma, dbeta):
             return self._by_layer_backward()
-        dx = self.blob.write_diff()
+        # Not in place, the top's diff is left as the Scale's (or the ReLU's) backward leaves
+        # it in place: dz * gamma (dz)
+        keep = self.top is not self.bottom and len(self.records) > 1
+        if keep:
+            dy = self.top.write_diff()
+        dx = self.bottom.write_diff()
         cpu_kernels.bn_train_backward(dy.reshape(shape), xnorm, y.reshape(shape), std, gamma,
                                       dgamma, dbeta, dx.reshape(shape), bn.use_global_stats,
-                                      self.relu)
+                                      self.relu, keep)
 
 
 class TrainFusion:
@@ -169,9 +177,9 @@ def _plain(rec, blob_id):
 
 def _starts_chain(rec):
     layer = rec.layer
-    if layer.type != "BatchNorm" or len(rec.bottom_ids) != 1 or not rec.bottom_ids:
+    if layer.type != "BatchNorm" or len(rec.bottom_ids) != 1 or len(rec.top_ids) != 1:
         return False
-    return (_plain(rec, rec.bottom_ids[0]) and rec.bottoms[0].num_axes >= 2
+    return (not layer.loss(0) and rec.bottoms[0].num_axes >= 2
             and not (layer.affine_blobs or layer.relu or layer.scale_bias))
 
 

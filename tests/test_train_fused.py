@@ -321,3 +321,56 @@ def test_gpu_mode_runs_the_layers_on_their_own(tmp_path, monkeypatch):
     for name, blobs in expected.params.items():
         for a, b in zip(blobs, values[name]):
             np.testing.assert_allclose(b, a.data, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+NOT_IN_PLACE = """
+name: "apart" force_backward: true
+layer { name: "in" type: "Input" top: "x" top: "t"
+        input_param { shape { dim: 4 dim: 3 dim: 5 dim: 6 }
+                      shape { dim: 4 dim: 3 dim: 5 dim: 6 } } }
+layer { name: "copy" type: "Power" bottom: "x" top: "h" }
+layer { name: "bn" type: "BatchNorm" bottom: "h" top: "hb" }
+%s
+layer { name: "loss" type: "EuclideanLoss" bottom: "hb" bottom: "t" top: "loss" }
+"""
+AFTER = {"sc": """layer { name: "sc" type: "Scale" bottom: "hb" top: "hb"
+        scale_param { bias_term: true filler { type: "uniform" min: 0.5 max: 1.5 } } }""",
+         "relu": 'layer { name: "relu" type: "ReLU" bottom: "hb" top: "hb" }'}
+
+
+@needs_library
+@pytest.mark.parametrize("after", [("sc", "relu"), ("relu",), ("sc",), ()])
+def test_batchnorm_not_in_place_then_scale_and_relu_in_place(monkeypatch, after):
+    """BatchNorm writing a new blob: the bottom keeps its data, its diff is BatchNorm's
+    gradient, and the top's diff is the Scale's (the ReLU's) bottom gradient, as layer by
+    layer."""
+    text = NOT_IN_PLACE % "\n".join(AFTER[k] for k in after)
+    calls = counting(monkeypatch)
+    nets = []
+    for fuse in (True, False):
+        monkeypatch.setenv(net_train_fuse.ENV_VAR, "1" if fuse else "0")
+        param = text_format.Parse(text, caffe_pb2.NetParameter())
+        param.state.phase = caffe.TRAIN
+        caffe.set_random_seed(5)
+        nets.append(caffe.Net.from_param(param, dtype=np.float64))
+    fused, plain = nets
+    assert [fused.layer_names[i] for i in fused._train_fuse.chains[0].indices] == \
+        ["bn"] + list(after)
+    rng = np.random.default_rng(6)
+    x, t = rng.normal(size=SHAPE), rng.normal(size=SHAPE)
+    for net in nets:
+        for _ in range(2):
+            net.blobs["x"].data[...] = x
+            net.blobs["t"].data[...] = t
+            net.forward_backward()
+    assert calls == {"forward": 2, "backward": 2}
+    for name in ("h", "hb"):
+        np.testing.assert_allclose(fused.blobs[name].data, plain.blobs[name].data,
+                                   rtol=1e-9, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(fused.blobs[name].diff, plain.blobs[name].diff,
+                                   rtol=1e-9, atol=1e-12, err_msg=name)
+    for name in plain.params:
+        for a, b in zip(fused.params[name], plain.params[name]):
+            np.testing.assert_allclose(a.data, b.data, rtol=1e-9, atol=1e-12, err_msg=name)
+            np.testing.assert_allclose(a.diff, b.diff, rtol=1e-9, atol=1e-12, err_msg=name)
+    assert np.abs(fused.blobs["hb"].diff - fused.blobs["h"].diff).max() > 1e-3

@@ -270,14 +270,16 @@ def bn_train_forward(x, y, xnorm, mean, var, stdv, gamma, beta, eps, use_global,
             int(bool(relu))], grain=_grain(nb * sp))
 
 
-def bn_train_backward(dy, xnorm, y, stdv, gamma, dgamma, dbeta, dx, use_global, relu):
+def bn_train_backward(dy, xnorm, y, stdv, gamma, dgamma, dbeta, dx, use_global, relu,
+                      keep=False):
     """The chain's backward (see kernels' train_impl.h): ``dgamma`` and ``dbeta`` (each may be
-    None) accumulate, ``dx`` (may be ``dy``) is overwritten."""
+    None) accumulate, ``dx`` (may be ``dy``) is overwritten; ``keep`` (``dx`` not ``dy``):
+    ``dy`` becomes the gradient before BatchNorm (past the ReLU, times gamma)."""
     nb, nc, sp = dy.shape
     _split(_function("bn_train_backward", dy.dtype), nc,
            [_address(dy), _address(xnorm), _address(y), _address(stdv), _null(gamma),
             _null(dgamma), _null(dbeta), _address(dx), nb, nc, sp, int(bool(use_global)),
-            int(bool(relu))], grain=_grain(nb * sp))
+            int(bool(relu)), int(bool(keep))], grain=_grain(nb * sp))
 
 
 # ---- matrix products -------------------------------------------------------------------------

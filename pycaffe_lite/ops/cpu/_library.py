@@ -56,8 +56,9 @@ pointwise_forward(const T *x, const T *w, const T *bias, T *y, idx nk, idx nc, i
     idx relu)
 bn_train_forward(const T *x, T *y, T *xnorm, T *mean, T *var, T *stdv, const T *gamma,
     const T *beta, idx nb, idx nc, idx sp, T eps, int32_t global, int32_t relu)
-bn_train_backward(const T *dy, const T *xnorm, const T *y, const T *stdv, const T *gamma,
-    T *dgamma, T *dbeta, T *dx, idx nb, idx nc, idx sp, int32_t global, int32_t relu)
+bn_train_backward(T *dy, const T *xnorm, const T *y, const T *stdv, const T *gamma,
+    T *dgamma, T *dbeta, T *dx, idx nb, idx nc, idx sp, int32_t global, int32_t relu,
+    int32_t keep)
 solver_update_all(T **diffs, T **states0, T **states1, T **datas, const idx *ends,
     const T *rates, const T *decays, const T *coef, idx nparams, T norm, int32_t l1,
     int32_t rule)

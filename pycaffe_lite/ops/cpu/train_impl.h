@@ -73,13 +73,15 @@ ALWAYS_INLINE void NAME(grad_sums)(const T *restrict dy, const T *restrict xn,
 }
 
 /* out[0:n] = the bottom's gradient (out may be dy: each element is read before it is written,
- * at the same position). */
-ALWAYS_INLINE void NAME(grad_apply)(const T *dy, const T *restrict xn, const T *restrict y,
-                                    T *out, idx n, const int relu, const int global, T g,
-                                    T mean_dz, T mean_dzx, T s)
+ * at the same position); keep: dy[0:n] = dz * g too (the Scale's bottom gradient). */
+ALWAYS_INLINE void NAME(grad_apply)(T *dy, const T *restrict xn, const T *restrict y,
+                                    T *out, idx n, const int relu, const int global,
+                                    const int keep, T g, T mean_dz, T mean_dzx, T s)
 {
     for (idx p = 0; p < n; ++p) {
         T d = PCL_DZ(relu, dy[p], y[p]) * g;
+        if (keep)
+            dy[p] = d;
         if (!global)
             d = (d - mean_dz) - mean_dzx * xn[p];
         out[p] = d / s;
@@ -155,14 +157,15 @@ EXPORT void NAME(bn_train_forward)(const T *x, T *y, T *restrict xnorm, T *restr
  * when relu, as relu_backward). With dz the gradient past the ReLU:
  *   dgamma[c] += sum(dz * xnorm) (dgamma not NULL); dbeta[c] += sum(dz) (dbeta not NULL);
  *   batch statistics: dx = (dz g - mean(dz g) - mean(dz g xnorm) xnorm) / stdv, g = gamma[c]
- *   (1 when gamma is NULL); global statistics: dx = dz g / stdv.
+ *   (1 when gamma is NULL); global statistics: dx = dz g / stdv;
+ *   keep (dx not dy): dy = dz g, the diff the Scale's (or ReLU's) backward leaves in place.
  */
 VECTOR_CLONES
-EXPORT void NAME(bn_train_backward)(const T *dy, const T *restrict xnorm, const T *y,
+EXPORT void NAME(bn_train_backward)(T *dy, const T *restrict xnorm, const T *y,
                                     const T *restrict stdv, const T *restrict gamma,
                                     T *restrict dgamma, T *restrict dbeta, T *dx, idx nb,
-                                    idx nc, idx sp, int32_t global, int32_t relu, idx start,
-                                    idx stop)
+                                    idx nc, idx sp, int32_t global, int32_t relu, int32_t keep,
+                                    idx start, idx stop)
 {
     idx m = nb * sp;
     for (idx c = start; c < stop; ++c) {
@@ -185,16 +188,27 @@ EXPORT void NAME(bn_train_backward)(const T *dy, const T *restrict xnorm, const 
         T mean_dzx = global ? (T)0 : (T)((double)g * sdzx / (double)m);
         for (idx b = 0; b < nb; ++b) {
             idx off = (b * nc + c) * sp;
-            const T *g_row = dy + off, *x_row = xnorm + off, *y_row = y + off;
+            T *g_row = dy + off;
+            const T *x_row = xnorm + off, *y_row = y + off;
             T *out = dx + off;
-            if (relu && global)
-                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 1, 1, g, mean_dz, mean_dzx, s);
+            if (keep && relu)
+                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 1, global, 1, g, mean_dz,
+                                 mean_dzx, s);
+            else if (keep)
+                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 0, global, 1, g, mean_dz,
+                                 mean_dzx, s);
+            else if (relu && global)
+                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 1, 1, 0, g, mean_dz, mean_dzx,
+                                 s);
             else if (relu)
-                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 1, 0, g, mean_dz, mean_dzx, s);
+                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 1, 0, 0, g, mean_dz, mean_dzx,
+                                 s);
             else if (global)
-                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 0, 1, g, mean_dz, mean_dzx, s);
+                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 0, 1, 0, g, mean_dz, mean_dzx,
+                                 s);
             else
-                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 0, 0, g, mean_dz, mean_dzx, s);
+                NAME(grad_apply)(g_row, x_row, y_row, out, sp, 0, 0, 0, g, mean_dz, mean_dzx,
+                                 s);
         }
     }
 }
