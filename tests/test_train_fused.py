@@ -374,3 +374,27 @@ def test_batchnorm_not_in_place_then_scale_and_relu_in_place(monkeypatch, after)
             np.testing.assert_allclose(a.data, b.data, rtol=1e-9, atol=1e-12, err_msg=name)
             np.testing.assert_allclose(a.diff, b.diff, rtol=1e-9, atol=1e-12, err_msg=name)
     assert np.abs(fused.blobs["hb"].diff - fused.blobs["h"].diff).max() > 1e-3
+
+
+@needs_library
+def test_no_fusion_with_a_loss_weight_in_the_chain_or_with_debug_info(monkeypatch):
+    calls = counting(monkeypatch)
+    text = CHAIN_NET % {"global": ""}
+    # the ReLU's top as the loss itself (a top that other layers read would get a Split that
+    # takes the weight)
+    weighted = text.replace('top: "h" }\nlayer { name: "loss" type: "EuclideanLoss" bottom: "h" '
+                            'bottom: "t" top: "loss" }', 'top: "h" loss_weight: 1 }')
+    assert weighted != text
+    monkeypatch.setenv(net_train_fuse.ENV_VAR, "1")
+    param = text_format.Parse(weighted, caffe_pb2.NetParameter())
+    param.state.phase = caffe.TRAIN
+    net = caffe.Net.from_param(param, dtype=np.float64)
+    assert net.layer_dict["relu"].loss(0) == 1
+    assert [net.layer_names[i] for i in net._train_fuse.chains[0].indices] == ["bn", "sc"]
+    param = text_format.Parse(text, caffe_pb2.NetParameter())
+    param.state.phase = caffe.TRAIN
+    param.debug_info = True
+    net = caffe.Net.from_param(param, dtype=np.float64)
+    net.blobs["x"].data[...] = np.random.default_rng(7).normal(size=SHAPE)
+    net.forward_backward()
+    assert calls == {"forward": 0, "backward": 0}
