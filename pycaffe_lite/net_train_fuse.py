@@ -118,6 +118,8 @@ class Chain:
 
     def backward(self, top, propagate_down, bottom):
         """The whole chain's backward (called in place of its last layer's)."""
+        if not all(rec.need_backward and rec.bottom_need_backward[0] for rec in self.records):
+            return self._by_layer_backward()  # changed since the net was built
         bn, scale = self.bn, self.scale
         gamma, _ = self._affine()
         dgamma = dbeta = None
@@ -126,8 +128,6 @@ class Chain:
         if scale is not None and scale.bias_index is not None and \
                 scale.param_propagate_down[scale.bias_index]:
             dbeta = scale.blobs[scale.bias_index].write_diff()
-        if not all(rec.need_backward and rec.bottom_need_backward[0] for rec in self.records):
-            return self._by_layer_backward()  # changed since the net was built
         dy, y = self.top.read_diff(), self.top.read_data()
         xnorm, std = getattr(bn, "x_norm", None), getattr(bn, "std", None)
         shape = (bn.num, bn.channels, bn.spatial)
