@@ -398,3 +398,24 @@ def test_no_fusion_with_a_loss_weight_in_the_chain_or_with_debug_info(monkeypatc
     net.blobs["x"].data[...] = np.random.default_rng(7).normal(size=SHAPE)
     net.forward_backward()
     assert calls == {"forward": 0, "backward": 0}
+
+
+@needs_library
+def test_a_bottom_without_gradient_runs_the_backward_layer_by_layer(monkeypatch):
+    """A BatchNorm told after the net was built not to compute its bottom's gradient: the
+    layers' own backward (the top's diff then stays the Scale's bottom gradient)."""
+    calls = counting(monkeypatch)
+    fused, plain = chain_net(monkeypatch), chain_net(monkeypatch, fuse=False)
+    x = np.random.default_rng(8).normal(size=SHAPE)
+    for net in (fused, plain):
+        for k in range(2):
+            net.params["sc"][k].data[...] = fused.params["sc"][k].data
+        net.records[net.layer_index("bn")].bottom_need_backward[0] = False
+        net.blobs["x"].data[...] = x
+        net.forward_backward()
+    assert calls == {"forward": 1, "backward": 0}
+    for name in ("h", "x"):
+        np.testing.assert_allclose(fused.blobs[name].diff, plain.blobs[name].diff, rtol=1e-9,
+                                   atol=1e-12, err_msg=name)
+    for a, b in zip(fused.params["sc"], plain.params["sc"]):
+        np.testing.assert_allclose(a.diff, b.diff, rtol=1e-9, atol=1e-12)
