@@ -69,7 +69,8 @@ KERNELS = Extension("pycaffe_lite.ops.cpu._kernels", ["pycaffe_lite/ops/cpu/kern
                     depends=["pycaffe_lite/ops/cpu/kernels_impl.h",
                              "pycaffe_lite/ops/cpu/conv_impl.h",
                              "pycaffe_lite/ops/cpu/blocked_impl.h",
-                             "pycaffe_lite/ops/cpu/blocked_body.h"], optional=True)
+                             "pycaffe_lite/ops/cpu/blocked_body.h",
+                             "pycaffe_lite/ops/cpu/train_impl.h"], optional=True)
 
 compile_schema()
 setup(

@@ -226,7 +226,47 @@ def bench_zoo(name, batch, iters, torch, torch_model=None):
     return result
 
 
-def bench_train_step(name, batch, rounds, torch, lr=0.01, momentum=0.9, decay=5e-4):
+def train_step_breakdown(net, step, steps=2):
+    """Milliseconds per step spent in each layer type, forward and backward, over ``steps``
+    extra steps of ``step`` (the fused BatchNorm -> Scale -> ReLU chains of net_train_fuse as
+    one entry): {"layers", "forward", "backward"}, the types by time spent."""
+    clock = time.perf_counter
+    spent = {}
+
+    def timed(key, phase, fn):
+        def run(*args):
+            t = clock()
+            result = fn(*args)
+            spent.setdefault(key, [0.0, 0.0])[phase] += clock() - t
+            return result
+        return run
+
+    fusion = net._train_fuse
+    saved = (dict(fusion.forward_map), dict(fusion.backward_map)) if fusion else None
+    for chain in fusion.chains if fusion else ():
+        key = "+".join(r.layer.type for r in chain.records) + " (fused)"
+        fusion.forward_map[chain.indices[0]] = timed(key, 0, chain.forward)
+        if chain.indices[-1] in fusion.backward_map:
+            fusion.backward_map[chain.indices[-1]] = timed(key, 1, chain.backward)
+    for rec in net.records:
+        rec.layer.Forward = timed(rec.layer.type, 0, rec.layer.Forward)
+        rec.layer.Backward = timed(rec.layer.type, 1, rec.layer.Backward)
+    try:
+        for _ in range(steps):
+            step()
+    finally:
+        for rec in net.records:
+            del rec.layer.Forward, rec.layer.Backward
+        if fusion:
+            fusion.forward_map.update(saved[0])
+            fusion.backward_map.update(saved[1])
+    names = sorted(spent, key=lambda k: -sum(spent[k]))
+    return {"layers": names, "forward": [spent[k][0] * 1e3 / steps for k in names],
+            "backward": [spent[k][1] * 1e3 / steps for k in names]}
+
+
+def bench_train_step(name, batch, rounds, torch, lr=0.01, momentum=0.9, decay=5e-4,
+                     layers=False):
     """One training step (forward, backward, SGD update with momentum and weight decay) of a
     zoo net, ours and PyTorch's twin of the same net, in alternating rounds."""
     from pycaffe_lite.ops import solver_update
@@ -244,6 +284,13 @@ def bench_train_step(name, batch, rounds, torch, lr=0.01, momentum=0.9, decay=5e
         net.forward_from_to()
         top.diff[...] = 1.0 / top.count
         net.backward_from_to()
+        datas = [blob.write_data() for blob in params]
+        diffs = [blob.write_diff() for blob in params]
+        if solver_update.takes_all("SGD", datas, diffs, [history]):
+            # every param in one compiled call, with data -= diff, as SGDSolver does
+            solver_update.update_all("SGD", datas, diffs, [history], 1, decays, False, rates,
+                                     mom)
+            return
         for i, blob in enumerate(params):
             data, diff = blob.read_data(), blob.write_diff()
             if solver_update.takes("SGD", data, diff, history[i]):
@@ -281,6 +328,9 @@ def bench_train_step(name, batch, rounds, torch, lr=0.01, momentum=0.9, decay=5e
         opt.step()
 
     result.update(side_by_side(step, tstep, rounds, 1, warmup=1))
+    if layers:
+        result["layers"] = train_step_breakdown(net, step)
+        result["layer_gflops"] = {}
     return result
 
 
@@ -414,7 +464,8 @@ WORKLOADS = {
                                        torch_caffenet),
     "googlenet": lambda a, t: bench_zoo("googlenet", 4, a.zoo_iters, t),
     "resnet50": lambda a, t: bench_zoo("resnet50", 1, a.zoo_iters, t),
-    "resnet50_train": lambda a, t: bench_train_step("resnet50", 8, a.train_rounds, t),
+    "resnet50_train": lambda a, t: bench_train_step("resnet50", 8, a.train_rounds, t,
+                                                    layers=a.layers),
     "memory": lambda a, t: bench_memory.bench(bench_memory.NETS, 8, a.memory_lenet_iters),
 }
 

@@ -13,13 +13,13 @@ import os
 
 import numpy as np
 
-from . import cuda_graphs, net_fold, net_int8, python_layers
+from . import cuda_graphs, net_fold, net_int8, net_train_fuse, python_layers
 from .proto import protoio
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
 from .layers import create_layer
 from .net_batches import BatchedCalls
-from .net_graph import apply_fork_options, filter_net, insert_splits
+from .net_graph import apply_fork_options, filter_net, infer_backward, insert_splits
 from .proto import caffe_pb2
 
 log = logging.getLogger("pycaffe_lite")
@@ -199,11 +199,12 @@ class Net(BatchedCalls):
                 for tid in rec.top_ids:
                     self.blob_need_backward[tid] = True
 
-        self._infer_backward(param, available)
+        infer_backward(self, param)
         self.blobs = collections.OrderedDict(
             (n, self._blobs[i]) for i, n in enumerate(self._blob_names) if n != "(automatic)")
         self._output_ids = [name_to_id[n] for n in self._blob_order(available, name_to_id)]
         net_int8.attach(self, self._int8)
+        net_train_fuse.attach(self)
 
     def _blob_order(self, names, name_to_id):
         return sorted(names, key=lambda n: name_to_id[n])
@@ -267,44 +268,6 @@ class Net(BatchedCalls):
         blob.share_data(owner)
         blob.share_diff(owner)
 
-    def _infer_backward(self, param, available):
-        under_loss, skip_backprop = set(), set()
-        for rec in reversed(self.records):
-            layer = rec.layer
-            contributes = False
-            skip = True
-            for j, tid in enumerate(rec.top_ids):
-                name = self._blob_names[tid]
-                if layer.loss(j) or name in under_loss:
-                    contributes = True
-                if name not in skip_backprop:
-                    skip = False
-                if contributes and not skip:
-                    break
-            if rec.need_backward and skip:
-                rec.need_backward = False
-                rec.bottom_need_backward = [False] * len(rec.bottom_ids)
-            if not contributes:
-                rec.need_backward = False
-            for j, bid in enumerate(rec.bottom_ids):
-                name = self._blob_names[bid]
-                if contributes:
-                    under_loss.add(name)
-                else:
-                    rec.bottom_need_backward[j] = False
-                if not rec.bottom_need_backward[j]:
-                    skip_backprop.add(name)
-        if param.force_backward:
-            for rec in self.records:
-                layer = rec.layer
-                rec.need_backward = True
-                for j, bid in enumerate(rec.bottom_ids):
-                    nb = rec.bottom_need_backward[j] or layer.allow_force_backward(j)
-                    rec.bottom_need_backward[j] = nb
-                    self.blob_need_backward[bid] = self.blob_need_backward[bid] or nb
-                for pid in range(len(layer.blobs)):
-                    layer.set_param_propagate_down(pid, True)
-
     # -- pycaffe surface -------------------------------------------------------------------
     @property
     def layers(self):
@@ -366,7 +329,7 @@ class Net(BatchedCalls):
 
     def _forward_layers(self, start, end):
         loss = 0.0
-        hooks, fused = self._hooks, self._fused
+        hooks, fused = self._hooks, self._fused or net_train_fuse.forwards(self, start, end)
         for i in range(start, end + 1):
             rec = self.records[i]
             for hook in hooks["before_forward"]:
@@ -380,15 +343,15 @@ class Net(BatchedCalls):
 
     def backward_from_to(self, start=None, end=0):
         start = len(self.records) - 1 if start is None else start
-        hooks = self._hooks
+        hooks, fused = self._hooks, net_train_fuse.backwards(self, start, end)
         for i in range(start, end - 1, -1):
             for hook in hooks["before_backward"]:
                 hook(i)
             rec = self.records[i]
             if rec.need_backward:
                 bottom = rec.bottoms
-                _call_layer(rec.layer, "backward", bottom, rec.layer.Backward, rec.tops,
-                            rec.bottom_need_backward, bottom)
+                _call_layer(rec.layer, "backward", bottom, fused.get(i, rec.layer.Backward),
+                            rec.tops, rec.bottom_need_backward, bottom)
             for hook in hooks["after_backward"]:
                 hook(i)
 

@@ -4,6 +4,7 @@
   (phase, level, stages);
 - :func:`insert_splits`: give every top that several layers consume (a use as a loss counts)
   a Split layer, with Caffe's layer and blob names;
+- :func:`infer_backward`: which layers of a built Net need backward, as Caffe prunes it;
 - :func:`apply_fork_options`: the forks' layer-wide options (Intel Caffe's ``engine`` string,
   NVCaffe's storage and math types) said in this schema's terms.
 """
@@ -153,3 +154,45 @@ def apply_fork_options(param):
                  "(float32 unless built in float64), on the CPU and the GPU alike",
                  param.name or "(unnamed)", ", ".join(sorted(asked)))
     return param
+
+
+# ---- backward pruning ----------------------------------------------------------------------
+def infer_backward(net, param):
+    """Caffe's backward pruning: which layers and bottoms of ``net`` need a gradient (only
+    those under a loss), and ``force_backward``'s overrides."""
+    under_loss, skip_backprop = set(), set()
+    for rec in reversed(net.records):
+        layer = rec.layer
+        contributes = False
+        skip = True
+        for j, tid in enumerate(rec.top_ids):
+            name = net._blob_names[tid]
+            if layer.loss(j) or name in under_loss:
+                contributes = True
+            if name not in skip_backprop:
+                skip = False
+            if contributes and not skip:
+                break
+        if rec.need_backward and skip:
+            rec.need_backward = False
+            rec.bottom_need_backward = [False] * len(rec.bottom_ids)
+        if not contributes:
+            rec.need_backward = False
+        for j, bid in enumerate(rec.bottom_ids):
+            name = net._blob_names[bid]
+            if contributes:
+                under_loss.add(name)
+            else:
+                rec.bottom_need_backward[j] = False
+            if not rec.bottom_need_backward[j]:
+                skip_backprop.add(name)
+    if param.force_backward:
+        for rec in net.records:
+            layer = rec.layer
+            rec.need_backward = True
+            for j, bid in enumerate(rec.bottom_ids):
+                nb = rec.bottom_need_backward[j] or layer.allow_force_backward(j)
+                rec.bottom_need_backward[j] = nb
+                net.blob_need_backward[bid] = net.blob_need_backward[bid] or nb
+            for pid in range(len(layer.blobs)):
+                layer.set_param_propagate_down(pid, True)

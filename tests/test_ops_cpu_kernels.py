@@ -374,8 +374,9 @@ def test_sgd_solver_steps_equal_with_and_without_kernels(tmp_path, monkeypatch):
     layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
     """
     calls = []
-    fused = cpu.sgd_update
-    monkeypatch.setattr(cpu, "sgd_update", lambda *a: calls.append(1) or fused(*a))
+    fused = cpu.solver_update_all
+    monkeypatch.setattr(cpu, "solver_update_all",
+                        lambda rule, diffs, *a: calls.append(len(diffs)) or fused(rule, diffs, *a))
     results = []
     for flag in (False, True):
         with kernels(flag):
@@ -389,7 +390,7 @@ def test_sgd_solver_steps_equal_with_and_without_kernels(tmp_path, monkeypatch):
             solver = get_solver(param)
             solver.step(4)
             results.append([p.data.copy() for p in solver.net.learnable_params])
-    assert len(calls) == 4 * 4  # 4 updates of 4 parameter blobs, with the kernels only
+    assert calls == [4] * 4  # 4 updates of 4 parameter blobs each, with the kernels only
     for a, b in zip(*results):
         assert np.allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -527,7 +528,7 @@ def test_the_c_signatures_are_the_headers():
 
     folder = os.path.dirname(_library.__file__)
     source = ""
-    for name in ("kernels_impl.h", "conv_impl.h"):
+    for name in ("kernels_impl.h", "conv_impl.h", "train_impl.h"):
         with open(os.path.join(folder, name), encoding="utf-8") as f:
             source += f.read()
     exported = {}

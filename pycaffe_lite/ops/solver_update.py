@@ -1,7 +1,11 @@
 """A solver's per-parameter update (normalize, regularize, the rule) as one fused kernel, where
 one takes the arrays: the CUDA kernels of :mod:`pycaffe_lite.ops.gpu.solver_updates` (every
 rule) on CuPy arrays, the compiled host kernel of :mod:`pycaffe_lite.ops.cpu` (SGD) on NumPy
-arrays. The solver's NumPy steps run where none does (:func:`takes` is False)."""
+arrays. The solver's NumPy steps run where none does (:func:`takes` is False).
+
+:func:`update_all` runs the update of every parameter and ``data -= diff`` in one compiled call
+(SGD, Nesterov and Adam on NumPy arrays of one float type: :func:`takes_all`), with the same
+values bit for bit."""
 
 from . import cpu as _cpu
 from .gpu import solver_updates as _gpu
@@ -11,7 +15,7 @@ def takes(rule, data, diff, *state):
     """Whether a fused kernel of ``rule`` computes the update of these arrays."""
     if _gpu.supported(data, diff, *state):
         return rule in _gpu.KERNELS
-    return rule == "SGD" and _cpu.supported(data, diff, *state)
+    return rule in ONE_PASS_RULES and _cpu.supported(data, diff, *state)
 
 
 def update(rule, data, diff, state, norm, decay, l1, rate, coefficients):
@@ -22,3 +26,22 @@ def update(rule, data, diff, state, norm, decay, l1, rate, coefficients):
         _gpu.update(rule, data, diff, state, norm, decay, l1, rate, coefficients)
     else:
         _cpu.sgd_update(diff, state[0], data, norm, decay, l1, rate, coefficients[0])
+
+
+#: the rules :func:`update_all` computes
+ONE_PASS_RULES = tuple(_cpu.UPDATE_RULES)
+
+
+def takes_all(rule, datas, diffs, state):
+    """Whether one compiled call computes the update of all these params (``state``: one list
+    of arrays per history of the rule) and applies it."""
+    if rule not in ONE_PASS_RULES:
+        return False
+    return _cpu.supported(*datas, *diffs, *[a for arrays in state for a in arrays])
+
+
+def update_all(rule, datas, diffs, state, norm, decays, l1, rates, coefficients):
+    """:func:`update` of every param (``decays`` and ``rates`` one per param, ``coefficients``
+    the rule's scalars, as for :func:`update`), then ``data -= diff`` (``Net.update``), in one
+    call (after :func:`takes_all`)."""
+    _cpu.solver_update_all(rule, diffs, state, datas, rates, decays, norm, l1, coefficients)

@@ -14,8 +14,10 @@ One iteration's update (Caffe's ``SGDSolver::ApplyUpdate``)::
 
 SGD: ``history = momentum * history + local_rate * diff; diff = history``.
 
-Everything runs in place on float32 arrays of the current mode (NumPy or CuPy), one vectorised
-operation at a time; the scratch buffers are allocated once, on first use.
+Everything runs in place on float32 arrays of the current mode (NumPy or CuPy): every param's
+update and ``data -= diff`` in one compiled call where the host kernels take the arrays (SGD,
+Nesterov, Adam), else one fused kernel per param (:mod:`pycaffe_lite.ops.solver_update`), else
+one vectorised operation at a time; the scratch buffers are allocated once, on first use.
 """
 
 import logging
@@ -96,6 +98,8 @@ class SGDSolver(Solver):
         if param.display and self.iter % param.display == 0:
             log.info("Iteration %d, lr = %s", self.iter, _fmt(rate))
         self.clip_gradients()
+        if self._one_pass_update(rate):
+            return
         for i in range(len(self.net.learnable_params)):
             if self._fused_update(i, rate):  # one kernel per param, where one takes the arrays
                 continue
@@ -127,6 +131,27 @@ class SGDSolver(Solver):
         kernel_rate, coefficients = self.fused_args(i, rate)
         solver_update.update(rule, data, diff, state, norm, decay,
                              param.regularization_type == "L1", kernel_rate, coefficients)
+        return True
+
+    def _one_pass_update(self, rate):
+        """Every param's fused update and ``data -= diff`` in one compiled call (one kernel
+        for all the params, where :func:`solver_update.takes_all` says one takes their
+        arrays); False where it does not (one kernel per param, or the NumPy steps, run)."""
+        params = self.net.learnable_params
+        n = len(params)
+        if self.fused_rule not in solver_update.ONE_PASS_RULES or not n:
+            return False
+        state = [self.history[k * n:(k + 1) * n] for k in range(len(self.state_names))]
+        datas = [p.write_data() for p in params]
+        diffs = [p.write_diff() for p in params]
+        if not solver_update.takes_all(self.fused_rule, datas, diffs, state):
+            return False
+        param = self.param
+        norm = 1 if param.iter_size == 1 else f32(1.0 / param.iter_size)
+        decays = [f32(param.weight_decay * d) for d in self.net.params_weight_decay]
+        rates, coefficients = zip(*(self.fused_args(i, rate) for i in range(n)))
+        solver_update.update_all(self.fused_rule, datas, diffs, state, norm, decays,
+                                 param.regularization_type == "L1", rates, coefficients[0])
         return True
 
     def clip_gradients(self):

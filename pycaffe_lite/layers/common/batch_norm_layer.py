@@ -170,31 +170,12 @@ class BatchNormLayer(Layer):
         if self._on_gpu(x):
             return self._forward_gpu(x, self._view(top[0].write_data()))
         if self.use_global_stats:
-            # 1 / s, or 0 when s is 0, without reading s on the host
-            s = self.blobs[2].read_data()[:1]
-            xp = get_array_module(s)
-            factor = xp.where(s != 0, 1 / xp.where(s != 0, s, 1), 0).astype(s.dtype)
-            mean = self.blobs[0].read_data() * factor
-            var = self.blobs[1].read_data() * factor
+            mean, var = self.global_stats()
         else:
             mean = x.mean(axis=(0, 2))
             centred = x - mean[:, None]
             var = (centred * centred).mean(axis=(0, 2))
-        if not self.use_global_stats and self.scale_bias:
-            self._nvcaffe_update(mean, var)
-        elif not self.use_global_stats:
-            f = self.moving_average_fraction
-            m = self.num * self.spatial
-            correction = m / (m - 1) if m > 1 else 1
-            scale = self.blobs[2].write_data()
-            scale *= f
-            scale += 1
-            mean_sum = self.blobs[0].write_data()
-            mean_sum *= f
-            mean_sum += mean
-            var_sum = self.blobs[1].write_data()
-            var_sum *= f
-            var_sum += correction * var
+            self.update_running(mean, var)
         std = (var + self.eps) ** 0.5
         x_norm = (x - mean[:, None]) / std[:, None]
         # Kept for backward: a later in-place layer may overwrite the top.
@@ -208,6 +189,31 @@ class BatchNormLayer(Layer):
             self.positive = x_norm > 0
             x_norm = x_norm.clip(min=0)
         self._view(top[0].write_data())[...] = x_norm
+
+    def global_stats(self):
+        """(mean, variance) of the stored statistics, as global mode uses them."""
+        # 1 / s, or 0 when s is 0, without reading s on the host
+        s = self.blobs[2].read_data()[:1]
+        xp = get_array_module(s)
+        factor = xp.where(s != 0, 1 / xp.where(s != 0, s, 1), 0).astype(s.dtype)
+        return self.blobs[0].read_data() * factor, self.blobs[1].read_data() * factor
+
+    def update_running(self, mean, var):
+        """Fold a training batch's mean and (biased) variance into the stored statistics."""
+        if self.scale_bias:
+            return self._nvcaffe_update(mean, var)
+        f = self.moving_average_fraction
+        m = self.num * self.spatial
+        correction = m / (m - 1) if m > 1 else 1
+        scale = self.blobs[2].write_data()
+        scale *= f
+        scale += 1
+        mean_sum = self.blobs[0].write_data()
+        mean_sum *= f
+        mean_sum += mean
+        var_sum = self.blobs[1].write_data()
+        var_sum *= f
+        var_sum += correction * var
 
     def _nvcaffe_update(self, mean, var):
         """NVCaffe's moving statistics: the batch's own for the first two, then averaged."""

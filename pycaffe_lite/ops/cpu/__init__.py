@@ -25,6 +25,10 @@ of memory to a process whose whole LeNet training fits in 100 MB).
 - :func:`bias_relu` / :func:`relu_backward`: a convolution's bias and ReLU in one pass, ReLU's
   forward and gradient (NumPy's ``maximum`` is several times slower than an add);
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
+  :func:`solver_update_all`: the SGD, Nesterov or Adam step and ``data -= diff`` for every
+  parameter in one call;
+- :func:`bn_train_forward` / :func:`bn_train_backward`: BatchNorm -> Scale -> ReLU on one
+  blob in training (the net's fused chains, :mod:`pycaffe_lite.net_train_fuse`);
 - :func:`split_matmul`: a large product's columns shared by the kernel threads, each chunk a
   single-threaded OpenBLAS call (equal to the whole product to float rounding);
 - :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) and
@@ -229,6 +233,55 @@ def sgd_update(diff, history, data, norm, decay, l1, rate, momentum):
     _split(_function("sgd_update", diff.dtype), diff.size,
            [_address(diff), _address(history), _address(data), norm, decay, int(bool(l1)),
             rate, momentum], grain=1 << 18)
+
+
+#: the rules :func:`solver_update_all` computes, by the kernel's number for each
+UPDATE_RULES = {"SGD": 0, "Nesterov": 1, "Adam": 2}
+
+
+def solver_update_all(rule, diffs, states, datas, rates, decays, norm, l1, coefficients):
+    """The update of every parameter by ``rule`` (a key of :data:`UPDATE_RULES`), then
+    ``data -= diff``, in one call whose threads share the elements of all of them: lists of
+    arrays of one dtype (``states`` one list per state of the rule: the history, or Adam's m
+    and v), ``rates`` and ``decays`` one per parameter, ``coefficients`` the rule's scalars
+    (see train_impl.h). The same values as the solver's per-parameter steps, bit for bit."""
+    dtype = diffs[0].dtype
+    ptr = np.uint64
+    ends = np.cumsum(np.fromiter((d.size for d in diffs), np.int64, len(diffs)))
+    tables = [np.fromiter((a.ctypes.data for a in arrays), ptr, len(arrays))
+              for arrays in (diffs, states[0], states[-1], datas)]
+    scalars = [np.asarray(v, dtype) for v in (rates, decays, coefficients)]
+    total = int(ends[-1]) if len(ends) else 0
+    _split(_function("solver_update_all", dtype), total,
+           [_address(t) for t in tables] + [_address(ends)] + [_address(v) for v in scalars]
+           + [len(diffs), norm, int(bool(l1)), UPDATE_RULES[rule]], grain=1 << 18)
+
+
+def _null(a):
+    return None if a is None else _address(a)
+
+
+def bn_train_forward(x, y, xnorm, mean, var, stdv, gamma, beta, eps, use_global, relu):
+    """BatchNorm (batch statistics into ``mean`` and ``var``, or ``use_global``: read from
+    them) -> per-channel ``gamma`` and ``beta`` (each may be None) -> ReLU (``relu``) of ``x``
+    (B, C, S) into ``y`` (may be ``x``), keeping ``xnorm`` and ``stdv`` for the backward."""
+    nb, nc, sp = x.shape
+    _split(_function("bn_train_forward", x.dtype), nc,
+           [_address(x), _address(y), _address(xnorm), _address(mean), _address(var),
+            _address(stdv), _null(gamma), _null(beta), nb, nc, sp, eps, int(bool(use_global)),
+            int(bool(relu))], grain=_grain(nb * sp))
+
+
+def bn_train_backward(dy, xnorm, y, stdv, gamma, dgamma, dbeta, dx, use_global, relu,
+                      keep=False):
+    """The chain's backward (see kernels' train_impl.h): ``dgamma`` and ``dbeta`` (each may be
+    None) accumulate, ``dx`` (may be ``dy``) is overwritten; ``keep`` (``dx`` not ``dy``):
+    ``dy`` becomes the gradient before BatchNorm (past the ReLU, times gamma)."""
+    nb, nc, sp = dy.shape
+    _split(_function("bn_train_backward", dy.dtype), nc,
+           [_address(dy), _address(xnorm), _address(y), _address(stdv), _null(gamma),
+            _null(dgamma), _null(dbeta), _address(dx), nb, nc, sp, int(bool(use_global)),
+            int(bool(relu)), int(bool(keep))], grain=_grain(nb * sp))
 
 
 # ---- matrix products -------------------------------------------------------------------------

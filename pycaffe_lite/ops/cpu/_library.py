@@ -12,10 +12,11 @@ ABI_VERSION = 14
 _state = {"lib": None, "checked": False, "error": None}
 _lock = threading.Lock()
 
-# The kernels' C prototypes as kernels_impl.h and conv_impl.h declare them (``restrict``
-# left out), each exported once per element type as ``pcl_<name>_f32`` and ``_f64``: T is
-# that type (float or double), idx is int64_t. Every kernel also takes ``idx start, idx stop``
-# last, the range of its split axis it computes (see :func:`._threads.split`).
+# The kernels' C prototypes as kernels_impl.h, conv_impl.h and train_impl.h declare them
+# (``restrict`` left out), each exported once per element type as ``pcl_<name>_f32`` and
+# ``_f64``: T is that type (float or double), idx is int64_t. Every kernel also takes
+# ``idx start, idx stop`` last, the range of its split axis it computes (see
+# :func:`._threads.split`).
 PROTOTYPES = """
 im2col_batch_first(const T *x, T *cols, idx nb, idx nc, idx h, idx w, idx kh, idx kw, idx pad_h,
     idx pad_w, idx stride_h, idx stride_w, idx dil_h, idx dil_w, idx oh, idx ow)
@@ -53,6 +54,14 @@ winograd4_output(const T *m, const T *bias, T *y, idx nb, idx nk, idx yc, idx oh
     idx th, idx tw)
 pointwise_forward(const T *x, const T *w, const T *bias, T *y, idx nk, idx nc, idx npix,
     idx relu)
+bn_train_forward(const T *x, T *y, T *xnorm, T *mean, T *var, T *stdv, const T *gamma,
+    const T *beta, idx nb, idx nc, idx sp, T eps, int32_t global, int32_t relu)
+bn_train_backward(T *dy, const T *xnorm, const T *y, const T *stdv, const T *gamma,
+    T *dgamma, T *dbeta, T *dx, idx nb, idx nc, idx sp, int32_t global, int32_t relu,
+    int32_t keep)
+solver_update_all(T **diffs, T **states0, T **states1, T **datas, const idx *ends,
+    const T *rates, const T *decays, const T *coef, idx nparams, T norm, int32_t l1,
+    int32_t rule)
 """
 
 # Float-only kernels (blocked_impl.h), exported once as ``pcl_<name>_f32``; ``blocked_isa``

@@ -2,12 +2,13 @@
  * backward, AVE pooling forward, LRN's channel sums, bias and ReLU, the SGD solver's update
  * (kernels_impl.h); the direct depthwise convolution and Winograd's F(2x2, 3x3) and F(4x4, 3x3)
  * transforms and the direct 1x1 convolution (conv_impl.h); the channel-blocked convolution
- * and pooling, float only (blocked_impl.h, blocked_body.h).
+ * and pooling, float only (blocked_impl.h, blocked_body.h); BatchNorm -> Scale -> ReLU forward
+ * and backward in training, the SGD update of every parameter in one call (train_impl.h).
  *
  * Plain C functions over raw arrays, called through ctypes (which releases the GIL, so
  * several threads can run parts of one kernel). setup.py builds this file as an optional
  * extension module: without a C compiler the package installs and runs the NumPy code.
- * The kernels are written once, in kernels_impl.h and conv_impl.h, and instantiated for
+ * The kernels are written once, in kernels_impl.h, conv_impl.h and train_impl.h, and instantiated for
  * float and double. Build without -ffast-math and with -ffp-contract=off: the kernels of
  * kernels_impl.h must equal NumPy's results exactly.
  */
@@ -59,6 +60,7 @@ typedef int64_t idx;
 #define NAME(f) pcl_##f##_f32
 #include "kernels_impl.h"
 #include "conv_impl.h"
+#include "train_impl.h"
 #undef T
 #undef SQRT
 #undef NAME
@@ -68,6 +70,7 @@ typedef int64_t idx;
 #define NAME(f) pcl_##f##_f64
 #include "kernels_impl.h"
 #include "conv_impl.h"
+#include "train_impl.h"
 #undef T
 #undef SQRT
 #undef NAME

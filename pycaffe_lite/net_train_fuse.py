@@ -1,0 +1,251 @@
+"""BatchNorm -> Scale -> ReLU run as one forward and one backward.
+
+ResNet's blocks compute ``conv -> BatchNorm -> Scale -> ReLU`` all on the convolution's top,
+in place. Layer by layer that is some ten passes over the blob forward and as many backward
+(the statistics, the normalised copy, the scale's saved input, the ReLU's mask); the compiled
+kernels of :mod:`pycaffe_lite.ops.cpu` (``bn_train_forward``, ``bn_train_backward``) do the
+forward in three passes and the backward in two, per channel, on the kernel threads.
+
+A chain is a BatchNorm layer (Caffe's own: no NVCaffe or Intel Caffe scale, bias or ReLU of
+its own; a bottom with a channel axis), in place or not, then optionally, in the next layers
+and in place on BatchNorm's top, a Scale with one bottom and a per-channel scale (``axis:
+1``, with or without bias), then optionally a ReLU with ``negative_slope: 0``. No layer of it
+has a loss weight. Both batch statistics (training) and global statistics (a fixed affine
+map) are taken.
+
+What a user sees stays Caffe's: ``net.layers``, ``net.params`` and ``net.blobs`` are not
+changed; after a forward BatchNorm's top holds the ReLU's output, BatchNorm's three
+statistics blobs are updated with Caffe's moving average, and each layer keeps what its own
+backward needs (so any backward may run layer by layer after a fused forward); after a
+backward BatchNorm's bottom diff is its gradient, its top's diff (not in place) the Scale's
+bottom gradient, and the Scale's parameter diffs have the gradient added (they accumulate,
+for ``iter_size`` > 1). Values are the layers' to float rounding: the per-channel sums are
+taken in double, in another order than NumPy's.
+
+Layers run on their own: with ``debug_info``, with a hook registered on the net, for a
+forward or backward whose first or last layer lies inside a chain (``start=``/``end=``), on
+CuPy arrays (GPU mode) or without the compiled kernels, in a TEST net that is folded
+(:mod:`net_fold`), and everywhere when the environment variable ``PYCAFFE_LITE_TRAIN_FUSE``
+is 0/false/no/off when the net is built. The backward is fused where every layer of the chain
+computes its bottom's gradient (the usual case); otherwise only the forward is.
+"""
+
+import os
+
+import numpy as np
+
+from .ops import cpu as cpu_kernels
+
+ENV_VAR = "PYCAFFE_LITE_TRAIN_FUSE"
+
+
+def enabled_by_default():
+    """False when the environment variable ``PYCAFFE_LITE_TRAIN_FUSE`` is 0/false/no/off."""
+    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _skip_forward(bottom, top):
+    return 0.0
+
+
+def _skip_backward(top, propagate_down, bottom):
+    return None
+
+
+class Chain:
+    """One fused chain: its layer indices (BatchNorm first) and the buffer of the normalised
+    values its forward keeps for the backward."""
+
+    def __init__(self, net, indices):
+        self.indices = indices
+        self.records = [net.records[i] for i in indices]
+        layers = [rec.layer for rec in self.records]
+        self.bn = layers[0]
+        self.scale = next((layer for layer in layers if layer.type == "Scale"), None)
+        self.relu = any(layer.type == "ReLU" for layer in layers)
+        # BatchNorm's bottom and top: the same blob, or BatchNorm writes a new one that the
+        # Scale and ReLU then compute in place
+        self.bottom, self.top = self.records[0].bottoms[0], self.records[0].tops[0]
+        self.xnorm = None
+        # The fused backward computes every bottom diff of the chain: it runs where Caffe's
+        # layers would all compute theirs.
+        self.backward_fused = all(rec.need_backward and rec.bottom_need_backward[0]
+                                  for rec in self.records)
+
+    def _affine(self):
+        scale = self.scale
+        if scale is None:
+            return None, None
+        gamma = scale.blobs[0].read_data()
+        beta = None if scale.bias_index is None else scale.blobs[scale.bias_index].read_data()
+        return gamma, beta
+
+    def _by_layer_forward(self):
+        return sum(rec.layer.Forward(rec.bottoms, rec.tops) for rec in self.records)
+
+    def forward(self, bottom, top):
+        """The whole chain's forward (called in place of BatchNorm's)."""
+        for rec in self.records:
+            rec.layer.reshape(rec.bottoms, rec.tops)
+        bn = self.bn
+        x = self.bottom.read_data()
+        gamma, beta = self._affine()
+        if x.size == 0 or not cpu_kernels.supported(x, gamma, beta):
+            return self._by_layer_forward()
+        shape = (bn.num, bn.channels, bn.spatial)
+        if self.xnorm is None or self.xnorm.shape != shape or self.xnorm.dtype != x.dtype:
+            self.xnorm = np.empty(shape, x.dtype)
+        if bn.use_global_stats:
+            mean, var = (np.ascontiguousarray(a, x.dtype) for a in bn.global_stats())
+        else:
+            mean, var = np.empty(bn.channels, x.dtype), np.empty(bn.channels, x.dtype)
+        std = np.empty(bn.channels, x.dtype)
+        y = self.top.write_data()
+        cpu_kernels.bn_train_forward(x.reshape(shape), y.reshape(shape), self.xnorm, mean, var,
+                                     std, gamma, beta, bn.eps, bn.use_global_stats, self.relu)
+        if not bn.use_global_stats:
+            bn.update_running(mean, var)
+        # what each layer's own backward reads
+        bn.x_norm, bn.std = self.xnorm, std
+        if self.scale is not None:
+            self.scale._temp = self.xnorm.reshape(x.shape)
+        return 0.0
+
+    def _by_layer_backward(self):
+        for rec in reversed(self.records):
+            if rec.need_backward:
+                rec.layer.Backward(rec.tops, rec.bottom_need_backward, rec.bottoms)
+
+    def backward(self, top, propagate_down, bottom):
+        """The whole chain's backward (called in place of its last layer's)."""
+        if not all(rec.need_backward and rec.bottom_need_backward[0] for rec in self.records):
+            return self._by_layer_backward()  # changed since the net was built
+        bn, scale = self.bn, self.scale
+        gamma, _ = self._affine()
+        dgamma = dbeta = None
+        if scale is not None and scale.param_propagate_down[0]:
+            dgamma = scale.blobs[0].write_diff()
+        if scale is not None and scale.bias_index is not None and \
+                scale.param_propagate_down[scale.bias_index]:
+            dbeta = scale.blobs[scale.bias_index].write_diff()
+        dy, y = self.top.read_diff(), self.top.read_data()
+        xnorm, std = getattr(bn, "x_norm", None), getattr(bn, "std", None)
+        shape = (bn.num, bn.channels, bn.spatial)
+        if dy.size == 0 or xnorm is None or xnorm.shape != shape or \
+                not cpu_kernels.supported(dy, y, xnorm, std, gamma, dgamma, dbeta):
+            return self._by_layer_backward()
+        # Not in place, the top's diff is left as the Scale's (or the ReLU's) backward leaves
+        # it in place: dz * gamma (dz)
+        keep = self.top is not self.bottom and len(self.records) > 1
+        if keep:
+            dy = self.top.write_diff()
+        dx = self.bottom.write_diff()
+        cpu_kernels.bn_train_backward(dy.reshape(shape), xnorm, y.reshape(shape), std, gamma,
+                                      dgamma, dbeta, dx.reshape(shape), bn.use_global_stats,
+                                      self.relu, keep)
+
+
+class TrainFusion:
+    """The chains of a net (``net._train_fuse``) and the forwards and backwards that replace
+    their layers'."""
+
+    def __init__(self, chains):
+        self.chains = chains
+        self.forward_map, self.backward_map, self.inside = {}, {}, {}
+        for chain in chains:
+            first, last = chain.indices[0], chain.indices[-1]
+            for i in chain.indices:
+                self.inside[i] = (first, last)
+                self.forward_map[i] = _skip_forward
+                if chain.backward_fused:
+                    self.backward_map[i] = _skip_backward
+            self.forward_map[first] = chain.forward
+            if chain.backward_fused:
+                self.backward_map[last] = chain.backward
+
+    def cuts(self, lo, hi):
+        """Whether the layers ``lo`` .. ``hi`` hold part of a chain but not all of it."""
+        first = self.inside.get(lo)
+        last = self.inside.get(hi)
+        return bool((first and first[0] != lo) or (last and last[1] != hi))
+
+
+def _plain(rec, blob_id):
+    """One bottom and one top, both ``blob_id`` (in place), and no loss weight."""
+    return rec.bottom_ids == [blob_id] and rec.top_ids == [blob_id] and not rec.layer.loss(0)
+
+
+def _starts_chain(rec):
+    layer = rec.layer
+    if layer.type != "BatchNorm" or len(rec.bottom_ids) != 1 or len(rec.top_ids) != 1:
+        return False
+    return (not layer.loss(0) and rec.bottoms[0].num_axes >= 2
+            and not (layer.affine_blobs or layer.relu or layer.scale_bias))
+
+
+def _links(rec, blob_id, channels):
+    layer = rec.layer
+    if not _plain(rec, blob_id):
+        return False
+    if layer.type == "Scale":
+        p = layer.layer_param.scale_param
+        return (len(layer.blobs) >= 1 and layer.blobs[0].shape == (channels,)
+                and (layer.bias_index is None
+                     or layer.blobs[layer.bias_index].shape == (channels,))
+                and rec.bottoms[0].canonical_axis_index(p.axis) == 1)
+    return layer.type == "ReLU" and layer.negative_slope == 0
+
+
+def find_chains(net):
+    """The chains of ``net``, in layer order (lists of layer indices)."""
+    found, records, i = [], net.records, 0
+    while i < len(records):
+        if not _starts_chain(records[i]):
+            i += 1
+            continue
+        blob_id, channels = records[i].top_ids[0], records[i].layer.channels
+        indices, wanted = [i], ["Scale", "ReLU"]
+        j = i + 1
+        while j < len(records) and records[j].layer.type in wanted and \
+                _links(records[j], blob_id, channels):
+            wanted = wanted[wanted.index(records[j].layer.type) + 1:]
+            indices.append(j)
+            j += 1
+        found.append(indices)
+        i = j
+    return found
+
+
+def attach(net, enabled=None):
+    """Find ``net``'s chains and keep them on it (``net._train_fuse``; None without any, or
+    with fusion off)."""
+    net._train_fuse = None
+    if not (enabled_by_default() if enabled is None else enabled):
+        return
+    chains = [Chain(net, indices) for indices in find_chains(net)]
+    if chains:
+        net._train_fuse = TrainFusion(chains)
+
+
+def _active(net):
+    fusion = getattr(net, "_train_fuse", None)
+    if fusion is None or net.debug_info or any(net._hooks.values()):
+        return None
+    return fusion
+
+
+def forwards(net, start, end):
+    """{layer index: forward} replacing the layers' own for a forward of ``start`` .. ``end``
+    (empty where the layers run on their own)."""
+    fusion = _active(net)
+    if fusion is None or fusion.cuts(start, end):
+        return {}
+    return fusion.forward_map
+
+
+def backwards(net, start, end):
+    """{layer index: backward} for a backward from ``start`` down to ``end``."""
+    fusion = _active(net)
+    if fusion is None or fusion.cuts(end, start):
+        return {}
+    return fusion.backward_map
