@@ -30,6 +30,7 @@ import os
 import numpy as np
 
 from . import backend
+from .ops import cpu as cpu_kernels
 from .ops.cpu import blocked as kernels
 from .ops.relu import bias_relu
 from .proto import caffe_pb2
@@ -264,6 +265,7 @@ class EltwiseStep(Step):
         xs = [self.input(b) for b in bottom]
         side = self.output(top[0])
         y = side.array
+        relu_done = False
         if any(np.shares_memory(y, x) for x in xs):
             y = np.empty_like(y)
         if layer.op == _Eltwise.PROD:
@@ -272,7 +274,11 @@ class EltwiseStep(Step):
                 y *= x
         elif layer.op == _Eltwise.SUM:
             c = layer.coeffs
-            if c[0] == 1 and c[1] == 1:
+            if c[0] == 1 and c[1] == 1 and len(xs) == 2 and \
+                    cpu_kernels.supported(xs[0], xs[1], y):
+                cpu_kernels.add_relu(xs[0], xs[1], y, self.relu)
+                relu_done = True
+            elif c[0] == 1 and c[1] == 1:
                 np.add(xs[0], xs[1], out=y)
             else:
                 np.multiply(xs[0], c[0], out=y)
@@ -286,7 +292,7 @@ class EltwiseStep(Step):
             y[...] = np.where(xs[0] > xs[1], xs[0], xs[1])
             for x in xs[2:]:
                 np.copyto(y, x, where=x > y)
-        if self.relu:
+        if self.relu and not relu_done:
             bias_relu(y, y)
         if y is not side.array:
             side.array[...] = y

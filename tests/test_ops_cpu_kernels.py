@@ -494,6 +494,29 @@ def test_bias_relu_equals_numpy_bit_for_bit(dtype, shape, with_bias, relu):
 
 @needs_library
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("relu", [True, False])
+def test_add_relu_equals_numpy_bit_for_bit(dtype, relu):
+    """An Eltwise SUM of two blobs and its ReLU in one compiled pass against NumPy's ``a + b``
+    and ``maximum(., 0)``: the same bits (NaN, infinities and -0.0 included), out of place and
+    into one of its inputs, 150000 elements (split over threads)."""
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((3, 50, 1000)).astype(dtype)
+    b = rng.standard_normal(a.shape).astype(dtype)
+    a.reshape(-1)[:6] = [-0.0, 0.0, np.nan, np.inf, -np.inf, 1.0]
+    b.reshape(-1)[:6] = [-0.0, -0.0, 1.0, -np.inf, 1.0, -1.0]
+    ref = a + b
+    if relu:
+        np.maximum(ref, 0, out=ref)
+    assert np.isnan(ref.reshape(-1)[:4]).sum() == 2
+    got = cpu.add_relu(a, b, np.empty_like(a), relu)
+    assert np.array_equal(_bits(got), _bits(ref))
+    into = b.copy()
+    cpu.add_relu(a, into, into, relu)
+    assert np.array_equal(_bits(into), _bits(ref))
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_relu_layer_with_and_without_kernels(dtype):
     """The ReLU layer's forward and gradient through the compiled kernels equal NumPy's
     ``maximum(x, 0)`` and ``dy * (x > 0)`` bit for bit (a NaN gradient where x <= 0 stays

@@ -22,6 +22,7 @@ of memory to a process whose whole LeNet training fits in 100 MB).
   of :mod:`pycaffe_lite.ops.pooling`; :func:`ave_pool_forward`: AVE pooling's window sums;
 - :func:`lrn_scale` / :func:`lrn_accum`: LRN's sums over neighbouring channels (the power
   stays NumPy's);
+- :func:`add_relu`: an Eltwise SUM of two blobs and the ReLU after it in one pass;
 - :func:`bias_relu` / :func:`relu_backward`: a convolution's bias and ReLU in one pass, ReLU's
   forward and gradient (NumPy's ``maximum`` is several times slower than an add);
 - :func:`sgd_update`: the SGD solver's step for one parameter in one pass;
@@ -223,6 +224,15 @@ def relu_backward(x, dy, dx):
     _split(_function("relu_backward", x.dtype), x.size,
            [_address(x), _address(dy), _address(dx)], grain=MIN_ELEMENTS_PER_THREAD)
     return dx
+
+
+def add_relu(a, b, y, relu=True):
+    """``y = a + b`` (then ``max(y, 0)`` when ``relu``) in one pass, as NumPy's ``a + b`` and
+    the ReLU compute it; ``y`` may be ``a`` or ``b``."""
+    _split(_function("add_relu", a.dtype), a.size,
+           [_address(a), _address(b), _address(y), int(bool(relu))],
+           grain=MIN_ELEMENTS_PER_THREAD)
+    return y
 
 
 # ---- solver ---------------------------------------------------------------------------------

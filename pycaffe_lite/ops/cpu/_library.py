@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-ABI_VERSION = 14
+ABI_VERSION = 15
 _state = {"lib": None, "checked": False, "error": None}
 _lock = threading.Lock()
 
@@ -30,6 +30,7 @@ max_pool_backward(const T *top_diff, const int32_t *argmax, T *bottom_diff, idx 
     idx ph, idx pw, idx kh, idx kw, idx pad_h, idx pad_w, idx stride_h, idx stride_w)
 bias_relu(const T *x, T *y, const T *bias, idx nc, idx npix, int32_t relu)
 relu_backward(const T *x, const T *dy, T *dx)
+add_relu(const T *a, const T *b, T *y, int32_t relu)
 sgd_update(T *diff, T *history, const T *data, T norm, T decay, int32_t l1, T rate, T momentum)
 lrn_scale(const T *x, T *scale, T *top, idx nc, idx npix, idx size, T a, T k)
 lrn_accum(const T *top_diff, const T *top, const T *scale, T *work, T *accum, idx nc, idx npix,

@@ -78,7 +78,7 @@ typedef int64_t idx;
 #include "blocked_impl.h"
 
 /* An ABI number: the Python side refuses a library built from other sources. */
-EXPORT int pcl_abi_version(void) { return 14; }
+EXPORT int pcl_abi_version(void) { return 15; }
 
 static struct PyModuleDef kernels_module = {
     PyModuleDef_HEAD_INIT, "_kernels",

@@ -297,6 +297,21 @@ EXPORT void NAME(bias_relu)(const T *x, T *y, const T *bias, idx nc, idx npix, i
     }
 }
 
+/* y = a + b, then max(y, 0) when relu (as bias_relu: a NaN stays), over elements
+ * [start, stop): Eltwise SUM of two blobs and the ReLU after it in one pass. */
+VECTOR_CLONES
+EXPORT void NAME(add_relu)(const T *a, const T *b, T *y, int32_t relu, idx start, idx stop)
+{
+    if (relu)
+        for (idx i = start; i < stop; ++i) {
+            T v = a[i] + b[i];
+            y[i] = v <= (T)0 ? (T)0 : v;
+        }
+    else
+        for (idx i = start; i < stop; ++i)
+            y[i] = a[i] + b[i];
+}
+
 /* ReLU's gradient (negative slope 0) over elements [start, stop): dx = dy * (x > 0), the
  * product NumPy forms (a NaN or negative top gradient times 0 gives NaN or -0). */
 VECTOR_CLONES
