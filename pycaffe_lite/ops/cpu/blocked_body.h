@@ -303,11 +303,23 @@ ALWAYS_INLINE BLK_ATTR void BLK_FN(dw_units)(
                     dw, iy0, x0, i0, i1, j0, j1, (int)relu, lanes)
         idx ox = 0;
         while (ox < ow) {
-            if (ox >= lo && ox < hi) {
-                for (; ox + 8 <= hi; ox += 8)
-                    DW_TILE(8, ox * SW - pw, 0, kw);
-                for (; ox < hi; ++ox)
-                    DW_TILE(1, ox * SW - pw, 0, kw);
+            if (ox >= lo && ox < hi) { /* tiles of equal sizes (within one), at most 8 */
+                const idx count = hi - lo, tiles = (count + 7) / 8;
+                for (idx t = 0; t < tiles; ++t) {
+                    const idx n = count / tiles + (t < count % tiles);
+                    switch (n) {
+#define DW_CASE(k)                                                                             \
+    case k:                                                                                    \
+        DW_TILE(k, ox * SW - pw, 0, kw);                                                       \
+        break;
+                        DW_CASE(1) DW_CASE(2) DW_CASE(3) DW_CASE(4) DW_CASE(5) DW_CASE(6)
+                        DW_CASE(7) DW_CASE(8)
+#undef DW_CASE
+                    default:
+                        break;
+                    }
+                    ox += n;
+                }
             } else {
                 const idx ix0 = ox * SW - pw;
                 idx j0 = 0, j1 = kw;
