@@ -18,6 +18,27 @@ ALWAYS_INLINE BLK_ATTR VEC BLK_FN(finish)(VEC v, const float *res, int relu, IVE
     return (VEC)((IVEC)v & lanes);
 }
 
+/* The edge tiles' copy of one block of channels (pixels ps floats apart, ps == B or 1): rows
+ * iy0 + i * dh for i in [i0, i1) at patch + i * cols * ps, their columns ix0 .. ix0 + cols - 1,
+ * zeros outside the image. Out of line: one copy serves every tile size. */
+static __attribute__((noinline)) BLK_ATTR void BLK_FN(fill_patch)(
+    float *restrict patch, const float *restrict xc, idx ps, idx w, idx dh, idx iy0, idx ix0,
+    idx i0, idx i1, idx cols)
+{
+    for (idx i = i0; i < i1; ++i) {
+        const float *src = xc + (iy0 + i * dh) * w * ps;
+        float *dst = patch + i * cols * ps;
+        for (idx q = 0; q < cols; ++q) {
+            const idx col = ix0 + q;
+            const int in = col >= 0 && col < w;
+            if (ps == BLK_B)
+                *(VEC *)(dst + q * BLK_B) = in ? *(const VEC *)(src + col * BLK_B) : (VEC){0};
+            else
+                dst[q] = in ? src[col] : 0.0f;
+        }
+    }
+}
+
 /* N output pixels of one output block: pixel r reads input columns ix0 + r * SW + j * dw of
  * rows iy0 + i * dh, taps i in [i0, i1) (the rows inside the image). Each output starts at its
  * bias, then adds w[c][i][j] * x[c][iy][ix] over the group's input channels c in increasing
@@ -44,20 +65,7 @@ ALWAYS_INLINE BLK_ATTR void BLK_FN(conv_tile)(
         const float *rows = xg + cb * cstride + (iy0 * w + ix0) * PS;
         idx rowstep = dh * w * PS;
         if (patch) {
-            for (idx i = i0; i < i1; ++i) {
-                const float *src = xg + cb * cstride + (iy0 + i * dh) * w * PS;
-                float *dst = patch + i * pw_ * PS;
-                for (idx q = 0; q < pw_; ++q) {
-                    const idx col = ix0 + q;
-                    const int in = col >= 0 && col < w;
-                    if (PS == BLK_B)
-                        *(VEC *)(dst + q * BLK_B) = in ? *(const VEC *)(src + col * BLK_B)
-                                                       : (VEC){0};
-                    else
-                        for (idx e = 0; e < PS; ++e)
-                            dst[q * PS + e] = in ? src[col * PS + e] : 0.0f;
-                }
-            }
+            BLK_FN(fill_patch)(patch, xg + cb * cstride, PS, w, dh, iy0, ix0, i0, i1, pw_);
             rows = patch;
             rowstep = pw_ * PS;
         }
