@@ -322,8 +322,7 @@ def pool_forward(x, y, method, kernel, pad, stride):
     """Caffe's MAX (``method`` "max") or AVE ("ave") pooling of a blocked ``x`` into a
     blocked ``y`` whose OH, OW the caller gives (Caffe's ceil rule); each window clipped to
     the image, AVE dividing by the window clipped to the padded image. Global pooling: kernel
-    ``(H, W)``. Every lane is pooled alike: the padding lanes of ``y`` come out 0 from the
-    zeros every kernel writes in ``x``'s."""
+    ``(H, W)``."""
     B = _block_size_or_error()
     if method not in ("max", "ave"):
         raise ValueError("pooling method is 'max' or 'ave', not %r" % (method,))
