@@ -18,6 +18,27 @@ ALWAYS_INLINE BLK_ATTR VEC BLK_FN(finish)(VEC v, const float *res, int relu, IVE
     return (VEC)((IVEC)v & lanes);
 }
 
+/* The edge tiles' copy of one block of channels (pixels ps floats apart, ps == B or 1): rows
+ * iy0 + i * dh for i in [i0, i1) at patch + i * cols * ps, their columns ix0 .. ix0 + cols - 1,
+ * zeros outside the image. Out of line: one copy serves every tile size. */
+static __attribute__((noinline)) BLK_ATTR void BLK_FN(fill_patch)(
+    float *restrict patch, const float *restrict xc, idx ps, idx w, idx dh, idx iy0, idx ix0,
+    idx i0, idx i1, idx cols)
+{
+    for (idx i = i0; i < i1; ++i) {
+        const float *src = xc + (iy0 + i * dh) * w * ps;
+        float *dst = patch + i * cols * ps;
+        for (idx q = 0; q < cols; ++q) {
+            const idx col = ix0 + q;
+            const int in = col >= 0 && col < w;
+            if (ps == BLK_B)
+                *(VEC *)(dst + q * BLK_B) = in ? *(const VEC *)(src + col * BLK_B) : (VEC){0};
+            else
+                dst[q] = in ? src[col] : 0.0f;
+        }
+    }
+}
+
 /* N output pixels of one output block: pixel r reads input columns ix0 + r * SW + j * dw of
  * rows iy0 + i * dh, taps i in [i0, i1) (the rows inside the image). Each output starts at its
  * bias, then adds w[c][i][j] * x[c][iy][ix] over the group's input channels c in increasing
@@ -44,20 +65,7 @@ ALWAYS_INLINE BLK_ATTR void BLK_FN(conv_tile)(
         const float *rows = xg + cb * cstride + (iy0 * w + ix0) * PS;
         idx rowstep = dh * w * PS;
         if (patch) {
-            for (idx i = i0; i < i1; ++i) {
-                const float *src = xg + cb * cstride + (iy0 + i * dh) * w * PS;
-                float *dst = patch + i * pw_ * PS;
-                for (idx q = 0; q < pw_; ++q) {
-                    const idx col = ix0 + q;
-                    const int in = col >= 0 && col < w;
-                    if (PS == BLK_B)
-                        *(VEC *)(dst + q * BLK_B) = in ? *(const VEC *)(src + col * BLK_B)
-                                                       : (VEC){0};
-                    else
-                        for (idx e = 0; e < PS; ++e)
-                            dst[q * PS + e] = in ? src[col * PS + e] : 0.0f;
-                }
-            }
+            BLK_FN(fill_patch)(patch, xg + cb * cstride, PS, w, dh, iy0, ix0, i0, i1, pw_);
             rows = patch;
             rowstep = pw_ * PS;
         }
@@ -303,11 +311,23 @@ ALWAYS_INLINE BLK_ATTR void BLK_FN(dw_units)(
                     dw, iy0, x0, i0, i1, j0, j1, (int)relu, lanes)
         idx ox = 0;
         while (ox < ow) {
-            if (ox >= lo && ox < hi) {
-                for (; ox + 8 <= hi; ox += 8)
-                    DW_TILE(8, ox * SW - pw, 0, kw);
-                for (; ox < hi; ++ox)
-                    DW_TILE(1, ox * SW - pw, 0, kw);
+            if (ox >= lo && ox < hi) { /* tiles of equal sizes (within one), at most 8 */
+                const idx count = hi - lo, tiles = (count + 7) / 8;
+                for (idx t = 0; t < tiles; ++t) {
+                    const idx n = count / tiles + (t < count % tiles);
+                    switch (n) {
+#define DW_CASE(k)                                                                             \
+    case k:                                                                                    \
+        DW_TILE(k, ox * SW - pw, 0, kw);                                                       \
+        break;
+                        DW_CASE(1) DW_CASE(2) DW_CASE(3) DW_CASE(4) DW_CASE(5) DW_CASE(6)
+                        DW_CASE(7) DW_CASE(8)
+#undef DW_CASE
+                    default:
+                        break;
+                    }
+                    ox += n;
+                }
             } else {
                 const idx ix0 = ox * SW - pw;
                 idx j0 = 0, j1 = kw;

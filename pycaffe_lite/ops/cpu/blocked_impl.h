@@ -65,41 +65,45 @@ EXPORT int pcl_blocked_isa(void)
 }
 
 /* xb (N, Cb, HW, B) (image stride xbs_n) = x (N, C, HW) in blocks, padding lanes 0; units
- * (image, block). */
+ * (image, block). Runs of 16 pixels go through a 16 x B tile, read and written contiguously. */
 EXPORT void pcl_to_blocked_f32(const float *restrict x, float *restrict xb, idx nc, idx hw,
                                idx bs, idx xbs_n, idx start, idx stop)
 {
     const idx cbn = (nc + bs - 1) / bs;
+    float t[16 * 16];
     for (idx u = start; u < stop; ++u) {
         const idx cb = u % cbn, n = u / cbn;
         float *o = xb + n * xbs_n + cb * hw * bs;
-        for (idx l = 0; l < bs; ++l) {
-            const idx c = cb * bs + l;
-            if (c < nc) {
-                const float *p = x + (n * nc + c) * hw;
-                for (idx q = 0; q < hw; ++q)
-                    o[q * bs + l] = p[q];
-            } else {
-                for (idx q = 0; q < hw; ++q)
-                    o[q * bs + l] = 0.0f;
-            }
+        const idx real = nc - cb * bs < bs ? nc - cb * bs : bs;
+        const float *p = x + (n * nc + cb * bs) * hw;
+        for (idx q0 = 0; q0 < hw; q0 += 16) {
+            const idx run = hw - q0 < 16 ? hw - q0 : 16;
+            for (idx l = 0; l < bs; ++l)
+                for (idx k = 0; k < run; ++k)
+                    t[k * bs + l] = l < real ? p[l * hw + q0 + k] : 0.0f;
+            memcpy(o + q0 * bs, t, (size_t)(run * bs) * sizeof(float));
         }
     }
 }
 
 /* x (N, C, HW) = the real channels of xb (N, Cb, HW, B) (image stride xbs_n); units
- * (image, block). */
+ * (image, block), through 16 x B tiles as above. */
 EXPORT void pcl_from_blocked_f32(const float *restrict xb, float *restrict x, idx nc, idx hw,
                                  idx bs, idx xbs_n, idx start, idx stop)
 {
     const idx cbn = (nc + bs - 1) / bs;
+    float t[16 * 16];
     for (idx u = start; u < stop; ++u) {
         const idx cb = u % cbn, n = u / cbn;
         const float *p = xb + n * xbs_n + cb * hw * bs;
-        for (idx l = 0; l < bs && cb * bs + l < nc; ++l) {
-            float *o = x + (n * nc + cb * bs + l) * hw;
-            for (idx q = 0; q < hw; ++q)
-                o[q] = p[q * bs + l];
+        const idx real = nc - cb * bs < bs ? nc - cb * bs : bs;
+        float *o = x + (n * nc + cb * bs) * hw;
+        for (idx q0 = 0; q0 < hw; q0 += 16) {
+            const idx run = hw - q0 < 16 ? hw - q0 : 16;
+            memcpy(t, p + q0 * bs, (size_t)(run * bs) * sizeof(float));
+            for (idx l = 0; l < real; ++l)
+                for (idx k = 0; k < run; ++k)
+                    o[l * hw + q0 + k] = t[k * bs + l];
         }
     }
 }
