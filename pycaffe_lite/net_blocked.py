@@ -40,6 +40,10 @@ CONVOLUTIONS = ("Convolution", "ConvolutionDepthwise", "DepthwiseConvolution")
 # A convolution of at most this many input channels whose input is not already blocked (the
 # first layer of a net: 3 channels) reads NCHW directly instead of padding to a block.
 STEM_CHANNELS = 4
+# Convolutions whose NCHW path runs Winograd's transforms with these tiles stay on NCHW: F(4x4,
+# 3x3) multiplies 4x less than a direct kernel (VGG-16's wide maps), which pays for the two
+# layout conversions around the layer.
+WINOGRAD_STAYS = {4}
 _Eltwise = caffe_pb2.EltwiseParameter
 _Pool = caffe_pb2.PoolingParameter
 _enabled = [None]  # None: PYCAFFE_LITE_BLOCKED decides, when a net is folded
@@ -406,7 +410,8 @@ def install(net, chains, keep_intermediates=True):
             for t in rec.top_ids:
                 same[t] = rec.bottom_ids[0]
             continue
-        if _conv_ok(layer, rec):
+        if _conv_ok(layer, rec) and getattr(getattr(layer, "plan", None), "winograd_tile",
+                                            0) not in WINOGRAD_STAYS:
             chain = chain_of.get(i)
             runner = chain.fused if chain is not None and chain.fused is not None else layer
             out_id = (net.records[chain.absorbed[-1]].top_ids[0] if chain is not None
