@@ -314,3 +314,26 @@ def test_residual_sum_in_the_convolution_store_without_intermediates(tmp_path):
     want = ref.forward(data=x, end="res")["res"]
     assert (want < 0).any()
     close(got, want, "res before its ReLU")
+
+
+def test_wide_3x3_convolution_stays_on_winograd(tmp_path):
+    """A 3x3 layer that Winograd's F(4x4, 3x3) takes on NCHW (64 channels on a 50 x 50 map)
+    stays there between blocked layers; the blobs around it convert both ways."""
+    proto = tmp_path / "net.prototxt"
+    proto.write_text(INPUT % "1 dim: 3 dim: 50 dim: 50"
+                     + conv("c1", "data", "c1", 64) + relu("r1", "c1")
+                     + conv("wide", "c1", "wide", 64) + relu("r2", "wide")
+                     + layer("pool", "Pooling", ["wide"], ["pool"],
+                             "pooling_param { pool: MAX kernel_size: 2 stride: 2 }")
+                     + conv("c3", "pool", "c3", 16))
+    weights = weights_for(tmp_path, str(proto))
+    net = caffe.Net(str(proto), weights, caffe.TEST)
+    ref = caffe.Net(str(proto), weights, caffe.TEST, fold=False)
+    steps = {net.layer_names[i] for i in net.folding.blocked.steps}
+    wide = net.layers[net.layer_names.index("wide")]
+    if wide.plan.winograd_tile == 4:
+        assert steps == {"c1", "c3"}  # the pooling reads NCHW: it stays there too
+    else:  # Winograd switched off (PYCAFFE_LITE_WINOGRAD=0): every layer blocked
+        assert steps == {"c1", "wide", "pool", "c3"}
+    x = np.random.default_rng(9).uniform(-1, 1, (1, 3, 50, 50)).astype(np.float32)
+    compare_every_blob(net, ref, x)
