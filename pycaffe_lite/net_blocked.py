@@ -32,6 +32,7 @@ import numpy as np
 from . import backend
 from .ops import cpu as cpu_kernels
 from .ops.cpu import blocked as kernels
+from .layers.common.eltwise_layer import combine
 from .ops.relu import bias_relu
 from .proto import caffe_pb2
 
@@ -152,6 +153,14 @@ class Step:
         return side
 
 
+    def same_or_output(self, bottom, top):
+        """The Side to write ``top`` into: ``bottom``'s own (after :meth:`input`) when the
+        layer runs in place, else :meth:`output`'s."""
+        if top.synced_data is bottom.synced_data:
+            return bottom.synced_data.blocked
+        return self.output(top)
+
+
 class ConvStep(Step):
     """A convolution (with what net_fold folded into it): direct kernel, packed weights."""
 
@@ -226,11 +235,7 @@ class PoolStep(Step):
 class ReluStep(Step):
     def run(self, bottom, top):
         self.reshape(bottom, top)
-        x = self.input(bottom[0])
-        if top[0].synced_data is bottom[0].synced_data:
-            side = bottom[0].synced_data.blocked
-        else:
-            side = self.output(top[0])
+        x, side = self.input(bottom[0]), self.same_or_output(bottom[0], top[0])
         slope = self.layer.negative_slope
         if slope == 0:
             bias_relu(x, side.array)
@@ -245,11 +250,7 @@ class DropoutStep(Step):
 
     def run(self, bottom, top):
         self.reshape(bottom, top)
-        x = self.input(bottom[0])
-        if top[0].synced_data is bottom[0].synced_data:
-            side = bottom[0].synced_data.blocked
-        else:
-            side = self.output(top[0])
+        x, side = self.input(bottom[0]), self.same_or_output(bottom[0], top[0])
         if not self.layer.scale_train:
             np.multiply(x, np.float32(1.0 - self.layer.ratio), out=side.array)
         elif side.array is not x:
@@ -272,30 +273,13 @@ class EltwiseStep(Step):
         relu_done = False
         if any(np.shares_memory(y, x) for x in xs):
             y = np.empty_like(y)
-        if layer.op == _Eltwise.PROD:
-            np.multiply(xs[0], xs[1], out=y)
-            for x in xs[2:]:
-                y *= x
-        elif layer.op == _Eltwise.SUM:
-            c = layer.coeffs
-            if c[0] == 1 and c[1] == 1 and len(xs) == 2 and \
-                    cpu_kernels.supported(xs[0], xs[1], y):
-                cpu_kernels.add_relu(xs[0], xs[1], y, self.relu)
-                relu_done = True
-            elif c[0] == 1 and c[1] == 1:
-                np.add(xs[0], xs[1], out=y)
-            else:
-                np.multiply(xs[0], c[0], out=y)
-                y += xs[1] if c[1] == 1 else c[1] * xs[1]
-            for ci, x in zip(c[2:], xs[2:]):
-                if ci == 1:
-                    y += x
-                else:
-                    y += ci * x
-        else:  # MAX: a later bottom wins only when strictly larger
-            y[...] = np.where(xs[0] > xs[1], xs[0], xs[1])
-            for x in xs[2:]:
-                np.copyto(y, x, where=x > y)
+        c = layer.coeffs
+        if layer.op == _Eltwise.SUM and len(xs) == 2 and c[0] == 1 and c[1] == 1 and \
+                cpu_kernels.supported(xs[0], xs[1], y):
+            cpu_kernels.add_relu(xs[0], xs[1], y, self.relu)
+            relu_done = True
+        else:
+            combine(layer.op, c, xs, y, np)
         if self.relu and not relu_done:
             bias_relu(y, y)
         if y is not side.array:

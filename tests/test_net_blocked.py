@@ -15,6 +15,7 @@ import pytest
 import pycaffe_lite as caffe
 from pycaffe_lite import net_blocked
 from pycaffe_lite.ops.cpu import blocked as kernels
+from test_model_zoo import fill_random
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "models", "zoo")
@@ -35,30 +36,9 @@ def isa(request):
     kernels.set_isa(old)
 
 
-def seed_params(net, seed=0):
-    rng = np.random.default_rng(seed)
-    for layer in net.layers:
-        b = layer.blobs
-        if not len(b):
-            continue
-        if layer.type == "BatchNorm":
-            b[0].data[...] = rng.normal(0.0, 0.1, b[0].shape)
-            b[1].data[...] = rng.uniform(0.5, 1.5, b[1].shape)
-            b[2].data[...] = 1.0
-        elif layer.type == "Scale":
-            b[0].data[...] = rng.uniform(0.5, 1.0, b[0].shape)
-            if len(b) > 1:
-                b[1].data[...] = rng.normal(0.0, 0.1, b[1].shape)
-        else:
-            fan_in = max(1, b[0].count // b[0].shape[0])
-            b[0].data[...] = rng.normal(0.0, np.sqrt(2.0 / fan_in), b[0].shape)
-            if len(b) > 1:
-                b[1].data[...] = rng.normal(0.0, 0.1, b[1].shape)
-
-
 def weights_for(tmp_path, proto, seed=0):
     net = caffe.Net(proto, caffe.TEST)
-    seed_params(net, seed)
+    fill_random(net, seed)
     path = str(tmp_path / "w.caffemodel")
     net.save(path)
     return path

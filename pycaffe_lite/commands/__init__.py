@@ -42,3 +42,16 @@ def add_int8_flag(p):
     p.add_argument("--int8", default="on", choices=("on", "off"), type=str.lower,
                    help="run Intel Caffe's int8 calibration (quantization_param) as int8 "
                         "(on, the default) or compute those layers in float (off)")
+
+
+def check_weights_flags(args, what):
+    """``--weights`` or ``--random_weights``, exactly one, for the export commands: ``what``
+    names what would hold the fillers' values (a CaffeError otherwise)."""
+    from ..errors import CaffeError
+
+    if not args.weights and not args.random_weights:
+        raise CaffeError("no --weights: %s would hold the fillers' random weights, not "
+                         "trained ones; give --weights w.caffemodel, or --random_weights to "
+                         "export the fillers' values on purpose" % what)
+    if args.weights and args.random_weights:
+        raise CaffeError("--weights and --random_weights exclude each other")

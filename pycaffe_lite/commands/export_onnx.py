@@ -1,7 +1,7 @@
 """``pycaffe-lite export_onnx``: a deploy prototxt and its weights as an ONNX model."""
 
 from ..errors import CaffeError
-from . import add_net_flags
+from . import add_net_flags, check_weights_flags
 
 
 def add_arguments(p):
@@ -22,12 +22,7 @@ def add_arguments(p):
 def run(args):
     from ..onnx import export_files
 
-    if not args.weights and not args.random_weights:
-        raise CaffeError("no --weights: the model would hold the fillers' random weights, not "
-                         "trained ones; give --weights w.caffemodel, or --random_weights to "
-                         "export the fillers' values on purpose")
-    if args.weights and args.random_weights:
-        raise CaffeError("--weights and --random_weights exclude each other")
+    check_weights_flags(args, "the model")
     if args.opset is not None and args.opset <= 0:
         raise CaffeError("--opset must be positive, got %d" % args.opset)
     _, report = export_files(args.model, args.weights, args.output, opset=args.opset,

@@ -4,7 +4,7 @@ forward where torch is installed."""
 
 import numpy as np
 
-from . import add_net_flags
+from . import add_net_flags, check_weights_flags
 
 DEFAULT_TOLERANCE = 1e-4
 
@@ -68,12 +68,7 @@ def run(args):
 
     if not args.tolerance >= 0:
         raise CaffeError("--tolerance must be >= 0, got %r" % args.tolerance)
-    if not args.weights and not args.random_weights:
-        raise CaffeError("no --weights: weights.pt would hold the fillers' random weights, not "
-                         "trained ones; give --weights w.caffemodel, or --random_weights to "
-                         "export those on purpose")
-    if args.weights and args.random_weights:
-        raise CaffeError("--weights and --random_weights exclude each other")
+    check_weights_flags(args, "weights.pt")
     net, report = export_files(args.model, args.weights, args.output_dir, args.class_name,
                                args.train)
     for name, type_ in report["dropped"]:

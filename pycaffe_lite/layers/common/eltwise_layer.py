@@ -47,38 +47,11 @@ class EltwiseLayer(Layer):
         top[0].reshape(bottom[0].shape)
 
     def forward(self, bottom, top):
-        xs = [b.read_data() for b in bottom]
-        y = top[0].write_data()
-        xp = get_array_module(y)
-        if self.op == EltwiseOp.PROD:
-            xp.multiply(xs[0], xs[1], out=y)
-            for x in xs[2:]:
-                y *= x
-        elif self.op == EltwiseOp.SUM:
-            c = self.coeffs
-            if c[0] == 1:
-                y[...] = xs[0]
-            else:
-                xp.multiply(xs[0], c[0], out=y)
-            for ci, x in zip(c[1:], xs[1:]):
-                if ci == 1:
-                    y += x
-                else:
-                    y += ci * x
-        elif self.op == EltwiseOp.MAX:
-            # The first pair goes to bottom 1 unless bottom 0 is strictly larger; later
-            # bottoms win only when strictly larger (Caffe's order).
-            first = xs[0] > xs[1]
-            idx = xp.where(first, 0, 1).astype(np.int32)
-            maxval = xp.where(first, xs[0], xs[1])
-            for i, x in enumerate(xs[2:], 2):
-                better = x > maxval
-                idx[better] = i
-                maxval = xp.where(better, x, maxval)
-            y[...] = maxval
-            self.max_idx = idx
-        else:
+        if self.op not in (EltwiseOp.PROD, EltwiseOp.SUM, EltwiseOp.MAX):
             raise self.error("unknown eltwise operation %d" % self.op)
+        y = top[0].write_data()
+        self.max_idx = combine(self.op, self.coeffs, [b.read_data() for b in bottom], y,
+                               get_array_module(y))
 
     def backward(self, top, propagate_down, bottom):
         dy = top[0].read_diff()
@@ -100,3 +73,35 @@ class EltwiseLayer(Layer):
                 b.write_diff()[...] = dy if c == 1 else c * dy
             else:
                 b.write_diff()[...] = dy * (self.max_idx == i)
+
+
+def combine(op, coeffs, xs, y, xp):
+    """``y`` = the bottoms ``xs`` combined by ``op`` in Caffe's order of operations; returns
+    MAX's choices (the bottom each element came from), else None."""
+    if op == EltwiseOp.PROD:
+        xp.multiply(xs[0], xs[1], out=y)
+        for x in xs[2:]:
+            y *= x
+        return None
+    if op == EltwiseOp.SUM:
+        if coeffs[0] == 1:
+            y[...] = xs[0]
+        else:
+            xp.multiply(xs[0], coeffs[0], out=y)
+        for ci, x in zip(coeffs[1:], xs[1:]):
+            if ci == 1:
+                y += x
+            else:
+                y += ci * x
+        return None
+    # MAX: the first pair goes to bottom 1 unless bottom 0 is strictly larger; later bottoms
+    # win only when strictly larger (Caffe's order).
+    first = xs[0] > xs[1]
+    idx = xp.where(first, 0, 1).astype(np.int32)
+    maxval = xp.where(first, xs[0], xs[1])
+    for i, x in enumerate(xs[2:], 2):
+        better = x > maxval
+        idx[better] = i
+        maxval = xp.where(better, x, maxval)
+    y[...] = maxval
+    return idx
