@@ -289,3 +289,38 @@ def test_split_matmul_of_a_stack_runs_each_product_as_numpy_does(monkeypatch):
 def test_the_gemm_split_environment_switch():
     code = "from pycaffe_lite.ops import cpu; print(cpu.gemm_split_enabled())"
     assert switch_reads("PYCAFFE_LITE_GEMM_SPLIT", code) == ["False", "True"]
+
+
+def test_host_matmul_keeps_small_products_off_openblas_threads(monkeypatch):
+    """A product too small to share runs on the calling thread with OpenBLAS held to one
+    thread (its threads, once woken, would spin on the cores the kernel threads use next);
+    switched off (set_gemm_split(False)) it is left to OpenBLAS. The values are the product's."""
+    if not cpu_threads.blas_controllable():
+        pytest.skip("NumPy's BLAS here is not an OpenBLAS whose threads can be set")
+    monkeypatch.setitem(cpu_threads._state, "threads", 2)
+    get = cpu_threads._blas_functions()[1]
+    seen = []
+
+    class Spy(cpu_threads.SingleThreadedBlas):
+        def __enter__(self):
+            result = super().__enter__()
+            seen.append(get())
+            return result
+
+    monkeypatch.setattr(cpu, "_SingleThreadedBlas", Spy)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 2048)).astype(np.float32)  # ResNet-50's classifier
+    w = rng.standard_normal((1000, 2048)).astype(np.float32)
+    out = np.empty((1, 1000), np.float32)
+    assert not cpu.split_matmul(x, w.T, out)  # too small to share
+    cpu.host_matmul(x, w.T, out)
+    assert seen == [1]
+    np.testing.assert_allclose(out, x.astype(np.float64) @ w.T.astype(np.float64),
+                               rtol=1e-4, atol=1e-3)
+    old = cpu.set_gemm_split(False)
+    try:
+        again = cpu.host_matmul(x, w.T, np.empty_like(out))
+    finally:
+        cpu.set_gemm_split(old)
+    assert seen == [1]
+    np.testing.assert_array_equal(again, x @ w.T)

@@ -250,11 +250,14 @@ def _weights(g, weights):
 def _matmul(a, b, out):
     """``a @ b`` over the group axis, written into ``out``."""
     xp = get_array_module(a)
-    if a.shape[0] == 1:
-        if xp is np and _cpu.split_matmul(a[0], b[0], out[0]):
-            return
+    if xp is np:
+        if a.shape[0] == 1:
+            _cpu.host_matmul(a[0], b[0], out[0])
+        else:
+            _cpu.host_matmul(a, b, out)
+    elif a.shape[0] == 1:
         xp.matmul(a[0], b[0], out=out[0])
-    elif xp is not np or not _cpu.split_matmul(a, b, out):
+    else:
         xp.matmul(a, b, out=out)
 
 

@@ -1,8 +1,11 @@
 """InnerProduct: a fully connected layer, y = x W^T + b over the axes from ``axis`` on."""
 
+import numpy as np
+
 from ...backend import get_array_module
 from ...errors import ShapeError
 from ...layer import Layer
+from ...ops import cpu as cpu_kernels
 from ...ops.gpu import cudnn
 from ...ops.matmul import accumulate_matmul
 from ...registry import register_layer
@@ -67,7 +70,11 @@ class InnerProductLayer(Layer):
         if not self.transpose and self._cudnn_forward(x, y):
             return
         xp = get_array_module(x)
-        xp.matmul(x, self._weight_nk().T, out=y)
+        w = self._weight_nk().T
+        if xp is np:
+            cpu_kernels.host_matmul(x, w, y)
+        else:
+            xp.matmul(x, w, out=y)
         if self.bias_term:
             y += self.blobs[1].read_data()
 
@@ -98,4 +105,7 @@ class InnerProductLayer(Layer):
         if propagate_down[0]:
             xp = get_array_module(dy)
             dx = bottom[0].write_diff().reshape(self.M, self.K)
-            xp.matmul(dy, self._weight_nk(), out=dx)
+            if xp is np:
+                cpu_kernels.host_matmul(dy, self._weight_nk(), dx)
+            else:
+                xp.matmul(dy, self._weight_nk(), out=dx)

@@ -30,6 +30,7 @@ of memory to a process whose whole LeNet training fits in 100 MB).
   parameter in one call;
 - :func:`bn_train_forward` / :func:`bn_train_backward`: BatchNorm -> Scale -> ReLU on one
   blob in training (the net's fused chains, :mod:`pycaffe_lite.net_train_fuse`);
+- :func:`host_matmul`: a product through :func:`split_matmul`, or on the calling thread alone;
 - :func:`split_matmul`: a large product's columns shared by the kernel threads, each chunk a
   single-threaded OpenBLAS call (equal to the whole product to float rounding);
 - :mod:`.convolution`: the direct depthwise convolution and Winograd's F(2x2, 3x3) and
@@ -362,3 +363,25 @@ def split_matmul(a, b, out):
     with _SingleThreadedBlas():
         _split(fn, units, (a, b, out), grain=grain)
     return True
+
+
+# Multiply-adds of a product too small to share that runs on the calling thread alone.
+SMALL_PRODUCT = 4 * GEMM_MIN_WORK
+
+
+def host_matmul(a, b, out):
+    """``out = a @ b`` for host arrays: :func:`split_matmul` where it applies; else, for a
+    product of at most :data:`SMALL_PRODUCT` multiply-adds while the products are shared
+    (``set_gemm_split``) and there are kernel threads, one product on the calling thread. OpenBLAS's own threads, once a product wakes them, spin for a while (up to
+    about 0.1 s unless ``OPENBLAS_THREAD_TIMEOUT`` was set before NumPy loaded it) on the cores
+    the kernel threads need next: a script that imports NumPy before pycaffe_lite ran ResNet-50
+    1.5x slower for the one small product of its classifier."""
+    if split_matmul(a, b, out):
+        return out
+    small = out.size * a.shape[-1] <= SMALL_PRODUCT
+    if small and _gemm_split[0] and threads() > 1 and _blas_controllable():
+        with _SingleThreadedBlas():
+            np.matmul(a, b, out=out)
+    else:
+        np.matmul(a, b, out=out)
+    return out
