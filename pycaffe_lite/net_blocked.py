@@ -12,7 +12,8 @@ Softmax, ...) run as before on NCHW.
 
 What a user sees does not change: a blob whose value lives in the blocked layout converts to
 NCHW when it is read (``blob.data``, ``cpu_data``, ``net.forward()``'s outputs, any layer that
-reads it), through its SyncedArray's blocked side (:mod:`syncedmem`); writing into a blob
+reads it), through its SyncedArray's blocked side (:mod:`syncedmem`), and once read it is
+written through after each forward (an array a script keeps follows the net); writing into a blob
 (``blob.data[...] = ...``) makes the blocked copy stale, and the next blocked layer converts
 the new value. Weights are packed when the net is folded; a convolution whose weights were
 asked for writing since (``net.params[name][0].data``) packs them again before each forward

@@ -6,7 +6,8 @@ brings it up to date; asking for a side to write marks the other one stale.
 
 A third side serves the channel-blocked inference path (:mod:`pycaffe_lite.net_blocked`):
 ``HEAD_AT_BLOCKED`` (the value lives only in ``blocked``, an object whose ``unblock(flat)``
-writes it into a host array in the blob's own layout). Reading the host side converts it;
+writes it into a host array in the blob's own layout, until a host array exists: from then on
+each blocked write goes through to it). Reading the host side converts it;
 ``blocked_current`` stays True until a side is asked for writing. ``version`` counts the
 requests for writing (host or device), so a copy derived from the values (packed weights)
 can tell that they may have changed.
@@ -108,10 +109,17 @@ class SyncedArray:
 
     def blocked_written(self, side):
         """The value was written in blocked layout into ``side`` (see the module's text): the
-        host and device copies become stale."""
+        device copy becomes stale; so does the host copy while there is none. Once a host array
+        exists (a layer or a script has read the value) it is written through at once: a
+        script may hold that array across forwards (``feat = net.blobs[name].data``), as
+        Caffe's CPU blobs allow, and must see each new value in it."""
         self.blocked = side
         self.blocked_current = True
-        self.head = HEAD_AT_BLOCKED
+        if self._cpu is None:
+            self.head = HEAD_AT_BLOCKED
+        else:
+            side.unblock(self._cpu)
+            self.head = HEAD_AT_CPU
 
     def pin_host(self):
         """Move the host side into page-locked memory (GPU mode; see backend.pinned_empty),

@@ -194,6 +194,14 @@ def test_reading_and_writing_blobs_between_forwards(tmp_path):
     x = np.random.default_rng(4).uniform(-1, 1, (1, 3, 12, 12)).astype(np.float32)
     compare_every_blob(net, ref, x)
     assert net.blobs["c2"].data.shape == (1, 24, 12, 12)
+    # an array kept from an earlier read follows every forward, as Caffe's CPU blobs do
+    kept = net.blobs["c2"].data
+    x2 = np.random.default_rng(10).uniform(-1, 1, (1, 3, 12, 12)).astype(np.float32)
+    net.forward(data=x2)
+    ref.forward(data=x2)
+    close(kept, ref.blobs["c2"].data, "c2 through an array kept across forwards")
+    compare_every_blob(net, ref, x)
+    close(kept, ref.blobs["c2"].data, "c2 kept, again")
     # write an intermediate blob, run from the next layer
     new = np.random.default_rng(5).uniform(-1, 1, (1, 24, 12, 12)).astype(np.float32)
     net.blobs["c2"].data[...] = new
