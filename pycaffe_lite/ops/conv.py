@@ -47,6 +47,7 @@ from . import pointwise as _pointwise
 from .cpu import convolution as _cpu_conv
 from .gpu import cudnn as _cudnn
 from .im2col import col2im, col2im_batch_last, im2col, im2col_batch_last, prod
+from .matmul import matmul
 from .relu import bias_relu
 
 _shared = threading.local()
@@ -249,16 +250,9 @@ def _weights(g, weights):
 
 def _matmul(a, b, out):
     """``a @ b`` over the group axis, written into ``out``."""
-    xp = get_array_module(a)
-    if xp is np:
-        if a.shape[0] == 1:
-            _cpu.host_matmul(a[0], b[0], out[0])
-        else:
-            _cpu.host_matmul(a, b, out)
-    elif a.shape[0] == 1:
-        xp.matmul(a[0], b[0], out=out[0])
-    else:
-        xp.matmul(a, b, out=out)
+    if a.shape[0] == 1:
+        a, b, out = a[0], b[0], out[0]
+    matmul(a, b, out)
 
 
 def _accumulate_weight_grad(g, weight_diff, dy, col):

@@ -1,15 +1,29 @@
-"""Matrix products accumulated in place: ``c += a @ b`` without a temporary the size of ``c``
-(the fully connected layers' weight gradients). NumPy only; device arrays take ``c += a @ b``.
+"""Matrix products for the layers: :func:`matmul` (``out = a @ b``, host products through
+:func:`pycaffe_lite.ops.cpu.host_matmul`) and :func:`accumulate_matmul` (``c += a @ b`` without
+a temporary the size of ``c``: the fully connected layers' weight gradients; device arrays take
+``c += a @ b``).
 """
 
 import threading
 
 import numpy as np
 
+from ..backend import get_array_module
+from . import cpu as _cpu
+
 # Rows of ``c`` per block of :func:`accumulate_matmul`: a block's product stays in cache until
 # it is added.
 _ACCUMULATE_BLOCK_BYTES = 1 << 20
 _accumulate_buffers = threading.local()
+
+
+def matmul(a, b, out):
+    """``out = a @ b``: host arrays through :func:`pycaffe_lite.ops.cpu.host_matmul` (shared by
+    the kernel threads, or on the calling thread alone), device arrays through CuPy."""
+    xp = get_array_module(out)
+    if xp is np:
+        return _cpu.host_matmul(a, b, out)
+    return xp.matmul(a, b, out=out)
 
 
 def accumulate_matmul(c, a, b):

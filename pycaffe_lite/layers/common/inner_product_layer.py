@@ -1,13 +1,9 @@
 """InnerProduct: a fully connected layer, y = x W^T + b over the axes from ``axis`` on."""
 
-import numpy as np
-
-from ...backend import get_array_module
 from ...errors import ShapeError
 from ...layer import Layer
-from ...ops import cpu as cpu_kernels
 from ...ops.gpu import cudnn
-from ...ops.matmul import accumulate_matmul
+from ...ops.matmul import accumulate_matmul, matmul
 from ...registry import register_layer
 from .common_utils import setup_weight_and_bias
 
@@ -69,12 +65,7 @@ class InnerProductLayer(Layer):
         y = top[0].write_data().reshape(self.M, self.num_output)
         if not self.transpose and self._cudnn_forward(x, y):
             return
-        xp = get_array_module(x)
-        w = self._weight_nk().T
-        if xp is np:
-            cpu_kernels.host_matmul(x, w, y)
-        else:
-            xp.matmul(x, w, out=y)
+        matmul(x, self._weight_nk().T, y)
         if self.bias_term:
             y += self.blobs[1].read_data()
 
@@ -103,9 +94,5 @@ class InnerProductLayer(Layer):
             db = self.blobs[1].write_diff()
             db += dy.sum(axis=0)
         if propagate_down[0]:
-            xp = get_array_module(dy)
             dx = bottom[0].write_diff().reshape(self.M, self.K)
-            if xp is np:
-                cpu_kernels.host_matmul(dy, self._weight_nk(), dx)
-            else:
-                xp.matmul(dy, self._weight_nk(), out=dx)
+            matmul(dy, self._weight_nk(), dx)

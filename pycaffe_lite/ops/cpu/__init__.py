@@ -372,10 +372,11 @@ SMALL_PRODUCT = 4 * GEMM_MIN_WORK
 def host_matmul(a, b, out):
     """``out = a @ b`` for host arrays: :func:`split_matmul` where it applies; else, for a
     product of at most :data:`SMALL_PRODUCT` multiply-adds while the products are shared
-    (``set_gemm_split``) and there are kernel threads, one product on the calling thread. OpenBLAS's own threads, once a product wakes them, spin for a while (up to
-    about 0.1 s unless ``OPENBLAS_THREAD_TIMEOUT`` was set before NumPy loaded it) on the cores
-    the kernel threads need next: a script that imports NumPy before pycaffe_lite ran ResNet-50
-    1.5x slower for the one small product of its classifier."""
+    (``set_gemm_split``) and there are kernel threads, one product on the calling thread.
+    OpenBLAS's own threads, once a product wakes them, spin for a while (up to about 0.1 s
+    unless ``OPENBLAS_THREAD_TIMEOUT`` was set before NumPy loaded it) on the cores the kernel
+    threads need next: a script that imports NumPy before pycaffe_lite ran ResNet-50 1.5x
+    slower for the one small product of its classifier."""
     if split_matmul(a, b, out):
         return out
     small = out.size * a.shape[-1] <= SMALL_PRODUCT

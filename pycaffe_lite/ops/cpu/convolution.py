@@ -24,10 +24,8 @@ it to float rounding only; the tests state the bounds:
 
 import os
 
-import numpy as np
-
 from ._library import address as _address, function as _function
-from . import split_matmul
+from . import host_matmul
 from ._threads import grain as _grain, split as _split
 
 _winograd = [os.environ.get("PYCAFFE_LITE_WINOGRAD", "1") != "0"]
@@ -129,10 +127,8 @@ def winograd_forward(x, weights, bias, y, pad, out_spatial, u, v, m, tile=2, gro
         _split(_function(prefix + "_input", x.dtype), cg,
                [_address(x) + g * cg * h * w * size, _address(v), nb, cg, nc, h, w,
                 int(pad[0]), int(pad[1]), th, tw], grain=_grain(products * nt))
-        uu, vv, mm = (u.reshape(products, kg, cg), v.reshape(products, cg, nt),
-                      m.reshape(products, kg, nt))
-        if not split_matmul(uu, vv, mm):
-            np.matmul(uu, vv, out=mm)
+        host_matmul(u.reshape(products, kg, cg), v.reshape(products, cg, nt),
+                    m.reshape(products, kg, nt))
         _split(_function(prefix + "_output", x.dtype), kg,
                [_address(m), bg, _address(y) + g * kg * oh * ow * size, nb, kg, nk, oh, ow,
                 th, tw], grain=_grain(products * nt))
