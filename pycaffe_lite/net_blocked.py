@@ -99,6 +99,16 @@ def _shape(blob, B):
     return (n, -(-c // B), h, w, B)
 
 
+def _own(side, blob, B):
+    """``side`` where it can hold ``blob``'s value (its shape, its channels, contiguous), else
+    a new Side for it."""
+    shape = _shape(blob, B)
+    if side is None or side.array.shape != shape or side.channels != blob.shape[1] or \
+            not side.array.flags.c_contiguous:
+        side = Side(np.empty(shape, np.float32), blob.shape[1])
+    return side
+
+
 # ---- the steps --------------------------------------------------------------------------
 class Step:
     """One layer's forward in the blocked layout (installed in ``net._fused``); in GPU mode,
@@ -116,11 +126,12 @@ class Step:
         self.run(bottom, top)
         return 0.0
 
-    def reshape(self, bottom, top):
-        """The layer's own reshape, when a bottom's shape changed since the last call."""
+    def reshape(self, bottom, top, layer=None):
+        """The layer's own reshape (or ``layer``'s), when a bottom's shape changed since the
+        last call."""
         key = tuple(b.shape for b in bottom)
         if key != self._reshaped or any(t.count == 0 for t in top):
-            self.layer.reshape(bottom, top)
+            (layer or self.layer).reshape(bottom, top)
             self._reshaped = key
 
     def input(self, blob, contiguous=False):
@@ -128,16 +139,14 @@ class Step:
         is not current (the conversion is kept on the blob's SyncedArray); ``contiguous``: a
         C-contiguous array (a copy of a Concat buffer's part)."""
         sa, B = blob.synced_data, self.plan.B
-        side, shape = sa.blocked, _shape(blob, B)
-        if sa.blocked_current and side.array.shape == shape and side.channels == blob.shape[1]:
+        side = sa.blocked
+        if sa.blocked_current and side.array.shape == _shape(blob, B) and \
+                side.channels == blob.shape[1]:
             if contiguous and not side.array.flags.c_contiguous:
                 return np.ascontiguousarray(side.array)
             return side.array
-        x = blob.cpu_data()
-        if side is None or side.array.shape != shape or side.channels != blob.shape[1] or \
-                not side.array.flags.c_contiguous:
-            side = Side(np.empty(shape, np.float32), blob.shape[1])
-        kernels.to_blocked(np.ascontiguousarray(x), B, out=side.array)
+        side = _own(side, blob, B)
+        kernels.to_blocked(np.ascontiguousarray(blob.cpu_data()), B, out=side.array)
         sa.blocked, sa.blocked_current = side, True  # the host copy stays current too
         return side.array
 
@@ -147,12 +156,7 @@ class Step:
         view = self.plan.views.get(id(blob))
         if view is not None:
             return view.side(blob)
-        side, shape = blob.synced_data.blocked, _shape(blob, self.plan.B)
-        if side is None or side.array.shape != shape or side.channels != blob.shape[1] or \
-                not side.array.flags.c_contiguous:
-            side = Side(np.empty(shape, np.float32), blob.shape[1])
-        return side
-
+        return _own(blob.synced_data.blocked, blob, self.plan.B)
 
     def same_or_output(self, bottom, top):
         """The Side to write ``top`` into: ``bottom``'s own (after :meth:`input`) when the
@@ -191,10 +195,7 @@ class ConvStep(Step):
                             for (sa, v), s in zip(self.versions, self._sources())):
             self.pack()  # written since packing (net surgery): pack before every forward now
             self.live = True
-        key = bottom[0].shape
-        if key != self._reshaped or self.out.count == 0:
-            r.reshape(bottom, [self.out])
-            self._reshaped = key
+        self.reshape(bottom, [self.out], r)
         if self.input_blocked:
             x = self.input(bottom[0], contiguous=True)
         else:
@@ -271,18 +272,16 @@ class EltwiseStep(Step):
         xs = [self.input(b) for b in bottom]
         side = self.output(top[0])
         y = side.array
-        relu_done = False
         if any(np.shares_memory(y, x) for x in xs):
             y = np.empty_like(y)
         c = layer.coeffs
         if layer.op == _Eltwise.SUM and len(xs) == 2 and c[0] == 1 and c[1] == 1 and \
                 cpu_kernels.supported(xs[0], xs[1], y):
             cpu_kernels.add_relu(xs[0], xs[1], y, self.relu)
-            relu_done = True
         else:
             combine(layer.op, c, xs, y, np)
-        if self.relu and not relu_done:
-            bias_relu(y, y)
+            if self.relu:
+                bias_relu(y, y)
         if y is not side.array:
             side.array[...] = y
         top[0].synced_data.blocked_written(side)
@@ -375,7 +374,7 @@ def install(net, chains, keep_intermediates=True):
         return None
     plan = Plan(net, B)
     chain_of = {c.producer: c for c in chains}
-    absorbed = {i for c in chains for i in c.absorbed}
+    absorbed = {i for c in chains for i in c.absorbed}  # and the ReLUs an Eltwise takes
     same = {}      # blob id -> the blob id whose storage it shares (a Split's tops)
     blocked = set()  # blob ids whose value a blocked step writes
     writer = {}    # blob id -> (layer index, step) of the blocked step that writes it
@@ -386,7 +385,7 @@ def install(net, chains, keep_intermediates=True):
         return bid
 
     for i, rec in enumerate(net.records):
-        if i in absorbed or any(i == pair.absorbed[0] for pair in plan.pairs):
+        if i in absorbed:
             continue
         layer, original = rec.layer, net._fused.get(i, rec.layer.Forward)
         roots = [root(b) for b in rec.bottom_ids]
@@ -435,6 +434,7 @@ def install(net, chains, keep_intermediates=True):
             pair = Absorbed(i, [i + 1])
             plan.pairs.append(pair)
             net._fused[i + 1] = pair
+            absorbed.add(i + 1)
     if not keep_intermediates:
         for j, step in list(plan.steps.items()):
             if isinstance(step, EltwiseStep):
@@ -468,13 +468,13 @@ def _into_convolution(net, plan, j, step, chain_of, writer, root):
         conv.sum = (rec.layer, rec.bottoms, rec.tops[0], rec.bottoms[1 - k])
         conv.relu = step.relu
         del plan.steps[j]
-        absorbed = (chain.absorbed if chain is not None else []) + [j]
+        tail = [j]  # the Eltwise and the ReLU it took
         for pair in [p for p in plan.pairs if p.producer == j]:
-            absorbed += pair.absorbed
+            tail += pair.absorbed
             plan.pairs.remove(pair)
-        pair = Absorbed(i, absorbed)
+        pair = Absorbed(i, (chain.absorbed if chain is not None else []) + tail)
         plan.pairs.append(pair)
-        for n in [j] + absorbed[absorbed.index(j) + 1:]:
+        for n in tail:
             net._fused[n] = pair
         plan.dropped[net._blob_names[out_id]] = rec.layer.name
         return
