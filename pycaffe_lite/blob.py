@@ -179,6 +179,11 @@ class Blob:
         return self._data
 
     @property
+    def synced_diff(self):
+        """The diff's SyncedArray."""
+        return self._diff
+
+    @property
     def data_state(self):
         """Where the newest data lives (the SyncedArray's head: host, device or both)."""
         return self._data.head
@@ -195,6 +200,11 @@ class Blob:
                              % (other.shape, self.shape))
         self._data = other._data
         self._capacity = min(self._data.size, self._diff.size)
+
+    def copy_data(self, other):
+        """Copy ``other``'s data (same count) into this blob's storage, in the current mode's
+        arrays (device to device in GPU mode)."""
+        self.write_data()[...] = other.read_data().reshape(self._shape)
 
     def shares_data_with(self, other):
         """Whether this blob uses ``other``'s data storage, with the same shape."""
