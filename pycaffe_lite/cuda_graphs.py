@@ -18,7 +18,8 @@ TEST), a forward over all layers of a TEST net
 A replayed forward computes exactly what the eager one does (the same kernels on the same
 buffers). Another input shape starts again at 1. A capture that fails (a layer synchronised
 with the host, say) is logged once and the net runs eagerly from then on. Partial forwards
-(``start``/``end``), nets with hooks, TRAIN nets and CPU mode always run eagerly.
+(``start``/``end``), nets with hooks, TRAIN nets and CPU mode always run eagerly (a solver
+captures its training iterations whole: :mod:`pycaffe_lite.solvers.train_graph`).
 
 Off: ``caffe.set_cuda_graph(False)``, ``--cuda_graph off`` on train, test and time, or
 ``PYCAFFE_LITE_CUDA_GRAPH=0``.
