@@ -8,6 +8,7 @@ from host arrays so that the sync logic is exercised for real.
 """
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -70,15 +71,16 @@ def cudnn_frontend():
 
 
 def device_memory():
-    """GPU mode with CuPy: ``(bytes held by CuPy's memory pool, bytes in use)``; the pool keeps
-    what it allocated, so the first is the peak of the process so far. None otherwise."""
+    """GPU mode with CuPy: ``(bytes held by CuPy's memory pool and the captured CUDA graphs'
+    pools, bytes in use)``; a pool keeps what it allocated, so the first is the peak of the
+    process so far. None otherwise."""
     if mode() != GPU:
         return None
     mod = device_module()
     if not _is_cupy(mod):
         return None
-    pool = mod.get_default_memory_pool()
-    return int(pool.total_bytes()), int(pool.used_bytes())
+    pools = [mod.get_default_memory_pool()] + [g.pool for g in list(_graphs)]
+    return (sum(int(p.total_bytes()) for p in pools), sum(int(p.used_bytes()) for p in pools))
 
 
 def capture_graph(fn):
@@ -105,11 +107,17 @@ def capture_graph(fn):
                     pass
                 raise
             graph = stream.end_capture()
-    return _DeviceGraph(graph, stream, pool)
+    captured = _DeviceGraph(graph, stream, pool)
+    _graphs.add(captured)
+    return captured
+
+
+#: the live captured graphs (:func:`device_memory` counts their memory pools)
+_graphs = weakref.WeakSet()
 
 
 class _DeviceGraph:
-    __slots__ = ("graph", "stream", "pool")
+    __slots__ = ("graph", "stream", "pool", "__weakref__")
 
     def __init__(self, graph, stream, pool):
         self.graph, self.stream, self.pool = graph, stream, pool
