@@ -176,19 +176,38 @@ def test_runs_that_a_graph_cannot_hold_train_layer_by_layer(extra, why, tmp_path
     assert_same(got, eager)
 
 
-def test_callbacks_and_dropout_keep_training_layer_by_layer(tmp_path):
+def test_callbacks_keep_training_layer_by_layer(tmp_path):
     _, _, dev, solver = run("lenet", "SGD", tmp_path, graphs=True, iters=3,
                             before=lambda s: s.add_callback(lambda: None, lambda: None))
     assert dev.graph_captures == 0 and solver.why_not_at_end == "the solver has callbacks"
+
+
+def test_dropout_draws_a_new_mask_at_each_replay(tmp_path):
+    """Dropout's mask comes from the device's counter stream, whose position lives in device
+    memory: each replay draws the numbers the layer-by-layer iteration draws."""
     text = LENET.replace('layer { name: "ip2"', 'layer { name: "drop" type: "Dropout" '
                          'bottom: "ip1" top: "ip1" }\nlayer { name: "ip2"')
     NETS["dropout"] = (text, (1, 12, 12), 8)
+    masks = []
     try:
-        _, _, dev, solver = run("dropout", "SGD", tmp_path, graphs=True, iters=3)
+        eager, _, _, _ = run("dropout", "SGD", tmp_path, graphs=False)
+        got, _, dev, _ = run("dropout", "SGD", tmp_path, graphs=True)
+        with simulated_device():
+            backend.set_mode_gpu()
+            try:
+                solver = make_solver("dropout", "SGD", tmp_path)
+                drop = solver.net.layer_dict["drop"]
+                for _ in range(4):
+                    solver.step(1)
+                    masks.append(backend.to_host(drop.factor) != 0)
+            finally:
+                backend.set_mode_cpu()
     finally:
         del NETS["dropout"]
-    assert dev.graph_captures == 0
-    assert solver.why_not_at_end == "layer 'drop' (Dropout) runs host code"
+    assert dev.graph_launches == ITERS - 1
+    assert_same(got, eager)
+    assert all(not np.array_equal(masks[i], masks[i + 1]) for i in range(3))
+    assert 0.3 < np.mean(masks) < 0.7  # dropout_ratio 0.5
 
 
 def test_display_iterations_run_layer_by_layer_between_replays(tmp_path):

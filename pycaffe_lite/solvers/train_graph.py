@@ -43,10 +43,10 @@ HOST_NEWER = (HEAD_AT_CPU, HEAD_AT_BLOCKED)
 
 log = logging.getLogger("pycaffe_lite")
 
-#: layer types whose TRAIN forward and backward read and write device arrays only, draw no
-#: random numbers and keep no per-call host state (besides the TEST net's, the losses whose
-#: checks defer and the backward-only layers)
-CAPTURABLE = cuda_graphs.CAPTURABLE - {"Dropout"} | {"SoftmaxWithLoss", "EuclideanLoss"}
+#: layer types whose TRAIN forward and backward read and write device arrays only and keep
+#: no per-call host state (the TEST net's, whose random draws come from the device's counter
+#: stream, see backend.random_uniform; and the losses whose checks defer)
+CAPTURABLE = cuda_graphs.CAPTURABLE | {"SoftmaxWithLoss", "EuclideanLoss"}
 
 
 def of(solver):
