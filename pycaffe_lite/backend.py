@@ -83,6 +83,13 @@ def device_memory():
     return (sum(int(p.total_bytes()) for p in pools), sum(int(p.used_bytes()) for p in pools))
 
 
+def free_cached_device_memory():
+    """Give the device memory that CuPy's pool caches but no array uses back to the driver
+    (after a capture, whose graph has a pool of its own). Nothing to do elsewhere."""
+    if mode() == GPU and _is_cupy(device_module()):
+        device_module().get_default_memory_pool().free_all_blocks()
+
+
 def capture_graph(fn):
     """``fn()`` captured into a CUDA graph (nothing runs while capturing) on a capture stream
     of its own, with a memory pool of its own for the temporaries ``fn`` allocates (the graph

@@ -176,6 +176,9 @@ class TrainGraph:
             return False
         self.buffers = self._buffers()
         self.captures += 1
+        # the warm-up's temporaries, cached by the default pool, are not needed again: the
+        # graph's own pool holds what the replays use
+        backend.free_cached_device_memory()
         return True
 
     def _launch(self):
