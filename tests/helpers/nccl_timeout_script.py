@@ -1,0 +1,36 @@
+"""A user's own script whose NCCL collectives never complete (CuPy's NCCL replaced by the fakes
+of fake_nccl.py: a peer that never joins), run by tests/test_collective_timeout.py under
+mpiexec: ``python nccl_timeout_script.py TIMEOUT``. Rank 1 stops itself (SIGSTOP) before the
+allreduce, as a frozen machine does; rank 0 waits in its allreduce until the timeout ends the
+job."""
+
+import logging
+import os
+import signal
+import socket
+import sys
+
+import numpy as np
+
+import fake_nccl
+from pycaffe_lite import parallel
+
+
+def main(timeout):
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    fake_nccl.STATE["hang"] = True
+    fake_nccl.install()
+    comm = parallel.init(nccl=True)
+    comm.set_timeout(timeout)
+    print("rank %d: pid %d on %s, %s" % (comm.rank, os.getpid(), socket.gethostname(),
+                                         comm.name), flush=True)
+    comm.note("iteration 5")
+    comm.barrier()  # through MPI: every rank has set its timeout
+    if comm.rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    comm.allreduce(fake_nccl.FakeDeviceArray(np.zeros(1024, np.float32)))
+    print("rank %d: the allreduce returned" % comm.rank, flush=True)
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]))
