@@ -75,12 +75,16 @@ def test_a_negative_timeout_is_refused(tmp_path, value):
     assert len(out.strip().splitlines()) == 1
 
 
-def test_an_nccl_wait_that_never_ends_stops_nccl_and_the_job_naming_the_frozen_rank(tmp_path):
-    """Through ``parallel.init(nccl=True)`` and ``comm.set_timeout``: rank 1 freezes, rank 0's
+@pytest.mark.parametrize("way", ["nccl", "mpi"])
+def test_an_nccl_wait_that_never_ends_stops_nccl_and_the_job_naming_the_frozen_rank(tmp_path,
+                                                                                     way):
+    """The timeout set on the NCCL communicator ``parallel.init(nccl=True)`` gives, or on the
+    MPIComm given to ``parallel.init`` (as the train command does): rank 1 freezes, rank 0's
     NCCL allreduce never completes; rank 0 names the allreduce and rank 1, aborts NCCL
     (ncclCommAbort) and ends the job through MPI_Abort."""
     script = os.path.join(HELPERS, "nccl_timeout_script.py")
-    job = Job(2, None, tmp_path, command=[mpiexec(), "-n", "2", sys.executable, script, "3"])
+    job = Job(2, None, tmp_path,
+              command=[mpiexec(), "-n", "2", sys.executable, script, "3", way])
     pid = None
     try:
         ready = job.wait_for("rank 1: pid ")

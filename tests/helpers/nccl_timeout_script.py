@@ -1,8 +1,10 @@
 """A user's own script whose NCCL collectives never complete (CuPy's NCCL replaced by the fakes
 of fake_nccl.py: a peer that never joins), run by tests/test_collective_timeout.py under
-mpiexec: ``python nccl_timeout_script.py TIMEOUT``. Rank 1 stops itself (SIGSTOP) before the
-allreduce, as a frozen machine does; rank 0 waits in its allreduce until the timeout ends the
-job."""
+mpiexec: ``python nccl_timeout_script.py TIMEOUT WAY``. WAY ``nccl``: the timeout set on the
+NCCL communicator that ``parallel.init(nccl=True)`` gives; ``mpi``: set on an MPIComm that
+``parallel.init`` is then given, as ``pycaffe-lite train --collective_timeout`` does. Rank 1
+stops itself (SIGSTOP) before the allreduce, as a frozen machine does; rank 0 waits in its
+allreduce until the timeout ends the job."""
 
 import logging
 import os
@@ -16,12 +18,17 @@ import fake_nccl
 from pycaffe_lite import parallel
 
 
-def main(timeout):
+def main(timeout, way):
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     fake_nccl.STATE["hang"] = True
     fake_nccl.install()
-    comm = parallel.init(nccl=True)
-    comm.set_timeout(timeout)
+    if way == "nccl":
+        comm = parallel.init(nccl=True)
+        comm.set_timeout(timeout)
+    else:
+        mpi = parallel.MPIComm()
+        mpi.set_timeout(timeout)
+        comm = parallel.init(mpi, nccl=True)
     print("rank %d: pid %d on %s, %s" % (comm.rank, os.getpid(), socket.gethostname(),
                                          comm.name), flush=True)
     comm.note("iteration 5")
@@ -33,4 +40,4 @@ def main(timeout):
 
 
 if __name__ == "__main__":
-    main(float(sys.argv[1]))
+    main(float(sys.argv[1]), sys.argv[2])
