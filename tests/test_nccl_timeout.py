@@ -348,6 +348,12 @@ def test_a_started_allreduce_is_tested_and_waited_through_its_own_event(fakes):
     thread.join(GUARD_S)
     assert not thread.is_alive() and box == {"result": None}
     assert handle.test() is True and comm.comm.aborted == 0
+    # a collective seen complete by a test is counted by its wait all the same
+    second = comm.start_allreduce(buffer())
+    assert second.test() is True
+    second.wait()
+    second.wait()
+    assert comm.watch.count == 2 and comm.comm.aborted == 0
 
 
 def test_timeout_zero_turns_the_watch_off(fakes):

@@ -182,13 +182,16 @@ class MPIComm:
 
 
 class _EventHandle:
-    """A device collective in flight: ``event`` was recorded after it on the NCCL stream."""
+    """A device collective in flight: ``event`` was recorded after it on the NCCL stream. Its
+    one wait goes through the watch even when a test saw it complete (the watch counts the
+    collectives)."""
 
     def __init__(self, event, watch, what):
         self._event = event
         self._watch = watch
         self._what = what
         self._done = False
+        self._waited = False
 
     def test(self):
         if not self._done:
@@ -196,9 +199,9 @@ class _EventHandle:
         return self._done
 
     def wait(self):
-        if not self._done:
+        if not self._waited:
             self._watch.wait(self._event, self._what)
-            self._done = True
+            self._done = self._waited = True
 
 
 class NCCLComm:
