@@ -108,3 +108,31 @@ def test_an_nccl_wait_that_never_ends_stops_nccl_and_the_job_naming_the_frozen_r
     assert line[0].endswith("; aborting the job"), out
     assert "fake ncclCommAbort on rank 0" in out
     assert "the allreduce returned" not in out
+
+
+def test_a_rank_frozen_in_nccls_set_up_ends_the_job_naming_it(tmp_path):
+    """ncclCommInitRank waits for every rank: rank 1 freezes in it, rank 0's MPI watchdog ends
+    the job naming the set-up and rank 1."""
+    script = os.path.join(HELPERS, "nccl_timeout_script.py")
+    job = Job(2, None, tmp_path,
+              command=[mpiexec(), "-n", "2", sys.executable, script, "3", "init"])
+    pid = None
+    try:
+        ready = job.wait_for("rank 1: pid ")
+        pid = int(re.search(r"rank 1: pid (\d+)", ready).group(1))
+        rc, out = job.finish(timeout=GUARD_S)  # the guard: a hang fails here
+    finally:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        job.kill()
+    assert rc != 0, out
+    line = [x for x in out.splitlines() if "collective timeout: rank 0" in x]
+    assert len(line) == 1, out
+    assert ("(--collective_timeout 3) for NCCL's set-up of 2 ranks (ncclCommInitRank), "
+            "collective #") in line[0], out
+    assert ("stopped answering: rank 1 (%s, pid %d), not heard from for"
+            % (socket.gethostname(), pid)) in line[0], out
+    assert "set-up returned" not in out

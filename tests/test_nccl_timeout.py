@@ -6,6 +6,7 @@ collective, the rank and the timeout; timeout 0 waits without a deadline; a wait
 its looks (never spins). Whole processes: tests/test_collective_timeout.py; a real GPU:
 tests/test_parallel_gpu.py."""
 
+import contextlib
 import logging
 import os
 import socket
@@ -366,11 +367,17 @@ def test_timeout_zero_turns_the_watch_off(fakes):
 
 
 class FakeMPI:
-    """An MPIComm as NCCLComm uses it: its watchdog, its timeout and its agreement."""
+    """An MPIComm as NCCLComm uses it: its watchdog, its timeout, its watched waits and its
+    agreement."""
 
     def __init__(self, watchdog):
         self.watchdog = watchdog
-        self.notes, self.timeouts = [], []
+        self.notes, self.timeouts, self.watched_waits = [], [], []
+
+    @contextlib.contextmanager
+    def watched(self, what):
+        self.watched_waits.append(what)
+        yield
 
     def note(self, activity):
         self.notes.append(activity)
@@ -387,6 +394,7 @@ def test_an_nccl_comm_takes_the_timeout_of_its_mpi_comm(fakes):
     mpi = FakeMPI(dog)
     comm = NCCLComm(b"uid", rank=0, size=2, mpi=mpi)
     assert comm.watch.timeout == 0.2 and comm.watch.watchdog is dog
+    assert mpi.watched_waits == ["NCCL's set-up of 2 ranks (ncclCommInitRank)"]
     comm.note("iteration 9")
     assert mpi.notes == ["iteration 9"]
     assert comm.agree(1) == 101  # through MPI, watched by its own watchdog

@@ -181,6 +181,11 @@ class MPIComm:
         self.comm.Abort(code)
 
 
+@contextlib.contextmanager
+def _unwatched(what):
+    yield
+
+
 class _EventHandle:
     """A device collective in flight: ``event`` was recorded after it on the NCCL stream. Its
     one wait goes through the watch even when a test saw it complete (the watch counts the
@@ -210,8 +215,8 @@ class NCCLComm:
 
     ``uid``: ``NCCLComm.new_uid()`` on rank 0, handed to the other ranks (by MPI, or by the
     caller as in pycaffe's ``train.py``); ``mpi``: an :class:`MPIComm` for ``agree``/``abort``
-    (optional); its collective timeout, when it has one, watches this communicator's waits
-    too (:meth:`set_timeout` changes both)."""
+    (optional); its collective timeout, when it has one, watches this communicator's set-up
+    and waits too (:meth:`set_timeout` changes both)."""
 
     on_device = True
     name = "NCCL"
@@ -224,7 +229,11 @@ class NCCLComm:
         self.mpi = mpi
         cp = backend.device_module()
         self.cp = cp
-        self.comm = self.nccl.NcclCommunicator(self.size, uid, self.rank)
+        # every rank must join (ncclCommInitRank waits for them all): with an MPI communicator
+        # that has a collective timeout, its watchdog watches this wait
+        watched = mpi.watched if mpi is not None else _unwatched
+        with watched("NCCL's set-up of %d ranks (ncclCommInitRank)" % self.size):
+            self.comm = self.nccl.NcclCommunicator(self.size, uid, self.rank)
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.activity = ""
         watchdog = getattr(mpi, "watchdog", None)

@@ -8,17 +8,21 @@ are about waiting), only when it completes.
 - :class:`FakeEvent`: ``record(stream)``, ``done`` (counted in ``looks``), ``synchronize()``
   (blocks until the stream is released);
 - :class:`FakeCommunicator`: ``allReduce``/``bcast`` record their calls, ``abort()`` records
-  itself (and prints a line, for tests of whole processes);
+  itself (and prints a line, for tests of whole processes); with :data:`STATE` ``hang_init``
+  its construction never returns (rank 1 stops itself with SIGSTOP, the others wait), as
+  ``ncclCommInitRank`` when a rank never joins;
 - :func:`install`: puts the fakes where ``backend.nccl()`` and ``backend.device_module()`` are
   looked up (a test uses ``monkeypatch`` instead).
 """
 
+import os
+import signal
 import threading
 import types
 
 import numpy as np
 
-STATE = {"hang": False}
+STATE = {"hang": False, "hang_init": False}
 
 
 class FakeStream:
@@ -83,6 +87,11 @@ class FakeDeviceArray:
 
 class FakeCommunicator:
     def __init__(self, ndev, uid, rank):
+        if STATE.get("hang_init"):  # rank 1 freezes in ncclCommInitRank, the others wait
+            if rank == 1:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            else:
+                threading.Event().wait()
         self.ndev, self.uid, self.rank = ndev, uid, rank
         self.calls = []
         self.aborted = 0

@@ -4,7 +4,8 @@ mpiexec: ``python nccl_timeout_script.py TIMEOUT WAY``. WAY ``nccl``: the timeou
 NCCL communicator that ``parallel.init(nccl=True)`` gives; ``mpi``: set on an MPIComm that
 ``parallel.init`` is then given, as ``pycaffe-lite train --collective_timeout`` does. Rank 1
 stops itself (SIGSTOP) before the allreduce, as a frozen machine does; rank 0 waits in its
-allreduce until the timeout ends the job."""
+allreduce until the timeout ends the job. WAY ``init``: as ``mpi``, but rank 1 freezes in
+NCCL's set-up (``ncclCommInitRank``), where rank 0 waits."""
 
 import logging
 import os
@@ -22,6 +23,16 @@ def main(timeout, way):
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     fake_nccl.STATE["hang"] = True
     fake_nccl.install()
+    if way == "init":  # rank 1 freezes in NCCL's set-up, rank 0 waits there
+        fake_nccl.STATE["hang_init"] = True
+        mpi = parallel.MPIComm()
+        mpi.set_timeout(timeout)
+        print("rank %d: pid %d on %s, NCCL" % (mpi.rank, os.getpid(), socket.gethostname()),
+              flush=True)
+        mpi.barrier()
+        parallel.init(mpi, nccl=True)
+        print("rank %d: NCCL's set-up returned" % mpi.rank, flush=True)
+        return
     if way == "nccl":
         comm = parallel.init(nccl=True)
         comm.set_timeout(timeout)
