@@ -400,5 +400,8 @@ def test_an_nccl_comm_takes_the_timeout_of_its_mpi_comm(fakes):
     assert comm.agree(1) == 101  # through MPI, watched by its own watchdog
     comm.set_timeout(7)
     assert mpi.timeouts == [7] and comm.watch.timeout == 7
+    with pytest.raises(CaffeError, match="collective timeout takes seconds >= 0"):
+        comm.set_timeout(-3)
+    assert mpi.timeouts == [7] and comm.watch.timeout == 7  # refused before anything changed
     comm.close()
-    assert mpi.timeouts == [7, None] and comm.watch.timeout == 0
+    assert mpi.timeouts == [7, 0] and comm.watch.timeout == 0

@@ -258,10 +258,14 @@ class NCCLComm:
         it at the same point), else with a
         :class:`~pycaffe_lite.parallel.watchdog.CollectiveTimeoutError`."""
         from .watchdog import DeviceWatch
+        seconds = float(seconds or 0.0)
+        if not seconds >= 0:
+            raise CaffeError("the collective timeout takes seconds >= 0 (0: no timeout), got "
+                             "%g" % seconds)
         if self.mpi is not None:
             self.mpi.set_timeout(seconds)
         watchdog = getattr(self.mpi, "watchdog", None)
-        self.watch = DeviceWatch(self.comm, self.rank, seconds or 0, watchdog)
+        self.watch = DeviceWatch(self.comm, self.rank, seconds, watchdog)
 
     def close(self):
         """Stop watching (every rank, at the end of the job)."""

@@ -323,5 +323,8 @@ class DeviceWatch:
             self.watchdog.end_job(text, first=self.comm.abort)  # never returns
         log.error("%s; aborting NCCL", text)
         flush_logs()
-        self.comm.abort()
+        try:
+            self.comm.abort()
+        except Exception as exc:  # noqa: BLE001 - the timeout is the error to report
+            log.error("aborting NCCL failed (%s: %s)", type(exc).__name__, exc)
         raise CollectiveTimeoutError(text)
