@@ -61,13 +61,20 @@ def pending_stream():
 
 
 class FakeTime:
-    """A clock that moves only when the waiter sleeps; ``sleeps`` lists what it asked for."""
+    """A clock that moves only when the waiter sleeps; ``sleeps`` lists what it asked for. A
+    waiter that reads it more than ``max_reads`` times (one that spins without sleeping, whose
+    clock never moves) fails instead of hanging."""
 
-    def __init__(self):
+    def __init__(self, max_reads=100000):
         self.now = 1000.0
         self.sleeps = []
+        self.reads = 0
+        self.max_reads = max_reads
 
     def clock(self):
+        self.reads += 1
+        if self.reads > self.max_reads:
+            raise AssertionError("the waiter read the clock %d times" % self.reads)
         return self.now
 
     def sleep(self, seconds):
