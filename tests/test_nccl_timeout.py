@@ -135,7 +135,8 @@ def test_a_collective_that_never_completes_aborts_nccl_and_names_it(caplog):
     assert ("(--collective_timeout 0.2) for an NCCL allreduce of 4096 bytes (iteration 7), "
             "NCCL collective #1 of this rank; cannot tell which rank stopped answering") in text
     assert comm.aborts == 1 and watch.fired == text
-    assert [r.getMessage() for r in caplog.records] == [text + "; aborting NCCL"]
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 1 and logged[0].endswith(text + "; aborting NCCL"), logged
     assert event.syncs == 0 and event.looks >= 2
 
 
