@@ -58,7 +58,7 @@ SILENCE_SLACK_S = 1.0
 #: POLL_GROWTH times later each time, at most POLL_MAX_S apart
 POLL_FIRST_S = 50e-6
 POLL_GROWTH = 1.5
-POLL_MAX_S = 2e-3
+POLL_MAX_S = 2e-4
 
 
 class CollectiveTimeoutError(CaffeError):
