@@ -65,7 +65,7 @@ class FakeTime:
     waiter that reads it more than ``max_reads`` times (one that spins without sleeping, whose
     clock never moves) fails instead of hanging."""
 
-    def __init__(self, max_reads=100000):
+    def __init__(self, max_reads=1000000):
         self.now = 1000.0
         self.sleeps = []
         self.reads = 0
