@@ -17,126 +17,18 @@ import subprocess
 import numpy as np
 import pytest
 from google.protobuf import text_format
+from helpers.fused_nets import (RESNET_CHAINS, RESNET_SUMS, assert_same, chain_text, counting,
+                                on_simulated_device, resnet_text, run_net, sum_text, train)
 
 import pycaffe_lite as caffe
 from pycaffe_lite import backend, net_train_fuse
 from pycaffe_lite.ops import train_fused
 from pycaffe_lite.ops.gpu import fused as gpu_fused
 from pycaffe_lite.proto import caffe_pb2
-from pycaffe_lite.solvers import get_solver
-from pycaffe_lite.testing.simdevice import SimulatedDevice, simulated_device
 
-CONV = """
-layer { name: "%(n)s" type: "Convolution" bottom: "%(b)s" top: "%(n)s"
-        convolution_param { num_output: 5 kernel_size: 3 pad: 1 bias_term: false
-                            weight_filler { type: "gaussian" std: 0.3 } } }
-"""
-BN = """
-layer { name: "bn_%(n)s" type: "BatchNorm" bottom: "%(n)s" top: "%(t)s"
-        batch_norm_param { moving_average_fraction: 0.9 %(extra)s } }
-"""
-SCALE = """
-layer { name: "scale_%(n)s" type: "Scale" bottom: "%(t)s" top: "%(t)s"
-        scale_param { bias_term: %(bias)s filler { type: "uniform" min: 0.5 max: 1.5 }
-                      bias_filler { type: "uniform" min: -0.3 max: 0.3 } } }
-"""
-RELU = 'layer { name: "relu_%(n)s" type: "ReLU" bottom: "%(t)s" top: "%(t)s" }\n'
-
-
-def block(name, bottom, top=None, bias="true", relu=True, extra=""):
-    d = {"n": name, "b": bottom, "t": top or name, "bias": bias, "extra": extra}
-    return CONV % d + BN % d + SCALE % d + (RELU % d if relu else "")
-
-
-def net_text(global_c2=False):
-    """A ResNet-style net, 5 channels (odd) of 7 x 5: chains in place and not, with and
-    without the Scale's bias and the ReLU, one on global statistics; a residual Eltwise SUM
-    with coefficients and its ReLU, and a three-bottom SUM without one."""
-    text = """name: "block" force_backward: true
-layer { name: "data" type: "DummyData" top: "data" top: "label"
-        dummy_data_param { shape { dim: 4 dim: 3 dim: 7 dim: 5 } shape { dim: 4 }
-          data_filler { type: "gaussian" std: 1 } data_filler { type: "constant" value: 1 } } }
-"""
-    text += block("c1", "data")
-    text += block("c2", "c1", top="c2n", extra="use_global_stats: true" if global_c2 else "")
-    text += block("c3", "c2n", bias="false", relu=False)
-    text += """
-layer { name: "sum" type: "Eltwise" bottom: "c1" bottom: "c3" top: "sum"
-        eltwise_param { coeff: 1 coeff: -0.5 } }
-layer { name: "relu_sum" type: "ReLU" bottom: "sum" top: "sum" }
-layer { name: "sum3" type: "Eltwise" bottom: "sum" bottom: "c2n" bottom: "c1" top: "sum3"
-        eltwise_param { coeff: 0.5 coeff: 1 coeff: 2 } }
-layer { name: "pool" type: "Pooling" bottom: "sum3" top: "pool"
-        pooling_param { pool: AVE global_pooling: true } }
-layer { name: "ip" type: "InnerProduct" bottom: "pool" top: "ip"
-        inner_product_param { num_output: 3 weight_filler { type: "gaussian" std: 0.5 } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-"""
-    return text
-
-
-def counting(monkeypatch):
-    """Count the calls of ops.train_fused's four functions (net_train_fuse calls them through
-    the module); on a simulated device each runs with every host crossing forbidden."""
-    calls = dict.fromkeys(["bn_forward", "bn_backward", "sum_forward", "sum_backward"], 0)
-    for name in calls:
-        real = getattr(train_fused, name)
-
-        def wrapped(*args, _real=real, _name=name):
-            calls[_name] += 1
-            dev = backend.device_module() if backend.mode() == backend.GPU else None
-            if not isinstance(dev, SimulatedDevice):
-                return _real(*args)
-            with dev.forbid("to_host", "to_device", "scalar_sync"):
-                return _real(*args)
-        monkeypatch.setattr(train_fused, name, wrapped)
-    return calls
-
-
-def train(tmp_path, monkeypatch, fuse, steps, iter_size=1, global_c2=False, dev=None):
-    """``steps`` SGD steps, then one more forward and backward with the param diffs cleared;
-    returns {blob or param name: host arrays} and the net."""
-    monkeypatch.setenv(net_train_fuse.ENV_VAR, "1" if fuse else "0")
-    path = tmp_path / ("net_%d.prototxt" % fuse)
-    path.write_text(net_text(global_c2))
-    param = caffe_pb2.SolverParameter()
-    text_format.Merge('net: "%s" base_lr: 0.05 momentum: 0.9 weight_decay: 0.001 '
-                      'lr_policy: "fixed" random_seed: 7 snapshot_after_train: false '
-                      'iter_size: %d max_iter: %d' % (path, iter_size, steps), param)
-    caffe.set_random_seed(7)
-    solver = get_solver(param)
-    net = solver.net
-    if global_c2:  # stored statistics: mean_sum, var_sum over a weight of 2.5
-        rng = np.random.default_rng(11)
-        stats = net.params["bn_c2"]
-        stats[0].data[...] = 2.5 * rng.normal(0, 0.5, 5)
-        stats[1].data[...] = 2.5 * rng.uniform(0.5, 2, 5)
-        stats[2].data[...] = 2.5
-    solver.step(steps)
-    net.clear_param_diffs()
-    if dev is not None:
-        with dev.forbid("to_host"):  # (the loss layer checks its labels: a scalar read)
-            net.forward_backward()
-    else:
-        net.forward_backward()
-    got = {}
-    for name, blob in net.blobs.items():
-        got["blob " + name] = (backend.to_host(blob.read_data()), backend.to_host(
-            blob.read_diff()))
-    for name, blobs in net.params.items():
-        for k, blob in enumerate(blobs):
-            got["param %s %d" % (name, k)] = (backend.to_host(blob.read_data()),
-                                              backend.to_host(blob.read_diff()))
-    return got, net
-
-
-def on_device(run):
-    with simulated_device() as dev:
-        backend.set_mode_gpu()
-        try:
-            return run(dev)
-        finally:
-            backend.set_mode_cpu()
+def forbid_to_host(dev):
+    # (the loss layer checks its labels: a scalar read, as Caffe's reads the loss)
+    return lambda: dev.forbid("to_host")
 
 
 @pytest.mark.parametrize("iter_size,global_c2", [(1, False), (2, True)])
@@ -145,21 +37,15 @@ def test_training_on_the_device_matches_the_cpu_layers_on_their_own(tmp_path, mo
     expected, plain = train(tmp_path, monkeypatch, False, 3, iter_size, global_c2)
     assert plain._train_fuse is None
     calls = counting(monkeypatch)
-    got, net = on_device(lambda dev: train(tmp_path, monkeypatch, True, 3, iter_size,
-                                           global_c2, dev))
+    got, net = on_simulated_device(lambda dev: train(tmp_path, monkeypatch, True, 3, iter_size,
+                                                     global_c2, forbid_to_host(dev)))
     fusion = net._train_fuse
-    assert [[net.layer_names[i] for i in c.indices] for c in fusion.chains] == [
-        ["bn_c1", "scale_c1", "relu_c1"], ["bn_c2", "scale_c2", "relu_c2"],
-        ["bn_c3", "scale_c3"]]
-    assert [[net.layer_names[i] for i in c.indices] for c in fusion.sums] == [
-        ["sum", "relu_sum"], ["sum3"]]
+    assert [[net.layer_names[i] for i in c.indices] for c in fusion.chains] == RESNET_CHAINS
+    assert [[net.layer_names[i] for i in c.indices] for c in fusion.sums] == RESNET_SUMS
     passes = 3 * iter_size + 1
     assert calls == {"bn_forward": 3 * passes, "bn_backward": 3 * passes,
                      "sum_forward": 2 * passes, "sum_backward": 2 * passes}
-    assert set(got) == set(expected)
-    for name, (data, diff) in expected.items():
-        np.testing.assert_allclose(got[name][0], data, rtol=1e-4, atol=1e-5, err_msg=name)
-        np.testing.assert_allclose(got[name][1], diff, rtol=1e-3, atol=1e-6, err_msg=name)
+    assert_same(got, expected, 1e-4, 1e-6, diff_rtol=1e-3)
     # the steps moved the weights and statistics; the ReLUs cut something
     assert expected["param bn_c1 2"][0][0] > 1
     assert (expected["blob sum"][0] == 0).any() and (expected["blob sum"][0] > 0).any()
@@ -171,7 +57,7 @@ def test_a_layer_by_layer_backward_after_a_fused_forward(monkeypatch):
     """What each layer keeps from a fused forward on the device lets its own backward run:
     backwards that end or start inside a chain run the layers one by one."""
     monkeypatch.setenv(net_train_fuse.ENV_VAR, "1")
-    param = text_format.Parse(net_text(), caffe_pb2.NetParameter())
+    param = text_format.Parse(resnet_text(), caffe_pb2.NetParameter())
     param.state.phase = caffe.TRAIN
 
     def run(dev=None):
@@ -185,13 +71,67 @@ def test_a_layer_by_layer_backward_after_a_fused_forward(monkeypatch):
 
     expected = run()
     calls = counting(monkeypatch)
-    got = on_device(run)
+    got = on_simulated_device(run)
     assert calls == {"bn_forward": 3, "bn_backward": 0, "sum_forward": 2, "sum_backward": 0}
     for k in expected[0]:
         np.testing.assert_allclose(got[0][k], expected[0][k], rtol=1e-4, atol=1e-6)
     for a, b in zip(got[1], expected[1]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     assert np.abs(expected[1][0]).max() > 0
+
+
+CHAIN_CASES = [dict(), dict(in_place=False), dict(global_stats=True), dict(relu=False),
+               dict(bias=False, in_place=False), dict(scale=False), dict(scale=False,
+                                                                         relu=False)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("options", CHAIN_CASES, ids=lambda o: "-".join(o) or "default")
+def test_one_chain_on_the_device_matches_the_cpu_layers(monkeypatch, options, dtype):
+    text = chain_text((3, 5, 4, 3), **options)
+    stats = (np.linspace(-1, 1, 5) * 2.5, np.linspace(0.5, 2, 5) * 2.5, [2.5])
+    expected, _ = run_net(text, monkeypatch, False, dtype, stats=stats)
+    calls = counting(monkeypatch)
+    got, net = on_simulated_device(lambda dev: run_net(text, monkeypatch, True, dtype,
+                                                       stats=stats))
+    assert len(net._train_fuse.chains) == 1 and calls["bn_forward"] == 2
+    assert calls["bn_backward"] == 2
+    tol = (1e-5, 1e-6) if dtype == np.float32 else (1e-10, 1e-12)
+    assert_same(got, expected, *tol)
+
+
+@pytest.mark.parametrize("coeffs,relu", [([1, 1], True), ([0.5, -2, 1], True),
+                                         ([1, 3, -1, 0.25, 2], False), ([2, 1], False)])
+def test_one_sum_on_the_device_matches_the_cpu_layers(monkeypatch, coeffs, relu):
+    text = sum_text((2, 3, 4, 5), coeffs, relu)
+    expected, _ = run_net(text, monkeypatch, False)
+    calls = counting(monkeypatch)
+    got, net = on_simulated_device(lambda dev: run_net(text, monkeypatch, True))
+    assert [len(s.indices) for s in net._train_fuse.sums] == [1 + relu]
+    assert calls["sum_forward"] == 2 and calls["sum_backward"] == 2
+    assert_same(got, expected, 1e-6, 1e-7)
+    if relu:  # the top's diff is the ReLU's gradient: zero where the ReLU cut
+        data, diff = got["blob s"]
+        assert (data == 0).any() and (diff[data == 0] == 0).all()
+
+
+IN_PLACE_SUM = """name: "s" force_backward: true
+layer { name: "in" type: "Input" top: "x0" top: "x1" top: "t"
+        input_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 3 } shape { dim: 2 dim: 3 } } }
+layer { name: "sum" type: "Eltwise" bottom: "x0" bottom: "x1" top: "x0" }
+layer { name: "loss" type: "EuclideanLoss" bottom: "x0" bottom: "t" top: "loss" }
+"""
+
+
+def test_an_eltwise_in_place_is_not_fused(monkeypatch):
+    monkeypatch.setenv(net_train_fuse.ENV_VAR, "1")
+    param = text_format.Parse(IN_PLACE_SUM, caffe_pb2.NetParameter())
+    param.state.phase = caffe.TRAIN
+    assert caffe.Net.from_param(param)._train_fuse is None
+    param = text_format.Parse(IN_PLACE_SUM.replace('top: "x0" }', 'top: "s" }').replace(
+        'bottom: "x0" bottom: "t"', 'bottom: "s" bottom: "t"'), caffe_pb2.NetParameter())
+    param.state.phase = caffe.TRAIN
+    assert caffe.Net.from_param(param)._train_fuse is not None
 
 
 # ---- the CUDA source run on the host ---------------------------------------------------------
