@@ -18,13 +18,16 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 from helpers.fused_nets import (RESNET_CHAINS, RESNET_SUMS, assert_same, chain_text, counting,
-                                on_simulated_device, resnet_text, run_net, sum_text, train)
+                                eager_and_replayed, on_simulated_device, resnet_text, run_net,
+                                sum_text, train)
 
 import pycaffe_lite as caffe
 from pycaffe_lite import backend, net_train_fuse
 from pycaffe_lite.ops import train_fused
+from pycaffe_lite.ops.gpu import channels as gpu_channels
 from pycaffe_lite.ops.gpu import fused as gpu_fused
 from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite.testing.simdevice import DeviceArray
 
 def forbid_to_host(dev):
     # (the loss layer checks its labels: a scalar read, as Caffe's reads the loss)
@@ -144,27 +147,29 @@ static Dim3 blockIdx = {0, 0, 0}, blockDim = {1, 1, 1}, threadIdx = {0, 0, 0},
 extern "C" void set_block(unsigned int x, unsigned int y, unsigned int gx, unsigned int gy) {
     blockIdx.x = x; blockIdx.y = y; gridDim.x = gx; gridDim.y = gy;
 }
+template <class V> V __shfl_down_sync(unsigned int, V, int) { return V(0); }
 #define __global__
 #define __device__
 #define __shared__ static
 #define __syncthreads()
 """
+# kernels with one thread per item and no grid-stride loop: a block each on the host
+PER_ITEM = {"chain_stats", "chain_grad_sums", "bn_global"}
 
 
 class HostKernels:
-    """fused.py's kernels compiled for the host: a call runs every block of its grid in turn
-    (one thread each: the block sums' tree has one level, the grid-stride loops cover
-    everything)."""
+    """A module's CUDA source compiled for the host: a call runs every block of its grid in
+    turn, one thread each (the block sums' tree has one level; a grid-stride loop covers
+    everything from one block)."""
 
-    def __init__(self, tmp_path, dtype):
-        ctype = {np.float32: "float", np.float64: "double"}[dtype]
-        src = tmp_path / ("fused_%s.cpp" % ctype)
-        src.write_text(PRELUDE + "typedef %s T;\n" % ctype + gpu_fused._SOURCE)
-        lib = tmp_path / ("fused_%s.so" % ctype)
+    def __init__(self, tmp_path, module, ctype):
+        stem = "%s_%s" % (module.__name__.rsplit(".", 1)[1], ctype)
+        src = tmp_path / (stem + ".cpp")
+        src.write_text(PRELUDE + "typedef %s T;\n" % ctype + module._SOURCE)
+        lib = tmp_path / (stem + ".so")
         subprocess.run(["g++", "-O1", "-ffp-contract=off", "-shared", "-fPIC", str(src), "-o",
                         str(lib)], check=True)
         self.lib = ctypes.CDLL(str(lib))
-        self.dtype = dtype
 
     def __call__(self, name, grid, *args):
         fn = getattr(self.lib, name)
@@ -175,6 +180,9 @@ class HostKernels:
             elif isinstance(a, np.ndarray):
                 assert a.flags.c_contiguous
                 conv.append(ctypes.c_void_p(a.ctypes.data))
+            elif isinstance(a, DeviceArray):  # its buffer's address, as CuPy passes it
+                assert a.flags.c_contiguous
+                conv.append(ctypes.c_void_p(a.data.ptr))
             elif isinstance(a, np.int32):
                 conv.append(ctypes.c_int(int(a)))
             elif isinstance(a, np.int64):
@@ -190,43 +198,43 @@ class HostKernels:
                 fn(*conv)
 
 
+class _HostFunction:
+    def __init__(self, lib, name):
+        self.lib, self.name = lib, name
+
+    def __call__(self, grid, block, args):
+        self.lib(self.name, grid, *args)
+
+
 @pytest.fixture
 def host_kernels(tmp_path, monkeypatch):
-    """fused.py's launches sent to the host build of its kernels, for float32 and float64."""
+    """ops/gpu/fused.py's (and channels.py's) launches sent to the host build of their
+    kernels; ops.train_fused takes them inside ``forced(True)`` (on host or simulated device
+    arrays, which stand for CuPy's there)."""
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed: the CUDA source cannot be built for the host")
     libs = {}
 
-    def kernels(dtype):
-        if dtype not in libs:
-            libs[dtype] = HostKernels(tmp_path, dtype)
-        return libs[dtype]
-
     class Module:
+        def __init__(self, module):
+            self.module = module
+
         def function(self, name, ctype):
-            lib = kernels(np.float32 if ctype == "float" else np.float64)
-            return lambda grid, block, args: lib(name, grid, *args)
+            key = (self.module.__name__, ctype)
+            if key not in libs:
+                libs[key] = HostKernels(tmp_path, self.module, ctype)
+            return _HostFunction(libs[key], name)
 
     def launch(function, n, args):
         if int(n) > 0:
-            function((int(n), 1), (1,), args)  # one thread per block: a block per item
+            function((int(n) if function.name in PER_ITEM else 1, 1), (1,), args)
 
-    monkeypatch.setattr(gpu_fused, "_MODULE", Module())
-    monkeypatch.setattr(gpu_fused, "launch", launch)
+    for module in (gpu_fused, gpu_channels):
+        monkeypatch.setattr(module, "_MODULE", Module(module))
+        monkeypatch.setattr(module, "launch", launch)
     monkeypatch.setattr(gpu_fused, "BLOCK", 1)
-    monkeypatch.setattr(gpu_fused, "global_statistics", _global_statistics)
-    # ops.train_fused's dispatch answers with ``forced``'s setting (host arrays stand for CuPy
-    # arrays there)
     monkeypatch.setattr(train_fused, "_kernels", lambda *arrays: _FORCE["on"])
-    return kernels
-
-
-def _global_statistics(mean_sum, var_sum, weight, eps, mean, std):
-    """channels.bn_global (tests/test_gpu_fused.py runs it on a GPU), as NumPy."""
-    s = weight[0]
-    factor = 1 / s if s != 0 else 0
-    mean[...] = mean_sum * factor
-    std[...] = np.sqrt(var_sum * factor + mean.dtype.type(eps))
+    return libs
 
 
 def reference_forward(x, gamma, beta, eps, relu, mean=None, var=None):
@@ -344,8 +352,85 @@ _FORCE = {"on": False}
 @contextlib.contextmanager
 def forced(on):
     """Inside, ops.train_fused takes the kernels (``on``) or its generic code."""
-    _FORCE["on"] = on
+    old, _FORCE["on"] = _FORCE["on"], on
     try:
         yield
     finally:
-        _FORCE["on"] = False
+        _FORCE["on"] = old
+
+
+def test_the_chain_runs_inside_a_simulated_cuda_graph(monkeypatch):
+    """Captured (no host crossing allowed) and replayed, the chain gives what it gives
+    eagerly."""
+    text = chain_text((3, 5, 4, 3))
+    calls = counting(monkeypatch)
+
+    def run(dev):
+        _, net = run_net(text, monkeypatch, True, passes=1)
+        eager, replayed = eager_and_replayed(net)
+        return eager, replayed, dev.graph_captures, dev.graph_launches
+
+    eager, replayed, captures, launches = on_simulated_device(run)
+    assert (captures, launches) == (2, 2) and calls["bn_forward"] == 1 + 1 + 2
+    for name, (data, diff) in eager.items():
+        np.testing.assert_array_equal(replayed[name][0], data, err_msg=name)
+        np.testing.assert_array_equal(replayed[name][1], diff, err_msg=name)
+    assert np.abs(eager["param sc 0"][1]).max() > 0
+
+
+# ---- the kernel path end to end: simulated device arrays, kernels built for the host ---------
+@pytest.fixture
+def kernel_path(host_kernels):
+    with forced(True):
+        yield
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,options", [
+    ((3, 5, 4, 3), dict()), ((2, 3, 7), dict(global_stats=True)),
+    ((4, 2, 5, 5), dict(in_place=False)), ((3, 4, 2, 3), dict(relu=False, bias=False)),
+    ((2, 3, 3, 3), dict(scale=False, in_place=False))], ids=str)
+def test_chain_kernel_path_on_the_simulated_device(monkeypatch, kernel_path, dtype, shape,
+                                                   options):
+    text = chain_text(shape, **options)
+    c = shape[1]
+    stats = (np.linspace(-1, 1, c) * 2.5, np.linspace(0.5, 2, c) * 2.5, [2.5])
+    with forced(False):
+        expected, _ = run_net(text, monkeypatch, False, dtype, stats=stats)
+    calls = counting(monkeypatch)
+    got, _ = on_simulated_device(lambda dev: run_net(text, monkeypatch, True, dtype,
+                                                     stats=stats))
+    assert calls["bn_forward"] == 2 and calls["bn_backward"] == 2
+    tol = (1e-5, 1e-6) if dtype == np.float32 else (1e-10, 1e-12)
+    assert_same(got, expected, *tol)
+
+
+@pytest.mark.parametrize("coeffs,relu", [([0.5, -2, 1], True), ([1, 3, -1, 0.25], False)])
+def test_sum_kernel_path_on_the_simulated_device(monkeypatch, kernel_path, coeffs, relu):
+    text = sum_text((2, 3, 4, 5), coeffs, relu)
+    with forced(False):
+        expected, _ = run_net(text, monkeypatch, False)
+    got, _ = on_simulated_device(lambda dev: run_net(text, monkeypatch, True))
+    assert_same(got, expected, 1e-6, 1e-7)
+
+
+def test_resnet_training_kernel_path_on_the_simulated_device(tmp_path, monkeypatch,
+                                                             kernel_path):
+    with forced(False):
+        expected, _ = train(tmp_path, monkeypatch, False, 3, global_c2=True)
+    got, _ = on_simulated_device(lambda dev: train(tmp_path, monkeypatch, True, 3,
+                                                   global_c2=True, guard=forbid_to_host(dev)))
+    assert_same(got, expected, 1e-4, 1e-6, diff_rtol=1e-3)
+
+
+def test_graph_replay_kernel_path_on_the_simulated_device(monkeypatch, kernel_path):
+    text = chain_text((3, 5, 4, 3))
+
+    def run(dev):
+        _, net = run_net(text, monkeypatch, True, passes=1)
+        return eager_and_replayed(net)
+
+    eager, replayed = on_simulated_device(run)
+    for name, (data, diff) in eager.items():
+        np.testing.assert_array_equal(replayed[name][0], data, err_msg=name)
+        np.testing.assert_array_equal(replayed[name][1], diff, err_msg=name)

@@ -210,3 +210,57 @@ def assert_same(got, expected, rtol, atol, diff_rtol=None):
         np.testing.assert_allclose(got[name][0], data, rtol=rtol, atol=atol, err_msg=name)
         np.testing.assert_allclose(got[name][1], diff, rtol=diff_rtol or rtol, atol=atol,
                                    err_msg=name)
+
+
+# ---- a chain captured in a CUDA graph ----------------------------------------------------------
+def _sync(net):
+    """Every blob's and param's data and diff current on the device (reading syncs them)."""
+    for blob in list(net.blobs.values()) + [b for bs in net.params.values() for b in bs]:
+        blob.read_data()
+        blob.read_diff()
+
+
+def eager_and_replayed(net):
+    """For :func:`chain_text`'s net (in place) with an Eltwise-free chain ``bn``: the fused
+    chain's forward and backward run eagerly, then captured as two graphs
+    (``backend.capture_graph``) and replayed from the same state; returns both
+    :func:`values`. The loss layer runs eagerly between them."""
+    chain = net._train_fuse.chains[0]
+    stats = [backend.to_host(b.read_data()).copy() for b in net.params["bn"]]
+
+    def prep():
+        for blob, value in zip(net.params["bn"], stats):
+            blob.data[...] = value
+        for blob in net.params["sc"]:
+            blob.diff[...] = 0
+        net.forward(start="copy", end="copy")
+        _sync(net)
+
+    def loss():
+        net.forward(start="loss", end="loss")
+        net.backward(start="loss", end="loss")
+        _sync(net)
+
+    def forward():
+        chain.forward(None, None)
+
+    def backward():
+        chain.backward(None, None, None)
+
+    prep()
+    forward()
+    loss()
+    backward()
+    eager = values(net)
+    prep()
+    fwd = backend.capture_graph(forward)  # (a simulated capture runs it: prepare again)
+    prep()
+    fwd.launch()
+    loss()
+    bwd = backend.capture_graph(backward)
+    loss()
+    for blob in net.params["sc"]:
+        blob.diff[...] = 0
+    _sync(net)
+    bwd.launch()
+    return eager, values(net)
