@@ -205,12 +205,12 @@ class SumChain:
             (not self.relu or recs[1].bottom_need_backward[0])
 
     def forward(self, bottom, top):
-        for rec in self.records:
-            rec.layer.reshape(rec.bottoms, rec.tops)
         rec = self.records[0]
         xs = [b.read_data() for b in rec.bottoms]
         if xs[0].size == 0 or isinstance(xs[0], np.ndarray):
             return sum(r.layer.Forward(r.bottoms, r.tops) for r in self.records)
+        for r in self.records:
+            r.layer.reshape(r.bottoms, r.tops)
         train_fused.sum_forward(xs, self.eltwise.coeffs, rec.tops[0].write_data(), self.relu)
         return 0.0
 
