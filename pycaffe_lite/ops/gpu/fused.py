@@ -21,7 +21,9 @@ Eltwise SUM -> ReLU: ``sum_forward`` (the coefficient-weighted sum of up to four
 Caffe's order, then the ReLU) and ``sum_backward`` (the ReLU's mask written into the top's diff,
 as the in-place ReLU leaves it, and every bottom's diff ``coeff * dz``), one pass each.
 
-Block sums are a tree in shared memory (any power-of-two block, one thread included) and the
+Indices are 32-bit unsigned (fast division): the callers take arrays of fewer than 2**30
+elements (``_util.fits``), so an index never passes 2**31 even with the grid's stride. Block
+sums are a tree in shared memory (any power-of-two block, one thread included) and the
 blocks' partial sums are added by one thread per channel in a fixed order: the results never
 depend on timing. Nothing here reads device memory on the host: the chains can be captured in a
 CUDA graph. Every function takes contiguous CuPy arrays (``None`` where a pointer is optional).
@@ -57,13 +59,13 @@ extern "C" __global__ void chain_sums(const T* a, const T* y, const T* xhat, int
                                       double* p1, double* p2) {
     __shared__ double shared[1024];
     int c = blockIdx.x, split = blockIdx.y;
-    long long count = (long long)outer * inner;
-    double shift = (mode == 0) ? (double)a[(long long)c * inner] : 0.0;
+    unsigned int count = (unsigned int)outer * (unsigned int)inner, in = (unsigned int)inner;
+    double shift = (mode == 0) ? (double)a[(unsigned int)c * in] : 0.0;
     double s1 = 0.0, s2 = 0.0;
-    for (long long j = (long long)split * blockDim.x + threadIdx.x; j < count;
-         j += (long long)splits * blockDim.x) {
-        long long o = j / inner, i = j - o * inner;
-        long long at = (o * channels + c) * inner + i;
+    for (unsigned int j = (unsigned int)split * blockDim.x + threadIdx.x; j < count;
+         j += (unsigned int)splits * blockDim.x) {
+        unsigned int o = j / in, i = j - o * in;
+        unsigned int at = (o * (unsigned int)channels + (unsigned int)c) * in + i;
         if (mode == 0) {
             double v = (double)a[at] - shift;
             s1 += v;
@@ -101,7 +103,7 @@ extern "C" __global__ void chain_stats(const double* p1, const double* p2, int s
     double count = (double)outer * (double)inner;
     double d = s1 / count;
     double v = s2 / count - d * d;
-    T m = (T)((double)x[(long long)c * inner] + d);
+    T m = (T)((double)x[(unsigned int)c * (unsigned int)inner] + d);
     T vt = (T)(v > 0.0 ? v : 0.0);
     mean[c] = m;
     var[c] = vt;
@@ -116,9 +118,10 @@ extern "C" __global__ void chain_stats(const double* p1, const double* p2, int s
 extern "C" __global__ void chain_apply(const T* x, const T* mean, const T* std, const T* gamma,
                                        const T* beta, int relu, int channels, int inner,
                                        long long n, T* xhat, T* y) {
-    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n;
-         j += (long long)gridDim.x * blockDim.x) {
-        int c = (int)((j / inner) % channels);
+    unsigned int count = (unsigned int)n, in = (unsigned int)inner, ch = (unsigned int)channels;
+    for (unsigned int j = blockIdx.x * blockDim.x + threadIdx.x; j < count;
+         j += gridDim.x * blockDim.x) {
+        unsigned int c = (j / in) % ch;
         T v = (x[j] - mean[c]) / std[c];
         xhat[j] = v;
         if (gamma) v = v * gamma[c];
@@ -156,9 +159,10 @@ extern "C" __global__ void chain_backward(const T* dy, const T* y, const T* xhat
                                           const T* mean_dxh_xhat, int relu, int global_stats,
                                           int keep, int channels, int inner, long long n,
                                           T* dx, T* dtop) {
-    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n;
-         j += (long long)gridDim.x * blockDim.x) {
-        int c = (int)((j / inner) % channels);
+    unsigned int count = (unsigned int)n, in = (unsigned int)inner, ch = (unsigned int)channels;
+    for (unsigned int j = blockIdx.x * blockDim.x + threadIdx.x; j < count;
+         j += gridDim.x * blockDim.x) {
+        unsigned int c = (j / in) % ch;
         T g = dy[j];
         if (relu) g = g * (T)(y[j] > (T)0);
         if (gamma) g = g * gamma[c];
@@ -173,8 +177,9 @@ extern "C" __global__ void chain_backward(const T* dy, const T* y, const T* xhat
 extern "C" __global__ void sum_forward(const T* a0, const T* a1, const T* a2, const T* a3,
                                        double c0, double c1, double c2, double c3, int k,
                                        int relu, long long n, T* y) {
-    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n;
-         j += (long long)gridDim.x * blockDim.x) {
+    unsigned int count = (unsigned int)n;
+    for (unsigned int j = blockIdx.x * blockDim.x + threadIdx.x; j < count;
+         j += gridDim.x * blockDim.x) {
         T v = (T)c0 * a0[j];
         v += (T)c1 * a1[j];
         if (k > 2) v += (T)c2 * a2[j];
@@ -188,8 +193,9 @@ extern "C" __global__ void sum_forward(const T* a0, const T* a1, const T* a2, co
 extern "C" __global__ void sum_backward(T* dy, const T* y, double c0, double c1, double c2,
                                         double c3, int relu, long long n, T* d0, T* d1, T* d2,
                                         T* d3) {
-    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < n;
-         j += (long long)gridDim.x * blockDim.x) {
+    unsigned int count = (unsigned int)n;
+    for (unsigned int j = blockIdx.x * blockDim.x + threadIdx.x; j < count;
+         j += gridDim.x * blockDim.x) {
         T g = dy[j];
         if (relu) {
             g = g * (T)(y[j] > (T)0);
