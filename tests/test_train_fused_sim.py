@@ -206,14 +206,20 @@ class _HostFunction:
         self.lib(self.name, grid, *args)
 
 
+@pytest.fixture(scope="module")
+def host_libs(tmp_path_factory):
+    """The host builds of this module's tests, by (module name, C type), and their folder."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not installed: the CUDA source cannot be built for the host")
+    return {}, tmp_path_factory.mktemp("host_cuda")
+
+
 @pytest.fixture
-def host_kernels(tmp_path, monkeypatch):
+def host_kernels(host_libs, monkeypatch):
     """ops/gpu/fused.py's (and channels.py's) launches sent to the host build of their
     kernels; ops.train_fused takes them inside ``forced(True)`` (on host or simulated device
     arrays, which stand for CuPy's there)."""
-    if shutil.which("g++") is None:
-        pytest.skip("g++ is not installed: the CUDA source cannot be built for the host")
-    libs = {}
+    libs, tmp_path = host_libs
 
     class Module:
         def __init__(self, module):
