@@ -45,8 +45,8 @@ log = logging.getLogger("pycaffe_lite")
 
 #: layer types whose TRAIN forward and backward read and write device arrays only and keep
 #: no per-call host state (the TEST net's, whose random draws come from the device's counter
-#: stream, see backend.random_uniform; and the losses whose checks defer)
-CAPTURABLE = cuda_graphs.CAPTURABLE | {"SoftmaxWithLoss", "EuclideanLoss"}
+#: stream, see backend.random_uniform, and its losses)
+CAPTURABLE = cuda_graphs.CAPTURABLE | cuda_graphs.LOSSES
 
 
 def of(solver):
@@ -72,14 +72,8 @@ class TrainGraph:
     def _first_captured(self):
         """The index of the first layer the graph holds: the layers before it are the data
         layers, which run eagerly."""
-        records = self.net.records
-        first = 0
-        while first < len(records) and not records[first].bottoms and \
-                records[first].layer.type not in CAPTURABLE:
-            first += 1
-        for rec in records[first:]:
-            if rec.layer.type not in CAPTURABLE:
-                self.refused = "layer '%s' (%s) runs host code" % (rec.name, rec.layer.type)
+        first = cuda_graphs.first_captured(self.net, CAPTURABLE)
+        self.refused = cuda_graphs.layers_why_not(self.net, first, CAPTURABLE)
         return first
 
     def why_not(self):
@@ -210,9 +204,9 @@ class TrainGraph:
         return synced, [s._gpu for s in synced], self.solver.device_tables, written
 
     def _key(self):
-        """The shapes of every blob, and whether the graph's buffers are still the ones it
-        captured (None where any moved)."""
-        key = tuple(b.shape for b in self.net._blobs)
+        """The shapes the graph is captured for; where any of its buffers moved, the graph is
+        dropped (this iteration warms up again)."""
+        key = cuda_graphs.input_shapes(self.net, self.first)
         buffers = self.buffers
         if buffers is not None and self.graph is not None:
             synced = self._synced()
