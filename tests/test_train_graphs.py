@@ -94,7 +94,8 @@ def make_solver(net, rule, tmp_path, extra="", data=None):
     solver = get_solver(param)
     n = 4 * batch
     images = _u((n,) + shape, 11, 0.0, 1.0) if data is None else data
-    solver.net.set_input_arrays(images, _labels(n, 10, 12))
+    if "MemoryData" in text:
+        solver.net.set_input_arrays(images, _labels(n, 10, 12))
     return solver
 
 
@@ -333,3 +334,34 @@ def test_a_capture_that_reads_the_host_fails():
         a = dev.ones(3, np.float32)
         with pytest.raises(HostTransferError, match="scalar_sync"):
             dev.capture_graph(lambda: float(a.sum()))
+
+
+INPUT_FED = LENET.replace(
+    '''layer { name: "data" type: "MemoryData" top: "data" top: "label"
+        memory_data_param { batch_size: 8 channels: 1 height: 12 width: 12 } }''',
+    '''layer { name: "data" type: "Input" top: "data" top: "label"
+        input_param { shape { dim: 8 dim: 1 dim: 12 dim: 12 } shape { dim: 8 } } }''')
+
+
+def test_a_script_that_feeds_each_batch_from_python_replays_with_it(tmp_path):
+    """pycaffe's way: write the Input blobs from NumPy before each step; each value goes up
+    into the buffer the graph reads."""
+    assert INPUT_FED != LENET
+    NETS["input_fed"] = (INPUT_FED, (1, 12, 12), 8)
+    images, labels = _u((5, 8, 1, 12, 12), 21, 0.0, 1.0), _labels(40, 10, 22).reshape(5, 8)
+
+    def feed_and_step(solver):
+        for k in range(5):
+            solver.net.blobs["data"].data[...] = images[k]
+            solver.net.blobs["label"].data[...] = labels[k]
+            solver.step(1)
+
+    try:
+        eager, _, _, _ = run("input_fed", "SGD", tmp_path, graphs=False, iters=0,
+                             before=feed_and_step)
+        got, _, dev, _ = run("input_fed", "SGD", tmp_path, graphs=True, iters=0,
+                             before=feed_and_step)
+    finally:
+        del NETS["input_fed"]
+    assert (dev.graph_captures, dev.graph_launches) == (1, 4)
+    assert_same(got, eager)
