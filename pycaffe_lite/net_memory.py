@@ -303,14 +303,15 @@ class Sharing:
         self.plan = Plan([], [], net.dtype.itemsize, ())
 
 
-def attach(net, enabled=None):
+def attach(net, enabled=None, any_net=False):
     """Share ``net``'s activation diffs (a training net; see the module's text) unless sharing
     is off (``enabled``, else :func:`enabled_by_default`) or the net has ``debug_info`` or
-    ``force_backward``. Returns the :class:`Sharing`, or None."""
+    ``force_backward`` (whose diffs a script reads; ``any_net``: share there too, as ``time``
+    does). Returns the :class:`Sharing`, or None."""
     detach(net)
     if not (enabled_by_default() if enabled is None else enabled):
         return None
-    if net.debug_info or net.param.force_backward:
+    if not any_net and (net.debug_info or net.param.force_backward):
         return None
     net._diff_sharing = Sharing(net)
     return net._diff_sharing
