@@ -303,12 +303,24 @@ class Sharing:
         self.plan = Plan([], [], net.dtype.itemsize, ())
 
 
+def link_saved_inputs(net):
+    """An in-place Scale right after Caffe's plain BatchNorm, on its top, keeps BatchNorm's
+    normalised array for its backward instead of a copy of the same values (while the blob
+    is not written between them: ``BatchNormLayer.normalized_top``)."""
+    for rec, after in zip(net.records, net.records[1:]):
+        source = getattr(rec.layer, "normalized_top", None)
+        if source is not None and after.layer.type == "Scale" and len(rec.top_ids) == 1 \
+                and after.bottom_ids == rec.top_ids and after.top_ids == rec.top_ids:
+            after.layer.input_source = source
+
+
 def attach(net, enabled=None, any_net=False):
     """Share ``net``'s activation diffs (a training net; see the module's text) unless sharing
     is off (``enabled``, else :func:`enabled_by_default`) or the net has ``debug_info`` or
     ``force_backward`` (whose diffs a script reads; ``any_net``: share there too, as ``time``
     does). Returns the :class:`Sharing`, or None."""
     detach(net)
+    link_saved_inputs(net)
     if not (enabled_by_default() if enabled is None else enabled):
         return None
     if not any_net and (net.debug_info or net.param.force_backward):

@@ -486,3 +486,59 @@ def test_time_reports_the_blob_memory(tmp_path, monkeypatch, caplog):
     # params: conv 4*3*3*3 + 4, ip 10*16 + 10 (pool is 4*2*2 an image), data and diff
     assert report["params"] == 2 * (108 + 4 + 160 + 10) * 4
     assert "Blob memory: data 0.0 MiB, diffs 0.0 MiB (activation diffs shared: " in caplog.text
+
+
+# ---- an in-place Scale after BatchNorm keeps no copy of its input ----------------------------
+def _train_linked(linked, steps=STEPS):
+    solver = make_solver(RESNET, True)
+    scales = [layer for layer in solver.net.layers if layer.type == "Scale"]
+    assert all(s.input_source is not None for s in scales)
+    if not linked:
+        for s in scales:
+            s.input_source = None
+    for batch in _batches(solver.net, steps):
+        for name, value in batch.items():
+            solver.net.blobs[name].data[...] = value
+        solver.step(1)
+    return solver
+
+
+@pytest.mark.parametrize("where", ["cpu_layer_by_layer", "simulated_device"])
+def test_a_scale_after_batchnorm_keeps_its_array_and_trains_the_same(where, monkeypatch):
+    monkeypatch.setenv("PYCAFFE_LITE_TRAIN_FUSE", "0")
+    with simulated_device():
+        if where == "simulated_device":
+            backend.set_mode_gpu()
+        try:
+            linked = _train_linked(True)
+            plain = _train_linked(False)
+            got = [(p.data.copy(), p.diff.copy()) for p in linked.net.learnable_params]
+            want = [(p.data.copy(), p.diff.copy()) for p in plain.net.learnable_params]
+        finally:
+            backend.set_mode_cpu()
+    for (a, b), (c, d) in zip(got, want):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    layers = linked.net.layer_dict
+    for name in ("1", "a", "b"):
+        bn, sc = layers["bn_" + name], layers["sc_" + name]
+        assert not sc._temp_own and sc._temp.size == bn.x_norm.size
+        # the same memory (a simulated device array keeps its values in ``_a``)
+        assert np.shares_memory(getattr(sc._temp, "_a", sc._temp),
+                                getattr(bn.x_norm, "_a", bn.x_norm))
+        assert plain.net.layer_dict["sc_" + name]._temp_own
+
+
+def test_a_blob_written_between_batchnorm_and_scale_is_copied(monkeypatch):
+    monkeypatch.setenv("PYCAFFE_LITE_TRAIN_FUSE", "0")
+    solver = make_solver(RESNET, True)
+    net = solver.net
+    for name, value in _batches(net, 1)[0].items():
+        net.blobs[name].data[...] = value
+    net.forward(end="bn_1")
+    net.blobs["conv1"].data[...] *= 2  # the Scale's input is no longer BatchNorm's x_norm
+    net.forward(start="sc_1")
+    scale = net.layer_dict["sc_1"]
+    assert scale._temp_own
+    np.testing.assert_array_equal(scale._temp, 2 * net.layer_dict["bn_1"].x_norm.reshape(
+        scale._temp.shape))
