@@ -1,13 +1,16 @@
 """Memory of a training iteration with and without shared activation diffs (net_memory).
 
     python benchmarks/bench_train_memory.py [--net resnet50] [--batch 8] [--iterations 2]
+                                            [--settings off diffs on]
 
 The zoo's deploy net becomes a training net (an Input of ``--batch`` images and labels,
 BatchNorm on batch statistics, SoftmaxWithLoss in place of the Softmax); each setting builds
 it in a fresh process and runs ``--iterations`` forward/backward passes on the CPU. Printed per
-setting: the bytes the blobs hold (net_memory.memory_report: data, diffs, params) and the peak
-of NumPy's allocations over the build and the passes (tracemalloc: the layers' own buffers,
-BatchNorm's normalised copy and the convolution workspaces, included).
+setting (``off``: Caffe's, every diff kept; ``diffs``: activation diffs shared; ``on``: and an
+in-place Scale after BatchNorm keeping BatchNorm's array instead of a copy): the bytes the blobs
+hold (net_memory.memory_report: data, diffs, params) and the peak of NumPy's allocations over
+the build and the passes (tracemalloc: the layers' own buffers, BatchNorm's normalised copy
+and the convolution workspaces, included).
 """
 
 import argparse
@@ -36,7 +39,11 @@ def train_text(net, batch):
     return text
 
 
-def probe(path, iterations, share):
+SETTINGS = {"off": "every diff kept", "diffs": "diffs shared, Scale copies its input",
+            "on": "diffs shared, Scale keeps BatchNorm's x_norm"}
+
+
+def probe(path, iterations, setting):
     """(In a fresh process) {report, peak}: one setting's figures."""
     import tracemalloc
 
@@ -47,8 +54,12 @@ def probe(path, iterations, share):
 
     tracemalloc.start()
     net = caffe.Net(path, caffe.TRAIN)
-    if share:
+    if setting != "off":
         net_memory.attach(net, True)
+    if setting == "diffs":
+        for layer in net.layers:
+            if layer.type == "Scale":
+                layer.input_source = None
     rng = np.random.default_rng(0)
     net.blobs["data"].data[...] = rng.uniform(-1, 1, net.blobs["data"].shape)
     net.blobs["label"].data[...] = rng.integers(0, 1000, net.blobs["label"].shape)
@@ -63,11 +74,12 @@ def main():
     p.add_argument("--net", default="resnet50")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--iterations", type=int, default=2)
-    p.add_argument("--probe", choices=["on", "off"], help=argparse.SUPPRESS)
+    p.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=["off", "on"])
+    p.add_argument("--probe", choices=sorted(SETTINGS), help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.probe:
-        print(json.dumps(probe(args.path, args.iterations, args.probe == "on")))
+        print(json.dumps(probe(args.path, args.iterations, args.probe)))
         return 0
     import tempfile
 
@@ -78,16 +90,17 @@ def main():
             f.write(train_text(args.net, args.batch))
         print("%s, batch %d, %d forward/backward passes on the CPU (MiB)"
               % (args.net, args.batch, args.iterations))
-        print("| diffs shared | blob data | blob diffs | params | NumPy peak |")
+        print("| setting | blob data | blob diffs | params | NumPy peak |")
         print("|---|---|---|---|---|")
-        for share in ("off", "on"):
+        for share in args.settings:
             out = subprocess.run([sys.executable, __file__, "--probe", share, "--path", path,
                                   "--iterations", str(args.iterations)],
                                  check=True, capture_output=True, text=True).stdout
             got = json.loads(out.strip().splitlines()[-1])
             r = got["report"]
             print("| %s | %.1f | %.1f | %.1f | %.1f |" % (
-                share, r["data"] / mib, r["diff"] / mib, r["params"] / mib, got["peak"] / mib))
+                SETTINGS[share], r["data"] / mib, r["diff"] / mib, r["params"] / mib,
+                got["peak"] / mib))
     return 0
 
 
