@@ -542,3 +542,39 @@ def test_a_blob_written_between_batchnorm_and_scale_is_copied(monkeypatch):
     assert scale._temp_own
     np.testing.assert_array_equal(scale._temp, 2 * net.layer_dict["bn_1"].x_norm.reshape(
         scale._temp.shape))
+
+
+# ---- a real GPU (skipped elsewhere, with the reason) ---------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["resnet", "two_losses"])
+def test_training_with_shared_diffs_on_a_gpu(name):
+    backend.set_mode_gpu()
+    try:
+        shared = train(NETS[name], True)
+        plain = train(NETS[name], False)
+        a = net_memory.memory_report(shared[2].net, device=True)
+        b = net_memory.memory_report(plain[2].net, device=True)
+    finally:
+        backend.set_mode_cpu()
+    assert shared[1] == pytest.approx(plain[1], rel=1e-5)
+    # cuDNN's filter gradients may sum in another order from run to run
+    for (da, ga), (db, gb) in zip(shared[0], plain[0]):
+        np.testing.assert_allclose(da, db, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ga, gb, rtol=1e-4, atol=1e-6)
+    plan = net_memory.sharing_of(shared[2].net).plan
+    assert a["diff"] == b["diff"] - plan.unshared_bytes + plan.shared_bytes < b["diff"]
+
+
+@pytest.mark.gpu
+def test_time_on_a_gpu_reports_the_device_bytes(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "net.prototxt").write_text(SMALL)
+    caplog.set_level(logging.INFO, "pycaffe_lite")
+    args = cli.build_parser().parse_args(["time", "--model", "net.prototxt",
+                                          "--iterations", "1", "--gpu", "0"])
+    try:
+        assert args.run(args) == 0
+    finally:
+        backend.set_mode_cpu()
+    assert args.blob_memory["diff"] == (128 + 32 + 1) * 4
+    assert "Blob memory: " in caplog.text and "GPU memory: " in caplog.text
