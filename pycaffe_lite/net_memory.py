@@ -22,8 +22,9 @@ A group shares only where the result cannot change:
 
 Blobs no backward touches (data layers' tops, whatever ``infer_backward`` prunes) keep the
 lazy storage they have: nothing ever allocates their diff. Parameter diffs are never shared.
-A fused BatchNorm chain (:mod:`net_train_fuse`) runs its layers' backward at its last layer,
-so the groups it touches are live over the whole chain.
+A fused chain (:mod:`net_train_fuse`: BatchNorm -> Scale -> ReLU, Eltwise SUM -> ReLU) runs
+its layers' backward at its last layer, so the groups it touches are live over the whole
+chain.
 
 The sharing is real: the blobs of one buffer hold :class:`DiffSlot` objects over one
 :class:`~pycaffe_lite.syncedmem.SyncedArray` (host and device alike), fixed for a given set of
@@ -149,10 +150,12 @@ def _shareable(net, blob_ids, touches, excluded):
 
 
 def _chain_spans(net):
+    """(first, last) layer of each fused chain: its backward runs at its last layer."""
     fusion = getattr(net, "_train_fuse", None)
     if fusion is None:
         return []
-    return [(c.indices[0], c.indices[-1]) for c in fusion.chains if c.backward_fused]
+    chains = list(fusion.chains) + list(getattr(fusion, "sums", ()))
+    return [(c.indices[0], c.indices[-1]) for c in chains]
 
 
 def make_plan(net):

@@ -1,4 +1,5 @@
-"""BatchNorm -> Scale -> ReLU run as one forward and one backward.
+"""BatchNorm -> Scale -> ReLU (and, on the GPU, Eltwise SUM -> ReLU) run as one forward and
+one backward.
 
 ResNet's blocks compute ``conv -> BatchNorm -> Scale -> ReLU`` all on the convolution's top,
 in place. Layer by layer that is some ten passes over the blob forward and as many backward
@@ -22,19 +23,34 @@ bottom gradient, and the Scale's parameter diffs have the gradient added (they a
 for ``iter_size`` > 1). Values are the layers' to float rounding: the per-channel sums are
 taken in double, in another order than NumPy's.
 
+Eltwise SUM chains: an Eltwise SUM (distinct bottoms, its top none of them) and the ReLU in
+place on its top that follows it, if one does. On device arrays their forward is one pass (the
+weighted sum and the ReLU) and their backward one pass (the ReLU's gradient left in the top's
+diff, as the in-place ReLU leaves it, and each bottom's diff ``coeff * dz``); on host arrays the
+layers run on their own.
+
+In GPU mode both kinds run :mod:`pycaffe_lite.ops.train_fused`: the CUDA kernels of
+:mod:`pycaffe_lite.ops.gpu.fused` on CuPy arrays (BatchNorm -> Scale -> ReLU in three launches
+forward and three backward with batch statistics), the same math as generic array code on a
+simulated device or with the kernels off. Neither reads a device value on the host, so a step
+stays capturable in a CUDA graph; the per-channel sums are taken in double in a fixed order.
+
 Layers run on their own: with ``debug_info``, with a hook registered on the net, for a
-forward or backward whose first or last layer lies inside a chain (``start=``/``end=``), on
-CuPy arrays (GPU mode) or without the compiled kernels, in a TEST net that is folded
-(:mod:`net_fold`), and everywhere when the environment variable ``PYCAFFE_LITE_TRAIN_FUSE``
-is 0/false/no/off when the net is built. The backward is fused where every layer of the chain
-computes its bottom's gradient (the usual case); otherwise only the forward is.
+forward or backward whose first or last layer lies inside a chain (``start=``/``end=``),
+without the compiled kernels on host arrays, in a TEST net that is folded (:mod:`net_fold`),
+and everywhere when the environment variable ``PYCAFFE_LITE_TRAIN_FUSE`` is 0/false/no/off
+when the net is built. The backward is fused where every layer of the chain computes its
+bottom's gradient (the usual case); otherwise only the forward is.
 """
 
 import os
 
 import numpy as np
 
+from .backend import get_array_module
 from .ops import cpu as cpu_kernels
+from .ops import train_fused
+from .proto import caffe_pb2
 
 ENV_VAR = "PYCAFFE_LITE_TRAIN_FUSE"
 
@@ -67,6 +83,7 @@ class Chain:
         # Scale and ReLU then compute in place
         self.bottom, self.top = self.records[0].bottoms[0], self.records[0].tops[0]
         self.xnorm = None
+        self.work = train_fused.Workspace()  # the device path's buffers
         # The fused backward computes every bottom diff of the chain: it runs where Caffe's
         # layers would all compute theirs.
         self.backward_fused = all(rec.need_backward and rec.bottom_need_backward[0]
@@ -90,6 +107,8 @@ class Chain:
         bn = self.bn
         x = self.bottom.read_data()
         gamma, beta = self._affine()
+        if x.size and not isinstance(x, np.ndarray):
+            return self._forward_device(x, gamma, beta)
         if x.size == 0 or not cpu_kernels.supported(x, gamma, beta):
             return self._by_layer_forward()
         shape = (bn.num, bn.channels, bn.spatial)
@@ -109,6 +128,22 @@ class Chain:
         bn.x_norm, bn.std = self.xnorm, std
         if self.scale is not None:
             self.scale._temp = self.xnorm.reshape(x.shape)
+        return 0.0
+
+    def _forward_device(self, x, gamma, beta):
+        """GPU mode: :func:`ops.train_fused.bn_forward` (CUDA kernels, or the generic code)."""
+        bn = self.bn
+        shape = (bn.num, bn.channels, bn.spatial)
+        xhat = self.work.get("xhat", x, shape)
+        y = self.top.write_data().reshape(shape)
+        running = [b.read_data() if bn.use_global_stats else b.write_data()
+                   for b in bn.blobs[:3]]
+        std = train_fused.bn_forward(x.reshape(shape), y, xhat, gamma, beta, running,
+                                     bn.use_global_stats, bn.eps, bn.moving_average_fraction,
+                                     self.relu, self.work)
+        bn.x_norm, bn.std = xhat, std
+        if self.scale is not None:
+            self.scale._temp = xhat.reshape(x.shape)
         return 0.0
 
     def _by_layer_backward(self):
@@ -131,8 +166,11 @@ class Chain:
         dy, y = self.top.read_diff(), self.top.read_data()
         xnorm, std = getattr(bn, "x_norm", None), getattr(bn, "std", None)
         shape = (bn.num, bn.channels, bn.spatial)
+        on_host = isinstance(dy, np.ndarray)
         if dy.size == 0 or xnorm is None or xnorm.shape != shape or \
-                not cpu_kernels.supported(dy, y, xnorm, std, gamma, dgamma, dbeta):
+                get_array_module(xnorm) is not get_array_module(dy) or \
+                (on_host and not cpu_kernels.supported(dy, y, xnorm, std, gamma, dgamma,
+                                                       dbeta)):
             return self._by_layer_backward()
         # Not in place, the top's diff is left as the Scale's (or the ReLU's) backward leaves
         # it in place: dz * gamma (dz)
@@ -140,19 +178,65 @@ class Chain:
         if keep:
             dy = self.top.write_diff()
         dx = self.bottom.write_diff()
+        if not on_host:
+            return train_fused.bn_backward(dy.reshape(shape), y.reshape(shape), xnorm, std,
+                                           gamma, dgamma, dbeta, dx.reshape(shape),
+                                           dy.reshape(shape) if keep else None,
+                                           bn.use_global_stats, self.relu, self.work)
         cpu_kernels.bn_train_backward(dy.reshape(shape), xnorm, y.reshape(shape), std, gamma,
                                       dgamma, dbeta, dx.reshape(shape), bn.use_global_stats,
                                       self.relu, keep)
 
 
-class TrainFusion:
-    """The chains of a net (``net._train_fuse``) and the forwards and backwards that replace
-    their layers'."""
+class SumChain:
+    """An Eltwise SUM and the ReLU in place on its top, if one follows: one forward and one
+    backward on device arrays (the layers' own on host arrays)."""
 
-    def __init__(self, chains):
-        self.chains = chains
+    def __init__(self, net, indices):
+        self.indices = indices
+        self.records = [net.records[i] for i in indices]
+        self.eltwise = self.records[0].layer
+        self.relu = len(indices) > 1
+        self.backward_fused = self._fusable()
+
+    def _fusable(self):
+        recs = self.records
+        return all(rec.need_backward for rec in recs) and \
+            (not self.relu or recs[1].bottom_need_backward[0])
+
+    def forward(self, bottom, top):
+        rec = self.records[0]
+        xs = [b.read_data() for b in rec.bottoms]
+        if xs[0].size == 0 or isinstance(xs[0], np.ndarray):
+            return sum(r.layer.Forward(r.bottoms, r.tops) for r in self.records)
+        for r in self.records:
+            r.layer.reshape(r.bottoms, r.tops)
+        train_fused.sum_forward(xs, self.eltwise.coeffs, rec.tops[0].write_data(), self.relu)
+        return 0.0
+
+    def backward(self, top, propagate_down, bottom):
+        rec = self.records[0]
+        y = rec.tops[0].read_data()
+        if not self._fusable() or y.size == 0 or isinstance(y, np.ndarray):
+            for r in reversed(self.records):
+                if r.need_backward:
+                    r.layer.Backward(r.tops, r.bottom_need_backward, r.bottoms)
+            return
+        # the in-place ReLU's backward leaves its gradient in the top's diff
+        dy = rec.tops[0].write_diff() if self.relu else rec.tops[0].read_diff()
+        dxs = [b.write_diff() if need else None
+               for b, need in zip(rec.bottoms, rec.bottom_need_backward)]
+        train_fused.sum_backward(dy, y, self.eltwise.coeffs, dxs, self.relu)
+
+
+class TrainFusion:
+    """The chains of a net (``net._train_fuse``: ``chains`` BatchNorm's, ``sums`` Eltwise's)
+    and the forwards and backwards that replace their layers'."""
+
+    def __init__(self, chains, sums=()):
+        self.chains, self.sums = chains, list(sums)
         self.forward_map, self.backward_map, self.inside = {}, {}, {}
-        for chain in chains:
+        for chain in list(chains) + self.sums:
             first, last = chain.indices[0], chain.indices[-1]
             for i in chain.indices:
                 self.inside[i] = (first, last)
@@ -216,6 +300,25 @@ def find_chains(net):
     return found
 
 
+def find_sums(net):
+    """The Eltwise SUM chains of ``net``: an Eltwise SUM (distinct bottoms, its top none of
+    them, no loss weight), with the ReLU (``negative_slope: 0``) in place on its top that
+    follows it, if one does."""
+    found, records = [], net.records
+    for i, rec in enumerate(records):
+        layer = rec.layer
+        if layer.type != "Eltwise" or layer.op != caffe_pb2.EltwiseParameter.SUM or \
+                len(rec.top_ids) != 1 or rec.top_ids[0] in rec.bottom_ids or \
+                len(set(rec.bottom_ids)) != len(rec.bottom_ids) or layer.loss(0):
+            continue
+        indices = [i]
+        if i + 1 < len(records) and records[i + 1].layer.type == "ReLU" and \
+                _links(records[i + 1], rec.top_ids[0], None):
+            indices.append(i + 1)
+        found.append(indices)
+    return found
+
+
 def attach(net, enabled=None):
     """Find ``net``'s chains and keep them on it (``net._train_fuse``; None without any, or
     with fusion off)."""
@@ -223,8 +326,9 @@ def attach(net, enabled=None):
     if not (enabled_by_default() if enabled is None else enabled):
         return
     chains = [Chain(net, indices) for indices in find_chains(net)]
-    if chains:
-        net._train_fuse = TrainFusion(chains)
+    sums = [SumChain(net, indices) for indices in find_sums(net)]
+    if chains or sums:
+        net._train_fuse = TrainFusion(chains, sums)
 
 
 def _active(net):

@@ -299,9 +299,10 @@ def test_param_diffs_accumulate_over_backwards(monkeypatch):
 
 
 @needs_library
-def test_gpu_mode_runs_the_layers_on_their_own(tmp_path, monkeypatch):
-    """On device arrays (a simulated device) the chains take the layers' own GPU path: no
-    fused host kernel, no trip to the host, and the CPU's fused result to float rounding."""
+def test_gpu_mode_runs_no_host_kernel(tmp_path, monkeypatch):
+    """On device arrays (a simulated device) the chains take the device path
+    (ops.train_fused, tests/test_train_fused_sim.py): no fused host kernel, no trip to the
+    host, and the CPU's fused result to float rounding."""
     from pycaffe_lite import backend
     from pycaffe_lite.testing.simdevice import simulated_device
 

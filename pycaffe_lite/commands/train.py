@@ -227,7 +227,7 @@ def train(args, comm):
             if args.snapshot:
                 derive_rank_random_state(solver)
             if backend.mode() == backend.GPU:
-                comm = init(comm.comm, nccl=True)
+                comm = init(comm, nccl=True)  # NCCL keeps --collective_timeout
             sync = DataParallel(solver, comm, actions=handler.get_action).attach()
             log.info("Data-parallel training on %d processes (batch size per process as in "
                      "the net): %s", comm.size, sync.describe())

@@ -15,7 +15,9 @@ In a script of one's own, under ``mpiexec -n N python script.py``::
     parallel.DataParallel(solver, comm).attach()   # broadcast + average the gradients
     solver.solve()
 
-GPUs use NCCL (``caffe.NCCL``, or :func:`init` with ``nccl=True``).
+GPUs use NCCL (``caffe.NCCL``, or :func:`init` with ``nccl=True``). ``comm.set_timeout(seconds)``
+on every rank after :func:`init` (and ``comm.close()`` at the end) ends the job when a rank
+waits longer than that in one collective, MPI's or NCCL's.
 """
 
 from .. import ranks
@@ -32,10 +34,11 @@ __all__ = ["init", "DataParallel", "NCCL", "MPIComm", "NCCLComm", "LocalComm", "
 
 def init(comm=None, nccl=False):
     """Join the MPI job this process was started in (mpi4py's ``COMM_WORLD`` unless ``comm``
-    is given) and set ``solver_count()``/``solver_rank()`` from it. With ``nccl=True`` (GPU
-    mode) the gradients go through NCCL, its id handed out over MPI. Returns the communicator
-    for :class:`DataParallel`."""
-    mpi = MPIComm(comm)
+    is given: an mpi4py communicator, or an :class:`MPIComm` whose collective timeout is kept)
+    and set ``solver_count()``/``solver_rank()`` from it. With ``nccl=True`` (GPU mode) the
+    gradients go through NCCL, its id handed out over MPI (the MPI communicator's collective
+    timeout watches NCCL's waits too). Returns the communicator for :class:`DataParallel`."""
+    mpi = comm if isinstance(comm, MPIComm) else MPIComm(comm)
     ranks.reset()
     ranks.set_solver_count(mpi.size)
     ranks.set_solver_rank(mpi.rank)

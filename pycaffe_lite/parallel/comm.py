@@ -4,9 +4,11 @@ Every communicator offers the same few operations on contiguous 1-D buffers, in 
 ``start_allreduce(buf)`` (a handle with ``test()`` and ``wait()``; the sum over ranks),
 ``allreduce(buf)``, ``bcast(buf, root)``, ``agree(code)`` (the largest of a small int over
 the ranks, for stop and snapshot requests) and ``abort(code)``. ``on_device`` tells whether the
-buffers live on the GPU (NCCL) or on the host (MPI). An MPI communicator with a collective
-timeout (:meth:`MPIComm.set_timeout`) has every blocking wait guarded by a
-:class:`~pycaffe_lite.parallel.watchdog.Watchdog`.
+buffers live on the GPU (NCCL) or on the host (MPI). A communicator with a collective timeout
+(``set_timeout(seconds)``) has every blocking wait guarded: an MPI one by a
+:class:`~pycaffe_lite.parallel.watchdog.Watchdog`, an NCCL one by a
+:class:`~pycaffe_lite.parallel.watchdog.DeviceWatch` (and by its MPI communicator's watchdog for
+what goes through MPI).
 
 mpi4py is imported only when a communicator is made, so the package works without it; an MPI
 built against any implementation (MPICH, Open MPI, Intel MPI) serves.
@@ -179,15 +181,32 @@ class MPIComm:
         self.comm.Abort(code)
 
 
-class _StreamHandle:
-    def __init__(self, stream):
-        self._stream = stream
+@contextlib.contextmanager
+def _unwatched(what):
+    yield
+
+
+class _EventHandle:
+    """A device collective in flight: ``event`` was recorded after it on the NCCL stream. Its
+    one wait goes through the watch even when a test saw it complete (the watch counts the
+    collectives)."""
+
+    def __init__(self, event, watch, what):
+        self._event = event
+        self._watch = watch
+        self._what = what
+        self._done = False
+        self._waited = False
 
     def test(self):
-        return self._stream.done
+        if not self._done:
+            self._done = bool(self._event.done)
+        return self._done
 
     def wait(self):
-        self._stream.synchronize()
+        if not self._waited:
+            self._watch.wait(self._event, self._what)
+            self._done = self._waited = True
 
 
 class NCCLComm:
@@ -196,24 +215,70 @@ class NCCLComm:
 
     ``uid``: ``NCCLComm.new_uid()`` on rank 0, handed to the other ranks (by MPI, or by the
     caller as in pycaffe's ``train.py``); ``mpi``: an :class:`MPIComm` for ``agree``/``abort``
-    (optional)."""
+    (optional); its collective timeout, when it has one, watches this communicator's set-up
+    and waits too (:meth:`set_timeout` changes both)."""
 
     on_device = True
     name = "NCCL"
 
     def __init__(self, uid, rank=None, size=None, mpi=None):
+        from .watchdog import DeviceWatch
         self.nccl = backend.nccl()
         self.rank = ranks.solver_rank() if rank is None else int(rank)
         self.size = ranks.solver_count() if size is None else int(size)
         self.mpi = mpi
         cp = backend.device_module()
         self.cp = cp
-        self.comm = self.nccl.NcclCommunicator(self.size, uid, self.rank)
+        # every rank must join (ncclCommInitRank waits for them all): with an MPI communicator
+        # that has a collective timeout, its watchdog watches this wait
+        watched = mpi.watched if mpi is not None else _unwatched
+        with watched("NCCL's set-up of %d ranks (ncclCommInitRank)" % self.size):
+            self.comm = self.nccl.NcclCommunicator(self.size, uid, self.rank)
         self.stream = cp.cuda.Stream(non_blocking=True)
+        self.activity = ""
+        watchdog = getattr(mpi, "watchdog", None)
+        self.watch = DeviceWatch(self.comm, self.rank,
+                                 watchdog.timeout if watchdog is not None else 0, watchdog)
 
     @staticmethod
     def new_uid():
         return backend.nccl().get_unique_id()
+
+    def note(self, activity):
+        """What the collectives that follow are for (e.g. "iteration 12"), for the timeout's
+        message."""
+        self.activity = activity
+        if self.mpi is not None:
+            self.mpi.note(activity)
+
+    def set_timeout(self, seconds):
+        """Guard every wait with a collective timeout of ``seconds`` (0 or None: no timeout):
+        a collective that has not completed by then stops NCCL (``ncclCommAbort``) and ends the
+        job, through ``MPI_Abort`` with an MPI communicator (then collective: every rank calls
+        it at the same point), else with a
+        :class:`~pycaffe_lite.parallel.watchdog.CollectiveTimeoutError`."""
+        from .watchdog import DeviceWatch
+        seconds = float(seconds or 0.0)
+        if not seconds >= 0:
+            raise CaffeError("the collective timeout takes seconds >= 0 (0: no timeout), got "
+                             "%g" % seconds)
+        if self.mpi is not None:
+            self.mpi.set_timeout(seconds)
+        watchdog = getattr(self.mpi, "watchdog", None)
+        self.watch = DeviceWatch(self.comm, self.rank, seconds, watchdog)
+
+    def close(self):
+        """Stop watching (every rank, at the end of the job)."""
+        self.set_timeout(None)
+
+    def _what(self, text):
+        return text + (" (%s)" % self.activity if self.activity else "")
+
+    def _after(self):
+        """A CUDA event recorded after what the NCCL stream has been given so far."""
+        event = self.cp.cuda.Event(disable_timing=True)
+        event.record(self.stream)
+        return event
 
     def _dtype(self, buf):
         if buf.dtype == np.float32:
@@ -227,7 +292,8 @@ class NCCLComm:
         self.stream.wait_event(self.cp.cuda.get_current_stream().record())
         self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, self._dtype(buf),
                             self.nccl.NCCL_SUM, self.stream.ptr)
-        return _StreamHandle(self.stream)
+        return _EventHandle(self._after(), self.watch,
+                            self._what("an NCCL allreduce of %d bytes" % buf.nbytes))
 
     def allreduce(self, buf):
         self.start_allreduce(buf).wait()
@@ -235,22 +301,29 @@ class NCCLComm:
     def bcast(self, buf, root=0):
         self.stream.wait_event(self.cp.cuda.get_current_stream().record())
         self.comm.bcast(buf.data.ptr, buf.size, self._dtype(buf), root, self.stream.ptr)
-        self.stream.synchronize()
+        self.watch.wait(self._after(), self._what("an NCCL broadcast of %d bytes from rank %d"
+                                                  % (buf.nbytes, root)))
 
     def agree(self, code):
         if self.mpi is not None:
             return self.mpi.agree(code)
         value = self.cp.asarray(np.array([int(code)], np.float64))
+        self.stream.wait_event(self.cp.cuda.get_current_stream().record())
         self.comm.allReduce(value.data.ptr, value.data.ptr, 1, self.nccl.NCCL_FLOAT64,
                             self.nccl.NCCL_MAX, self.stream.ptr)
-        self.stream.synchronize()
+        self.watch.wait(self._after(), self._what("an NCCL max for the ranks' agreement on "
+                                                  "stop and snapshot requests"))
         return int(value.get()[0])
 
     def barrier(self):
         self.agree(0)
 
     def abort(self, code=1):
-        if self.mpi is not None:
-            self.mpi.abort(code)
-        self.comm.abort()
+        """Stop NCCL's collectives (``ncclCommAbort``), then end the job (``MPI_Abort`` with an
+        MPI communicator, else ``SystemExit``)."""
+        try:
+            self.comm.abort()
+        finally:
+            if self.mpi is not None:
+                self.mpi.abort(code)
         raise SystemExit(code)

@@ -16,6 +16,16 @@ wait of an :class:`~pycaffe_lite.parallel.comm.MPIComm`:
   ``MPI_THREAD_MULTIPLE`` (mpi4py asks for it); without it the error names the stalled
   collective only.
 
+NCCL's collectives run on a CUDA stream, and a hung peer keeps the stream from ever finishing.
+:class:`DeviceWatch` guards the waits of an :class:`~pycaffe_lite.parallel.comm.NCCLComm` with the
+same timeout: the waiting thread itself looks at a CUDA event recorded after the collective, with
+sleeps that grow from :data:`POLL_FIRST_S` to :data:`POLL_MAX_S` (a wait never spins a core, and
+a collective that completes is seen at most one sleep late), until the event has completed or
+the deadline has passed. Then it logs the stalled collective (with the silent ranks, where the
+job's MPI watchdog exchanges heartbeats), stops the NCCL kernels (``ncclCommAbort``) and ends
+the job through ``MPI_Abort`` when the ranks were started through MPI, or raises
+:class:`CollectiveTimeoutError` when they were not.
+
 A job whose rank 0 tests or snapshots for a long time makes the others wait in their next
 collective meanwhile: the timeout must be longer than that (the default is 30 minutes).
 """
@@ -33,6 +43,8 @@ import time
 
 import numpy as np
 
+from ..errors import CaffeError
+
 log = logging.getLogger("pycaffe_lite")
 
 #: the default of ``pycaffe-lite train --collective_timeout`` (seconds; 0 turns it off)
@@ -42,6 +54,17 @@ _HEARTBEAT_TAG = 29029
 #: silent (a quarter of the timeout where that is less): a busy machine delays a thread's
 #: wake-up by that much, a frozen rank stays silent for the whole timeout
 SILENCE_SLACK_S = 1.0
+#: a watched wait for a device collective looks at its event first after POLL_FIRST_S, then
+#: POLL_GROWTH times later each time, at most POLL_MAX_S apart
+POLL_FIRST_S = 50e-6
+POLL_GROWTH = 1.5
+POLL_MAX_S = 2e-4
+
+
+class CollectiveTimeoutError(CaffeError):
+    """A collective that did not complete within the collective timeout, on a rank that cannot
+    end the job through MPI (its ranks were not started through MPI): names the collective,
+    the rank and the timeout."""
 
 
 def heartbeat_period(timeout):
@@ -193,10 +216,14 @@ class Watchdog:
 
     def message(self, armed, now):
         deadline, what, started = armed
-        text = ("collective timeout: %s waited %.1f s (--collective_timeout %g) for %s, "
-                "collective #%d of this rank"
-                % (self.describe_rank(self.rank), now - started, self.timeout, what,
-                   self._count))
+        return self.stall_message(what, now - started, "collective #%d of this rank"
+                                  % self._count, now)
+
+    def stall_message(self, what, waited, count, now):
+        """What a rank that waited ``waited`` seconds for ``what`` (``count``: which of its
+        collectives) says: the collective, and the ranks that stopped answering."""
+        text = ("collective timeout: %s waited %.1f s (--collective_timeout %g) for %s, %s"
+                % (self.describe_rank(self.rank), waited, self.timeout, what, count))
         if self._hb is None:
             return text + "; cannot tell which rank stopped answering (no heartbeats: MPI " \
                 "without MPI_THREAD_MULTIPLE)"
@@ -209,12 +236,95 @@ class Watchdog:
             "collective, or one is slower than the timeout)"
 
     def _fire(self, armed):
-        self.fired = self.message(armed, self._clock())
-        log.error("%s; aborting the job", self.fired)
+        self.end_job(self.message(armed, self._clock()))
+
+    def end_job(self, text, first=None):
+        """Log ``text``, run ``first`` (what must stop before the job ends: the NCCL kernels),
+        then end the job through ``MPI_Abort`` and this process with it. Never returns."""
+        self.fired = text
+        log.error("%s; aborting the job", text)
         flush_logs()
+        if first is not None:
+            try:
+                first()
+            except Exception as exc:  # noqa: BLE001 - the job must end all the same
+                log.error("stopping the device's collectives failed (%s: %s)",
+                          type(exc).__name__, exc)
+                flush_logs()
         wait_until_output_read()
         self._abort()
         # MPI_Abort told the launcher (which ends every process it can reach) and, called from
         # a thread, may return: this rank ends itself all the same
         time.sleep(1.0)
         os._exit(1)
+
+
+class DeviceWatch:
+    """The collective timeout of a device communicator's waits (NCCL through CuPy).
+
+    ``comm``: the device communicator, ``abort()`` stops its collectives (CuPy's
+    ``NcclCommunicator.abort``: ``ncclCommAbort``); ``rank``: this rank; ``timeout``: seconds
+    (0: wait without a limit); ``watchdog``: the job's MPI :class:`Watchdog`, where the ranks
+    were started through MPI: its heartbeats name the ranks that stopped answering and the job
+    ends through it (``MPI_Abort``). Without it an expired wait raises
+    :class:`CollectiveTimeoutError`. ``clock`` and ``sleep`` are the time the waits read and
+    pass (a test's own clock makes them independent of the machine's speed)."""
+
+    def __init__(self, comm, rank, timeout, watchdog=None, clock=time.monotonic,
+                 sleep=time.sleep):
+        timeout = float(timeout or 0.0)
+        if not timeout >= 0:
+            raise CaffeError("the collective timeout takes seconds >= 0 (0: no timeout), got "
+                             "%g" % timeout)
+        self.comm = comm
+        self.rank = int(rank)
+        self.timeout = timeout
+        self.watchdog = watchdog
+        self._clock = clock
+        self._sleep = sleep
+        self.count = 0     # collectives waited for so far
+        self.polls = 0     # looks at an event's completion so far
+        self.fired = None
+
+    def wait(self, event, what):
+        """Wait until ``event`` (a CUDA event recorded after the collective: ``done``,
+        ``synchronize()``) has completed; ``what``: the collective, for the message. With a
+        timeout, the job ends when the event has not completed ``timeout`` seconds on."""
+        self.count += 1
+        if not self.timeout:
+            event.synchronize()
+            return
+        start = self._clock()
+        deadline = start + self.timeout
+        pause = POLL_FIRST_S
+        while True:
+            self.polls += 1
+            if event.done:
+                return
+            now = self._clock()
+            if now >= deadline:
+                self._expire(what, now - start, now)
+            self._sleep(min(pause, deadline - now))
+            pause = min(pause * POLL_GROWTH, POLL_MAX_S)
+
+    def message(self, what, waited, now):
+        count = "NCCL collective #%d of this rank" % self.count
+        if self.watchdog is not None:
+            return self.watchdog.stall_message(what, waited, count, now)
+        return ("collective timeout: rank %d (%s, pid %d) waited %.1f s (--collective_timeout "
+                "%g) for %s, %s; cannot tell which rank stopped answering (no heartbeats: the "
+                "ranks were not started through MPI)"
+                % (self.rank, socket.gethostname(), os.getpid(), waited, self.timeout, what,
+                   count))
+
+    def _expire(self, what, waited, now):
+        text = self.fired = self.message(what, waited, now)
+        if self.watchdog is not None:
+            self.watchdog.end_job(text, first=self.comm.abort)  # never returns
+        log.error("%s; aborting NCCL", text)
+        flush_logs()
+        try:
+            self.comm.abort()
+        except Exception as exc:  # noqa: BLE001 - the timeout is the error to report
+            log.error("aborting NCCL failed (%s: %s)", type(exc).__name__, exc)
+        raise CollectiveTimeoutError(text)

@@ -8,7 +8,10 @@ with the same arguments and the same results (to float rounding; see each module
 - :mod:`.lrn`: LRN forward and backward (both norm regions);
 - :mod:`.softmax_loss`: SoftmaxWithLoss's loss gather and gradient;
 - :mod:`.solver_updates`: every solver rule's update fused into one kernel per parameter;
-- :mod:`.cudnn`: cuDNN convolution and pooling through CuPy, with Caffe's engine selection.
+- :mod:`.cudnn`: cuDNN convolution and pooling through CuPy, with Caffe's engine selection;
+- :mod:`.channels`: BatchNorm's and Scale's per-channel sums and elementwise steps;
+- :mod:`.fused`: a training net's fused BatchNorm -> Scale -> ReLU and Eltwise SUM -> ReLU
+  (through :mod:`pycaffe_lite.ops.train_fused`).
 
 The NumPy functions dispatch here at their top when their arrays are CuPy arrays (and the
 kernels handle the case); otherwise their xp-generic code runs, on NumPy or on CuPy alike.
