@@ -29,10 +29,16 @@ chain.
 The sharing is real: the blobs of one buffer hold :class:`DiffSlot` objects over one
 :class:`~pycaffe_lite.syncedmem.SyncedArray` (host and device alike), fixed for a given set of
 shapes (a captured CUDA graph replays fixed pointers); a full backward whose blob shapes
-differ from the plan's plans again. A buffer remembers which group wrote it last: reading a
-diff that another blob has overwritten since (``solver.net.blobs[name].diff`` after a step)
+differ from the plan's plans again. A buffer remembers which group wrote it last: a layer
+takes it over by writing it inside the net's backward pass (``net.backward_from_to``, which
+:class:`Sharing` wraps); reading a diff that another blob has overwritten since
+(``solver.net.blobs[name].diff`` after a step), or any access to it outside a backward pass,
 raises a :class:`~pycaffe_lite.errors.CaffeError` naming both blobs and the switch, never
 returns the other blob's values.
+
+:func:`attach` also lets an in-place Scale right after Caffe's plain BatchNorm keep
+BatchNorm's normalised array for its backward instead of a copy of the same values
+(:func:`link_saved_inputs`; the fused chains already do).
 
 Only a Solver's train net shares (and ``pycaffe-lite time`` on a TRAIN net): a ``Net`` built
 by a script keeps every diff, as do nets with ``debug_info`` or ``force_backward``.
