@@ -30,7 +30,8 @@ def train_text(net, batch):
         text = f.read()
     text = re.sub(r"(input_param \{\s*shape \{\s*dim: )1", r"\g<1>%d" % batch, text, count=1)
     text = text.replace("use_global_stats: true", "use_global_stats: false")
-    text = re.sub(r'layer \{\s*name: "prob"\s*type: "Softmax"\s*bottom: "([^"]+)"\s*top: "prob"\s*\}',
+    text = re.sub(r'layer \{\s*name: "prob"\s*type: "Softmax"\s*bottom: "([^"]+)"\s*'
+                  r'top: "prob"\s*\}',
                   r'layer { name: "label" type: "Input" top: "label" input_param { shape { '
                   r'dim: %d } } }\nlayer { name: "loss" type: "SoftmaxWithLoss" bottom: "\1" '
                   r'bottom: "label" top: "loss" }' % batch, text)
