@@ -463,6 +463,48 @@ def test_layers_trusted_to_overwrite_never_read_the_old_bottom_diff(c):
         np.testing.assert_array_equal(b, a)
 
 
+def _conv_text(kind, n, k, stride=1, pad=0, group=1):
+    return ('type: "%s" convolution_param { num_output: %d kernel_size: %d stride: %d pad: %d '
+            'group: %d weight_filler { type: "gaussian" std: 0.1 } }'
+            % (kind, n, k, stride, pad, group))
+
+
+# the kernel paths chosen by geometry: strided 1x1 (gaps no window covers), Winograd-sized 3x3,
+# 7x7 stride 2, depthwise, a strided deconvolution, pooling with gaps and overlaps
+GEOMETRIES = [
+    (_conv_text("Convolution", 32, 1, stride=2), (2, 32, 28, 28)),
+    (_conv_text("Convolution", 64, 3, pad=1), (2, 64, 56, 56)),
+    (_conv_text("Convolution", 64, 3, stride=2, pad=1), (2, 64, 28, 28)),
+    (_conv_text("Convolution", 16, 7, stride=2, pad=3), (2, 3, 32, 32)),
+    (_conv_text("Convolution", 32, 3, stride=2, pad=1, group=32), (2, 32, 20, 20)),
+    (_conv_text("Deconvolution", 8, 2, stride=2), (2, 16, 14, 14)),
+    ('type: "Pooling" pooling_param { pool: MAX kernel_size: 1 stride: 2 }', (2, 8, 15, 15)),
+    ('type: "Pooling" pooling_param { pool: AVE kernel_size: 2 stride: 3 }', (2, 8, 15, 15)),
+    ('type: "Pooling" pooling_param { pool: MAX kernel_size: 3 stride: 2 }', (2, 16, 56, 56)),
+    ('type: "InnerProduct" inner_product_param { num_output: 100 '
+     'weight_filler { type: "gaussian" std: 0.1 } }', (8, 512, 2, 2)),
+]
+
+
+@pytest.mark.parametrize("text, shape", GEOMETRIES, ids=lambda v: str(v)[:40])
+def test_every_kernel_path_overwrites_the_whole_bottom_diff(text, shape):
+    def backward(fill):
+        backend.set_random_seed(5)
+        layer = create_layer(layer_param(text, caffe_pb2.TRAIN), dtype=np.float32)
+        bottom, top = Blob(shape, np.float32), Blob((), np.float32)
+        bottom.data[...] = _rng(0).uniform(-1, 1, shape)
+        layer.SetUp([bottom], [top])
+        layer.Forward([bottom], [top])
+        bottom.diff[...] = fill
+        top.diff[...] = _rng(1).uniform(-1, 1, top.shape)
+        layer.Backward([top], [True], [bottom])
+        return bottom.diff.copy()
+
+    expected = backward(0.0)
+    np.testing.assert_array_equal(backward(np.nan), expected)
+    assert np.abs(expected).sum() > 0
+
+
 def test_every_trusted_type_has_a_case_and_exists():
     caffe.layer_type_list()
     assert set(net_memory.OVERWRITING_TYPES) <= set(caffe.layer_type_list())
