@@ -47,6 +47,7 @@ built) keeps every diff everywhere; :func:`detach` gives one net its own diffs b
 """
 
 import os
+import weakref
 
 from .errors import CaffeError
 from .syncedmem import SyncedArray
@@ -269,16 +270,16 @@ def reused_error(names, writer_names):
 class Sharing:
     """A plan put in place on a net (``net._diff_sharing``): the buffers, the blobs' slots, and
     the net's ``backward_from_to`` wrapped so that layers may take buffers over during a
-    backward pass (and a full backward on new shapes plans again)."""
+    backward pass (and a full backward on new shapes plans again). It holds the net weakly:
+    the net, dropped, is collected at once, as before."""
 
     def __init__(self, net):
-        self.net, self.open, self.plan = net, False, None
-        self._backward = type(net).backward_from_to.__get__(net)
-        self.install()
+        self._net, self.open, self.plan = weakref.ref(net), False, None
+        self._backward = type(net).backward_from_to
+        self.install(net)
         net.backward_from_to = self.backward_from_to
 
-    def install(self):
-        net = self.net
+    def install(self, net):
         plan = make_plan(net)
         buffers = [Buffer(size, net.dtype, self) for size in plan.buffer_sizes]
         for g in plan.groups:
@@ -288,19 +289,18 @@ class Sharing:
         self.plan = plan
 
     def backward_from_to(self, start=None, end=0):
-        net = self.net
+        net = self._net()
         if (start is None or start == len(net.records) - 1) and \
                 _shapes(net) != self.plan.shapes:
-            self.install()
+            self.install(net)
         self.open = True
         try:
-            return self._backward(start, end)
+            return self._backward(net, start, end)
         finally:
             self.open = False
 
-    def release(self):
+    def release(self, net):
         """Every blob of the plan gets a diff of its own again (zeros)."""
-        net = self.net
         del net.backward_from_to
         for g in self.plan.groups:
             own = None
@@ -342,7 +342,7 @@ def detach(net):
     """Give every blob of ``net`` its own diff again (a no-op without sharing)."""
     sharing = getattr(net, "_diff_sharing", None)
     if sharing is not None:
-        sharing.release()
+        sharing.release(net)
         net._diff_sharing = None
 
 

@@ -620,3 +620,19 @@ def test_time_on_a_gpu_reports_the_device_bytes(tmp_path, monkeypatch, caplog):
         backend.set_mode_cpu()
     assert args.blob_memory["diff"] == (128 + 32 + 1) * 4
     assert "Blob memory: " in caplog.text and "GPU memory: " in caplog.text
+
+
+def test_a_dropped_solver_net_is_collected_without_the_cycle_collector():
+    import gc
+    import weakref
+
+    solver = make_solver(SMALL, True)
+    ref = weakref.ref(solver.net)
+    assert net_memory.sharing_of(solver.net) is not None
+    gc.disable()
+    try:
+        solver.close()
+        del solver
+        assert ref() is None
+    finally:
+        gc.enable()
