@@ -29,12 +29,14 @@ chain.
 The sharing is real: the blobs of one buffer hold :class:`DiffSlot` objects over one
 :class:`~pycaffe_lite.syncedmem.SyncedArray` (host and device alike), fixed for a given set of
 shapes (a captured CUDA graph replays fixed pointers); a full backward whose blob shapes
-differ from the plan's plans again. A buffer remembers which group wrote it last: a layer
-takes it over by writing it inside the net's backward pass (``net.backward_from_to``, which
-:class:`Sharing` wraps); reading a diff that another blob has overwritten since
-(``solver.net.blobs[name].diff`` after a step), or any access to it outside a backward pass,
-raises a :class:`~pycaffe_lite.errors.CaffeError` naming both blobs and the switch, never
-returns the other blob's values.
+differ from the plan's plans again. A buffer remembers which group wrote it last: a group
+takes it over only when the layer that writes its diff first does so (``write_diff``) in a
+backward pass that runs that layer (``net.backward_from_to``, which :class:`Sharing` wraps);
+reading a diff that another blob has overwritten since (``solver.net.blobs[name].diff``
+after a step, or from a hook during the backward pass after the blob's range), or a partial
+backward that reads a diff its pass never wrote, raises a
+:class:`~pycaffe_lite.errors.CaffeError` naming both blobs and the switch, never returns the
+other blob's values.
 
 :func:`attach` also lets an in-place Scale right after Caffe's plain BatchNorm keep
 BatchNorm's normalised array for its backward instead of a copy of the same values
@@ -87,13 +89,14 @@ def set_enabled(flag):
 # ---- the plan ------------------------------------------------------------------------------
 class Group:
     """Blobs of a net that hold one diff already (in place, or sharing it as Flatten's top
-    does): their ids, names, size in elements and live range ``[lo, hi]`` in layer indices."""
+    does): their ids, names, size in elements, live range ``[lo, hi]`` in layer indices and
+    the layer whose backward writes it first (``writer``)."""
 
-    __slots__ = ("blob_ids", "names", "size", "lo", "hi", "buffer")
+    __slots__ = ("blob_ids", "names", "size", "lo", "hi", "writer", "buffer")
 
-    def __init__(self, blob_ids, names, size, lo, hi):
+    def __init__(self, blob_ids, names, size, lo, hi, writer):
         self.blob_ids, self.names, self.size = blob_ids, names, size
-        self.lo, self.hi, self.buffer = lo, hi, None
+        self.lo, self.hi, self.writer, self.buffer = lo, hi, writer, None
 
     def meets(self, other):
         return self.lo <= other.hi and other.lo <= self.hi
@@ -182,7 +185,7 @@ def make_plan(net):
                 lo, hi = min(lo, first), max(hi, last)
         size = max(net._blobs[bid].count for bid in blob_ids)
         groups.append(Group(blob_ids, [net._blob_names[bid] for bid in blob_ids], size,
-                            lo, hi))
+                            lo, hi, touches[-1][0]))
     groups.sort(key=lambda g: (-g.size, g.lo, g.blob_ids[0]))
     members, sizes = [], []
     for g in groups:
@@ -215,18 +218,21 @@ class Buffer:
 
 class DiffSlot:
     """A group's diff storage: the :class:`SyncedArray` interface over a shared
-    :class:`Buffer`, refusing to show another group's values."""
+    :class:`Buffer`, refusing to show another group's values. The group takes the buffer over
+    only by a layer's write (``write()``, as ``Blob.write_diff`` asks) in a backward pass that
+    runs its writer layer (``writer``); ``mutable_cpu`` (pycaffe's ``blob.diff``, which scripts
+    read) never takes it from another group."""
 
-    __slots__ = ("buffer", "names")
+    __slots__ = ("buffer", "names", "writer")
 
-    def __init__(self, buffer, names):
-        self.buffer, self.names = buffer, names
+    def __init__(self, buffer, names, writer):
+        self.buffer, self.names, self.writer = buffer, names, writer
 
-    def _take(self, write):
+    def _take(self, claim=False):
         buf = self.buffer
         owner = buf.owner
         if owner is not self:
-            if owner is not None and not (write and buf.sharing.open):
+            if owner is not None and not (claim and buf.sharing.runs(self.writer)):
                 raise reused_error(self.names, owner.names)
             buf.owner = self
         return buf.array
@@ -239,19 +245,19 @@ class DiffSlot:
                        doc="The SyncedArray this slot shares.")
 
     def cpu(self):
-        return self._take(False).cpu()
+        return self._take().cpu()
 
     def mutable_cpu(self):
-        return self._take(True).mutable_cpu()
+        return self._take().mutable_cpu()
 
     def gpu(self):
-        return self._take(False).gpu()
+        return self._take().gpu()
 
     def mutable_gpu(self):
         return self._take(True).mutable_gpu()
 
     def read(self):
-        return self._take(False).read()
+        return self._take().read()
 
     def write(self):
         return self._take(True).write()
@@ -274,7 +280,7 @@ class Sharing:
     the net, dropped, is collected at once, as before."""
 
     def __init__(self, net):
-        self._net, self.open, self.plan = weakref.ref(net), False, None
+        self._net, self.running, self.plan = weakref.ref(net), None, None
         self._backward = type(net).backward_from_to
         self.install(net)
         net.backward_from_to = self.backward_from_to
@@ -283,21 +289,27 @@ class Sharing:
         plan = make_plan(net)
         buffers = [Buffer(size, net.dtype, self) for size in plan.buffer_sizes]
         for g in plan.groups:
-            slot = DiffSlot(buffers[g.buffer], g.names)
+            slot = DiffSlot(buffers[g.buffer], g.names, g.writer)
             for bid in g.blob_ids:
                 net._blobs[bid].set_diff_storage(slot)
         self.plan = plan
 
+    def runs(self, layer):
+        """Whether a backward pass running ``layer``'s backward is under way."""
+        running = self.running
+        return running is not None and running[0] <= layer <= running[1]
+
     def backward_from_to(self, start=None, end=0):
         net = self._net()
-        if (start is None or start == len(net.records) - 1) and \
-                _shapes(net) != self.plan.shapes:
+        last = len(net.records) - 1
+        start = last if start is None else start
+        if start == last and _shapes(net) != self.plan.shapes:
             self.install(net)
-        self.open = True
+        self.running = (end, start)
         try:
             return self._backward(net, start, end)
         finally:
-            self.open = False
+            self.running = None
 
     def release(self, net):
         """Every blob of the plan gets a diff of its own again (zeros)."""

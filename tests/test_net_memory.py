@@ -344,6 +344,31 @@ def test_diffs_can_be_read_during_the_backward_pass():
         np.testing.assert_array_equal(value, plain.net.blobs[name].diff)
 
 
+def test_a_dead_diff_read_during_the_backward_pass_raises():
+    _, _, solver = train(SMALL, True, steps=1)
+    net = solver.net
+    # after pool's backward (layer 3) conv's diff holds buffer 0: ip's range (4..5) is over
+    net.after_backward(lambda i: net.blobs["ip"].diff if i == 2 else None)
+    with pytest.raises(caffe.CaffeError, match="the diff of blob 'ip' is not kept"):
+        net.forward_backward()
+
+
+def test_a_partial_backward_never_reads_another_blobs_diff():
+    _, _, solver = train(SMALL, True, steps=1)
+    net = solver.net
+    net.forward()
+    # ip's layer reads ip's diff, which this pass (from ip down) never wrote: conv's values
+    # fill its buffer since the last full backward
+    with pytest.raises(caffe.CaffeError, match="'ip'.*'conv'"):
+        net.backward(start="ip")
+    # from the loss down every diff is written before it is read
+    net.backward(start="loss")
+    _, _, plain = train(SMALL, False, steps=1)
+    plain.net.forward()
+    plain.net.backward(start="loss")
+    np.testing.assert_array_equal(net.blobs["conv"].diff, plain.net.blobs["conv"].diff)
+
+
 # ---- the switches -----------------------------------------------------------------------------
 def test_the_environment_variable_and_the_setting_keep_every_diff(monkeypatch):
     monkeypatch.setenv("PYCAFFE_LITE_SHARE_DIFFS", "0")
