@@ -82,22 +82,8 @@ def test_an_nccl_wait_that_never_ends_stops_nccl_and_the_job_naming_the_frozen_r
     MPIComm given to ``parallel.init`` (as the train command does): rank 1 freezes, rank 0's
     NCCL allreduce never completes; rank 0 names the allreduce and rank 1, aborts NCCL
     (ncclCommAbort) and ends the job through MPI_Abort."""
-    script = os.path.join(HELPERS, "nccl_timeout_script.py")
-    job = Job(2, None, tmp_path,
-              command=[mpiexec(), "-n", "2", sys.executable, script, "3", way])
-    pid = None
-    try:
-        ready = job.wait_for("rank 1: pid ")
-        pid = int(re.search(r"rank 1: pid (\d+)", ready).group(1))
-        assert ready.rstrip().endswith(", NCCL")
-        rc, out = job.finish(timeout=GUARD_S)  # the guard: a hang fails here
-    finally:
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        job.kill()
+    rc, out, pid, ready = _frozen_nccl_job(tmp_path, way)
+    assert ready.rstrip().endswith(", NCCL")
     assert rc != 0, out
     line = [x for x in out.splitlines() if "collective timeout: rank 0" in x]
     assert len(line) == 1, out
@@ -113,21 +99,7 @@ def test_an_nccl_wait_that_never_ends_stops_nccl_and_the_job_naming_the_frozen_r
 def test_a_rank_frozen_in_nccls_set_up_ends_the_job_naming_it(tmp_path):
     """ncclCommInitRank waits for every rank: rank 1 freezes in it, rank 0's MPI watchdog ends
     the job naming the set-up and rank 1."""
-    script = os.path.join(HELPERS, "nccl_timeout_script.py")
-    job = Job(2, None, tmp_path,
-              command=[mpiexec(), "-n", "2", sys.executable, script, "3", "init"])
-    pid = None
-    try:
-        ready = job.wait_for("rank 1: pid ")
-        pid = int(re.search(r"rank 1: pid (\d+)", ready).group(1))
-        rc, out = job.finish(timeout=GUARD_S)  # the guard: a hang fails here
-    finally:
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        job.kill()
+    rc, out, pid, _ = _frozen_nccl_job(tmp_path, "init")
     assert rc != 0, out
     line = [x for x in out.splitlines() if "collective timeout: rank 0" in x]
     assert len(line) == 1, out
@@ -136,3 +108,25 @@ def test_a_rank_frozen_in_nccls_set_up_ends_the_job_naming_it(tmp_path):
     assert ("stopped answering: rank 1 (%s, pid %d), not heard from for"
             % (socket.gethostname(), pid)) in line[0], out
     assert "set-up returned" not in out
+
+
+def _frozen_nccl_job(tmp_path, way):
+    """Two ranks of tests/helpers/nccl_timeout_script.py (timeout 3 s) whose rank 1 freezes
+    itself (``way``: where); ``(exit code, output, rank 1's pid, rank 1's ready line)`` once
+    the job has ended (the guard: a hang fails), rank 1 woken again whatever happened."""
+    script = os.path.join(HELPERS, "nccl_timeout_script.py")
+    job = Job(2, None, tmp_path,
+              command=[mpiexec(), "-n", "2", sys.executable, script, "3", way])
+    pid = None
+    try:
+        ready = job.wait_for("rank 1: pid ")
+        pid = int(re.search(r"rank 1: pid (\d+)", ready).group(1))
+        rc, out = job.finish(timeout=GUARD_S)
+    finally:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        job.kill()
+    return rc, out, pid, ready

@@ -17,6 +17,8 @@ import pytest
 
 from helpers import fake_nccl
 from helpers.fake_nccl import FakeDeviceArray, FakeEvent, FakeStream
+from helpers.fake_mpi import FakeComm, OneThreadMPI
+
 from pycaffe_lite import backend
 from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.parallel import watchdog as wd
@@ -255,30 +257,8 @@ def test_with_an_mpi_watchdog_the_job_ends_through_it_after_nccl_stops():
                          "#1 of this rank"]
 
 
-class OneThreadMPI:
-    THREAD_MULTIPLE = 3
-
-    @staticmethod
-    def Query_thread():
-        return 1
-
-
-class FakeMPIComm:
-    def __init__(self, rank, size):
-        self.rank, self.size = rank, size
-
-    def Get_rank(self):
-        return self.rank
-
-    def Get_size(self):
-        return self.size
-
-    def allgather(self, mine):
-        return [("h%d" % (r + 1), 2000 + r) for r in range(self.size)]
-
-
 def test_the_message_names_the_ranks_the_watchdog_has_not_heard_from():
-    dog = wd.Watchdog(OneThreadMPI, FakeMPIComm(0, 3), 4)
+    dog = wd.Watchdog(OneThreadMPI, FakeComm(0, 3), 4)
     try:
         watch = DeviceWatch(RecordingComm(), 0, 4, watchdog=dog)
         watch.count = 12

@@ -7,6 +7,7 @@ processes: tests/test_collective_timeout.py and tests/test_multi_host.py."""
 import os
 
 import pytest
+from helpers.fake_mpi import FakeComm, OneThreadMPI
 
 from pycaffe_lite.parallel.watchdog import Watchdog, _unread_bytes, wait_until_output_read
 
@@ -93,38 +94,14 @@ def test_nothing_written_means_no_wait():
 
 
 # ---- naming the ranks that stopped answering -------------------------------------------------
-class OneThreadMPI:
-    """mpi4py's names for a library without MPI_THREAD_MULTIPLE: no heartbeat exchange."""
-    THREAD_MULTIPLE = 3
-
-    @staticmethod
-    def Query_thread():
-        return 1
-
-
-class FakeComm:
-    def __init__(self, rank, size):
-        self.rank, self.size = rank, size
-
-    def Get_rank(self):
-        return self.rank
-
-    def Get_size(self):
-        return self.size
-
-    def allgather(self, mine):
-        return [("h%d" % (r // 2 + 1), 1000 + r) for r in range(self.size)]
-
-    def Abort(self, code):
-        raise AssertionError("no abort in these tests")
-
-
 @pytest.fixture
 def watchdog():
     made = []
 
     def make(timeout, rank=0, size=4):
-        dog = Watchdog(OneThreadMPI, FakeComm(rank, size), timeout)
+        # two ranks a host: h1 runs ranks 0 and 1, ...
+        dog = Watchdog(OneThreadMPI, FakeComm(rank, size, lambda r: "h%d" % (r // 2 + 1),
+                                              1000), timeout)
         made.append(dog)
         return dog
     yield make
