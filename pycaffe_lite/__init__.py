@@ -57,6 +57,15 @@ def set_allow_tf32(flag):
     return cudnn_graphs.set_allow_tf32(flag)
 
 
+def set_share_diffs(flag):
+    """Let a Solver's train net keep activation diffs that are never needed at the same time
+    in one buffer (True, the default; ``PYCAFFE_LITE_SHARE_DIFFS=0`` turns it off) or keep every
+    blob's diff readable after a step (False); applies to solvers created afterwards (see
+    :mod:`pycaffe_lite.net_memory`). Returns the old setting."""
+    from . import net_memory
+    return net_memory.set_enabled(flag)
+
+
 def layer_type_list():
     """Every registered layer type string, sorted."""
     from .layers import load_all
@@ -68,7 +77,7 @@ def layer_type_list():
 
 __all__ = ["Net", "TRAIN", "TEST", "Blob", "Layer", "CaffeError", "caffe_pb2", "set_mode_cpu",
            "set_mode_gpu", "set_device", "set_random_seed", "register_layer", "layer_type_list",
-           "set_cuda_graph", "set_allow_tf32",
+           "set_cuda_graph", "set_allow_tf32", "set_share_diffs",
            "io", "net_spec", "draw", "NetSpec", "layers", "params", "to_proto", "Classifier",
            "Detector", "SGDSolver", "NesterovSolver", "AdaGradSolver", "RMSPropSolver",
            "AdaDeltaSolver", "AdamSolver", "get_solver", "__version__"]

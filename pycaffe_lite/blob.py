@@ -180,8 +180,18 @@ class Blob:
 
     @property
     def synced_diff(self):
-        """The diff's SyncedArray."""
+        """The diff's storage (a SyncedArray, or a training net's shared slot)."""
         return self._diff
+
+    def set_diff_storage(self, storage):
+        """Keep the diff in ``storage`` (SyncedArray's interface, at least ``count``
+        elements), which other blobs may use too: how a training net lets diffs that are never
+        needed at the same time share one buffer (:mod:`pycaffe_lite.net_memory`)."""
+        if storage.size < self._count:
+            raise ShapeError("diff storage of %d elements for a blob of shape %s"
+                             % (storage.size, self._shape))
+        self._diff = storage
+        self._capacity = min(self._data.size, storage.size)
 
     @property
     def data_state(self):

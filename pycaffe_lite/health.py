@@ -147,7 +147,7 @@ def locate(net):
         rec = net.records[i]
         if not rec.need_backward:
             continue
-        rec.layer.Backward(rec.tops, rec.bottom_need_backward, rec.bottoms)
+        net.backward_from_to(i, i)
         culprit = check_layer_backward(net, i)
         if culprit is not None:
             return culprit

@@ -140,6 +140,11 @@ class SyncedArray:
         backend.copy_to_device(self._gpu, self._cpu, stream)
         self.head = SYNCED
 
+    def held_bytes(self):
+        """(host bytes, device bytes) allocated now."""
+        return (0 if self._cpu is None else self._cpu.nbytes,
+                0 if self._gpu is None else self._gpu.nbytes)
+
     def read(self):
         """The current-mode array for reading."""
         return self.cpu() if backend.mode() == backend.CPU else self.gpu()

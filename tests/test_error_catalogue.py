@@ -246,6 +246,22 @@ def step_policy_without_stepsize(tmp):
     get_solver(solver_project(tmp, SOLVER.replace('"fixed"', '"step"'))).step(1)
 
 
+@case(CaffeError, "the diff of blob 'z' is not kept", "blob 'z1' has written it",
+      "PYCAFFE_LITE_SHARE_DIFFS=0", "set_share_diffs(False)")
+def reading_a_shared_diff_after_a_step(tmp):
+    chain = TRAIN_NET.replace(
+        'bottom: "x" top: "z"',
+        'bottom: "x" top: "z1"\n'
+        '        inner_product_param { num_output: 5 } }\n'
+        'layer { name: "ip2" type: "InnerProduct" bottom: "z1" top: "z2"\n'
+        '        inner_product_param { num_output: 5 } }\n'
+        'layer { name: "ip3" type: "InnerProduct" bottom: "z2" top: "z"')
+    solver = get_solver(solver_project(tmp, SOLVER.replace("snapshot: 2", "snapshot: 0"),
+                                       chain))
+    solver.step(1)
+    solver.net.blobs["z"].diff  # going down, ip2 wrote z1 into z's buffer
+
+
 # -- net structure
 @case(UnknownTypeError, "layer 'r'", "unknown layer type 'Relu'", "did you mean 'ReLU'")
 def unknown_layer_type(tmp):

@@ -30,7 +30,7 @@ LAYERS = [
     ("training", ["pycaffe_lite.solvers", "pycaffe_lite.parallel"]),
     ("net", ["pycaffe_lite.net", "pycaffe_lite.net_graph", "pycaffe_lite.net_batches",
              "pycaffe_lite.weights", "pycaffe_lite.net_fold", "pycaffe_lite.net_train_fuse",
-             "pycaffe_lite.classifier",
+             "pycaffe_lite.net_memory", "pycaffe_lite.classifier",
              "pycaffe_lite.detector", "pycaffe_lite.io", "pycaffe_lite.onnx",
              "pycaffe_lite.darknet", "pycaffe_lite.testing", "pycaffe_lite.summary",
              "pycaffe_lite.evaluate", "pycaffe_lite.pytorch", "pycaffe_lite.mxnet",

@@ -239,6 +239,7 @@ layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "
 
 def train(tmp_path, monkeypatch, fuse, iter_size, steps=5):
     monkeypatch.setenv(net_train_fuse.ENV_VAR, "1" if fuse else "0")
+    monkeypatch.setenv("PYCAFFE_LITE_SHARE_DIFFS", "0")  # every blob's diff is compared below
     path = tmp_path / ("net_%d_%d.prototxt" % (fuse, iter_size))
     path.write_text(resnet_text())
     param = caffe_pb2.SolverParameter()

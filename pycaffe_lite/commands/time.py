@@ -5,7 +5,9 @@
 
 One untimed forward/backward pass first (allocation), then ``--iterations`` timed passes; the
 averages per layer (``<name>\\tforward: x ms.``), per pass and in total. On the GPU every layer
-is synchronised before its time is read.
+is synchronised before its time is read. A TRAIN net shares its activation diffs as a Solver's
+train net does (:mod:`pycaffe_lite.net_memory`); the bytes its blobs hold (data, diffs after
+sharing, params) are printed at the end, and on the GPU the memory pool's peak.
 """
 
 import logging
@@ -15,7 +17,7 @@ from ..errors import CaffeError
 from ..profiling import synchronize, time_layers
 from ..proto import caffe_pb2
 from ..tools_log import use_glog_format
-from .. import cuda_graphs
+from .. import cuda_graphs, net_memory
 from . import add_int8_flag, add_net_flags
 from .train import add_cuda_graph_flag, parse_gpus, parse_stages
 
@@ -76,6 +78,8 @@ def run(args):
     if not args.model:
         raise CaffeError("need a model definition to time: --model path/to/net.prototxt")
     net = open_net(args, "TRAIN")
+    if net.phase == caffe_pb2.TRAIN:
+        net_memory.attach(net, any_net=True)  # nothing reads a diff here
     log.info("Performing Forward")
     initial_loss = net.forward_from_to()
     log.info("Initial loss: %g", initial_loss)
@@ -94,6 +98,7 @@ def run(args):
     log.info("Average Backward pass: %g ms.", t["backward_total"])
     log.info("Average Forward-Backward: %g ms.", t["total"])
     log.info("Total Time: %g ms.", t["total_all_ms"])
+    args.blob_memory = report_blob_memory(net)
     memory = backend.device_memory()
     if memory is not None:
         log.info("GPU memory: %.1f MiB held by the memory pool at its peak, %.1f MiB in use "
@@ -103,6 +108,19 @@ def run(args):
     args.timings = {"forward": t["forward"], "backward": t["backward"],
                     "total_ms": t["total_all_ms"], "layers": t["layers"]}
     return 0
+
+
+def report_blob_memory(net):
+    """Log (and return) the bytes the net's blobs hold where the net runs."""
+    report = net_memory.memory_report(net, device=backend.mode() == backend.GPU)
+    mib = 2.0 ** 20
+    shared = ""
+    if "diff_shared" in report:
+        shared = " (activation diffs shared: %.1f MiB for %.1f MiB of diffs)" % (
+            report["diff_shared"] / mib, report["diff_unshared"] / mib)
+    log.info("Blob memory: data %.1f MiB, diffs %.1f MiB%s, params %.1f MiB (data and diff).",
+             report["data"] / mib, report["diff"] / mib, shared, report["params"] / mib)
+    return report
 
 
 COMMANDS = [("time", "benchmark model execution time", add_arguments, run)]

@@ -21,7 +21,7 @@ import os
 import numpy as np
 from google.protobuf import text_format
 
-from .. import backend, health, ranks
+from .. import backend, health, net_memory, ranks
 from ..proto import protoio
 from ..errors import CaffeError
 from ..net import LAYER_FAILURES, Net
@@ -206,6 +206,8 @@ class Solver:
             net_param, net_dir = self._read_net_file(param.net, "net")
         self._finish_net_param(net_param, net_dir, caffe_pb2.TRAIN, param.train_state)
         self.net = build_net(net_param)
+        # activation diffs share buffers where their backward ranges allow; debug_info reads all
+        net_memory.attach(self.net, False if param.debug_info else None)
 
     def _init_test_nets(self):
         param = self.param

@@ -189,11 +189,19 @@ class TrainGraph:
 
     # -- what the graph depends on ---------------------------------------------------------
     def _synced(self):
-        """Every SyncedArray the iteration reads or writes: each blob's data and diff, each
-        param's data and diff."""
+        """Every SyncedArray the iteration reads or writes, once: each blob's data and diff
+        (a diff shared by liveness, net_memory's slot, as the buffer under it), each param's
+        data and diff."""
         net = self.net
         blobs = list(net._blobs) + [b for blobs in net.params.values() for b in blobs]
-        return [s for b in blobs for s in (b.synced_data, b.synced_diff)]
+        seen, out = set(), []
+        for b in blobs:
+            for s in (b.synced_data, b.synced_diff):
+                s = getattr(s, "storage", s)
+                if id(s) not in seen:
+                    seen.add(id(s))
+                    out.append(s)
+        return out
 
     def _buffers(self):
         """What :meth:`_key` compares, and (last) what a launch writes: every SyncedArray but

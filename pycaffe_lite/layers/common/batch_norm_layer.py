@@ -166,6 +166,26 @@ class BatchNormLayer(Layer):
         self.x_norm, self.std = x_norm, std
 
     def forward(self, bottom, top):
+        self._forward(bottom, top)
+        data = top[0].synced_data
+        self._written = (data, data.version)
+
+    def normalized_top(self, blob):
+        """The array this layer keeps for its backward (``x_norm``) when it equals ``blob``'s
+        data: Caffe's plain BatchNorm (no scale, bias or ReLU of its own: its top is
+        ``x_norm``), ``blob`` its top, not written since this layer's last forward. Else None.
+        An in-place Scale after it keeps this array instead of a copy of the same values."""
+        written = getattr(self, "_written", None)
+        if written is None or self.affine_blobs or self.relu or self.scale_bias:
+            return None
+        data, version = written
+        x_norm = getattr(self, "x_norm", None)
+        if blob.synced_data is not data or data.version != version or x_norm is None or \
+                x_norm.size != blob.count or x_norm.dtype != blob.dtype:
+            return None
+        return x_norm
+
+    def _forward(self, bottom, top):
         x = self._view(bottom[0].read_data())
         if self._on_gpu(x):
             return self._forward_gpu(x, self._view(top[0].write_data()))

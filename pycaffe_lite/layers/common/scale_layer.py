@@ -54,7 +54,12 @@ class ScaleLayer(Layer):
         if len(self.blobs) != expected:
             raise self.error("expected %d parameter blob(s) (%d bottom(s), bias_term: %s), "
                              "got %d" % (expected, len(bottom), p.bias_term, len(self.blobs)))
-        self._temp = None
+        self._temp, self._temp_own = None, False
+
+    # A callable (blob -> array or None) set by the net: the values of this layer's bottom as
+    # the layer before keeps them already (BatchNorm's normalised top), saving the copy an
+    # in-place Scale keeps for its backward.
+    input_source = None
 
     def _dims(self, x, param, what):
         """(outer, dim, inner) of x around the axes that ``param`` (a blob) covers."""
@@ -77,11 +82,16 @@ class ScaleLayer(Layer):
         x = x_blob.read_data()
         xp = get_array_module(x)
         if top[0] is x_blob:
-            # In place: keep x for the gradient of the scale.
-            if self._temp is None or self._temp.shape != x.shape or \
-                    get_array_module(self._temp) is not xp:
-                self._temp = xp.empty_like(x)
-            self._temp[...] = x
+            # In place: keep x for the gradient of the scale (where the layer before keeps the
+            # same values, that array; else a copy in an array of our own).
+            kept = None if self.input_source is None else self.input_source(x_blob)
+            if kept is not None and get_array_module(kept) is xp:
+                self._temp, self._temp_own = kept.reshape(x.shape), False
+            else:
+                if not self._temp_own or self._temp.shape != x.shape or \
+                        get_array_module(self._temp) is not xp:
+                    self._temp, self._temp_own = xp.empty_like(x), True
+                self._temp[...] = x
         s = self._scale(bottom).read_data()
         if self._on_gpu(x, s):
             b = None if self.bias_index is None else self.blobs[self.bias_index].read_data()
