@@ -13,7 +13,8 @@ Workloads (GPU mode, float32; TF32 off on both sides, PyTorch's cudnn.benchmark 
   lenet            LeNet training through the solver and the Data layer (prefetch into
                    pinned memory, upload from the loading thread): ms per iteration (batch 64)
   caffenet         CaffeNet forward + backward at batch 256: ms per pass
-  resnet50_train   ResNet-50 SGD iteration (forward, backward, momentum update), batch 32
+  resnet50_train   ResNet-50 SGD iteration through the solver (softmax loss, forward,
+                   backward, momentum update; a CUDA graph unless --cuda-graph off), batch 32
   resnet50_infer   ResNet-50 TEST forward, batch 32
   resnet50_b1      ResNet-50 TEST forward, batch 1 (latency)
   googlenet_train  GoogLeNet SGD iteration, batch 32
@@ -154,45 +155,60 @@ def alternating(ours, theirs, rounds, per_round, sync, tsync):
     return out
 
 
+def zoo_solver(name, batch):
+    """An SGD solver (lr 0.01, momentum 0.9, weight decay 5e-4) training the zoo net at
+    ``batch``: its logits into SoftmaxWithLoss over an Input of labels; the weights and the
+    batch those of :func:`run.zoo_net` (the same draws). Returns ``(solver, logits blob)``."""
+    from google.protobuf import text_format
+
+    from pycaffe_lite.proto import caffe_pb2
+    from pycaffe_lite.solvers import get_solver
+
+    param = cpu_bench.zoo_param(name, batch, batch_stats=True, logits=True)
+    logits = param.layer[-1].top[0]
+    text_format.Merge('layer { name: "label" type: "Input" top: "label" '
+                      'input_param { shape { dim: %d } } } '
+                      'layer { name: "loss" type: "SoftmaxWithLoss" bottom: "%s" '
+                      'bottom: "label" top: "loss" }' % (batch, logits), param)
+    sp = caffe_pb2.SolverParameter()
+    text_format.Merge('type: "SGD" base_lr: 0.01 momentum: 0.9 weight_decay: 0.0005 '
+                      'lr_policy: "fixed" max_iter: 1000000000 display: 0 random_seed: 0 '
+                      'snapshot_after_train: false', sp)
+    sp.net_param.CopyFrom(param)
+    solver = get_solver(sp)
+    rng = np.random.default_rng(0)
+    cpu_bench.init_zoo_weights(solver.net, rng)
+    data = solver.net.blobs[solver.net.inputs[0]]
+    data.data[...] = rng.uniform(-1, 1, data.shape)
+    classes = solver.net.blobs[logits].shape[1]
+    solver.net.blobs["label"].data[...] = np.arange(batch) % classes
+    return solver, logits
+
+
 def zoo_workload(name, batch, train, args, torch):
-    """A zoo net's SGD iteration (``train``) or TEST forward, ours and PyTorch's twin."""
-    from pycaffe_lite.ops import solver_update
+    """A zoo net's SGD iteration through the solver (``train``: captured into a CUDA graph
+    unless --cuda-graph off) or TEST forward, ours and PyTorch's twin."""
     cp = backend.device_module()
     pool = cp.get_default_memory_pool()
     gc.collect()
     pool.free_all_blocks()
     if train:
-        net = cpu_bench.zoo_net(name, batch, batch_stats=True)
+        solver, logits = zoo_solver(name, batch)
+        net = cpu_bench.zoo_net(name, batch, batch_stats=True, logits=True)  # the twin's
+
+        def step():
+            solver.step(1)
     else:  # a TEST net: its forward replays a CUDA graph unless --cuda-graph off
         net = cpu_bench.zoo_net(name, batch, inference=True)
-    top = net.blobs[net.outputs[0]]
-    params = net.learnable_params
-    history = [cp.zeros(b.shape, dtype=np.float32) for b in params]
-    lr, momentum, decay = 0.01, 0.9, 5e-4
-    mom = [np.float32(momentum)]
-    decays = [np.float32(decay * d) for d in net.params_weight_decay]
-    rates = [np.float32(lr * m) for m in net.params_lr]
-    grad = None
 
-    def step():
-        nonlocal grad
-        if not train:
+        def step():
             net.forward_from_to()
-            return
-        net.clear_param_diffs()
-        net.forward_from_to()
-        if grad is None:
-            grad = cp.full(top.shape, 1.0 / top.count, dtype=np.float32)
-        top.write_diff()[...] = grad
-        net.backward_from_to()
-        for i, blob in enumerate(params):
-            solver_update.update("SGD", blob.read_data(), blob.write_diff(), [history[i]], 1,
-                                 decays[i], False, rates[i], mom)
-        net.update()
 
-    step()
+    top = net.blobs[net.outputs[0]]
+    for _ in range(3):  # warm-up, capture, replay
+        step()
     backend.synchronize()
-    pool_peak = pool.total_bytes()
+    pool_peak = backend.device_memory()[0]
     result = {"batch": batch}
     if torch is not None:
         dev = torch.device("cuda", args.gpu)
@@ -207,7 +223,10 @@ def zoo_workload(name, batch, train, args, torch):
                     module.running_mean.copy_(torch.from_numpy(blobs[0].data * f))
                     module.running_var.copy_(torch.from_numpy(blobs[1].data * f))
         x = torch.from_numpy(np.array(net.blobs[net.inputs[0]].data)).to(dev)
-        if not train:
+        if train:
+            label = torch.from_numpy(
+                solver.net.blobs["label"].data.astype(np.int64)).to(dev)
+        else:
             net.forward_from_to()
             with torch.no_grad():
                 theirs = model(x).cpu().numpy()
@@ -216,8 +235,7 @@ def zoo_workload(name, batch, train, args, torch):
                 raise AssertionError("%s: ours and PyTorch's outputs differ by %.3g" % (name,
                                                                                       err))
             result["max_rel_diff"] = err
-        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum,
-                              weight_decay=decay)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
 
         def tstep():
             if not train:
@@ -225,8 +243,7 @@ def zoo_workload(name, batch, train, args, torch):
                     model(x)
                 return
             opt.zero_grad(set_to_none=False)
-            out = model(x)
-            (out.sum() / out.numel()).backward()
+            torch.nn.functional.cross_entropy(model(x), label).backward()
             opt.step()
 
         torch.cuda.reset_peak_memory_stats(dev)
@@ -239,6 +256,10 @@ def zoo_workload(name, batch, train, args, torch):
                               torch.cuda.synchronize if torch is not None else
                               backend.synchronize))
     result["peak_mib"] = pool_peak / 2.0 ** 20
+    if train:
+        graph = solver.train_graph
+        result["captured"] = bool(graph and graph.replays)
+        result["eager_because"] = graph.why_not() if graph else "CPU mode"
     return result
 
 
@@ -264,7 +285,8 @@ def main(argv=None):
     p.add_argument("--zoo-iters", type=int, default=10)
     p.add_argument("--caffenet-batch", type=int, default=256)
     p.add_argument("--cuda-graph", choices=["on", "off"], default="on",
-                   help="capture TEST forwards into CUDA graphs (on) or not (off)")
+                   help="capture TEST forwards and training iterations into CUDA graphs (on) "
+                        "or not (off)")
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds (zoo workloads)")
     p.add_argument("--per-round", type=int, default=5, help="iterations per round")
     args = p.parse_args(argv)

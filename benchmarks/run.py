@@ -141,19 +141,41 @@ def bench_gemm(args, torch):
 
 
 # ---- zoo nets: forward + backward -----------------------------------------------------------
-def zoo_net(name, batch, batch_stats=False, inference=False):
-    """A zoo net for a training pass at ``batch``; ``batch_stats``: BatchNorm on the batch's
-    statistics (as in training) instead of the deploy file's ``use_global_stats``;
-    ``inference``: a TEST net instead, for forward passes alone."""
+def zoo_param(name, batch, batch_stats=False, logits=False):
+    """A zoo deploy file's NetParameter at ``batch``; ``batch_stats``: BatchNorm on the batch's
+    statistics (as in training) instead of the deploy file's ``use_global_stats``; ``logits``:
+    without the final Softmax."""
     param = protoio.read_net_param(os.path.join(ZOO, name + "_deploy.prototxt"))
-    param.force_backward = not inference
+    if logits and param.layer[-1].type == "Softmax":
+        del param.layer[-1]
     for layer in param.layer:
         if batch_stats and layer.type == "BatchNorm":
             layer.batch_norm_param.ClearField("use_global_stats")
-    for layer in param.layer:
         if layer.type == "Input":
             for shape in layer.input_param.shape:
                 shape.dim[0] = batch
+    return param
+
+
+def init_zoo_weights(net, rng):
+    """The benchmarks' weights: normal with variance 1 / fan-in, BatchNorm's statistics 1."""
+    for blobs in net.params.values():
+        for blob in blobs:
+            fan_in = max(1, blob.count // max(1, blob.shape[0]))
+            blob.data[...] = rng.normal(0, 1.0 / np.sqrt(fan_in), blob.shape)
+    for layer in net.layers:
+        if layer.type == "BatchNorm":
+            layer.blobs[1].data[...] = 1.0
+            layer.blobs[2].data[...] = 1.0
+
+
+def zoo_net(name, batch, batch_stats=False, inference=False, logits=False):
+    """A zoo net for a training pass at ``batch``; ``batch_stats``: BatchNorm on the batch's
+    statistics (as in training) instead of the deploy file's ``use_global_stats``;
+    ``inference``: a TEST net instead, for forward passes alone; ``logits``: without the final
+    Softmax."""
+    param = zoo_param(name, batch, batch_stats, logits)
+    param.force_backward = not inference
     caffe.set_random_seed(0)
     # a training pass: TRAIN phase (dropout on, batch statistics), every param's gradient,
     # and, like PyTorch with an input that needs no gradient, none for the data itself
@@ -163,14 +185,7 @@ def zoo_net(name, batch, batch_stats=False, inference=False):
         rec.bottom_need_backward = [need and bid not in data_ids
                                     for need, bid in zip(rec.bottom_need_backward, rec.bottom_ids)]
     rng = np.random.default_rng(0)
-    for blobs in net.params.values():
-        for blob in blobs:
-            fan_in = max(1, blob.count // max(1, blob.shape[0]))
-            blob.data[...] = rng.normal(0, 1.0 / np.sqrt(fan_in), blob.shape)
-    for name_, layer in net.layer_dict.items():
-        if layer.type == "BatchNorm":
-            layer.blobs[1].data[...] = 1.0
-            layer.blobs[2].data[...] = 1.0
+    init_zoo_weights(net, rng)
     data = net.inputs[0]
     net.blobs[data].data[...] = rng.uniform(-1, 1, net.blobs[data].shape)
     return net

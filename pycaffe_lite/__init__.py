@@ -42,9 +42,10 @@ layers = net_spec.Layers(package=sys.modules[__name__ + ".layers"])
 
 
 def set_cuda_graph(flag):
-    """Capture a TEST net's forward on the GPU into a CUDA graph and replay it (True, the
-    default) or run it layer by layer (False); see :mod:`pycaffe_lite.cuda_graphs`. Returns
-    the old setting."""
+    """Capture TEST forwards and training iterations on the GPU into CUDA graphs and replay
+    them (True, the default) or run them layer by layer (False); see
+    :mod:`pycaffe_lite.cuda_graphs` and :mod:`pycaffe_lite.solvers.train_graph`. Returns the
+    old setting."""
     from . import cuda_graphs
     return cuda_graphs.set_enabled(flag)
 

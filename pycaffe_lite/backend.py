@@ -8,6 +8,7 @@ from host arrays so that the sync logic is exercised for real.
 """
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -22,7 +23,7 @@ _state = {
     "device_module": None,  # resolved lazily
     "rng": np.random.default_rng(),
     "seed": None,
-    "device_seeded": set(),  # device ids whose generator has been given "seed"
+    "device_streams": {},  # (device module, device id) -> its counter stream (key, offset)
 }
 
 
@@ -70,15 +71,23 @@ def cudnn_frontend():
 
 
 def device_memory():
-    """GPU mode with CuPy: ``(bytes held by CuPy's memory pool, bytes in use)``; the pool keeps
-    what it allocated, so the first is the peak of the process so far. None otherwise."""
+    """GPU mode with CuPy: ``(bytes held by CuPy's memory pool and the captured CUDA graphs'
+    pools, bytes in use)``; a pool keeps what it allocated, so the first is the peak of the
+    process so far. None otherwise."""
     if mode() != GPU:
         return None
     mod = device_module()
     if not _is_cupy(mod):
         return None
-    pool = mod.get_default_memory_pool()
-    return int(pool.total_bytes()), int(pool.used_bytes())
+    pools = [mod.get_default_memory_pool()] + [g.pool for g in list(_graphs)]
+    return (sum(int(p.total_bytes()) for p in pools), sum(int(p.used_bytes()) for p in pools))
+
+
+def free_cached_device_memory():
+    """Give the device memory that CuPy's pool caches but no array uses back to the driver
+    (after a capture, whose graph has a pool of its own). Nothing to do elsewhere."""
+    if mode() == GPU and _is_cupy(device_module()):
+        device_module().get_default_memory_pool().free_all_blocks()
 
 
 def capture_graph(fn):
@@ -105,11 +114,17 @@ def capture_graph(fn):
                     pass
                 raise
             graph = stream.end_capture()
-    return _DeviceGraph(graph, stream, pool)
+    captured = _DeviceGraph(graph, stream, pool)
+    _graphs.add(captured)
+    return captured
+
+
+#: the live captured graphs (:func:`device_memory` counts their memory pools)
+_graphs = weakref.WeakSet()
 
 
 class _DeviceGraph:
-    __slots__ = ("graph", "stream", "pool")
+    __slots__ = ("graph", "stream", "pool", "__weakref__")
 
     def __init__(self, graph, stream, pool):
         self.graph, self.stream, self.pool = graph, stream, pool
@@ -156,7 +171,7 @@ def use_device_module(module):
     """Replace the device module (``None`` goes back to CuPy). Returns the previous one."""
     old = _state["device_module"]
     _state["device_module"] = module
-    _state["device_seeded"] = set()  # the new module's generators have not been seeded
+    _state["device_streams"] = {}  # the new module's streams start from the last seed
     return old
 
 
@@ -330,25 +345,45 @@ def to_device(array):
 
 def set_random_seed(seed):
     """Seed every random stream the framework uses (fillers, dropout, data order): the host
-    generator now, the device's generator (one per GPU in CuPy) now in GPU mode, otherwise
-    before its first draw, so that the seed holds whether it is set before or after
+    generator, and the device's counter streams (:func:`random_uniform`): the current
+    device's in place (a captured CUDA graph that draws sees the new seed), the others'
+    before their next draw; so the seed holds whether it is set before or after
     ``set_mode_gpu`` / ``set_device``."""
     _state["seed"] = int(seed)
     _state["rng"] = np.random.default_rng(int(seed))
-    _state["device_seeded"] = set()
-    mod = _state["device_module"]
-    if mod is not None and _state["mode"] == GPU:
-        _device_generator(mod)
+    streams = _state["device_streams"]
+    current = (id(_state["device_module"]), _state["device_id"])
+    for key in list(streams):
+        if key != current:
+            del streams[key]
+    if current in streams:
+        k, offset, _ = streams[current]
+        k[...] = _stream_key(seed)
+        offset[...] = 0
 
 
-def _device_generator(mod):
-    """``mod.random``, seeded with the last :func:`set_random_seed` seed if the current device's
-    generator has not had it yet (``cupy.random.seed`` seeds the current device's only)."""
-    seed, dev = _state["seed"], _state["device_id"]
-    if seed is not None and dev not in _state["device_seeded"]:
-        mod.random.seed(seed)
-        _state["device_seeded"].add(dev)
-    return mod.random
+def _stream_key(seed):
+    return np.uint64((int(seed) * _GOLDEN + 1) % 2 ** 64)
+
+
+# the counter stream's constants: the golden ratio's increment and splitmix64's finaliser
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX = (30, 0xBF58476D1CE4E5B9, 27, 0x94D049BB133111EB, 31)
+
+
+def _device_stream(xp):
+    """``(key, offset, xp)``: the current device's counter stream, two 0-d uint64 device
+    arrays, made (from the last seed, or from the host's entropy) on its first draw."""
+    where = (id(xp), _state["device_id"])
+    stream = _state["device_streams"].get(where)
+    if stream is None or stream[2] is not xp:
+        seed = _state["seed"]
+        if seed is None:
+            seed = int(np.random.SeedSequence().entropy % 2 ** 63)
+        stream = (xp.full((), _stream_key(seed), dtype=np.uint64),
+                  xp.zeros((), dtype=np.uint64), xp)
+        _state["device_streams"][where] = stream
+    return stream
 
 
 def rng():
@@ -361,17 +396,32 @@ def random_uniform(shape, dtype, xp):
     float64), made where ``xp`` keeps its arrays.
 
     On the host (``xp`` is NumPy) they are drawn from :func:`rng`, whose state the solver
-    snapshots; on the device (``xp`` is the device module) by the device's own generator
-    (``xp.random``, seeded by :func:`set_random_seed`), with nothing copied from the host. The
-    two streams differ, so one seed gives different numbers in CPU and in GPU mode (as in
-    Caffe, which draws from cuRAND on the GPU).
+    snapshots. On the device (``xp`` is the device module) they come from a counter-based
+    stream whose state lives in device memory: number ``j`` of the stream is splitmix64's
+    finaliser of ``key + (offset + j) * golden`` (``key`` from :func:`set_random_seed`), its
+    top 24 bits (float32) or 53 bits (float64) scaled to [0, 1), and each draw advances
+    ``offset`` on the device. Nothing is copied from the host and no host value changes from
+    one draw to the next, so a CUDA graph that captured a draw (Dropout in a training
+    iteration) draws new numbers at each replay. The host's and the device's streams differ,
+    so one seed gives different numbers in CPU and in GPU mode (as in Caffe, which draws
+    from cuRAND on the GPU).
     """
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise CaffeError("random_uniform: dtype must be float32 or float64, got %s" % dtype)
     if xp is np:
         return _state["rng"].random(shape, dtype=dtype)
-    return _device_generator(xp).random_sample(shape, dtype)
+    key, offset, _ = _device_stream(xp)
+    n = int(np.prod(shape, dtype=np.int64))
+    z = (xp.arange(n, dtype=np.uint64) + offset) * np.uint64(_GOLDEN) + key
+    for k in range(0, 4, 2):
+        z ^= z >> np.uint64(_MIX[k])
+        z *= np.uint64(_MIX[k + 1])
+    z ^= z >> np.uint64(_MIX[4])
+    offset += np.uint64(n)
+    if dtype == np.float32:
+        return ((z >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)).reshape(shape)
+    return ((z >> np.uint64(11)).astype(np.float64) * 2.0 ** -53).reshape(shape)
 
 
 def get_rng_state():

@@ -211,6 +211,11 @@ class Blob:
         self._data = other._data
         self._capacity = min(self._data.size, self._diff.size)
 
+    def copy_data(self, other):
+        """Copy ``other``'s data (same count) into this blob's storage, in the current mode's
+        arrays (device to device in GPU mode)."""
+        self.write_data()[...] = other.read_data().reshape(self._shape)
+
     def shares_data_with(self, other):
         """Whether this blob uses ``other``'s data storage, with the same shape."""
         return self._data is other._data and self._shape == other._shape

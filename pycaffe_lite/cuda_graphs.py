@@ -2,32 +2,40 @@
 
 Run layer by layer from Python, a forward costs tens of microseconds of host time per layer
 (ResNet-50 at batch 1: about 20 ms on the host for 2 ms of GPU work). Captured into a CUDA
-graph, the whole forward is one launch. In GPU mode, for a net whose every layer runs on the
-device alone (:data:`CAPTURABLE`: no data layer, no loss, no host code, no random draws at
-TEST), a forward over all layers of a TEST net
+graph, the whole forward is one launch. In GPU mode, for a net whose layers run on the device
+alone (:data:`CAPTURABLE`: no host code, no per-call host state; the losses of
+:data:`LOSSES`), after its data layers (the leading layers without bottoms that read files or
+queues: they run eagerly, each copying its batch into a device buffer of its own), a forward
+over all layers of a TEST net
 
-1. runs eagerly the first time for a set of input shapes (CUDA kernels are compiled, cuDNN's
-   plans chosen, the layers' buffers allocated);
+1. runs eagerly the first time for a set of shapes (CUDA kernels are compiled, cuDNN's plans
+   chosen, the layers' buffers allocated);
 2. is captured the second time (:func:`pycaffe_lite.backend.capture_graph`: nothing runs while
    capturing; temporaries come from a memory pool the graph keeps), then replayed;
-3. is replayed from then on while the input shapes stay the same: the inputs are brought to
-   the device first (a host write into an input blob is uploaded into the buffer the graph
-   reads), and every top is marked as current on the device, so reading it from Python copies
-   the new values down.
+3. is replayed from then on while the shapes stay the same: the data layers run, the inputs
+   are brought to the device (a host write into an input blob is uploaded into the buffer the
+   graph reads), the graph is launched, and every top it writes is marked as current on the
+   device, so reading it from Python copies the new values down. A net with a loss (or a
+   check that reads the device, see :func:`pycaffe_lite.layer.deferred_checks`) reads one
+   value after the launch: the loss, NaN where a check failed (which then runs again on the
+   host and raises its own error).
 
 A replayed forward computes exactly what the eager one does (the same kernels on the same
-buffers). Another input shape starts again at 1. A capture that fails (a layer synchronised
-with the host, say) is logged once and the net runs eagerly from then on. Partial forwards
-(``start``/``end``), nets with hooks, TRAIN nets and CPU mode always run eagerly.
+buffers). Another shape starts again at 1. A capture that fails (a layer synchronised with the
+host, say) is logged once and the net runs eagerly from then on. Partial forwards
+(``start``/``end``), nets with hooks, TRAIN nets and CPU mode always run eagerly (a solver
+captures its training iterations whole: :mod:`pycaffe_lite.solvers.train_graph`).
 
 Off: ``caffe.set_cuda_graph(False)``, ``--cuda_graph off`` on train, test and time, or
 ``PYCAFFE_LITE_CUDA_GRAPH=0``.
 """
 
 import logging
+import math
 import os
 
 from . import backend
+from .layer import deferred_checks
 from .proto import caffe_pb2
 
 log = logging.getLogger("pycaffe_lite")
@@ -42,6 +50,39 @@ CAPTURABLE = frozenset([
     "Exp", "Log", "Clip", "ReLU6", "Swish", "Eltwise", "Concat", "Slice", "Split", "Pooling",
     "InnerProduct", "Softmax", "LRN", "Dropout", "Flatten", "Reshape", "Silence",
 ])
+
+#: loss layers whose forward stays on the device (their label checks defer, their loss is a
+#: device scalar inside a capture); Accuracy with one top (per-class counts read the host)
+LOSSES = frozenset(["SoftmaxWithLoss", "EuclideanLoss", "Accuracy"])
+
+
+def first_captured(net, capturable):
+    """The index of the first layer a graph of ``net`` holds: the layers before it, without
+    bottoms and not in ``capturable``, are its data layers, which run eagerly."""
+    records = net.records
+    first = 0
+    while first < len(records) and not records[first].bottoms and \
+            records[first].layer.type not in capturable:
+        first += 1
+    return first
+
+
+def input_shapes(net, first):
+    """The shapes a graph of ``net`` is captured for: its inputs' and its data layers' tops'
+    (the layers before ``first``); every other shape follows from them."""
+    return tuple(net.blobs[name].shape for name in net.inputs) + \
+        tuple(top.shape for rec in net.records[:first] for top in rec.tops)
+
+
+def layers_why_not(net, first, capturable):
+    """Why the layers from ``first`` on cannot be captured ("" when they can)."""
+    for rec in net.records[first:]:
+        kind = rec.layer.type
+        if kind == "Accuracy" and len(rec.tops) > 1:
+            return "layer '%s' (Accuracy) counts each class on the host" % rec.name
+        if kind not in capturable:
+            return "layer '%s' (%s) runs host code" % (rec.name, kind)
+    return ""
 
 
 def set_enabled(flag):
@@ -59,13 +100,15 @@ def enabled():
 class _Graphs:
     """A net's capture state: the input shapes last seen, the captured graph for them."""
 
-    __slots__ = ("warm_key", "key", "graph", "written", "refused", "replays", "layers")
+    __slots__ = ("warm_key", "key", "graph", "written", "refused", "replays", "layers", "first",
+                 "result", "rechecks")
 
     def __init__(self):
-        self.warm_key = self.key = self.graph = self.layers = None
+        self.warm_key = self.key = self.graph = self.layers = self.result = None
         self.written = []
+        self.rechecks = []
         self.refused = ""
-        self.replays = 0
+        self.replays = self.first = 0
 
 
 def why_not(net, start, end):
@@ -85,18 +128,10 @@ def why_not(net, start, end):
     state = _state(net)
     if state.refused:
         return state.refused
-    if state.layers is None:  # the layers and their losses are the net's for good
-        state.layers = _layers_why_not(net)
+    if state.layers is None:  # the layers are the net's for good
+        state.first = first_captured(net, CAPTURABLE)
+        state.layers = layers_why_not(net, state.first, CAPTURABLE | LOSSES)
     return state.layers
-
-
-def _layers_why_not(net):
-    for rec in net.records:
-        if rec.layer.type not in CAPTURABLE:
-            return "layer '%s' (%s) runs host code" % (rec.name, rec.layer.type)
-        if any(rec.layer.loss(i) for i in range(len(rec.tops))):
-            return "layer '%s' has a loss" % rec.name
-    return ""
 
 
 def _state(net):
@@ -111,24 +146,47 @@ def forward(net, start, end, eager):
     if why_not(net, start, end):
         return eager(start, end)
     state = _state(net)
-    key = tuple((name, net.blobs[name].shape) for name in net.inputs)
+    first = state.first
+    loss = eager(0, first - 1) if first else 0.0  # the data layers
+    for rec in net.records[:first]:  # their batches up before the graph reads them
+        for top in rec.tops:
+            top.read_data()
+    key = input_shapes(net, first)
     if state.key == key:
-        return _replay(net, state)
+        return loss + _replay(net, state)
     if state.warm_key != key:
         state.warm_key, state.key, state.graph = key, None, None
-        return eager(start, end)
+        return loss + eager(first, end)
     _to_device(net)
     try:
-        graph = backend.capture_graph(lambda: eager(start, end))
+        graph = backend.capture_graph(lambda: _captured(net, state, eager, first, end))
     except Exception as exc:  # whatever the layer or the driver raised: run eagerly
         state.refused = "its capture failed (%s: %s)" % (type(exc).__name__, exc)
         log.warning("Net '%s': the CUDA graph capture of its forward failed (%s: %s); it "
                     "runs layer by layer", net.name, type(exc).__name__, exc)
-        return eager(start, end)
+        return loss + eager(first, end)
     state.key, state.graph = key, graph
-    state.written = [top for rec in net.records if rec.layer.type != "Input"
+    state.written = [top for rec in net.records[first:] if rec.layer.type != "Input"
                      for top in rec.tops]
-    return _replay(net, state)
+    return loss + _replay(net, state)
+
+
+def _captured(net, state, eager, first, end):
+    """The captured work: the forward from ``first``, its loss and checks kept on the device
+    (``state.result``: the loss, NaN where a check failed; None with neither)."""
+    with deferred_checks() as checks:
+        loss = eager(first, end)
+    state.rechecks = checks.recheck
+    if isinstance(loss, float) and not checks.flags:
+        state.result = None
+        return
+    xp = backend.xp()
+    if isinstance(loss, float):  # checks but no loss: a zero made on the device
+        loss = xp.zeros((), dtype="float64")
+    failed = xp.zeros((), dtype=bool)
+    for flag in checks.flags:
+        failed = failed | flag
+    state.result = xp.where(failed, float("nan"), loss)
 
 
 def _to_device(net):
@@ -150,4 +208,10 @@ def _replay(net, state):
         blob.device_written()
     state.graph.launch()
     state.replays += 1
-    return 0.0
+    if state.result is None:
+        return 0.0
+    loss = float(state.result)
+    if not math.isfinite(loss):
+        for recheck in state.rechecks:
+            recheck()  # raises the check's own error where it failed
+    return loss

@@ -30,13 +30,58 @@ Which blob accessors a layer uses (:class:`~pycaffe_lite.blob.Blob` documents ea
 
 Python layers written for pycaffe (``bottom[0].data``) are host-only in effect and work
 unchanged. ``tests/test_blob_access.py`` holds the built-in layers to this rule.
+
+Inside :func:`deferred_checks` (a training iteration captured into a CUDA graph), ``Forward``
+returns its loss as a device scalar instead of reading it, and a check that would read a
+device value to decide (:func:`defer_check`, e.g. the labels' range) records a device flag and
+a host re-check instead: the caller reads both after the work has run.
 """
+
+import contextlib
+import threading
 
 import numpy as np
 
 from .blob import Blob
 from .errors import LayerError
 from .proto import caffe_pb2
+
+
+_deferred = threading.local()
+
+
+class DeferredChecks:
+    """What a forward inside :func:`deferred_checks` left to read afterwards: ``flags`` (0-d
+    device booleans, True where a check failed) and, for each, the host re-check that raises
+    the check's own error."""
+
+    def __init__(self):
+        self.flags = []
+        self.recheck = []
+
+
+@contextlib.contextmanager
+def deferred_checks():
+    """Forwards of this thread keep their losses on the device and defer their device-reading
+    checks (see the module's text); yields the :class:`DeferredChecks`."""
+    checks = DeferredChecks()
+    _deferred.checks = checks
+    try:
+        yield checks
+    finally:
+        _deferred.checks = None
+
+
+def defer_check(failed, recheck):
+    """Inside :func:`deferred_checks`: keep the device boolean ``failed`` and the callable
+    ``recheck`` (which raises the error when it finds the failure on the host) and return True;
+    elsewhere return False (the caller checks at once)."""
+    checks = getattr(_deferred, "checks", None)
+    if checks is None:
+        return False
+    checks.flags.append(failed)
+    checks.recheck.append(recheck)
+    return True
 
 
 class BlobVec(list):
@@ -137,12 +182,15 @@ class Layer:
         self.reshape(bottom, top)
         self.forward(bottom, top)
         loss = 0.0
+        on_device = getattr(_deferred, "checks", None) is not None
         for i, blob in enumerate(top):
             w = self.loss(i)
             if w:
                 diff = blob.write_diff()
                 diff[...] = w
-                loss += float(blob.read_data().sum()) * w
+                total = blob.read_data().sum()
+                # on the device: the same float64 product as the host's float(total) * w
+                loss = loss + (total.astype(np.float64) * w if on_device else float(total) * w)
         return loss
 
     def Backward(self, top, propagate_down, bottom):

@@ -13,6 +13,7 @@ import pytest
 
 import pycaffe_lite as caffe
 from pycaffe_lite import backend, cuda_graphs, syncedmem
+from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.layer import Layer
 from pycaffe_lite.registry import register_layer
 from pycaffe_lite.testing.simdevice import simulated_device
@@ -127,12 +128,13 @@ def test_off_switches_and_the_cases_that_always_run_eagerly(tmp_path):
         (tmp_path / "train").mkdir()
         train = caffe.Net(str(tmp_path / "net.prototxt"), caffe.TRAIN)
         assert cuda_graphs.why_not(train, 0, len(train.layers) - 1) == "a TRAIN net"
-        loss = NET + 'layer { name: "l" type: "Accuracy" bottom: "ip" bottom: "lab" top: "a" }\n'
+        loss = NET + 'layer { name: "l" type: "Accuracy" bottom: "ip" bottom: "lab" top: "a" ' \
+            'top: "per_class" }\n'
         loss = loss.replace('top: "data"', 'top: "data" top: "lab"').replace(
             "dim: 12 } }", "dim: 12 } shape { dim: 2 } }")
         acc = _net(tmp_path, loss, "acc.prototxt")
         assert cuda_graphs.why_not(acc, 0, len(acc.layers) - 1) == \
-            "layer 'l' (Accuracy) runs host code"
+            "layer 'l' (Accuracy) counts each class on the host"
     backend.set_mode_cpu()
     assert cuda_graphs.why_not(net, 0, len(net.layers) - 1) == "CPU mode"
 
@@ -197,3 +199,56 @@ def test_zoo_deploy_nets_capture_without_a_host_crossing(name):
         assert (dev.graph_captures, dev.graph_launches) == (1, 1)
         got = net.blobs[net.outputs[0]].data.copy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+# ---- a TEST net with data layers and losses --------------------------------------------------
+SCORED = """name: "scored"
+layer { name: "data" type: "MemoryData" top: "data" top: "label"
+        memory_data_param { batch_size: 4 channels: 3 height: 6 width: 6 } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+        convolution_param { num_output: 4 kernel_size: 3
+                            weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip"
+        inner_product_param { num_output: 5 weight_filler { type: "gaussian" std: 0.3 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc" }
+"""
+
+
+def _scored_run(tmp_path, graphs, labels):
+    """(loss, accuracy) of each of 6 forwards of a MemoryData TEST net over 3 batches,
+    on the simulated device; the device's (captures, launches)."""
+    path = tmp_path / "scored.prototxt"
+    path.write_text(SCORED)
+    cuda_graphs.set_enabled(graphs)
+    images = np.random.default_rng(4).uniform(0, 1, (12, 3, 6, 6)).astype(np.float32)
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        caffe.set_random_seed(2)
+        net = caffe.Net(str(path), caffe.TEST)
+        net.set_input_arrays(images, labels)
+        out = []
+        for _ in range(6):
+            loss = net.forward_from_to()
+            out.append((loss, float(net.blobs["acc"].data)))
+        return out, (dev.graph_captures, dev.graph_launches)
+
+
+def test_a_test_net_with_data_layers_and_losses_replays_its_forward(tmp_path):
+    """The data layer runs eagerly before each replay (a new batch each time), the loss comes
+    back in one read, the accuracy from its top."""
+    labels = (np.arange(12) % 5).astype(np.float32)
+    eager, counts = _scored_run(tmp_path, False, labels)
+    got, graph_counts = _scored_run(tmp_path, True, labels)
+    assert counts == (0, 0) and graph_counts == (1, 5)
+    assert got == eager
+    assert len({loss for loss, _ in got[:3]}) == 3  # three batches, three losses
+    assert got[:3] == got[3:]
+
+
+def test_a_bad_label_in_a_replayed_test_forward_raises_the_layers_error(tmp_path):
+    labels = (np.arange(12) % 5).astype(np.float32)
+    labels[9] = 7.0  # in the third batch (the first replay after the capture's)
+    with pytest.raises(CaffeError, match=r"loss.*label value 7 is out of range"):
+        _scored_run(tmp_path, True, labels)

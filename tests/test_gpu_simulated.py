@@ -22,7 +22,7 @@ import pytest
 from helpers.gpu_cases import (CASES, EXCLUDED, SOLVERS, STEPS, _u, case, case_ids, make_solver,
                        make_sources, run_case, weights)
 
-from pycaffe_lite import backend, syncedmem
+from pycaffe_lite import backend, cuda_graphs, syncedmem
 from pycaffe_lite.blob import Blob
 from pycaffe_lite.layers import create_layer, load_all
 from pycaffe_lite.registry import LAYERS
@@ -30,9 +30,12 @@ from pycaffe_lite.testing import layer_param
 from pycaffe_lite.testing.simdevice import DeviceArray, HostTransferError, simulated_device
 
 RTOL, ATOL = 1e-5, 1e-6  # float32; both modes compute with NumPy here
-# Scalars a GPU training iteration reads back: the loss (Layer.Forward returns it as a Python
-# float, as Caffe's Forward returns a Dtype) and the label check of SoftmaxWithLoss. No array.
+# Scalars a GPU training iteration reads back layer by layer: the loss (Layer.Forward returns
+# it as a Python float, as Caffe's Forward returns a Dtype) and the label check of
+# SoftmaxWithLoss. No array. A captured iteration (solvers/train_graph.py) reads one: the loss,
+# with the label check's verdict folded in; the first iteration runs layer by layer.
 SCALARS_PER_ITERATION = 2
+SCALARS_PER_CAPTURED_ITERATION = 1
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +85,11 @@ def test_layer_forward_backward_gpu_equals_cpu(c, pydir):
             assert crossings["to_device"] >= 1  # the bottoms went up
 
 
+@pytest.mark.parametrize("graphs", [True, False], ids=["captured", "layer_by_layer"])
 @pytest.mark.parametrize("kind", sorted(SOLVERS))
-def test_short_training_run_gpu_equals_cpu_without_host_round_trips(kind, tmp_path):
+def test_short_training_run_gpu_equals_cpu_without_host_round_trips(kind, graphs, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.setattr(cuda_graphs, "_settings", {"enabled": graphs})
     cpu = make_solver(kind, tmp_path)
     cpu.step(STEPS)
     expected = weights(cpu.net)
@@ -98,7 +104,11 @@ def test_short_training_run_gpu_equals_cpu_without_host_round_trips(kind, tmp_pa
             gpu.step(STEPS)
         after = dev.counts()
         assert after["to_host"] == before["to_host"]
-        assert after["scalar_sync"] - before["scalar_sync"] == SCALARS_PER_ITERATION * STEPS
+        reads = SCALARS_PER_ITERATION * STEPS if not graphs else \
+            SCALARS_PER_ITERATION + SCALARS_PER_CAPTURED_ITERATION * (STEPS - 1)
+        assert after["scalar_sync"] - before["scalar_sync"] == reads
+        assert dev.graph_captures == (1 if graphs else 0)
+        assert dev.graph_launches == (STEPS - 1 if graphs else 0)
         for p in gpu.net.learnable_params:  # the weights were updated on the device
             assert p.data_state == syncedmem.HEAD_AT_GPU
         got = weights(gpu.net)  # inspection: copies to the host now
@@ -154,14 +164,18 @@ def test_prefetching_data_layer_uploads_batches_from_pinned_buffers(sources):
         try:
             layer.SetUp([], top)
             assert dev.pinned_allocations >= 2 * (layer.prefetch_count + 1)
+            buffers = set()
             for _ in range(5):  # more batches than buffers: refilled buffers go up again
-                layer.Forward([], top)
-                # the loading thread copied the batch up: both sides current on delivery
-                assert top[0].data_state == syncedmem.SYNCED
-                assert top[1].data_state == syncedmem.SYNCED
                 with dev.forbid("to_device", "to_host"):
+                    layer.Forward([], top)
+                    # the loading thread copied the batch up; forward copied it, device to
+                    # device, into the top's own buffer (the one a CUDA graph reads)
+                    assert top[0].data_state == syncedmem.HEAD_AT_GPU
+                    assert top[1].data_state == syncedmem.HEAD_AT_GPU
                     images = top[0].read_data() * 1  # consumed on the device, no copy
                 assert isinstance(images, DeviceArray)
+                buffers.add(id(top[0].synced_data))
+            assert len(buffers) == 1
             expected = top[0].data.copy()
         finally:
             layer.close()

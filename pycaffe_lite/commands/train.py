@@ -36,8 +36,9 @@ log = logging.getLogger("pycaffe_lite")
 
 def add_cuda_graph_flag(p):
     p.add_argument("--cuda_graph", default="on", choices=("on", "off"),
-                   help="GPU mode: capture a TEST net's forward into a CUDA graph and replay it "
-                        "(on, the default) or run it layer by layer (off)")
+                   help="GPU mode: capture TEST forwards and training iterations into CUDA "
+                        "graphs and replay them (on, the default) or run them layer by layer "
+                        "(off)")
 
 
 def add_arguments(p):

@@ -1,20 +1,21 @@
 """A solver's per-parameter update (normalize, regularize, the rule) as one fused kernel, where
-one takes the arrays: the CUDA kernels of :mod:`pycaffe_lite.ops.gpu.solver_updates` (every
-rule) on CuPy arrays, the compiled host kernel of :mod:`pycaffe_lite.ops.cpu` (SGD) on NumPy
+one takes the arrays: the compiled host kernel of :mod:`pycaffe_lite.ops.cpu` (SGD) on NumPy
 arrays. The solver's NumPy steps run where none does (:func:`takes` is False).
 
 :func:`update_all` runs the update of every parameter and ``data -= diff`` in one compiled call
 (SGD, Nesterov and Adam on NumPy arrays of one float type: :func:`takes_all`), with the same
-values bit for bit."""
+values bit for bit. On the device, every rule's update of all the parameters is one launch
+whose coefficients live in device memory: :mod:`pycaffe_lite.ops.gpu.solver_updates`
+(:func:`device_tables`, :func:`device_upload`, :func:`device_update_all`).
+"""
 
+from ..backend import get_array_module
 from . import cpu as _cpu
 from .gpu import solver_updates as _gpu
 
 
 def takes(rule, data, diff, *state):
-    """Whether a fused kernel of ``rule`` computes the update of these arrays."""
-    if _gpu.supported(data, diff, *state):
-        return rule in _gpu.KERNELS
+    """Whether a fused host kernel of ``rule`` computes the update of these arrays."""
     return rule in ONE_PASS_RULES and _cpu.supported(data, diff, *state)
 
 
@@ -22,10 +23,7 @@ def update(rule, data, diff, state, norm, decay, l1, rate, coefficients):
     """Run ``rule``'s fused kernel (after :func:`takes`): ``state`` the rule's history arrays
     (updated in place), ``coefficients`` its scalars in the kernel's order; ``diff`` becomes the
     update value (``Net.update`` then does ``data -= diff``)."""
-    if _gpu.supported(data, diff, *state):
-        _gpu.update(rule, data, diff, state, norm, decay, l1, rate, coefficients)
-    else:
-        _cpu.sgd_update(diff, state[0], data, norm, decay, l1, rate, coefficients[0])
+    _cpu.sgd_update(diff, state[0], data, norm, decay, l1, rate, coefficients[0])
 
 
 #: the rules :func:`update_all` computes
@@ -45,3 +43,23 @@ def update_all(rule, datas, diffs, state, norm, decays, l1, rates, coefficients)
     the rule's scalars, as for :func:`update`), then ``data -= diff`` (``Net.update``), in one
     call (after :func:`takes_all`)."""
     _cpu.solver_update_all(rule, diffs, state, datas, rates, decays, norm, l1, coefficients)
+
+
+#: the rules :func:`device_update_all` computes
+DEVICE_RULES = tuple(_gpu.RULES)
+
+
+def device_takes(rule, datas, diffs, state):
+    """Whether :func:`device_update_all` takes these device arrays (one float type)."""
+    return rule in DEVICE_RULES and bool(datas) and \
+        _gpu.supported(*datas, *diffs, *[a for arrays in state for a in arrays])
+
+
+def device_tables(datas, diffs, state, decays, ncoef):
+    """The constant tables of a device update of these arrays (see ``ops.gpu``)."""
+    return _gpu.Tables(get_array_module(datas[0]), datas, diffs, state, decays, ncoef)
+
+
+device_tables_key = _gpu.tables_key
+device_upload = _gpu.upload
+device_update_all = _gpu.update_all

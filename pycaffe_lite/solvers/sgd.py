@@ -69,6 +69,7 @@ class SGDSolver(Solver):
         self._update_buf = [None] * len(params)
         self._temp = [None] * len(params)
         self._state_xp = xp
+        self.device_tables = None
 
     def _buffer(self, buffers, i):
         buf = buffers[i]
@@ -98,7 +99,7 @@ class SGDSolver(Solver):
         if param.display and self.iter % param.display == 0:
             log.info("Iteration %d, lr = %s", self.iter, _fmt(rate))
         self.clip_gradients()
-        if self._one_pass_update(rate):
+        if self._device_update(rate) or self._one_pass_update(rate):
             return
         for i in range(len(self.net.learnable_params)):
             if self._fused_update(i, rate):  # one kernel per param, where one takes the arrays
@@ -107,6 +108,48 @@ class SGDSolver(Solver):
             self.regularize(i)
             self.compute_update_value(i, rate)
         self.net.update()
+
+    # -- the update on the device (ops/gpu/solver_updates.py) ----------------------------------
+    def device_update_prepare(self, rate):
+        """Where every param's update runs on the device in one launch: its arrays
+        ``(datas, diffs, state)``, this iteration's coefficients already copied into
+        ``self.device_tables`` (rebuilt when an array moved); None elsewhere (host arrays, a
+        rule of its own). The launch itself (:meth:`device_update_run`) reads nothing from
+        the host: a CUDA graph can hold it."""
+        rule = self.fused_rule
+        params = self.net.learnable_params
+        n = len(params)
+        if rule not in solver_update.DEVICE_RULES or not n:
+            return None
+        datas = [p.write_data() for p in params]
+        diffs = [p.write_diff() for p in params]
+        state = [self.history[k * n:(k + 1) * n] for k in range(len(self.state_names))]
+        if not solver_update.device_takes(rule, datas, diffs, state):
+            return None
+        param = self.param
+        rates, coefficients = zip(*(self.fused_args(i, rate) for i in range(n)))
+        tables = self.device_tables
+        if tables is None or tables.key != solver_update.device_tables_key(datas, diffs, state):
+            decays = [f32(param.weight_decay * d) for d in self.net.params_weight_decay]
+            tables = self.device_tables = solver_update.device_tables(
+                datas, diffs, state, decays, len(coefficients[0]))
+        norm = 1 if param.iter_size == 1 else f32(1.0 / param.iter_size)
+        solver_update.device_upload(tables, norm, coefficients[0], rates)
+        return datas, diffs, state
+
+    def device_update_run(self, arrays, ok=None):
+        """The launch of :meth:`device_update_prepare`'s update (``data -= diff`` included);
+        with ``ok`` (a 0-d device boolean) nothing changes where it is False."""
+        datas, diffs, state = arrays
+        solver_update.device_update_all(self.fused_rule, self.device_tables, datas, diffs,
+                                        state, self.param.regularization_type == "L1", ok)
+
+    def _device_update(self, rate):
+        arrays = self.device_update_prepare(rate)
+        if arrays is None:
+            return False
+        self.device_update_run(arrays)
+        return True
 
     # -- the fused update (ops/solver_update.py) ---------------------------------------------
     def fused_args(self, i, rate):

@@ -13,10 +13,10 @@ import os
 
 import numpy as np
 
-from .. import backend
+from .. import backend, ranks
 from ..proto import protoio
 from ..blob import blobproto_to_array, fill_blobproto
-from ..errors import CaffeError, ProtoError
+from ..errors import CaffeError, ProtoError, SnapshotError
 from ..proto import caffe_pb2
 from . import resume
 
@@ -26,6 +26,26 @@ _SP = caffe_pb2.SolverParameter
 
 
 # -- writing ---------------------------------------------------------------------------------
+def take(solver):
+    """:meth:`Solver.snapshot`: write both files on rank 0 (None elsewhere); a failure raises
+    a SnapshotError naming the last complete snapshot."""
+    if not ranks.root_solver():
+        return None
+    try:
+        model_filename, state_filename = write(solver)
+    except (ProtoError, OSError) as exc:
+        if solver.last_snapshot:
+            where = ("The last complete snapshot, %s, is intact: once this is fixed, resume "
+                     "from it with --snapshot %s (solver.restore())"
+                     % (solver.last_snapshot, solver.last_snapshot))
+        else:
+            where = "No earlier snapshot of this run is complete"
+        raise SnapshotError("Iteration %d: the snapshot could not be written: %s. %s"
+                            % (solver.iter, exc, where)) from None
+    solver.last_snapshot = state_filename
+    return model_filename
+
+
 def write(solver):
     """Write the weights, then the state that names them; (weights file, state file)."""
     fmt = solver.param.snapshot_format

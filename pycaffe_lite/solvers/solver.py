@@ -23,11 +23,11 @@ from google.protobuf import text_format
 
 from .. import backend, health, net_memory, ranks
 from ..proto import protoio
-from ..errors import CaffeError, ProtoError, SnapshotError
+from ..errors import CaffeError
 from ..net import LAYER_FAILURES, Net
 from ..proto import caffe_pb2
 from ..signals import SolverAction
-from . import debug_info, paths
+from . import debug_info, paths, train_graph
 from . import snapshot as snapshot_io
 from .debug_info import fmt as _fmt
 from .detection_test import test_detection
@@ -123,6 +123,7 @@ class Solver:
         self._debug_culprit = None      # first non-finite value seen by a debug_info pass
         self._nonfinite_reported = False
         self._diagnosed = set()
+        self.train_graph = None
         self.sanity_check()
         self.presolve()
 
@@ -335,7 +336,6 @@ class Solver:
         if self.progress is not None:
             self.progress.start(self.iter)
         while self.iter < stop_iter:
-            self.net.clear_param_diffs()
             if param.test_interval and self.iter % param.test_interval == 0 and \
                     (self.iter > 0 or param.test_initialization):
                 self.test_all()
@@ -345,24 +345,14 @@ class Solver:
                 cb.on_start()
             display = bool(param.display) and self.iter % param.display == 0
             debug = display and param.debug_info
-            loss = 0.0
-            self._debug_culprit = None
-            for _ in range(param.iter_size):
-                loss += self._forward_backward(debug)
-            loss /= param.iter_size
-            # the loss is checked every iteration (free), the gradients at display (one read)
-            if not math.isfinite(loss) or (display and not health.gradients_finite(self.net)):
-                self._nonfinite(loss, debug)
-            self._update_smoothed_loss(loss, start_iter, average_loss)
-            if display:
-                log.info("Iteration %d, loss = %s", self.iter, _fmt(self.smoothed_loss))
-                self._log_outputs(self.net, "Train", None, None)
-                self._diagnose(self.net)
-            for cb in self.callbacks:
-                cb.on_gradients_ready()
-            self.apply_update()
-            if debug:
-                debug_info.update(self.net)
+            graph = None if display else train_graph.of(self)
+            loss = graph.iteration() if graph is not None else None
+            if loss is not None:  # a captured iteration: forward, backward and the update
+                if not math.isfinite(loss):
+                    self._nonfinite(loss, False)
+                self._update_smoothed_loss(loss, start_iter, average_loss)
+            else:
+                self._eager_iteration(display, debug, start_iter, average_loss)
             if display:
                 self._notify("on_display", False)
             self.iter += 1
@@ -375,6 +365,30 @@ class Solver:
             if request == SolverAction.STOP:
                 self.requested_early_exit = True
                 break
+
+    def _eager_iteration(self, display, debug, start_iter, average_loss):
+        """One iteration layer by layer: ``iter_size`` forward/backward passes, the checks,
+        the display, the callbacks, the update."""
+        param = self.param
+        self.net.clear_param_diffs()
+        loss = 0.0
+        self._debug_culprit = None
+        for _ in range(param.iter_size):
+            loss += self._forward_backward(debug)
+        loss /= param.iter_size
+        # the loss is checked every iteration (free), the gradients at display (one read)
+        if not math.isfinite(loss) or (display and not health.gradients_finite(self.net)):
+            self._nonfinite(loss, debug)
+        self._update_smoothed_loss(loss, start_iter, average_loss)
+        if display:
+            log.info("Iteration %d, loss = %s", self.iter, _fmt(self.smoothed_loss))
+            self._log_outputs(self.net, "Train", None, None)
+            self._diagnose(self.net)
+        for cb in self.callbacks:
+            cb.on_gradients_ready()
+        self.apply_update()
+        if debug:
+            debug_info.update(self.net)
 
     def solve(self, resume_file=None):
         """Train to ``max_iter`` (resuming from ``resume_file`` if given), snapshot after
@@ -568,21 +582,7 @@ class Solver:
         refers to a missing or partial weights file. A failure raises a SnapshotError naming
         the last complete snapshot. In data-parallel training only rank 0 writes (the
         others return None)."""
-        if not ranks.root_solver():
-            return None
-        try:
-            model_filename, state_filename = snapshot_io.write(self)
-        except (ProtoError, OSError) as exc:
-            if self.last_snapshot:
-                where = ("The last complete snapshot, %s, is intact: once this is fixed, resume "
-                         "from it with --snapshot %s (solver.restore())"
-                         % (self.last_snapshot, self.last_snapshot))
-            else:
-                where = "No earlier snapshot of this run is complete"
-            raise SnapshotError("Iteration %d: the snapshot could not be written: %s. %s"
-                                % (self.iter, exc, where)) from None
-        self.last_snapshot = state_filename
-        return model_filename
+        return snapshot_io.take(self)
 
     def snapshot_solver_state(self, model_filename):
         """Write the solver state that refers to ``model_filename``; its file name."""

@@ -63,7 +63,7 @@ def _caller():
     """``file:line`` of the first frame outside this module and NumPy (for the log)."""
     for frame in reversed(traceback.extract_stack(limit=16)[:-1]):
         name = frame.filename.replace("\\", "/")
-        if name.endswith("testing/simdevice.py") or "/numpy/" in name:
+        if name.endswith(("testing/simdevice.py", "testing/simgraph.py")) or "/numpy/" in name:
             continue
         return "%s:%d" % (name.rsplit("/", 2)[-1] if "/" in name else name, frame.lineno)
     return "?"
@@ -205,7 +205,7 @@ class DeviceArray(NDArrayOperatorsMixin):
                                  "host array of shape %s into a device array)" % (value.shape,))
         elif isinstance(value, (list, tuple)):
             raise TypeError("cannot assign a host %s into a device array" % type(value).__name__)
-        self._a[key] = value
+        self._a[key] = simgraph.note(self._dev, value)
 
     # ---- methods -----------------------------------------------------------------------------
     def __getattr__(self, name):
@@ -350,7 +350,7 @@ class SimulatedDevice:
 
     def capture_graph(self, fn):
         """A CUDA graph's capture, simulated (see :mod:`.simgraph`)."""
-        return simgraph.capture(self, fn, KINDS)
+        return simgraph.capture(self, fn, KINDS, _caller)
 
     # ---- bookkeeping -----------------------------------------------------------------------
     def _forbidden(self):
@@ -414,7 +414,7 @@ class SimulatedDevice:
             return type(obj)(self._unwrap(o, what) for o in obj)
         if isinstance(obj, dict):
             return {k: self._unwrap(v, what) for k, v in obj.items()}
-        return obj
+        return simgraph.note(self, obj)
 
     def _wrap(self, obj, scalars):
         if isinstance(obj, np.ndarray):
@@ -465,7 +465,7 @@ class SimulatedDevice:
             elif method == "at" and len(args) == 1:
                 args.append(self._index(x))
             else:
-                args.append(x)
+                args.append(simgraph.note(self, x))
         out = kwargs.get("out")
         kwargs = {k: (self._unwrap(v, ufunc.__name__) if k != "out" else v)
                   for k, v in kwargs.items()}

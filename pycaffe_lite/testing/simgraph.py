@@ -1,26 +1,120 @@
 """CUDA graphs on the simulated device (:mod:`.simdevice`).
 
 A real capture records the work without running it and cannot copy between host and device
-or synchronise; its replay runs the recorded work with no Python in between. Simulated, a
-capture runs the work once with every host crossing forbidden (what would cross raises
-:class:`~pycaffe_lite.testing.simdevice.HostTransferError` where it happens, as a real capture
-fails there), and ``launch()`` runs it again under the same rule. The device counts both
-(``graph_captures``, ``graph_launches``).
+or synchronise; its replay runs the recorded work with no Python in between, so every value
+the host passed to a kernel (a scalar argument) is the one it had at capture time. Simulated:
+
+- a capture runs the work once with every host crossing forbidden (what would cross raises
+  :class:`~pycaffe_lite.testing.simdevice.HostTransferError` where it happens, as a real
+  capture fails there), notes every host scalar handed to a device operation, and then puts
+  every device array that existed before it back as it was (a real capture runs nothing);
+- ``launch()`` runs the work again under the same rule and compares each host scalar with the
+  one noted at capture: one that changed raises :class:`GraphReplayError` at the line that
+  passed it (a real replay would have used the captured value), as does a replay that runs
+  other operations than the capture did.
+
+The device counts both (``graph_captures``, ``graph_launches``).
 """
+
+import gc
+
+import numpy as np
+
+
+class GraphReplayError(AssertionError):
+    """A replayed (simulated) CUDA graph would not compute what the Python code asked for:
+    a host value given to a kernel changed since the capture."""
+
+
+class _Scalars:
+    """The host scalars one thread gives device operations, noted or checked in order."""
+
+    def __init__(self, where, expected=None):
+        self.values = [] if expected is None else None
+        self.where = where
+        self.expected = expected
+        self.position = 0
+
+    def see(self, value):
+        where = self.where  # the caller's ``file:line``, asked only for an error
+        if self.expected is None:
+            self.values.append(value)
+            return
+        k = self.position
+        self.position += 1
+        if k >= len(self.expected):
+            raise GraphReplayError("the replay gave a device operation more host values than "
+                                   "the capture did (%r at %s)" % (value, where()))
+        old = self.expected[k]
+        if not _same(old, value):
+            raise GraphReplayError("host value %r at %s was %r when the graph was captured: "
+                                   "a replayed CUDA graph uses the captured value"
+                                   % (value, where(), old))
+
+
+def _same(a, b):
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (float, np.floating)) and np.isnan(a) and np.isnan(b):
+        return True
+    return a == b
+
+
+def note(dev, value):
+    """``value`` (a host scalar given to a device operation), noted or checked when this
+    thread captures or replays a graph; returned unchanged."""
+    scalars = getattr(dev._local, "graph_scalars", None)
+    if scalars is not None and isinstance(value, (bool, int, float, np.number, np.bool_)):
+        scalars.see(value)
+    return value
+
+
+def _device_memory(dev):
+    """``[(buffer, copy)]`` of the memory under every live device array of ``dev``."""
+    roots = {}
+    for obj in gc.get_objects():
+        if type(obj) is dev.ndarray and obj._dev is dev:
+            root = obj._a
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            roots[id(root)] = root
+    return [(root, root.copy()) for root in roots.values() if root.flags.writeable]
 
 
 class SimulatedGraph:
-    def __init__(self, dev, fn, kinds):
-        self._dev, self._fn, self._kinds = dev, fn, kinds
+    def __init__(self, dev, fn, kinds, scalars, where):
+        self._dev, self._fn, self._kinds, self._scalars = dev, fn, kinds, scalars
+        self._where = where
 
     def launch(self):
-        with self._dev.forbid(*self._kinds):
-            self._fn()
+        check = _Scalars(self._where, self._scalars)
+        self._dev._local.graph_scalars = check
+        try:
+            with self._dev.forbid(*self._kinds):
+                self._fn()
+        finally:
+            self._dev._local.graph_scalars = None
+        if check.position != len(self._scalars):
+            raise GraphReplayError("the replay gave device operations %d host values, the "
+                                   "capture %d: it ran other operations"
+                                   % (check.position, len(self._scalars)))
         self._dev.graph_launches += 1
 
 
-def capture(dev, fn, kinds):
-    with dev.forbid(*kinds):
-        fn()
+def capture(dev, fn, kinds, where):
+    """``fn`` captured on ``dev``; ``where()`` names the caller's ``file:line``."""
+    saved = _device_memory(dev)
+    scalars = _Scalars(where)
+    dev._local.graph_scalars = scalars
+    try:
+        with dev.forbid(*kinds):
+            fn()
+    finally:
+        dev._local.graph_scalars = None
+        for root, copy in saved:  # a real capture runs nothing
+            np.copyto(root, copy)
     dev.graph_captures += 1
-    return SimulatedGraph(dev, fn, kinds)
+    return SimulatedGraph(dev, fn, kinds, scalars.values, where)
+
+
+__all__ = ["GraphReplayError", "SimulatedGraph", "capture", "note"]

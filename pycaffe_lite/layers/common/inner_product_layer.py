@@ -84,8 +84,10 @@ class InnerProductLayer(Layer):
     def backward(self, top, propagate_down, bottom):
         dy = top[0].read_diff().reshape(self.M, self.num_output)
         x = bottom[0].read_data().reshape(self.M, self.K)
-        if self.param_propagate_down[0]:
-            dw = self.blobs[0].write_diff()
+        dw = self.blobs[0].write_diff() if self.param_propagate_down[0] else None
+        dx = bottom[0].write_diff().reshape(self.M, self.K) if propagate_down[0] else None
+        dw_done, dx_done = self._cudnn_backward(x, dy, dw, dx)
+        if dw is not None and not dw_done:
             if self.transpose:
                 accumulate_matmul(dw, x.T, dy)
             else:
@@ -93,6 +95,17 @@ class InnerProductLayer(Layer):
         if self.bias_term and self.param_propagate_down[1]:
             db = self.blobs[1].write_diff()
             db += dy.sum(axis=0)
-        if propagate_down[0]:
-            dx = bottom[0].write_diff().reshape(self.M, self.K)
+        if dx is not None and not dx_done:
             matmul(dy, self._weight_nk(), dx)
+
+    def _cudnn_backward(self, x, dy, dw, dx):
+        """On the GPU with cuDNN: the gradients as those of a 1x1 convolution of (M, K, 1, 1)
+        (``dw +=``, ``dx =``), which a CUDA graph can hold; ``(dw done, dx done)``."""
+        w = self.blobs[0].read_data()
+        if self.transpose or not cudnn.conv_takes(cudnn.CUDNN, x, w, dy):
+            return False, False
+        m, k, n = self.M, self.K, self.num_output
+        return cudnn.conv_backward(
+            x.reshape(m, k, 1, 1), dy.reshape(m, n, 1, 1), w.reshape(n, k, 1, 1),
+            None if dx is None else dx.reshape(m, k, 1, 1),
+            None if dw is None else dw.reshape(n, k, 1, 1), (0, 0), (1, 1), (1, 1), 1)

@@ -197,9 +197,23 @@ class BasePrefetchingDataLayer(BaseDataLayer):
                 message = "loading a batch failed: %s: %s" % (type(original).__name__,
                                                             original)
             raise self.error(message) from original
-        for t, b in zip(top, blobs):
+        gpu = backend.mode() == backend.GPU
+        for j, (t, b) in enumerate(zip(top, blobs)):
             t.reshape(b.shape)
-            t.share_data(b)
+            if gpu:  # copied into a buffer of the layer's own: what a captured CUDA graph reads
+                t.share_data(self._top_buffer(j, b))
+                t.copy_data(b)
+            else:
+                t.share_data(b)
+
+    def _top_buffer(self, j, batch):
+        """Top ``j``'s own storage in GPU mode, shaped like ``batch`` (kept across batches)."""
+        buffers = self.__dict__.setdefault("_top_buffers", {})
+        buf = buffers.get(j)
+        if buf is None or buf.dtype != batch.dtype:
+            buf = buffers[j] = Blob(batch.shape, batch.dtype)
+        buf.reshape(batch.shape)
+        return buf
 
     def get_state(self):
         state = dict(self._prefetcher.state)

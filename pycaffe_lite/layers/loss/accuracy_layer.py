@@ -64,9 +64,10 @@ class AccuracyLayer(Layer):
         # The true class itself is among those scoring >= its score, hence the -1.
         better = (scores >= true_score).sum(axis=1) - 1
         correct = valid & (better < self.top_k)
-        count = int(valid.sum())
-        hits = correct.sum()
-        top[0].write_data()[...] = 0 if count == 0 else hits.astype(scores.dtype) / dtype(count)
+        # counted where the labels are (no host read: a CUDA graph can hold it); 0 without any
+        count = valid.sum().astype(scores.dtype)
+        hits = correct.sum().astype(scores.dtype)
+        top[0].write_data()[...] = xp.where(count == 0, dtype(0), hits / xp.maximum(count, 1))
         if len(top) > 1:
             nums = xp.bincount(index[valid], minlength=self.channels).astype(scores.dtype)
             per_class = xp.bincount(index[correct], minlength=self.channels).astype(scores.dtype)

@@ -8,6 +8,7 @@ labels that are not integers in ``[0, num_classes)`` (other than the ignore labe
 import numpy as np
 
 from ...backend import get_array_module, to_host
+from ...layer import defer_check
 from ...proto import caffe_pb2
 
 LossParameter = caffe_pb2.LossParameter
@@ -70,7 +71,13 @@ def check_labels(layer, labels, num_classes, ignore_label=None):
     else:
         valid = truncated != ignore_label
     bad = (truncated != labels) | (valid & ((labels < 0) | (labels >= num_classes)))
-    if bool(bad.any()):
+    failed = bad.any()
+    if xp is not np and defer_check(failed, lambda: check_labels(
+            layer, to_host(labels), num_classes, ignore_label)):
+        # read after the captured iteration, whose re-check raises the error below; until
+        # then a bad label gathers class 0 (the iteration's result is not used)
+        return xp.where(valid & ~bad, truncated, 0).astype(xp.int64), valid
+    if bool(failed):
         value = float(to_host(labels[bad])[0])
         n_bad = int(bad.sum())
         what = "not an integer" if value != np.trunc(value) else "out of range"

@@ -7,7 +7,8 @@ with the same arguments and the same results (to float rounding; see each module
 - :mod:`.pooling`: MAX and AVE pooling, forward and backward;
 - :mod:`.lrn`: LRN forward and backward (both norm regions);
 - :mod:`.softmax_loss`: SoftmaxWithLoss's loss gather and gradient;
-- :mod:`.solver_updates`: every solver rule's update fused into one kernel per parameter;
+- :mod:`.solver_updates`: every solver rule's update of all the parameters in one launch, its
+  coefficients read from device memory;
 - :mod:`.cudnn`: cuDNN convolution and pooling through CuPy, with Caffe's engine selection;
 - :mod:`.channels`: BatchNorm's and Scale's per-channel sums and elementwise steps;
 - :mod:`.fused`: a training net's fused BatchNorm -> Scale -> ReLU and Eltwise SUM -> ReLU

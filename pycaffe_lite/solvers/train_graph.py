@@ -1,0 +1,233 @@
+"""Training iterations on the GPU captured into a CUDA graph and replayed.
+
+Run layer by layer from Python, a training iteration costs host time per layer and per
+parameter, and the GPU waits for it (ResNet-50: hundreds of launches a pass). When nothing
+changes between iterations but the batch and the learning rate, :class:`TrainGraph` runs an
+iteration as
+
+1. the data layers (the net's leading layers without bottoms that a graph cannot hold: they
+   read files and the prefetch queue) eagerly; each copies its batch into a device buffer of
+   its own (:class:`~pycaffe_lite.layers.data.base_data_layer.BaseDataLayer`), the buffer the
+   graph reads;
+2. the solver's coefficients of this iteration (learning rates, Adam's correction) copied into
+   the device table the update kernel reads (:meth:`SGDSolver.device_update_prepare`);
+3. one graph launch: clear the param diffs, forward of the other layers, backward, the update
+   of every param (``data -= diff`` included);
+4. one read: the loss, NaN where a check that a graph cannot make on the host failed (the
+   labels' range, see :func:`pycaffe_lite.layer.deferred_checks`). A non-finite value re-runs
+   those checks on the host, which raise their own errors; else it goes to the solver's usual
+   handling of a non-finite loss. The update of such an iteration changes nothing (the kernel
+   reads the verdict on the device), as the eager iteration stops before its update.
+
+The first iteration for a set of shapes runs eagerly (kernels compile, cuDNN's plans are
+chosen, buffers are allocated), the second is captured and launched, the later ones are
+launched. Any buffer the graph uses that moved (a blob grew, a net surgery shared another
+blob, a restored solver state) starts again at the first step. A replayed iteration runs the
+same kernels on the same buffers as an eager one, so it computes the same values.
+
+Iterations that display (they read the gradients before the update), that debug, or that are
+not one forward/backward (``iter_size`` > 1), solvers with callbacks (data-parallel reduction,
+pycaffe's ``add_callback``), gradient clipping (a host decision each iteration), net hooks,
+and nets with a layer outside :data:`CAPTURABLE` run eagerly; ``caffe.set_cuda_graph(False)``,
+``--cuda_graph off`` or ``PYCAFFE_LITE_CUDA_GRAPH=0`` turn graphs off.
+"""
+
+import logging
+import math
+
+from .. import backend, cuda_graphs
+from ..layer import deferred_checks
+from ..syncedmem import HEAD_AT_BLOCKED, HEAD_AT_CPU
+
+HOST_NEWER = (HEAD_AT_CPU, HEAD_AT_BLOCKED)
+
+log = logging.getLogger("pycaffe_lite")
+
+#: layer types whose TRAIN forward and backward read and write device arrays only and keep
+#: no per-call host state (the TEST net's, whose random draws come from the device's counter
+#: stream, see backend.random_uniform, and its losses)
+CAPTURABLE = cuda_graphs.CAPTURABLE | cuda_graphs.LOSSES
+
+
+def of(solver):
+    """The solver's :class:`TrainGraph` (made on first use) in GPU mode; None on the CPU."""
+    if backend.mode() != backend.GPU:
+        return None
+    if solver.train_graph is None:
+        solver.train_graph = TrainGraph(solver)
+    return solver.train_graph
+
+
+class TrainGraph:
+    """The captured iteration of a solver's train net (see the module's text)."""
+
+    def __init__(self, solver):
+        self.solver = solver
+        self.net = solver.net
+        self.refused = ""
+        self.first = self._first_captured()
+        self.graph = self.key = self.warm_key = self.result = self.buffers = None
+        self.captures = self.replays = 0
+
+    def _first_captured(self):
+        """The index of the first layer the graph holds: the layers before it are the data
+        layers, which run eagerly."""
+        first = cuda_graphs.first_captured(self.net, CAPTURABLE)
+        self.refused = cuda_graphs.layers_why_not(self.net, first, CAPTURABLE)
+        return first
+
+    def why_not(self):
+        """Why the next iteration runs eagerly as a whole ("" when this object runs it)."""
+        solver, param = self.solver, self.solver.param
+        if not cuda_graphs.enabled():
+            return "CUDA graphs are off"
+        if backend.mode() != backend.GPU:
+            return "CPU mode"
+        if self.refused:
+            return self.refused
+        if param.iter_size != 1:
+            return "iter_size is %d" % param.iter_size
+        if param.clip_gradients >= 0:
+            return "gradient clipping decides on the host"
+        if solver.callbacks:
+            return "the solver has callbacks"
+        if any(self.net._hooks.values()):
+            return "the net has hooks"
+        if getattr(solver, "fused_rule", None) is None:
+            return "the solver's rule has no device update"
+        return ""
+
+    def iteration(self):
+        """Run one iteration (forward, backward, update) and return its loss; None (nothing
+        done) where it must run eagerly as a whole (:meth:`why_not`)."""
+        if self.why_not():
+            return None
+        solver, net = self.solver, self.net
+        solver._ensure_state_module()
+        loss = net.forward_from_to(0, self.first - 1) if self.first else 0.0
+        rate = solver.get_learning_rate()
+        solver.lr = rate
+        arrays = solver.device_update_prepare(rate)
+        if arrays is None:
+            self.refused = "the update does not run on the device"
+            return self._eager_rest(loss, rate)
+        key = self._key()
+        if key != self.key:
+            if key != self.warm_key:
+                self.warm_key, self.key, self.graph = key, None, None
+                return self._eager_rest(loss, rate, arrays)
+            if not self._capture(arrays):
+                return self._eager_rest(loss, rate, arrays)
+            self.key = key
+        return loss + self._launch()
+
+    # -- the steps ---------------------------------------------------------------------------
+    def _eager_rest(self, loss, rate, arrays=None):
+        """The iteration after its data layers, layer by layer (warm-up, or a refused
+        capture)."""
+        solver, net = self.solver, self.net
+        net.clear_param_diffs()
+        loss += net.forward_from_to(self.first, len(net.records) - 1)
+        net.backward_from_to()
+        if arrays is None:
+            solver.apply_update()
+        else:
+            solver.device_update_run(arrays)
+        return loss
+
+    def _captured_work(self, arrays):
+        solver, net, xp = self.solver, self.net, backend.xp()
+        net.clear_param_diffs()
+        with deferred_checks() as checks:
+            loss = net._forward_layers(self.first, len(net.records) - 1)
+        net.backward_from_to()
+        if isinstance(loss, float):  # no loss layer: a zero made on the device
+            loss = xp.zeros((), dtype="float64")
+        failed = xp.zeros((), dtype=bool)
+        for flag in checks.flags:
+            failed = failed | flag
+        ok = ~failed
+        if solver.stop_on_nonfinite:
+            ok = ok & xp.isfinite(loss)
+        solver.device_update_run(arrays, ok)
+        # the one value read after the launch: the loss, NaN where a check failed (the host
+        # re-checks then tell a failed check from a non-finite loss)
+        self.result = xp.where(failed, float("nan"), loss)
+        self.rechecks = checks.recheck
+
+    def _capture(self, arrays):
+        """Capture the iteration's device work; False (logged once, the solver trains eagerly
+        from then on) where the capture failed."""
+        self._upload_host_writes()
+        try:
+            self.graph = backend.capture_graph(lambda: self._captured_work(arrays))
+        except Exception as exc:  # whatever a layer or the driver raised: train eagerly
+            self.refused = "its capture failed (%s: %s)" % (type(exc).__name__, exc)
+            log.warning("Net '%s': the CUDA graph capture of a training iteration failed "
+                        "(%s: %s); training runs layer by layer", self.net.name,
+                        type(exc).__name__, exc)
+            self.graph = None
+            return False
+        self.buffers = self._buffers()
+        self.captures += 1
+        # the warm-up's temporaries, cached by the default pool, are not needed again: the
+        # graph's own pool holds what the replays use
+        backend.free_cached_device_memory()
+        return True
+
+    def _launch(self):
+        self._upload_host_writes()
+        self.graph.launch()
+        self.replays += 1
+        for synced in self.buffers[3]:
+            synced.device_written()
+        loss = float(self.result)
+        if not math.isfinite(loss):
+            for recheck in self.rechecks:
+                recheck()  # raises the check's own error where it failed
+        return loss
+
+    # -- what the graph depends on ---------------------------------------------------------
+    def _synced(self):
+        """Every SyncedArray the iteration reads or writes, once: each blob's data and diff
+        (a diff shared by liveness, net_memory's slot, as the buffer under it), each param's
+        data and diff."""
+        net = self.net
+        blobs = list(net._blobs) + [b for blobs in net.params.values() for b in blobs]
+        seen, out = set(), []
+        for b in blobs:
+            for s in (b.synced_data, b.synced_diff):
+                s = getattr(s, "storage", s)
+                if id(s) not in seen:
+                    seen.add(id(s))
+                    out.append(s)
+        return out
+
+    def _buffers(self):
+        """What :meth:`_key` compares, and (last) what a launch writes: every SyncedArray but
+        the data of the data layers' tops (a host write into one must not fetch it first)."""
+        synced = self._synced()
+        fed = {id(top.synced_data) for rec in self.net.records[:self.first] for top in rec.tops}
+        written = [s for s in synced if id(s) not in fed]
+        return synced, [s._gpu for s in synced], self.solver.device_tables, written
+
+    def _key(self):
+        """The shapes the graph is captured for; where any of its buffers moved, the graph is
+        dropped (this iteration warms up again)."""
+        key = cuda_graphs.input_shapes(self.net, self.first)
+        buffers = self.buffers
+        if buffers is not None and self.graph is not None:
+            synced = self._synced()
+            if buffers[2] is not self.solver.device_tables or len(synced) != len(buffers[0]) \
+                    or any(a is not b or a._gpu is not g
+                           for a, b, g in zip(synced, buffers[0], buffers[1])):
+                # this iteration warms up again, the next one captures again
+                self.graph = self.buffers = self.key = self.warm_key = None
+        return key
+
+    def _upload_host_writes(self):
+        """A value written on the host since the last iteration (net surgery, a restored
+        snapshot) goes up before the graph reads it (a graph cannot copy from the host)."""
+        for synced in self._synced():
+            if synced.head in HOST_NEWER:
+                synced.gpu()
