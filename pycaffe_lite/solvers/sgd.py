@@ -126,16 +126,21 @@ class SGDSolver(Solver):
         state = [self.history[k * n:(k + 1) * n] for k in range(len(self.state_names))]
         if not solver_update.device_takes(rule, datas, diffs, state):
             return None
-        param = self.param
-        rates, coefficients = zip(*(self.fused_args(i, rate) for i in range(n)))
         tables = self.device_tables
         if tables is None or tables.key != solver_update.device_tables_key(datas, diffs, state):
-            decays = [f32(param.weight_decay * d) for d in self.net.params_weight_decay]
+            decays = [f32(self.param.weight_decay * d) for d in self.net.params_weight_decay]
             tables = self.device_tables = solver_update.device_tables(
-                datas, diffs, state, decays, len(coefficients[0]))
-        norm = 1 if param.iter_size == 1 else f32(1.0 / param.iter_size)
-        solver_update.device_upload(tables, norm, coefficients[0], rates)
+                datas, diffs, state, decays, len(self.fused_args(0, rate)[1]))
+        self.device_update_upload(rate)
         return datas, diffs, state
+
+    def device_update_upload(self, rate):
+        """This iteration's coefficients (``norm``, the rule's, every param's rate) into the
+        device table of the arrays :meth:`device_update_prepare` last took."""
+        n = len(self.net.learnable_params)
+        rates, coefficients = zip(*(self.fused_args(i, rate) for i in range(n)))
+        norm = 1 if self.param.iter_size == 1 else f32(1.0 / self.param.iter_size)
+        solver_update.device_upload(self.device_tables, norm, coefficients[0], rates)
 
     def device_update_run(self, arrays, ok=None):
         """The launch of :meth:`device_update_prepare`'s update (``data -= diff`` included);

@@ -107,6 +107,9 @@ class TrainGraph:
         loss = net.forward_from_to(0, self.first - 1) if self.first else 0.0
         rate = solver.get_learning_rate()
         solver.lr = rate
+        if self.graph is not None and self._key() == self.key:  # a replay: the rates only
+            solver.device_update_upload(rate)
+            return loss + self._launch()
         arrays = solver.device_update_prepare(rate)
         if arrays is None:
             self.refused = "the update does not run on the device"
@@ -204,12 +207,15 @@ class TrainGraph:
         return out
 
     def _buffers(self):
-        """What :meth:`_key` compares, and (last) what a launch writes: every SyncedArray but
-        the data of the data layers' tops (a host write into one must not fetch it first)."""
+        """What :meth:`_key` compares (the SyncedArrays, their device arrays, the update's
+        tables and the solver's history), and (last) what a launch writes: every SyncedArray
+        but the data of the data layers' tops (a host write into one must not fetch it
+        first)."""
         synced = self._synced()
         fed = {id(top.synced_data) for rec in self.net.records[:self.first] for top in rec.tops}
         written = [s for s in synced if id(s) not in fed]
-        return synced, [s._gpu for s in synced], self.solver.device_tables, written
+        return synced, [s._gpu for s in synced], self.solver.device_tables, written, \
+            list(self.solver.history)
 
     def _key(self):
         """The shapes the graph is captured for; where any of its buffers moved, the graph is
@@ -218,7 +224,10 @@ class TrainGraph:
         buffers = self.buffers
         if buffers is not None and self.graph is not None:
             synced = self._synced()
+            history = self.solver.history
             if buffers[2] is not self.solver.device_tables or len(synced) != len(buffers[0]) \
+                    or len(history) != len(buffers[4]) \
+                    or any(a is not b for a, b in zip(history, buffers[4])) \
                     or any(a is not b or a._gpu is not g
                            for a, b, g in zip(synced, buffers[0], buffers[1])):
                 # this iteration warms up again, the next one captures again
