@@ -92,7 +92,7 @@ def make_solver(net, rule, tmp_path, extra="", data=None):
                       'snapshot_prefix: "%s" %s' % (tmp_path / "snap", extra), param)
     text_format.Merge(text, param.net_param)
     solver = get_solver(param)
-    n = 4 * batch
+    n = 4 * batch if data is None else len(data)
     images = _u((n,) + shape, 11, 0.0, 1.0) if data is None else data
     if "MemoryData" in text:
         solver.net.set_input_arrays(images, _labels(n, 10, 12))
@@ -165,16 +165,29 @@ def test_the_device_update_matches_the_cpu_solver(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("extra, why", [
-    ("clip_gradients: 1.0", "gradient clipping decides on the host"),
-    ("iter_size: 2", "iter_size is 2"),
-])
-def test_runs_that_a_graph_cannot_hold_train_layer_by_layer(extra, why, tmp_path):
+def test_gradient_clipping_trains_layer_by_layer(tmp_path):
+    extra = "clip_gradients: 1.0"
     eager, _, _, _ = run("lenet", "SGD", tmp_path, graphs=False, extra=extra, iters=4)
     got, _, dev, solver = run("lenet", "SGD", tmp_path, graphs=True, extra=extra, iters=4)
     assert dev.graph_captures == 0
-    assert solver.why_not_at_end == why
+    assert solver.why_not_at_end == "gradient clipping decides on the host"
     assert_same(got, eager)
+
+
+@pytest.mark.parametrize("rule", ["SGD", "Adam"])
+def test_iter_size_replays_a_graph_per_pass_and_one_for_the_update(rule, tmp_path):
+    """iter_size 3: the first pass (diffs cleared), the next passes (each after its data
+    layers), the update: three graphs, captured once, launched 1 + 2 + 1 times an
+    iteration."""
+    extra = "iter_size: 3"
+    eager, eager_losses, _, _ = run("lenet", rule, tmp_path, graphs=False, extra=extra,
+                                    iters=4)
+    got, losses, dev, solver = run("lenet", rule, tmp_path, graphs=True, extra=extra, iters=4)
+    assert dev.graph_captures == 3
+    assert dev.graph_launches == 3 * 4
+    assert solver.train_graph.replays == 3
+    assert_same(got, eager)
+    assert losses == eager_losses
 
 
 def test_callbacks_keep_training_layer_by_layer(tmp_path):
@@ -285,13 +298,17 @@ def test_a_bad_label_in_a_replayed_iteration_raises_and_leaves_the_weights(tmp_p
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the infinite inputs, on purpose
-def test_a_non_finite_loss_in_a_replayed_iteration_stops_before_its_update(tmp_path):
-    images = _u((32, 1, 12, 12), 11, 0.0, 1.0)
-    images[24:32] = np.inf  # batch 3: iteration 3, replayed
+@pytest.mark.parametrize("iter_size", [1, 2])
+def test_a_non_finite_loss_in_a_replayed_iteration_stops_before_its_update(iter_size,
+                                                                           tmp_path):
+    images = _u((32 * iter_size, 1, 12, 12), 11, 0.0, 1.0)
+    # batch 3 (iteration 3, replayed) or batch 7 (iteration 3's second pass)
+    images[8 * (4 * iter_size - 1):8 * 4 * iter_size] = np.inf
     with simulated_device():
         backend.set_mode_gpu()
         try:
-            solver = make_solver("lenet", "SGD", tmp_path, data=images)
+            solver = make_solver("lenet", "SGD", tmp_path, data=images,
+                                 extra="iter_size: %d" % iter_size)
             solver.step(3)
             assert solver.train_graph.replays == 2
             before = state_of(solver)

@@ -19,16 +19,21 @@ iteration as
    handling of a non-finite loss. The update of such an iteration changes nothing (the kernel
    reads the verdict on the device), as the eager iteration stops before its update.
 
+With ``iter_size`` > 1 an iteration is three graphs: the first pass (the diffs cleared,
+forward, backward), each next pass (the data layers before it, its loss read after it), and,
+once the passes' mean loss is known on the host, the update (not launched where the eager
+iteration would stop before it).
+
 The first iteration for a set of shapes runs eagerly (kernels compile, cuDNN's plans are
 chosen, buffers are allocated), the second is captured and launched, the later ones are
 launched. Any buffer the graph uses that moved (a blob grew, a net surgery shared another
 blob, a restored solver state) starts again at the first step. A replayed iteration runs the
 same kernels on the same buffers as an eager one, so it computes the same values.
 
-Iterations that display (they read the gradients before the update), that debug, or that are
-not one forward/backward (``iter_size`` > 1), solvers with callbacks (data-parallel reduction,
-pycaffe's ``add_callback``), gradient clipping (a host decision each iteration), net hooks,
-and nets with a layer outside :data:`CAPTURABLE` run eagerly; ``caffe.set_cuda_graph(False)``,
+Iterations that display (they read the gradients before the update) or debug, solvers with
+callbacks (data-parallel reduction, pycaffe's ``add_callback``), gradient clipping (a host
+decision each iteration), net hooks, and nets with a layer outside :data:`CAPTURABLE` run
+eagerly; ``caffe.set_cuda_graph(False)``,
 ``--cuda_graph off`` or ``PYCAFFE_LITE_CUDA_GRAPH=0`` turn graphs off.
 """
 
@@ -58,6 +63,18 @@ def of(solver):
     return solver.train_graph
 
 
+class _Part:
+    """One captured graph of an iteration and what to read after its launch: ``result`` (a
+    0-d device array: the loss, NaN where a check failed; None for the update alone) and the
+    checks' host re-checks."""
+
+    __slots__ = ("graph", "result", "rechecks")
+
+    def __init__(self):
+        self.graph = self.result = None
+        self.rechecks = []
+
+
 class TrainGraph:
     """The captured iteration of a solver's train net (see the module's text)."""
 
@@ -66,7 +83,7 @@ class TrainGraph:
         self.net = solver.net
         self.refused = ""
         self.first = self._first_captured()
-        self.graph = self.key = self.warm_key = self.result = self.buffers = None
+        self.parts = self.key = self.warm_key = self.buffers = None
         self.captures = self.replays = 0
 
     def _first_captured(self):
@@ -85,8 +102,6 @@ class TrainGraph:
             return "CPU mode"
         if self.refused:
             return self.refused
-        if param.iter_size != 1:
-            return "iter_size is %d" % param.iter_size
         if param.clip_gradients >= 0:
             return "gradient clipping decides on the host"
         if solver.callbacks:
@@ -98,49 +113,69 @@ class TrainGraph:
         return ""
 
     def iteration(self):
-        """Run one iteration (forward, backward, update) and return its loss; None (nothing
-        done) where it must run eagerly as a whole (:meth:`why_not`)."""
+        """Run one iteration (``iter_size`` forward/backward passes, the update) and return
+        its loss (the passes' mean); None (nothing done) where it must run eagerly as a whole
+        (:meth:`why_not`)."""
         if self.why_not():
             return None
-        solver, net = self.solver, self.net
+        solver = self.solver
         solver._ensure_state_module()
-        loss = net.forward_from_to(0, self.first - 1) if self.first else 0.0
+        loss = self._feed()
         rate = solver.get_learning_rate()
         solver.lr = rate
-        if self.graph is not None and self._key() == self.key:  # a replay: the rates only
+        if self.parts is not None and self._key() == self.key:  # replays: the rates only
             solver.device_update_upload(rate)
-            return loss + self._launch()
+            return self._replay(loss)
         arrays = solver.device_update_prepare(rate)
         if arrays is None:
             self.refused = "the update does not run on the device"
-            return self._eager_rest(loss, rate)
+            return self._eager(loss, None)
         key = self._key()
-        if key != self.key:
-            if key != self.warm_key:
-                self.warm_key, self.key, self.graph = key, None, None
-                return self._eager_rest(loss, rate, arrays)
-            if not self._capture(arrays):
-                return self._eager_rest(loss, rate, arrays)
-            self.key = key
-        return loss + self._launch()
+        if key != self.warm_key:
+            self.warm_key, self.key, self.parts = key, None, None
+            return self._eager(loss, arrays)
+        return self._capture(loss, arrays, key)
 
     # -- the steps ---------------------------------------------------------------------------
-    def _eager_rest(self, loss, rate, arrays=None):
-        """The iteration after its data layers, layer by layer (warm-up, or a refused
-        capture)."""
+    def _feed(self):
+        """The data layers' forward (the batch of the next pass)."""
+        return self.net.forward_from_to(0, self.first - 1) if self.first else 0.0
+
+    def _passes(self):
+        return self.solver.param.iter_size
+
+    def _mean(self, loss):
+        """The passes' mean loss; whether the update may run (as the eager iteration, which
+        stops before it when the loss is not finite and the solver stops on that)."""
+        loss /= self._passes()
+        return loss, math.isfinite(loss) or not self.solver.stop_on_nonfinite
+
+    def _eager(self, loss, arrays):
+        """The iteration after its first data layers' forward, layer by layer (a warm-up, or
+        a refused capture)."""
         solver, net = self.solver, self.net
         net.clear_param_diffs()
-        loss += net.forward_from_to(self.first, len(net.records) - 1)
-        net.backward_from_to()
-        if arrays is None:
-            solver.apply_update()
-        else:
-            solver.device_update_run(arrays)
+        for k in range(self._passes()):
+            if k:
+                loss += self._feed()
+            loss += net.forward_from_to(self.first, len(net.records) - 1)
+            net.backward_from_to()
+        loss, update = self._mean(loss)
+        if update:
+            if arrays is None:
+                solver.apply_update()
+            else:
+                solver.device_update_run(arrays)
         return loss
 
-    def _captured_work(self, arrays):
+    def _pass_work(self, part, clear, arrays=None):
+        """The device work of one pass (captured): the diffs cleared on the first, forward
+        (checks deferred, the loss kept on the device), backward; with ``arrays`` (one pass an
+        iteration) the update too, which changes nothing where a check failed or the loss is
+        not finite and the solver stops on that."""
         solver, net, xp = self.solver, self.net, backend.xp()
-        net.clear_param_diffs()
+        if clear:
+            net.clear_param_diffs()
         with deferred_checks() as checks:
             loss = net._forward_layers(self.first, len(net.records) - 1)
         net.backward_from_to()
@@ -149,44 +184,76 @@ class TrainGraph:
         failed = xp.zeros((), dtype=bool)
         for flag in checks.flags:
             failed = failed | flag
-        ok = ~failed
-        if solver.stop_on_nonfinite:
-            ok = ok & xp.isfinite(loss)
-        solver.device_update_run(arrays, ok)
+        if arrays is not None:
+            ok = ~failed
+            if solver.stop_on_nonfinite:
+                ok = ok & xp.isfinite(loss)
+            solver.device_update_run(arrays, ok)
         # the one value read after the launch: the loss, NaN where a check failed (the host
         # re-checks then tell a failed check from a non-finite loss)
-        self.result = xp.where(failed, float("nan"), loss)
-        self.rechecks = checks.recheck
+        part.result = xp.where(failed, float("nan"), loss)
+        part.rechecks = checks.recheck
 
-    def _capture(self, arrays):
-        """Capture the iteration's device work; False (logged once, the solver trains eagerly
-        from then on) where the capture failed."""
+    def _capture_part(self, work):
+        """A :class:`_Part` holding ``work(part)`` captured; None (logged, and the solver
+        trains layer by layer from then on) where the capture failed."""
+        part = _Part()
         self._upload_host_writes()
         try:
-            self.graph = backend.capture_graph(lambda: self._captured_work(arrays))
+            part.graph = backend.capture_graph(lambda: work(part))
         except Exception as exc:  # whatever a layer or the driver raised: train eagerly
             self.refused = "its capture failed (%s: %s)" % (type(exc).__name__, exc)
             log.warning("Net '%s': the CUDA graph capture of a training iteration failed "
                         "(%s: %s); training runs layer by layer", self.net.name,
                         type(exc).__name__, exc)
-            self.graph = None
-            return False
+            return None
+        return part
+
+    def _capture(self, loss, arrays, key):
+        """Capture the iteration's graphs (one; or, with ``iter_size`` > 1, the first pass,
+        the next passes and the update), launching each as it comes."""
+        solver, passes = self.solver, self._passes()
+        if passes == 1:
+            parts = {"all": self._capture_part(lambda p: self._pass_work(p, True, arrays))}
+        else:
+            parts = {"first": self._capture_part(lambda p: self._pass_work(p, True)),
+                     "next": self._capture_part(lambda p: self._pass_work(p, False)),
+                     "update": self._capture_part(lambda p: solver.device_update_run(arrays))}
+        if any(part is None for part in parts.values()):
+            return self._eager(loss, arrays)
+        self.parts, self.key = parts, key
         self.buffers = self._buffers()
         self.captures += 1
         # the warm-up's temporaries, cached by the default pool, are not needed again: the
-        # graph's own pool holds what the replays use
+        # graphs' own pools hold what the replays use
         backend.free_cached_device_memory()
-        return True
+        return self._replay(loss)
 
-    def _launch(self):
-        self._upload_host_writes()
-        self.graph.launch()
+    def _replay(self, loss):
+        parts = self.parts
         self.replays += 1
+        if "all" in parts:
+            return loss + self._launch(parts["all"])
+        for k in range(self._passes()):
+            if k:
+                loss += self._feed()
+            loss += self._launch(parts["next" if k else "first"])
+        loss, update = self._mean(loss)
+        if update:
+            self._launch(parts["update"])
+        return loss
+
+    def _launch(self, part):
+        """Launch one graph; the loss it computed (0 for the update alone)."""
+        self._upload_host_writes()
+        part.graph.launch()
         for synced in self.buffers[3]:
             synced.device_written()
-        loss = float(self.result)
+        if part.result is None:
+            return 0.0
+        loss = float(part.result)
         if not math.isfinite(loss):
-            for recheck in self.rechecks:
+            for recheck in part.rechecks:
                 recheck()  # raises the check's own error where it failed
         return loss
 
@@ -222,7 +289,7 @@ class TrainGraph:
         dropped (this iteration warms up again)."""
         key = cuda_graphs.input_shapes(self.net, self.first)
         buffers = self.buffers
-        if buffers is not None and self.graph is not None:
+        if buffers is not None and self.parts is not None:
             synced = self._synced()
             history = self.solver.history
             if buffers[2] is not self.solver.device_tables or len(synced) != len(buffers[0]) \
@@ -231,7 +298,7 @@ class TrainGraph:
                     or any(a is not b or a._gpu is not g
                            for a, b, g in zip(synced, buffers[0], buffers[1])):
                 # this iteration warms up again, the next one captures again
-                self.graph = self.buffers = self.key = self.warm_key = None
+                self.parts = self.buffers = self.key = self.warm_key = None
         return key
 
     def _upload_host_writes(self):
