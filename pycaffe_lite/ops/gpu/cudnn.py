@@ -31,6 +31,8 @@ cuDNN offers no plan (logged once per configuration).
 
 import logging
 
+import numpy as np
+
 from ...backend import cudnn_frontend, cudnn_modules
 from . import cudnn_graphs as graphs
 from ._util import LazyKernel, contiguous, cupy, is_cupy, kernel_dtype
@@ -119,8 +121,14 @@ def choose_engine(asked, why_not, layer_name):
     return CUDNN
 
 
+def _half(arrays):
+    """All the arrays float16 (cuDNN takes them: float16 input and output, float32 math)."""
+    return all(a.dtype == np.float16 for a in arrays if a is not None)
+
+
 def _takes(engine, arrays):
-    if engine != CUDNN or not is_cupy(*arrays) or kernel_dtype(*arrays) is None:
+    if engine != CUDNN or not is_cupy(*arrays) or \
+            (kernel_dtype(*arrays) is None and not _half(arrays)):
         return False
     if available():
         return True
@@ -151,6 +159,11 @@ _relu = LazyKernel(lambda cp: cp.ElementwiseKernel(
     "T x", "T y", "y = (x < (T)0) ? (T)0 : x;", "pycaffe_lite_relu_inplace"))
 
 
+def _tensor_core(x):
+    """CuPy's cuDNN tensor-core switch: float16 on tensor cores, float32 never (TF32)."""
+    return "auto" if x.dtype == np.float16 else "never"
+
+
 def _geometry(pad, stride, dilation):
     return tuple(int(v) for v in pad), tuple(int(v) for v in stride), \
         tuple(int(v) for v in dilation)
@@ -170,7 +183,7 @@ def conv_forward(x, weights, bias, y, pad, stride, dilation, groups, relu=False)
             return False
     else:
         _state["api"].convolution_forward(x, weights, None, y, *geometry, int(groups),
-                                          auto_tune=True, tensor_core="never")
+                                          auto_tune=True, tensor_core=_tensor_core(x))
     if bias is not None:
         inner = 1
         for n in y.shape[2:]:
@@ -208,11 +221,11 @@ def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups):
     if dw is not None:
         grad = cupy().empty_like(weights)
         api.convolution_backward_filter(x, dy, grad, *args, deterministic=False,
-                                        auto_tune=True, tensor_core="never")
+                                        auto_tune=True, tensor_core=_tensor_core(x))
         dw += grad
     if dx is not None:
         api.convolution_backward_data(weights, dy, None, dx, *args, deterministic=False,
-                                      auto_tune=True, tensor_core="never")
+                                      auto_tune=True, tensor_core=_tensor_core(dy))
     return True, True
 
 
