@@ -195,11 +195,22 @@ class Types:
     def _master(self, net, k, half):
         masters = self.masters
         master = masters.get(k)
-        if master is None or master.shape != half.shape:
+        fresh = master is None or master.shape != half.shape
+        if fresh:
             master = masters[k] = Blob(half.shape, np.float32)
-            self._versions[k] = None
-        if self._versions[k] != half.synced_data.version:  # written outside the updates
-            master.write_data()[...] = half.read_data()
+        if fresh or self._versions[k] != half.synced_data.version:
+            # reached for writing outside the updates (pycaffe's ``blob.data`` also when only
+            # read): the master takes the float16 values where they changed
+            values = half.read_data()
+            if fresh:
+                master.write_data()[...] = values
+            else:
+                old = master.read_data()
+                changed = values != old.astype(np.float16)
+                if bool(changed.any()):
+                    xp = backend.get_array_module(values)
+                    master.write_data()[...] = xp.where(changed, values.astype(np.float32), old)
+            self._versions[k] = half.synced_data.version
         return master
 
     def written(self, net, k, half, master):

@@ -233,3 +233,246 @@ def test_float16_layer_matches_float64(kind):
             np.testing.assert_allclose(params[j], blob.data, **tol, err_msg="stat %d" % j)
         else:
             np.testing.assert_allclose(dparams[j], blob.diff, **tol, err_msg="param diff")
+
+
+# ---- the solver: float32 master weights ------------------------------------------------------
+def _solver(scale=None, adaptive=False, **changes):
+    extra = {}
+    if scale is not None:
+        extra["global_grad_scale"] = scale
+    if adaptive:
+        extra["global_grad_scale_adaptive"] = "true"
+    sp = caffe_pb2.SolverParameter()
+    sp.net_param.CopyFrom(_param(**extra))
+    sp.base_lr, sp.momentum, sp.weight_decay = 0.05, 0.9, 0.01
+    sp.lr_policy, sp.max_iter, sp.random_seed = "fixed", 100, 7
+    for key, value in changes.items():
+        setattr(sp, key, value)
+    solver = get_solver(sp)
+    _feed(solver.net, *_inputs())
+    return solver
+
+
+def _record_gradients(solver):
+    """The float16 gradients and float32 weights each update starts from (host copies)."""
+    seen = []
+
+    def on_gradients_ready():
+        params = solver.net.learnable_params
+        masters = net_types.of(solver.net).masters or {}
+        seen.append(([p.diff.copy() for p in params],
+                     [masters[k].data.copy() if k in masters else
+                      p.data.astype(np.float32) for k, p in enumerate(params)]))
+
+    solver.add_callback(lambda: None, on_gradients_ready)
+    return seen
+
+
+def test_sgd_steps_run_on_float32_masters_as_float32_arithmetic():
+    with simulated_device():
+        backend.set_mode_gpu()
+        solver = _solver(scale=8)
+        seen = _record_gradients(solver)
+        solver.step(2)
+        types = net_types.of(solver.net)
+        params = solver.net.learnable_params
+        assert all(p.dtype == F16 for p in params)
+        masters = [types.masters[k].data.copy() for k in range(len(params))]
+        halves = [p.data.copy() for p in params]
+        assert all(h.dtype == np.float32 for h in solver.history)
+    f32 = np.float32
+    history = [np.zeros_like(m) for m in masters]
+    for diffs, weights in seen:  # SGDSolver's steps, by hand, in float32
+        assert all(d.dtype == F16 for d in diffs)
+        for k, (d, w) in enumerate(zip(diffs, weights)):
+            g = d.astype(f32) * f32(1.0 / 8)
+            g = g + w * f32(0.01)
+            history[k] = history[k] * f32(0.9) + g * f32(0.05)
+    for k in range(len(masters)):
+        expected = seen[-1][1][k] - history[k]
+        np.testing.assert_array_equal(masters[k], expected)
+        np.testing.assert_array_equal(halves[k], expected.astype(F16))
+    # the second update started from the first one's masters, not from their float16 copies
+    assert any(not np.array_equal(w, w.astype(F16)) for w in seen[1][1])
+
+
+def test_global_grad_scale_scales_the_float16_gradients_not_the_update():
+    runs = {}
+    for scale in (1, 64):
+        with simulated_device():
+            backend.set_mode_gpu()
+            solver = _solver(scale=scale)
+            seen = _record_gradients(solver)
+            solver.step(1)
+            masters = net_types.of(solver.net).masters
+            runs[scale] = (seen[0][0], [masters[k].data.copy() for k in sorted(masters)])
+    for plain, scaled in zip(runs[1][0], runs[64][0]):
+        assert np.abs(plain).max() > 0
+        # a power of two: float16 scales exactly except where the plain gradient is subnormal
+        normal = np.abs(plain) >= np.finfo(F16).tiny
+        np.testing.assert_array_equal(scaled[normal], plain[normal] * F16(64))
+        np.testing.assert_allclose(scaled.astype(np.float64) / 64, plain, rtol=0, atol=6e-8)
+    for plain, scaled in zip(runs[1][1], runs[64][1]):
+        np.testing.assert_allclose(scaled, plain, rtol=1e-6, atol=1e-9)
+
+
+UNDERFLOW = """
+name: "underflow"
+default_forward_type: FLOAT16
+default_backward_type: FLOAT16
+%(extra)s
+layer { name: "in" type: "Input" top: "x" top: "t"
+  input_param { shape { dim: 1 dim: 1 } shape { dim: 1 dim: 1 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y"
+  inner_product_param { num_output: 1 bias_term: false
+    weight_filler { type: "constant" value: 0.001 } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "y" bottom: "t" top: "loss"
+  loss_weight: 0.001 }
+"""
+
+
+def _underflow_step(scale):
+    """One SGD step (rate 1) of w = 1e-3 on x = 1e-5, target 1: dL/dw = x (y - t) * 1e-3,
+    about -1e-8, under float16's smallest subnormal (6e-8) by half."""
+    sp = caffe_pb2.SolverParameter()
+    sp.net_param.CopyFrom(_param(UNDERFLOW, **({"global_grad_scale": scale} if scale else {})))
+    sp.base_lr, sp.lr_policy, sp.max_iter = 1.0, "fixed", 10
+    with simulated_device():
+        backend.set_mode_gpu()
+        solver = get_solver(sp)
+        solver.net.blobs["x"].data[...] = 1e-5
+        solver.net.blobs["t"].data[...] = 1.0
+        seen = _record_gradients(solver)
+        solver.step(1)
+        master = net_types.of(solver.net).masters[0].data.copy()
+    return seen[0][0][0], master
+
+
+def test_a_gradient_that_underflows_in_float16_survives_with_a_scale():
+    x16 = float(F16(1e-5))
+    y = float(F16(F16(0.001) * F16(1e-5)))  # the float16 product underflows to 0 too
+    grad = x16 * (y - 1.0) * 0.001  # EuclideanLoss: (y - t) / N, times the loss weight
+    assert abs(grad) < float(np.finfo(F16).smallest_subnormal) / 2
+    w16 = np.float32(F16(0.001))
+    plain_diff, plain_master = _underflow_step(None)
+    assert plain_diff.item() == 0  # lost in float16
+    assert plain_master.item() == w16
+    scaled_diff, scaled_master = _underflow_step(65536)
+    assert scaled_diff.item() == pytest.approx(grad * 65536, rel=HALF_RTOL)
+    assert float(w16) - scaled_master.item() == pytest.approx(grad, rel=HALF_RTOL)
+
+
+def test_adaptive_scale_follows_nvcaffes_formula():
+    with simulated_device():
+        backend.set_mode_gpu()
+        solver = _solver(scale=2, adaptive=True)
+        seen = _record_gradients(solver)
+        solver.step(1)
+        types = net_types.of(solver.net)
+        after_one = types.scale
+        solver.step(1)
+    largest = max(np.abs(d.astype(np.float32) * np.float32(1 / 2)).max() for d in seen[0][0])
+    assert after_one == pytest.approx(2 * 4 / float(largest), rel=1e-6)
+    # the second step's float16 gradients were taken at the new scale: the largest sits
+    # near 2 * 4 (as the gradients changed little), where the first one's was 2 * largest
+    second = max(np.abs(d.astype(np.float64)).max() for d in seen[1][0])
+    assert 4 < second < 16 and not 4 < 2 * float(largest) < 16
+
+
+# ---- a mixed net, weights in and out, errors ---------------------------------------------------
+def test_a_mixed_net_converts_at_the_boundary():
+    param = _param()
+    param.layer[4].forward_type = caffe_pb2.FLOAT  # ip in float32 after float16 layers
+    param.layer[4].backward_type = caffe_pb2.FLOAT
+    x, labels = _inputs(1)
+    with simulated_device():
+        backend.set_mode_gpu()
+        net = caffe.Net(param, caffe.TRAIN)
+        assert (net.blobs["pool"].dtype, net.blobs["ip"].dtype) == (F16, np.float32)
+        assert [b.dtype for b in net.params["ip"]] == [np.float32] * 2
+        _feed(net, x, labels)
+        net.forward()
+        net.backward()
+        pool, ip = _f64(net.blobs["pool"]), _f64(net.blobs["ip"])
+        w, b = (_f64(p) for p in net.params["ip"])
+        dip = net.blobs["ip"].diff.astype(np.float64)
+        dpool = net.blobs["pool"].diff
+    np.testing.assert_allclose(ip, pool.reshape(4, -1) @ w.T + b, rtol=1e-5, atol=1e-6)
+    assert dpool.dtype == F16
+    relu_mask = pool.reshape(4, -1) > 0  # ReLU in place on pool: its diff is masked
+    expected = np.where(relu_mask, dip @ w, 0).reshape(pool.shape)
+    np.testing.assert_allclose(dpool.astype(np.float64), expected, rtol=HALF_RTOL, atol=1e-6)
+
+
+def test_weights_are_saved_from_the_masters_and_resuming_restores_them(tmp_path):
+    with simulated_device():
+        backend.set_mode_gpu()
+        solver = _solver(scale=8, snapshot_prefix=str(tmp_path / "s"))
+        solver.step(3)
+        masters = net_types.of(solver.net).masters
+        expected = [masters[k].data.copy() for k in sorted(masters)]
+        assert any(not np.array_equal(m, m.astype(F16)) for m in expected)  # finer than half
+        solver.snapshot()
+        state = str(tmp_path / "s_iter_3.solverstate")
+        resumed = _solver(scale=8, snapshot_prefix=str(tmp_path / "r"))
+        resumed.restore(state)
+        types = net_types.of(resumed.net)
+        restored = [types.masters[k].data.copy() for k in sorted(types.masters)]
+        halves = [p.data.copy() for p in resumed.net.learnable_params]
+        history = [backend.to_host(h) for h in resumed.history]
+        expected_history = [backend.to_host(h) for h in solver.history]
+        # both continue alike
+        solver.step(1)
+        resumed.step(1)
+        after = [p.data.copy() for p in solver.net.learnable_params]
+        resumed_after = [p.data.copy() for p in resumed.net.learnable_params]
+    saved = caffe_pb2.NetParameter()
+    saved.ParseFromString((tmp_path / "s_iter_3.caffemodel").read_bytes())
+    saved_values = [np.array(b.data, np.float32) for lp in saved.layer for b in lp.blobs]
+    for got, want in zip(saved_values, expected):
+        np.testing.assert_array_equal(got, want.ravel())  # float32 fields, the masters
+    for got, want, half in zip(restored, expected, halves):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(half, want.astype(F16))
+    for got, want in zip(history, expected_history):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(resumed_after, after):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_integer_types_are_refused_naming_the_layer():
+    param = _param()
+    param.layer[2].forward_type = caffe_pb2.INT
+    with pytest.raises(NetError, match="layer 'pool' \\(type Pooling\\): forward_type: INT"):
+        caffe.Net(param, caffe.TRAIN)
+    param = _param(default_backward_math="BOOL")
+    with pytest.raises(NetError, match="default_backward_math: BOOL"):
+        caffe.Net(param, caffe.TRAIN)
+
+
+def test_float16_master_weights_are_refused():
+    sp = caffe_pb2.SolverParameter()
+    sp.net_param.CopyFrom(_param())
+    sp.base_lr, sp.lr_policy = 0.1, "fixed"
+    sp.solver_data_type = caffe_pb2.FLOAT16
+    with pytest.raises(CaffeError, match="solver_data_type: FLOAT16 cannot hold the master"):
+        get_solver(sp)
+    assert text_format.Parse("solver_data_type: FLOAT16 store_blobs_in_old_format: true",
+                             caffe_pb2.SolverParameter()).store_blobs_in_old_format
+
+
+def test_net_surgery_on_float16_params_reaches_the_masters():
+    """Reading ``blob.data`` keeps the masters' precision; writing a value replaces it there."""
+    with simulated_device():
+        backend.set_mode_gpu()
+        solver = _solver(scale=8)
+        solver.step(2)
+        types = net_types.of(solver.net)
+        before = types.masters[0].data.copy()
+        weights = solver.net.params["conv"][0]
+        weights.data[0, 0, 0, 0] = 0.25  # net surgery through pycaffe's blob.data
+        seen = _record_gradients(solver)
+        solver.step(1)
+    start = seen[0][1][0]
+    assert start[0, 0, 0, 0] == 0.25
+    np.testing.assert_array_equal(start.ravel()[1:], before.ravel()[1:])  # not rounded
