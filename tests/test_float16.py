@@ -469,10 +469,12 @@ def test_net_surgery_on_float16_params_reaches_the_masters():
         solver.step(2)
         types = net_types.of(solver.net)
         before = types.masters[0].data.copy()
+        assert not np.array_equal(before, before.astype(F16))
         weights = solver.net.params["conv"][0]
         weights.data[0, 0, 0, 0] = 0.25  # net surgery through pycaffe's blob.data
-        seen = _record_gradients(solver)
-        solver.step(1)
-    start = seen[0][1][0]
+        with net_types.master_weights(solver.net) as swapped:
+            k, half, master = swapped[0]
+            assert (k, half) == (0, weights) and solver.net.learnable_params[0] is master
+            start = master.data.copy()
     assert start[0, 0, 0, 0] == 0.25
     np.testing.assert_array_equal(start.ravel()[1:], before.ravel()[1:])  # not rounded
