@@ -478,3 +478,65 @@ def test_net_surgery_on_float16_params_reaches_the_masters():
             start = master.data.copy()
     assert start[0, 0, 0, 0] == 0.25
     np.testing.assert_array_equal(start.ravel()[1:], before.ravel()[1:])  # not rounded
+
+
+# ---- training ---------------------------------------------------------------------------------
+SMALL_LENET = """
+name: "SmallLeNet"
+%(types)s
+layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TRAIN }
+  transform_param { scale: 0.00390625 }
+  data_param { source: "%(train)s" batch_size: 32 backend: LMDB } }
+layer { name: "mnist" type: "Data" top: "data" top: "label" include { phase: TEST }
+  transform_param { scale: 0.00390625 }
+  data_param { source: "%(test)s" batch_size: 100 backend: LMDB } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 8 kernel_size: 5 weight_filler { type: "xavier" } } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
+  pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2"
+  convolution_param { num_output: 16 kernel_size: 5 weight_filler { type: "xavier" } } }
+layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2"
+  pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "pool2" top: "ip1"
+  inner_product_param { num_output: 64 weight_filler { type: "xavier" } } }
+layer { name: "relu1" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "accuracy" type: "Accuracy" bottom: "ip2" bottom: "label" top: "accuracy"
+  include { phase: TEST } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }
+"""
+
+
+def _train_small_lenet(lmdbs, types, iterations=150):
+    train, test = lmdbs
+    sp = caffe_pb2.SolverParameter()
+    sp.net_param.CopyFrom(text_format.Parse(
+        SMALL_LENET % {"types": types, "train": train, "test": test}, caffe_pb2.NetParameter()))
+    sp.base_lr, sp.momentum, sp.weight_decay, sp.lr_policy = 0.02, 0.9, 0.0005, "fixed"
+    sp.max_iter, sp.random_seed, sp.test_iter[:] = iterations, 1, [5]
+    sp.test_interval, sp.test_initialization, sp.snapshot_after_train = iterations, False, False
+    with simulated_device():
+        backend.set_mode_gpu()
+        solver = get_solver(sp)
+        try:
+            assert all(p.dtype == (F16 if types else np.float32)
+                       for p in solver.net.learnable_params)
+            solver.solve()
+        finally:
+            solver.close()
+    return dict(solver.test_scores[0])
+
+
+@pytest.mark.slow
+def test_small_lenet_trains_in_float16_as_in_float32(mnist_lmdbs):
+    """150 iterations of batch 32 on the MNIST subset, tested on 500 digits: the float16 run
+    (global_grad_scale 128) ends within 0.03 of the float32 run's accuracy."""
+    half = _train_small_lenet(mnist_lmdbs, "default_forward_type: FLOAT16 "
+                              "default_backward_type: FLOAT16 global_grad_scale: 128")
+    single = _train_small_lenet(mnist_lmdbs, "")
+    print("small LeNet, 150 iterations: float16 %s, float32 %s" % (half, single))
+    assert single["accuracy"] > 0.8
+    assert half["accuracy"] >= single["accuracy"] - 0.03
+    assert half["loss"] == pytest.approx(single["loss"], abs=0.1)
