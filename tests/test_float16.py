@@ -480,6 +480,33 @@ def test_net_surgery_on_float16_params_reaches_the_masters():
     np.testing.assert_array_equal(start.ravel()[1:], before.ravel()[1:])  # not rounded
 
 
+def test_nvcaffe_deploy_net_with_weights_runs_folded_in_float16(tmp_path):
+    """NVCaffe's float16 deploy file (BatchNorm with scale_bias, a residual sum) with float32
+    weights, folded in a TEST net: the float16 output is the float32 one within float16
+    rounding of its largest value."""
+    import os
+    proto = os.path.join(os.path.dirname(__file__), "fixtures", "forks",
+                         "nvcaffe_deploy_fp16.prototxt")
+    net = caffe.Net(proto, caffe.TEST)
+    rng = np.random.default_rng(1)
+    for name, blobs in net.params.items():
+        for b in blobs:
+            b.data[...] = rng.uniform(0.5, 1.5, b.data.shape)
+        if net.layer_dict[name].type == "BatchNorm":
+            blobs[2].data[...] = 1  # the variance correction
+    weights = str(tmp_path / "w.caffemodel")
+    net.save(weights)
+    x = rng.standard_normal((2, 3, 11, 11)).astype(np.float32)
+    expected = caffe.Net(proto, weights, caffe.TEST).forward(data=x)["pool"].copy()
+    with simulated_device():
+        backend.set_mode_gpu()
+        half = caffe.Net(proto, weights, caffe.TEST)
+        assert half.folding is not None and half.blobs["conv2"].dtype == F16
+        got = half.forward(data=x)["pool"].copy()
+    assert got.dtype == F16
+    np.testing.assert_allclose(got, expected, rtol=0, atol=4 * HALF_RTOL * np.abs(expected).max())
+
+
 # ---- training ---------------------------------------------------------------------------------
 SMALL_LENET = """
 name: "SmallLeNet"
