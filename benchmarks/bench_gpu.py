@@ -17,6 +17,9 @@ Workloads (GPU mode, float32; TF32 off on both sides, PyTorch's cudnn.benchmark 
   resnet50_infer   ResNet-50 TEST forward, batch 32
   resnet50_b1      ResNet-50 TEST forward, batch 1 (latency)
   googlenet_train  GoogLeNet SGD iteration, batch 32
+  resnet50_fp16    ResNet-50 SGD iteration, batch 32, in NVCaffe's float16
+                   (default_forward_type/backward_type FLOAT16, global_grad_scale 1024, float32
+                   master weights) against PyTorch's autocast(float16) + GradScaler
 The zoo workloads run the net of models/zoo against PyTorch's twin of the same net
 (benchmarks/torch_from_caffe.py: the same layers, the same weights; the outputs are checked
 equal before timing) in alternating rounds, the fastest round of each. With ``torch`` built for
@@ -242,12 +245,95 @@ def zoo_workload(name, batch, train, args, torch):
     return result
 
 
+def resnet50_fp16(args, torch, batch=32, scale=1024.0):
+    """ResNet-50's SGD iteration in float16 (NVCaffe's types; the solver's update on float32
+    master weights, solvers/mixed.py) and PyTorch's automatic mixed precision twin."""
+    from pycaffe_lite import net_types
+    from pycaffe_lite.ops import solver_update
+    from pycaffe_lite.proto import caffe_pb2
+    from pycaffe_lite.solvers import mixed
+    cp = backend.device_module()
+    pool = cp.get_default_memory_pool()
+    gc.collect()
+    pool.free_all_blocks()
+    net = cpu_bench.zoo_net("resnet50", batch, batch_stats=True, net_options={
+        "default_forward_type": caffe_pb2.FLOAT16, "default_backward_type": caffe_pb2.FLOAT16,
+        "global_grad_scale": scale})
+    types = net_types.of(net)
+    if types is None:
+        raise AssertionError("resnet50_fp16: the net did not build in float16 (GPU mode?)")
+    top = net.blobs[net.outputs[0]]
+    lr, momentum, decay = 0.01, 0.9, 5e-4
+    history = [cp.zeros(b.shape, dtype=np.float32) for b in net.learnable_params]
+    mom = [np.float32(momentum)]
+    decays = [np.float32(decay * d) for d in net.params_weight_decay]
+    rates = [np.float32(lr * m) for m in net.params_lr]
+    grad = None
+
+    class Update:
+        """What mixed.apply_update drives: the fused SGD update of every (master) param."""
+
+        def __init__(self):
+            self.net = net
+
+        def apply_update(self):
+            for i, blob in enumerate(net.learnable_params):
+                solver_update.update("SGD", blob.read_data(), blob.write_diff(), [history[i]],
+                                     1, decays[i], False, rates[i], mom)
+            net.update()
+
+    update = Update()
+
+    def step():
+        nonlocal grad
+        net.clear_param_diffs()
+        net.forward_from_to()
+        if grad is None:  # the loss's gradient, seeded with the scale as the loss layers do
+            grad = cp.full(top.shape, types.scale / top.count, dtype=top.dtype)
+        top.write_diff()[...] = grad
+        net.backward_from_to()
+        mixed.apply_update(update)
+
+    step()
+    backend.synchronize()
+    pool_peak = pool.total_bytes()
+    result = {"batch": batch}
+    tstep = None
+    if torch is not None:
+        dev = torch.device("cuda", args.gpu)
+        model = torch_from_caffe.build(torch, net).to(dev).float()
+        model.train(True)
+        x = torch.from_numpy(np.array(net.blobs[net.inputs[0]].data, np.float32)).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum,
+                              weight_decay=decay)
+        scaler = torch.amp.GradScaler("cuda", init_scale=scale)
+
+        def tstep():
+            opt.zero_grad(set_to_none=False)
+            with torch.autocast("cuda", dtype=torch.float16):
+                out = model(x)
+            scaler.scale(out.float().sum() / out.numel()).backward()
+            scaler.step(opt)
+            scaler.update()
+
+        torch.cuda.reset_peak_memory_stats(dev)
+        tstep()
+        torch.cuda.synchronize()
+        result["torch_peak_mib"] = torch.cuda.max_memory_allocated(dev) / 2.0 ** 20
+    result.update(alternating(step, tstep, args.rounds, args.per_round, backend.synchronize,
+                              torch.cuda.synchronize if torch is not None else
+                              backend.synchronize))
+    result["peak_mib"] = pool_peak / 2.0 ** 20
+    return result
+
+
 WORKLOADS = {
     "lenet": bench_lenet, "caffenet": bench_caffenet,
     "resnet50_train": lambda a, t: zoo_workload("resnet50", 32, True, a, t),
     "resnet50_infer": lambda a, t: zoo_workload("resnet50", 32, False, a, t),
     "resnet50_b1": lambda a, t: zoo_workload("resnet50", 1, False, a, t),
     "googlenet_train": lambda a, t: zoo_workload("googlenet", 32, True, a, t),
+    "resnet50_fp16": resnet50_fp16,
 }
 
 

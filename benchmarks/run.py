@@ -141,12 +141,15 @@ def bench_gemm(args, torch):
 
 
 # ---- zoo nets: forward + backward -----------------------------------------------------------
-def zoo_net(name, batch, batch_stats=False, inference=False):
+def zoo_net(name, batch, batch_stats=False, inference=False, net_options=None):
     """A zoo net for a training pass at ``batch``; ``batch_stats``: BatchNorm on the batch's
     statistics (as in training) instead of the deploy file's ``use_global_stats``;
-    ``inference``: a TEST net instead, for forward passes alone."""
+    ``inference``: a TEST net instead, for forward passes alone; ``net_options``: NetParameter
+    fields to set (NVCaffe's ``default_forward_type`` & co.)."""
     param = protoio.read_net_param(os.path.join(ZOO, name + "_deploy.prototxt"))
     param.force_backward = not inference
+    for key, value in (net_options or {}).items():
+        setattr(param, key, value)
     for layer in param.layer:
         if batch_stats and layer.type == "BatchNorm":
             layer.batch_norm_param.ClearField("use_global_stats")
