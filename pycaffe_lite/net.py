@@ -498,7 +498,6 @@ class Net(BatchedCalls):
 
     def save(self, path, write_diff=False):
         """Write the weights as a binary ``.caffemodel`` (or HDF5 when the name ends in .h5)."""
-        from . import weights
         if str(path).endswith((".h5", ".hdf5")):
             self.save_hdf5(path, write_diff)
         else:

@@ -204,12 +204,12 @@ class Types:
             values = half.read_data()
             if fresh:
                 master.write_data()[...] = values
-            else:
+            else:  # on the device, without reading anything back (BatchNorm's statistics
+                # move in every forward)
                 old = master.read_data()
-                changed = values != old.astype(np.float16)
-                if bool(changed.any()):
-                    xp = backend.get_array_module(values)
-                    master.write_data()[...] = xp.where(changed, values.astype(np.float32), old)
+                xp = backend.get_array_module(values)
+                master.write_data()[...] = xp.where(values != old.astype(np.float16),
+                                                    values.astype(np.float32), old)
             self._versions[k] = half.synced_data.version
         return master
 

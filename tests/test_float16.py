@@ -296,6 +296,19 @@ def test_sgd_steps_run_on_float32_masters_as_float32_arithmetic():
     assert any(not np.array_equal(w, w.astype(F16)) for w in seen[1][1])
 
 
+def test_float16_training_copies_no_array_to_the_host():
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        solver = _solver(scale=8)
+        solver.step(1)
+        with dev.forbid("to_host"):
+            solver.step(2)
+        # the masters and the history live on the device
+        masters = net_types.of(solver.net).masters
+        assert all(isinstance(m.read_data(), DeviceArray) for m in masters.values())
+        assert all(isinstance(h, DeviceArray) for h in solver.history)
+
+
 def test_global_grad_scale_scales_the_float16_gradients_not_the_update():
     runs = {}
     for scale in (1, 64):
