@@ -102,7 +102,7 @@ class Types:
         self.adaptive = bool(param.global_grad_scale_adaptive)
         self.masters = None       # learnable index -> float32 Blob (None: a float32 param)
         self._versions = {}
-        self._fallback, self._btype_notes = [], []
+        self._fallback, self._in_place, self._btype_notes = [], [], []
 
     # -- construction (Net._init) --------------------------------------------------------------
     def create(self, lp, layer, blob_named):
@@ -119,11 +119,13 @@ class Types:
         dtype = np.dtype(np.float16 if ftype == FLOAT16 else np.float32)
         fallback = dtype == np.float16 and (not lp.bottom or layer.is_loss or any(
             lp.loss_weight) or lp.type not in FLOAT16_LAYERS)
-        if fallback:
+        if in_place is not None:  # no conversion can sit between in-place layers
+            if fallback and in_place.dtype == np.float16:
+                self._in_place.append("%s (%s)" % (lp.name, lp.type))
+            dtype, fallback = in_place.dtype, False
+        elif fallback:
             dtype = np.dtype(np.float32)
             self._fallback.append("%s (%s)" % (lp.name, lp.type))
-        if in_place is not None:
-            dtype = in_place.dtype
         btype = lp.backward_type if lp.HasField("backward_type") else \
             self.param.default_backward_type
         if (btype == FLOAT16) != (dtype == np.float16) and not fallback and lp.bottom:
@@ -154,6 +156,10 @@ class Types:
         if self._fallback:
             log.info("Net %s: these layers compute in float32 (data, loss, or no float16 "
                      "code here): %s", net.name or "(unnamed)", ", ".join(self._fallback))
+        if self._in_place:
+            log.info("Net %s: these layers have no float16 code here but work in place on a "
+                     "float16 blob, so compute in float16: %s", net.name or "(unnamed)",
+                     ", ".join(self._in_place))
         if self._btype_notes:
             log.info("Net %s: the diffs of %s are kept in their forward type",
                      net.name or "(unnamed)", ", ".join(self._btype_notes))

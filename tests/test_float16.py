@@ -580,3 +580,27 @@ def test_small_lenet_trains_in_float16_as_in_float32(mnist_lmdbs):
     assert single["accuracy"] > 0.8
     assert half["accuracy"] >= single["accuracy"] - 0.03
     assert half["loss"] == pytest.approx(single["loss"], abs=0.1)
+
+
+def test_a_layer_in_place_takes_its_blobs_type(caplog):
+    """Dropout (no float16 code here) in place on a float16 ReLU top runs in float16, as no
+    conversion can sit between in-place layers; a Softmax on its own falls back to float32."""
+    param = _param()
+    layers = list(param.layer)
+    drop = caffe_pb2.LayerParameter(name="drop", type="Dropout", bottom=["pool"], top=["pool"])
+    prob = caffe_pb2.LayerParameter(name="prob", type="Softmax", bottom=["ip"], top=["prob"])
+    del param.layer[:]
+    param.layer.extend(layers[:4] + [drop] + layers[4:] + [prob])
+    with simulated_device(), caplog.at_level(logging.INFO, logger="pycaffe_lite"):
+        backend.set_mode_gpu()
+        net = caffe.Net(param, caffe.TEST)
+        assert [net.layers[i].type for i in (3, 4)] == ["ReLU", "Dropout"]
+        assert net.layers[4].dtype == F16 and net.blobs["pool"].dtype == F16
+        assert net.blobs["prob"].dtype == np.float32
+        _feed(net, *_inputs())
+        prob = net.forward()["prob"]
+        ip = _f64(net.blobs["ip"])
+    assert "work in place on a float16 blob, so compute in float16: drop (Dropout)" in caplog.text
+    assert "prob (Softmax)" in caplog.text
+    e = np.exp(ip - ip.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(prob, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
