@@ -451,7 +451,9 @@ class Net(BatchedCalls):
         blob.data[...] = value
 
     def reshape(self):
-        for rec in self.records:
+        for i, rec in enumerate(self.records):
+            if self._types is not None:  # converted bottoms take their producers' shapes
+                self._types.reshape_copies(i)
             layer, bottom = rec.layer, rec.bottoms
             _call_layer(layer, "reshape", bottom, layer.reshape, bottom, rec.tops)
 

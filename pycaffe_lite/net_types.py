@@ -165,10 +165,15 @@ class Types:
                      net.name or "(unnamed)", ", ".join(self._btype_notes))
 
     # -- forward and backward ------------------------------------------------------------------
-    def _convert_bottoms(self, net, i):
+    def reshape_copies(self, i):
+        """Give layer ``i``'s converted bottoms their producers' shapes (``Net.reshape``)."""
         for _, src, copy in self.shadows.get(i, ()):
             if copy.shape != src.shape:
                 copy.reshape(src.shape)
+
+    def _convert_bottoms(self, net, i):
+        self.reshape_copies(i)
+        for _, src, copy in self.shadows.get(i, ()):
             copy.write_data()[...] = src.read_data()
 
     def _convert_diffs(self, net, i):

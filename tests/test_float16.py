@@ -417,17 +417,20 @@ def test_a_mixed_net_converts_at_the_boundary():
     np.testing.assert_allclose(dpool.astype(np.float64), expected, rtol=HALF_RTOL, atol=1e-6)
 
 
-def test_weights_are_saved_from_the_masters_and_resuming_restores_them(tmp_path):
+@pytest.mark.parametrize("fmt", ["BINARYPROTO", "HDF5"])
+def test_weights_are_saved_from_the_masters_and_resuming_restores_them(tmp_path, fmt):
+    fmt = caffe_pb2.SolverParameter.SnapshotFormat.Value(fmt)
+    ext = ".h5" if fmt == caffe_pb2.SolverParameter.HDF5 else ""
     with simulated_device():
         backend.set_mode_gpu()
-        solver = _solver(scale=8, snapshot_prefix=str(tmp_path / "s"))
+        solver = _solver(scale=8, snapshot_prefix=str(tmp_path / "s"), snapshot_format=fmt)
         solver.step(3)
         masters = net_types.of(solver.net).masters
         expected = [masters[k].data.copy() for k in sorted(masters)]
         assert any(not np.array_equal(m, m.astype(F16)) for m in expected)  # finer than half
         solver.snapshot()
-        state = str(tmp_path / "s_iter_3.solverstate")
-        resumed = _solver(scale=8, snapshot_prefix=str(tmp_path / "r"))
+        state = str(tmp_path / ("s_iter_3.solverstate" + ext))
+        resumed = _solver(scale=8, snapshot_prefix=str(tmp_path / "r"), snapshot_format=fmt)
         resumed.restore(state)
         types = net_types.of(resumed.net)
         restored = [types.masters[k].data.copy() for k in sorted(types.masters)]
@@ -439,11 +442,19 @@ def test_weights_are_saved_from_the_masters_and_resuming_restores_them(tmp_path)
         resumed.step(1)
         after = [p.data.copy() for p in solver.net.learnable_params]
         resumed_after = [p.data.copy() for p in resumed.net.learnable_params]
-    saved = caffe_pb2.NetParameter()
-    saved.ParseFromString((tmp_path / "s_iter_3.caffemodel").read_bytes())
-    saved_values = [np.array(b.data, np.float32) for lp in saved.layer for b in lp.blobs]
+    if ext:
+        import h5py
+        with h5py.File(tmp_path / "s_iter_3.caffemodel.h5") as f:
+            saved_values = [f["data"][layer][str(j)][...] for layer in ("conv", "ip")
+                            for j in range(2)]
+    else:
+        saved = caffe_pb2.NetParameter()
+        saved.ParseFromString((tmp_path / "s_iter_3.caffemodel").read_bytes())
+        saved_values = [np.array(b.data, np.float32) for lp in saved.layer for b in lp.blobs]
+    assert len(saved_values) == len(expected) == 4
     for got, want in zip(saved_values, expected):
-        np.testing.assert_array_equal(got, want.ravel())  # float32 fields, the masters
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got.ravel(), want.ravel())  # float32, the masters
     for got, want, half in zip(restored, expected, halves):
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(half, want.astype(F16))
@@ -604,3 +615,18 @@ def test_a_layer_in_place_takes_its_blobs_type(caplog):
     assert "prob (Softmax)" in caplog.text
     e = np.exp(ip - ip.max(axis=1, keepdims=True))
     np.testing.assert_allclose(prob, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_reshape_reaches_the_converted_bottoms():
+    x, labels = _inputs()
+    with simulated_device():
+        backend.set_mode_gpu()
+        net = caffe.Net(_param(), caffe.TRAIN)
+        net.blobs["data"].reshape(2, 2, 6, 6)
+        net.blobs["label"].reshape(2)
+        net.reshape()
+        assert net.blobs["conv"].shape == (2, 3, 4, 4) and net.blobs["ip"].shape == (2, 5)
+        _feed(net, x[:2], labels[:2])
+        loss = float(net.forward()["loss"])
+        ip = _f64(net.blobs["ip"])
+    assert loss == pytest.approx(_softmax_loss(ip, labels[:2]), rel=1e-5)
