@@ -137,6 +137,8 @@ def alternating(ours, theirs, rounds, per_round, sync, tsync):
     """ms per call of ``ours`` and ``theirs`` (each round ended by its device's
     synchronisation), in alternating rounds: the fastest round of each."""
     for fn, s in ((ours, sync), (theirs, tsync)):
+        if fn is None:  # --no-torch
+            continue
         fn()
         fn()
         s()
@@ -245,8 +247,8 @@ def zoo_workload(name, batch, train, args, torch):
     return result
 
 
-def resnet50_fp16(args, torch, batch=32, scale=1024.0):
-    """ResNet-50's SGD iteration in float16 (NVCaffe's types; the solver's update on float32
+def zoo_fp16_workload(name, batch, args, torch, scale=1024.0):
+    """A zoo net's SGD iteration in float16 (NVCaffe's types; the solver's update on float32
     master weights, solvers/mixed.py) and PyTorch's automatic mixed precision twin."""
     from pycaffe_lite import net_types
     from pycaffe_lite.ops import solver_update
@@ -256,12 +258,12 @@ def resnet50_fp16(args, torch, batch=32, scale=1024.0):
     pool = cp.get_default_memory_pool()
     gc.collect()
     pool.free_all_blocks()
-    net = cpu_bench.zoo_net("resnet50", batch, batch_stats=True, net_options={
+    net = cpu_bench.zoo_net(name, batch, batch_stats=True, net_options={
         "default_forward_type": caffe_pb2.FLOAT16, "default_backward_type": caffe_pb2.FLOAT16,
         "global_grad_scale": scale})
     types = net_types.of(net)
     if types is None:
-        raise AssertionError("resnet50_fp16: the net did not build in float16 (GPU mode?)")
+        raise AssertionError("%s: the net did not build in float16 (GPU mode?)" % name)
     top = net.blobs[net.outputs[0]]
     lr, momentum, decay = 0.01, 0.9, 5e-4
     history = [cp.zeros(b.shape, dtype=np.float32) for b in net.learnable_params]
@@ -333,7 +335,7 @@ WORKLOADS = {
     "resnet50_infer": lambda a, t: zoo_workload("resnet50", 32, False, a, t),
     "resnet50_b1": lambda a, t: zoo_workload("resnet50", 1, False, a, t),
     "googlenet_train": lambda a, t: zoo_workload("googlenet", 32, True, a, t),
-    "resnet50_fp16": resnet50_fp16,
+    "resnet50_fp16": lambda a, t: zoo_fp16_workload("resnet50", 32, a, t),
 }
 
 
