@@ -18,8 +18,9 @@ Workloads (GPU mode, float32; TF32 off on both sides, PyTorch's cudnn.benchmark 
   resnet50_b1      ResNet-50 TEST forward, batch 1 (latency)
   googlenet_train  GoogLeNet SGD iteration, batch 32
   resnet50_fp16    ResNet-50 SGD iteration, batch 32, in NVCaffe's float16
-                   (default_forward_type/backward_type FLOAT16, global_grad_scale 1024, float32
-                   master weights) against PyTorch's autocast(float16) + GradScaler
+                   (default_forward_type/backward_type FLOAT16, math FLOAT, global_grad_scale
+                   1024, float32 master weights) against PyTorch's autocast(float16) +
+                   GradScaler
 The zoo workloads run the net of models/zoo against PyTorch's twin of the same net
 (benchmarks/torch_from_caffe.py: the same layers, the same weights; the outputs are checked
 equal before timing) in alternating rounds, the fastest round of each. With ``torch`` built for
@@ -260,6 +261,7 @@ def zoo_fp16_workload(name, batch, args, torch, scale=1024.0):
     pool.free_all_blocks()
     net = cpu_bench.zoo_net(name, batch, batch_stats=True, net_options={
         "default_forward_type": caffe_pb2.FLOAT16, "default_backward_type": caffe_pb2.FLOAT16,
+        "default_forward_math": caffe_pb2.FLOAT, "default_backward_math": caffe_pb2.FLOAT,
         "global_grad_scale": scale})
     types = net_types.of(net)
     if types is None:

@@ -8,9 +8,11 @@ its FLOAT16 layers in float16:
 
 - the layer is created with dtype float16: its tops, their diffs and its params' data and diffs
   are float16 arrays on the device, and its own code computes on them (cuDNN convolutions with
-  float16 input and output and float32 accumulation, on tensor cores; CuPy's products of
-  float16 matrices likewise accumulate in float32). A math type FLOAT16 runs the same way: the
-  engines here always accumulate in float32;
+  float16 input and output on tensor cores; CuPy's products of float16 matrices accumulate in
+  float32). The math types, resolved as NVCaffe resolves them (the layer's own, else its
+  storage type, else the net's default math, else the net's default storage type) and set on
+  the layer's parameters: FLOAT accumulates cuDNN's convolutions in float32, FLOAT16 in
+  float16 (through cuDNN's frontend); the other layers accumulate in float32 either way;
 - a layer reads its bottoms in its own type: where the producer of a bottom stored another
   type, the layer gets a converted copy (made before each forward of the layer), and the
   copy's gradient is converted back into the producer's diff after the layer's backward. The
@@ -111,7 +113,21 @@ class Types:
         in_place = next((blob_named(t) for j, t in enumerate(lp.top)
                          if j < len(lp.bottom) and t == lp.bottom[j]), None)
         dtype = self.layer_dtype(lp, layer, in_place)
-        return layer if dtype == layer.dtype else create_layer(lp, dtype=dtype)
+        if dtype == layer.dtype:
+            return layer
+        for which in ("forward", "backward"):  # NVCaffe's rule, set on the layer's params
+            setattr(lp, which + "_math", self._math(lp, which))
+        return create_layer(lp, dtype=dtype)
+
+    def _math(self, lp, which):
+        """A layer's math type as NVCaffe resolves it: its own, else its storage type, else
+        the net's default math, else the net's default storage type."""
+        for owner, field in ((lp, which + "_math"), (lp, which + "_type"),
+                             (self.param, "default_%s_math" % which),
+                             (self.param, "default_%s_type" % which)):
+            if owner.HasField(field):
+                return getattr(owner, field)
+        return FLOAT
 
     def layer_dtype(self, lp, layer, in_place):
         """The dtype layer ``lp`` stores and computes in (appended to :attr:`dtypes`)."""

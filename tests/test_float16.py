@@ -29,6 +29,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 import pycaffe_lite as caffe
 from pycaffe_lite import backend, net_types
 from pycaffe_lite.errors import CaffeError, NetError
+from pycaffe_lite.ops.gpu import cudnn_graphs as graphs
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.solvers import get_solver
 from pycaffe_lite.testing.simdevice import DeviceArray, simulated_device
@@ -630,3 +631,58 @@ def test_reshape_reaches_the_converted_bottoms():
         loss = float(net.forward()["loss"])
         ip = _f64(net.blobs["ip"])
     assert loss == pytest.approx(_softmax_loss(ip, labels[:2]), rel=1e-5)
+
+
+# ---- math types ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["Convolution", "Deconvolution"])
+@pytest.mark.parametrize("math, expected", [
+    ("", (True, True)),  # unset: the storage type, FLOAT16 (NVCaffe's rule)
+    ("default_forward_math: FLOAT16 default_backward_math: FLOAT", (True, False)),
+    ("default_forward_math: FLOAT", (False, True)),
+])
+def test_math_types_reach_cudnn(kind, math, expected, monkeypatch):
+    """What cuDNN is asked for: half math in the forward and backward of a float16
+    convolution as its math types say (a Deconvolution's forward is a convolution's backward,
+    and the reverse); cuDNN is stood in for and declines, so the CAFFE engine computes."""
+    from pycaffe_lite.ops import conv as conv_ops
+    asked = []
+    monkeypatch.setattr(conv_ops._cudnn, "conv_takes",
+                        lambda engine, *arrays: all(a.dtype == F16 for a in arrays
+                                                    if a is not None))
+    monkeypatch.setattr(conv_ops._cudnn, "conv_forward",
+                        lambda *a, half_math=False, **k: asked.append(("fwd", half_math)))
+    monkeypatch.setattr(conv_ops._cudnn, "conv_backward",
+                        lambda *a, half_math=False, **k: asked.append(("bwd", half_math))
+                        or (False, False))
+    param = text_format.Parse(
+        'default_forward_type: FLOAT16 default_backward_type: FLOAT16 %s force_backward: true '
+        'layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 dim: 2 '
+        'dim: 5 dim: 5 } } } layer { name: "c" type: "%s" bottom: "x" top: "y" '
+        'convolution_param { num_output: 2 kernel_size: 3 } }' % (math, kind),
+        caffe_pb2.NetParameter())
+    with simulated_device():
+        backend.set_mode_gpu()
+        net = caffe.Net(param, caffe.TRAIN)
+        net.forward()
+        net.blobs["y"].diff[...] = 1
+        net.backward()
+    fwd, bwd = expected
+    if kind == "Deconvolution":  # its forward runs cuDNN's backward kinds and the reverse
+        assert asked == [("bwd", fwd), ("fwd", bwd)]  # declined: CAFFE does the rest
+    else:
+        assert asked == [("fwd", fwd), ("bwd", bwd)]
+
+
+def test_half_math_is_a_float16_graphs_compute_type():
+    from test_cudnn_graphs import fake_frontend, timings
+
+    def compute_type(dtype, half_math):
+        fe = fake_frontend()
+        key = graphs.Key.make(graphs.FPROP, (2, 4, 9, 8), (4, 2, 3, 3), (2, 4, 5, 4), (1, 1),
+                              (2, 2), (1, 1), dtype, 0, half_math=half_math)
+        graphs.GraphCache().plan(fe, key, None, [1, 2, 3], lambda s: 0, timings({0: 1.0}))
+        return fe.graphs[0].kwargs["io_data_type"], fe.graphs[0].kwargs["compute_data_type"]
+
+    assert compute_type(F16, True) == ("HALF", "HALF")
+    assert compute_type(F16, False) == ("HALF", "FLOAT")
+    assert compute_type(np.float32, True) == ("FLOAT", "FLOAT")  # float32 ignores it

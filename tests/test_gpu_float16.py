@@ -2,11 +2,11 @@
 where no GPU is present; tests/conftest.py). tests/test_float16.py checks the same logic on the
 simulated device.
 
-- a cuDNN convolution in float16 (forward, data and filter gradients) against a float64
-  reference from the same float16-rounded values: within float16 rounding (cuDNN accumulates
-  in float32), and cuDNN really ran it;
+- a cuDNN convolution in float16 with math FLOAT (forward, data and filter gradients) against
+  a float64 reference from the same float16-rounded values: within float16 rounding (cuDNN
+  accumulates in float32), and cuDNN really ran it;
 - LeNet (models/lenet) with ``default_forward_type: FLOAT16`` and ``default_backward_type:
-  FLOAT16`` trains on the bundled MNIST subset to a test accuracy of at least 0.97, its params
+  FLOAT16`` (math FLOAT) trains on the bundled MNIST subset to a test accuracy of at least 0.97, its params
   float16 on the device and their masters float32.
 """
 
@@ -42,7 +42,7 @@ CONV = """
 force_backward: true
 layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 8 dim: 16 dim: 14 dim: 14 } } }
 layer { name: "conv" type: "Convolution" bottom: "x" top: "y" forward_type: FLOAT16
-  backward_type: FLOAT16
+  backward_type: FLOAT16 forward_math: FLOAT backward_math: FLOAT
   convolution_param { num_output: 32 kernel_size: 3 pad: 1 engine: CUDNN
     weight_filler { type: "gaussian" std: 0.1 } bias_filler { type: "gaussian" std: 0.1 } } }
 """
@@ -99,6 +99,7 @@ def _lenet_fp16_param(lmdbs, tmp_path, iterations):
         if layer.type == "Data":
             layer.data_param.source = str(train_db if layer.include[0].phase == 0 else test_db)
     net.default_forward_type = net.default_backward_type = caffe_pb2.FLOAT16
+    net.default_forward_math = net.default_backward_math = caffe_pb2.FLOAT
     net.global_grad_scale = 64
     param = protoio.read_solver_param(os.path.join(LENET, "lenet_solver.prototxt"))
     param.ClearField("net")

@@ -169,17 +169,20 @@ def _geometry(pad, stride, dilation):
         tuple(int(v) for v in dilation)
 
 
-def conv_forward(x, weights, bias, y, pad, stride, dilation, groups, relu=False):
+def conv_forward(x, weights, bias, y, pad, stride, dilation, groups, relu=False,
+                 half_math=False):
     """``y = conv(x, weights) (+ bias) (then max(y, 0) when relu)`` for a batch ``(N, C, H,
-    W)``. True when done; False (nothing written) when cuDNN has no plan for it."""
+    W)``. True when done; False (nothing written) when cuDNN has no plan for it.
+    ``half_math``: float16 arrays accumulate in float16 (the frontend's graphs only)."""
     geometry = _geometry(pad, stride, dilation)
     if _state["fe"] is not None:
         x, w = contiguous(x), contiguous(weights)
         shapes = (x.shape, w.shape, y.shape) + geometry
         if relu and bias is not None and \
-                graphs.run(graphs.FPROP_BIAS_RELU, (x, w, contiguous(bias), y), *shapes):
+                graphs.run(graphs.FPROP_BIAS_RELU, (x, w, contiguous(bias), y), *shapes,
+                           half_math=half_math):
             return True
-        if not graphs.run(graphs.FPROP, (x, w, y), *shapes):
+        if not graphs.run(graphs.FPROP, (x, w, y), *shapes, half_math=half_math):
             return False
     else:
         _state["api"].convolution_forward(x, weights, None, y, *geometry, int(groups),
@@ -194,10 +197,10 @@ def conv_forward(x, weights, bias, y, pad, stride, dilation, groups, relu=False)
     return True
 
 
-def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups):
+def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups, half_math=False):
     """``dw += dW(x, dy)`` (when ``dw`` is given: cuDNN writes, so through a temporary) and
     ``dx = dX(weights, dy)`` (when ``dx`` is given). Returns ``(dw done, dx done)``: what cuDNN
-    could not compute is left for the caller."""
+    could not compute is left for the caller. ``half_math`` as :func:`conv_forward`."""
     geometry = _geometry(pad, stride, dilation)
     dw_done = dx_done = False
     if _state["fe"] is not None:
@@ -205,13 +208,14 @@ def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups):
         if dw is not None:
             x = contiguous(x)
             grad = cupy().empty(w.shape, dtype=w.dtype)
-            if graphs.run(graphs.WGRAD, (x, dy, grad), x.shape, w.shape, dy.shape, *geometry):
+            if graphs.run(graphs.WGRAD, (x, dy, grad), x.shape, w.shape, dy.shape, *geometry,
+                          half_math=half_math):
                 dw += grad
                 dw_done = True
         if dx is not None:
             out = contiguous(dx)
             if graphs.run(graphs.DGRAD, (dy, w, out), dx.shape, w.shape, dy.shape,
-                          *geometry):
+                          *geometry, half_math=half_math):
                 if out is not dx:
                     dx[...] = out
                 dx_done = True
