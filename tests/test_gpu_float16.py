@@ -6,8 +6,8 @@ simulated device.
   a float64 reference from the same float16-rounded values: within float16 rounding (cuDNN
   accumulates in float32), and cuDNN really ran it;
 - LeNet (models/lenet) with ``default_forward_type: FLOAT16`` and ``default_backward_type:
-  FLOAT16`` (math FLOAT) trains on the bundled MNIST subset to a test accuracy of at least 0.97, its params
-  float16 on the device and their masters float32.
+  FLOAT16`` (math FLOAT) trains on the bundled MNIST subset to a test accuracy of at least
+  0.97, its params float16 on the device and their masters float32.
 """
 
 import os
