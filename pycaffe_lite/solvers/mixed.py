@@ -53,16 +53,17 @@ def apply_update(solver):
             inverse = np.float32(1.0 / scale)
             for blob in net.learnable_params:
                 blob.scale_diff(inverse)
-        largest = _largest_gradient(swapped) if types.adaptive else 0.0
+        # NVCaffe takes it after the iter_size normalization
+        largest = _largest_gradient(swapped) / solver.param.iter_size if types.adaptive else 0.0
         solver.apply_update()
     types.next_scale(largest)
 
 
 def _largest_gradient(swapped):
     """The largest magnitude of the float16 params' (unscaled) gradients, read back from the
-    device as one value. Non-finite gradients count as none (NVCaffe's rule)."""
+    device as one value; a param whose gradient is not finite counts as 0 (NVCaffe's rule)."""
     if not swapped:
         return 0.0
     xp = backend.get_array_module(swapped[0][2].read_diff())
-    top = float(xp.stack([abs(master.read_diff()).max() for _, _, master in swapped]).max())
-    return top if np.isfinite(top) else 0.0
+    peaks = xp.stack([abs(master.read_diff()).max() for _, _, master in swapped])
+    return float(xp.where(xp.isfinite(peaks), peaks, 0).max())
