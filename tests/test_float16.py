@@ -13,10 +13,12 @@ arrays are real float16): pycaffe_lite.net_types and pycaffe_lite.solvers.mixed.
 - global_grad_scale multiplies the float16 gradients by the scale and leaves the update as it
   was; a gradient that underflows to 0 in float16 survives with a scale; the adaptive scale
   follows NVCaffe's formula;
-- a mixed net converts at the boundary; weights are saved from the masters and resuming
-  restores them exactly; bad types are refused naming the layer or the solver; CPU mode keeps
-  float32;
-- a small LeNet trains in float16 on the MNIST subset to the float32 run's accuracy.
+- a mixed net converts at the boundary (``Net.reshape`` included); a layer in place takes its
+  blob's type; weights are saved from the masters (binary and HDF5) and resuming restores
+  them exactly; net surgery reaches the masters; bad types are refused naming the layer or
+  the solver; CPU mode keeps float32; NVCaffe's float16 deploy file runs folded;
+- the math types reach cuDNN as NVCaffe resolves them (half accumulation for FLOAT16);
+- a small LeNet trains in float16 on the MNIST subset to the float32 run's accuracy (slow).
 """
 
 import logging
