@@ -6,8 +6,9 @@ simulated device.
   a float64 reference from the same float16-rounded values: within float16 rounding (cuDNN
   accumulates in float32), and cuDNN really ran it;
 - LeNet (models/lenet) with ``default_forward_type: FLOAT16`` and ``default_backward_type:
-  FLOAT16`` (math FLOAT) trains on the bundled MNIST subset to a test accuracy of at least
-  0.97, its params float16 on the device and their masters float32.
+  FLOAT16`` (math FLOAT, ``global_grad_scale: 64``) trains on the bundled MNIST subset to a
+  test accuracy of at least 0.97, its params float16 on the device and their masters
+  float32.
 """
 
 import os
@@ -112,10 +113,12 @@ def _lenet_fp16_param(lmdbs, tmp_path, iterations):
 
 
 def test_lenet_trains_in_float16_on_the_gpu(mnist_lmdbs, tmp_path):
-    """The LeNet example in float16 (4000 iterations of the standard solver; the float32
-    reference run reaches 0.968 after 2000) reaches 0.97 on the 1,000 test digits."""
+    """The LeNet example in float16 (6000 iterations of the standard solver, seed 1) reaches
+    0.97 on the 1,000 test digits. The same run in float32 on the CPU (2026-11-27) tested
+    0.969, 0.971, 0.972, 0.971 after 2000, 4000, 6000, 8000 iterations: on this 4,000-digit
+    subset LeNet levels off there, so the goal leaves float16 a margin of a digit or two."""
     backend.set_mode_gpu()
-    solver = get_solver(_lenet_fp16_param(mnist_lmdbs, tmp_path, 4000))
+    solver = get_solver(_lenet_fp16_param(mnist_lmdbs, tmp_path, 6000))
     try:
         params = solver.net.learnable_params
         assert all(p.dtype == F16 for p in params)
@@ -127,5 +130,5 @@ def test_lenet_trains_in_float16_on_the_gpu(mnist_lmdbs, tmp_path):
         scores = dict(solver.test_scores[0])
     finally:
         solver.close()
-    print("LeNet float16 on the GPU, 4000 iterations: %s" % scores)
+    print("LeNet float16 on the GPU, 6000 iterations: %s" % scores)
     assert scores["accuracy"] >= 0.97
