@@ -17,8 +17,9 @@ its FLOAT16 layers in float16:
   type, the layer gets a converted copy (made before each forward of the layer), and the
   copy's gradient is converted back into the producer's diff after the layer's backward. The
   copies are not in ``net.blobs``, which holds what each producer stored;
-- data layers (no bottoms), loss layers (a loss weight on a top, or a loss type) and the layer
-  types outside :data:`FLOAT16_LAYERS` compute in float32, as NVCaffe falls back to float32 for
+- data layers (no bottoms), loss layers (a loss weight on a top, or a loss type), the layer
+  types outside :data:`FLOAT16_LAYERS` and a Pooling with a mask top (indices, which float16
+  holds exactly only up to 2048) compute in float32, as NVCaffe falls back to float32 for
   layers it has no float16 code for; a note lists them once per net. A layer working in place
   on a blob takes that blob's type (no conversion can sit between the two);
 - the diffs of a layer are kept in its forward type (a backward_type that differs is noted);
@@ -133,8 +134,10 @@ class Types:
         """The dtype layer ``lp`` stores and computes in (appended to :attr:`dtypes`)."""
         ftype = _asked(lp, self.param, "forward_type")
         dtype = np.dtype(np.float16 if ftype == FLOAT16 else np.float32)
-        fallback = dtype == np.float16 and (not lp.bottom or layer.is_loss or any(
-            lp.loss_weight) or lp.type not in FLOAT16_LAYERS)
+        fallback = dtype == np.float16 and (
+            not lp.bottom or layer.is_loss or any(lp.loss_weight) or
+            lp.type not in FLOAT16_LAYERS or
+            (lp.type == "Pooling" and len(lp.top) > 1))  # its mask holds indices
         if in_place is not None:  # no conversion can sit between in-place layers
             if fallback and in_place.dtype == np.float16:
                 self._in_place.append("%s (%s)" % (lp.name, lp.type))

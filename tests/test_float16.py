@@ -688,3 +688,25 @@ def test_half_math_is_a_float16_graphs_compute_type():
     assert compute_type(F16, True) == ("HALF", "HALF")
     assert compute_type(F16, False) == ("HALF", "FLOAT")
     assert compute_type(np.float32, True) == ("FLOAT", "FLOAT")  # float32 ignores it
+
+
+def test_a_pooling_with_a_mask_top_computes_in_float32():
+    """Its mask holds window indices, which float16 would round beyond 2048."""
+    param = text_format.Parse(
+        'default_forward_type: FLOAT16 layer { name: "in" type: "Input" top: "x" input_param '
+        '{ shape { dim: 1 dim: 1 dim: 100 dim: 100 } } } layer { name: "p" type: "Pooling" '
+        'bottom: "x" top: "y" top: "mask" pooling_param { pool: MAX kernel_size: 2 stride: 2 } '
+        '}', caffe_pb2.NetParameter())
+    x = np.random.default_rng(0).standard_normal((1, 1, 100, 100))
+    with simulated_device():
+        backend.set_mode_gpu()
+        net = caffe.Net(param, caffe.TEST)
+        assert net.blobs["mask"].dtype == np.float32
+        net.blobs["x"].data[...] = x
+        net.forward()
+        mask = net.blobs["mask"].data.copy()
+    windows = x[0, 0].reshape(50, 2, 50, 2).transpose(0, 2, 1, 3).reshape(50, 50, 4)
+    pick = windows.argmax(axis=2)
+    rows = np.arange(50)[:, None] * 2 + pick // 2
+    cols = np.arange(50)[None, :] * 2 + pick % 2
+    np.testing.assert_array_equal(mask[0, 0], rows * 100 + cols)  # up to 9999, exactly

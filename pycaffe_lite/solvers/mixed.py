@@ -21,11 +21,16 @@ sees the true gradients). With ``global_grad_scale_adaptive`` the next iteration
 which runs as the net's own type): FLOAT16 masters would defeat their purpose and are refused.
 """
 
+import logging
+
 import numpy as np
 
 from .. import backend, net_types
 from ..errors import CaffeError
 from ..proto import caffe_pb2
+from .debug_info import fmt as _fmt
+
+log = logging.getLogger("pycaffe_lite")
 
 
 def check(param, where):
@@ -54,9 +59,14 @@ def apply_update(solver):
             for blob in net.learnable_params:
                 blob.scale_diff(inverse)
         # NVCaffe takes it after the iter_size normalization
-        largest = _largest_gradient(swapped) / solver.param.iter_size if types.adaptive else 0.0
+        largest = _largest_gradient(swapped) / solver.param.iter_size if types.adaptive \
+            else 0.0
         solver.apply_update()
     types.next_scale(largest)
+    param = getattr(solver, "param", None)
+    if param is not None and param.display and solver.iter % param.display == 0 and \
+            (types.adaptive or scale != 1):
+        log.info("Iteration %d, global_grad_scale = %s", solver.iter, _fmt(scale))
 
 
 def _largest_gradient(swapped):
