@@ -7,7 +7,7 @@ none (an unset math type is the storage type). Here, in GPU mode, a net built in
 its FLOAT16 layers in float16:
 
 - the layer is created with dtype float16: its tops, their diffs and its params' data and diffs
-  are float16 arrays on the device, and its own code computes on them (cuDNN convolutions with
+  (BatchNorm's statistics aside: :data:`FLOAT32_PARAMS`) are float16 arrays on the device, and its own code computes on them (cuDNN convolutions with
   float16 input and output on tensor cores; CuPy's products of float16 matrices accumulate in
   float32). The math types, resolved as NVCaffe resolves them (the layer's own, else its
   storage type, else the net's default math, else the net's default storage type) and set on
@@ -58,6 +58,9 @@ FLOAT = caffe_pb2.FLOAT
 FLOAT16_LAYERS = frozenset([
     "Convolution", "Deconvolution", "InnerProduct", "Pooling", "ReLU", "Sigmoid", "TanH",
     "Split", "Eltwise", "Concat", "Flatten", "Reshape", "BatchNorm", "Scale", "Bias"])
+#: float16 layer types whose params stay float32: BatchNorm's statistics (its running sums
+#: reach 1 / (1 - moving_average_fraction) times the variance), as cuDNN's and PyTorch's
+FLOAT32_PARAMS = frozenset(["BatchNorm"])
 _TYPE_FIELDS = ("forward_type", "backward_type", "forward_math", "backward_math")
 _RUNNABLE = (caffe_pb2.DOUBLE, FLOAT, FLOAT16)
 
@@ -118,7 +121,10 @@ class Types:
             return layer
         for which in ("forward", "backward"):  # NVCaffe's rule, set on the layer's params
             setattr(lp, which + "_math", self._math(lp, which))
-        return create_layer(lp, dtype=dtype)
+        layer = create_layer(lp, dtype=dtype)
+        if lp.type in FLOAT32_PARAMS and not len(layer.blobs):
+            layer.blobs.dtype = np.dtype(np.float32)  # the blobs its setup creates
+        return layer
 
     def _math(self, lp, which):
         """A layer's math type as NVCaffe resolves it: its own, else its storage type, else

@@ -202,7 +202,9 @@ def test_float16_layer_matches_float64(kind):
     with simulated_device():
         backend.set_mode_gpu()
         net = caffe.Net(param, caffe.TRAIN)
-        assert [b.dtype for b in net.layers[1].blobs] == [F16] * len(net.layers[1].blobs)
+        blobs = net.layers[1].blobs
+        assert [b.dtype for b in blobs] == [np.float32 if kind in net_types.FLOAT32_PARAMS
+                                            else F16] * len(blobs)
         assert all(net.blobs["y%d" % t].dtype == F16 for t in range(tops))
         params0 = [b.data.astype(np.float64) for b in net.layers[1].blobs]
         for i, x in enumerate(xs):
@@ -710,3 +712,73 @@ def test_a_pooling_with_a_mask_top_computes_in_float32():
     rows = np.arange(50)[:, None] * 2 + pick // 2
     cols = np.arange(50)[None, :] * 2 + pick % 2
     np.testing.assert_array_equal(mask[0, 0], rows * 100 + cols)  # up to 9999, exactly
+
+
+RESIDUAL = """
+name: "residual16"
+default_forward_type: FLOAT16
+default_backward_type: FLOAT16
+default_forward_math: FLOAT
+default_backward_math: FLOAT
+force_backward: true
+layer { name: "in" type: "Input" top: "data" top: "label"
+  input_param { shape { dim: 4 dim: 3 dim: 8 dim: 8 } shape { dim: 4 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 4 kernel_size: 3 pad: 1 bias_term: false
+    weight_filler { type: "msra" } } }
+layer { name: "bn1" type: "BatchNorm" bottom: "conv1" top: "conv1" }
+layer { name: "scale1" type: "Scale" bottom: "conv1" top: "conv1"
+  scale_param { bias_term: true filler { type: "gaussian" mean: 1 std: 0.1 }
+    bias_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "conv2" type: "Convolution" bottom: "conv1" top: "conv2"
+  convolution_param { num_output: 4 kernel_size: 3 pad: 1 bias_term: false
+    weight_filler { type: "msra" } } }
+layer { name: "bn2" type: "BatchNorm" bottom: "conv2" top: "conv2" }
+layer { name: "sum" type: "Eltwise" bottom: "conv1" bottom: "conv2" top: "sum" }
+layer { name: "relu2" type: "ReLU" bottom: "sum" top: "sum" }
+layer { name: "pool" type: "Pooling" bottom: "sum" top: "pool"
+  pooling_param { pool: AVE global_pooling: true } }
+layer { name: "ip" type: "InnerProduct" bottom: "pool" top: "ip"
+  inner_product_param { num_output: 3 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+
+
+def test_residual_block_with_in_place_batch_norm_against_float32():
+    """conv -> BatchNorm -> Scale -> ReLU in place, a residual sum: the float16 run's loss,
+    gradients and BatchNorm statistics (kept in float32) follow the float32 run's from the same
+    float16-rounded weights and inputs."""
+    param = text_format.Parse(RESIDUAL, caffe_pb2.NetParameter())
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 3, 8, 8)).astype(F16)
+    labels = np.array([0, 1, 2, 1], np.float32)
+    with simulated_device():
+        backend.set_mode_gpu()
+        net = caffe.Net(param, caffe.TRAIN)
+        assert net.blobs["conv1"].dtype == F16 and net.blobs["sum"].dtype == F16
+        assert [b.dtype for b in net.params["bn1"]] == [np.float32] * 3
+        assert net.params["scale1"][0].dtype == F16
+        weights = {n: [b.data.astype(np.float32) for b in bs] for n, bs in net.params.items()}
+        net.blobs["data"].data[...] = x
+        net.blobs["label"].data[...] = labels
+        loss = float(net.forward()["loss"])
+        net.backward()
+        got = {n: [b.diff.astype(np.float64) for b in bs] for n, bs in net.params.items()}
+        stats = [b.data.copy() for b in net.params["bn2"]]
+    backend.set_mode_cpu()
+    ref = caffe.Net(param, caffe.TRAIN)  # CPU mode: float32 throughout
+    for name, blobs in ref.params.items():
+        for blob, values in zip(blobs, weights[name]):
+            blob.data[...] = values
+    ref.blobs["data"].data[...] = x
+    ref.blobs["label"].data[...] = labels
+    assert loss == pytest.approx(float(ref.forward()["loss"]), rel=1e-2)
+    ref.backward()
+    for name in ("conv1", "conv2", "scale1", "ip"):
+        for j, (g, blob) in enumerate(zip(got[name], ref.params[name])):
+            scale = np.abs(blob.diff).max()
+            np.testing.assert_allclose(g, blob.diff, rtol=0, atol=2e-2 * scale,
+                                       err_msg="%s %d" % (name, j))
+    for s, blob in zip(stats, ref.params["bn2"]):
+        np.testing.assert_allclose(s, blob.data, rtol=5e-3, atol=1e-3)
