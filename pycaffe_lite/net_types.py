@@ -7,9 +7,9 @@ none (an unset math type is the storage type). Here, in GPU mode, a net built in
 its FLOAT16 layers in float16:
 
 - the layer is created with dtype float16: its tops, their diffs and its params' data and diffs
-  (BatchNorm's statistics aside: :data:`FLOAT32_PARAMS`) are float16 arrays on the device, and its own code computes on them (cuDNN convolutions with
-  float16 input and output on tensor cores; CuPy's products of float16 matrices accumulate in
-  float32). The math types, resolved as NVCaffe resolves them (the layer's own, else its
+  (BatchNorm's statistics aside: :data:`FLOAT32_PARAMS`) are float16 arrays on the device,
+  and its own code computes on them (cuDNN convolutions with float16 input and output on
+  tensor cores; CuPy's products of float16 matrices accumulate in float32). The math types, resolved as NVCaffe resolves them (the layer's own, else its
   storage type, else the net's default math, else the net's default storage type) and set on
   the layer's parameters: FLOAT accumulates cuDNN's convolutions in float32, FLOAT16 in
   float16 (through cuDNN's frontend); the other layers accumulate in float32 either way;
