@@ -9,10 +9,11 @@ its FLOAT16 layers in float16:
 - the layer is created with dtype float16: its tops, their diffs and its params' data and diffs
   (BatchNorm's statistics aside: :data:`FLOAT32_PARAMS`) are float16 arrays on the device,
   and its own code computes on them (cuDNN convolutions with float16 input and output on
-  tensor cores; CuPy's products of float16 matrices accumulate in float32). The math types, resolved as NVCaffe resolves them (the layer's own, else its
-  storage type, else the net's default math, else the net's default storage type) and set on
-  the layer's parameters: FLOAT accumulates cuDNN's convolutions in float32, FLOAT16 in
-  float16 (through cuDNN's frontend); the other layers accumulate in float32 either way;
+  tensor cores; CuPy's products of float16 matrices accumulate in float32);
+- the math types are resolved as NVCaffe resolves them (the layer's own, else its storage
+  type, else the net's default math, else the net's default storage type) and set on the
+  layer's parameters: FLOAT accumulates cuDNN's convolutions in float32, FLOAT16 in float16
+  (through cuDNN's frontend); the other layers accumulate in float32 either way;
 - a layer reads its bottoms in its own type: where the producer of a bottom stored another
   type, the layer gets a converted copy (made before each forward of the layer), and the
   copy's gradient is converted back into the producer's diff after the layer's backward. The
