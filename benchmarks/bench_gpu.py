@@ -18,6 +18,10 @@ Workloads (GPU mode, float32; TF32 off on both sides, PyTorch's cudnn.benchmark 
   resnet50_infer   ResNet-50 TEST forward, batch 32
   resnet50_b1      ResNet-50 TEST forward, batch 1 (latency)
   googlenet_train  GoogLeNet SGD iteration, batch 32
+  resnet50_fp16    ResNet-50 SGD iteration, batch 32, in NVCaffe's float16
+                   (default_forward_type/backward_type FLOAT16, math FLOAT, global_grad_scale
+                   1024, float32 master weights) against PyTorch's autocast(float16) +
+                   GradScaler
 The zoo workloads run the net of models/zoo against PyTorch's twin of the same net
 (benchmarks/torch_from_caffe.py: the same layers, the same weights; the outputs are checked
 equal before timing) in alternating rounds, the fastest round of each. With ``torch`` built for
@@ -45,6 +49,7 @@ import torch_from_caffe  # noqa: E402
 import pycaffe_lite as caffe  # noqa: E402
 from pycaffe_lite import backend  # noqa: E402
 from pycaffe_lite.ops import gpu as gpu_ops  # noqa: E402
+from pycaffe_lite.proto import caffe_pb2  # noqa: E402
 
 
 def timed(fn, iters, warmup, sync):
@@ -135,6 +140,8 @@ def alternating(ours, theirs, rounds, per_round, sync, tsync):
     """ms per call of ``ours`` and ``theirs`` (each round ended by its device's
     synchronisation), in alternating rounds: the fastest round of each."""
     for fn, s in ((ours, sync), (theirs, tsync)):
+        if fn is None:  # --no-torch
+            continue
         fn()
         fn()
         s()
@@ -155,16 +162,26 @@ def alternating(ours, theirs, rounds, per_round, sync, tsync):
     return out
 
 
-def zoo_solver(name, batch):
+#: NVCaffe's float16 training: float16 storage, float32 math, the loss scaled by this
+FP16_SCALE = 1024.0
+FP16_OPTIONS = {"default_forward_type": caffe_pb2.FLOAT16,
+                "default_backward_type": caffe_pb2.FLOAT16,
+                "default_forward_math": caffe_pb2.FLOAT, "default_backward_math": caffe_pb2.FLOAT,
+                "global_grad_scale": FP16_SCALE}
+
+
+def zoo_solver(name, batch, net_options=None):
     """An SGD solver (lr 0.01, momentum 0.9, weight decay 5e-4) training the zoo net at
     ``batch``: its logits into SoftmaxWithLoss over an Input of labels; the weights and the
-    batch those of :func:`run.zoo_net` (the same draws). Returns ``(solver, logits blob)``."""
+    batch those of :func:`run.zoo_net` (the same draws); ``net_options``: NetParameter fields
+    (:data:`FP16_OPTIONS`). Returns ``(solver, logits blob)``."""
     from google.protobuf import text_format
 
     from pycaffe_lite.proto import caffe_pb2
     from pycaffe_lite.solvers import get_solver
 
-    param = cpu_bench.zoo_param(name, batch, batch_stats=True, logits=True)
+    param = cpu_bench.zoo_param(name, batch, batch_stats=True, logits=True,
+                                net_options=net_options)
     logits = param.layer[-1].top[0]
     text_format.Merge('layer { name: "label" type: "Input" top: "label" '
                       'input_param { shape { dim: %d } } } '
@@ -185,15 +202,19 @@ def zoo_solver(name, batch):
     return solver, logits
 
 
-def zoo_workload(name, batch, train, args, torch):
+def zoo_workload(name, batch, train, args, torch, fp16=False):
     """A zoo net's SGD iteration through the solver (``train``: captured into a CUDA graph
-    unless --cuda-graph off) or TEST forward, ours and PyTorch's twin."""
+    unless --cuda-graph off) or TEST forward, ours and PyTorch's twin; ``fp16``: training in
+    NVCaffe's float16 (:data:`FP16_OPTIONS`, the update on float32 master weights) against
+    PyTorch's automatic mixed precision (autocast float16 + GradScaler)."""
     cp = backend.device_module()
     pool = cp.get_default_memory_pool()
     gc.collect()
     pool.free_all_blocks()
     if train:
-        solver, logits = zoo_solver(name, batch)
+        solver, logits = zoo_solver(name, batch, FP16_OPTIONS if fp16 else None)
+        if fp16 and getattr(solver.net, "_types", None) is None:
+            raise AssertionError("%s: the net did not build in float16" % name)
         net = cpu_bench.zoo_net(name, batch, batch_stats=True, logits=True)  # the twin's
 
         def step():
@@ -236,6 +257,7 @@ def zoo_workload(name, batch, train, args, torch):
                                                                                       err))
             result["max_rel_diff"] = err
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+        scaler = torch.amp.GradScaler("cuda", init_scale=FP16_SCALE) if fp16 else None
 
         def tstep():
             if not train:
@@ -243,8 +265,15 @@ def zoo_workload(name, batch, train, args, torch):
                     model(x)
                 return
             opt.zero_grad(set_to_none=False)
-            torch.nn.functional.cross_entropy(model(x), label).backward()
-            opt.step()
+            if scaler is None:
+                torch.nn.functional.cross_entropy(model(x), label).backward()
+                opt.step()
+                return
+            with torch.autocast("cuda", dtype=torch.float16):
+                out = model(x)
+            scaler.scale(torch.nn.functional.cross_entropy(out.float(), label)).backward()
+            scaler.step(opt)
+            scaler.update()
 
         torch.cuda.reset_peak_memory_stats(dev)
         tstep()
@@ -269,6 +298,7 @@ WORKLOADS = {
     "resnet50_infer": lambda a, t: zoo_workload("resnet50", 32, False, a, t),
     "resnet50_b1": lambda a, t: zoo_workload("resnet50", 1, False, a, t),
     "googlenet_train": lambda a, t: zoo_workload("googlenet", 32, True, a, t),
+    "resnet50_fp16": lambda a, t: zoo_workload("resnet50", 32, True, a, t, fp16=True),
 }
 
 

@@ -141,13 +141,16 @@ def bench_gemm(args, torch):
 
 
 # ---- zoo nets: forward + backward -----------------------------------------------------------
-def zoo_param(name, batch, batch_stats=False, logits=False):
+def zoo_param(name, batch, batch_stats=False, logits=False, net_options=None):
     """A zoo deploy file's NetParameter at ``batch``; ``batch_stats``: BatchNorm on the batch's
     statistics (as in training) instead of the deploy file's ``use_global_stats``; ``logits``:
-    without the final Softmax."""
+    without the final Softmax; ``net_options``: NetParameter fields to set (NVCaffe's
+    ``default_forward_type`` & co.)."""
     param = protoio.read_net_param(os.path.join(ZOO, name + "_deploy.prototxt"))
     if logits and param.layer[-1].type == "Softmax":
         del param.layer[-1]
+    for key, value in (net_options or {}).items():
+        setattr(param, key, value)
     for layer in param.layer:
         if batch_stats and layer.type == "BatchNorm":
             layer.batch_norm_param.ClearField("use_global_stats")
@@ -169,12 +172,12 @@ def init_zoo_weights(net, rng):
             layer.blobs[2].data[...] = 1.0
 
 
-def zoo_net(name, batch, batch_stats=False, inference=False, logits=False):
+def zoo_net(name, batch, batch_stats=False, inference=False, logits=False, net_options=None):
     """A zoo net for a training pass at ``batch``; ``batch_stats``: BatchNorm on the batch's
     statistics (as in training) instead of the deploy file's ``use_global_stats``;
     ``inference``: a TEST net instead, for forward passes alone; ``logits``: without the final
-    Softmax."""
-    param = zoo_param(name, batch, batch_stats, logits)
+    Softmax; ``net_options``: NetParameter fields to set."""
+    param = zoo_param(name, batch, batch_stats, logits, net_options)
     param.force_backward = not inference
     caffe.set_random_seed(0)
     # a training pass: TRAIN phase (dropout on, batch statistics), every param's gradient,

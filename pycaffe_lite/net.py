@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from . import cuda_graphs, net_fold, net_int8, net_train_fuse, python_layers
+from . import cuda_graphs, net_fold, net_int8, net_train_fuse, net_types, python_layers
 from .proto import protoio
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
@@ -102,6 +102,9 @@ class Net(BatchedCalls):
         self.phase = in_param.state.phase
         param = apply_fork_options(insert_splits(filter_net(in_param)))
         python_layers.refuse(param, allow_python_layers, where)
+        net_types.check_types(param)
+        types = self._types = (net_types.Types(param) if net_types.wants_float16(
+            param, self.dtype) else None)  # float16 layers in GPU mode
         self.name = param.name
         self.param = param
         self.debug_info = param.debug_info
@@ -137,6 +140,8 @@ class Net(BatchedCalls):
                                "(%d bottoms, %d values)"
                                % (lp.name, len(lp.bottom), len(lp.propagate_down)))
             layer = create_layer(lp, dtype=self.dtype)
+            if types is not None:
+                layer = types.create(lp, layer, lambda n: self._blobs[name_to_id[n]])
             rec = LayerRecord(layer, lp.name)
             self.records.append(rec)
             for j, bname in enumerate(lp.bottom):
@@ -145,7 +150,8 @@ class Net(BatchedCalls):
                                    "%d): no earlier layer produces it, or it was consumed "
                                    "in place" % (lp.name, lp.type, bname, j))
                 bid = name_to_id[bname]
-                rec.bottoms.append(self._blobs[bid])
+                rec.bottoms.append(self._blobs[bid] if types is None else
+                                   types.bottom(layer_id, j, self._blobs[bid], layer.dtype))
                 rec.bottom_ids.append(bid)
                 nb = self.blob_need_backward[bid]
                 rec.need_backward |= nb
@@ -166,7 +172,7 @@ class Net(BatchedCalls):
                 else:
                     tid = len(self._blobs)
                     blob_name = tname if tname is not None else "(automatic)"
-                    self._blobs.append(Blob((), self.dtype))
+                    self._blobs.append(Blob((), layer.dtype))
                     self._blob_names.append(blob_name)
                     self.blob_need_backward.append(False)
                     self._blob_loss_weights.append(0.0)
@@ -205,6 +211,8 @@ class Net(BatchedCalls):
         self._output_ids = [name_to_id[n] for n in self._blob_order(available, name_to_id)]
         net_int8.attach(self, self._int8)
         net_train_fuse.attach(self)
+        if types is not None:
+            types.attach(self)
 
     def _blob_order(self, names, name_to_id):
         return sorted(names, key=lambda n: name_to_id[n])
@@ -443,7 +451,9 @@ class Net(BatchedCalls):
         blob.data[...] = value
 
     def reshape(self):
-        for rec in self.records:
+        for i, rec in enumerate(self.records):
+            if self._types is not None:  # converted bottoms take their producers' shapes
+                self._types.reshape_copies(i)
             layer, bottom = rec.layer, rec.bottoms
             _call_layer(layer, "reshape", bottom, layer.reshape, bottom, rec.tops)
 
@@ -477,31 +487,32 @@ class Net(BatchedCalls):
     def copy_from(self, path):
         """Load trained weights from a ``.caffemodel`` (binary NetParameter) or Caffe HDF5."""
         from . import weights
-        with net_fold.refolding(self):
+        with net_fold.refolding(self), net_types.weights_context(self):
             weights.copy_trained_layers(self, path)
 
     def to_proto(self, write_diff=False):
         param = caffe_pb2.NetParameter()
         param.name = self.name
-        for rec in self.records:
-            param.layer.add().CopyFrom(rec.layer.to_proto(write_diff))
+        with net_types.weights_context(self):  # float16 params: their float32 masters
+            for rec in self.records:
+                param.layer.add().CopyFrom(rec.layer.to_proto(write_diff))
         return param
 
     def save(self, path, write_diff=False):
         """Write the weights as a binary ``.caffemodel`` (or HDF5 when the name ends in .h5)."""
-        from . import weights
         if str(path).endswith((".h5", ".hdf5")):
-            weights.save_hdf5(self, path, write_diff)
+            self.save_hdf5(path, write_diff)
         else:
             protoio.write_binary(self.to_proto(write_diff), path)
 
     def save_hdf5(self, path, write_diff=False):
         from . import weights
-        weights.save_hdf5(self, path, write_diff)
+        with net_types.weights_context(self):
+            weights.save_hdf5(self, path, write_diff)
 
     def load_hdf5(self, path):
         from . import weights
-        with net_fold.refolding(self):
+        with net_fold.refolding(self), net_types.weights_context(self):
             weights.copy_trained_layers_hdf5(self, path)
 
     def fold(self, keep_intermediates=True):

@@ -12,6 +12,7 @@
 import collections
 import logging
 
+from . import backend
 from .errors import NetError
 from .proto import caffe_pb2
 
@@ -130,8 +131,9 @@ def apply_fork_options(param):
     """Intel Caffe's ``engine: "CAFFE"`` or ``"CUDNN"`` (optionally ``":devices"``; a layer
     without one takes the net's) becomes
     the engine of the layer's own parameters where those leave it unset; the MKL engines run
-    as DEFAULT. NVCaffe's FLOAT16 (and other) storage and math types run in the net's own
-    type: a note says so once per net. ``param`` is changed in place."""
+    as DEFAULT. NVCaffe's storage and math types other than FLOAT run in the net's own type
+    in CPU mode (a note says so once per net); in GPU mode FLOAT16 layers of a float32 net run
+    in float16 (:mod:`pycaffe_lite.net_types`). ``param`` is changed in place."""
     for layer in param.layer:
         if not layer.engine and param.engine:  # Intel's net-wide engine
             layer.engine = param.engine
@@ -149,10 +151,13 @@ def apply_fork_options(param):
         asked |= {caffe_pb2.Type.Name(getattr(layer, f)) for f in _TYPE_FIELDS
                   if layer.HasField(f)}
     asked -= {"FLOAT"}
+    if backend.mode() == "gpu":
+        asked -= {"FLOAT16"}  # net_types decides, and says, where they run in float16
     if asked:
         log.info("Net %s: NVCaffe storage/math types %s run as this net's float type "
-                 "(float32 unless built in float64), on the CPU and the GPU alike",
-                 param.name or "(unnamed)", ", ".join(sorted(asked)))
+                 "(float32 unless built in float64)%s", param.name or "(unnamed)",
+                 ", ".join(sorted(asked)),
+                 "" if backend.mode() == "gpu" else " in CPU mode (GPU mode: FLOAT16 in float16)")
     return param
 
 

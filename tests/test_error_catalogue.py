@@ -749,6 +749,20 @@ def missing_hdf5_list(tmp):
                'hdf5_data_param { source: "%s" batch_size: 2 } }' % (tmp / "list.txt"))
 
 
+# -- NVCaffe's types
+@case(NetError, "layer 'ip' (type InnerProduct)", "forward_type: INT",
+      "use FLOAT, FLOAT16 or DOUBLE")
+def nvcaffe_integer_storage_type(tmp):
+    build(tmp, CLASSIFIER.replace('type: "InnerProduct"', 'type: "InnerProduct" '
+                                  'forward_type: INT'))
+
+
+@case(CaffeError, "solver.prototxt", "solver_data_type: FLOAT16", "use FLOAT")
+def nvcaffe_float16_master_weights(tmp, monkeypatch):
+    monkeypatch.chdir(tmp)
+    get_solver(solver_project(tmp, SOLVER + "solver_data_type: FLOAT16\n"))
+
+
 # -- snapshots
 @case(CaffeError, "solver.prototxt", "snapshot prefix 'gone/run'", "Create the folder")
 def snapshot_folder_missing(tmp, monkeypatch):

@@ -35,7 +35,7 @@ LAYERS = [
              "pycaffe_lite.darknet", "pycaffe_lite.testing", "pycaffe_lite.summary",
              "pycaffe_lite.evaluate", "pycaffe_lite.pytorch", "pycaffe_lite.mxnet",
              "pycaffe_lite.cuda_graphs", "pycaffe_lite.net_int8", "pycaffe_lite.quantization",
-             "pycaffe_lite.net_blocked"]),
+             "pycaffe_lite.net_blocked", "pycaffe_lite.net_types"]),
     ("layers", ["pycaffe_lite.layers"]),
     ("kernels, data", ["pycaffe_lite.ops", "pycaffe_lite.data"]),
     ("core", ["pycaffe_lite.backend", "pycaffe_lite.syncedmem", "pycaffe_lite.blob",

@@ -132,6 +132,9 @@ class ConvPlan:
     def __init__(self, geometry, itemsize, workspace_bytes, engine=_cudnn.CAFFE):
         g = self.geometry = geometry
         self.engine = engine
+        # NVCaffe's math types FLOAT16 on float16 arrays: cuDNN accumulates in float16 in
+        # what forward() (and forward_and_weight()) and backward() run
+        self.half_forward = self.half_backward = False
         per_image = max(g.kernel_dim * g.group, g.conv_out_channels) * \
             g.conv_out_spatial_dim * int(itemsize)
         self.chunk = int(max(1, min(g.num, workspace_bytes // max(per_image, 1))))
@@ -463,7 +466,7 @@ def forward(x, weights, y, plan, bias=None, relu=False):
     g = plan.geometry
     if _cudnn.conv_takes(plan.engine, x, weights, y, bias) and \
             _cudnn.conv_forward(x, weights, bias, y, g.pad, g.stride, g.dilation, g.group,
-                                relu=relu):
+                                relu=relu, half_math=plan.half_forward):
         return
     if g.is_depthwise and _cpu.supported(x, weights, y, bias):
         _depthwise(g, x, weights, y=y, bias=bias)
@@ -487,7 +490,8 @@ def backward(x, dy, weights, plan, dx=None, dw=None):
     g = plan.geometry
     if _cudnn.conv_takes(plan.engine, x, dy, weights, dx, dw):
         dw_done, dx_done = _cudnn.conv_backward(x, dy, weights, dx, dw, g.pad, g.stride,
-                                                g.dilation, g.group)
+                                                g.dilation, g.group,
+                                                half_math=plan.half_backward)
         dw = None if dw_done else dw
         dx = None if dx_done else dx
         if dw is None and dx is None:
@@ -513,11 +517,13 @@ def forward_and_weight(x, weights, plan, y=None, dy=None, dw=None, bias=None):
         # Deconvolution's backward: the bottom gradient is a convolution of x, the weight
         # gradient a convolution's filter gradient with x on the image side
         if y is not None and not _cudnn.conv_forward(x, weights, None, y, g.pad, g.stride,
-                                                     g.dilation, g.group):
+                                                     g.dilation, g.group,
+                                                     half_math=plan.half_forward):
             return gemm_forward_and_weight(x, weights, plan, output=y, grad_output=dy,
                                            weight_diff=dw)
         if dw is not None and not _cudnn.conv_backward(x, dy, weights, None, dw, g.pad,
-                                                       g.stride, g.dilation, g.group)[0]:
+                                                       g.stride, g.dilation, g.group,
+                                                       half_math=plan.half_forward)[0]:
             gemm_forward_and_weight(x, weights, plan, grad_output=dy, weight_diff=dw)
         return
     if g.is_depthwise and _cpu.supported(x, weights if y is not None else None, y, dy, dw,

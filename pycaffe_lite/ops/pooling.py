@@ -18,6 +18,11 @@ from .gpu import pooling as _gpu
 FLT_MAX = float(np.finfo(np.float32).max)
 
 
+def _floor(dtype):
+    """Caffe's ``-FLT_MAX`` start value in ``dtype`` (float16's lowest finite value there)."""
+    return np.dtype(dtype).type(-min(FLT_MAX, float(np.finfo(dtype).max)))
+
+
 def pooled_size(size, kernel, pad, stride, ceil_mode=True):
     """Caffe's pooled length of one axis: ``ceil`` (or ``floor``) of ``(size + 2*pad -
     kernel) / stride`` plus one, minus one if padding makes the last window start in the
@@ -101,7 +106,7 @@ def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
         return _cpu.max_pool_forward(x, kernel, pad, stride, pooled, top, argmax)
     xp = get_array_module(x)
     src = _source(x, kernel, pad, stride, pooled, -np.inf)
-    top[...] = -FLT_MAX
+    top[...] = _floor(top.dtype)
     argmax[...] = -1
     values = xp.empty(top.shape, dtype=top.dtype)
     better = xp.empty(top.shape, dtype=bool)
@@ -187,7 +192,7 @@ def max_pool_forward_values(x, kernel, pad, stride, pooled, top):
     top[...] = rows[0]
     for v in rows[1:]:
         xp.fmax(top, v, out=top)
-    xp.fmax(top, top.dtype.type(-FLT_MAX), out=top)
+    xp.fmax(top, _floor(top.dtype), out=top)
 
 
 def max_pool_backward_values(x, top, top_diff, kernel, pad, stride, pooled, bottom_diff):
@@ -196,7 +201,7 @@ def max_pool_backward_values(x, top, top_diff, kernel, pad, stride, pooled, bott
     ``>`` scan picks; nothing where the maximum is the ``-FLT_MAX`` floor. Overwrites."""
     xp = get_array_module(x)
     src = _source(x, kernel, pad, stride, pooled, -np.inf)
-    free = top > top.dtype.type(-FLT_MAX)  # windows whose gradient is not yet routed
+    free = top > _floor(top.dtype)  # windows whose gradient is not yet routed
     hit = xp.empty(top.shape, dtype=bool)
     if tiles_exactly(bottom_diff.shape, tuple(kernel), tuple(pad), stride, pooled):
         for _, window in _offsets(kernel, stride, pooled):

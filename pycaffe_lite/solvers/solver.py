@@ -27,7 +27,7 @@ from ..errors import CaffeError
 from ..net import LAYER_FAILURES, Net
 from ..proto import caffe_pb2
 from ..signals import SolverAction
-from . import debug_info, paths, train_graph
+from . import debug_info, mixed, paths, train_graph
 from . import snapshot as snapshot_io
 from .debug_info import fmt as _fmt
 from .detection_test import test_detection
@@ -99,6 +99,7 @@ class Solver:
                              % (self.where, param.base_lr))
         self.policy = get_policy(param, self.where)
         self._init_snapshot_prefix()
+        mixed.check(param, self.where)
         if param.random_seed >= 0:
             # as Caffe: each data-parallel rank draws its own random numbers
             backend.set_random_seed(param.random_seed + ranks.solver_rank())
@@ -386,7 +387,7 @@ class Solver:
             self._diagnose(self.net)
         for cb in self.callbacks:
             cb.on_gradients_ready()
-        self.apply_update()
+        mixed.apply_update(self)  # float16 params: on their float32 masters
         if debug:
             debug_info.update(self.net)
 

@@ -110,6 +110,8 @@ class TrainGraph:
             return "the net has hooks"
         if getattr(solver, "fused_rule", None) is None:
             return "the solver's rule has no device update"
+        if getattr(self.net, "_types", None) is not None:
+            return "float16 params are updated on float32 master copies (solvers/mixed.py)"
         return ""
 
     def iteration(self):

@@ -15,11 +15,14 @@ output_diff)``.
 as input; a Deconvolution (``reverse_dimensions() -> True``) swaps the roles, as in Caffe.
 """
 
+import numpy as np
+
 from ...fillers import fill
 from ...layer import Layer
 from ...ops import conv as conv_ops
 from ...ops.gpu import cudnn
 from ...ops.im2col import prod
+from ...proto import caffe_pb2
 
 
 class BaseConvolutionLayer(Layer):
@@ -184,6 +187,13 @@ class BaseConvolutionLayer(Layer):
                 out_spatial=self.conv_out_spatial, num=self.num, force_nd=self.force_nd_im2col)
             self.plan = conv_ops.ConvPlan(geometry, self.dtype.itemsize, self.workspace_bytes,
                                           self.engine)
+            if self.dtype == np.float16:  # NVCaffe's math types (a Net resolves them)
+                lp = self.layer_param
+                math = (lp.forward_math == caffe_pb2.FLOAT16, lp.backward_math ==
+                        caffe_pb2.FLOAT16)
+                # Deconvolution's forward is the convolution's backward and the reverse
+                self.plan.half_forward, self.plan.half_backward = \
+                    math[::-1] if self.reverse_dimensions() else math
             self._plan_key = key
 
     # ---- the bias ----------------------------------------------------------------------

@@ -31,6 +31,8 @@ cuDNN offers no plan (logged once per configuration).
 
 import logging
 
+import numpy as np
+
 from ...backend import cudnn_frontend, cudnn_modules
 from . import cudnn_graphs as graphs
 from ._util import LazyKernel, contiguous, cupy, is_cupy, kernel_dtype
@@ -119,8 +121,14 @@ def choose_engine(asked, why_not, layer_name):
     return CUDNN
 
 
+def _half(arrays):
+    """All the arrays float16 (cuDNN takes them: float16 input and output, float32 math)."""
+    return all(a.dtype == np.float16 for a in arrays if a is not None)
+
+
 def _takes(engine, arrays):
-    if engine != CUDNN or not is_cupy(*arrays) or kernel_dtype(*arrays) is None:
+    if engine != CUDNN or not is_cupy(*arrays) or \
+            (kernel_dtype(*arrays) is None and not _half(arrays)):
         return False
     if available():
         return True
@@ -151,26 +159,34 @@ _relu = LazyKernel(lambda cp: cp.ElementwiseKernel(
     "T x", "T y", "y = (x < (T)0) ? (T)0 : x;", "pycaffe_lite_relu_inplace"))
 
 
+def _tensor_core(x):
+    """CuPy's cuDNN tensor-core switch: float16 on tensor cores, float32 never (TF32)."""
+    return "auto" if x.dtype == np.float16 else "never"
+
+
 def _geometry(pad, stride, dilation):
     return tuple(int(v) for v in pad), tuple(int(v) for v in stride), \
         tuple(int(v) for v in dilation)
 
 
-def conv_forward(x, weights, bias, y, pad, stride, dilation, groups, relu=False):
+def conv_forward(x, weights, bias, y, pad, stride, dilation, groups, relu=False,
+                 half_math=False):
     """``y = conv(x, weights) (+ bias) (then max(y, 0) when relu)`` for a batch ``(N, C, H,
-    W)``. True when done; False (nothing written) when cuDNN has no plan for it."""
+    W)``. True when done; False (nothing written) when cuDNN has no plan for it.
+    ``half_math``: float16 arrays accumulate in float16 (the frontend's graphs only)."""
     geometry = _geometry(pad, stride, dilation)
     if _state["fe"] is not None:
         x, w = contiguous(x), contiguous(weights)
         shapes = (x.shape, w.shape, y.shape) + geometry
         if relu and bias is not None and \
-                graphs.run(graphs.FPROP_BIAS_RELU, (x, w, contiguous(bias), y), *shapes):
+                graphs.run(graphs.FPROP_BIAS_RELU, (x, w, contiguous(bias), y), *shapes,
+                           half_math=half_math):
             return True
-        if not graphs.run(graphs.FPROP, (x, w, y), *shapes):
+        if not graphs.run(graphs.FPROP, (x, w, y), *shapes, half_math=half_math):
             return False
     else:
         _state["api"].convolution_forward(x, weights, None, y, *geometry, int(groups),
-                                          auto_tune=True, tensor_core="never")
+                                          auto_tune=True, tensor_core=_tensor_core(x))
     if bias is not None:
         inner = 1
         for n in y.shape[2:]:
@@ -181,10 +197,10 @@ def conv_forward(x, weights, bias, y, pad, stride, dilation, groups, relu=False)
     return True
 
 
-def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups):
+def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups, half_math=False):
     """``dw += dW(x, dy)`` (when ``dw`` is given: cuDNN writes, so through a temporary) and
     ``dx = dX(weights, dy)`` (when ``dx`` is given). Returns ``(dw done, dx done)``: what cuDNN
-    could not compute is left for the caller."""
+    could not compute is left for the caller. ``half_math`` as :func:`conv_forward`."""
     geometry = _geometry(pad, stride, dilation)
     dw_done = dx_done = False
     if _state["fe"] is not None:
@@ -192,13 +208,14 @@ def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups):
         if dw is not None:
             x = contiguous(x)
             grad = cupy().empty(w.shape, dtype=w.dtype)
-            if graphs.run(graphs.WGRAD, (x, dy, grad), x.shape, w.shape, dy.shape, *geometry):
+            if graphs.run(graphs.WGRAD, (x, dy, grad), x.shape, w.shape, dy.shape, *geometry,
+                          half_math=half_math):
                 dw += grad
                 dw_done = True
         if dx is not None:
             out = contiguous(dx)
             if graphs.run(graphs.DGRAD, (dy, w, out), dx.shape, w.shape, dy.shape,
-                          *geometry):
+                          *geometry, half_math=half_math):
                 if out is not dx:
                     dx[...] = out
                 dx_done = True
@@ -208,11 +225,11 @@ def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups):
     if dw is not None:
         grad = cupy().empty_like(weights)
         api.convolution_backward_filter(x, dy, grad, *args, deterministic=False,
-                                        auto_tune=True, tensor_core="never")
+                                        auto_tune=True, tensor_core=_tensor_core(x))
         dw += grad
     if dx is not None:
         api.convolution_backward_data(weights, dy, None, dx, *args, deterministic=False,
-                                      auto_tune=True, tensor_core="never")
+                                      auto_tune=True, tensor_core=_tensor_core(dy))
     return True, True
 
 

@@ -16,7 +16,8 @@ layout).
 float32: no plan that rounds through TF32 tensor cores (numerical notes ``TENSOR_CORE``,
 ``DOWN_CONVERT_INPUTS``, ``REDUCED_PRECISION_REDUCTION``) unless :func:`set_allow_tf32` allows
 them, as PyTorch's ``allow_tf32``; so GPU results equal the CPU's to float32 rounding. float16
-runs on tensor cores with float32 accumulation.
+runs on tensor cores with float32 accumulation, or float16 accumulation where the caller asks
+for half math (NVCaffe's ``forward_math`` / ``backward_math`` FLOAT16).
 
 A graph that cuDNN cannot build or run for a configuration is remembered as unsupported (the
 caller then runs the CAFFE engine for it, and the log says why, once per configuration).
@@ -82,12 +83,12 @@ def strides(shape):
     return list(reversed(out))
 
 
-def _data_type(fe, dtype):
+def _data_type(fe, dtype, half_math=False):
     dtype = np.dtype(dtype)
     if dtype == np.float32:
         return fe.data_type.FLOAT, fe.data_type.FLOAT
     if dtype == np.float16:
-        return fe.data_type.HALF, fe.data_type.FLOAT
+        return fe.data_type.HALF, fe.data_type.HALF if half_math else fe.data_type.FLOAT
     if dtype == np.float64:
         return fe.data_type.DOUBLE, fe.data_type.DOUBLE
     raise NotSupported("element type %s" % dtype)
@@ -99,21 +100,23 @@ class NotSupported(Exception):
 
 class Key(tuple):
     """What identifies one graph: ``(kind, x shape, w shape, y shape, pad, stride, dilation,
-    dtype, tf32, device)``."""
+    dtype, tf32, device, half math)``."""
 
     __slots__ = ()
 
     @classmethod
-    def make(cls, kind, x_shape, w_shape, y_shape, pad, stride, dilation, dtype, device):
+    def make(cls, kind, x_shape, w_shape, y_shape, pad, stride, dilation, dtype, device,
+             half_math=False):
+        half_math = bool(half_math) and np.dtype(dtype) == np.float16
         return cls((kind, tuple(x_shape), tuple(w_shape), tuple(y_shape), tuple(pad),
                     tuple(stride), tuple(dilation), np.dtype(dtype).str,
-                    _settings["allow_tf32"], device))
+                    _settings["allow_tf32"], device, half_math))
 
     def describe(self):
         kind, x, w, y, pad, stride, dil, dtype = self[:8]
-        return ("%s x%s w%s y%s pad %s stride %s dilation %s %s"
+        return ("%s x%s w%s y%s pad %s stride %s dilation %s %s%s"
                 % (kind, list(x), list(w), list(y), list(pad), list(stride), list(dil),
-                   np.dtype(dtype).name))
+                   np.dtype(dtype).name, " (half math)" if self[10:11] == (True,) else ""))
 
 
 class Plan:
@@ -166,7 +169,7 @@ def build_graph(fe, key, handle):
     """The frontend graph for ``key`` and its tensors: ``(graph, tensors)`` where tensors are
     in the order of the arrays the kind's calls pass (see :func:`run`)."""
     kind, x_shape, w_shape, y_shape, pad, stride, dilation = key[:7]
-    io, compute = _data_type(fe, key[7])
+    io, compute = _data_type(fe, key[7], key[10] if len(key) > 10 else False)
     graph = fe.pygraph(io_data_type=io, intermediate_data_type=compute,
                        compute_data_type=compute, handle=handle)
 
@@ -340,16 +343,16 @@ def _time_plan(handle):
     return timer
 
 
-def run(kind, arrays, x_shape, w_shape, y_shape, pad, stride, dilation):
+def run(kind, arrays, x_shape, w_shape, y_shape, pad, stride, dilation, half_math=False):
     """Run the ``kind`` convolution on CuPy ``arrays`` (contiguous, in the order
     :func:`build_graph` lists its tensors: fprop ``x, w, y``; fprop_bias(_relu) ``x, w, b,
     y``; dgrad ``dy, w, dx``; wgrad ``x, dy, dw``). Returns False (and writes nothing) where
-    cuDNN cannot run it."""
+    cuDNN cannot run it. ``half_math``: float16 arrays accumulate in float16."""
     fe = cudnn_frontend()
     cp = cupy()
     device = cp.cuda.runtime.getDevice()
     key = Key.make(kind, x_shape, w_shape, y_shape, pad, stride, dilation, arrays[0].dtype,
-                   device)
+                   device, half_math)
     pointers = [a.data.ptr for a in arrays]
     handle = _handle(fe, device)
     plan = CACHE.get(key)
