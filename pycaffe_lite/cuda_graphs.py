@@ -208,10 +208,17 @@ def _replay(net, state):
         blob.device_written()
     state.graph.launch()
     state.replays += 1
-    if state.result is None:
+    return read_loss(state.result, state.rechecks)
+
+
+def read_loss(result, rechecks):
+    """The one value read after a launch: ``result`` (the loss, NaN where a deferred check
+    failed; None when there is nothing to read: 0). A non-finite value runs the host
+    ``rechecks``, which raise their checks' own errors where they failed."""
+    if result is None:
         return 0.0
-    loss = float(state.result)
+    loss = float(result)
     if not math.isfinite(loss):
-        for recheck in state.rechecks:
-            recheck()  # raises the check's own error where it failed
+        for recheck in rechecks:
+            recheck()
     return loss

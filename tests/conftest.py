@@ -67,6 +67,17 @@ def _skip_gpu_tests_without_a_gpu(items):
         item.add_marker(skip)
 
 
+@pytest.fixture
+def cupy_device():
+    """CuPy as the device module (for the ``gpu`` tests); CPU mode again afterwards."""
+    from pycaffe_lite import backend
+
+    old = backend.use_device_module(None)
+    yield
+    backend.set_mode_cpu()
+    backend.use_device_module(old)
+
+
 @pytest.fixture(scope="session")
 def lenet_dir():
     """models/lenet: the LeNet example (prototxts, solver, the MNIST subset in mnist5k/)."""

@@ -33,19 +33,10 @@ from pycaffe_lite import backend, ops
 from pycaffe_lite.ops import gpu
 from pycaffe_lite.solvers import get_solver
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cupy_device")]
 
 RTOL, ATOL = 1e-4, 1e-5
 KERNEL_TOL = {np.float32: (1e-5, 1e-6), np.float64: (1e-12, 1e-13)}
-
-
-@pytest.fixture(autouse=True)
-def real_gpu():
-    """CuPy as the device module; CPU mode again afterwards."""
-    old = backend.use_device_module(None)
-    yield
-    backend.set_mode_cpu()
-    backend.use_device_module(old)
 
 
 @pytest.fixture(scope="module")

@@ -23,20 +23,11 @@ from pycaffe_lite.ops import gpu
 from pycaffe_lite.proto import caffe_pb2, protoio
 from pycaffe_lite.solvers import get_solver
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cupy_device")]
 
 F16 = np.float16
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENET = os.path.join(ROOT, "models", "lenet")
-
-
-@pytest.fixture(autouse=True)
-def real_gpu():
-    """CuPy as the device module; CPU mode again afterwards."""
-    old = backend.use_device_module(None)
-    yield
-    backend.set_mode_cpu()
-    backend.use_device_module(old)
 
 
 CONV = """

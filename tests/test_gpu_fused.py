@@ -21,19 +21,10 @@ from pycaffe_lite import backend, net_train_fuse
 from pycaffe_lite.ops.gpu import _util
 from pycaffe_lite.ops.gpu import fused as gpu_fused
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cupy_device")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOL = {np.float32: (1e-4, 1e-5), np.float64: (1e-10, 1e-12)}
-
-
-@pytest.fixture(autouse=True)
-def real_gpu():
-    """CuPy as the device module; CPU mode again afterwards."""
-    old = backend.use_device_module(None)
-    yield
-    backend.set_mode_cpu()
-    backend.use_device_module(old)
 
 
 @pytest.fixture

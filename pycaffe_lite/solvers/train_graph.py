@@ -251,13 +251,7 @@ class TrainGraph:
         part.graph.launch()
         for synced in self.buffers[3]:
             synced.device_written()
-        if part.result is None:
-            return 0.0
-        loss = float(part.result)
-        if not math.isfinite(loss):
-            for recheck in part.rechecks:
-                recheck()  # raises the check's own error where it failed
-        return loss
+        return cuda_graphs.read_loss(part.result, part.rechecks)
 
     # -- what the graph depends on ---------------------------------------------------------
     def _synced(self):
