@@ -25,8 +25,9 @@ buffers). Another shape starts again at 1. A capture that fails (a layer synchro
 host, say) is logged once and the net runs eagerly from then on. A float16 net
 (:mod:`pycaffe_lite.net_types`) is captured with its conversions at the type boundaries (the
 net's own hooks, writing converted copies of their own in place). Partial forwards
-(``start``/``end``), nets with hooks of one's own, TRAIN nets and CPU mode always run eagerly (a solver
-captures its training iterations whole: :mod:`pycaffe_lite.solvers.train_graph`).
+(``start``/``end``), nets with hooks of one's own, TRAIN nets and CPU mode always run
+eagerly (a solver captures its training iterations whole:
+:mod:`pycaffe_lite.solvers.train_graph`).
 
 Off: ``caffe.set_cuda_graph(False)``, ``--cuda_graph off`` on train, test and time, or
 ``PYCAFFE_LITE_CUDA_GRAPH=0``.

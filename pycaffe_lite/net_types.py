@@ -17,7 +17,9 @@ its FLOAT16 layers in float16:
 - a layer reads its bottoms in its own type: where the producer of a bottom stored another
   type, the layer gets a converted copy (made before each forward of the layer), and the
   copy's gradient is converted back into the producer's diff after the layer's backward. The
-  copies are not in ``net.blobs``, which holds what each producer stored;
+  copies are not in ``net.blobs``, which holds what each producer stored; they are written
+  in place, the same arrays each time, by the net's own hooks, which CUDA graphs hold
+  (:func:`user_hooks` tells hooks of one's own apart);
 - data layers (no bottoms), loss layers (a loss weight on a top, or a loss type), the layer
   types outside :data:`FLOAT16_LAYERS` and a Pooling with a mask top (indices, which float16
   holds exactly only up to 2048) compute in float32, as NVCaffe falls back to float32 for

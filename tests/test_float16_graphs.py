@@ -11,6 +11,8 @@ masters, history, losses. The float16 weights are also checked to be their maste
 and the TEST forward against the float32 net on the CPU within float16 rounding.
 """
 
+import contextlib
+
 import numpy as np
 import pytest
 from google.protobuf import text_format
@@ -234,14 +236,15 @@ DEPLOY = HALF + LENET.replace(
     '''layer { name: "prob" type: "Softmax" bottom: "ip2" top: "prob" }''')
 
 
-def _test_outputs(tmp_path, batches, graphs, weights=None):
+def _test_outputs(tmp_path, batches, graphs, weights=None, device=True):
     """The TEST net's ``prob`` for each batch, its weights, the device and the net; with
-    ``weights``, the float32 net on the CPU with these weights."""
+    ``weights``, the float32 net on the CPU with these weights. ``device``: on the simulated
+    device (else on the current device module)."""
     path = tmp_path / "deploy.prototxt"
     path.write_text(DEPLOY)
     old = cuda_graphs.set_enabled(graphs)
     try:
-        with simulated_device() as dev:
+        with (simulated_device() if device else contextlib.nullcontext()) as dev:
             if weights is None:
                 backend.set_mode_gpu()
             caffe.set_random_seed(3)
@@ -277,3 +280,38 @@ def test_a_float16_test_net_replays_its_forward_as_the_eager_one(tmp_path):
                                                             for w in weights])
     for a, b in zip(got, cpu):
         np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-3)
+
+
+# ---- on a real GPU ---------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_a_replayed_float16_training_run_on_a_gpu_follows_the_eager_one(cupy_device):
+    """CUDA graphs on CuPy: the same kernels on the same buffers (cuDNN's filter gradient may
+    sum in another order from one call to the next: float16's rounding apart)."""
+    runs = {}
+    for graphs in (False, True):
+        old = cuda_graphs.set_enabled(graphs)
+        try:
+            backend.set_mode_gpu()
+            solver = make_solver("float16", "SGD", net_extra="global_grad_scale: 64\n")
+            solver.step(ITERS)
+            runs[graphs] = state_of(solver), solver.train_graph
+        finally:
+            cuda_graphs.set_enabled(old)
+            backend.set_mode_cpu()
+    (eager, _), (got, graph) = runs[False], runs[True]
+    assert graph.captures == 1 and graph.replays == ITERS - 1
+    assert len(got) == len(eager) == 3 * 8
+    for a, b in zip(got, eager):
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=1e-2,
+                                   atol=1e-3)
+    assert_halves_are_the_masters_rounded(solver)
+
+
+@pytest.mark.gpu
+def test_a_float16_test_net_on_a_gpu_replays_its_forward_exactly(cupy_device, tmp_path):
+    batches = [_u((8, 1, 12, 12), 40 + s, 0.0, 1.0) for s in range(4)]
+    eager, _, _, _ = _test_outputs(tmp_path, batches, False, device=False)
+    got, _, _, net = _test_outputs(tmp_path, batches, True, device=False)
+    assert net._cuda_graphs.replays == 3
+    for a, b in zip(got, eager):
+        np.testing.assert_array_equal(a, b)
