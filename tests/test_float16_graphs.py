@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 from helpers.gpu_cases import LENET, _labels, _u
+from test_train_graphs import RESNET_BLOCK
 
 import pycaffe_lite as caffe
 from pycaffe_lite import backend, cuda_graphs, net_types
@@ -30,10 +31,12 @@ ITERS = 7
 HALF = 'default_forward_type: FLOAT16 default_backward_type: FLOAT16\n'
 # one float16 layer between float32 ones: converted copies on both sides of it
 MIXED_LAYER = 'convolution_param { num_output: 6 kernel_size: 2'
-NETS = {
-    "float16": HALF + LENET,
-    "mixed": LENET.replace(MIXED_LAYER, 'forward_type: FLOAT16 backward_type: FLOAT16\n'
-                           '        ' + MIXED_LAYER),
+NETS = {  # the text, an image's shape
+    "float16": (HALF + LENET, (1, 12, 12)),
+    "mixed": (LENET.replace(MIXED_LAYER, 'forward_type: FLOAT16 backward_type: FLOAT16\n'
+                            '        ' + MIXED_LAYER), (1, 12, 12)),
+    # BatchNorm in place on float16 blobs, its statistics float32 params
+    "resnet_block": (HALF + RESNET_BLOCK, (3, 8, 8)),
 }
 RULES = {
     "SGD": 'type: "SGD" momentum: 0.9 weight_decay: 0.0005',
@@ -54,9 +57,10 @@ def make_solver(net, rule="SGD", extra="", net_extra="", images=None):
     text_format.Merge('base_lr: 0.05 lr_policy: "step" gamma: 0.5 stepsize: 2 ' + RULES[rule]
                       + ' random_seed: 5 max_iter: 100 display: 0 snapshot_after_train: false '
                       + extra, param)
-    text_format.Merge(net_extra + NETS[net], param.net_param)
+    text, shape = NETS[net]
+    text_format.Merge(net_extra + text, param.net_param)
     solver = get_solver(param)
-    images = _u((32, 1, 12, 12), 11, 0.0, 1.0) if images is None else images
+    images = _u((32,) + shape, 11, 0.0, 1.0) if images is None else images
     solver.net.set_input_arrays(images, _labels(len(images), 10, 12))
     return solver
 
@@ -111,7 +115,7 @@ def assert_halves_are_the_masters_rounded(solver):
 
 @pytest.mark.parametrize("net, rule, scale", [
     ("float16", "SGD", 1), ("float16", "Adam", 64), ("mixed", "SGD", 8),
-    ("mixed", "Nesterov", 1)])
+    ("mixed", "Nesterov", 1), ("resnet_block", "SGD", 32)])
 def test_a_replayed_float16_training_run_equals_the_layer_by_layer_one(net, rule, scale):
     net_extra = "global_grad_scale: %s\n" % scale
     eager, eager_losses, dev0, solver0 = run(net, rule, False, net_extra=net_extra)
@@ -125,8 +129,8 @@ def test_a_replayed_float16_training_run_equals_the_layer_by_layer_one(net, rule
     assert losses == eager_losses
     assert all(np.isfinite(losses))
     assert_halves_are_the_masters_rounded(solver)
-    # it trained: the masters moved from the float16 values they were made from, by updates
-    # finer than float16 holds
+    # it trained: the masters hold values finer than float16 (updates summed in float32),
+    # and the weights moved from their initial values
     masters = net_types.of(solver.net).masters
     assert masters and any(not np.array_equal(m.data, m.data.astype(F16).astype(np.float32))
                            for m in masters.values())
