@@ -22,9 +22,12 @@ over all layers of a TEST net
 
 A replayed forward computes exactly what the eager one does (the same kernels on the same
 buffers). Another shape starts again at 1. A capture that fails (a layer synchronised with the
-host, say) is logged once and the net runs eagerly from then on. Partial forwards
-(``start``/``end``), nets with hooks, TRAIN nets and CPU mode always run eagerly (a solver
-captures its training iterations whole: :mod:`pycaffe_lite.solvers.train_graph`).
+host, say) is logged once and the net runs eagerly from then on. A float16 net
+(:mod:`pycaffe_lite.net_types`) is captured with its conversions at the type boundaries (the
+net's own hooks, writing converted copies of their own in place). Partial forwards
+(``start``/``end``), nets with hooks of one's own, TRAIN nets and CPU mode always run
+eagerly (a solver captures its training iterations whole:
+:mod:`pycaffe_lite.solvers.train_graph`).
 
 Off: ``caffe.set_cuda_graph(False)``, ``--cuda_graph off`` on train, test and time, or
 ``PYCAFFE_LITE_CUDA_GRAPH=0``.
@@ -34,7 +37,7 @@ import logging
 import math
 import os
 
-from . import backend
+from . import backend, net_types
 from .layer import deferred_checks
 from .proto import caffe_pb2
 
@@ -121,7 +124,7 @@ def why_not(net, start, end):
         return "a TRAIN net"
     if start != 0 or end != len(net.records) - 1:
         return "a partial forward"
-    if any(net._hooks.values()):
+    if net_types.user_hooks(net):
         return "the net has hooks"
     if getattr(net, "int8_layers", None):
         return "Intel Caffe's int8 layers compute on the host"
@@ -167,7 +170,7 @@ def forward(net, start, end, eager):
         return loss + eager(first, end)
     state.key, state.graph = key, graph
     state.written = [top for rec in net.records[first:] if rec.layer.type != "Input"
-                     for top in rec.tops]
+                     for top in rec.tops] + _copies(net)
     return loss + _replay(net, state)
 
 
@@ -189,10 +192,17 @@ def _captured(net, state, eager, first, end):
     state.result = xp.where(failed, float("nan"), loss)
 
 
+def _copies(net):
+    """A float16 net's converted bottoms (:mod:`pycaffe_lite.net_types`: written in place by
+    its own hooks at each forward, replay included)."""
+    types = net_types.of(net)
+    return types.copies() if types is not None else []
+
+
 def _to_device(net):
     """Every blob and parameter current on the device, so that the capture records no upload
     (a host read of a top, for one, leaves its host copy the newer)."""
-    for blob in net._blobs:
+    for blob in list(net._blobs) + _copies(net):
         blob.read_data()
     for blobs in net.params.values():
         for blob in blobs:

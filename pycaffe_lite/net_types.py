@@ -17,7 +17,9 @@ its FLOAT16 layers in float16:
 - a layer reads its bottoms in its own type: where the producer of a bottom stored another
   type, the layer gets a converted copy (made before each forward of the layer), and the
   copy's gradient is converted back into the producer's diff after the layer's backward. The
-  copies are not in ``net.blobs``, which holds what each producer stored;
+  copies are not in ``net.blobs``, which holds what each producer stored; they are written
+  in place, the same arrays each time, by the net's own hooks, which CUDA graphs hold
+  (:func:`user_hooks` tells hooks of one's own apart);
 - data layers (no bottoms), loss layers (a loss weight on a top, or a loss type), the layer
   types outside :data:`FLOAT16_LAYERS` and a Pooling with a mask top (indices, which float16
   holds exactly only up to 2048) compute in float32, as NVCaffe falls back to float32 for
@@ -108,6 +110,7 @@ class Types:
         self.base_scale = self.scale
         self.adaptive = bool(param.global_grad_scale_adaptive)
         self.masters = None       # learnable index -> float32 Blob (None: a float32 param)
+        self.hooks = ()           # the conversions and the loss scaling, as the net's hooks
         self._versions = {}
         self._fallback, self._in_place, self._btype_notes = [], [], []
 
@@ -174,8 +177,10 @@ class Types:
         self.loss_layers = frozenset(
             i for i, rec in enumerate(net.records)
             if any(rec.layer.loss(j) for j in range(len(rec.tops))))
-        net._hooks["before_forward"].insert(0, lambda i: self._convert_bottoms(net, i))
-        net._hooks["after_backward"].insert(0, lambda i: self._convert_diffs(net, i))
+        self.hooks = (lambda i: self._convert_bottoms(net, i),
+                      lambda i: self._convert_diffs(net, i))
+        net._hooks["before_forward"].insert(0, self.hooks[0])
+        net._hooks["after_backward"].insert(0, self.hooks[1])
         halves = sum(1 for d in self.dtypes if d == np.float16)
         log.info("Net %s: %d of %d layers store and compute in float16 (GPU mode)",
                  net.name or "(unnamed)", halves, len(self.dtypes))
@@ -191,6 +196,11 @@ class Types:
                      net.name or "(unnamed)", ", ".join(self._btype_notes))
 
     # -- forward and backward ------------------------------------------------------------------
+    def copies(self):
+        """Every converted bottom (a Blob of its own, written in place at each forward: a
+        CUDA graph reads and writes the same arrays at each replay)."""
+        return [copy for shadows in self.shadows.values() for _, _, copy in shadows]
+
     def reshape_copies(self, i):
         """Give layer ``i``'s converted bottoms their producers' shapes (``Net.reshape``)."""
         for _, src, copy in self.shadows.get(i, ()):
@@ -250,6 +260,16 @@ class Types:
             self._versions[k] = half.synced_data.version
         return master
 
+    def refresh_masters(self, net):
+        """Each master takes its float16 param's values where something else wrote them
+        since the last update (net surgery, a restored snapshot): what :func:`master_weights`
+        does on entering, for an update that does not enter it (a CUDA graph's)."""
+        if self.masters is None:
+            return
+        for k, _, _ in self.halves(net):
+            if k in self.masters:
+                self._master(net, k, net.learnable_params[k])
+
     def written(self, net, k, half, master):
         half.write_data()[...] = master.read_data()
         self._versions[k] = half.synced_data.version
@@ -265,6 +285,16 @@ class Types:
 def of(net):
     """The net's :class:`Types`, or None where every layer runs in the net's type."""
     return getattr(net, "_types", None)
+
+
+def user_hooks(net):
+    """Whether ``net`` has hooks besides its own type conversions and loss scaling (which
+    work on device arrays only, with the same values each iteration where the scale is
+    fixed, so a CUDA graph holds them)."""
+    types = of(net)
+    own = types.hooks if types is not None else ()
+    return any(all(hook is not o for o in own)
+               for hooks in net._hooks.values() for hook in hooks)
 
 
 @contextlib.contextmanager

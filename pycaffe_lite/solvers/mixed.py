@@ -17,6 +17,12 @@ sees the true gradients). With ``global_grad_scale_adaptive`` the next iteration
 (unscaled) in this update, as NVCaffe's; here the first iteration already uses
 ``global_grad_scale`` (NVCaffe starts from 1).
 
+In GPU mode with CUDA graphs (:mod:`.train_graph`) the same update runs inside the captured
+iteration (:func:`device_update_prepare`, :func:`device_update_run`): the same operations
+on the same arrays, the scale a constant of the graph, all of it changing nothing where the
+iteration's verdict on the device says no (a failed check, a non-finite loss). The adaptive
+scale reads a value on the host each iteration: such a net trains layer by layer.
+
 ``solver_data_type`` (NVCaffe's type of master weights and history) may be FLOAT (or DOUBLE,
 which runs as the net's own type): FLOAT16 masters would defeat their purpose and are refused.
 """
@@ -67,6 +73,43 @@ def apply_update(solver):
     if param is not None and param.display and solver.iter % param.display == 0 and \
             (types.adaptive or scale != 1):
         log.info("Iteration %d, global_grad_scale = %s", solver.iter, _fmt(scale))
+
+
+def device_update_prepare(solver, rate):
+    """The update of a net with float16 params as device work a CUDA graph can hold:
+    ``(arrays, halves)``, ``arrays`` :meth:`SGDSolver.device_update_prepare`'s of the masters
+    and the float32 params (taken while the masters hold the float16 params' places),
+    ``halves`` ``[(float16 data, float16 diff, master data, master diff)]``; None where the
+    update does not run on the device in one launch. The masters are made (or take values
+    written since) first."""
+    with net_types.master_weights(solver.net) as swapped:
+        arrays = solver.device_update_prepare(rate)
+        halves = [(half.read_data(), half.read_diff(), master.read_data(), master.read_diff())
+                  for _, half, master in swapped]
+    return None if arrays is None else (arrays, halves)
+
+
+def device_update_run(solver, update, ok=None):
+    """:func:`apply_update`'s arithmetic on :func:`device_update_prepare`'s arrays, reading
+    nothing from the host (a fixed scale); with ``ok`` (a 0-d device boolean) the params,
+    the masters and the history stay as they were where it is False."""
+    (datas, diffs, state), halves = update
+    xp = backend.get_array_module(datas[0])
+    for _, half_diff, _, master_diff in halves:
+        master_diff[...] = half_diff
+    scale = net_types.of(solver.net).scale
+    if scale != 1:
+        inverse = np.float32(1.0 / scale)
+        if ok is not None:
+            inverse = xp.where(ok, inverse, np.float32(1))
+        for diff in diffs:
+            diff *= inverse
+    solver.device_update_run((datas, diffs, state), ok)
+    for half_data, _, master_data, _ in halves:
+        if ok is None:
+            half_data[...] = master_data
+        else:
+            xp.copyto(half_data, master_data, casting="same_kind", where=ok)
 
 
 def _largest_gradient(swapped):

@@ -30,19 +30,31 @@ launched. Any buffer the graph uses that moved (a blob grew, a net surgery share
 blob, a restored solver state) starts again at the first step. A replayed iteration runs the
 same kernels on the same buffers as an eager one, so it computes the same values.
 
+A net with NVCaffe's float16 params (:mod:`pycaffe_lite.net_types`) is captured too: its
+conversions at the type boundaries (the net's own hooks) write converted copies of their
+own, the same arrays at each iteration, and the update does on the device what
+:func:`pycaffe_lite.solvers.mixed.apply_update` does layer by layer: the float16 gradients
+copied into the float32 masters' diffs, every gradient times ``1 / global_grad_scale`` (a
+constant), the update of the masters and the float32 params, the float16 weights rounded
+from the masters; none of it changes a weight, a master or the history where the verdict
+says no. Between iterations a master takes a value written into its float16 param (net
+surgery) before the launch.
+
 Iterations that display (they read the gradients before the update) or debug, solvers with
 callbacks (data-parallel reduction, pycaffe's ``add_callback``), gradient clipping (a host
-decision each iteration), net hooks, and nets with a layer outside :data:`CAPTURABLE` run
-eagerly; ``caffe.set_cuda_graph(False)``,
+decision each iteration), ``global_grad_scale_adaptive`` (the next scale comes from the
+largest gradient, read on the host), hooks of one's own on the net, and nets with a layer
+outside :data:`CAPTURABLE` run eagerly; ``caffe.set_cuda_graph(False)``,
 ``--cuda_graph off`` or ``PYCAFFE_LITE_CUDA_GRAPH=0`` turn graphs off.
 """
 
 import logging
 import math
 
-from .. import backend, cuda_graphs
+from .. import backend, cuda_graphs, net_types
 from ..layer import deferred_checks
 from ..syncedmem import HEAD_AT_BLOCKED, HEAD_AT_CPU
+from . import mixed
 
 HOST_NEWER = (HEAD_AT_CPU, HEAD_AT_BLOCKED)
 
@@ -81,6 +93,7 @@ class TrainGraph:
     def __init__(self, solver):
         self.solver = solver
         self.net = solver.net
+        self.types = net_types.of(self.net)  # float16 params: the update on their masters
         self.refused = ""
         self.first = self._first_captured()
         self.parts = self.key = self.warm_key = self.buffers = None
@@ -106,12 +119,12 @@ class TrainGraph:
             return "gradient clipping decides on the host"
         if solver.callbacks:
             return "the solver has callbacks"
-        if any(self.net._hooks.values()):
+        if net_types.user_hooks(self.net):
             return "the net has hooks"
         if getattr(solver, "fused_rule", None) is None:
             return "the solver's rule has no device update"
-        if getattr(self.net, "_types", None) is not None:
-            return "float16 params are updated on float32 master copies (solvers/mixed.py)"
+        if self.types is not None and self.types.adaptive:
+            return "global_grad_scale_adaptive reads the largest gradient on the host"
         return ""
 
     def iteration(self):
@@ -128,7 +141,8 @@ class TrainGraph:
         if self.parts is not None and self._key() == self.key:  # replays: the rates only
             solver.device_update_upload(rate)
             return self._replay(loss)
-        arrays = solver.device_update_prepare(rate)
+        arrays = solver.device_update_prepare(rate) if self.types is None else \
+            mixed.device_update_prepare(solver, rate)
         if arrays is None:
             self.refused = "the update does not run on the device"
             return self._eager(loss, None)
@@ -164,11 +178,19 @@ class TrainGraph:
             net.backward_from_to()
         loss, update = self._mean(loss)
         if update:
-            if arrays is None:
-                solver.apply_update()
+            if arrays is None or self.types is not None:
+                mixed.apply_update(solver)  # float16 params: on their masters
             else:
                 solver.device_update_run(arrays)
         return loss
+
+    def _update(self, arrays, ok=None):
+        """The update's device work (captured): on the masters where the net has float16
+        params (:func:`mixed.device_update_run`)."""
+        if self.types is None:
+            self.solver.device_update_run(arrays, ok)
+        else:
+            mixed.device_update_run(self.solver, arrays, ok)
 
     def _pass_work(self, part, clear, arrays=None):
         """The device work of one pass (captured): the diffs cleared on the first, forward
@@ -190,7 +212,7 @@ class TrainGraph:
             ok = ~failed
             if solver.stop_on_nonfinite:
                 ok = ok & xp.isfinite(loss)
-            solver.device_update_run(arrays, ok)
+            self._update(arrays, ok)
         # the one value read after the launch: the loss, NaN where a check failed (the host
         # re-checks then tell a failed check from a non-finite loss)
         part.result = xp.where(failed, float("nan"), loss)
@@ -214,13 +236,13 @@ class TrainGraph:
     def _capture(self, loss, arrays, key):
         """Capture the iteration's graphs (one; or, with ``iter_size`` > 1, the first pass,
         the next passes and the update), launching each as it comes."""
-        solver, passes = self.solver, self._passes()
+        passes = self._passes()
         if passes == 1:
             parts = {"all": self._capture_part(lambda p: self._pass_work(p, True, arrays))}
         else:
             parts = {"first": self._capture_part(lambda p: self._pass_work(p, True)),
                      "next": self._capture_part(lambda p: self._pass_work(p, False)),
-                     "update": self._capture_part(lambda p: solver.device_update_run(arrays))}
+                     "update": self._capture_part(lambda p: self._update(arrays))}
         if any(part is None for part in parts.values()):
             return self._eager(loss, arrays)
         self.parts, self.key = parts, key
@@ -257,9 +279,11 @@ class TrainGraph:
     def _synced(self):
         """Every SyncedArray the iteration reads or writes, once: each blob's data and diff
         (a diff shared by liveness, net_memory's slot, as the buffer under it), each param's
-        data and diff."""
-        net = self.net
+        data and diff; with float16 params the converted bottoms and the masters too."""
+        net, types = self.net, self.types
         blobs = list(net._blobs) + [b for blobs in net.params.values() for b in blobs]
+        if types is not None:
+            blobs += types.copies() + list((types.masters or {}).values())
         seen, out = set(), []
         for b in blobs:
             for s in (b.synced_data, b.synced_diff):
@@ -299,7 +323,10 @@ class TrainGraph:
 
     def _upload_host_writes(self):
         """A value written on the host since the last iteration (net surgery, a restored
-        snapshot) goes up before the graph reads it (a graph cannot copy from the host)."""
+        snapshot) goes up before the graph reads it (a graph cannot copy from the host); a
+        master takes the value written into its float16 param."""
+        if self.types is not None:
+            self.types.refresh_masters(self.net)
         for synced in self._synced():
             if synced.head in HOST_NEWER:
                 synced.gpu()
