@@ -16,6 +16,7 @@ import contextlib
 import numpy as np
 import pytest
 from google.protobuf import text_format
+from helpers.graph_runs import run_steps
 from helpers.gpu_cases import LENET, _labels, _u
 from test_train_graphs import RESNET_BLOCK
 
@@ -76,24 +77,7 @@ def state_of(solver):
 def run(net, rule, graphs, iters=ITERS, before=None, **kwargs):
     """``(state after iters steps, losses, device, solver)`` in GPU mode on a simulated
     device, with CUDA graphs on or off."""
-    old = cuda_graphs.set_enabled(graphs)
-    try:
-        with simulated_device() as dev:
-            backend.set_mode_gpu()
-            try:
-                solver = make_solver(net, rule, **kwargs)
-                if before is not None:
-                    before(solver)
-                losses = []
-                for _ in range(iters):
-                    solver.step(1)
-                    losses.append(solver.smoothed_loss)
-                solver.why_not_at_end = solver.train_graph and solver.train_graph.why_not()
-                return state_of(solver), losses, dev, solver
-            finally:
-                backend.set_mode_cpu()
-    finally:
-        cuda_graphs.set_enabled(old)
+    return run_steps(lambda: make_solver(net, rule, **kwargs), state_of, graphs, iters, before)
 
 
 def assert_same(a, b):

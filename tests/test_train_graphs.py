@@ -12,9 +12,10 @@ same run layer by layer: both run the same NumPy arithmetic underneath.
 import numpy as np
 import pytest
 from google.protobuf import text_format
+from helpers.graph_runs import run_steps
 from helpers.gpu_cases import LENET, _labels, _u
 
-from pycaffe_lite import backend, cuda_graphs
+from pycaffe_lite import backend
 from pycaffe_lite.errors import CaffeError, NumericError
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.solvers import get_solver
@@ -107,24 +108,8 @@ def state_of(solver):
 def run(net, rule, tmp_path, graphs, iters=ITERS, extra="", before=None):
     """``(weights and history after iters steps, losses, device counters)`` in GPU mode on a
     simulated device, with CUDA graphs on or off."""
-    old = cuda_graphs.set_enabled(graphs)
-    try:
-        with simulated_device() as dev:
-            backend.set_mode_gpu()
-            try:
-                solver = make_solver(net, rule, tmp_path, extra)
-                if before is not None:
-                    before(solver)
-                losses = []
-                for _ in range(iters):
-                    solver.step(1)
-                    losses.append(solver.smoothed_loss)
-                solver.why_not_at_end = solver.train_graph and solver.train_graph.why_not()
-                return state_of(solver), losses, dev, solver
-            finally:
-                backend.set_mode_cpu()
-    finally:
-        cuda_graphs.set_enabled(old)
+    return run_steps(lambda: make_solver(net, rule, tmp_path, extra), state_of, graphs, iters,
+                     before)
 
 
 def assert_same(a, b):
