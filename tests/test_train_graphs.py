@@ -367,3 +367,29 @@ def test_a_script_that_feeds_each_batch_from_python_replays_with_it(tmp_path):
         del NETS["input_fed"]
     assert (dev.graph_captures, dev.graph_launches) == (1, 4)
     assert_same(got, eager)
+
+
+def test_a_prefetching_data_layer_feeds_the_replays(tmp_path):
+    """An LMDB Data layer (prefetch threads, batches pushed to the device from pinned memory)
+    copies each batch into its own buffer, which the graph reads: the replayed run equals the
+    layer-by-layer one over more batches than the prefetch queue holds."""
+    from helpers.mpi import make_lmdb
+
+    source = make_lmdb(tmp_path / "db", n=40, shape=(1, 6, 6), classes=10, seed=3)
+    NETS["lmdb"] = (LENET.replace(
+        '''layer { name: "data" type: "MemoryData" top: "data" top: "label"
+        memory_data_param { batch_size: 8 channels: 1 height: 12 width: 12 } }''',
+        '''layer { name: "data" type: "Data" top: "data" top: "label"
+        data_param { source: "%s" batch_size: 4 backend: LMDB } }''' % source).replace(
+        "kernel_size: 3", "kernel_size: 3 pad: 1"), (1, 6, 6), 4)
+
+    try:
+        eager, eager_losses, _, s1 = run("lmdb", "SGD", tmp_path, graphs=False, iters=12)
+        got, losses, dev, s2 = run("lmdb", "SGD", tmp_path, graphs=True, iters=12)
+    finally:
+        del NETS["lmdb"]
+    for solver in (s1, s2):
+        solver.close()  # the prefetch threads and the database
+    assert (dev.graph_captures, dev.graph_launches) == (1, 11)
+    assert_same(got, eager)
+    assert losses == eager_losses
