@@ -55,7 +55,7 @@ CAPTURABLE = frozenset([
 ])
 
 #: loss layers whose forward stays on the device (their label checks defer, their loss is a
-#: device scalar inside a capture); Accuracy with one top (per-class counts read the host)
+#: device scalar inside a capture)
 LOSSES = frozenset(["SoftmaxWithLoss", "EuclideanLoss", "Accuracy"])
 
 
@@ -81,8 +81,6 @@ def layers_why_not(net, first, capturable):
     """Why the layers from ``first`` on cannot be captured ("" when they can)."""
     for rec in net.records[first:]:
         kind = rec.layer.type
-        if kind == "Accuracy" and len(rec.tops) > 1:
-            return "layer '%s' (Accuracy) counts each class on the host" % rec.name
         if kind not in capturable:
             return "layer '%s' (%s) runs host code" % (rec.name, kind)
     return ""

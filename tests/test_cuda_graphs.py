@@ -133,8 +133,11 @@ def test_off_switches_and_the_cases_that_always_run_eagerly(tmp_path):
         loss = loss.replace('top: "data"', 'top: "data" top: "lab"').replace(
             "dim: 12 } }", "dim: 12 } shape { dim: 2 } }")
         acc = _net(tmp_path, loss, "acc.prototxt")
-        assert cuda_graphs.why_not(acc, 0, len(acc.layers) - 1) == \
-            "layer 'l' (Accuracy) counts each class on the host"
+        assert cuda_graphs.why_not(acc, 0, len(acc.layers) - 1) == ""  # device counts only
+        hinge = _net(tmp_path, loss.replace('"Accuracy"', '"HingeLoss"').replace(
+            ' top: "per_class"', ""), "hinge.prototxt")
+        assert cuda_graphs.why_not(hinge, 0, len(hinge.layers) - 1) == \
+            "layer 'l' (HingeLoss) runs host code"
     backend.set_mode_cpu()
     assert cuda_graphs.why_not(net, 0, len(net.layers) - 1) == "CPU mode"
 
@@ -216,11 +219,13 @@ layer { name: "acc" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc" }
 """
 
 
-def _scored_run(tmp_path, graphs, labels):
-    """(loss, accuracy) of each of 6 forwards of a MemoryData TEST net over 3 batches,
-    on the simulated device; the device's (captures, launches)."""
+def _scored_run(tmp_path, graphs, labels, per_class=False):
+    """(loss, accuracy) of each of 6 forwards of a MemoryData TEST net over 3 batches (and
+    the per-class accuracies with ``per_class``), on the simulated device; the device's
+    (captures, launches)."""
     path = tmp_path / "scored.prototxt"
-    path.write_text(SCORED)
+    text = SCORED.replace('top: "acc"', 'top: "acc" top: "per_class"') if per_class else SCORED
+    path.write_text(text)
     cuda_graphs.set_enabled(graphs)
     images = np.random.default_rng(4).uniform(0, 1, (12, 3, 6, 6)).astype(np.float32)
     with simulated_device() as dev:
@@ -232,19 +237,24 @@ def _scored_run(tmp_path, graphs, labels):
         for _ in range(6):
             loss = net.forward_from_to()
             out.append((loss, float(net.blobs["acc"].data)))
+            if per_class:
+                out.append(tuple(net.blobs["per_class"].data))
         return out, (dev.graph_captures, dev.graph_launches)
 
 
-def test_a_test_net_with_data_layers_and_losses_replays_its_forward(tmp_path):
+@pytest.mark.parametrize("per_class", [False, True])
+def test_a_test_net_with_data_layers_and_losses_replays_its_forward(tmp_path, per_class):
     """The data layer runs eagerly before each replay (a new batch each time), the loss comes
-    back in one read, the accuracy from its top."""
+    back in one read, the accuracy (and each class's) from its tops."""
     labels = (np.arange(12) % 5).astype(np.float32)
-    eager, counts = _scored_run(tmp_path, False, labels)
-    got, graph_counts = _scored_run(tmp_path, True, labels)
+    eager, counts = _scored_run(tmp_path, False, labels, per_class)
+    got, graph_counts = _scored_run(tmp_path, True, labels, per_class)
     assert counts == (0, 0) and graph_counts == (1, 5)
     assert got == eager
-    assert len({loss for loss, _ in got[:3]}) == 3  # three batches, three losses
-    assert got[:3] == got[3:]
+    step = 2 if per_class else 1
+    losses = [got[k][0] for k in range(0, 3 * step, step)]
+    assert len(set(losses)) == 3  # three batches, three losses
+    assert got[:3 * step] == got[3 * step:]
 
 
 def test_a_bad_label_in_a_replayed_test_forward_raises_the_layers_error(tmp_path):

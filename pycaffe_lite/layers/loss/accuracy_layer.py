@@ -69,8 +69,11 @@ class AccuracyLayer(Layer):
         hits = correct.sum().astype(scores.dtype)
         top[0].write_data()[...] = xp.where(count == 0, dtype(0), hits / xp.maximum(count, 1))
         if len(top) > 1:
-            nums = xp.bincount(index[valid], minlength=self.channels).astype(scores.dtype)
-            per_class = xp.bincount(index[correct], minlength=self.channels).astype(scores.dtype)
+            # each class's counts as sums over a (outer, channels, inner) membership mask: no
+            # data-dependent shape (a boolean index or bincount's size reads the device)
+            member = index[:, None, :] == xp.arange(self.channels)[None, :, None]
+            nums = (member & valid[:, None, :]).sum(axis=(0, 2)).astype(scores.dtype)
+            per_class = (member & correct[:, None, :]).sum(axis=(0, 2)).astype(scores.dtype)
             out = top[1].write_data()
             out[...] = per_class / xp.maximum(nums, 1)
 
