@@ -55,9 +55,9 @@ def device_takes(rule, datas, diffs, state):
         _gpu.supported(*datas, *diffs, *[a for arrays in state for a in arrays])
 
 
-def device_tables(datas, diffs, state, decays, ncoef):
-    """The constant tables of a device update of these arrays (see ``ops.gpu``)."""
-    return _gpu.Tables(get_array_module(datas[0]), datas, diffs, state, decays, ncoef)
+def device_tables(rule, datas, diffs, state, decays):
+    """The constant tables of ``rule``'s device update of these arrays (see ``ops.gpu``)."""
+    return _gpu.Tables(get_array_module(datas[0]), rule, datas, diffs, state, decays)
 
 
 device_tables_key = _gpu.tables_key

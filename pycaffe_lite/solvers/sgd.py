@@ -129,8 +129,7 @@ class SGDSolver(Solver):
         tables = self.device_tables
         if tables is None or tables.key != solver_update.device_tables_key(datas, diffs, state):
             decays = [f32(self.param.weight_decay * d) for d in self.net.params_weight_decay]
-            tables = self.device_tables = solver_update.device_tables(
-                datas, diffs, state, decays, len(self.fused_args(0, rate)[1]))
+            self.device_tables = solver_update.device_tables(rule, datas, diffs, state, decays)
         self.device_update_upload(rate)
         return datas, diffs, state
 

@@ -127,9 +127,11 @@ def tables_key(datas, diffs, state):
 
 class Tables:
     """The launch's constant tables for one set of arrays (``key``: :func:`tables_key`):
-    pointers, chunks, sizes, the parameters' decays; and the coefficient table's buffer."""
+    pointers, chunks, sizes, the parameters' decays; and the coefficient table's buffer, sized
+    for ``rule``'s coefficients."""
 
-    def __init__(self, xp, datas, diffs, state, decays, ncoef):
+    def __init__(self, xp, rule, datas, diffs, state, decays):
+        ncoef = len(RULES[rule][0])
         arrays = list(datas) + list(diffs) + [a for arrays in state for a in arrays]
         self.key = tables_key(datas, diffs, state)
         dtype = datas[0].dtype
