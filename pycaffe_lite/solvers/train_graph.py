@@ -48,6 +48,7 @@ outside :data:`CAPTURABLE` run eagerly; ``caffe.set_cuda_graph(False)``,
 ``--cuda_graph off`` or ``PYCAFFE_LITE_CUDA_GRAPH=0`` turn graphs off.
 """
 
+import collections
 import logging
 import math
 
@@ -73,6 +74,13 @@ def of(solver):
     if solver.train_graph is None:
         solver.train_graph = TrainGraph(solver)
     return solver.train_graph
+
+
+#: what a training graph was captured with: ``synced`` (every SyncedArray it reads or writes),
+#: ``device`` (their device arrays), the update's ``tables``, the solver's ``history``, and
+#: ``written`` (what a launch writes: all but the data layers' tops' data, which a host write
+#: must not fetch first)
+_Buffers = collections.namedtuple("_Buffers", "synced device tables history written")
 
 
 class _Part:
@@ -148,7 +156,7 @@ class TrainGraph:
             return self._eager(loss, None)
         key = self._key()
         if key != self.warm_key:
-            self.warm_key, self.key, self.parts = key, None, None
+            self.warm_key, self.key, self.parts, self.buffers = key, None, None, None
             return self._eager(loss, arrays)
         return self._capture(loss, arrays, key)
 
@@ -271,7 +279,7 @@ class TrainGraph:
         """Launch one graph; the loss it computed (0 for the update alone)."""
         self._upload_host_writes()
         part.graph.launch()
-        for synced in self.buffers[3]:
+        for synced in self.buffers.written:
             synced.device_written()
         return cuda_graphs.read_loss(part.result, part.rechecks)
 
@@ -294,15 +302,11 @@ class TrainGraph:
         return out
 
     def _buffers(self):
-        """What :meth:`_key` compares (the SyncedArrays, their device arrays, the update's
-        tables and the solver's history), and (last) what a launch writes: every SyncedArray
-        but the data of the data layers' tops (a host write into one must not fetch it
-        first)."""
+        """The :class:`_Buffers` the graphs were captured with."""
         synced = self._synced()
         fed = {id(top.synced_data) for rec in self.net.records[:self.first] for top in rec.tops}
-        written = [s for s in synced if id(s) not in fed]
-        return synced, [s._gpu for s in synced], self.solver.device_tables, written, \
-            list(self.solver.history)
+        return _Buffers(synced, [s._gpu for s in synced], self.solver.device_tables,
+                        list(self.solver.history), [s for s in synced if id(s) not in fed])
 
     def _key(self):
         """The shapes the graph is captured for; where any of its buffers moved, the graph is
@@ -312,11 +316,12 @@ class TrainGraph:
         if buffers is not None and self.parts is not None:
             synced = self._synced()
             history = self.solver.history
-            if buffers[2] is not self.solver.device_tables or len(synced) != len(buffers[0]) \
-                    or len(history) != len(buffers[4]) \
-                    or any(a is not b for a, b in zip(history, buffers[4])) \
+            if buffers.tables is not self.solver.device_tables \
+                    or len(synced) != len(buffers.synced) \
+                    or len(history) != len(buffers.history) \
+                    or any(a is not b for a, b in zip(history, buffers.history)) \
                     or any(a is not b or a._gpu is not g
-                           for a, b, g in zip(synced, buffers[0], buffers[1])):
+                           for a, b, g in zip(synced, buffers.synced, buffers.device)):
                 # this iteration warms up again, the next one captures again
                 self.parts = self.buffers = self.key = self.warm_key = None
         return key
@@ -324,9 +329,11 @@ class TrainGraph:
     def _upload_host_writes(self):
         """A value written on the host since the last iteration (net surgery, a restored
         snapshot) goes up before the graph reads it (a graph cannot copy from the host); a
-        master takes the value written into its float16 param."""
+        master takes the value written into its float16 param. Once captured, the graphs'
+        SyncedArrays are the ones :meth:`_key` found unmoved this iteration."""
         if self.types is not None:
             self.types.refresh_masters(self.net)
-        for synced in self._synced():
-            if synced.head in HOST_NEWER:
-                synced.gpu()
+        synced = self.buffers.synced if self.parts is not None else self._synced()
+        for s in synced:
+            if s.head in HOST_NEWER:
+                s.gpu()
