@@ -140,6 +140,7 @@ class BasePrefetchingDataLayer(BaseDataLayer):
 
     def setup(self, bottom, top):
         self.output_labels = len(top) > 1
+        self._top_buffers = {}  # GPU mode: top index -> the Blob each batch is copied into
         self.rng = layer_rng()
         try:
             shapes = self.data_setup(top)
@@ -208,10 +209,9 @@ class BasePrefetchingDataLayer(BaseDataLayer):
 
     def _top_buffer(self, j, batch):
         """Top ``j``'s own storage in GPU mode, shaped like ``batch`` (kept across batches)."""
-        buffers = self.__dict__.setdefault("_top_buffers", {})
-        buf = buffers.get(j)
+        buf = self._top_buffers.get(j)
         if buf is None or buf.dtype != batch.dtype:
-            buf = buffers[j] = Blob(batch.shape, batch.dtype)
+            buf = self._top_buffers[j] = Blob(batch.shape, batch.dtype)
         buf.reshape(batch.shape)
         return buf
 
