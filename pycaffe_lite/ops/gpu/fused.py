@@ -51,6 +51,19 @@ __device__ double tree_sum(double v, double* shared) {
     return total;
 }
 
+// Channel c's totals of chain_sums' partial sums (p1, p2: splits per channel), added in block
+// order.
+__device__ void channel_totals(const double* p1, const double* p2, int splits, int c,
+                               double* s1, double* s2) {
+    double t1 = 0.0, t2 = 0.0;
+    for (int k = 0; k < splits; ++k) {
+        t1 += p1[c * splits + k];
+        t2 += p2[c * splits + k];
+    }
+    *s1 = t1;
+    *s2 = t2;
+}
+
 // Per channel c and block `split`, over the elements of c that the block strides through:
 // mode 0: s1 = sum (a - K), s2 = sum (a - K)^2, K = a[first element of c];
 // mode 1: dz = a (* (y > 0) with relu), s1 = sum dz, s2 = sum dz * xhat.
@@ -95,11 +108,8 @@ extern "C" __global__ void chain_stats(const double* p1, const double* p2, int s
                                        T* weight) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
-    double s1 = 0.0, s2 = 0.0;
-    for (int k = 0; k < splits; ++k) {
-        s1 += p1[c * splits + k];
-        s2 += p2[c * splits + k];
-    }
+    double s1, s2;
+    channel_totals(p1, p2, splits, c, &s1, &s2);
     double count = (double)outer * (double)inner;
     double d = s1 / count;
     double v = s2 / count - d * d;
@@ -139,11 +149,8 @@ extern "C" __global__ void chain_grad_sums(const double* p1, const double* p2, i
                                            T* dgamma, T* dbeta, T* mean_dxh, T* mean_dxh_xhat) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
-    double s1 = 0.0, s2 = 0.0;
-    for (int k = 0; k < splits; ++k) {
-        s1 += p1[c * splits + k];
-        s2 += p2[c * splits + k];
-    }
+    double s1, s2;
+    channel_totals(p1, p2, splits, c, &s1, &s2);
     if (dbeta) dbeta[c] = (T)((double)dbeta[c] + s1);
     if (dgamma) dgamma[c] = (T)((double)dgamma[c] + s2);
     double g = gamma ? (double)gamma[c] : 1.0;
