@@ -198,11 +198,14 @@ def test_tensorboard_page_shows_the_train_loss_chart(trained, tmp_path):
         browser.page("Input.insertText", text="train/loss")
         card = ("document.querySelector('card-view tb-truncated-path.tag[title=\"train/loss\"]')"
                 "?.closest('card-view')")
-        # the chart's data table shows the newest point once the data arrived
+        # the chart's data table shows the newest point once the data arrived: a row below
+        # the table's header (whose last column is "Relative"); the axes' tick labels are
+        # digits too and show up before the data does
         text = browser.wait_for("(() => { const c = %s; if (!c || !c.querySelector("
                                 "'line-chart canvas')) return null; const t = c.innerText; "
-                                "return /Value/.test(t) && /\\d/.test(t) ? t : null; })()"
-                                % card, what="the train/loss chart with its data")
+                                "const k = t.lastIndexOf('Relative'); "
+                                "return k >= 0 && /\\d/.test(t.slice(k)) ? t : null; })()"
+                                % card, what="the train/loss chart's data row")
         browser.evaluate("document.activeElement.blur()")
         assert "train/loss" in text.replace("\n", "")  # the card's title
         assert "%.4f" % float(last_loss) in text and last_iter in text.split()
