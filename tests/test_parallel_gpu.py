@@ -44,18 +44,27 @@ def test_pycaffe_nccl_on_one_gpu_trains_as_without_it(tmp_path, gpu_mode):
             np.testing.assert_allclose(got.data, want.data, rtol=1e-5, atol=1e-6)
 
 
-def test_two_gpus_match_two_cpu_ranks(tmp_path):
+# NVCaffe's float16 on the GPUs: the float16 gradients are reduced in float32
+FLOAT16_TYPES = "default_forward_type: FLOAT16 default_backward_type: FLOAT16 " \
+    "global_grad_scale: 8\n"
+
+
+@pytest.mark.parametrize("types, rtol", [("", 1e-3), (FLOAT16_TYPES, 3e-2)],
+                         ids=["float32", "float16"])
+def test_two_gpus_match_two_cpu_ranks(tmp_path, types, rtol):
     if backend.device_count() < 2 or not mpi_available():
         pytest.skip("needs two GPUs and the mpi extra")
     source = make_lmdb(tmp_path / "db", n=24)
     cpu = tiny_project(tmp_path / "cpu", source, max_iter=10, snapshot=10)
     gpu = tiny_project(tmp_path / "gpu", source, max_iter=10, snapshot=10)
+    net = gpu.parent / "solver_net.prototxt"
+    net.write_text(types + net.read_text())
     for solver, flags in ((cpu, []), (gpu, ["--gpu", "0,1"])):
         rc, out = run_ranks(2, ["train", "--solver", str(solver)] + flags, tmp_path)
         assert rc == 0, out
     got = read_weights(tmp_path / "gpu" / "snaps" / "solver_iter_10.caffemodel")
     want = read_weights(tmp_path / "cpu" / "snaps" / "solver_iter_10.caffemodel")
-    assert max_relative_difference(got, want) <= 1e-3
+    assert max_relative_difference(got, want) <= rtol
 
 
 def test_nccl_waits_on_one_gpu_complete_under_the_collective_timeout(gpu_mode):

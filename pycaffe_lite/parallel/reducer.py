@@ -26,7 +26,7 @@ import logging
 
 import numpy as np
 
-from .. import backend
+from .. import backend, net_types
 from ..errors import CaffeError
 from ..signals import SolverAction
 from .. import ranks
@@ -89,11 +89,7 @@ class DataParallel:
         self._agreed = SolverAction.NONE
         params = net.learnable_params
         self.params = params
-        dtypes = {np.dtype(p.read_data().dtype) for p in params}
-        if len(dtypes) > 1:
-            raise CaffeError("data-parallel training needs one dtype for every learnable "
-                             "param, the net has %s" % sorted(str(d) for d in dtypes))
-        dtype = dtypes.pop() if dtypes else np.dtype(np.float32)
+        dtype = _buffer_dtype(params)
         ready = _ready_layers(net)
         order = sorted(range(len(params)), key=lambda j: (-ready[j], j))
         self.buckets = []
@@ -134,18 +130,21 @@ class DataParallel:
         return self
 
     def bcast(self):
-        """Give every rank rank 0's learnable parameters."""
+        """Give every rank rank 0's learnable parameters (a float16 param's float32 master
+        weights where it has them, and the float16 weights rounded from those)."""
         if self.size == 1 or not self.total:
             return
         buf = self.buffer
-        for bucket in self.buckets:
-            for j, off, count in bucket.params:
-                buf[off:off + count] = self._read(self.params[j], "data").ravel()
-        self.comm.bcast(buf[:self.total], 0)
-        for bucket in self.buckets:
-            for j, off, count in bucket.params:
-                dst = self._write(self.params[j], "data")
-                dst[...] = buf[off:off + count].reshape(dst.shape)
+        with net_types.master_weights(self.net):
+            params = self.net.learnable_params
+            for bucket in self.buckets:
+                for j, off, count in bucket.params:
+                    buf[off:off + count] = self._read(params[j], "data").ravel()
+            self.comm.bcast(buf[:self.total], 0)
+            for bucket in self.buckets:
+                for j, off, count in bucket.params:
+                    dst = self._write(params[j], "data")
+                    dst[...] = buf[off:off + count].reshape(dst.shape)
 
     def on_start(self):
         self._next = 0
@@ -178,10 +177,12 @@ class DataParallel:
             bucket.handle = None
             if self.size == 1:  # nothing was reduced: the gradients stay as they are
                 continue
+            # the mean in the buffer's type, then stored in each diff's own
+            mean = buf[bucket.start:bucket.stop]
+            mean *= buf.dtype.type(scale)
             for j, off, count in bucket.params:
                 dst = self._write(self.params[j], "diff")
                 dst[...] = buf[off:off + count].reshape(dst.shape)
-                dst *= dst.dtype.type(scale)
         self._next = 0
         self._pass = 0
         if self._actions is not None:
@@ -219,6 +220,18 @@ class DataParallel:
         return ("%d learnable params, %.2f MiB in %d bucket(s), %s, %s"
                 % (len(self.params), nbytes / 2.0 ** 20, len(self.buckets), self.comm.name,
                    "layer-wise" if self.layer_wise else "after the backward pass"))
+
+
+def _buffer_dtype(params):
+    """The element type the gradients are reduced in: the params' own, float32 where some
+    are float16 (NVCaffe's float16 layers: NCCL and MPI add float32, and a sum over many ranks
+    keeps its digits); a net of float32 and float64 params is refused."""
+    dtypes = {np.dtype(p.read_data().dtype) for p in params} - {np.dtype(np.float16)}
+    if len(dtypes) > 1:
+        raise CaffeError("data-parallel training needs one dtype for every learnable "
+                         "param (float16 aside), the net has %s"
+                         % sorted(str(d) for d in dtypes))
+    return dtypes.pop() if dtypes else np.dtype(np.float32)
 
 
 class _NoOpHandle:
