@@ -109,6 +109,7 @@ class Types:
         self.scale = float(param.global_grad_scale)
         self.base_scale = self.scale
         self.adaptive = bool(param.global_grad_scale_adaptive)
+        self.device_scale = None  # the adaptive scale: a float64 0-d device array
         self.masters = None       # learnable index -> float32 Blob (None: a float32 param)
         self.hooks = ()           # the conversions and the loss scaling, as the net's hooks
         self._versions = {}
@@ -216,8 +217,8 @@ class Types:
         rec = net.records[i]
         if not rec.need_backward:
             return
-        if i in self.loss_layers and self.scale != 1:
-            scale = np.float32(self.scale)
+        if i in self.loss_layers and (self.adaptive or self.scale != 1):
+            scale = self.loss_factor()
             for j, bottom in enumerate(rec.bottoms):
                 if rec.bottom_need_backward[j]:
                     diff = bottom.write_diff()
@@ -274,12 +275,50 @@ class Types:
         half.write_data()[...] = master.read_data()
         self._versions[k] = half.synced_data.version
 
-    # -- adaptive loss scaling ---------------------------------------------------------------
-    def next_scale(self, largest):
-        """NVCaffe's adaptive scale from the largest magnitude of the float16 params'
-        (unscaled) gradients of the last update: ``global_grad_scale * 4 / largest``."""
+    # -- loss scaling ------------------------------------------------------------------------
+    def current_scale(self):
+        """The scale as a host number (read from the device where it adapts)."""
+        if self.adaptive and self.device_scale is not None:
+            return float(self.device_scale)
+        return self.scale
+
+    def _scale_array(self):
+        """The adaptive scale's device array (``global_grad_scale`` at first): each update
+        writes the next scale into it, on the device, so nothing is read on the host and a
+        CUDA graph reads the scale of the iteration it replays."""
+        if self.device_scale is None:
+            self.device_scale = backend.xp().asarray(self.base_scale, dtype=np.float64)
+        return self.device_scale
+
+    def loss_factor(self):
+        """What a loss layer's bottom gradients are multiplied by: the scale in float32 (a
+        0-d device array where it adapts)."""
         if self.adaptive:
-            self.scale = self.base_scale * (4.0 / largest if largest > 0 else 1.0)
+            return self._scale_array().astype(np.float32)
+        return np.float32(self.scale)
+
+    def inverse_factor(self):
+        """What the gradients are multiplied by before the update: 1 / scale in float32 (a
+        0-d device array where it adapts)."""
+        if self.adaptive:
+            return (1.0 / self._scale_array()).astype(np.float32)
+        return np.float32(1.0 / self.scale)
+
+    def next_scale(self, largest, ok=None):
+        """NVCaffe's adaptive scale from the largest magnitude ``largest`` (a float64 0-d
+        device array) of the float16 params' (unscaled) gradients of the last update:
+        ``global_grad_scale * 4 / largest`` (``global_grad_scale`` where it is 0), written on
+        the device; kept where ``ok`` (a 0-d device boolean) is False."""
+        if not self.adaptive:
+            return
+        scale = self._scale_array()
+        xp = backend.get_array_module(scale)
+        positive = largest > 0
+        new = xp.where(positive, self.base_scale * (4.0 / xp.where(positive, largest, 1.0)),
+                       self.base_scale)
+        if ok is not None:
+            new = xp.where(ok, new, scale)
+        scale[...] = new
 
 
 def of(net):

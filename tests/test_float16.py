@@ -387,7 +387,7 @@ def test_adaptive_scale_follows_nvcaffes_formula():
         seen = _record_gradients(solver)
         solver.step(1)
         types = net_types.of(solver.net)
-        after_one = types.scale
+        after_one = types.current_scale()
         solver.step(1)
     largest = max(np.abs(d.astype(np.float32) * np.float32(1 / 2)).max() for d in seen[0][0])
     assert after_one == pytest.approx(2 * 4 / float(largest), rel=1e-6)

@@ -191,15 +191,36 @@ def test_a_non_finite_loss_in_a_replayed_iteration_leaves_halves_and_masters(ite
         cuda_graphs.set_enabled(old)
 
 
-def test_an_adaptive_scale_trains_layer_by_layer():
+@pytest.mark.parametrize("iter_size", [1, 2])
+def test_an_adaptive_scale_is_computed_inside_the_replayed_iteration(iter_size):
+    """global_grad_scale_adaptive: the next scale is computed on the device, in the graph;
+    the replays read the scale each iteration left (as layer by layer)."""
     net_extra = "global_grad_scale: 2\nglobal_grad_scale_adaptive: true\n"
-    eager, _, _, _ = run("float16", "SGD", False, iters=4, net_extra=net_extra)
-    got, _, dev, solver = run("float16", "SGD", True, iters=4, net_extra=net_extra)
-    assert (dev.graph_captures, dev.graph_launches) == (0, 0)
-    assert solver.why_not_at_end == \
-        "global_grad_scale_adaptive reads the largest gradient on the host"
-    assert net_types.of(solver.net).scale != 2  # it adapted
+    extra = "iter_size: %d" % iter_size
+
+    def build():
+        return make_solver("float16", extra=extra, net_extra=net_extra)
+
+    def with_scale(solver):
+        return state_of(solver) + [np.array(net_types.of(solver.net).current_scale())]
+
+    scales = []
+
+    def record_scales(solver):  # a callback: this (reference) run is layer by layer
+        types = net_types.of(solver.net)
+        solver.add_callback(lambda: scales.append(types.current_scale()), lambda: None)
+
+    eager, eager_losses, dev0, _ = run_steps(build, with_scale, False, ITERS, record_scales)
+    got, losses, dev, solver = run_steps(build, with_scale, True, ITERS)
+    assert dev0.graph_captures == 0 and solver.why_not_at_end == ""
+    assert dev.graph_captures == (1 if iter_size == 1 else 3)
+    assert solver.train_graph.replays == ITERS - 1
+    # the scale moved every iteration: a graph holding one scale would differ from here on
+    assert scales[0] == 2 and len(set(scales)) == ITERS
     assert_same(got, eager)
+    assert losses == eager_losses
+    assert got[-1] != 2
+    assert_halves_are_the_masters_rounded(solver)
 
 
 def test_hooks_of_ones_own_keep_a_float16_net_layer_by_layer():

@@ -15,13 +15,15 @@ before its update too (with clipping on one GPU it leaves them scaled; here clip
 sees the true gradients). With ``global_grad_scale_adaptive`` the next iteration's scale is
 ``global_grad_scale * 4 / m``, ``m`` the largest magnitude of the float16 params' gradients
 (unscaled) in this update, as NVCaffe's; here the first iteration already uses
-``global_grad_scale`` (NVCaffe starts from 1).
+``global_grad_scale`` (NVCaffe starts from 1). The scale then lives on the device
+(:meth:`~pycaffe_lite.net_types.Types.next_scale`): computed there, read by the loss layers'
+scaling and the update there, read on the host only for the display.
 
 In GPU mode with CUDA graphs (:mod:`.train_graph`) the same update runs inside the captured
 iteration (:func:`device_update_prepare`, :func:`device_update_run`): the same operations
 on the same arrays, the scale a constant of the graph, all of it changing nothing where the
 iteration's verdict on the device says no (a failed check, a non-finite loss). The adaptive
-scale reads a value on the host each iteration: such a net trains layer by layer.
+scale is computed inside the graph too, from the device array the graph reads.
 
 ``solver_data_type`` (NVCaffe's type of master weights and history) may be FLOAT (or DOUBLE,
 which runs as the net's own type): FLOAT16 masters would defeat their purpose and are refused.
@@ -56,23 +58,23 @@ def apply_update(solver):
     if types is None:
         solver.apply_update()
         return
-    scale = types.scale
+    param = getattr(solver, "param", None)
+    shown = types.current_scale() if param is not None and param.display and \
+        solver.iter % param.display == 0 and (types.adaptive or types.scale != 1) else None
     with net_types.master_weights(net) as swapped:
         for _, half, master in swapped:
             master.write_diff()[...] = half.read_diff()
-        if scale != 1:
-            inverse = np.float32(1.0 / scale)
+        if types.adaptive or types.scale != 1:
+            inverse = types.inverse_factor()
             for blob in net.learnable_params:
                 blob.scale_diff(inverse)
         # NVCaffe takes it after the iter_size normalization
-        largest = _largest_gradient(swapped) / solver.param.iter_size if types.adaptive \
-            else 0.0
+        largest = _largest_gradient([m.read_diff() for _, _, m in swapped],
+                                    solver.param.iter_size) if types.adaptive else None
         solver.apply_update()
     types.next_scale(largest)
-    param = getattr(solver, "param", None)
-    if param is not None and param.display and solver.iter % param.display == 0 and \
-            (types.adaptive or scale != 1):
-        log.info("Iteration %d, global_grad_scale = %s", solver.iter, _fmt(scale))
+    if shown is not None:
+        log.info("Iteration %d, global_grad_scale = %s", solver.iter, _fmt(shown))
 
 
 def device_update_prepare(solver, rate):
@@ -97,26 +99,30 @@ def device_update_run(solver, update, ok=None):
     xp = backend.get_array_module(datas[0])
     for _, half_diff, _, master_diff in halves:
         master_diff[...] = half_diff
-    scale = net_types.of(solver.net).scale
-    if scale != 1:
-        inverse = np.float32(1.0 / scale)
+    types = net_types.of(solver.net)
+    if types.adaptive or types.scale != 1:
+        inverse = types.inverse_factor()
         if ok is not None:
             inverse = xp.where(ok, inverse, np.float32(1))
         for diff in diffs:
             diff *= inverse
+    largest = _largest_gradient([h[3] for h in halves], solver.param.iter_size) \
+        if types.adaptive else None
     solver.device_update_run((datas, diffs, state), ok)
     for half_data, _, master_data, _ in halves:
         if ok is None:
             half_data[...] = master_data
         else:
             xp.copyto(half_data, master_data, casting="same_kind", where=ok)
+    types.next_scale(largest, ok)
 
 
-def _largest_gradient(swapped):
-    """The largest magnitude of the float16 params' (unscaled) gradients, read back from the
-    device as one value; a param whose gradient is not finite counts as 0 (NVCaffe's rule)."""
-    if not swapped:
-        return 0.0
-    xp = backend.get_array_module(swapped[0][2].read_diff())
-    peaks = xp.stack([abs(master.read_diff()).max() for _, _, master in swapped])
-    return float(xp.where(xp.isfinite(peaks), peaks, 0).max())
+def _largest_gradient(diffs, iter_size):
+    """The largest magnitude of the float16 params' (unscaled) gradients ``diffs`` (their
+    masters'), over ``iter_size``: a float64 0-d device array (nothing is read on the host);
+    a param whose gradient is not finite counts as 0 (NVCaffe's rule)."""
+    if not diffs:
+        return backend.xp().zeros((), dtype=np.float64)
+    xp = backend.get_array_module(diffs[0])
+    peaks = xp.stack([abs(diff).max() for diff in diffs])
+    return xp.where(xp.isfinite(peaks), peaks, 0).max().astype(np.float64) / iter_size

@@ -42,9 +42,7 @@ surgery) before the launch.
 
 Iterations that display (they read the gradients before the update) or debug, solvers with
 callbacks (data-parallel reduction, pycaffe's ``add_callback``), gradient clipping (a host
-decision each iteration), ``global_grad_scale_adaptive`` (the next scale comes from the
-largest gradient, read on the host), hooks of one's own on the net, and nets with a layer
-outside :data:`CAPTURABLE` run eagerly; ``caffe.set_cuda_graph(False)``,
+decision each iteration), hooks of one's own on the net, and nets with a layer outside :data:`CAPTURABLE` run eagerly; ``caffe.set_cuda_graph(False)``,
 ``--cuda_graph off`` or ``PYCAFFE_LITE_CUDA_GRAPH=0`` turn graphs off.
 """
 
@@ -131,8 +129,6 @@ class TrainGraph:
             return "the net has hooks"
         if getattr(solver, "fused_rule", None) is None:
             return "the solver's rule has no device update"
-        if self.types is not None and self.types.adaptive:
-            return "global_grad_scale_adaptive reads the largest gradient on the host"
         return ""
 
     def iteration(self):
