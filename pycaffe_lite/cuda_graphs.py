@@ -13,8 +13,9 @@ over all layers of a TEST net
 2. is captured the second time (:func:`pycaffe_lite.backend.capture_graph`: nothing runs while
    capturing; temporaries come from a memory pool the graph keeps), then replayed;
 3. is replayed from then on while the shapes stay the same: the data layers run, the inputs
-   are brought to the device (a host write into an input blob is uploaded into the buffer the
-   graph reads), the graph is launched, and every top it writes is marked as current on the
+   are brought to the device (a host write into an input blob or a param is uploaded into the
+   buffer the graph reads; a param whose buffer was replaced, or a net folded again, starts
+   again at 1), the graph is launched, and every top it writes is marked as current on the
    device, so reading it from Python copies the new values down. A net with a loss (or a
    check that reads the device, see :func:`pycaffe_lite.layer.deferred_checks`) reads one
    value after the launch: the loss, NaN where a check failed (which then runs again on the
@@ -40,6 +41,7 @@ import os
 from . import backend, net_types
 from .layer import deferred_checks
 from .proto import caffe_pb2
+from .syncedmem import HOST_NEWER
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -101,12 +103,14 @@ def enabled():
 class _Graphs:
     """A net's capture state: the input shapes last seen, the captured graph for them."""
 
-    __slots__ = ("warm_key", "key", "graph", "written", "refused", "replays", "layers", "first",
-                 "result", "rechecks")
+    __slots__ = ("warm_key", "key", "graph", "written", "params", "folding", "refused",
+                 "replays", "layers", "first", "result", "rechecks")
 
     def __init__(self):
         self.warm_key = self.key = self.graph = self.layers = self.result = None
         self.written = []
+        self.params = []  # [(a param, its SyncedArray, the device array the graph reads)]
+        self.folding = None  # the net's folding the graph was captured with
         self.rechecks = []
         self.refused = ""
         self.replays = self.first = 0
@@ -153,7 +157,7 @@ def forward(net, start, end, eager):
         for top in rec.tops:
             top.read_data()
     key = input_shapes(net, first)
-    if state.key == key:
+    if state.key == key and _params_current(net, state):
         return loss + _replay(net, state)
     if state.warm_key != key:
         state.warm_key, state.key, state.graph = key, None, None
@@ -169,7 +173,28 @@ def forward(net, start, end, eager):
     state.key, state.graph = key, graph
     state.written = [top for rec in net.records[first:] if rec.layer.type != "Input"
                      for top in rec.tops] + _copies(net)
+    state.params = [(blob, blob.synced_data, blob.synced_data._gpu)
+                    for blobs in net.params.values() for blob in blobs]
+    state.folding = net.folding
     return loss + _replay(net, state)
+
+
+def _params_current(net, state):
+    """Whether the graph still reads the params where they are: each param value written on
+    the host since (net surgery, ``copy_from``) goes up into the buffer the graph reads. A
+    param whose storage or device buffer was replaced (``share_with``, a reshape) or a net
+    folded again (``copy_from`` on a folded net, ``fold()``, ``unfold()``: the folded copies
+    are new) drops the graph: this forward runs eagerly, the next one captures again. False
+    then."""
+    moved = net.folding is not state.folding
+    for blob, synced, device in state.params:
+        if moved or blob.synced_data is not synced or synced._gpu is not device:
+            state.key = state.warm_key = state.graph = state.folding = None
+            state.params = []
+            return False
+        if synced.head in HOST_NEWER:
+            synced.gpu()
+    return True
 
 
 def _captured(net, state, eager, first, end):

@@ -22,6 +22,8 @@ HEAD_AT_CPU = "head_at_cpu"
 HEAD_AT_GPU = "head_at_gpu"
 HEAD_AT_BLOCKED = "head_at_blocked"
 SYNCED = "synced"
+#: the heads whose device copy is stale: a host write since the device last wrote
+HOST_NEWER = (HEAD_AT_CPU, HEAD_AT_BLOCKED)
 
 
 class SyncedArray:

@@ -113,6 +113,87 @@ def test_a_new_input_shape_warms_up_again_then_captures_again(tmp_path):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+def _saved_weights(tmp_path, seed, name):
+    """A .caffemodel of NET's params drawn with ``seed`` (BatchNorm statistics not trivial)."""
+    caffe.set_random_seed(seed)
+    net = caffe.Net(str(tmp_path / "net.prototxt"), caffe.TEST)
+    for layer in net.layers:
+        if layer.type == "BatchNorm":
+            layer.blobs[0].data[...] = np.linspace(-0.5, 0.5, layer.blobs[0].count) * seed
+            layer.blobs[1].data[...] = np.linspace(0.5, 2.0, layer.blobs[1].count)
+            layer.blobs[2].data[...] = 1.0
+    path = str(tmp_path / name)
+    net.save(path)
+    return path
+
+
+def _cpu_prob(tmp_path, weights, x):
+    net = caffe.Net(str(tmp_path / "net.prototxt"), weights, caffe.TEST)
+    net.blobs["data"].data[...] = x
+    net.forward_from_to()
+    return net.blobs["prob"].data.copy()
+
+
+def test_params_written_between_replays_reach_the_graph(tmp_path):
+    """Net surgery between replays: the new values go up into the buffers the graph reads
+    (the graph is not captured again); the result is the CPU net's with the same surgery."""
+    x = _inputs((2, 3, 12, 12), 5)
+
+    def surgery(net):
+        net.params["conv"][0].data[...] *= -0.5
+        net.params["bn"][0].data[...] += 0.25
+        net.params["ip"][1].data[...] = 3.0
+
+    cpu = _net(tmp_path)
+    surgery(cpu)
+    cpu.blobs["data"].data[...] = x
+    cpu.forward_from_to()
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        net = _net(tmp_path)
+        net.blobs["data"].data[...] = x
+        for _ in range(3):  # eager, captured, replayed
+            net.forward_from_to()
+        before = net.blobs["prob"].data.copy()
+        surgery(net)
+        net.forward_from_to()
+        assert (dev.graph_captures, dev.graph_launches) == (1, 3)
+        got = net.blobs["prob"].data.copy()
+    assert not np.allclose(got, before)
+    np.testing.assert_allclose(got, cpu.blobs["prob"].data, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["copy_from", "share_with"])
+def test_new_weights_in_a_folded_net_are_captured_again(tmp_path, how):
+    """A net built with weights runs folded (its folded copies are private): ``copy_from``
+    folds again and ``share_with`` replaces the params' storage, so the graph of the old
+    copies is dropped: one eager forward, then a new capture, the new weights' results."""
+    _net(tmp_path)  # writes net.prototxt
+    first, second = (_saved_weights(tmp_path, s, "w%d.caffemodel" % s) for s in (1, 2))
+    x = _inputs((2, 3, 12, 12), 6)
+    want_first, want_second = _cpu_prob(tmp_path, first, x), _cpu_prob(tmp_path, second, x)
+    assert not np.allclose(want_first, want_second)
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        net = caffe.Net(str(tmp_path / "net.prototxt"), first, caffe.TEST)
+        assert net.folding is not None
+        net.blobs["data"].data[...] = x
+        for _ in range(3):
+            net.forward_from_to()
+        np.testing.assert_allclose(net.blobs["prob"].data, want_first, rtol=1e-5, atol=1e-6)
+        if how == "copy_from":
+            net.copy_from(second)
+        else:
+            net.share_with(caffe.Net(str(tmp_path / "net.prototxt"), second, caffe.TEST))
+        got = []
+        for _ in range(3):  # eager, captured again, replayed
+            net.forward_from_to()
+            got.append(net.blobs["prob"].data.copy())
+        assert (dev.graph_captures, dev.graph_launches) == (2, 4)
+    for g in got:
+        np.testing.assert_allclose(g, want_second, rtol=1e-5, atol=1e-6)
+
+
 def test_off_switches_and_the_cases_that_always_run_eagerly(tmp_path):
     with simulated_device() as dev:
         backend.set_mode_gpu()

@@ -85,6 +85,26 @@ def test_a_new_batch_size_is_captured_again():
     assert results[3][0].shape[0] == 3 and net._cuda_graphs.replays >= 3
 
 
+def test_net_surgery_between_replays_reaches_the_graph():
+    """Weights written from the host after the capture: the replay reads them (as the eager
+    forward with the same weights does), without capturing again."""
+    net = _net("squeezenet1.1", 2)
+    data, out = net.inputs[0], net.outputs[0]
+    net.blobs[data].data[...] = np.random.default_rng(3).uniform(-1, 1, net.blobs[data].shape)
+    for _ in range(3):
+        net.forward_from_to()
+    before = net.blobs[out].data.copy()
+    conv = next(name for name in net.params if net.params[name][0].data.ndim == 4)
+    net.params[conv][0].data[...] *= -1.0
+    net.forward_from_to()
+    replayed = net.blobs[out].data.copy()
+    assert net._cuda_graphs.replays == 3
+    cuda_graphs.set_enabled(False)
+    net.forward_from_to()
+    np.testing.assert_array_equal(replayed, net.blobs[out].data)
+    assert not np.array_equal(replayed, before)
+
+
 # ---- training iterations (solvers/train_graph.py) ----------------------------------------
 def _train(net_text, graphs, steps, tmp_path, rule='type: "SGD" momentum: 0.9'):
     from google.protobuf import text_format

@@ -52,10 +52,8 @@ import math
 
 from .. import backend, cuda_graphs, net_types
 from ..layer import deferred_checks
-from ..syncedmem import HEAD_AT_BLOCKED, HEAD_AT_CPU
+from ..syncedmem import HOST_NEWER
 from . import mixed
-
-HOST_NEWER = (HEAD_AT_CPU, HEAD_AT_BLOCKED)
 
 log = logging.getLogger("pycaffe_lite")
 
