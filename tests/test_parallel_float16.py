@@ -21,27 +21,12 @@ from pycaffe_lite.parallel.reducer import DataParallel
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.solvers import get_solver
 from pycaffe_lite.testing.simdevice import simulated_device
+from test_float16 import SMALL  # conv, pool, relu, ip (layer 4), softmax loss; float16
 
 F16, F32 = np.float16, np.float32
 GUARD_S = 600  # only against a hang: the barrier is passed as soon as both ranks arrive
 SCALE, RATE = 8, 0.05
 
-NET = """
-name: "dp16"
-default_forward_type: FLOAT16
-default_backward_type: FLOAT16
-global_grad_scale: %(scale)d
-layer { name: "in" type: "Input" top: "data" top: "label"
-  input_param { shape { dim: 4 dim: 2 dim: 6 dim: 6 } shape { dim: 4 } } }
-layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
-  convolution_param { num_output: 3 kernel_size: 3
-    weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "gaussian" std: 0.1 } } }
-layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
-layer { name: "ip" type: "InnerProduct" bottom: "conv" top: "ip" %(ip_type)s
-  inner_product_param { num_output: 5
-    weight_filler { type: "gaussian" std: 0.3 } bias_filler { type: "gaussian" std: 0.1 } } }
-layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -110,7 +95,10 @@ class ThreadComm:
 
 def _solver(ip_type, seed):
     sp = caffe_pb2.SolverParameter()
-    text_format.Parse(NET % {"scale": SCALE, "ip_type": ip_type}, sp.net_param)
+    text_format.Parse(SMALL % {"extra": "global_grad_scale: %d" % SCALE}, sp.net_param)
+    if ip_type:  # a mixed net: the inner product in float32 after float16 layers
+        sp.net_param.layer[4].forward_type = ip_type
+        sp.net_param.layer[4].backward_type = ip_type
     sp.base_lr, sp.lr_policy, sp.max_iter = RATE, "fixed", 10
     sp.random_seed = 7  # the same fillers on both ranks
     solver = get_solver(sp)
@@ -170,8 +158,7 @@ def _data_parallel(solver, comm):
     DataParallel(solver, comm, layer_wise=False).attach()
 
 
-@pytest.mark.parametrize("ip_type", ["", "forward_type: FLOAT backward_type: FLOAT"],
-                         ids=["float16", "mixed"])
+@pytest.mark.parametrize("ip_type", [None, caffe_pb2.FLOAT], ids=["float16", "mixed"])
 def test_float16_gradients_are_averaged_in_float32(ip_type):
     (g0, w0, after0, comm0), (g1, w1, after1, _) = _run_ranks(ip_type, _data_parallel)
     halves = [g.dtype == F16 for g in g0]
@@ -197,7 +184,7 @@ def test_bcast_gives_every_rank_rank_0s_float32_master_weights():
                     data += F32(1e-4) * np.sign(data)
         DataParallel(solver, comm, layer_wise=False).bcast()
 
-    (_, w0, _, _), (_, w1, _, _) = _run_ranks("", attach)
+    (_, w0, _, _), (_, w1, _, _) = _run_ranks(None, attach)
     assert any(not np.array_equal(w, w.astype(F16).astype(F32)) for w in w0)
     for a, b in zip(w0, w1):
         np.testing.assert_array_equal(a, b)
