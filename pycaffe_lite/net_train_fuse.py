@@ -47,6 +47,7 @@ import os
 
 import numpy as np
 
+from . import net_types
 from .backend import get_array_module
 from .ops import cpu as cpu_kernels
 from .ops import train_fused
@@ -255,8 +256,10 @@ class TrainFusion:
 
 
 def _plain(rec, blob_id):
-    """One bottom and one top, both ``blob_id`` (in place), and no loss weight."""
-    return rec.bottom_ids == [blob_id] and rec.top_ids == [blob_id] and not rec.layer.loss(0)
+    """One bottom and one top, both ``blob_id`` (in place: the layer reads the blob itself,
+    not a copy converted to another type), and no loss weight."""
+    return rec.bottom_ids == [blob_id] and rec.top_ids == [blob_id] and \
+        rec.bottoms[0] is rec.tops[0] and not rec.layer.loss(0)
 
 
 def _starts_chain(rec):
@@ -332,8 +335,11 @@ def attach(net, enabled=None):
 
 
 def _active(net):
+    """The net's chains, unless ``debug_info`` or a hook of one's own keeps the layers on
+    their own (the net's type conversions and loss scaling are not one's own: they run around
+    the fused layers as around the layers themselves)."""
     fusion = getattr(net, "_train_fuse", None)
-    if fusion is None or net.debug_info or any(net._hooks.values()):
+    if fusion is None or net.debug_info or net_types.user_hooks(net):
         return None
     return fusion
 

@@ -166,6 +166,14 @@ template <class V> V __shfl_down_sync(unsigned int, V, int) { return V(0); }
 """
 # kernels with one thread per item and no grid-stride loop: a block each on the host
 PER_ITEM = {"chain_stats", "chain_grad_sums", "bn_global"}
+# cuda_fp16.h for the host: __half holds GCC's _Float16 (x86-64, GCC 12 on), whose conversion
+# from float rounds to nearest even, as __float2half_rn and NumPy's astype(float16) do
+HOST_FP16 = r"""
+#pragma once
+struct __half { _Float16 v; };
+inline float __half2float(__half h) { return (float)h.v; }
+inline __half __float2half_rn(float f) { __half h; h.v = (_Float16)f; return h; }
+"""
 
 
 class HostKernels:
@@ -173,13 +181,16 @@ class HostKernels:
     turn, one thread each (the block sums' tree has one level; a grid-stride loop covers
     everything from one block)."""
 
-    def __init__(self, tmp_path, module, ctype):
+    def __init__(self, tmp_path, module, cache, ctype):
         stem = "%s_%s" % (module.__name__.rsplit(".", 1)[1], ctype)
+        include = tmp_path / "include"
+        include.mkdir(exist_ok=True)
+        (include / "cuda_fp16.h").write_text(HOST_FP16)
         src = tmp_path / (stem + ".cpp")
-        src.write_text(PRELUDE + "typedef %s T;\n" % ctype + module._SOURCE)
+        src.write_text(PRELUDE + cache.code(ctype))
         lib = tmp_path / (stem + ".so")
-        subprocess.run(["g++", "-O1", "-ffp-contract=off", "-shared", "-fPIC", str(src), "-o",
-                        str(lib)], check=True)
+        subprocess.run(["g++", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
+                        "-I" + str(include), str(src), "-o", str(lib)], check=True)
         self.lib = ctypes.CDLL(str(lib))
 
     def __call__(self, name, grid, *args):
@@ -234,12 +245,12 @@ def host_kernels(host_libs, monkeypatch):
 
     class Module:
         def __init__(self, module):
-            self.module = module
+            self.module, self.cache = module, module._MODULE
 
         def function(self, name, ctype):
             key = (self.module.__name__, ctype)
             if key not in libs:
-                libs[key] = HostKernels(tmp_path, self.module, ctype)
+                libs[key] = HostKernels(tmp_path, self.module, self.cache, ctype)
             return _HostFunction(libs[key], name)
 
     def launch(function, n, args):
