@@ -19,7 +19,7 @@ import pytest
 from google.protobuf import text_format
 from helpers.fused_nets import (RESNET_CHAINS, RESNET_SUMS, assert_same, chain_text, counting,
                                 eager_and_replayed, on_simulated_device, resnet_text, run_net,
-                                sum_text, train)
+                                sum_text, train, values)
 
 import pycaffe_lite as caffe
 from pycaffe_lite import backend, net_train_fuse
@@ -28,6 +28,9 @@ from pycaffe_lite.ops.gpu import channels as gpu_channels
 from pycaffe_lite.ops.gpu import fused as gpu_fused
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.testing.simdevice import DeviceArray
+from test_float16_fused import SHAPE as SHAPE16
+from test_float16_fused import make_solver as make_solver16
+from test_float16_fused import own_calls
 
 def forbid_to_host(dev):
     # (the loss layer checks its labels: a scalar read, as Caffe's reads the loss)
@@ -374,6 +377,137 @@ def test_the_cuda_sum_kernels_built_for_the_host(host_kernels, dtype, coeffs, re
 
 
 
+def _bn_paths(shape, relu, bias, global_stats, seed):
+    """The BatchNorm -> Scale -> ReLU forward and backward on float16 data (the Scale's params
+    and diffs float16, BatchNorm's running sums float32, as in a float16 net) through the half
+    kernels and through the generic code, on the same inputs; and the inputs."""
+    rng = np.random.default_rng(seed)
+    n, c, s = shape
+    x = rng.normal(3.0, 2.0, shape).astype(np.float16)  # a mean far from 0
+    gamma = rng.uniform(0.5, 1.5, c).astype(np.float16)
+    beta = rng.uniform(-0.5, 0.5, c).astype(np.float16) if bias else None
+    running = [rng.uniform(0.5, 2, c).astype(np.float32) for _ in range(2)] + \
+        [np.array([2.0], np.float32)]
+    dy = rng.normal(size=shape).astype(np.float16)
+    outs = {}
+    for path in ("kernels", "generic"):
+        work = train_fused.Workspace()
+        run = [r.copy() for r in running]
+        y, xhat = np.empty_like(x), np.empty_like(x)
+        with forced(path == "kernels"):
+            std = train_fused.bn_forward(x, y, xhat, gamma, beta, run, global_stats, 1e-3, 0.9,
+                                         relu, work).copy()
+        dx, dtop = np.empty_like(x), np.empty_like(x)
+        dgamma = np.full(c, 0.25, np.float16)
+        dbeta = None if beta is None else np.full(c, -1, np.float16)
+        with forced(path == "kernels"):
+            train_fused.bn_backward(dy, y, xhat, std, gamma, dgamma, dbeta, dx, dtop,
+                                    global_stats, relu, work)
+        outs[path] = dict(y=y, xhat=xhat, std=std, running=run, dx=dx, dtop=dtop,
+                          dgamma=dgamma, dbeta=dbeta)
+    return outs, dict(x=x, gamma=gamma, beta=beta, running=running, dy=dy)
+
+
+def _close(got, want, rel, name, scale=None):
+    """Within ``rel`` of ``want``'s largest magnitude (or of ``scale``: the terms' that cancel
+    in it), elementwise (float16 keeps 11 bits: a rounding is 4.9e-4 of the value)."""
+    want = np.asarray(want, np.float64)
+    scale = np.abs(want).max() if scale is None else scale
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=rel,
+                               atol=rel * max(scale, 1e-30), err_msg=name)
+
+
+@pytest.mark.parametrize("shape,relu,bias,global_stats", [
+    ((3, 5, 7), True, True, False), ((2, 3, 1), False, False, False),
+    ((4, 1, 300), True, False, False), ((3, 5, 7), True, True, True),
+    ((2, 7, 9), False, True, True)])
+def test_the_half_chain_kernels_built_for_the_host(host_kernels, shape, relu, bias,
+                                                   global_stats):
+    outs, inp = _bn_paths(shape, relu, bias, global_stats, sum(shape))
+    k, g = outs["kernels"], outs["generic"]
+    assert ("pycaffe_lite.ops.gpu.fused", "half") in host_kernels  # the half build ran
+    # the dtypes of a float16 net: data and the Scale's diffs float16, statistics float32
+    for name in ("y", "xhat", "dx", "dtop", "dgamma"):
+        assert k[name].dtype == np.float16, name
+    assert k["std"].dtype == np.float32 and all(r.dtype == np.float32 for r in k["running"])
+    n, c, s = shape
+    m = n * s
+    x, gamma, beta, dy = inp["x"], inp["gamma"], inp["beta"], inp["dy"]
+    mean_sum, var_sum, weight = (r.astype(np.float64) for r in inp["running"])
+    if global_stats:
+        mean, var = mean_sum / weight[0], var_sum / weight[0]
+        xhat, y, _, _ = reference_forward(x, gamma, beta, 1e-3, relu, mean, var)
+    else:
+        xhat, y, mean, var = reference_forward(x, gamma, beta, 1e-3, relu)
+        # float32 running sums from the double sums of the float16 data
+        np.testing.assert_allclose(k["running"][0], 0.9 * mean_sum + mean, rtol=1e-6,
+                                   atol=1e-6)
+        np.testing.assert_allclose(k["running"][1], 0.9 * var_sum + var * m / (m - 1),
+                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(k["running"][2], [0.9 * 2 + 1], rtol=1e-7)
+    np.testing.assert_allclose(k["std"], np.sqrt(var + 1e-3), rtol=1e-6)
+    # every float16 value: the float math rounded once (the stored x_hat, then y from it in
+    # float)
+    _close(k["xhat"], xhat, 1e-3, "xhat")
+    _close(k["y"], y, 1e-3, "y")
+    # the backward from the kernels' own y and x_hat (float16), as the layers would take them
+    xh = k["xhat"].astype(np.float64)
+    dz = dy * (k["y"] > 0) if relu else dy.astype(np.float64)
+    _close(k["dgamma"], 0.25 + (dz * xh).sum(axis=(0, 2)), 2e-3, "dgamma")
+    if bias:
+        _close(k["dbeta"], -1 + dz.sum(axis=(0, 2)), 2e-3, "dbeta")
+    dxh = dz * gamma[:, None]
+    _close(k["dtop"], dxh, 1e-3, "dtop")
+    if not global_stats:
+        dxh = dxh - dxh.mean(axis=(0, 2))[:, None] - \
+            (dxh * xh).mean(axis=(0, 2))[:, None] * xh
+    terms = np.abs(dz * gamma[:, None] / np.sqrt(var + 1e-3)[:, None]).max()
+    _close(k["dx"], dxh / np.sqrt(var + 1e-3)[:, None], 2e-3, "dx", terms)
+    # the generic code computes in float16 as the layers do: the same values to a few
+    # float16 roundings
+    for name in ("y", "xhat", "std", "dx", "dtop", "dgamma", "dbeta"):
+        if k[name] is not None:
+            _close(g[name], k[name], 1e-2, name, terms if name == "dx" else None)
+    for a, b in zip(g["running"], k["running"]):
+        _close(a, b, 2e-3, "running")
+
+
+@pytest.mark.parametrize("coeffs,relu", [([1, 1], True), ([0.5, -2, 1], True),
+                                         ([1, 3, -1, 0.25], False), ([2, 1], False)])
+def test_the_half_sum_kernels_built_for_the_host(host_kernels, coeffs, relu):
+    rng = np.random.default_rng(len(coeffs) + 10)
+    shape = (3, 4, 5)
+    xs = [rng.normal(size=shape).astype(np.float16) for _ in coeffs]
+    dy0 = rng.normal(size=shape).astype(np.float16)
+    outs = {}
+    for path in ("kernels", "generic"):
+        y, dy = np.empty(shape, np.float16), dy0.copy()
+        dxs = [np.empty(shape, np.float16) for _ in coeffs]
+        dxs[1] = None  # a bottom without a gradient
+        with forced(path == "kernels"):
+            train_fused.sum_forward(xs, coeffs, y, relu)
+            train_fused.sum_backward(dy, y, coeffs, dxs, relu)
+        outs[path] = (y, dy, dxs)
+    assert ("pycaffe_lite.ops.gpu.fused", "half") in host_kernels
+    y, dz, dxs = outs["kernels"]
+    # the weighted sum in float, rounded once: the float64 sum rounded to float16
+    ref = sum(c * x.astype(np.float64) for c, x in zip(coeffs, xs))
+    ref = np.maximum(ref, 0) if relu else ref
+    np.testing.assert_array_equal(y, ref.astype(np.float16))
+    np.testing.assert_array_equal(dz, dy0 * (y > 0) if relu else dy0)
+    for d, c in zip(dxs, coeffs):
+        if d is not None:
+            np.testing.assert_array_equal(d, (c * dz.astype(np.float64)).astype(np.float16))
+    # the generic code rounds after each product and sum, as the float16 layers do
+    gy, gdz, gdxs = outs["generic"]
+    _close(gy, y, 4e-3, "y")
+    for a, b in zip(gdxs, dxs):
+        assert (a is None) == (b is None)
+        if a is not None:
+            same = (gy > 0) == (y > 0)  # where both ReLUs agree
+            _close(a[same], b[same], 4e-3, "dx")
+
+
 _FORCE = {"on": False}
 
 
@@ -462,3 +596,52 @@ def test_graph_replay_kernel_path_on_the_simulated_device(monkeypatch, kernel_pa
     for name, (data, diff) in eager.items():
         np.testing.assert_array_equal(replayed[name][0], data, err_msg=name)
         np.testing.assert_array_equal(replayed[name][1], diff, err_msg=name)
+
+
+@pytest.mark.parametrize("net", ["float16", "mixed"])
+def test_float16_net_kernel_path_follows_the_float32_net(monkeypatch, kernel_path, net):
+    """A float16 (and a mixed) net's forward and backward with the half kernels (and the float
+    ones for the mixed net's float32 chain) against the same net in float32 on the CPU, from
+    the same (float16) weights and input: within float16 rounding (the layers on their own in
+    float16 are further off: their BatchNorm sums in float16)."""
+    monkeypatch.setenv(net_train_fuse.ENV_VAR, "1")
+    calls = counting(monkeypatch)
+
+    def run(dev):
+        solver = make_solver16(net)
+        n = solver.net
+        weights = {k: [backend.to_host(b.read_data()).astype(np.float32) for b in bs]
+                   for k, bs in n.params.items()}
+        own = own_calls(monkeypatch, n)
+        n.forward_backward()
+        return weights, values(n), own
+
+    weights, got, own = on_simulated_device(run)
+    assert calls == {"bn_forward": 3, "bn_backward": 3, "sum_forward": 2, "sum_backward": 2}
+    assert not any(own.values())
+    param = text_format.Parse(resnet_text(shape=SHAPE16), caffe_pb2.NetParameter())
+    param.state.phase = caffe.TRAIN
+    ref = caffe.Net.from_param(param)  # CPU mode: float32 throughout
+    for k, blobs in ref.params.items():
+        for blob, value in zip(blobs, weights[k]):
+            blob.data[...] = value
+    ref.blobs["data"].data[...] = got["blob data"][0]
+    ref.blobs["label"].data[...] = got["blob label"][0]
+    ref.forward(start="c1")
+    ref.clear_param_diffs()
+    ref.backward()
+
+    def rel(a, b):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+    for name in ("c1", "c2n", "c3", "sum", "sum3", "ip"):
+        assert rel(got["blob " + name][0], ref.blobs[name].data) < 2e-3, name
+    # the gradients carry the loss scale (global_grad_scale 8)
+    for name in ("c1", "c2", "c3", "scale_c1", "scale_c2", "scale_c3", "ip"):
+        for k, blob in enumerate(ref.params[name]):
+            assert rel(got["param %s %d" % (name, k)][1], 8 * blob.diff) < 5e-3, (name, k)
+    for name in ("bn_c1", "bn_c2", "bn_c3"):
+        for k, blob in enumerate(ref.params[name]):
+            assert rel(got["param %s %d" % (name, k)][0], blob.data) < 2e-3, (name, k)
+    assert np.abs(ref.params["c1"][0].diff).max() > 0
