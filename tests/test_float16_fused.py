@@ -20,6 +20,7 @@ from helpers.fused_nets import (RESNET_CHAINS, RESNET_SUMS, counting, on_simulat
                                 resnet_text, values)
 from helpers.graph_runs import run_steps
 
+import pycaffe_lite as caffe
 from pycaffe_lite import backend, cuda_graphs, net_train_fuse, net_types
 from pycaffe_lite.blob import Blob
 from pycaffe_lite.proto import caffe_pb2
@@ -237,3 +238,52 @@ def test_a_replayed_float16_iteration_with_fused_chains_equals_the_eager_one(mon
     assert calls["sum_backward"] - eager_calls["sum_backward"] == 2 * (iters + 1)
     assert_identical(got, eager)
     assert losses == eager_losses and all(np.isfinite(losses))
+
+
+def float32_twin_check(on_device, monkeypatch, net):
+    """One forward and backward of the float16 (or mixed) net ``net`` with the fused chains,
+    in GPU mode (``on_device(run)``: a GPU, or the simulated device with the kernels built for
+    the host), against the same net in float32 on the CPU from the same (float16) weights and
+    input: within float16 rounding (the float16 layers on their own are further off: their
+    BatchNorm sums in float16, and a convolution's weight gradient through BatchNorm cancels).
+    """
+    monkeypatch.setenv(net_train_fuse.ENV_VAR, "1")
+    calls = counting(monkeypatch)
+
+    def run(dev=None):
+        n = make_solver(net).net
+        weights = {k: [backend.to_host(b.read_data()).astype(np.float32) for b in bs]
+                   for k, bs in n.params.items()}
+        own = own_calls(monkeypatch, n)
+        n.forward_backward()
+        return weights, values(n), own
+
+    weights, got, own = on_device(run)
+    assert calls == {"bn_forward": 3, "bn_backward": 3, "sum_forward": 2, "sum_backward": 2}
+    assert not any(own.values())
+    param = text_format.Parse(resnet_text(shape=SHAPE), caffe_pb2.NetParameter())
+    param.state.phase = caffe.TRAIN
+    ref = caffe.Net.from_param(param)  # CPU mode: float32 throughout
+    for k, blobs in ref.params.items():
+        for blob, value in zip(blobs, weights[k]):
+            blob.data[...] = value
+    ref.blobs["data"].data[...] = got["blob data"][0]
+    ref.blobs["label"].data[...] = got["blob label"][0]
+    ref.forward(start="c1")
+    ref.clear_param_diffs()
+    ref.backward()
+
+    def rel(a, b):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+    for name in ("c1", "c2n", "c3", "sum", "sum3", "ip"):
+        assert rel(got["blob " + name][0], ref.blobs[name].data) < 3e-3, name
+    # the gradients carry the loss scale (global_grad_scale 8)
+    for name in ("c1", "c2", "c3", "scale_c1", "scale_c2", "scale_c3", "ip"):
+        for k, blob in enumerate(ref.params[name]):
+            assert rel(got["param %s %d" % (name, k)][1], 8 * blob.diff) < 5e-3, (name, k)
+    for name in ("bn_c1", "bn_c2", "bn_c3"):
+        for k, blob in enumerate(ref.params[name]):
+            assert rel(got["param %s %d" % (name, k)][0], blob.data) < 3e-3, (name, k)
+    assert np.abs(ref.params["c1"][0].diff).max() > 0

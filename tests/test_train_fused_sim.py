@@ -19,7 +19,7 @@ import pytest
 from google.protobuf import text_format
 from helpers.fused_nets import (RESNET_CHAINS, RESNET_SUMS, assert_same, chain_text, counting,
                                 eager_and_replayed, on_simulated_device, resnet_text, run_net,
-                                sum_text, train, values)
+                                sum_text, train)
 
 import pycaffe_lite as caffe
 from pycaffe_lite import backend, net_train_fuse
@@ -28,9 +28,7 @@ from pycaffe_lite.ops.gpu import channels as gpu_channels
 from pycaffe_lite.ops.gpu import fused as gpu_fused
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.testing.simdevice import DeviceArray
-from test_float16_fused import SHAPE as SHAPE16
-from test_float16_fused import make_solver as make_solver16
-from test_float16_fused import own_calls
+from test_float16_fused import float32_twin_check
 
 def forbid_to_host(dev):
     # (the loss layer checks its labels: a scalar read, as Caffe's reads the loss)
@@ -600,48 +598,7 @@ def test_graph_replay_kernel_path_on_the_simulated_device(monkeypatch, kernel_pa
 
 @pytest.mark.parametrize("net", ["float16", "mixed"])
 def test_float16_net_kernel_path_follows_the_float32_net(monkeypatch, kernel_path, net):
-    """A float16 (and a mixed) net's forward and backward with the half kernels (and the float
-    ones for the mixed net's float32 chain) against the same net in float32 on the CPU, from
-    the same (float16) weights and input: within float16 rounding (the layers on their own in
-    float16 are further off: their BatchNorm sums in float16)."""
-    monkeypatch.setenv(net_train_fuse.ENV_VAR, "1")
-    calls = counting(monkeypatch)
-
-    def run(dev):
-        solver = make_solver16(net)
-        n = solver.net
-        weights = {k: [backend.to_host(b.read_data()).astype(np.float32) for b in bs]
-                   for k, bs in n.params.items()}
-        own = own_calls(monkeypatch, n)
-        n.forward_backward()
-        return weights, values(n), own
-
-    weights, got, own = on_simulated_device(run)
-    assert calls == {"bn_forward": 3, "bn_backward": 3, "sum_forward": 2, "sum_backward": 2}
-    assert not any(own.values())
-    param = text_format.Parse(resnet_text(shape=SHAPE16), caffe_pb2.NetParameter())
-    param.state.phase = caffe.TRAIN
-    ref = caffe.Net.from_param(param)  # CPU mode: float32 throughout
-    for k, blobs in ref.params.items():
-        for blob, value in zip(blobs, weights[k]):
-            blob.data[...] = value
-    ref.blobs["data"].data[...] = got["blob data"][0]
-    ref.blobs["label"].data[...] = got["blob label"][0]
-    ref.forward(start="c1")
-    ref.clear_param_diffs()
-    ref.backward()
-
-    def rel(a, b):
-        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        return np.linalg.norm(a - b) / np.linalg.norm(b)
-
-    for name in ("c1", "c2n", "c3", "sum", "sum3", "ip"):
-        assert rel(got["blob " + name][0], ref.blobs[name].data) < 2e-3, name
-    # the gradients carry the loss scale (global_grad_scale 8)
-    for name in ("c1", "c2", "c3", "scale_c1", "scale_c2", "scale_c3", "ip"):
-        for k, blob in enumerate(ref.params[name]):
-            assert rel(got["param %s %d" % (name, k)][1], 8 * blob.diff) < 5e-3, (name, k)
-    for name in ("bn_c1", "bn_c2", "bn_c3"):
-        for k, blob in enumerate(ref.params[name]):
-            assert rel(got["param %s %d" % (name, k)][0], blob.data) < 2e-3, (name, k)
-    assert np.abs(ref.params["c1"][0].diff).max() > 0
+    """A float16 (and a mixed) net's forward and backward with the half kernels built for the
+    host (and the float ones for the mixed net's float32 chain) against the same net in
+    float32 on the CPU (tests/test_gpu_fused.py runs the same check on a GPU)."""
+    float32_twin_check(on_simulated_device, monkeypatch, net)
