@@ -7,11 +7,12 @@ Imports each module of ``pycaffe_lite.ops.gpu``, finds its ``RawModuleCache`` ob
 compiles each one's code as the cache does on first use (its prelude, ``typedef ... T`` by
 default, then the source), for every variant the cache lists (``T=float`` and ``T=double``;
 ``T=half`` too for the kernels with float16 variants, which include ``cuda_fp16.h``), with
-``--gpu-architecture=compute_90 --std=c++11`` and ``-I`` the CUDA include folders found (as
-CuPy passes its own: ``CUDA_PATH``/``CUDA_HOME``, ``/usr/local/cuda``, the ``nvidia``
-packages' headers); it also checks that every kernel name the cache will ask for is defined in
-the source with ``extern "C"``. NVRTC needs no driver: ``cupy_backends`` (installed with CuPy,
-e.g. ``cupy-cuda12x``) and the NVRTC library are enough.
+``--gpu-architecture=compute_90 --std=c++11`` and ``-I`` the first CUDA include folder found
+that holds ``cuda_fp16.h`` (``CUDA_PATH``/``CUDA_HOME``, CuPy's CUDA path, ``/usr/local/cuda``,
+the ``nvidia`` packages' headers: CuPy passes its own to NVRTC likewise); it also checks that
+every kernel name the cache will ask for is defined in the source with ``extern "C"``. NVRTC
+needs no driver: ``cupy_backends`` (installed with CuPy, e.g. ``cupy-cuda12x``) and the NVRTC
+library are enough.
 
 Exit status: 0 when everything compiled, 1 naming each module that failed (with NVRTC's log),
 2 when NVRTC cannot be loaded.
@@ -32,7 +33,13 @@ OPTIONS = ["--gpu-architecture=compute_90", "--std=c++11"]
 
 def include_dirs():
     """The CUDA include folders that hold ``cuda_fp16.h`` (NVRTC searches none by itself)."""
-    roots = [os.environ.get(v) for v in ("CUDA_PATH", "CUDA_HOME")] + ["/usr/local/cuda"]
+    roots = [os.environ.get(v) for v in ("CUDA_PATH", "CUDA_HOME")]
+    try:  # where CuPy finds the CUDA toolkit (its own kernels include cuda_fp16.h too)
+        from cupy import _environment
+        roots.append(_environment.get_cuda_path())
+    except Exception:  # no CuPy, or one that does not say
+        pass
+    roots.append("/usr/local/cuda")
     candidates = [os.path.join(r, "include") for r in roots if r]
     for entry in sys.path:
         nvidia = os.path.join(entry, "nvidia")
