@@ -35,8 +35,18 @@ forward and three backward with batch statistics), the same math as generic arra
 simulated device or with the kernels off. Neither reads a device value on the host, so a step
 stays capturable in a CUDA graph; the per-channel sums are taken in double in a fixed order.
 
-Layers run on their own: with ``debug_info``, with a hook registered on the net, for a
-forward or backward whose first or last layer lies inside a chain (``start=``/``end=``),
+NVCaffe float16 nets (:mod:`net_types`) are fused too. A chain's layers store one type (a
+layer in place on a blob takes the blob's type; a member that read a converted copy would end
+the chain); the Scale's params are then of that type and BatchNorm's statistics float32, which
+:mod:`pycaffe_lite.ops.train_fused` takes as they are. The net's own hooks (the conversions at
+type boundaries and the loss scaling, see :func:`net_types.user_hooks`) run at each layer
+index around the fused forward and backward as around the layers': a converted copy that
+BatchNorm or an Eltwise reads is written before the fused forward (which runs at the first
+layer's index), and its gradient converted back after the fused backward (which runs at the
+last layer's index, so before the first layer's ``after_backward``).
+
+Layers run on their own: with ``debug_info``, with a hook of one's own registered on the net,
+for a forward or backward whose first or last layer lies inside a chain (``start=``/``end=``),
 without the compiled kernels on host arrays, in a TEST net that is folded (:mod:`net_fold`),
 and everywhere when the environment variable ``PYCAFFE_LITE_TRAIN_FUSE`` is 0/false/no/off
 when the net is built. The backward is fused where every layer of the chain computes its

@@ -2,10 +2,14 @@
 -> ReLU, forward and backward (:mod:`pycaffe_lite.net_train_fuse` calls these in GPU mode).
 
 On CuPy arrays with the kernels on, the CUDA kernels of :mod:`pycaffe_lite.ops.gpu.fused` run
-(a few launches per chain, see there); otherwise the same math runs as xp-generic array code
-(a simulated device, ``set_kernels_enabled(False)``, float16, arrays too large for 32-bit
-indices), written as the layers compute it one after the other, so its values are theirs.
-Neither reads a device value on the host.
+(a few launches per chain, see there): float32 and float64 arrays, and float16 data (NVCaffe's
+float16 layers: the Scale's params and diffs float16 too) with float32 per-channel statistics
+(BatchNorm's blobs in a float16 net), computed in float. Otherwise the same math runs as
+xp-generic array code (a simulated device, ``set_kernels_enabled(False)``, other mixes of
+types, arrays too large for 32-bit indices), written as the layers compute it one after the
+other, in their types (float16 arithmetic on float16 data; with global statistics the mean
+and std in the stored sums' type, as BatchNorm takes them), so its values are theirs. Neither
+reads a device value on the host.
 
 BatchNorm arrays are ``(N, C, S)`` views; the per-channel arrays are ``(C,)``. ``gamma`` and
 ``beta`` (the Scale's blobs) may be None; so may the Scale's diffs where they are not learned.
