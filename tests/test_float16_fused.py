@@ -23,6 +23,8 @@ from helpers.graph_runs import run_steps
 import pycaffe_lite as caffe
 from pycaffe_lite import backend, cuda_graphs, net_train_fuse, net_types
 from pycaffe_lite.blob import Blob
+from pycaffe_lite.ops.gpu import _util
+from pycaffe_lite.ops.gpu import fused as gpu_fused
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.solvers import get_solver
 
@@ -287,3 +289,18 @@ def float32_twin_check(on_device, monkeypatch, net):
         for k, blob in enumerate(ref.params[name]):
             assert rel(got["param %s %d" % (name, k)][0], blob.data) < 3e-3, (name, k)
     assert np.abs(ref.params["c1"][0].diff).max() > 0
+
+
+def test_which_arrays_the_half_kernels_take():
+    """ops/gpu/fused.py's variants: float16 data with float32 per-channel arrays ("half"),
+    float32 and float64 throughout; other mixes (and float16 for every other kernel) none."""
+    f16, f32, f64 = (np.zeros(3, d) for d in (np.float16, np.float32, np.float64))
+    assert _util.storage_and_wide([f16, f16, None], [f32, f32]) == "half"
+    assert _util.storage_and_wide([f16]) == "half"
+    assert _util.storage_and_wide([f32, f32], [f32]) == "float"
+    assert _util.storage_and_wide([f64], [f64]) == "double"
+    assert _util.storage_and_wide([f16], [f16]) is None  # float16 statistics: generic code
+    assert _util.storage_and_wide([f16, f32], [f32]) is None
+    assert _util.storage_and_wide([f32], [f64]) is None
+    assert _util.kernel_dtype(f16) is None and _util.kernel_dtype(f16, f32) is None
+    assert gpu_fused._MODULE.ctypes == ("float", "double", "half")

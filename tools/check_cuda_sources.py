@@ -106,7 +106,7 @@ def check(nvrtc, sources, out=sys.stdout, verbose=False):
             failures.append("%s: kernel '%s' is listed but not defined in the source"
                             % (where, name))
         for ctype in cache.ctypes:
-            ok, log = compile_source(nvrtc, cache.code(ctype), module.rsplit(".", 1)[1] + ".cu")
+            ok, log = compile_source(nvrtc, cache.code(ctype), module.rsplit(".", 1)[-1] + ".cu")
             if not ok:
                 failures.append("%s (T=%s): NVRTC failed:\n%s" % (where, ctype, log.strip()))
             elif verbose:
