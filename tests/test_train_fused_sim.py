@@ -6,7 +6,10 @@ device value read on the host inside a forward or backward.
 The CUDA kernels of ops/gpu/fused.py are checked here too, without a GPU: their source,
 compiled as C++ for the host (one thread per block, the grid walked block by block), against
 the generic code and a float64 NumPy computation of the layers' formulas
-(tests/test_gpu_fused.py runs them on a real GPU).
+(tests/test_gpu_fused.py runs them on a real GPU). Their float16 variant is built with a host
+``cuda_fp16.h`` of the harness's own (``__half`` over GCC's ``_Float16``) and checked against
+the float64 formulas within float16 rounding, against the float16 generic code, and in a
+float16 net against the same net in float32.
 """
 
 import contextlib
@@ -266,6 +269,19 @@ def host_kernels(host_libs, monkeypatch):
     return libs
 
 
+@pytest.fixture(scope="module")
+def host_half(host_libs):
+    """The host's C++ compiler has ``_Float16`` (x86-64, GCC 12 on), for the float16 builds."""
+    tmp_path = host_libs[1]
+    src = tmp_path / "float16_check.cpp"
+    src.write_text("_Float16 h(float f) { return (_Float16)f; }\n")
+    r = subprocess.run(["g++", "-c", str(src), "-o", str(tmp_path / "float16_check.o")],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("g++ has no _Float16 here (x86-64 and GCC 12 or later needed): %s"
+                    % r.stderr.strip()[:200])
+
+
 def reference_forward(x, gamma, beta, eps, relu, mean=None, var=None):
     """The layers' formulas in float64: x_hat, y, and the batch's mean and variance."""
     x = x.astype(np.float64)
@@ -419,7 +435,7 @@ def _close(got, want, rel, name, scale=None):
     ((3, 5, 7), True, True, False), ((2, 3, 1), False, False, False),
     ((4, 1, 300), True, False, False), ((3, 5, 7), True, True, True),
     ((2, 7, 9), False, True, True)])
-def test_the_half_chain_kernels_built_for_the_host(host_kernels, shape, relu, bias,
+def test_the_half_chain_kernels_built_for_the_host(host_kernels, host_half, shape, relu, bias,
                                                    global_stats):
     outs, inp = _bn_paths(shape, relu, bias, global_stats, sum(shape))
     k, g = outs["kernels"], outs["generic"]
@@ -472,7 +488,7 @@ def test_the_half_chain_kernels_built_for_the_host(host_kernels, shape, relu, bi
 
 @pytest.mark.parametrize("coeffs,relu", [([1, 1], True), ([0.5, -2, 1], True),
                                          ([1, 3, -1, 0.25], False), ([2, 1], False)])
-def test_the_half_sum_kernels_built_for_the_host(host_kernels, coeffs, relu):
+def test_the_half_sum_kernels_built_for_the_host(host_kernels, host_half, coeffs, relu):
     rng = np.random.default_rng(len(coeffs) + 10)
     shape = (3, 4, 5)
     xs = [rng.normal(size=shape).astype(np.float16) for _ in coeffs]
@@ -597,7 +613,8 @@ def test_graph_replay_kernel_path_on_the_simulated_device(monkeypatch, kernel_pa
 
 
 @pytest.mark.parametrize("net", ["float16", "mixed"])
-def test_float16_net_kernel_path_follows_the_float32_net(monkeypatch, kernel_path, net):
+def test_float16_net_kernel_path_follows_the_float32_net(monkeypatch, kernel_path, host_half,
+                                                         net):
     """A float16 (and a mixed) net's forward and backward with the half kernels built for the
     host (and the float ones for the mixed net's float32 chain) against the same net in
     float32 on the CPU (tests/test_gpu_fused.py runs the same check on a GPU)."""
