@@ -29,7 +29,9 @@ from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.solvers import get_solver
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
-HALF = "default_forward_type: FLOAT16 default_backward_type: FLOAT16\n"
+# float16 storage; cuDNN accumulates the convolutions in float32 (NVCaffe's math types)
+HALF = ("default_forward_type: FLOAT16 default_backward_type: FLOAT16 "
+        "default_forward_math: FLOAT default_backward_math: FLOAT\n")
 SHAPE = (4, 3, 7, 5)
 
 
@@ -42,8 +44,8 @@ def cpu_afterwards():
 def _typed(text, layer, ftype):
     head = 'layer { name: "%s" type: ' % layer
     assert text.count(head) == 1
-    return text.replace(head, 'layer { name: "%s" forward_type: %s backward_type: %s type: '
-                        % (layer, ftype, ftype))
+    return text.replace(head, 'layer { name: "%s" forward_type: %s backward_type: %s '
+                        'forward_math: FLOAT backward_math: FLOAT type: ' % (layer, ftype, ftype))
 
 
 def mixed_text(global_c2=False):
