@@ -8,9 +8,12 @@ and loss scaling: the run with the fused chains equals the run with every layer 
 (``PYCAFFE_LITE_TRAIN_FUSE=0``) bit for bit (weights, float32 masters, BatchNorm statistics,
 every blob's data and diff), since the generic code of ops/train_fused.py computes what the
 layers compute one after the other; the fused path really ran (the chains' forwards and
-backwards called, BatchNorm's and Eltwise's own never). A hook of one's own still keeps the
-layers on their own; a chain member reading a converted copy ends the chain. A replayed CUDA
-graph of a float16 iteration with the chains fused equals the eager iteration.
+backwards called, BatchNorm's, Scale's and Eltwise's own never). A hook of one's own still
+keeps the layers on their own; a chain member reading a converted copy ends the chain. A
+replayed CUDA graph of a float16 iteration with the chains fused equals the eager iteration.
+Which arrays the half kernels take; and :func:`float32_twin_check`, a float16 net with the
+half kernels against the same net in float32 on the CPU, which tests/test_train_fused_sim.py
+(the kernels built for the host) and tests/test_gpu_fused.py (a GPU) run.
 """
 
 import numpy as np
