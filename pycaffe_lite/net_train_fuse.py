@@ -35,8 +35,18 @@ forward and three backward with batch statistics), the same math as generic arra
 simulated device or with the kernels off. Neither reads a device value on the host, so a step
 stays capturable in a CUDA graph; the per-channel sums are taken in double in a fixed order.
 
-Layers run on their own: with ``debug_info``, with a hook registered on the net, for a
-forward or backward whose first or last layer lies inside a chain (``start=``/``end=``),
+NVCaffe float16 nets (:mod:`net_types`) are fused too. A chain's layers store one type (a
+layer in place on a blob takes the blob's type; a member that read a converted copy would end
+the chain); the Scale's params are then of that type and BatchNorm's statistics float32, which
+:mod:`pycaffe_lite.ops.train_fused` takes as they are. The net's own hooks (the conversions at
+type boundaries and the loss scaling, see :func:`net_types.user_hooks`) run at each layer
+index around the fused forward and backward as around the layers': a converted copy that
+BatchNorm or an Eltwise reads is written before the fused forward (which runs at the first
+layer's index), and its gradient converted back after the fused backward (which runs at the
+last layer's index, so before the first layer's ``after_backward``).
+
+Layers run on their own: with ``debug_info``, with a hook of one's own registered on the net,
+for a forward or backward whose first or last layer lies inside a chain (``start=``/``end=``),
 without the compiled kernels on host arrays, in a TEST net that is folded (:mod:`net_fold`),
 and everywhere when the environment variable ``PYCAFFE_LITE_TRAIN_FUSE`` is 0/false/no/off
 when the net is built. The backward is fused where every layer of the chain computes its
@@ -47,6 +57,7 @@ import os
 
 import numpy as np
 
+from . import net_types
 from .backend import get_array_module
 from .ops import cpu as cpu_kernels
 from .ops import train_fused
@@ -255,8 +266,10 @@ class TrainFusion:
 
 
 def _plain(rec, blob_id):
-    """One bottom and one top, both ``blob_id`` (in place), and no loss weight."""
-    return rec.bottom_ids == [blob_id] and rec.top_ids == [blob_id] and not rec.layer.loss(0)
+    """One bottom and one top, both ``blob_id`` (in place: the layer reads the blob itself,
+    not a copy converted to another type), and no loss weight."""
+    return rec.bottom_ids == [blob_id] and rec.top_ids == [blob_id] and \
+        rec.bottoms[0] is rec.tops[0] and not rec.layer.loss(0)
 
 
 def _starts_chain(rec):
@@ -332,8 +345,11 @@ def attach(net, enabled=None):
 
 
 def _active(net):
+    """The net's chains, unless ``debug_info`` or a hook of one's own keeps the layers on
+    their own (the net's type conversions and loss scaling are not one's own: they run around
+    the fused layers as around the layers themselves)."""
     fusion = getattr(net, "_train_fuse", None)
-    if fusion is None or net.debug_info or any(net._hooks.values()):
+    if fusion is None or net.debug_info or net_types.user_hooks(net):
         return None
     return fusion
 

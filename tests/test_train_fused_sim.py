@@ -6,7 +6,10 @@ device value read on the host inside a forward or backward.
 The CUDA kernels of ops/gpu/fused.py are checked here too, without a GPU: their source,
 compiled as C++ for the host (one thread per block, the grid walked block by block), against
 the generic code and a float64 NumPy computation of the layers' formulas
-(tests/test_gpu_fused.py runs them on a real GPU).
+(tests/test_gpu_fused.py runs them on a real GPU). Their float16 variant is built with a host
+``cuda_fp16.h`` of the harness's own (``__half`` over GCC's ``_Float16``) and checked against
+the float64 formulas within float16 rounding, against the float16 generic code, and in a
+float16 net against the same net in float32.
 """
 
 import contextlib
@@ -28,6 +31,7 @@ from pycaffe_lite.ops.gpu import channels as gpu_channels
 from pycaffe_lite.ops.gpu import fused as gpu_fused
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.testing.simdevice import DeviceArray
+from test_float16_fused import float32_twin_check
 
 def forbid_to_host(dev):
     # (the loss layer checks its labels: a scalar read, as Caffe's reads the loss)
@@ -166,6 +170,14 @@ template <class V> V __shfl_down_sync(unsigned int, V, int) { return V(0); }
 """
 # kernels with one thread per item and no grid-stride loop: a block each on the host
 PER_ITEM = {"chain_stats", "chain_grad_sums", "bn_global"}
+# cuda_fp16.h for the host: __half holds GCC's _Float16 (x86-64, GCC 12 on), whose conversion
+# from float rounds to nearest even, as __float2half_rn and NumPy's astype(float16) do
+HOST_FP16 = r"""
+#pragma once
+struct __half { _Float16 v; };
+inline float __half2float(__half h) { return (float)h.v; }
+inline __half __float2half_rn(float f) { __half h; h.v = (_Float16)f; return h; }
+"""
 
 
 class HostKernels:
@@ -173,13 +185,16 @@ class HostKernels:
     turn, one thread each (the block sums' tree has one level; a grid-stride loop covers
     everything from one block)."""
 
-    def __init__(self, tmp_path, module, ctype):
+    def __init__(self, tmp_path, module, cache, ctype):
         stem = "%s_%s" % (module.__name__.rsplit(".", 1)[1], ctype)
+        include = tmp_path / "include"
+        include.mkdir(exist_ok=True)
+        (include / "cuda_fp16.h").write_text(HOST_FP16)
         src = tmp_path / (stem + ".cpp")
-        src.write_text(PRELUDE + "typedef %s T;\n" % ctype + module._SOURCE)
+        src.write_text(PRELUDE + cache.code(ctype))
         lib = tmp_path / (stem + ".so")
-        subprocess.run(["g++", "-O1", "-ffp-contract=off", "-shared", "-fPIC", str(src), "-o",
-                        str(lib)], check=True)
+        subprocess.run(["g++", "-O1", "-ffp-contract=off", "-shared", "-fPIC",
+                        "-I" + str(include), str(src), "-o", str(lib)], check=True)
         self.lib = ctypes.CDLL(str(lib))
 
     def __call__(self, name, grid, *args):
@@ -234,12 +249,12 @@ def host_kernels(host_libs, monkeypatch):
 
     class Module:
         def __init__(self, module):
-            self.module = module
+            self.module, self.cache = module, module._MODULE
 
         def function(self, name, ctype):
             key = (self.module.__name__, ctype)
             if key not in libs:
-                libs[key] = HostKernels(tmp_path, self.module, ctype)
+                libs[key] = HostKernels(tmp_path, self.module, self.cache, ctype)
             return _HostFunction(libs[key], name)
 
     def launch(function, n, args):
@@ -252,6 +267,19 @@ def host_kernels(host_libs, monkeypatch):
     monkeypatch.setattr(gpu_fused, "BLOCK", 1)
     monkeypatch.setattr(train_fused, "_kernels", lambda *arrays: _FORCE["on"])
     return libs
+
+
+@pytest.fixture(scope="module")
+def host_half(host_libs):
+    """The host's C++ compiler has ``_Float16`` (x86-64, GCC 12 on), for the float16 builds."""
+    tmp_path = host_libs[1]
+    src = tmp_path / "float16_check.cpp"
+    src.write_text("_Float16 h(float f) { return (_Float16)f; }\n")
+    r = subprocess.run(["g++", "-c", str(src), "-o", str(tmp_path / "float16_check.o")],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("g++ has no _Float16 here (x86-64 and GCC 12 or later needed): %s"
+                    % r.stderr.strip()[:200])
 
 
 def reference_forward(x, gamma, beta, eps, relu, mean=None, var=None):
@@ -363,6 +391,137 @@ def test_the_cuda_sum_kernels_built_for_the_host(host_kernels, dtype, coeffs, re
 
 
 
+def _bn_paths(shape, relu, bias, global_stats, seed):
+    """The BatchNorm -> Scale -> ReLU forward and backward on float16 data (the Scale's params
+    and diffs float16, BatchNorm's running sums float32, as in a float16 net) through the half
+    kernels and through the generic code, on the same inputs; and the inputs."""
+    rng = np.random.default_rng(seed)
+    n, c, s = shape
+    x = rng.normal(3.0, 2.0, shape).astype(np.float16)  # a mean far from 0
+    gamma = rng.uniform(0.5, 1.5, c).astype(np.float16)
+    beta = rng.uniform(-0.5, 0.5, c).astype(np.float16) if bias else None
+    running = [rng.uniform(0.5, 2, c).astype(np.float32) for _ in range(2)] + \
+        [np.array([2.0], np.float32)]
+    dy = rng.normal(size=shape).astype(np.float16)
+    outs = {}
+    for path in ("kernels", "generic"):
+        work = train_fused.Workspace()
+        run = [r.copy() for r in running]
+        y, xhat = np.empty_like(x), np.empty_like(x)
+        with forced(path == "kernels"):
+            std = train_fused.bn_forward(x, y, xhat, gamma, beta, run, global_stats, 1e-3, 0.9,
+                                         relu, work).copy()
+        dx, dtop = np.empty_like(x), np.empty_like(x)
+        dgamma = np.full(c, 0.25, np.float16)
+        dbeta = None if beta is None else np.full(c, -1, np.float16)
+        with forced(path == "kernels"):
+            train_fused.bn_backward(dy, y, xhat, std, gamma, dgamma, dbeta, dx, dtop,
+                                    global_stats, relu, work)
+        outs[path] = dict(y=y, xhat=xhat, std=std, running=run, dx=dx, dtop=dtop,
+                          dgamma=dgamma, dbeta=dbeta)
+    return outs, dict(x=x, gamma=gamma, beta=beta, running=running, dy=dy)
+
+
+def _close(got, want, rel, name, scale=None):
+    """Within ``rel`` of ``want``'s largest magnitude (or of ``scale``: the terms' that cancel
+    in it), elementwise (float16 keeps 11 bits: a rounding is 4.9e-4 of the value)."""
+    want = np.asarray(want, np.float64)
+    scale = np.abs(want).max() if scale is None else scale
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=rel,
+                               atol=rel * max(scale, 1e-30), err_msg=name)
+
+
+@pytest.mark.parametrize("shape,relu,bias,global_stats", [
+    ((3, 5, 7), True, True, False), ((2, 3, 1), False, False, False),
+    ((4, 1, 300), True, False, False), ((3, 5, 7), True, True, True),
+    ((2, 7, 9), False, True, True)])
+def test_the_half_chain_kernels_built_for_the_host(host_kernels, host_half, shape, relu, bias,
+                                                   global_stats):
+    outs, inp = _bn_paths(shape, relu, bias, global_stats, sum(shape))
+    k, g = outs["kernels"], outs["generic"]
+    assert ("pycaffe_lite.ops.gpu.fused", "half") in host_kernels  # the half build ran
+    # the dtypes of a float16 net: data and the Scale's diffs float16, statistics float32
+    for name in ("y", "xhat", "dx", "dtop", "dgamma"):
+        assert k[name].dtype == np.float16, name
+    assert k["std"].dtype == np.float32 and all(r.dtype == np.float32 for r in k["running"])
+    n, c, s = shape
+    m = n * s
+    x, gamma, beta, dy = inp["x"], inp["gamma"], inp["beta"], inp["dy"]
+    mean_sum, var_sum, weight = (r.astype(np.float64) for r in inp["running"])
+    if global_stats:
+        mean, var = mean_sum / weight[0], var_sum / weight[0]
+        xhat, y, _, _ = reference_forward(x, gamma, beta, 1e-3, relu, mean, var)
+    else:
+        xhat, y, mean, var = reference_forward(x, gamma, beta, 1e-3, relu)
+        # float32 running sums from the double sums of the float16 data
+        np.testing.assert_allclose(k["running"][0], 0.9 * mean_sum + mean, rtol=1e-6,
+                                   atol=1e-6)
+        np.testing.assert_allclose(k["running"][1], 0.9 * var_sum + var * m / (m - 1),
+                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(k["running"][2], [0.9 * 2 + 1], rtol=1e-7)
+    np.testing.assert_allclose(k["std"], np.sqrt(var + 1e-3), rtol=1e-6)
+    # every float16 value: the float math rounded once (the stored x_hat, then y from it in
+    # float)
+    _close(k["xhat"], xhat, 1e-3, "xhat")
+    _close(k["y"], y, 1e-3, "y")
+    # the backward from the kernels' own y and x_hat (float16), as the layers would take them
+    xh = k["xhat"].astype(np.float64)
+    dz = dy * (k["y"] > 0) if relu else dy.astype(np.float64)
+    _close(k["dgamma"], 0.25 + (dz * xh).sum(axis=(0, 2)), 2e-3, "dgamma")
+    if bias:
+        _close(k["dbeta"], -1 + dz.sum(axis=(0, 2)), 2e-3, "dbeta")
+    dxh = dz * gamma[:, None]
+    _close(k["dtop"], dxh, 1e-3, "dtop")
+    if not global_stats:
+        dxh = dxh - dxh.mean(axis=(0, 2))[:, None] - \
+            (dxh * xh).mean(axis=(0, 2))[:, None] * xh
+    terms = np.abs(dz * gamma[:, None] / np.sqrt(var + 1e-3)[:, None]).max()
+    _close(k["dx"], dxh / np.sqrt(var + 1e-3)[:, None], 2e-3, "dx", terms)
+    # the generic code computes in float16 as the layers do: the same values to a few
+    # float16 roundings
+    for name in ("y", "xhat", "std", "dx", "dtop", "dgamma", "dbeta"):
+        if k[name] is not None:
+            _close(g[name], k[name], 1e-2, name, terms if name == "dx" else None)
+    for a, b in zip(g["running"], k["running"]):
+        _close(a, b, 2e-3, "running")
+
+
+@pytest.mark.parametrize("coeffs,relu", [([1, 1], True), ([0.5, -2, 1], True),
+                                         ([1, 3, -1, 0.25], False), ([2, 1], False)])
+def test_the_half_sum_kernels_built_for_the_host(host_kernels, host_half, coeffs, relu):
+    rng = np.random.default_rng(len(coeffs) + 10)
+    shape = (3, 4, 5)
+    xs = [rng.normal(size=shape).astype(np.float16) for _ in coeffs]
+    dy0 = rng.normal(size=shape).astype(np.float16)
+    outs = {}
+    for path in ("kernels", "generic"):
+        y, dy = np.empty(shape, np.float16), dy0.copy()
+        dxs = [np.empty(shape, np.float16) for _ in coeffs]
+        dxs[1] = None  # a bottom without a gradient
+        with forced(path == "kernels"):
+            train_fused.sum_forward(xs, coeffs, y, relu)
+            train_fused.sum_backward(dy, y, coeffs, dxs, relu)
+        outs[path] = (y, dy, dxs)
+    assert ("pycaffe_lite.ops.gpu.fused", "half") in host_kernels
+    y, dz, dxs = outs["kernels"]
+    # the weighted sum in float, rounded once: the float64 sum rounded to float16
+    ref = sum(c * x.astype(np.float64) for c, x in zip(coeffs, xs))
+    ref = np.maximum(ref, 0) if relu else ref
+    np.testing.assert_array_equal(y, ref.astype(np.float16))
+    np.testing.assert_array_equal(dz, dy0 * (y > 0) if relu else dy0)
+    for d, c in zip(dxs, coeffs):
+        if d is not None:
+            np.testing.assert_array_equal(d, (c * dz.astype(np.float64)).astype(np.float16))
+    # the generic code rounds after each product and sum, as the float16 layers do
+    gy, gdz, gdxs = outs["generic"]
+    _close(gy, y, 4e-3, "y")
+    for a, b in zip(gdxs, dxs):
+        assert (a is None) == (b is None)
+        if a is not None:
+            same = (gy > 0) == (y > 0)  # where both ReLUs agree
+            _close(a[same], b[same], 4e-3, "dx")
+
+
 _FORCE = {"on": False}
 
 
@@ -451,3 +610,12 @@ def test_graph_replay_kernel_path_on_the_simulated_device(monkeypatch, kernel_pa
     for name, (data, diff) in eager.items():
         np.testing.assert_array_equal(replayed[name][0], data, err_msg=name)
         np.testing.assert_array_equal(replayed[name][1], diff, err_msg=name)
+
+
+@pytest.mark.parametrize("net", ["float16", "mixed"])
+def test_float16_net_kernel_path_follows_the_float32_net(monkeypatch, kernel_path, host_half,
+                                                         net):
+    """A float16 (and a mixed) net's forward and backward with the half kernels built for the
+    host (and the float ones for the mixed net's float32 chain) against the same net in
+    float32 on the CPU (tests/test_gpu_fused.py runs the same check on a GPU)."""
+    float32_twin_check(on_simulated_device, monkeypatch, net)

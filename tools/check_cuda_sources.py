@@ -4,11 +4,15 @@
     python tools/check_cuda_sources.py [-v]
 
 Imports each module of ``pycaffe_lite.ops.gpu``, finds its ``RawModuleCache`` objects and
-compiles each one's source as the cache does on first use (``typedef T`` first), for
-``T=float`` and ``T=double``, with ``--gpu-architecture=compute_90 --std=c++11``; it also checks
-that every kernel name the cache will ask for is defined in the source with ``extern "C"``.
-NVRTC needs no driver: ``cupy_backends`` (installed with CuPy, e.g. ``cupy-cuda12x``) and the
-NVRTC library are enough.
+compiles each one's code as the cache does on first use (its prelude, ``typedef ... T`` by
+default, then the source), for every variant the cache lists (``T=float`` and ``T=double``;
+``T=half`` too for the kernels with float16 variants, which include ``cuda_fp16.h``), with
+``--gpu-architecture=compute_90 --std=c++11`` and ``-I`` the first CUDA include folder found
+that holds ``cuda_fp16.h`` (``CUDA_PATH``/``CUDA_HOME``, CuPy's CUDA path, ``/usr/local/cuda``,
+the ``nvidia`` packages' headers: CuPy passes its own to NVRTC likewise); it also checks that
+every kernel name the cache will ask for is defined in the source with ``extern "C"``. NVRTC
+needs no driver: ``cupy_backends`` (installed with CuPy, e.g. ``cupy-cuda12x``) and the NVRTC
+library are enough.
 
 Exit status: 0 when everything compiled, 1 naming each module that failed (with NVRTC's log),
 2 when NVRTC cannot be loaded.
@@ -25,7 +29,27 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 OPTIONS = ["--gpu-architecture=compute_90", "--std=c++11"]
-CTYPES = ("float", "double")
+
+
+def include_dirs():
+    """The CUDA include folders that hold ``cuda_fp16.h`` (NVRTC searches none by itself)."""
+    roots = [os.environ.get(v) for v in ("CUDA_PATH", "CUDA_HOME")]
+    try:  # where CuPy finds the CUDA toolkit (its own kernels include cuda_fp16.h too)
+        from cupy import _environment
+        roots.append(_environment.get_cuda_path())
+    except Exception:  # no CuPy, or one that does not say
+        pass
+    roots.append("/usr/local/cuda")
+    candidates = [os.path.join(r, "include") for r in roots if r]
+    for entry in sys.path:
+        nvidia = os.path.join(entry, "nvidia")
+        if os.path.isdir(nvidia):
+            candidates += [os.path.join(nvidia, d, "include") for d in sorted(os.listdir(nvidia))]
+    found = []
+    for d in candidates:
+        if os.path.isfile(os.path.join(d, "cuda_fp16.h")) and d not in found:
+            found.append(d)
+    return found[:1]
 
 
 def find_sources():
@@ -48,13 +72,12 @@ def load_nvrtc():
     return nvrtc
 
 
-def compile_source(nvrtc, source, ctype, name="kernels.cu"):
-    """NVRTC's verdict on ``source`` with ``T`` = ``ctype``: ``(ok, log)``."""
-    code = "typedef %s T;\n%s" % (ctype, source)
+def compile_source(nvrtc, code, name="kernels.cu"):
+    """NVRTC's verdict on ``code`` (a cache's whole code for one variant): ``(ok, log)``."""
     prog = nvrtc.createProgram(code, name, [], [])
     try:
         try:
-            nvrtc.compileProgram(prog, OPTIONS)
+            nvrtc.compileProgram(prog, OPTIONS + ["-I" + d for d in include_dirs()])
             ok = True
         except Exception as exc:  # NVRTCError: the log says why
             ok = False
@@ -74,15 +97,16 @@ def missing_names(cache):
 
 
 def check(nvrtc, sources, out=sys.stdout, verbose=False):
-    """Compile each source for float and double; returns the failures (text per failure)."""
+    """Compile each source for each of its variants; returns the failures (text per
+    failure)."""
     failures = []
     for module, attr, cache in sources:
         where = "%s.%s" % (module, attr)
         for name in missing_names(cache):
             failures.append("%s: kernel '%s' is listed but not defined in the source"
                             % (where, name))
-        for ctype in CTYPES:
-            ok, log = compile_source(nvrtc, cache.source, ctype, module.rsplit(".", 1)[1] + ".cu")
+        for ctype in cache.ctypes:
+            ok, log = compile_source(nvrtc, cache.code(ctype), module.rsplit(".", 1)[-1] + ".cu")
             if not ok:
                 failures.append("%s (T=%s): NVRTC failed:\n%s" % (where, ctype, log.strip()))
             elif verbose:
@@ -104,8 +128,11 @@ def main(argv=None):
     failures = check(nvrtc, sources, verbose=verbose)
     for text in failures:
         print("FAILED " + text, file=sys.stderr)
+    variants = []
+    for _, _, cache in sources:
+        variants += [c for c in cache.ctypes if c not in variants]
     print("check_cuda_sources: %d sources in %d modules, compiled for %s: %d failures"
-          % (len(sources), len({m for m, _, _ in sources}), " and ".join(CTYPES),
+          % (len(sources), len({m for m, _, _ in sources}), ", ".join(variants),
              len(failures)))
     return 1 if failures else 0
 

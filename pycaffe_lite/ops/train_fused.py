@@ -2,10 +2,14 @@
 -> ReLU, forward and backward (:mod:`pycaffe_lite.net_train_fuse` calls these in GPU mode).
 
 On CuPy arrays with the kernels on, the CUDA kernels of :mod:`pycaffe_lite.ops.gpu.fused` run
-(a few launches per chain, see there); otherwise the same math runs as xp-generic array code
-(a simulated device, ``set_kernels_enabled(False)``, float16, arrays too large for 32-bit
-indices), written as the layers compute it one after the other, so its values are theirs.
-Neither reads a device value on the host.
+(a few launches per chain, see there): float32 and float64 arrays, and float16 data (NVCaffe's
+float16 layers: the Scale's params and diffs float16 too) with float32 per-channel statistics
+(BatchNorm's blobs in a float16 net), computed in float. Otherwise the same math runs as
+xp-generic array code (a simulated device, ``set_kernels_enabled(False)``, other mixes of
+types, arrays too large for 32-bit indices), written as the layers compute it one after the
+other, in their types (float16 arithmetic on float16 data; with global statistics the mean
+and std in the stored sums' type, as BatchNorm takes them), so its values are theirs. Neither
+reads a device value on the host.
 
 BatchNorm arrays are ``(N, C, S)`` views; the per-channel arrays are ``(C,)``. ``gamma`` and
 ``beta`` (the Scale's blobs) may be None; so may the Scale's diffs where they are not learned.
@@ -35,9 +39,12 @@ class Workspace:
         return a
 
 
-def _kernels(*arrays):
-    arrays = [a for a in arrays if a is not None]
-    return _util.on_gpu(*arrays) and _util.kernel_dtype(*arrays) is not None and \
+def _kernels(storage, wide=()):
+    """Whether the CUDA kernels take these arrays: ``storage`` (the data, the Scale's params
+    and diffs) of one dtype, float16 included, and the per-channel ``wide`` ones in that
+    variant's :data:`_util.WIDE_DTYPE` (float32 for float16 data)."""
+    arrays = [a for a in list(storage) + list(wide) if a is not None]
+    return _util.on_gpu(*arrays) and _util.storage_and_wide(storage, wide) is not None and \
         _util.fits(*(a.size for a in arrays)) and \
         all(a.flags.c_contiguous for a in arrays)
 
@@ -56,16 +63,20 @@ def bn_forward(x, y, xhat, gamma, beta, running, global_stats, eps, fraction, re
     outer, c, inner = x.shape
     m = outer * inner
     correction = m / (m - 1) if m > 1 else 1
-    mean = work.get("mean", x, (c,))
-    std = work.get("std", x, (c,))
     mean_sum, var_sum, weight = running
-    if _kernels(x, y, xhat, gamma, beta, mean_sum, var_sum, weight):
+    kernels = _kernels((x, y, xhat, gamma, beta), running)
+    # the statistics' type: the stored sums' with the kernels (float32 for float16 data) and
+    # with global statistics (as BatchNorm computes them from its blobs), else the data's
+    stat = mean_sum.dtype if kernels or global_stats else x.dtype
+    mean = work.get("mean", x, (c,), stat)
+    std = work.get("std", x, (c,), stat)
+    if kernels:
         if global_stats:
             _gpu.global_statistics(mean_sum, var_sum, weight, eps, mean, std)
         else:
             p1, p2 = _partials(work, x)
-            _gpu.batch_statistics(x, mean, work.get("var", x, (c,)), std, mean_sum, var_sum,
-                                  weight, eps, fraction, correction, p1, p2)
+            _gpu.batch_statistics(x, mean, work.get("var", x, (c,), stat), std, mean_sum,
+                                  var_sum, weight, eps, fraction, correction, p1, p2)
         _gpu.chain_apply(x, mean, std, gamma, beta, relu, xhat, y)
         return std
     xp = get_array_module(x)
@@ -103,11 +114,11 @@ def bn_backward(dy, y, xhat, std, gamma, dgamma, dbeta, dx, dtop, global_stats, 
     given) accumulated, and ``dtop`` (when given: BatchNorm not in place) the top's diff as
     the Scale's (or ReLU's) in-place backward leaves it. ``dy`` may be ``dx``'s array."""
     outer, c, inner = dy.shape
-    if _kernels(dy, y, xhat, std, gamma, dgamma, dbeta, dx, dtop):
+    if _kernels((dy, y, xhat, gamma, dgamma, dbeta, dx, dtop), (std,)):
         p1, p2 = _partials(work, dy)
         _gpu.chain_backward(dy, y, xhat, std, gamma, dgamma, dbeta, dx, dtop, global_stats,
-                            relu, work.get("mean_dxh", dy, (c,)),
-                            work.get("mean_dxh_xhat", dy, (c,)), p1, p2)
+                            relu, work.get("mean_dxh", dy, (c,), std.dtype),
+                            work.get("mean_dxh_xhat", dy, (c,), std.dtype), p1, p2)
         return
     dz = dy * (y > 0) if relu else dy
     if dbeta is not None:
@@ -128,7 +139,7 @@ def bn_backward(dy, y, xhat, std, gamma, dgamma, dbeta, dx, dtop, global_stats, 
 def sum_forward(xs, coeffs, y, relu):
     """Eltwise SUM ``y = sum coeffs[i] * xs[i]`` in Caffe's order, then ``max(y, 0)`` with
     ``relu``. ``y`` is none of ``xs``."""
-    if len(xs) <= _gpu.MAX_SUM_BOTTOMS and _kernels(y, *xs):
+    if len(xs) <= _gpu.MAX_SUM_BOTTOMS and _kernels([y] + list(xs)):
         return _gpu.sum_forward(xs, coeffs, y, relu)
     xp = get_array_module(y)
     if coeffs[0] == 1:
@@ -148,7 +159,7 @@ def sum_backward(dy, y, coeffs, dxs, relu):
     """Eltwise SUM's backward (after the in-place ReLU's with ``relu``: ``dy`` then becomes
     ``dy * (y > 0)``, as that ReLU leaves the top's diff): ``dxs[i] = coeffs[i] * dz`` for each
     ``dxs[i]`` not None."""
-    if len(dxs) <= _gpu.MAX_SUM_BOTTOMS and _kernels(dy, y, *dxs):
+    if len(dxs) <= _gpu.MAX_SUM_BOTTOMS and _kernels([dy, y] + list(dxs)):
         return _gpu.sum_backward(dy, y, coeffs, dxs, relu)
     if relu:
         get_array_module(dy).multiply(dy, y > 0, out=dy)

@@ -54,13 +54,53 @@ def kernel_dtype(*arrays):
     return {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}.get(dt)
 
 
-class RawModuleCache:
-    """A CUDA source compiled once per element type (``T``) and device, on first use."""
+#: the C storage type of each element type a kernel with float16 variants takes
+_STORAGE = {np.dtype(np.float16): "half", np.dtype(np.float32): "float",
+            np.dtype(np.float64): "double"}
+#: the element type of such a kernel's per-channel statistics and buffers, by storage type:
+#: float16 data keeps them in float32 (as BatchNorm's statistics blobs of a float16 net)
+WIDE_DTYPE = {"half": np.dtype(np.float32), "float": np.dtype(np.float32),
+              "double": np.dtype(np.float64)}
 
-    def __init__(self, source, names):
+
+def storage_ctype(*arrays):
+    """:func:`kernel_dtype` with float16 too: "half", "float" or "double" for the arrays'
+    common dtype (None: mixed or another dtype). Only kernels compiled for a "half" variant
+    (``RawModuleCache(..., ctypes=...)``) take "half"."""
+    dtypes = {np.dtype(a.dtype) for a in arrays if a is not None}
+    return _STORAGE.get(dtypes.pop()) if len(dtypes) == 1 else None
+
+
+def storage_and_wide(storage, wide=()):
+    """The kernel variant (:func:`storage_ctype`) of ``storage`` arrays of one dtype whose
+    per-channel ``wide`` arrays all have that variant's :data:`WIDE_DTYPE`; else None."""
+    ctype = storage_ctype(*storage)
+    if ctype is None or any(np.dtype(a.dtype) != WIDE_DTYPE[ctype]
+                            for a in wide if a is not None):
+        return None
+    return ctype
+
+
+def _typedef(ctype):
+    return "typedef %s T;\n" % ctype
+
+
+class RawModuleCache:
+    """A CUDA source compiled once per variant (``ctype``) and device, on first use. The code
+    compiled is ``prelude(ctype)`` then the source; the default prelude is ``typedef ctype T;``
+    and the variants ``float`` and ``double``; ``ctypes`` lists them (what
+    ``tools/check_cuda_sources.py`` compiles)."""
+
+    def __init__(self, source, names, prelude=_typedef, ctypes=("float", "double")):
         self.source = source
         self.names = tuple(names)
+        self.prelude = prelude
+        self.ctypes = tuple(ctypes)
         self._modules = {}
+
+    def code(self, ctype):
+        """The whole source compiled for variant ``ctype``."""
+        return self.prelude(ctype) + self.source
 
     def function(self, name, ctype):
         cp = cupy()
@@ -70,8 +110,7 @@ class RawModuleCache:
             with _lock:
                 module = self._modules.get(key)
                 if module is None:
-                    code = "typedef %s T;\n%s" % (ctype, self.source)
-                    module = cp.RawModule(code=code, options=("--std=c++11",))
+                    module = cp.RawModule(code=self.code(ctype), options=("--std=c++11",))
                     self._modules[key] = module
         return module.get_function(name)
 
