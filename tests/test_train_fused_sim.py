@@ -619,3 +619,59 @@ def test_float16_net_kernel_path_follows_the_float32_net(monkeypatch, kernel_pat
     host (and the float ones for the mixed net's float32 chain) against the same net in
     float32 on the CPU (tests/test_gpu_fused.py runs the same check on a GPU)."""
     float32_twin_check(on_simulated_device, monkeypatch, net)
+
+
+# ---- a kernel variant that does not compile ------------------------------------------------
+def test_a_variant_that_does_not_compile_is_logged_once_and_the_generic_code_runs(
+        monkeypatch, caplog):
+    """A GPU whose NVRTC cannot compile the half variant (no ``cuda_fp16.h`` on its path):
+    one warning with the compiler's reason, then False without compiling again; the float
+    variant still compiles and loads."""
+    from pycaffe_lite.ops.gpu import _util
+
+    compiled = []
+
+    class Module:
+        def __init__(self, code, options):
+            compiled.append(code)
+            if "cuda_fp16.h" in code:
+                raise RuntimeError("catastrophic error: cannot open source file "
+                                   "\"cuda_fp16.h\"\n(the rest of the log)")
+
+        def get_function(self, name):
+            return name
+
+    fake = type("FakeCuPy", (), {"RawModule": Module, "cuda": type(
+        "cuda", (), {"runtime": type("runtime", (), {"getDevice": staticmethod(lambda: 0)})})})
+    monkeypatch.setattr(_util, "cupy", lambda: fake)
+    cache = _util.RawModuleCache(gpu_fused._MODULE.source, gpu_fused._MODULE.names,
+                                 prelude=gpu_fused._MODULE.prelude,
+                                 ctypes=gpu_fused._MODULE.ctypes)
+    with caplog.at_level("WARNING", logger="pycaffe_lite"):
+        assert cache.compiles("half") is False
+        assert cache.compiles("half") is False
+        assert cache.compiles("float") is True
+        assert cache.compiles("float") is True
+    assert len(compiled) == 2  # half once, float once (then cached)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert "half kernels" in warnings[0] and "chain_sums" in warnings[0] and \
+        'cannot open source file "cuda_fp16.h"' in warnings[0] and \
+        "the rest of the log" not in warnings[0]
+    assert cache.function("sum_forward", "float") == "sum_forward"
+
+
+def test_the_chains_take_the_kernels_only_where_their_variant_compiled(monkeypatch):
+    monkeypatch.setattr(train_fused._util, "on_gpu", lambda *arrays: True)
+    x, stats = np.zeros((2, 3, 4), np.float16), np.zeros(3, np.float32)
+    asked = []
+
+    def compiles(ctype):
+        asked.append(ctype)
+        return ctype != "half"
+
+    monkeypatch.setattr(gpu_fused, "compiles", compiles)
+    assert not train_fused._kernels((x, x), (stats,))
+    assert train_fused._kernels((x.astype(np.float32),), (stats,))
+    assert not train_fused._kernels((x,), (stats.astype(np.float16),))  # no such variant
+    assert asked == ["half", "float"]

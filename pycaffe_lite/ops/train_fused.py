@@ -42,11 +42,14 @@ class Workspace:
 def _kernels(storage, wide=()):
     """Whether the CUDA kernels take these arrays: ``storage`` (the data, the Scale's params
     and diffs) of one dtype, float16 included, and the per-channel ``wide`` ones in that
-    variant's :data:`_util.WIDE_DTYPE` (float32 for float16 data)."""
+    variant's :data:`_util.WIDE_DTYPE` (float32 for float16 data), and that variant of the
+    kernels compiled here."""
     arrays = [a for a in list(storage) + list(wide) if a is not None]
-    return _util.on_gpu(*arrays) and _util.storage_and_wide(storage, wide) is not None and \
-        _util.fits(*(a.size for a in arrays)) and \
-        all(a.flags.c_contiguous for a in arrays)
+    if not _util.on_gpu(*arrays):
+        return False
+    ctype = _util.storage_and_wide(storage, wide)
+    return ctype is not None and _util.fits(*(a.size for a in arrays)) and \
+        all(a.flags.c_contiguous for a in arrays) and _gpu.compiles(ctype)
 
 
 def _partials(work, x):

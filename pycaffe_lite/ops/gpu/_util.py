@@ -4,6 +4,7 @@ Nothing here imports CuPy: ``cupy()`` is :func:`pycaffe_lite.backend.cupy_module
 the kernel functions (which run on CuPy arrays, so CuPy is already loaded) call.
 """
 
+import logging
 import os
 import threading
 
@@ -19,6 +20,7 @@ BLOCK = 256
 MAX_GRID = 65535 * 32
 
 _lock = threading.Lock()
+log = logging.getLogger("pycaffe_lite")
 # PYCAFFE_LITE_GPU_KERNELS=0 turns the kernels off: the xp-generic NumPy code then runs on
 # CuPy (for debugging and for timing the kernels against it).
 _enabled = [os.environ.get("PYCAFFE_LITE_GPU_KERNELS", "1") != "0"]
@@ -97,12 +99,13 @@ class RawModuleCache:
         self.prelude = prelude
         self.ctypes = tuple(ctypes)
         self._modules = {}
+        self._failed = {}
 
     def code(self, ctype):
         """The whole source compiled for variant ``ctype``."""
         return self.prelude(ctype) + self.source
 
-    def function(self, name, ctype):
+    def _module(self, ctype):
         cp = cupy()
         key = (ctype, cp.cuda.runtime.getDevice())
         module = self._modules.get(key)
@@ -111,8 +114,29 @@ class RawModuleCache:
                 module = self._modules.get(key)
                 if module is None:
                     module = cp.RawModule(code=self.code(ctype), options=("--std=c++11",))
+                    module.get_function(self.names[0])  # compiles and loads it now
                     self._modules[key] = module
-        return module.get_function(name)
+        return module
+
+    def function(self, name, ctype):
+        return self._module(ctype).get_function(name)
+
+    def compiles(self, ctype):
+        """Whether variant ``ctype`` compiled here (it is compiled now if it was not yet). A
+        variant that does not compile (a CUDA toolkit without ``cuda_fp16.h`` on NVRTC's
+        path, say) is logged once, with the compiler's reason, and answers False from then on:
+        its callers run their generic array code instead."""
+        if ctype in self._failed:
+            return False
+        try:
+            self._module(ctype)
+        except Exception as exc:  # CuPy's CompileException, a driver's error: run generically
+            self._failed[ctype] = "%s: %s" % (type(exc).__name__, exc)
+            log.warning("the %s kernels (%s) did not compile on this GPU (%s); their "
+                        "generic array code runs instead", ctype, ", ".join(self.names),
+                        self._failed[ctype].splitlines()[0])
+            return False
+        return True
 
 
 class LazyKernel:

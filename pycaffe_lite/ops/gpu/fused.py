@@ -257,6 +257,12 @@ _MODULE = RawModuleCache(_SOURCE, ["chain_sums", "chain_stats", "chain_apply",
 _NULL = np.uint64(0)
 
 
+def compiles(ctype):
+    """Whether the kernels' ``ctype`` variant compiled on this GPU (see
+    :meth:`RawModuleCache.compiles`)."""
+    return _MODULE.compiles(ctype)
+
+
 def _ptr(a):
     return _NULL if a is None else a
 
