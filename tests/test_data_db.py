@@ -48,6 +48,61 @@ def test_lmdb_read_in_key_order_and_seek(tmp_path):
         cur.close()
 
 
+def test_read_run_gives_what_key_value_and_next_give_in_turn(tmp_path):
+    pairs = [(b"%08d" % i, b"v%d" % i) for i in range(5)]
+    _write_raw_lmdb(tmp_path / "db", pairs)
+    with dbmod.open_db(tmp_path / "db", "lmdb") as db:
+        cur = db.cursor()
+        cur.next()
+        assert cur.read_run(3) == pairs[1:4] and cur.valid and cur.key() == b"00000004"
+        assert cur.read_run(3) == pairs[4:] and not cur.valid
+        assert cur.read_run(2) == []
+        cur.seek_to_first()
+        assert cur.read_run(0) == [] and cur.key() == b"00000000"
+        cur.close()
+        with pytest.raises(dbmod.DBError, match="closed"):
+            cur.read_run(1)
+
+
+def _data_net(tmp_path, source, batch):
+    import pycaffe_lite as caffe
+    path = tmp_path / "data.prototxt"
+    path.write_text('layer { name: "d" type: "Data" top: "x" top: "y" data_param { source: '
+                    '"%s" batch_size: %d backend: LMDB prefetch: 0 } }' % (source, batch))
+    return caffe.Net(str(path), caffe.TRAIN)
+
+
+def test_the_data_layer_reads_records_in_key_order_and_starts_again_at_the_end(tmp_path):
+    values = [float(i * i) for i in range(10)]
+    pairs = [(b"%08d" % i, caffe_pb2.Datum(channels=1, height=1, width=1, float_data=[v],
+                                            label=i).SerializeToString())
+             for i, v in enumerate(values)]
+    _write_raw_lmdb(tmp_path / "db", reversed(pairs))  # the key order, not the writing order
+    net = _data_net(tmp_path, tmp_path / "db", 4)
+    seen = []
+    for _ in range(3):
+        net.forward()
+        seen += list(net.blobs["y"].data)
+    assert seen == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+    assert net.blobs["x"].data.ravel().tolist() == [64, 81, 0, 1]
+    assert net.layers[0].get_state()["position"] == 2
+    net.layers[0].close()
+
+
+def test_a_broken_record_in_a_batch_is_named_by_the_data_layer(tmp_path):
+    from pycaffe_lite.errors import CaffeError
+    good = caffe_pb2.Datum(channels=1, height=1, width=2, data=b"\x01\x02")
+    pairs = [(b"%08d" % i, good.SerializeToString()) for i in range(6)]
+    pairs[5] = (pairs[5][0], pairs[5][1][:-1])
+    _write_raw_lmdb(tmp_path / "db", pairs)
+    net = _data_net(tmp_path, tmp_path / "db", 3)
+    net.forward()
+    with pytest.raises(CaffeError, match=r"record 5 \(key b'00000005'\) of source '.*db' is "
+                                         r"not a Datum"):
+        net.forward()
+    net.layers[0].close()
+
+
 def test_lmdb_write_commits_in_batches_and_grows_the_map(tmp_path):
     path = tmp_path / "big"
     value = os.urandom(50_000)

@@ -48,13 +48,16 @@ def test_an_error_reaches_the_caller_at_its_item():
 
 def test_leaving_the_block_on_an_exception_joins_the_threads():
     started = threading.Event()
-    before = threading.active_count()
     with pytest.raises(KeyboardInterrupt):
         with ThreadMap(lambda k: started.set() or k, 2) as workers:
+            threads = list(workers._threads)
             for _ in workers.map(range(1000)):
                 raise KeyboardInterrupt  # as Ctrl-C in the consumer would
     assert started.is_set()
-    assert threading.active_count() == before
+    # the map's own threads (a count of every thread would also see other tests' threads
+    # ending meanwhile)
+    assert len(threads) == 2 and not any(t.is_alive() for t in threads)
+    assert not any(t in threading.enumerate() for t in threads)
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "posix", reason="POSIX signals")

@@ -20,7 +20,8 @@ import pytest
 from helpers.wire_bytes import length_delimited, tag, varint_field
 
 import pycaffe_lite as caffe
-from pycaffe_lite.data.datum import RECORD_FIELDS_REPORTED, DataError, parse_datum
+from pycaffe_lite.data.datum import (RECORD_FIELDS_REPORTED, DataError, parse_datum,
+                                     parse_datums, raw_shapes)
 from pycaffe_lite.errors import ProtoError
 from pycaffe_lite.layers.data.annotated_data_layer import parse_annotated
 from pycaffe_lite.proto import caffe_pb2, fork_fields, fork_layer_fields, protoio, tolerant
@@ -284,6 +285,61 @@ def test_a_broken_datum_record_names_the_record_and_offset():
     value = caffe_pb2.Datum(channels=1, height=1, width=2, data=b"\x01\x02").SerializeToString()
     with pytest.raises(DataError, match=r"record 9 is not a Datum .*at byte 6: .*truncated"):
         parse_datum(value[:-1], "record 9")
+
+
+def test_a_batch_of_records_parses_as_record_by_record(caplog):
+    """parse_datums (the Data layer's batches): plain records take the plain parse and name
+    nothing; a record with a field to report, one in an envelope and a broken one go through
+    parse_datum with their own names, with its warnings and errors."""
+    RECORD_FIELDS_REPORTED.clear()
+    plain = [caffe_pb2.Datum(channels=1, height=1, width=2, data=bytes([i, i + 1]), label=i)
+             for i in range(4)]
+    odd = plain[1].SerializeToString() + field(5, b"cat")  # label as bytes: reported
+    kept = plain[2].SerializeToString() + field(999, b"x")  # not in this schema: reported
+    values = [plain[0].SerializeToString(), odd, kept, bytearray(plain[3].SerializeToString())]
+    named = []
+
+    def where_of(i):
+        named.append(i)
+        return "record %d (key b'%08d')" % (i, i)
+
+    with caplog.at_level(logging.WARNING):
+        got = parse_datums(values, where_of)
+    want = [parse_datum(bytes(v), "record %d" % i) for i, v in enumerate(values)]
+    assert [d.SerializeToString() for d in got] == [d.SerializeToString() for d in want]
+    assert [d.label for d in got] == [0, 1, 2, 3]
+    assert named == [1, 2]
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("record 1 (key b'00000001')" in line and "field 5 of Datum" in line
+               for line in lines), lines
+    assert any("record 2 (key b'00000002')" in line and "field 999" in line for line in lines)
+    broken = list(values)
+    broken[3] = bytes(values[3])[:-1]
+    with pytest.raises(DataError, match=r"record 3 \(key b'00000003'\) is not a Datum .*at "
+                                        r"byte 11: .*truncated"):
+        parse_datums(broken, where_of)
+
+
+def test_a_batch_of_raw_shapes_names_the_record_with_a_wrong_payload():
+    good = caffe_pb2.Datum(channels=2, height=1, width=2, data=b"\x01\x02\x03\x04")
+    floats = caffe_pb2.Datum(channels=1, height=1, width=3, float_data=[1, 2, 3])
+    named = []
+
+    def where_of(i):
+        named.append(i)
+        return "record %d" % i
+
+    assert raw_shapes([good, floats], where_of) == [(2, 1, 2), (1, 1, 3)] and not named
+    short = caffe_pb2.Datum(channels=1, height=2, width=2, data=b"\x01\x02\x03")
+    with pytest.raises(DataError, match="record 1 holds 3 bytes of pixel data for a 1x2x2"):
+        raw_shapes([good, short], where_of)
+    empty = caffe_pb2.Datum(channels=0, height=2, width=2)
+    with pytest.raises(DataError, match=r"record 2 has shape 0x2x2 \(channels x height x "
+                                        r"width must be positive\)"):
+        raw_shapes([good, floats, empty], where_of)
+    floats.float_data.append(4)
+    with pytest.raises(DataError, match="record 0 holds 4 float_data values for a 1x1x3"):
+        raw_shapes([floats], where_of)
 
 
 def test_annotated_datum_with_a_string_for_a_box_loads(caplog):

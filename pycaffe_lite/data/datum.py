@@ -20,8 +20,10 @@ import os
 
 import numpy as np
 
+from google.protobuf.unknown_fields import UnknownFieldSet
+
 from ..errors import CaffeError, ProtoError
-from ..proto import caffe_pb2, protoio
+from ..proto import caffe_pb2, protoio, tolerant
 
 
 class DataError(CaffeError):
@@ -50,6 +52,43 @@ def parse_datum(value, where="record"):
 
 #: the unread fields of records already reported (one warning per field, not per record)
 RECORD_FIELDS_REPORTED = set()
+
+
+def parse_datums(values, where_of):
+    """The Datums of a batch of serialized records, as :func:`parse_datum` gives them;
+    ``where_of(i)`` names record ``i`` and is called only for a record that needs more than
+    the plain parse (a fork's field set aside, an unknown field to report, broken bytes)."""
+    out = []
+    for i, value in enumerate(values):
+        if not isinstance(value, bytes):
+            value = bytes(value)  # a buffer from a database
+        datum = caffe_pb2.Datum()
+        if tolerant.ENVELOPE_TAG not in value:
+            try:
+                datum.ParseFromString(value)
+            except tolerant.DECODE_ERRORS:
+                pass
+            else:
+                if not len(UnknownFieldSet(datum)):
+                    out.append(datum)
+                    continue
+        out.append(parse_datum(value, where_of(i)))
+    return out
+
+
+def raw_shapes(datums, where_of):
+    """:func:`raw_shape` of each non-encoded Datum of a batch; ``where_of(i)`` names record
+    ``i``, called only for a record whose shape or payload is wrong."""
+    shapes = []
+    for i, d in enumerate(datums):
+        c, h, w = d.channels, d.height, d.width
+        n = c * h * w
+        if c > 0 and h > 0 and w > 0 and \
+                (len(d.data) == n if d.data else len(d.float_data) == n):
+            shapes.append((c, h, w))
+        else:
+            shapes.append(raw_shape(d, where_of(i)))
+    return shapes
 
 
 def raw_shape(datum, where="record"):

@@ -131,6 +131,19 @@ class Cursor:
         """Go to ``key``; True if it exists (else the cursor is left at the first record)."""
         return self._call(self._seek, _as_bytes(key))
 
+    def read_run(self, n):
+        """Up to ``n`` ``(key, value)`` pairs from the current record on, the cursor left
+        after the last one (``valid`` False once the end was passed): what ``key()``,
+        ``value()`` and ``next()`` in turn give, under one acquisition of the lock."""
+        return self._call(self._read_run, int(n))
+
+    def _read_run(self, n):
+        out = []
+        while len(out) < n and self.valid:
+            out.append((self._key(), self._value()))
+            self._next()
+        return out
+
     def close(self):
         """Release the cursor; closing twice does nothing."""
         with self._lock:

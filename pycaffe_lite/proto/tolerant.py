@@ -46,7 +46,8 @@ LOAD_BEARING = frozenset([
 ])
 
 _MAX_DEPTH = 64
-_DECODE_ERRORS = (_pb_message.DecodeError, RuntimeError, ValueError)
+#: what protobuf's parsers raise on bytes they cannot decode
+DECODE_ERRORS = _DECODE_ERRORS = (_pb_message.DecodeError, RuntimeError, ValueError)
 
 
 class Broken(Exception):

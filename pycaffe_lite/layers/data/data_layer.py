@@ -5,7 +5,8 @@ import logging
 import numpy as np
 
 from ...data import db as dbmod
-from ...data.datum import DataError, decode_image, parse_datum, raw_shape
+from ...data.datum import (DataError, decode_image, parse_datum, parse_datums, raw_shape,
+                           raw_shapes)
 from ...data.transformer import DataTransformer
 from ...ranks import data_ranks
 from ...registry import register_layer
@@ -134,6 +135,8 @@ class DataLayer(BasePrefetchingDataLayer):
         # and rank r keeps the records r, r + N, r + 2N, ...: a batch covers N x batch_size
         # records, so the position (what a snapshot stores) is the same on every rank
         count, rank = data_ranks(self.phase)
+        if count == 1:
+            return self._plan_run(), self._batch_seed(self.transformer.needs_random)
         records = []
         for _ in range(self.batch_size):
             self._advance(rank)
@@ -142,9 +145,28 @@ class DataLayer(BasePrefetchingDataLayer):
             self._advance(count - 1 - rank)
         return records, self._batch_seed(self.transformer.needs_random)
 
+    def _plan_run(self):
+        """One process's batch: the next ``batch_size`` records read in runs (the same
+        records and positions as record by record, starting again from the first record at
+        the end)."""
+        records = []
+        while len(records) < self.batch_size:
+            run = self.cursor.read_run(self.batch_size - len(records))
+            start = self.position
+            records.extend((start + i, key, value) for i, (key, value) in enumerate(run))
+            self.position += len(run)
+            if not self.cursor.valid:
+                log.debug("layer '%s': restarting data prefetching from start", self.name)
+                self.cursor.seek_to_first()
+                self.position = 0
+                if not self.cursor.valid:
+                    raise DataError("database '%s' has no records any more" % self.source)
+        return records
+
     def fill_batch(self, plan, blobs):
         records, seed = plan
-        datums = [parse_datum(v, self._where(pos, key)) for pos, key, v in records]
+        datums = parse_datums([v for _, _, v in records],
+                              lambda i: self._where(records[i][0], records[i][1]))
         n = len(datums)
         first_where = self._where(records[0][0], records[0][1])
         tf = self.transformer
@@ -158,8 +180,7 @@ class DataLayer(BasePrefetchingDataLayer):
                 images.append(img.transpose(2, 0, 1))
             shapes = [im.shape for im in images]
         else:
-            shapes = [raw_shape(d, self._where(pos, key))
-                      for (pos, key, _), d in zip(records, datums)]
+            shapes = raw_shapes(datums, lambda i: self._where(records[i][0], records[i][1]))
             images = None
         first = shapes[0]
         uniform = True
