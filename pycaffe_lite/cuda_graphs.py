@@ -15,7 +15,8 @@ over all layers of a TEST net
 3. is replayed from then on while the shapes stay the same: the data layers run, the inputs
    are brought to the device (a host write into an input blob or a param is uploaded into the
    buffer the graph reads; a param whose buffer was replaced, or a net folded again, starts
-   again at 1), the graph is launched, and every top it writes is marked as current on the
+   again at 1), the graph is launched, and every top it writes (and every param it writes:
+   BatchNorm's running sums without ``use_global_stats``) is marked as current on the
    device, so reading it from Python copies the new values down. A net with a loss (or a
    check that reads the device, see :func:`pycaffe_lite.layer.deferred_checks`) reads one
    value after the launch: the loss, NaN where a check failed (which then runs again on the
@@ -103,12 +104,13 @@ def enabled():
 class _Graphs:
     """A net's capture state: the input shapes last seen, the captured graph for them."""
 
-    __slots__ = ("warm_key", "key", "graph", "written", "params", "folding", "refused",
-                 "replays", "layers", "first", "result", "rechecks")
+    __slots__ = ("warm_key", "key", "graph", "written", "params_written", "params", "folding",
+                 "refused", "replays", "layers", "first", "result", "rechecks")
 
     def __init__(self):
         self.warm_key = self.key = self.graph = self.layers = self.result = None
         self.written = []
+        self.params_written = []  # params' SyncedArrays the captured forward writes
         self.params = []  # [(a param, its SyncedArray, the device array the graph reads)]
         self.folding = None  # the net's folding the graph was captured with
         self.rechecks = []
@@ -163,6 +165,8 @@ def forward(net, start, end, eager):
         state.warm_key, state.key, state.graph = key, None, None
         return loss + eager(first, end)
     _to_device(net)
+    params = [blob.synced_data for blobs in net.params.values() for blob in blobs]
+    versions = [p.version for p in params]
     try:
         graph = backend.capture_graph(lambda: _captured(net, state, eager, first, end))
     except Exception as exc:  # whatever the layer or the driver raised: run eagerly
@@ -173,6 +177,8 @@ def forward(net, start, end, eager):
     state.key, state.graph = key, graph
     state.written = [top for rec in net.records[first:] if rec.layer.type != "Input"
                      for top in rec.tops] + _copies(net)
+    # the params the forward writes (BatchNorm's running sums without use_global_stats)
+    state.params_written = [p for p, v in zip(params, versions) if p.version != v]
     state.params = [(blob, blob.synced_data, blob.synced_data._gpu)
                     for blobs in net.params.values() for blob in blobs]
     state.folding = net.folding
@@ -239,6 +245,8 @@ def _replay(net, state):
     # forward overwrites it): the device copies are the current ones
     for blob in state.written:
         blob.device_written()
+    for synced in state.params_written:
+        synced.device_written()
     state.graph.launch()
     state.replays += 1
     return read_loss(state.result, state.rechecks)

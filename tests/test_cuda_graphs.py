@@ -194,6 +194,35 @@ def test_new_weights_in_a_folded_net_are_captured_again(tmp_path, how):
         np.testing.assert_allclose(g, want_second, rtol=1e-5, atol=1e-6)
 
 
+def test_running_sums_a_replayed_test_forward_writes_reach_the_host(tmp_path):
+    """BatchNorm without use_global_stats in a TEST net updates its running sums in each
+    forward: read from Python after each replay (which, as a real one, runs no Python that
+    would mark them current), they are the ones the eager forwards give."""
+    text = NET.replace('name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" }',
+                       'name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" '
+                       'batch_norm_param { use_global_stats: false } }')
+    assert text != NET
+    batches = [_inputs((2, 3, 12, 12), s) for s in range(5)]
+    runs = {}
+    for graphs in (False, True):
+        cuda_graphs.set_enabled(graphs)
+        with simulated_device() as dev:
+            backend.set_mode_gpu()
+            net = _net(tmp_path, text)
+            seen = []
+            for x in batches:
+                net.blobs["data"].data[...] = x
+                net.forward_from_to()
+                seen.append([b.data.copy() for b in net.params["bn"]] +
+                            [net.blobs["prob"].data.copy()])
+            runs[graphs] = seen, dev.graph_launches
+    assert runs[True][1] == 4 and runs[False][1] == 0
+    for eager, replayed in zip(runs[False][0], runs[True][0]):
+        for a, b in zip(eager, replayed):
+            np.testing.assert_array_equal(b, a)
+    assert runs[True][0][-1][2][0] > runs[True][0][1][2][0]  # the sums moved
+
+
 def test_off_switches_and_the_cases_that_always_run_eagerly(tmp_path):
     with simulated_device() as dev:
         backend.set_mode_gpu()

@@ -11,7 +11,11 @@ the host passed to a kernel (a scalar argument) is the one it had at capture tim
 - ``launch()`` runs the work again under the same rule and compares each host scalar with the
   one noted at capture: one that changed raises :class:`GraphReplayError` at the line that
   passed it (a real replay would have used the captured value), as does a replay that runs
-  other operations than the capture did.
+  other operations than the capture did. The Python it runs again leaves the bookkeeping of
+  every :class:`~pycaffe_lite.syncedmem.SyncedArray` that existed at capture as it found it
+  (which copy is current, the write count): a real replay runs no Python, so whatever the
+  graph writes must be marked current by its caller (``device_written``), as it must be on
+  a GPU.
 
 The device counts both (``graph_captures``, ``graph_launches``).
 """
@@ -19,6 +23,11 @@ The device counts both (``graph_captures``, ``graph_launches``).
 import gc
 
 import numpy as np
+
+from ..syncedmem import SyncedArray
+
+#: a SyncedArray's bookkeeping, which only Python changes (a real replay runs none)
+_BOOKKEEPING = ("head", "version", "blocked_current", "blocked")
 
 
 class GraphReplayError(AssertionError):
@@ -81,19 +90,27 @@ def _device_memory(dev):
     return [(root, root.copy()) for root in roots.values() if root.flags.writeable]
 
 
+def _synced_arrays():
+    return [obj for obj in gc.get_objects() if isinstance(obj, SyncedArray)]
+
+
 class SimulatedGraph:
-    def __init__(self, dev, fn, kinds, scalars, where):
+    def __init__(self, dev, fn, kinds, scalars, where, synced):
         self._dev, self._fn, self._kinds, self._scalars = dev, fn, kinds, scalars
-        self._where = where
+        self._where, self._synced = where, synced
 
     def launch(self):
         check = _Scalars(self._where, self._scalars)
         self._dev._local.graph_scalars = check
+        kept = [(s, [getattr(s, name) for name in _BOOKKEEPING]) for s in self._synced]
         try:
             with self._dev.forbid(*self._kinds):
                 self._fn()
         finally:
             self._dev._local.graph_scalars = None
+            for s, values in kept:
+                for name, value in zip(_BOOKKEEPING, values):
+                    setattr(s, name, value)
         if check.position != len(self._scalars):
             raise GraphReplayError("the replay gave device operations %d host values, the "
                                    "capture %d: it ran other operations"
@@ -114,7 +131,7 @@ def capture(dev, fn, kinds, where):
         for root, copy in saved:  # a real capture runs nothing
             np.copyto(root, copy)
     dev.graph_captures += 1
-    return SimulatedGraph(dev, fn, kinds, scalars.values, where)
+    return SimulatedGraph(dev, fn, kinds, scalars.values, where, _synced_arrays())
 
 
 __all__ = ["GraphReplayError", "SimulatedGraph", "capture", "note"]
