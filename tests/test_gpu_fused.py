@@ -20,8 +20,9 @@ import sys
 
 import numpy as np
 import pytest
-from helpers.fused_nets import (RESNET_CHAINS, RESNET_SUMS, assert_same, chain_text,
-                                eager_and_replayed, resnet_text, run_net, sum_text, train)
+from helpers.fused_nets import (RESNET_CHAINS, RESNET_SUMS, assert_replayed_as_eager,
+                                assert_same, chain_text, eager_and_replayed, resnet_text,
+                                run_net, sum_text, train)
 from test_float16_fused import float32_twin_check
 
 from pycaffe_lite import backend, net_train_fuse
@@ -146,9 +147,7 @@ def test_the_chain_replays_from_a_cuda_graph_bit_for_bit(monkeypatch, launches, 
     eager, replayed = on_gpu(run)
     # run_net's, the eager one's and the capture's (a replay calls no Python)
     assert launches["chain_apply"] == 3
-    for name, (data, diff) in eager.items():
-        np.testing.assert_array_equal(replayed[name][0], data, err_msg=name)
-        np.testing.assert_array_equal(replayed[name][1], diff, err_msg=name)
+    assert_replayed_as_eager(eager, replayed)
     assert net_train_fuse.enabled_by_default()
 
 
@@ -250,6 +249,4 @@ def test_a_half_chain_replays_from_a_cuda_graph_bit_for_bit(monkeypatch, launche
 
     eager, replayed = on_gpu(run)
     assert launches["chain_apply"] == 3
-    for name, (data, diff) in eager.items():
-        np.testing.assert_array_equal(replayed[name][0], data, err_msg=name)
-        np.testing.assert_array_equal(replayed[name][1], diff, err_msg=name)
+    assert_replayed_as_eager(eager, replayed)

@@ -20,9 +20,9 @@ import subprocess
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from helpers.fused_nets import (RESNET_CHAINS, RESNET_SUMS, assert_same, chain_text, counting,
-                                eager_and_replayed, on_simulated_device, resnet_text, run_net,
-                                sum_text, train)
+from helpers.fused_nets import (RESNET_CHAINS, RESNET_SUMS, assert_replayed_as_eager,
+                                assert_same, chain_text, counting, eager_and_replayed,
+                                on_simulated_device, resnet_text, run_net, sum_text, train)
 
 import pycaffe_lite as caffe
 from pycaffe_lite import backend, net_train_fuse
@@ -299,34 +299,13 @@ def reference_forward(x, gamma, beta, eps, relu, mean=None, var=None):
     ((2, 7, 9), False, True, True)])
 def test_the_cuda_chain_kernels_built_for_the_host(host_kernels, dtype, shape, relu, bias,
                                                    global_stats):
-    rng = np.random.default_rng(sum(shape))
     n, c, s = shape
-    x = (rng.normal(3.0, 2.0, shape)).astype(dtype)  # a mean far from 0: the shifted sums
-    gamma = rng.uniform(0.5, 1.5, c).astype(dtype)
-    beta = rng.uniform(-0.5, 0.5, c).astype(dtype) if bias else None
     eps, f = 1e-3, 0.9
-    running = [rng.uniform(0.5, 2, c).astype(dtype) for _ in range(2)] + \
-        [np.array([2.0], dtype)]
     m = n * s
     rtol, atol = (2e-5, 1e-5) if dtype == np.float32 else (1e-11, 1e-12)
     # the kernels (forced onto the host build) and the generic code, on the same inputs
-    outs = {}
-    for path in ("kernels", "generic"):
-        work = train_fused.Workspace()
-        run = [r.copy() for r in running]
-        y, xhat = np.empty_like(x), np.empty_like(x)
-        with forced(path == "kernels"):
-            std = train_fused.bn_forward(x, y, xhat, gamma, beta, run, global_stats, eps, f,
-                                         relu, work).copy()
-        dy = rng.normal(size=shape).astype(dtype) if path == "kernels" else outs["kernels"][
-            "dy"]
-        dx, dtop = np.empty_like(x), np.empty_like(x)
-        dgamma, dbeta = np.full(c, 0.25, dtype), None if beta is None else np.full(c, -1, dtype)
-        with forced(path == "kernels"):
-            train_fused.bn_backward(dy, y, xhat, std, gamma, dgamma, dbeta, dx, dtop,
-                                    global_stats, relu, work)
-        outs[path] = dict(y=y, xhat=xhat, std=std, running=run, dy=dy, dx=dx, dtop=dtop,
-                          dgamma=dgamma, dbeta=dbeta)
+    outs, inp = _bn_paths(shape, relu, bias, global_stats, sum(shape), dtype, dtype)
+    x, gamma, beta, running = inp["x"], inp["gamma"], inp["beta"], inp["running"]
     k, g = outs["kernels"], outs["generic"]
     for name in ("y", "xhat", "std", "dx", "dtop", "dgamma", "dbeta"):
         if k[name] is not None:
@@ -345,7 +324,7 @@ def test_the_cuda_chain_kernels_built_for_the_host(host_kernels, dtype, shape, r
         np.testing.assert_allclose(k["running"][2], [f * 2 + 1], rtol=rtol)
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(k["y"], y, **tol)
-    dz = k["dy"] * (y > 0) if relu else k["dy"].astype(np.float64)
+    dz = inp["dy"] * (y > 0) if relu else inp["dy"].astype(np.float64)
     np.testing.assert_allclose(k["dgamma"], 0.25 + (dz * xhat).sum(axis=(0, 2)), **tol)
     if bias:
         np.testing.assert_allclose(k["dbeta"], -1 + dz.sum(axis=(0, 2)), **tol)
@@ -391,18 +370,19 @@ def test_the_cuda_sum_kernels_built_for_the_host(host_kernels, dtype, coeffs, re
 
 
 
-def _bn_paths(shape, relu, bias, global_stats, seed):
-    """The BatchNorm -> Scale -> ReLU forward and backward on float16 data (the Scale's params
-    and diffs float16, BatchNorm's running sums float32, as in a float16 net) through the half
-    kernels and through the generic code, on the same inputs; and the inputs."""
+def _bn_paths(shape, relu, bias, global_stats, seed, dtype=np.float16, stat_dtype=np.float32):
+    """The BatchNorm -> Scale -> ReLU forward and backward on ``dtype`` data (the Scale's
+    params and diffs too; BatchNorm's running sums ``stat_dtype``: float32 for float16 data,
+    as in a float16 net) through the kernels and through the generic code, on the same
+    inputs; and the inputs."""
     rng = np.random.default_rng(seed)
     n, c, s = shape
-    x = rng.normal(3.0, 2.0, shape).astype(np.float16)  # a mean far from 0
-    gamma = rng.uniform(0.5, 1.5, c).astype(np.float16)
-    beta = rng.uniform(-0.5, 0.5, c).astype(np.float16) if bias else None
-    running = [rng.uniform(0.5, 2, c).astype(np.float32) for _ in range(2)] + \
-        [np.array([2.0], np.float32)]
-    dy = rng.normal(size=shape).astype(np.float16)
+    x = rng.normal(3.0, 2.0, shape).astype(dtype)  # a mean far from 0: the shifted sums
+    gamma = rng.uniform(0.5, 1.5, c).astype(dtype)
+    beta = rng.uniform(-0.5, 0.5, c).astype(dtype) if bias else None
+    running = [rng.uniform(0.5, 2, c).astype(stat_dtype) for _ in range(2)] + \
+        [np.array([2.0], stat_dtype)]
+    dy = rng.normal(size=shape).astype(dtype)
     outs = {}
     for path in ("kernels", "generic"):
         work = train_fused.Workspace()
@@ -412,8 +392,8 @@ def _bn_paths(shape, relu, bias, global_stats, seed):
             std = train_fused.bn_forward(x, y, xhat, gamma, beta, run, global_stats, 1e-3, 0.9,
                                          relu, work).copy()
         dx, dtop = np.empty_like(x), np.empty_like(x)
-        dgamma = np.full(c, 0.25, np.float16)
-        dbeta = None if beta is None else np.full(c, -1, np.float16)
+        dgamma = np.full(c, 0.25, dtype)
+        dbeta = None if beta is None else np.full(c, -1, dtype)
         with forced(path == "kernels"):
             train_fused.bn_backward(dy, y, xhat, std, gamma, dgamma, dbeta, dx, dtop,
                                     global_stats, relu, work)
@@ -548,9 +528,7 @@ def test_the_chain_runs_inside_a_simulated_cuda_graph(monkeypatch):
 
     eager, replayed, captures, launches = on_simulated_device(run)
     assert (captures, launches) == (2, 2) and calls["bn_forward"] == 1 + 1 + 2
-    for name, (data, diff) in eager.items():
-        np.testing.assert_array_equal(replayed[name][0], data, err_msg=name)
-        np.testing.assert_array_equal(replayed[name][1], diff, err_msg=name)
+    assert_replayed_as_eager(eager, replayed)
     assert np.abs(eager["param sc 0"][1]).max() > 0
 
 
@@ -607,9 +585,7 @@ def test_graph_replay_kernel_path_on_the_simulated_device(monkeypatch, kernel_pa
         return eager_and_replayed(net)
 
     eager, replayed = on_simulated_device(run)
-    for name, (data, diff) in eager.items():
-        np.testing.assert_array_equal(replayed[name][0], data, err_msg=name)
-        np.testing.assert_array_equal(replayed[name][1], diff, err_msg=name)
+    assert_replayed_as_eager(eager, replayed)
 
 
 @pytest.mark.parametrize("net", ["float16", "mixed"])

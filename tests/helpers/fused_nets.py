@@ -264,3 +264,10 @@ def eager_and_replayed(net):
     _sync(net)
     bwd.launch()
     return eager, values(net)
+
+
+def assert_replayed_as_eager(eager, replayed):
+    """:func:`eager_and_replayed`'s two results equal, data and diff of every blob."""
+    for name, (data, diff) in eager.items():
+        np.testing.assert_array_equal(replayed[name][0], data, err_msg=name)
+        np.testing.assert_array_equal(replayed[name][1], diff, err_msg=name)
