@@ -91,7 +91,9 @@ def _device_memory(dev):
 
 
 def _synced_arrays():
-    return [obj for obj in gc.get_objects() if isinstance(obj, SyncedArray)]
+    # type(), not isinstance(): the latter asks some modules' objects for ``__class__``,
+    # which may warn (torch's deprecated attributes)
+    return [obj for obj in gc.get_objects() if type(obj) is SyncedArray]
 
 
 class SimulatedGraph:
