@@ -165,8 +165,9 @@ def forward(net, start, end, eager):
         state.warm_key, state.key, state.graph = key, None, None
         return loss + eager(first, end)
     _to_device(net)
-    params = [blob.synced_data for blobs in net.params.values() for blob in blobs]
-    versions = [p.version for p in params]
+    params = [(blob, blob.synced_data, blob.synced_data._gpu)
+              for blobs in net.params.values() for blob in blobs]
+    versions = [synced.version for _, synced, _ in params]
     try:
         graph = backend.capture_graph(lambda: _captured(net, state, eager, first, end))
     except Exception as exc:  # whatever the layer or the driver raised: run eagerly
@@ -178,10 +179,9 @@ def forward(net, start, end, eager):
     state.written = [top for rec in net.records[first:] if rec.layer.type != "Input"
                      for top in rec.tops] + _copies(net)
     # the params the forward writes (BatchNorm's running sums without use_global_stats)
-    state.params_written = [p for p, v in zip(params, versions) if p.version != v]
-    state.params = [(blob, blob.synced_data, blob.synced_data._gpu)
-                    for blobs in net.params.values() for blob in blobs]
-    state.folding = net.folding
+    state.params_written = [synced for (_, synced, _), v in zip(params, versions)
+                            if synced.version != v]
+    state.params, state.folding = params, net.folding
     return loss + _replay(net, state)
 
 
@@ -192,12 +192,13 @@ def _params_current(net, state):
     folded again (``copy_from`` on a folded net, ``fold()``, ``unfold()``: the folded copies
     are new) drops the graph: this forward runs eagerly, the next one captures again. False
     then."""
-    moved = net.folding is not state.folding
-    for blob, synced, device in state.params:
-        if moved or blob.synced_data is not synced or synced._gpu is not device:
-            state.key = state.warm_key = state.graph = state.folding = None
-            state.params = []
-            return False
+    if net.folding is not state.folding or any(
+            blob.synced_data is not synced or synced._gpu is not device
+            for blob, synced, device in state.params):
+        state.key = state.warm_key = state.graph = state.folding = None
+        state.params = []
+        return False
+    for _, synced, _ in state.params:
         if synced.head in HOST_NEWER:
             synced.gpu()
     return True

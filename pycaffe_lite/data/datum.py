@@ -23,7 +23,7 @@ import numpy as np
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from ..errors import CaffeError, ProtoError
-from ..proto import caffe_pb2, protoio, tolerant
+from ..proto import caffe_pb2, fork_fields, protoio, tolerant
 
 
 class DataError(CaffeError):
@@ -56,56 +56,51 @@ RECORD_FIELDS_REPORTED = set()
 
 def parse_datums(values, where_of):
     """The Datums of a batch of serialized records, as :func:`parse_datum` gives them;
-    ``where_of(i)`` names record ``i`` and is called only for a record that needs more than
-    the plain parse (a fork's field set aside, an unknown field to report, broken bytes)."""
+    ``where_of(i)`` names record ``i`` and is called only for a record with something to
+    report (a field nothing here reads) or broken bytes."""
     out = []
     for i, value in enumerate(values):
-        if not isinstance(value, bytes):
-            value = bytes(value)  # a buffer from a database
         datum = caffe_pb2.Datum()
-        if tolerant.ENVELOPE_TAG not in value:
-            try:
-                datum.ParseFromString(value)
-            except tolerant.DECODE_ERRORS:
-                pass
-            else:
-                if not len(UnknownFieldSet(datum)):
-                    out.append(datum)
-                    continue
-        out.append(parse_datum(value, where_of(i)))
+        try:
+            tolerant.parse(value, datum)
+        except ProtoError:
+            parse_datum(value, where_of(i))  # raises, naming the record
+        if len(UnknownFieldSet(datum)):
+            fork_fields.report_unknown(datum, where_of(i), RECORD_FIELDS_REPORTED)
+        out.append(datum)
     return out
+
+
+def _raw_shape_problem(datum):
+    """What is wrong with a non-encoded Datum's shape or payload (None: nothing), as the end
+    of a sentence that starts with the record's name."""
+    c, h, w = datum.channels, datum.height, datum.width
+    if c <= 0 or h <= 0 or w <= 0:
+        return "has shape %dx%dx%d (channels x height x width must be positive)" % (c, h, w)
+    n = c * h * w
+    if datum.data:
+        if len(datum.data) != n:
+            return ("holds %d bytes of pixel data for a %dx%dx%d datum (%d expected)"
+                    % (len(datum.data), c, h, w, n))
+    elif len(datum.float_data) != n:
+        return ("holds %d float_data values for a %dx%dx%d datum (%d expected)"
+                % (len(datum.float_data), c, h, w, n))
+    return None
 
 
 def raw_shapes(datums, where_of):
     """:func:`raw_shape` of each non-encoded Datum of a batch; ``where_of(i)`` names record
     ``i``, called only for a record whose shape or payload is wrong."""
-    shapes = []
     for i, d in enumerate(datums):
-        c, h, w = d.channels, d.height, d.width
-        n = c * h * w
-        if c > 0 and h > 0 and w > 0 and \
-                (len(d.data) == n if d.data else len(d.float_data) == n):
-            shapes.append((c, h, w))
-        else:
-            shapes.append(raw_shape(d, where_of(i)))
-    return shapes
+        problem = _raw_shape_problem(d)
+        if problem is not None:
+            raise DataError("%s %s" % (where_of(i), problem))
+    return [(d.channels, d.height, d.width) for d in datums]
 
 
 def raw_shape(datum, where="record"):
     """(C, H, W) of a non-encoded Datum, checked against its payload size."""
-    c, h, w = datum.channels, datum.height, datum.width
-    if c <= 0 or h <= 0 or w <= 0:
-        raise DataError("%s has shape %dx%dx%d (channels x height x width must be positive)"
-                        % (where, c, h, w))
-    n = c * h * w
-    if datum.data:
-        if len(datum.data) != n:
-            raise DataError("%s holds %d bytes of pixel data for a %dx%dx%d datum (%d expected)"
-                            % (where, len(datum.data), c, h, w, n))
-    elif len(datum.float_data) != n:
-        raise DataError("%s holds %d float_data values for a %dx%dx%d datum (%d expected)"
-                        % (where, len(datum.float_data), c, h, w, n))
-    return c, h, w
+    return raw_shapes([datum], lambda i: where)[0]
 
 
 def datum_to_array(datum, color=None, where="record"):

@@ -46,8 +46,7 @@ LOAD_BEARING = frozenset([
 ])
 
 _MAX_DEPTH = 64
-#: what protobuf's parsers raise on bytes they cannot decode
-DECODE_ERRORS = _DECODE_ERRORS = (_pb_message.DecodeError, RuntimeError, ValueError)
+_DECODE_ERRORS = (_pb_message.DecodeError, RuntimeError, ValueError)
 
 
 class Broken(Exception):

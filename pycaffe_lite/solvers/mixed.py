@@ -21,9 +21,9 @@ scaling and the update there, read on the host only for the display.
 
 In GPU mode with CUDA graphs (:mod:`.train_graph`) the same update runs inside the captured
 iteration (:func:`device_update_prepare`, :func:`device_update_run`): the same operations
-on the same arrays, the scale a constant of the graph, all of it changing nothing where the
-iteration's verdict on the device says no (a failed check, a non-finite loss). The adaptive
-scale is computed inside the graph too, from the device array the graph reads.
+on the same arrays (a fixed scale a constant of the graph, the adaptive one read from and
+written into its device array), all of it changing nothing where the iteration's verdict on
+the device says no (a failed check, a non-finite loss).
 
 ``solver_data_type`` (NVCaffe's type of master weights and history) may be FLOAT (or DOUBLE,
 which runs as the net's own type): FLOAT16 masters would defeat their purpose and are refused.

@@ -42,8 +42,9 @@ surgery) before the launch.
 
 Iterations that display (they read the gradients before the update) or debug, solvers with
 callbacks (data-parallel reduction, pycaffe's ``add_callback``), gradient clipping (a host
-decision each iteration), hooks of one's own on the net, and nets with a layer outside :data:`CAPTURABLE` run eagerly; ``caffe.set_cuda_graph(False)``,
-``--cuda_graph off`` or ``PYCAFFE_LITE_CUDA_GRAPH=0`` turn graphs off.
+decision each iteration), hooks of one's own on the net, and nets with a layer outside
+:data:`CAPTURABLE` run eagerly; ``caffe.set_cuda_graph(False)``, ``--cuda_graph off`` or
+``PYCAFFE_LITE_CUDA_GRAPH=0`` turn graphs off.
 """
 
 import collections

@@ -105,9 +105,13 @@ class DataLayer(BasePrefetchingDataLayer):
         self.cursor.next()
         self.position += 1
         if not self.cursor.valid:
-            log.debug("layer '%s': restarting data prefetching from start", self.name)
-            self.cursor.seek_to_first()
-            self.position = 0
+            self._restart()
+
+    def _restart(self):
+        """Past the last record: on from the first one again."""
+        log.debug("layer '%s': restarting data prefetching from start", self.name)
+        self.cursor.seek_to_first()
+        self.position = 0
 
     def _advance(self, n):
         for _ in range(int(n)):
@@ -156,9 +160,7 @@ class DataLayer(BasePrefetchingDataLayer):
             records.extend((start + i, key, value) for i, (key, value) in enumerate(run))
             self.position += len(run)
             if not self.cursor.valid:
-                log.debug("layer '%s': restarting data prefetching from start", self.name)
-                self.cursor.seek_to_first()
-                self.position = 0
+                self._restart()
                 if not self.cursor.valid:
                     raise DataError("database '%s' has no records any more" % self.source)
         return records

@@ -47,15 +47,6 @@ def fits(*sizes):
     return all(int(s) < MAX_KERNEL_ELEMENTS for s in sizes)
 
 
-def kernel_dtype(*arrays):
-    """The C type name for the arrays' common float dtype, or None if unsupported."""
-    dtypes = {np.dtype(a.dtype) for a in arrays if a is not None}
-    if len(dtypes) != 1:
-        return None
-    dt = dtypes.pop()
-    return {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}.get(dt)
-
-
 #: the C storage type of each element type a kernel with float16 variants takes
 _STORAGE = {np.dtype(np.float16): "half", np.dtype(np.float32): "float",
             np.dtype(np.float64): "double"}
@@ -71,6 +62,13 @@ def storage_ctype(*arrays):
     (``RawModuleCache(..., ctypes=...)``) take "half"."""
     dtypes = {np.dtype(a.dtype) for a in arrays if a is not None}
     return _STORAGE.get(dtypes.pop()) if len(dtypes) == 1 else None
+
+
+def kernel_dtype(*arrays):
+    """The C type name for the arrays' common float dtype ("float" or "double"), or None
+    (mixed types, float16, another type): the kernels without float16 variants."""
+    ctype = storage_ctype(*arrays)
+    return None if ctype == "half" else ctype
 
 
 def storage_and_wide(storage, wide=()):
