@@ -25,7 +25,8 @@ Workloads (GPU mode, float32; TF32 off on both sides, PyTorch's cudnn.benchmark 
 The zoo workloads run the net of models/zoo against PyTorch's twin of the same net
 (benchmarks/torch_from_caffe.py: the same layers, the same weights; the outputs are checked
 equal before timing) in alternating rounds, the fastest round of each. With ``torch`` built for
-CUDA the report prints ours / PyTorch, and the peak GPU memory of each side. Without a GPU
+CUDA the report prints ours / PyTorch, and the GPU memory of each side in the steps after the
+warm-up: the most in use at once and the most the memory pools held. Without a GPU
 (or CuPy) it prints "no GPU: skipped" and exits 0.
 """
 
@@ -226,10 +227,11 @@ def zoo_workload(name, batch, train, args, torch, fp16=False):
             net.forward_from_to()
 
     top = net.blobs[net.outputs[0]]
-    for _ in range(3):  # warm-up, capture, replay
-        step()
-    backend.synchronize()
-    pool_peak = backend.device_memory()[0]
+    step()  # warm-up: kernels compiled, cuDNN plans chosen
+    with backend.track_device_memory() as memory:
+        for _ in range(2):  # capture, replay
+            step()
+        backend.synchronize()
     result = {"batch": batch}
     if torch is not None:
         dev = torch.device("cuda", args.gpu)
@@ -275,16 +277,21 @@ def zoo_workload(name, batch, train, args, torch, fp16=False):
             scaler.step(opt)
             scaler.update()
 
+        tstep()  # warm-up (cudnn.benchmark's plan search), as ours above
+        torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(dev)
         tstep()
         torch.cuda.synchronize()
         result["torch_peak_mib"] = torch.cuda.max_memory_allocated(dev) / 2.0 ** 20
+        result["torch_held_mib"] = torch.cuda.max_memory_reserved(dev) / 2.0 ** 20
     else:
         tstep = None
     result.update(alternating(step, tstep, args.rounds, args.per_round, backend.synchronize,
                               torch.cuda.synchronize if torch is not None else
                               backend.synchronize))
-    result["peak_mib"] = pool_peak / 2.0 ** 20
+    if memory is not None:  # the steps after the warm-up, as PyTorch's figures
+        result["peak_mib"] = memory.peak / 2.0 ** 20
+        result["held_mib"] = memory.held / 2.0 ** 20
     if train:
         graph = solver.train_graph
         result["captured"] = bool(graph and graph.replays)
@@ -351,16 +358,20 @@ def main(argv=None):
           % (props["id"], props["name"], props["compute_capability"],
              props["total_memory"] / float(1 << 30), props["cupy"], results["cudnn"],
              "on" if results["kernels"] else "off"))
-    print("%-16s %6s %10s %10s %7s %10s %10s" % ("workload", "batch", "ours (ms)", "torch (ms)",
-                                                 "ratio", "ours MiB", "torch MiB"))
+    print("memory (MiB): the most in use at once in the steps after the warm-up (PyTorch's "
+          "max_memory_allocated), and held by the pools (max_memory_reserved)")
+    print("%-16s %6s %10s %10s %7s %10s %10s %10s %10s" % (
+        "workload", "batch", "ours (ms)", "torch (ms)", "ratio", "ours MiB", "torch MiB",
+        "ours held", "torch held"))
     for name in args.only or ["lenet", "caffenet"]:
         r = WORKLOADS[name](args, torch)
         results[name] = r
-        print("%-16s %6d %10.2f %10s %7s %10s %10s" % (
-            name, r["batch"], r["ms"], "%.2f" % r["torch_ms"] if "torch_ms" in r else "-",
-            "%.2f" % r["ratio"] if "ratio" in r else "-",
-            "%.0f" % r["peak_mib"] if "peak_mib" in r else "-",
-            "%.0f" % r["torch_peak_mib"] if "torch_peak_mib" in r else "-"), flush=True)
+        print("%-16s %6d %10.2f %10s %7s %10s %10s %10s %10s" % (
+            (name, r["batch"], r["ms"], "%.2f" % r["torch_ms"] if "torch_ms" in r else "-",
+             "%.2f" % r["ratio"] if "ratio" in r else "-")
+            + tuple("%.0f" % r[k] if k in r else "-"
+                    for k in ("peak_mib", "torch_peak_mib", "held_mib", "torch_held_mib"))),
+            flush=True)
     bench_env.print_load("end")
     if args.json:
         with open(args.json, "w") as f:

@@ -7,12 +7,16 @@ tests a simulated device (:mod:`pycaffe_lite.testing.simdevice`) that keeps devi
 from host arrays so that the sync logic is exercised for real.
 """
 
+import contextlib
+import logging
 import threading
 import weakref
 
 import numpy as np
 
 from .errors import CaffeError
+
+log = logging.getLogger("pycaffe_lite")
 
 CPU = "cpu"
 GPU = "gpu"
@@ -81,6 +85,67 @@ def device_memory():
         return None
     pools = [mod.get_default_memory_pool()] + [g.pool for g in list(_graphs)]
     return (sum(int(p.total_bytes()) for p in pools), sum(int(p.used_bytes()) for p in pools))
+
+
+class MemoryPeak:
+    """What :func:`track_device_memory` measured: ``peak`` is the most device bytes in use at
+    once while its block ran (the arrays CuPy's memory pool has handed out, in its 512-byte
+    units, and every captured CUDA graph's pool whole: what PyTorch's
+    ``max_memory_allocated`` counts), ``held`` the most the pools held (in use or cached:
+    PyTorch's ``max_memory_reserved``)."""
+
+    __slots__ = ("peak", "held", "_pool")
+
+    def __init__(self, pool):
+        self._pool = pool
+        self.peak = self.held = 0
+        self.sample()
+
+    def sample(self):
+        """Take the pools' present figures into the peaks."""
+        graphs = sum(int(g.pool.total_bytes()) for g in list(_graphs))
+        used = int(self._pool.used_bytes()) + graphs
+        held = int(self._pool.total_bytes()) + graphs
+        if used > self.peak:
+            self.peak = used
+        if held > self.held:
+            self.held = held
+
+
+@contextlib.contextmanager
+def track_device_memory():
+    """Measure the device memory a block uses: yields a :class:`MemoryPeak` (read it after the
+    block), or None where nothing can be measured (CPU mode, a device module without CuPy's
+    memory pool, an allocator of one's own instead of the pool's). The pool's allocations go
+    through a function that samples the pool after each one (the peak in use is always
+    reached right after an allocation), in every thread; the previous allocator comes back
+    afterwards. A replayed CUDA graph allocates nothing: its pool counts whole."""
+    mod = device_module() if mode() == GPU else None
+    get_pool = getattr(mod, "get_default_memory_pool", None)
+    cuda = getattr(mod, "cuda", None)
+    if get_pool is None or not hasattr(cuda, "set_allocator"):
+        yield None
+        return
+    pool = get_pool()
+    previous = cuda.get_allocator()
+    if previous != pool.malloc:
+        log.info("Device memory is not measured: the allocator in use is not CuPy's default "
+                 "memory pool")
+        yield None
+        return
+    peak = MemoryPeak(pool)
+
+    def malloc(size):
+        memory = pool.malloc(size)
+        peak.sample()
+        return memory
+
+    cuda.set_allocator(malloc)
+    try:
+        yield peak
+    finally:
+        cuda.set_allocator(previous)
+        peak.sample()
 
 
 def free_cached_device_memory():

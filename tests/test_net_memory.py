@@ -645,6 +645,12 @@ def test_time_on_a_gpu_reports_the_device_bytes(tmp_path, monkeypatch, caplog):
         backend.set_mode_cpu()
     assert args.blob_memory["diff"] == (128 + 32 + 1) * 4
     assert "Blob memory: " in caplog.text and "GPU memory: " in caplog.text
+    # the peak of a timed pass: at least every blob's bytes (all live through the pass), at
+    # most what the pools held
+    memory = args.gpu_memory
+    blobs = sum(args.blob_memory[k] for k in ("data", "diff", "params"))
+    assert blobs <= memory["peak_used_bytes"] <= memory["peak_held_bytes"]
+    assert "GPU memory of a timed pass: " in caplog.text
 
 
 def test_a_dropped_solver_net_is_collected_without_the_cycle_collector():

@@ -7,7 +7,9 @@ One untimed forward/backward pass first (allocation), then ``--iterations`` time
 averages per layer (``<name>\\tforward: x ms.``), per pass and in total. On the GPU every layer
 is synchronised before its time is read. A TRAIN net shares its activation diffs as a Solver's
 train net does (:mod:`pycaffe_lite.net_memory`); the bytes its blobs hold (data, diffs after
-sharing, params) are printed at the end, and on the GPU the memory pool's peak.
+sharing, params) are printed at the end, and on the GPU the most device memory in use at once
+during the timed passes (:func:`pycaffe_lite.backend.track_device_memory`) and the memory
+pool's peak.
 """
 
 import logging
@@ -88,8 +90,9 @@ def run(args):
     synchronize()
     log.info("*** Benchmark begins ***")
     log.info("Testing for %d iterations.", args.iterations)
-    t = time_layers(net, args.iterations, lambda j, ms: log.info(
-        "Iteration: %d forward-backward time: %g ms.", j + 1, ms))
+    with backend.track_device_memory() as peak:
+        t = time_layers(net, args.iterations, lambda j, ms: log.info(
+            "Iteration: %d forward-backward time: %g ms.", j + 1, ms))
     log.info("Average time per layer: ")
     for i, name in enumerate(t["layers"]):
         log.info("%10s\tforward: %g ms.", name, t["forward"][i])
@@ -104,6 +107,11 @@ def run(args):
         log.info("GPU memory: %.1f MiB held by the memory pool at its peak, %.1f MiB in use "
                  "at the end.", memory[0] / 2.0 ** 20, memory[1] / 2.0 ** 20)
         args.gpu_memory = {"held_bytes": memory[0], "used_bytes": memory[1]}
+    if peak is not None:
+        log.info("GPU memory of a timed pass: %.1f MiB in use at the peak, %.1f MiB held by "
+                 "the memory pools.", peak.peak / 2.0 ** 20, peak.held / 2.0 ** 20)
+        args.gpu_memory = dict(getattr(args, "gpu_memory", None) or {},
+                               peak_used_bytes=peak.peak, peak_held_bytes=peak.held)
     log.info("*** Benchmark ends ***")
     args.timings = {"forward": t["forward"], "backward": t["backward"],
                     "total_ms": t["total_all_ms"], "layers": t["layers"]}
