@@ -251,3 +251,72 @@ def test_plans_over_the_workspace_limit_are_left_out_while_others_exist():
     fe = fake_frontend(plans=(big,))
     plan = graphs.GraphCache().plan(fe, key(), None, [1, 2, 3], lambda s: 0, timings({0: 1.0}))
     assert plan.index == 0 and plan.workspace == big
+
+
+# ---- conv + bias + ReLU: the fused graph or the convolution and a separate pass --------------
+class Path:
+    """One way of computing the fused forward: ``runs`` (False: cuDNN has no plan), the calls
+    counted, and the milliseconds the stand-in timer reports for it."""
+
+    def __init__(self, ms, runs=True):
+        self.ms, self.runs, self.calls = ms, runs, 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.runs
+
+
+def path_timer(fn):
+    return fn.ms
+
+
+@pytest.fixture
+def fused_choices():
+    graphs.FUSED.clear()
+    yield
+    graphs.FUSED.clear()
+
+
+@pytest.mark.parametrize("fused_ms, separate_ms, want", [(1.0, 2.0, True), (3.0, 2.0, False),
+                                                          (2.0, 2.0, True)])
+def test_the_faster_of_fused_and_separate_runs(fused_choices, fused_ms, separate_ms, want):
+    fused, separate = Path(fused_ms), Path(separate_ms)
+    k = key(graphs.FPROP_BIAS_RELU)
+    assert graphs.prefer_fused(k, fused, separate, path_timer) is want
+    assert fused.calls == separate.calls == 1  # each run once, then timed
+    # decided once per key: later calls neither run nor time anything
+    assert graphs.prefer_fused(k, Path(9.0), Path(0.1), path_timer) is want
+    assert fused.calls == separate.calls == 1
+    # another shape or element type is decided on its own
+    other = Path(fused_ms * 10)
+    assert graphs.prefer_fused(key(graphs.FPROP_BIAS_RELU, x=(3, 4, 9, 8)), other,
+                               Path(separate_ms), path_timer) is False
+    assert graphs.prefer_fused(key(graphs.FPROP_BIAS_RELU, np.float16), Path(0.5),
+                               Path(separate_ms), path_timer) is True
+
+
+def test_a_fused_graph_cudnn_cannot_run_is_never_timed(fused_choices):
+    def timer(fn):
+        raise AssertionError("timed")
+    fused, separate = Path(1.0, runs=False), Path(2.0)
+    assert graphs.prefer_fused(key(graphs.FPROP_BIAS_RELU), fused, separate, timer) is False
+    assert separate.calls == 0
+    # without autotuning, or where the separate path cannot run: the fused graph, untimed
+    graphs.set_autotune(False)
+    assert graphs.prefer_fused(key(graphs.FPROP_BIAS_RELU, x=(3, 4, 9, 8)), Path(9.0),
+                               Path(1.0), timer) is True
+    graphs.set_autotune(True)
+    separate = Path(1.0, runs=False)
+    assert graphs.prefer_fused(key(graphs.FPROP_BIAS_RELU, x=(5, 4, 9, 8)), Path(9.0),
+                               separate, timer) is True
+    assert separate.calls == 1
+
+
+def test_new_plans_decide_again(fused_choices):
+    k = key(graphs.FPROP_BIAS_RELU)
+    assert graphs.prefer_fused(k, Path(3.0), Path(1.0), path_timer) is False
+    old = graphs.set_allow_tf32(True)  # drops the cache: plans (and choices) are made again
+    try:
+        assert k not in graphs.FUSED
+    finally:
+        graphs.set_allow_tf32(old)

@@ -141,6 +141,20 @@ def test_fused_bias_and_relu_forward(real_gpu):
         assert cudnn.conv_forward(cp.asarray(x), cp.asarray(w), cp.asarray(b), y, (1, 1),
                                   (1, 1), (1, 1), 1, relu=relu)
         assert_close(y.get(), want)
+    # the first call chose between the fused graph and the convolution then a bias-and-ReLU
+    # pass (the faster); both compute the same
+    key = cudnn_graphs.Key.make(cudnn_graphs.FPROP_BIAS_RELU, x.shape, w.shape, pre.shape,
+                                (1, 1), (1, 1), (1, 1), np.float32, cp.cuda.runtime.getDevice())
+    assert key in cudnn_graphs.FUSED
+    try:
+        for choice in (True, False):
+            cudnn_graphs.FUSED[key] = choice
+            y = cp.full(pre.shape, np.nan, dtype=np.float32)
+            assert cudnn.conv_forward(cp.asarray(x), cp.asarray(w), cp.asarray(b), y, (1, 1),
+                                      (1, 1), (1, 1), 1, relu=True)
+            assert_close(y.get(), np.maximum(pre, 0))
+    finally:
+        del cudnn_graphs.FUSED[key]
 
 
 def test_a_graph_is_built_once_per_shape(real_gpu):

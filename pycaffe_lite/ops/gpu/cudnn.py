@@ -178,23 +178,41 @@ def conv_forward(x, weights, bias, y, pad, stride, dilation, groups, relu=False,
     if _state["fe"] is not None:
         x, w = contiguous(x), contiguous(weights)
         shapes = (x.shape, w.shape, y.shape) + geometry
-        if relu and bias is not None and \
-                graphs.run(graphs.FPROP_BIAS_RELU, (x, w, contiguous(bias), y), *shapes,
-                           half_math=half_math):
-            return True
+        if relu and bias is not None:
+            b = contiguous(bias)
+
+            def fused():
+                return graphs.run(graphs.FPROP_BIAS_RELU, (x, w, b, y), *shapes,
+                                  half_math=half_math)
+
+            def separate():
+                if not graphs.run(graphs.FPROP, (x, w, y), *shapes, half_math=half_math):
+                    return False
+                _add_bias(y, b, True)
+                return True
+
+            key = graphs.Key.make(graphs.FPROP_BIAS_RELU, *shapes, x.dtype,
+                                  cupy().cuda.runtime.getDevice(), half_math)
+            if graphs.prefer_fused(key, fused, separate) and fused():
+                return True
         if not graphs.run(graphs.FPROP, (x, w, y), *shapes, half_math=half_math):
             return False
     else:
         _state["api"].convolution_forward(x, weights, None, y, *geometry, int(groups),
                                           auto_tune=True, tensor_core=_tensor_core(x))
     if bias is not None:
-        inner = 1
-        for n in y.shape[2:]:
-            inner *= int(n)
-        _bias_act(bias, inner, int(y.shape[1]), bool(relu), y)
+        _add_bias(y, bias, relu)
     elif relu:
         _relu(y, y)
     return True
+
+
+def _add_bias(y, bias, relu):
+    """``y += bias`` per channel (axis 1), then ``max(y, 0)`` when ``relu``."""
+    inner = 1
+    for n in y.shape[2:]:
+        inner *= int(n)
+    _bias_act(bias, inner, int(y.shape[1]), bool(relu), y)
 
 
 def conv_backward(x, dy, weights, dx, dw, pad, stride, dilation, groups, half_math=False):

@@ -234,6 +234,7 @@ class GraphCache:
     def clear(self):
         with _lock:
             self._plans.clear()
+            FUSED.clear()
 
     def get(self, key):
         return self._plans.get(key, False)
@@ -327,20 +328,53 @@ def _workspace(device, size):
     return buf.data.ptr
 
 
-def _time_plan(handle):
+def time_ms(fn):
+    """Milliseconds per call of ``fn`` on the current stream: one call to warm up, then
+    :data:`TIMING_REPEATS` between two CUDA events."""
     cp = cupy()
+    fn()
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(TIMING_REPEATS):
+        fn()
+    end.record()
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) / TIMING_REPEATS
 
+
+def _time_plan(handle):
     def timer(graph, index, pack, workspace_ptr):
-        graph.execute_plan_at_index(pack, workspace_ptr, index, handle=handle)  # warm-up
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(TIMING_REPEATS):
-            graph.execute_plan_at_index(pack, workspace_ptr, index, handle=handle)
-        end.record()
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / TIMING_REPEATS
-
+        return time_ms(lambda: graph.execute_plan_at_index(pack, workspace_ptr, index,
+                                                           handle=handle))
     return timer
+
+
+#: per fused forward's :class:`Key`: whether its fused graph runs rather than the
+#: convolution's graph and a separate bias-and-ReLU pass (:func:`prefer_fused`)
+FUSED = {}
+
+
+def prefer_fused(key, fused, separate, timer=time_ms):
+    """Whether a convolution + bias + ReLU of ``key`` (an ``FPROP_BIAS_RELU`` key) runs as
+    ``fused()`` (one cuDNN graph) rather than ``separate()`` (the convolution's graph, then a
+    pass adding the bias and clipping). Both compute the same into the same output, and each
+    returns False where cuDNN cannot run it. Decided the first time a key is seen: the fused
+    graph where it runs and plans are not autotuned, else the faster of the two as ``timer``
+    measures them on that call's arrays (cuDNN's fused plans are generated at run time and
+    are not always faster than its convolution alone and one more pass over the output)."""
+    choice = FUSED.get(key)
+    if choice is None:
+        if not fused():
+            choice = False
+        elif not _settings["autotune"] or not separate():
+            choice = True
+        else:
+            fused_ms, separate_ms = timer(fused), timer(separate)
+            choice = fused_ms <= separate_ms
+            log.debug("cuDNN %s: fused %.3f ms, convolution then bias and ReLU %.3f ms",
+                      key.describe(), fused_ms, separate_ms)
+        FUSED[key] = choice
+    return choice
 
 
 def run(kind, arrays, x_shape, w_shape, y_shape, pad, stride, dilation, half_math=False):
