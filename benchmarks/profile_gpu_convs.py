@@ -1,0 +1,230 @@
+"""Per-convolution GPU profile of a zoo net: each distinct convolution (shapes and geometry)
+timed as pycaffe-lite runs it (cuDNN through NVIDIA's frontend, the plan autotuned once) and as
+PyTorch runs it (``conv2d`` and ``convolution_backward``, ``cudnn.benchmark`` on), TF32 off on
+both, on the same card in the same process, in alternating rounds (the fastest of each).
+
+    E="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"   # see bench_env.py
+    $E python benchmarks/profile_gpu_convs.py --net resnet50 --batch 32 --json convs.json
+
+For each configuration: the forward, the data gradient and the filter gradient (ms per call,
+ours, PyTorch's, their ratio); the forward with bias and ReLU as a folded TEST net runs it
+(ours: the path ``cudnn_graphs.prefer_fused`` chose, fused graph or convolution then one
+pass; PyTorch: ``conv2d`` with its bias, then ``relu_``); how many plans were timed for the
+forward and how far apart the fastest and the slowest were. The totals weight each
+configuration by the number of layers that have it. Without a GPU it lists the
+configurations and exits 0.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bench_env  # noqa: E402
+import run as cpu_bench  # noqa: E402  (the zoo nets)
+
+import pycaffe_lite as caffe  # noqa: E402
+from pycaffe_lite import backend  # noqa: E402
+
+PASSES = ("forward", "dgrad", "wgrad", "forward_bias_relu")
+
+
+def conv_configs(net):
+    """The net's distinct 2-D convolutions, in the order they first run: ``[{"x", "w", "y"
+    (shapes), "pad", "stride", "dilation", "group", "layers" (their names)}]``."""
+    configs = OrderedDict()
+    for rec in net.records:
+        layer = rec.layer
+        if layer.type != "Convolution":
+            continue
+        g = layer.plan.geometry
+        x, w, y = (tuple(rec.bottoms[0].shape), tuple(layer.blobs[0].shape),
+                   tuple(rec.tops[0].shape))
+        key = (x, w, y, g.pad, g.stride, g.dilation, g.group)
+        if key not in configs:
+            configs[key] = {"x": x, "w": w, "y": y, "pad": g.pad, "stride": g.stride,
+                            "dilation": g.dilation, "group": g.group, "layers": []}
+        configs[key]["layers"].append(rec.name)
+    return list(configs.values())
+
+
+def describe(c):
+    kh, kw = c["w"][2:]
+    return "%s %dx%d/%d %d->%d%s" % ("x".join(str(v) for v in c["x"][2:]), kh, kw,
+                                     c["stride"][0], c["x"][1], c["w"][0],
+                                     " g%d" % c["group"] if c["group"] > 1 else "")
+
+
+def alternating(fns, rounds, per_round, syncs):
+    """ms per call of each of ``fns`` (name -> fn), the fastest of ``rounds`` rounds of
+    ``per_round`` calls, the functions alternating within each round."""
+    for name, fn in fns.items():
+        fn()
+        syncs[name]()
+    best = {}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            sync = syncs[name]
+            sync()
+            t = time.perf_counter()
+            for _ in range(per_round):
+                fn()
+            sync()
+            ms = (time.perf_counter() - t) / per_round * 1e3
+            best[name] = min(best.get(name, ms), ms)
+    return best
+
+
+def profile(c, torch, args):
+    """{pass: {"ours": ms, "torch": ms}} for configuration ``c``, and our forward plan's
+    timings."""
+    from pycaffe_lite.ops.gpu import cudnn, cudnn_graphs
+    cp = backend.device_module()
+    rng = np.random.default_rng(0)
+
+    def pair(shape):
+        a = rng.standard_normal(shape).astype(np.float32)
+        return cp.asarray(a), None if torch is None else torch.from_numpy(a).cuda(args.gpu)
+
+    (x, tx), (w, tw), (dy, tdy) = pair(c["x"]), pair(c["w"]), pair(c["y"])
+    (b, tb) = pair((c["w"][0],))
+    y, dx, dw = cp.empty(c["y"], np.float32), cp.empty(c["x"], np.float32), \
+        cp.zeros(c["w"], np.float32)
+    geo = (c["pad"], c["stride"], c["dilation"], c["group"])
+    ours = {
+        "forward": lambda: cudnn.conv_forward(x, w, None, y, *geo),
+        "dgrad": lambda: cudnn.conv_backward(None, dy, w, dx, None, *geo),
+        "wgrad": lambda: cudnn.conv_backward(x, dy, w, None, dw, *geo),
+        "forward_bias_relu": lambda: cudnn.conv_forward(x, w, b, y, *geo, relu=True),
+    }
+    for name, fn in ours.items():  # plans built and chosen before timing
+        done = fn()
+        if not (all(done) if isinstance(done, tuple) else done):
+            raise AssertionError("%s: cuDNN did not run the %s" % (describe(c), name))
+    theirs = {}
+    if torch is not None:
+        F, aten = torch.nn.functional, torch.ops.aten
+        conv = dict(stride=list(c["stride"]), padding=list(c["pad"]),
+                    dilation=list(c["dilation"]), groups=c["group"])
+
+        def backward(mask):
+            return lambda: aten.convolution_backward(
+                tdy, tx, tw, None, conv["stride"], conv["padding"], conv["dilation"], False,
+                [0, 0], c["group"], mask)
+
+        theirs = {
+            "forward": lambda: F.conv2d(tx, tw, None, **conv),
+            "dgrad": backward([True, False, False]),
+            "wgrad": backward([False, True, False]),
+            "forward_bias_relu": lambda: F.conv2d(tx, tw, tb, **conv).relu_(),
+        }
+        with torch.no_grad():
+            np.testing.assert_allclose(cp.asnumpy(y), theirs["forward_bias_relu"]().cpu()
+                                       .numpy(), rtol=1e-3, atol=1e-3 * float(
+                                           np.abs(cp.asnumpy(y)).max()))
+    out = {}
+    for name in PASSES:
+        fns = {"ours": ours[name]}
+        syncs = {"ours": backend.synchronize}
+        if name in theirs:
+            fns["torch"], syncs["torch"] = theirs[name], torch.cuda.synchronize
+        with (torch.no_grad() if torch is not None else _nothing()):
+            out[name] = alternating(fns, args.rounds, args.per_round, syncs)
+    dev = cp.cuda.runtime.getDevice()
+    key = cudnn_graphs.Key.make(cudnn_graphs.FPROP, c["x"], c["w"], c["y"], c["pad"],
+                                c["stride"], c["dilation"], np.float32, dev)
+    plan = cudnn_graphs.CACHE.get(key)
+    timings = sorted(plan.timings.values()) if plan else []
+    fused_key = cudnn_graphs.Key.make(cudnn_graphs.FPROP_BIAS_RELU, c["x"], c["w"], c["y"],
+                                      c["pad"], c["stride"], c["dilation"], np.float32, dev)
+    info = {"plans_timed": len(timings), "fastest_plan_ms": timings[0] if timings else None,
+            "slowest_plan_ms": timings[-1] if timings else None,
+            "fused": cudnn_graphs.FUSED.get(fused_key)}
+    return out, info
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--net", default="resnet50", help="a zoo net (models/zoo)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--gpu", type=int, default=0, help="device id")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--per-round", type=int, default=10)
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch side")
+    p.add_argument("--json", help="write the results here as JSON")
+    args = p.parse_args(argv)
+    gpu = backend.gpu_available()
+    if gpu:
+        caffe.set_device(args.gpu)
+        caffe.set_mode_gpu()
+    net = cpu_bench.zoo_net(args.net, args.batch, batch_stats=True)
+    configs = conv_configs(net)
+    print("%s batch %d: %d convolutions, %d distinct" % (
+        args.net, args.batch, sum(len(c["layers"]) for c in configs), len(configs)))
+    if not gpu:
+        for c in configs:
+            print("  %-28s x%d" % (describe(c), len(c["layers"])))
+        print("no GPU: skipped")
+        return 0
+    torch = None
+    if not args.no_torch:
+        from bench_gpu import torch_cuda_or_none
+        torch = torch_cuda_or_none(True)
+    env = bench_env.report()
+    from pycaffe_lite.ops import gpu as gpu_ops
+    props = backend.device_properties(args.gpu)
+    print("GPU %d: %s, CuPy %s, cuDNN %s, PyTorch %s" % (
+        props["id"], props["name"], props["cupy"], gpu_ops.cudnn.version(),
+        getattr(torch, "__version__", None)))
+    header = "%-28s %3s" % ("convolution", "n") + "".join(
+        " %9s %9s %5s" % (name[:9], "torch", "x") for name in PASSES) + "  plans fused"
+    print(header)
+    totals = {name: {"ours": 0.0, "torch": 0.0} for name in PASSES}
+    rows = []
+    for c in configs:
+        times, info = profile(c, torch, args)
+        n = len(c["layers"])
+        line = "%-28s %3d" % (describe(c), n)
+        for name in PASSES:
+            t = times[name]
+            totals[name]["ours"] += n * t["ours"]
+            totals[name]["torch"] += n * t.get("torch", 0.0)
+            line += " %9.3f %9s %5s" % (t["ours"], "%.3f" % t["torch"] if "torch" in t else "-",
+                                        "%.2f" % (t["ours"] / t["torch"]) if "torch" in t
+                                        else "-")
+        line += "  %5d %5s" % (info["plans_timed"], info["fused"])
+        print(line, flush=True)
+        rows.append(dict(c, times=times, **info))
+    line = "%-28s %3s" % ("total (x n)", "")
+    for name in PASSES:
+        t = totals[name]
+        line += " %9.3f %9.3f %5s" % (t["ours"], t["torch"], "%.2f" % (t["ours"] / t["torch"])
+                                      if t["torch"] else "-")
+    print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"net": args.net, "batch": args.batch, "configs": rows,
+                       "totals": totals, "device": props, "env": env,
+                       "torch": getattr(torch, "__version__", None)},
+                      f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
