@@ -297,6 +297,12 @@ def test_a_batch_of_records_parses_as_record_by_record(caplog):
     odd = plain[1].SerializeToString() + field(5, b"cat")  # label as bytes: reported
     kept = plain[2].SerializeToString() + field(999, b"x")  # not in this schema: reported
     values = [plain[0].SerializeToString(), odd, kept, bytearray(plain[3].SerializeToString())]
+    # pixels that happen to hold the envelope's key; a field at the envelope's own number
+    pixels = caffe_pb2.Datum(channels=1, height=1, width=7, data=tolerant.ENVELOPE_TAG + b"ab",
+                             label=4)
+    assert len(tolerant.ENVELOPE_TAG) == 5
+    values += [pixels.SerializeToString(),
+               plain[0].SerializeToString() + field(tolerant.ENVELOPE, b"zz")]
     named = []
 
     def where_of(i):
@@ -307,8 +313,9 @@ def test_a_batch_of_records_parses_as_record_by_record(caplog):
         got = parse_datums(values, where_of)
     want = [parse_datum(bytes(v), "record %d" % i) for i, v in enumerate(values)]
     assert [d.SerializeToString() for d in got] == [d.SerializeToString() for d in want]
-    assert [d.label for d in got] == [0, 1, 2, 3]
-    assert named == [1, 2]
+    assert [d.label for d in got] == [0, 1, 2, 3, 4, 0]
+    assert got[4].data == tolerant.ENVELOPE_TAG + b"ab"
+    assert named == [1, 2, 5]
     lines = [r.getMessage() for r in caplog.records]
     assert any("record 1 (key b'00000001')" in line and "field 5 of Datum" in line
                for line in lines), lines

@@ -46,7 +46,8 @@ LOAD_BEARING = frozenset([
 ])
 
 _MAX_DEPTH = 64
-_DECODE_ERRORS = (_pb_message.DecodeError, RuntimeError, ValueError)
+#: what protobuf's parser raises on bytes it cannot decode
+DECODE_ERRORS = (_pb_message.DecodeError, RuntimeError, ValueError)
 
 
 class Broken(Exception):
@@ -125,7 +126,7 @@ def _parses(cls, data):
     try:
         cls().ParseFromString(data)
         return True
-    except _DECODE_ERRORS:
+    except DECODE_ERRORS:
         return False
 
 
@@ -220,7 +221,7 @@ def parse(data, message, path=None):
         try:
             message.ParseFromString(data)
             return []
-        except _DECODE_ERRORS as exc:
+        except DECODE_ERRORS as exc:
             first = exc
     # else a field at the envelope's number is in the file itself (a fork's, or damage): it
     # goes into an envelope of its own, so that writing back gives it back as it was
@@ -233,7 +234,7 @@ def parse(data, message, path=None):
     except Broken as exc:
         message.Clear()
         raise _error(data, name, "at byte %d: %s" % (exc.offset, exc.reason), path) from None
-    except _DECODE_ERRORS as exc:
+    except DECODE_ERRORS as exc:
         message.Clear()
         raise _error(data, name, str(first or exc), path) from None
     return kept
