@@ -16,6 +16,7 @@ configurations and exits 0.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -135,7 +136,7 @@ def profile(c, torch, args):
         syncs = {"ours": backend.synchronize}
         if name in theirs:
             fns["torch"], syncs["torch"] = theirs[name], torch.cuda.synchronize
-        with (torch.no_grad() if torch is not None else _nothing()):
+        with torch.no_grad() if torch is not None else contextlib.nullcontext():
             out[name] = alternating(fns, args.rounds, args.per_round, syncs)
     dev = cp.cuda.runtime.getDevice()
     key = cudnn_graphs.Key.make(cudnn_graphs.FPROP, c["x"], c["w"], c["y"], c["pad"],
@@ -148,14 +149,6 @@ def profile(c, torch, args):
             "slowest_plan_ms": timings[-1] if timings else None,
             "fused": cudnn_graphs.FUSED.get(fused_key)}
     return out, info
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def main(argv=None):
@@ -182,6 +175,10 @@ def main(argv=None):
             print("  %-28s x%d" % (describe(c), len(c["layers"])))
         print("no GPU: skipped")
         return 0
+    from pycaffe_lite.ops.gpu import cudnn
+    if not cudnn.available():
+        print("cuDNN is not available: %s" % cudnn.unavailable_reason())
+        return 1
     torch = None
     if not args.no_torch:
         from bench_gpu import torch_cuda_or_none
