@@ -229,6 +229,16 @@ def test_fused_forward_graph_adds_the_bias_then_the_relu():
     assert plan.tensors[-1].output and plan.tensors[-1].stride == [80, 20, 4, 1]
 
 
+def test_fused_bias_graph_adds_the_bias_alone():
+    fe = fake_frontend()
+    plan = graphs.GraphCache().plan(fe, key(graphs.FPROP_BIAS), None, [1, 2, 3, 4],
+                                    lambda s: 0, timings({0: 1.0}))
+    ops = [c[0] for c in fe.graphs[0].calls if c[0] in ("conv_fprop", "bias", "relu")]
+    assert ops == ["conv_fprop", "bias"]
+    assert [t.name for t in plan.tensors] == ["x", "w", "b", "yb"]
+    assert plan.tensors[-1].output and plan.tensors[-1].stride == [80, 20, 4, 1]
+
+
 def test_strides_are_c_order():
     assert graphs.strides((2, 3, 4, 5)) == [60, 20, 5, 1]
     assert graphs.strides((7,)) == [1]
@@ -253,7 +263,7 @@ def test_plans_over_the_workspace_limit_are_left_out_while_others_exist():
     assert plan.index == 0 and plan.workspace == big
 
 
-# ---- conv + bias + ReLU: the fused graph or the convolution and a separate pass --------------
+# ---- conv + bias (+ ReLU): the fused graph or the convolution and a separate pass -----------
 class Path:
     """One way of computing the fused forward: ``runs`` (False: cuDNN has no plan), the calls
     counted, and the milliseconds the stand-in timer reports for it."""

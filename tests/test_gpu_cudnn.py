@@ -227,4 +227,13 @@ def test_inner_product_forward_runs_as_a_cudnn_convolution(real_gpu, tmp_path):
     net.forward()
     w, b = (blob.data.astype(np.float64) for blob in net.params["ip"])
     assert_close(net.blobs["y"].data, x.reshape(5, -1).astype(np.float64) @ w.T + b)
-    assert cudnn_graphs.CACHE.builds == before + 1
+    # two graphs: the convolution with its bias fused, and the convolution alone (then a pass
+    # adding the bias), timed against each other once; the next forward builds nothing
+    assert cudnn_graphs.CACHE.builds == before + 2
+    key = cudnn_graphs.Key.make(cudnn_graphs.FPROP_BIAS, (5, 24, 1, 1), (7, 24, 1, 1),
+                                (5, 7, 1, 1), (0, 0), (1, 1), (1, 1), np.float32,
+                                backend.device_module().cuda.runtime.getDevice())
+    assert key in cudnn_graphs.FUSED
+    net.forward()
+    assert cudnn_graphs.CACHE.builds == before + 2
+    assert_close(net.blobs["y"].data, x.reshape(5, -1).astype(np.float64) @ w.T + b)

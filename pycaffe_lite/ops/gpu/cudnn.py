@@ -178,21 +178,21 @@ def conv_forward(x, weights, bias, y, pad, stride, dilation, groups, relu=False,
     if _state["fe"] is not None:
         x, w = contiguous(x), contiguous(weights)
         shapes = (x.shape, w.shape, y.shape) + geometry
-        if relu and bias is not None:
+        if bias is not None:
             b = contiguous(bias)
+            kind = graphs.FPROP_BIAS_RELU if relu else graphs.FPROP_BIAS
 
             def fused():
-                return graphs.run(graphs.FPROP_BIAS_RELU, (x, w, b, y), *shapes,
-                                  half_math=half_math)
+                return graphs.run(kind, (x, w, b, y), *shapes, half_math=half_math)
 
             def separate():
                 if not graphs.run(graphs.FPROP, (x, w, y), *shapes, half_math=half_math):
                     return False
-                _add_bias(y, b, True)
+                _add_bias(y, b, relu)
                 return True
 
-            key = graphs.Key.make(graphs.FPROP_BIAS_RELU, *shapes, x.dtype,
-                                  cupy().cuda.runtime.getDevice(), half_math)
+            key = graphs.Key.make(kind, *shapes, x.dtype, cupy().cuda.runtime.getDevice(),
+                                  half_math)
             if graphs.prefer_fused(key, fused, separate) and fused():
                 return True
         if not graphs.run(graphs.FPROP, (x, w, y), *shapes, half_math=half_math):

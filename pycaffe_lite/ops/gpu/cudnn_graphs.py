@@ -350,18 +350,19 @@ def _time_plan(handle):
 
 
 #: per fused forward's :class:`Key`: whether its fused graph runs rather than the
-#: convolution's graph and a separate bias-and-ReLU pass (:func:`prefer_fused`)
+#: convolution's graph and a separate pass adding the bias (:func:`prefer_fused`)
 FUSED = {}
 
 
 def prefer_fused(key, fused, separate, timer=time_ms):
-    """Whether a convolution + bias + ReLU of ``key`` (an ``FPROP_BIAS_RELU`` key) runs as
-    ``fused()`` (one cuDNN graph) rather than ``separate()`` (the convolution's graph, then a
-    pass adding the bias and clipping). Both compute the same into the same output, and each
-    returns False where cuDNN cannot run it. Decided the first time a key is seen: the fused
-    graph where it runs and plans are not autotuned, else the faster of the two as ``timer``
-    measures them on that call's arrays (cuDNN's fused plans are generated at run time and
-    are not always faster than its convolution alone and one more pass over the output)."""
+    """Whether a convolution + bias (+ ReLU) of ``key`` (an ``FPROP_BIAS`` or
+    ``FPROP_BIAS_RELU`` key) runs as ``fused()`` (one cuDNN graph) rather than ``separate()``
+    (the convolution's graph, then a pass adding the bias, and clipping). Both compute the
+    same into the same output, and each returns False where cuDNN cannot run it. Decided the
+    first time a key is seen: the fused graph where it runs and plans are not autotuned, else
+    the faster of the two as ``timer`` measures them on that call's arrays (cuDNN's fused
+    plans are generated at run time and are not always faster than its convolution alone and
+    one more pass over the output)."""
     choice = FUSED.get(key)
     if choice is None:
         if not fused():
@@ -371,7 +372,7 @@ def prefer_fused(key, fused, separate, timer=time_ms):
         else:
             fused_ms, separate_ms = timer(fused), timer(separate)
             choice = fused_ms <= separate_ms
-            log.debug("cuDNN %s: fused %.3f ms, convolution then bias and ReLU %.3f ms",
+            log.debug("cuDNN %s: fused %.3f ms, convolution then the bias %.3f ms",
                       key.describe(), fused_ms, separate_ms)
         FUSED[key] = choice
     return choice
