@@ -1,5 +1,5 @@
 """BatchNorm -> Scale -> ReLU (and, on the GPU, Eltwise SUM -> ReLU) run as one forward and
-one backward.
+one backward; Convolution -> ReLU as one forward.
 
 ResNet's blocks compute ``conv -> BatchNorm -> Scale -> ReLU`` all on the convolution's top,
 in place. Layer by layer that is some ten passes over the blob forward and as many backward
@@ -22,6 +22,11 @@ backward BatchNorm's bottom diff is its gradient, its top's diff (not in place) 
 bottom gradient, and the Scale's parameter diffs have the gradient added (they accumulate,
 for ``iter_size`` > 1). Values are the layers' to float rounding: the per-channel sums are
 taken in double, in another order than NumPy's.
+
+Convolution -> ReLU chains: a Convolution and the ReLU in place on its top right after it
+(VGG's, GoogLeNet's and AlexNet's layers): the forward is the convolution's with the ReLU in its
+output pass (the pass that adds the bias), one pass less over the top; the backward is the
+layers' own. On every device: on host arrays the values are the layers' bit for bit.
 
 Eltwise SUM chains: an Eltwise SUM (distinct bottoms, its top none of them) and the ReLU in
 place on its top that follows it, if one does. On device arrays their forward is one pass (the
@@ -240,14 +245,35 @@ class SumChain:
         train_fused.sum_backward(dy, y, self.eltwise.coeffs, dxs, self.relu)
 
 
-class TrainFusion:
-    """The chains of a net (``net._train_fuse``: ``chains`` BatchNorm's, ``sums`` Eltwise's)
-    and the forwards and backwards that replace their layers'."""
+class ConvChain:
+    """A Convolution and the ReLU in place on its top that follows it: one forward, the ReLU
+    applied in the convolution's output pass (with its bias: cuDNN's fused graph or its bias
+    pass on the GPU, the compiled bias pass on the CPU), as a folded TEST net runs it. The
+    backward is the layers' own (the ReLU's reads the top, which holds the same values)."""
 
-    def __init__(self, chains, sums=()):
-        self.chains, self.sums = chains, list(sums)
+    backward_fused = False
+
+    def __init__(self, net, indices):
+        self.indices = indices
+        self.records = [net.records[i] for i in indices]
+
+    def forward(self, bottom, top):
+        conv, relu = self.records
+        conv.layer.reshape(conv.bottoms, conv.tops)
+        relu.layer.reshape(relu.bottoms, relu.tops)
+        conv.layer.forward(conv.bottoms, conv.tops, relu=True)
+        return 0.0
+
+
+class TrainFusion:
+    """The chains of a net (``net._train_fuse``: ``chains`` BatchNorm's, ``sums`` Eltwise's,
+    ``convs`` Convolution -> ReLU) and the forwards and backwards that replace their
+    layers'."""
+
+    def __init__(self, chains, sums=(), convs=()):
+        self.chains, self.sums, self.convs = chains, list(sums), list(convs)
         self.forward_map, self.backward_map, self.inside = {}, {}, {}
-        for chain in list(chains) + self.sums:
+        for chain in list(chains) + self.sums + self.convs:
             first, last = chain.indices[0], chain.indices[-1]
             for i in chain.indices:
                 self.inside[i] = (first, last)
@@ -332,6 +358,22 @@ def find_sums(net):
     return found
 
 
+def find_conv_relus(net):
+    """The Convolution -> ReLU chains of ``net``: a Convolution (one bottom, one top, no loss
+    weight; a layer class whose forward takes ``relu=True``) and the ReLU (``negative_slope:
+    0``) in place on its top right after it."""
+    found, records = [], net.records
+    for i, rec in enumerate(records[:-1]):
+        layer = rec.layer
+        if layer.type != "Convolution" or not getattr(layer, "takes_relu", False) or \
+                len(rec.bottom_ids) != 1 or len(rec.top_ids) != 1 or layer.loss(0):
+            continue
+        nxt = records[i + 1]
+        if nxt.layer.type == "ReLU" and _links(nxt, rec.top_ids[0], None):
+            found.append([i, i + 1])
+    return found
+
+
 def attach(net, enabled=None):
     """Find ``net``'s chains and keep them on it (``net._train_fuse``; None without any, or
     with fusion off)."""
@@ -340,8 +382,9 @@ def attach(net, enabled=None):
         return
     chains = [Chain(net, indices) for indices in find_chains(net)]
     sums = [SumChain(net, indices) for indices in find_sums(net)]
-    if chains or sums:
-        net._train_fuse = TrainFusion(chains, sums)
+    convs = [ConvChain(net, indices) for indices in find_conv_relus(net)]
+    if chains or sums or convs:
+        net._train_fuse = TrainFusion(chains, sums, convs)
 
 
 def _active(net):
