@@ -246,8 +246,8 @@ def bench_zoo(name, batch, iters, torch, torch_model=None):
 
 def train_step_breakdown(net, step, steps=2):
     """Milliseconds per step spent in each layer type, forward and backward, over ``steps``
-    extra steps of ``step`` (the fused BatchNorm -> Scale -> ReLU chains of net_train_fuse as
-    one entry): {"layers", "forward", "backward"}, the types by time spent."""
+    extra steps of ``step`` (each kind of net_train_fuse's chains, BatchNorm -> Scale -> ReLU,
+    Eltwise -> ReLU, Convolution -> ReLU, as one entry): {"layers", "forward", "backward"}, the types by time spent."""
     clock = time.perf_counter
     spent = {}
 
@@ -261,7 +261,8 @@ def train_step_breakdown(net, step, steps=2):
 
     fusion = net._train_fuse
     saved = (dict(fusion.forward_map), dict(fusion.backward_map)) if fusion else None
-    for chain in fusion.chains if fusion else ():
+    chains = list(fusion.chains) + fusion.sums + fusion.convs if fusion else []
+    for chain in chains:
         key = "+".join(r.layer.type for r in chain.records) + " (fused)"
         fusion.forward_map[chain.indices[0]] = timed(key, 0, chain.forward)
         if chain.indices[-1] in fusion.backward_map:
