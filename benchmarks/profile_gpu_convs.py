@@ -160,6 +160,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--per-round", type=int, default=10)
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch side")
+    p.add_argument("--heuristics", help="cuDNN heuristics whose plans are timed, e.g. "
+                   "a,b,fallback (default: pycaffe-lite's, cudnn_graphs.DEFAULT_HEURISTICS)")
     p.add_argument("--json", help="write the results here as JSON")
     args = p.parse_args(argv)
     gpu = backend.gpu_available()
@@ -175,7 +177,10 @@ def main(argv=None):
             print("  %-28s x%d" % (describe(c), len(c["layers"])))
         print("no GPU: skipped")
         return 0
-    from pycaffe_lite.ops.gpu import cudnn
+    from pycaffe_lite.ops.gpu import cudnn, cudnn_graphs
+    if args.heuristics:
+        cudnn_graphs.set_heuristics(args.heuristics.split(","))
+    print("cuDNN heuristics: %s" % ",".join(cudnn_graphs._settings["heuristics"]))
     if not cudnn.available():
         print("cuDNN is not available: %s" % cudnn.unavailable_reason())
         return 1
@@ -218,6 +223,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"net": args.net, "batch": args.batch, "configs": rows,
                        "totals": totals, "device": props, "env": env,
+                       "heuristics": cudnn_graphs._settings["heuristics"],
                        "torch": getattr(torch, "__version__", None)},
                       f, indent=1, default=str)
     return 0

@@ -79,6 +79,8 @@ class FakeGraph:
 
     def create_execution_plans(self, modes):
         self.calls.append(("create_execution_plans", tuple(modes)))
+        if set(modes) & self.fe.unqueryable:
+            raise RuntimeError("heuristics query failed")
 
     def deselect_numeric_notes(self, notes):
         self.calls.append(("deselect_numeric_notes", tuple(notes)))
@@ -106,11 +108,11 @@ class FakeGraph:
 def fake_frontend(plans=(0, 64, None, 16), refuse=False):
     fe = types.SimpleNamespace(
         data_type=types.SimpleNamespace(FLOAT="FLOAT", HALF="HALF", DOUBLE="DOUBLE"),
-        heur_mode=types.SimpleNamespace(A="A", FALLBACK="FALLBACK"),
+        heur_mode=types.SimpleNamespace(A="A", B="B", FALLBACK="FALLBACK"),
         numerical_note=types.SimpleNamespace(TENSOR_CORE="TC", DOWN_CONVERT_INPUTS="DC",
                                              REDUCED_PRECISION_REDUCTION="RPR"),
         build_plan_policy=types.SimpleNamespace(ALL="ALL", HEURISTICS_CHOICE="HEUR"),
-        plans=list(plans), refuse=refuse, graphs=[], executed=[])
+        plans=list(plans), refuse=refuse, graphs=[], executed=[], unqueryable=set())
     fe.pygraph = lambda **kw: FakeGraph(fe, **kw)
     return fe
 
@@ -122,9 +124,11 @@ def key(kind=graphs.FPROP, dtype=np.float32, x=(2, 4, 9, 8)):
 @pytest.fixture(autouse=True)
 def settings():
     old_tf32, old_tune = graphs.allow_tf32(), graphs.set_autotune(True)
+    old_heuristics = graphs.set_heuristics(graphs.DEFAULT_HEURISTICS)
     yield
     graphs.set_allow_tf32(old_tf32)
     graphs.set_autotune(old_tune)
+    graphs.set_heuristics(old_heuristics)
 
 
 def timings(table):
@@ -330,3 +334,50 @@ def test_new_plans_decide_again(fused_choices):
         assert k not in graphs.FUSED
     finally:
         graphs.set_allow_tf32(old)
+
+
+# ---- which heuristics' plans are built -------------------------------------------------------
+def _modes(graph):
+    return [c[1] for c in graph.calls if c[0] == "create_execution_plans"]
+
+
+def test_the_heuristics_whose_plans_are_built(fused_choices):
+    fe = fake_frontend()
+    graphs.GraphCache().plan(fe, key(), None, [1, 2, 3], lambda s: 0, timings({0: 1.0}))
+    assert _modes(fe.graphs[0]) == [("A", "FALLBACK")]
+    graphs.CACHE._plans[key()] = "a built plan"
+    graphs.FUSED[key(graphs.FPROP_BIAS)] = True
+    assert graphs.set_heuristics(["A", "b", "fallback"]) == graphs.DEFAULT_HEURISTICS
+    assert len(graphs.CACHE) == 0 and not graphs.FUSED  # chosen again with the new plans
+    graphs.GraphCache().plan(fe, key(), None, [1, 2, 3], lambda s: 0, timings({0: 1.0}))
+    assert _modes(fe.graphs[1]) == [("A", "B", "FALLBACK")]
+    with pytest.raises(ValueError, match="some of a, b, fallback"):
+        graphs.set_heuristics(["a", "c"])
+    with pytest.raises(ValueError):
+        graphs.set_heuristics([])
+
+
+def test_a_graph_the_heuristics_cannot_query_takes_the_default_ones():
+    fe = fake_frontend()
+    fe.unqueryable = {"B"}
+    graphs.set_heuristics(["b", "a", "fallback"])
+    plan = graphs.GraphCache().plan(fe, key(), None, [1, 2, 3], lambda s: 0,
+                                    timings({0: 2.0, 1: 1.0, 3: 3.0}))
+    assert [_modes(g) for g in fe.graphs] == [[("B", "A", "FALLBACK")], [("A", "FALLBACK")]]
+    assert plan is not None and plan.index == 1 and plan.graph is fe.graphs[1]
+    # where the defaults cannot run either, the configuration goes to the CAFFE engine
+    fe = fake_frontend()
+    fe.unqueryable = {"B", "A"}
+    assert graphs.GraphCache().plan(fe, key(), None, [1, 2, 3], lambda s: 0,
+                                    timings({0: 1.0})) is None
+
+
+@pytest.mark.parametrize("value,want,warns", [
+    ("", graphs.DEFAULT_HEURISTICS, False), ("b", ("b",), False),
+    (" A, B ,fallback", ("a", "b", "fallback"), False),
+    ("instant", graphs.DEFAULT_HEURISTICS, True)])
+def test_the_heuristics_from_the_environment(monkeypatch, caplog, value, want, warns):
+    monkeypatch.setenv("PYCAFFE_LITE_CUDNN_HEURISTICS", value)
+    with caplog.at_level(logging.WARNING, logger="pycaffe_lite"):
+        assert graphs._heuristics_from_env() == want
+    assert ("PYCAFFE_LITE_CUDNN_HEURISTICS=instant" in caplog.text) == warns

@@ -44,11 +44,46 @@ TIMING_REPEATS = 3
 # convolutions ask for gigabytes, for little gain).
 WORKSPACE_LIMIT = int(os.environ.get("PYCAFFE_LITE_CUDNN_WORKSPACE_MB", "256")) << 20
 
+#: the heuristics whose plans are built (and timed), by the frontend's ``heur_mode`` names
+DEFAULT_HEURISTICS = ("a", "fallback")
+HEURISTICS = ("a", "b", "fallback")
+
+
+def _heuristics_from_env():
+    value = os.environ.get("PYCAFFE_LITE_CUDNN_HEURISTICS", "")
+    names = tuple(n.strip().lower() for n in value.split(",") if n.strip())
+    if not names:
+        return DEFAULT_HEURISTICS
+    if not set(names) <= set(HEURISTICS):
+        log.warning("PYCAFFE_LITE_CUDNN_HEURISTICS=%s: the heuristics are some of %s; using "
+                    "%s", value, ",".join(HEURISTICS), ",".join(DEFAULT_HEURISTICS))
+        return DEFAULT_HEURISTICS
+    return names
+
+
 _settings = {
     "allow_tf32": False,
     "autotune": os.environ.get("PYCAFFE_LITE_CUDNN_AUTOTUNE", "1") != "0",
+    "heuristics": _heuristics_from_env(),
 }
 _lock = threading.Lock()
+
+
+def set_heuristics(names):
+    """The cuDNN heuristics whose plans are built and timed for a new graph: some of
+    :data:`HEURISTICS` (``a``: the fast one, ``b``: the more thorough one, ``fallback``),
+    :data:`DEFAULT_HEURISTICS` unless ``PYCAFFE_LITE_CUDNN_HEURISTICS`` says otherwise. Where
+    cuDNN cannot query one of them for a graph, the defaults are used for it. Returns the old
+    setting; the graphs built so far are dropped."""
+    names = tuple(str(n).strip().lower() for n in names)
+    if not names or not set(names) <= set(HEURISTICS):
+        raise ValueError("cuDNN heuristics are some of %s, got %r" % (", ".join(HEURISTICS),
+                                                                       names))
+    old = _settings["heuristics"]
+    _settings["heuristics"] = names
+    if old != names:
+        CACHE.clear()
+    return old
 
 
 def set_allow_tf32(flag):
@@ -165,9 +200,10 @@ def _launcher(plan, handle):
     return direct
 
 
-def build_graph(fe, key, handle):
+def build_graph(fe, key, handle, heuristics=DEFAULT_HEURISTICS):
     """The frontend graph for ``key`` and its tensors: ``(graph, tensors)`` where tensors are
-    in the order of the arrays the kind's calls pass (see :func:`run`)."""
+    in the order of the arrays the kind's calls pass (see :func:`run`); its plans those of
+    ``heuristics`` (names of :data:`HEURISTICS`)."""
     kind, x_shape, w_shape, y_shape, pad, stride, dilation = key[:7]
     io, compute = _data_type(fe, key[7], key[10] if len(key) > 10 else False)
     graph = fe.pygraph(io_data_type=io, intermediate_data_type=compute,
@@ -208,7 +244,7 @@ def build_graph(fe, key, handle):
         raise ValueError("unknown convolution kind %r" % (kind,))
     graph.validate()
     graph.build_operation_graph()
-    graph.create_execution_plans([fe.heur_mode.A, fe.heur_mode.FALLBACK])
+    graph.create_execution_plans([getattr(fe.heur_mode, h.upper()) for h in heuristics])
     if np.dtype(key[7]) == np.float32 and not key[8]:
         notes = [getattr(fe.numerical_note, n) for n in STRICT_FLOAT32_EXCLUDES
                  if hasattr(fe.numerical_note, n)]
@@ -255,7 +291,15 @@ class GraphCache:
     def _build(self, fe, key, handle, pointers, workspace, timer):
         self.builds += 1
         try:
-            graph, tensors = build_graph(fe, key, handle)
+            heuristics = _settings["heuristics"]
+            try:
+                graph, tensors = build_graph(fe, key, handle, heuristics)
+            except Exception as exc:
+                if heuristics == DEFAULT_HEURISTICS:
+                    raise
+                log.debug("cuDNN %s with heuristics %s: %s; the default ones instead",
+                          key.describe(), ",".join(heuristics), exc)
+                graph, tensors = build_graph(fe, key, handle)
             candidates = _built_plans(graph)
             if not candidates:
                 raise NotSupported("no execution plan could be built")
