@@ -6,6 +6,9 @@ both, on the same card in the same process, in alternating rounds (the fastest o
     E="env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"   # see bench_env.py
     $E python benchmarks/profile_gpu_convs.py --net resnet50 --batch 32 --json convs.json
 
+InnerProduct layers are listed too: on the GPU they run as 1x1 convolutions of ``(M, K, 1,
+1)`` through cuDNN (a CUDA graph can hold them), where PyTorch's ``linear`` calls cuBLAS.
+
 For each configuration: the forward, the data gradient and the filter gradient (ms per call,
 ours, PyTorch's, their ratio); the forward with bias and ReLU as a folded TEST net runs it
 (ours: the path ``cudnn_graphs.prefer_fused`` chose, fused graph or convolution then one
@@ -38,25 +41,34 @@ PASSES = ("forward", "dgrad", "wgrad", "forward_bias_relu")
 
 
 def conv_configs(net):
-    """The net's distinct 2-D convolutions, in the order they first run: ``[{"x", "w", "y"
-    (shapes), "pad", "stride", "dilation", "group", "layers" (their names)}]``."""
+    """The net's distinct 2-D convolutions and InnerProduct layers (which run as 1x1
+    convolutions of ``(M, K, 1, 1)`` on the GPU), in the order they first run: ``[{"type",
+    "x", "w", "y" (shapes), "pad", "stride", "dilation", "group", "layers" (their names)}]``."""
     configs = OrderedDict()
     for rec in net.records:
         layer = rec.layer
-        if layer.type != "Convolution":
+        if layer.type == "Convolution":
+            g = layer.plan.geometry
+            x, w, y = (tuple(rec.bottoms[0].shape), tuple(layer.blobs[0].shape),
+                       tuple(rec.tops[0].shape))
+            geometry = (g.pad, g.stride, g.dilation, g.group)
+        elif layer.type == "InnerProduct" and not layer.transpose:
+            m, k, n = layer.M, layer.K, layer.num_output
+            x, w, y = (m, k, 1, 1), (n, k, 1, 1), (m, n, 1, 1)
+            geometry = ((0, 0), (1, 1), (1, 1), 1)
+        else:
             continue
-        g = layer.plan.geometry
-        x, w, y = (tuple(rec.bottoms[0].shape), tuple(layer.blobs[0].shape),
-                   tuple(rec.tops[0].shape))
-        key = (x, w, y, g.pad, g.stride, g.dilation, g.group)
+        key = (layer.type, x, w, y) + geometry
         if key not in configs:
-            configs[key] = {"x": x, "w": w, "y": y, "pad": g.pad, "stride": g.stride,
-                            "dilation": g.dilation, "group": g.group, "layers": []}
+            configs[key] = dict(zip(("type", "x", "w", "y", "pad", "stride", "dilation",
+                                     "group"), key), layers=[])
         configs[key]["layers"].append(rec.name)
     return list(configs.values())
 
 
 def describe(c):
+    if c["type"] == "InnerProduct":
+        return "fc %d x %d->%d" % (c["x"][0], c["x"][1], c["w"][0])
     kh, kw = c["w"][2:]
     return "%s %dx%d/%d %d->%d%s" % ("x".join(str(v) for v in c["x"][2:]), kh, kw,
                                      c["stride"][0], c["x"][1], c["w"][0],
@@ -126,10 +138,18 @@ def profile(c, torch, args):
             "wgrad": backward([False, True, False]),
             "forward_bias_relu": lambda: F.conv2d(tx, tw, tb, **conv).relu_(),
         }
+        if c["type"] == "InnerProduct":  # PyTorch's linear layer: cuBLAS
+            x2, w2, dy2 = (t.reshape(t.shape[0], -1) for t in (tx, tw, tdy))
+            theirs = {
+                "forward": lambda: F.linear(x2, w2),
+                "dgrad": lambda: dy2 @ w2,
+                "wgrad": lambda: dy2.t() @ x2,
+                "forward_bias_relu": lambda: F.linear(x2, w2, tb).relu_(),
+            }
         with torch.no_grad():
-            np.testing.assert_allclose(cp.asnumpy(y), theirs["forward_bias_relu"]().cpu()
-                                       .numpy(), rtol=1e-3, atol=1e-3 * float(
-                                           np.abs(cp.asnumpy(y)).max()))
+            ref = theirs["forward_bias_relu"]().cpu().numpy().reshape(c["y"])
+            np.testing.assert_allclose(cp.asnumpy(y), ref, rtol=1e-3,
+                                       atol=1e-3 * float(np.abs(cp.asnumpy(y)).max()))
     out = {}
     for name in PASSES:
         fns = {"ours": ours[name]}
@@ -170,8 +190,10 @@ def main(argv=None):
         caffe.set_mode_gpu()
     net = cpu_bench.zoo_net(args.net, args.batch, batch_stats=True)
     configs = conv_configs(net)
-    print("%s batch %d: %d convolutions, %d distinct" % (
-        args.net, args.batch, sum(len(c["layers"]) for c in configs), len(configs)))
+    convs = [c for c in configs if c["type"] == "Convolution"]
+    print("%s batch %d: %d convolutions, %d distinct; %d InnerProduct layers" % (
+        args.net, args.batch, sum(len(c["layers"]) for c in convs), len(convs),
+        sum(len(c["layers"]) for c in configs) - sum(len(c["layers"]) for c in convs)))
     if not gpu:
         for c in configs:
             print("  %-28s x%d" % (describe(c), len(c["layers"])))

@@ -42,6 +42,11 @@ def test_the_distinct_convolutions_of_resnet50():
     net = caffe.Net(profile.cpu_bench.zoo_param("resnet50", 2, False, False, None),
                     caffe.TEST)
     configs = profile.conv_configs(net)
+    # the classifier, an InnerProduct of 2048 inputs: a 1x1 convolution on the GPU
+    fc = [c for c in configs if c["type"] == "InnerProduct"]
+    assert [(c["x"], c["w"], c["y"], len(c["layers"])) for c in fc] == \
+        [((2, 2048, 1, 1), (1000, 2048, 1, 1), (2, 1000, 1, 1), 1)]
+    configs = [c for c in configs if c["type"] == "Convolution"]
     got = collections.Counter()
     for c in configs:
         assert c["dilation"] == (1, 1) and c["group"] == 1
@@ -64,5 +69,5 @@ def test_without_a_gpu_it_lists_them_and_exits_0(capsys, monkeypatch):
     monkeypatch.setattr(profile.backend, "gpu_available", lambda: False)
     assert profile.main(["--net", "resnet50", "--batch", "1"]) == 0
     out = capsys.readouterr().out
-    assert "resnet50 batch 1: 53 convolutions, 20 distinct" in out
-    assert "7x7/2 3->64" in out and "no GPU: skipped" in out
+    assert "resnet50 batch 1: 53 convolutions, 20 distinct; 1 InnerProduct layers" in out
+    assert "7x7/2 3->64" in out and "fc 1 x 2048->1000" in out and "no GPU: skipped" in out
