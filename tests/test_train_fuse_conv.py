@@ -58,12 +58,12 @@ def _batch(net, k):
     net.blobs["label"].data[...] = rng.integers(0, 3, 4)
 
 
-def train(tmp_path, monkeypatch, fuse, steps=3, dtype=None):
-    """``steps`` SGD steps; returns (every param's data and diff, every blob's data, the
-    net)."""
+def train(tmp_path, monkeypatch, fuse, steps=3, head=""):
+    """``steps`` SGD steps of ``head`` + NET; returns (every param's data and diff, every
+    blob's data, the net)."""
     monkeypatch.setenv(net_train_fuse.ENV_VAR, "1" if fuse else "0")
     path = tmp_path / ("net_%d.prototxt" % fuse)
-    path.write_text(NET)
+    path.write_text(head + NET)
     param = caffe_pb2.SolverParameter()
     text_format.Merge('net: "%s" base_lr: 0.1 momentum: 0.9 weight_decay: 0.001 '
                       'lr_policy: "fixed" random_seed: 3 snapshot_after_train: false '
@@ -161,6 +161,24 @@ def test_on_the_simulated_device_with_cuda_graphs(tmp_path, monkeypatch):
             backend.set_mode_cpu()
     assert [[graph.layer_names[i] for i in c.indices] for c in graph._train_fuse.convs] == \
         CHAINS
+    assert_same(fused[:2], plain[:2])
+
+
+def test_float16_nets_on_the_simulated_device(tmp_path, monkeypatch):
+    """NVCaffe's float16 (storage float16, loss scaling, float32 masters): the fused
+    convolutions equal the layers on their own, CUDA graphs included."""
+    head = ("default_forward_type: FLOAT16 default_backward_type: FLOAT16 "
+            "default_forward_math: FLOAT default_backward_math: FLOAT global_grad_scale: 8\n")
+    with simulated_device():
+        backend.set_mode_gpu()
+        try:
+            plain = train(tmp_path, monkeypatch, False, head=head)
+            fused = train(tmp_path, monkeypatch, True, head=head)
+        finally:
+            backend.set_mode_cpu()
+    net = fused[2]
+    assert net.blobs["c1"].data.dtype == np.float16
+    assert [[net.layer_names[i] for i in c.indices] for c in net._train_fuse.convs] == CHAINS
     assert_same(fused[:2], plain[:2])
 
 
