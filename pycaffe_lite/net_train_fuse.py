@@ -360,13 +360,15 @@ def find_sums(net):
 
 def find_conv_relus(net):
     """The Convolution -> ReLU chains of ``net``: a Convolution (one bottom, one top, no loss
-    weight; a layer class whose forward takes ``relu=True``) and the ReLU (``negative_slope:
-    0``) in place on its top right after it."""
+    weight; a layer class whose forward takes ``relu=True``, its ``Forward`` not replaced by
+    an engine of its own, as :mod:`net_int8`'s) and the ReLU (``negative_slope: 0``) in place
+    on its top right after it."""
     found, records = [], net.records
     for i, rec in enumerate(records[:-1]):
         layer = rec.layer
         if layer.type != "Convolution" or not getattr(layer, "takes_relu", False) or \
-                len(rec.bottom_ids) != 1 or len(rec.top_ids) != 1 or layer.loss(0):
+                "Forward" in vars(layer) or len(rec.bottom_ids) != 1 or \
+                len(rec.top_ids) != 1 or layer.loss(0):
             continue
         nxt = records[i + 1]
         if nxt.layer.type == "ReLU" and _links(nxt, rec.top_ids[0], None):

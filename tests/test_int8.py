@@ -121,6 +121,11 @@ def test_intel_quantized_convolution_runs_as_its_int8_engine_computes(caplog):
     rng = _filled(net, 3)
     flt = caffe.Net(INTEL, caffe.TEST, int8=False)
     assert flt.int8_layers == []
+    # the float net runs conv1's ReLU in its output pass (net_train_fuse); the int8 engine,
+    # which replaces conv1's Forward, is never bypassed that way
+    assert [[flt.layer_names[i] for i in c.indices] for c in flt._train_fuse.convs] == \
+        [["conv1", "relu1"]]
+    assert net._train_fuse is None
     for a, b in zip(flt.layers, net.layers):
         for x, y in zip(a.blobs, b.blobs):
             x.data[...] = y.data
