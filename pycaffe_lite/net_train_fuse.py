@@ -358,6 +358,15 @@ def find_sums(net):
     return found
 
 
+def _forward_takes_relu(layer):
+    """Whether ``layer``'s ``forward`` is one that takes ``relu=True`` (its class says so with
+    ``takes_relu``; a subclass with a forward of its own does not inherit the promise)."""
+    for cls in type(layer).__mro__:
+        if "forward" in vars(cls):
+            return bool(vars(cls).get("takes_relu", False))
+    return False
+
+
 def find_conv_relus(net):
     """The Convolution -> ReLU chains of ``net``: a Convolution (one bottom, one top, no loss
     weight; a layer class whose forward takes ``relu=True``, its ``Forward`` not replaced by
@@ -366,7 +375,7 @@ def find_conv_relus(net):
     found, records = [], net.records
     for i, rec in enumerate(records[:-1]):
         layer = rec.layer
-        if layer.type != "Convolution" or not getattr(layer, "takes_relu", False) or \
+        if layer.type != "Convolution" or not _forward_takes_relu(layer) or \
                 "Forward" in vars(layer) or len(rec.bottom_ids) != 1 or \
                 len(rec.top_ids) != 1 or layer.loss(0):
             continue

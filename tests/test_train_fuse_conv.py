@@ -96,6 +96,28 @@ def test_the_chains_are_convolutions_with_their_in_place_relu(tmp_path, monkeypa
     assert not fusion.chains and not fusion.sums
 
 
+def test_a_convolution_class_with_a_forward_of_its_own_is_not_chained(tmp_path, monkeypatch):
+    class Mine(ConvolutionLayer):
+        def forward(self, bottom, top):  # no relu=: the promise is not inherited
+            return ConvolutionLayer.forward(self, bottom, top)
+
+    class MineWithRelu(ConvolutionLayer):
+        takes_relu = True
+
+        def forward(self, bottom, top, relu=False):
+            return ConvolutionLayer.forward(self, bottom, top, relu)
+
+    _, _, net = train(tmp_path, monkeypatch, True, steps=0)
+    assert net_train_fuse._forward_takes_relu(net.layer_dict["c1"])
+    for cls, chained in ((Mine, False), (MineWithRelu, True)):
+        layer = net.layer_dict["c1"]
+        layer.__class__ = cls
+        assert net_train_fuse._forward_takes_relu(layer) is chained
+        found = [[net.layer_names[i] for i in c] for c in net_train_fuse.find_conv_relus(net)]
+        assert (["c1", "r1"] in found) is chained
+        layer.__class__ = ConvolutionLayer
+
+
 def test_fused_training_equals_the_layers_on_their_own(tmp_path, monkeypatch):
     plain = train(tmp_path, monkeypatch, False)
     assert plain[2]._train_fuse is None
