@@ -112,7 +112,10 @@ def _own(side, blob, B):
 # ---- the steps --------------------------------------------------------------------------
 class Step:
     """One layer's forward in the blocked layout (installed in ``net._fused``); in GPU mode,
-    or for blobs that are not 4-D float32, the layer's own forward runs."""
+    or for blobs that are not 4-D float32, the layer's own forward runs (``ran_blocked``
+    says which ran last)."""
+
+    ran_blocked = False
 
     def __init__(self, plan, index, original):
         self.plan, self.index, self.original = plan, index, original
@@ -122,8 +125,10 @@ class Step:
     def __call__(self, bottom, top):
         if backend.mode() != backend.CPU or any(
                 b.num_axes != 4 or b.synced_data.dtype != np.float32 for b in bottom):
+            self.ran_blocked = False
             return self.original(bottom, top)
         self.run(bottom, top)
+        self.ran_blocked = True
         return 0.0
 
     def reshape(self, bottom, top, layer=None):
@@ -290,13 +295,24 @@ class EltwiseStep(Step):
 class Absorbed:
     """Layers whose work another step does (a ReLU after an Eltwise; an Eltwise in a
     convolution's store); ``absorbed``: their indices, as net_fold's chains list theirs, so
-    that a forward that stops between them runs every layer on its own."""
+    that a forward that stops between them runs every layer on its own. ``step`` is the step
+    that does their work when it runs blocked; when it ran its layer's own forward instead
+    (GPU mode; blobs that are not 4-D float32), each of ``originals`` (layer index -> its
+    forward) runs in its layer's place: :meth:`forward` is that place's entry."""
 
-    def __init__(self, producer, absorbed):
+    def __init__(self, producer, absorbed, step, originals):
         self.producer, self.absorbed = producer, list(absorbed)
+        self.step, self.originals = step, dict(originals)
 
-    def __call__(self, bottom, top):
-        return 0.0
+    def forward(self, index):
+        """The forward of absorbed layer ``index`` (for ``net._fused``)."""
+        original = self.originals[index]
+
+        def run(bottom, top):
+            if self.step.ran_blocked:
+                return 0.0
+            return original(bottom, top)
+        return run
 
 
 class ConcatBuffer:
@@ -431,9 +447,10 @@ def install(net, chains, keep_intermediates=True):
         writer[root(out_id)] = (i, step)
         if isinstance(step, EltwiseStep) and _relu_follows(net, i, rec.top_ids[0], absorbed):
             step.relu = True
-            pair = Absorbed(i, [i + 1])
+            relu = net._fused.get(i + 1, net.records[i + 1].layer.Forward)
+            pair = Absorbed(i, [i + 1], step, {i + 1: relu})
             plan.pairs.append(pair)
-            net._fused[i + 1] = pair
+            net._fused[i + 1] = pair.forward(i + 1)
             absorbed.add(i + 1)
     if not keep_intermediates:
         for j, step in list(plan.steps.items()):
@@ -469,13 +486,16 @@ def _into_convolution(net, plan, j, step, chain_of, writer, root):
         conv.relu = step.relu
         del plan.steps[j]
         tail = [j]  # the Eltwise and the ReLU it took
+        originals = {j: step.original}
         for pair in [p for p in plan.pairs if p.producer == j]:
             tail += pair.absorbed
+            originals.update(pair.originals)
             plan.pairs.remove(pair)
-        pair = Absorbed(i, (chain.absorbed if chain is not None else []) + tail)
+        pair = Absorbed(i, (chain.absorbed if chain is not None else []) + tail, conv,
+                        originals)
         plan.pairs.append(pair)
         for n in tail:
-            net._fused[n] = pair
+            net._fused[n] = pair.forward(n)
         plan.dropped[net._blob_names[out_id]] = rec.layer.name
         return
 

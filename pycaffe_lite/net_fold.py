@@ -44,9 +44,11 @@ import os
 
 import numpy as np
 
-from . import net_blocked
+from . import backend, net_blocked
 from .errors import NetError
 from .layers import create_layer
+from .net_train_fuse import find_sums
+from .ops import train_fused
 from .ops.relu import bias_relu
 from .proto import caffe_pb2
 
@@ -334,13 +336,48 @@ def fold(net, keep_intermediates=True):
     if folded_names:
         net.blobs = BlobDict(((n, b) for n, b in net.blobs.items() if n not in folded_names),
                              folded_names)
-    if chains or lean or blocked is not None and blocked.steps:
+    # an Eltwise that a blocked convolution computes in its store stays in that pair (its
+    # layers run on their own in GPU mode); a blocked Eltwise and its ReLU become a DeviceSum
+    taken = {i for pair in (blocked.pairs if blocked is not None else ())
+             if net.records[pair.producer].layer.type != "Eltwise"
+             for i in [pair.producer] + pair.absorbed}
+    sums = [DeviceSum(net, indices) for indices in find_sums(net)
+            if not taken & set(indices)]
+    if chains or lean or sums or blocked is not None and blocked.steps:
         net.folding = Folding(chains, keep_intermediates)
         net.folding.blocked = blocked
-        for pair in blocked.pairs if blocked is not None else ():
+        for pair in (blocked.pairs if blocked is not None else []) + sums:
             for k, i in enumerate([pair.producer] + pair.absorbed):
                 net.folding.inside[i] = (pair, k)
     return chains
+
+
+class DeviceSum:
+    """An Eltwise SUM of a folded net and the ReLU in place on its top, if one follows: in
+    GPU mode one pass (:func:`ops.train_fused.sum_forward`, the weighted sum and the ReLU),
+    in CPU mode what ran before (the blocked steps, or the layers)."""
+
+    def __init__(self, net, indices):
+        self.producer, self.absorbed = indices[0], indices[1:]
+        self.records = [net.records[i] for i in indices]
+        self.host = [net._fused.get(i, net.records[i].layer.Forward) for i in indices]
+        net._fused[self.producer] = self.forward
+        for k, i in enumerate(self.absorbed, 1):
+            net._fused[i] = (lambda host: lambda bottom, top: (
+                0.0 if backend.mode() == backend.GPU else host(bottom, top)))(self.host[k])
+
+    def forward(self, bottom, top):
+        if backend.mode() != backend.GPU:
+            return self.host[0](bottom, top)
+        rec = self.records[0]
+        xs = [b.read_data() for b in rec.bottoms]
+        if xs[0].size == 0:  # the layers (the ReLU's entry does nothing in GPU mode)
+            return sum(r.layer.Forward(r.bottoms, r.tops) for r in self.records)
+        for r in self.records:
+            r.layer.reshape(r.bottoms, r.tops)
+        train_fused.sum_forward(xs, rec.layer.coeffs, rec.tops[0].write_data(),
+                                bool(self.absorbed))
+        return 0.0
 
 
 def _inference_forwards(net):
