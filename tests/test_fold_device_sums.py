@@ -10,7 +10,9 @@ starts at the ReLU (inside the pair) running the layers on their own.
 The CPU's channel-blocked steps (net_blocked) take an Eltwise's ReLU, or a residual Eltwise
 into a convolution's store (``keep_intermediates=False``); where a step runs its layer's own
 forward instead (GPU mode), the layers it took must run theirs: every blob of the net in GPU
-mode against the CPU's, with and without the one-pass sums.
+mode against the CPU's, with and without the one-pass sums; and every blob of the zoo's nets
+loaded with weights (folded) in GPU mode against the CPU's, on the simulated device and on a
+GPU.
 """
 
 import contextlib
@@ -183,13 +185,17 @@ def test_every_blob_in_gpu_mode_equals_the_cpus(files, monkeypatch, keep, device
         np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-def _resnet50_cpu_and_device(tmp_path, keep, device):
-    """Every blob of ResNet-50 loaded as pycaffe scripts load a model, ``Net(deploy, weights,
+ZOO_NETS = ["alexnet", "caffenet", "googlenet", "mobilenet", "resnet50", "squeezenet1.1",
+            "v1_small"]  # VGG-16 too, outside the suite (its weights take 528 MB)
+
+
+def _zoo_cpu_and_device(tmp_path, name, keep, device):
+    """Every blob of a zoo net loaded as pycaffe scripts load a model, ``Net(deploy, weights,
     TEST)`` (folded), on the CPU and in GPU mode (three forwards: eager, captured, replayed)
     inside ``device()``."""
     import os
     deploy = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "models", "zoo", "resnet50_deploy.prototxt")
+                          "models", "zoo", name + "_deploy.prototxt")
     caffe.set_random_seed(2)
     net = caffe.Net(deploy, caffe.TEST)
     rng = np.random.default_rng(3)
@@ -199,15 +205,16 @@ def _resnet50_cpu_and_device(tmp_path, keep, device):
             layer.blobs[0].data[...] = rng.normal(0, 0.1, c)
             layer.blobs[1].data[...] = rng.uniform(0.5, 1.5, c)
             layer.blobs[2].data[...] = 1.0
-    weights = str(tmp_path / "resnet50.caffemodel")
+    weights = str(tmp_path / (name + ".caffemodel"))
     net.save(weights)
-    x = rng.uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32)
+    x = rng.uniform(-1, 1, net.blobs[net.inputs[0]].shape).astype(np.float32)
     results = []
     for mode in ("cpu", "gpu"):
         with device() if mode == "gpu" else contextlib.nullcontext():
             if mode == "gpu":
                 backend.set_mode_gpu()
             folded = caffe.Net(deploy, weights, caffe.TEST, keep_intermediates=keep)
+            assert folded.folding is not None
             folded.blobs[folded.inputs[0]].data[...] = x
             for _ in range(3 if mode == "gpu" else 1):
                 folded.forward_from_to()
@@ -215,19 +222,21 @@ def _resnet50_cpu_and_device(tmp_path, keep, device):
             backend.set_mode_cpu()
     cpu, gpu = results
     assert gpu.keys() == cpu.keys()
-    for name in cpu:
-        scale = max(float(np.abs(cpu[name]).max()), 1e-6)
-        np.testing.assert_allclose(gpu[name], cpu[name], rtol=1e-4, atol=1e-4 * scale,
-                                   err_msg=name)
+    for blob in cpu:
+        scale = max(float(np.abs(cpu[blob]).max()), 1e-6)
+        np.testing.assert_allclose(gpu[blob], cpu[blob], rtol=1e-4, atol=1e-4 * scale,
+                                   err_msg=blob)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("keep", [True, False], ids=["keep_intermediates", "lean"])
-def test_a_folded_resnet50_on_the_simulated_device_gives_the_cpus_blobs(tmp_path, keep):
-    _resnet50_cpu_and_device(tmp_path, keep, simulated_device)
+@pytest.mark.parametrize("name", ZOO_NETS)
+def test_a_folded_zoo_net_on_the_simulated_device_gives_the_cpus_blobs(tmp_path, name, keep):
+    _zoo_cpu_and_device(tmp_path, name, keep, simulated_device)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("keep", [True, False], ids=["keep_intermediates", "lean"])
-def test_a_folded_resnet50_on_a_gpu_gives_the_cpus_blobs(tmp_path, cupy_device, keep):
-    _resnet50_cpu_and_device(tmp_path, keep, contextlib.nullcontext)
+@pytest.mark.parametrize("name", ZOO_NETS + ["vgg16"])
+def test_a_folded_zoo_net_on_a_gpu_gives_the_cpus_blobs(tmp_path, cupy_device, name, keep):
+    _zoo_cpu_and_device(tmp_path, name, keep, contextlib.nullcontext)
