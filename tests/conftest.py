@@ -78,6 +78,18 @@ def cupy_device():
     backend.use_device_module(old)
 
 
+@pytest.fixture
+def cuda_graphs_on():
+    """CUDA graphs on (the default) for the test, whatever an earlier one left; CPU mode
+    afterwards."""
+    from pycaffe_lite import backend, cuda_graphs
+
+    old = cuda_graphs.set_enabled(True)
+    yield
+    cuda_graphs.set_enabled(old)
+    backend.set_mode_cpu()
+
+
 @pytest.fixture(scope="session")
 def lenet_dir():
     """models/lenet: the LeNet example (prototxts, solver, the MNIST subset in mnist5k/)."""

@@ -40,12 +40,7 @@ layer { name: "prob" type: "Softmax" bottom: "ip" top: "prob" }
 """
 
 
-@pytest.fixture(autouse=True)
-def graphs_on():
-    old = cuda_graphs.set_enabled(True)
-    yield
-    cuda_graphs.set_enabled(old)
-    backend.set_mode_cpu()
+pytestmark = pytest.mark.usefixtures("cuda_graphs_on")
 
 
 def _net(tmp_path, text=NET, name="net.prototxt"):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import pycaffe_lite as caffe
-from pycaffe_lite import backend, cuda_graphs, net_fold
+from pycaffe_lite import backend, net_fold
 from pycaffe_lite.layers.common.eltwise_layer import EltwiseLayer
 from pycaffe_lite.layers.neuron.relu_layer import ReLULayer
 from pycaffe_lite.ops import train_fused
@@ -58,12 +58,7 @@ NET = ('name: "sums"\n'
        'layer { name: "prob" type: "Softmax" bottom: "ip" top: "prob" }\n')
 
 
-@pytest.fixture(autouse=True)
-def cpu_afterwards():
-    old = cuda_graphs.set_enabled(True)
-    yield
-    cuda_graphs.set_enabled(old)
-    backend.set_mode_cpu()
+pytestmark = pytest.mark.usefixtures("cuda_graphs_on")
 
 
 @pytest.fixture
