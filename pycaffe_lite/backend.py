@@ -128,7 +128,7 @@ def track_device_memory():
         return
     pool = get_pool()
     previous = cuda.get_allocator()
-    if previous != pool.malloc:
+    if previous != pool.malloc and getattr(previous, "__self__", None) is not pool:
         log.info("Device memory is not measured: the allocator in use is not CuPy's default "
                  "memory pool")
         yield None

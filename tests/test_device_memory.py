@@ -106,6 +106,25 @@ def test_the_allocator_comes_back_after_the_block_and_after_an_error(device):
     del m
 
 
+def test_the_pools_own_allocator_in_another_wrapper_is_measured(device):
+    """CuPy may hand back the pool's malloc as an object of its own: what counts is that it is
+    the pool's (its ``__self__``)."""
+    mod, pool = device
+
+    class Bound:
+        __self__ = pool
+
+        def __call__(self, size):
+            return pool.malloc(size)
+
+    mod.cuda.set_allocator(Bound())
+    with backend.track_device_memory() as memory:
+        m = _alloc(mod, 2048)
+        del m
+    assert memory is not None and memory.peak == 2048
+    assert isinstance(mod.cuda.get_allocator(), Bound)
+
+
 def test_allocations_of_other_threads_count(device):
     mod, pool = device
     with backend.track_device_memory() as memory:
