@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import sys
-import time
 from collections import OrderedDict
 
 import numpy as np
@@ -32,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench_env  # noqa: E402
+import bench_gpu  # noqa: E402  (alternating rounds, PyTorch's settings)
 import run as cpu_bench  # noqa: E402  (the zoo nets)
 
 import pycaffe_lite as caffe  # noqa: E402
@@ -73,26 +73,6 @@ def describe(c):
     return "%s %dx%d/%d %d->%d%s" % ("x".join(str(v) for v in c["x"][2:]), kh, kw,
                                      c["stride"][0], c["x"][1], c["w"][0],
                                      " g%d" % c["group"] if c["group"] > 1 else "")
-
-
-def alternating(fns, rounds, per_round, syncs):
-    """ms per call of each of ``fns`` (name -> fn), the fastest of ``rounds`` rounds of
-    ``per_round`` calls, the functions alternating within each round."""
-    for name, fn in fns.items():
-        fn()
-        syncs[name]()
-    best = {}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            sync = syncs[name]
-            sync()
-            t = time.perf_counter()
-            for _ in range(per_round):
-                fn()
-            sync()
-            ms = (time.perf_counter() - t) / per_round * 1e3
-            best[name] = min(best.get(name, ms), ms)
-    return best
 
 
 def profile(c, torch, args):
@@ -152,12 +132,13 @@ def profile(c, torch, args):
                                        atol=1e-3 * float(np.abs(cp.asnumpy(y)).max()))
     out = {}
     for name in PASSES:
-        fns = {"ours": ours[name]}
-        syncs = {"ours": backend.synchronize}
-        if name in theirs:
-            fns["torch"], syncs["torch"] = theirs[name], torch.cuda.synchronize
         with torch.no_grad() if torch is not None else contextlib.nullcontext():
-            out[name] = alternating(fns, args.rounds, args.per_round, syncs)
+            r = bench_gpu.alternating(ours[name], theirs.get(name), args.rounds,
+                                      args.per_round, backend.synchronize,
+                                      torch.cuda.synchronize if torch is not None else None)
+        out[name] = {"ours": r["ms"]}
+        if "torch_ms" in r:
+            out[name]["torch"] = r["torch_ms"]
     dev = cp.cuda.runtime.getDevice()
     key = cudnn_graphs.Key.make(cudnn_graphs.FPROP, c["x"], c["w"], c["y"], c["pad"],
                                 c["stride"], c["dilation"], np.float32, dev)
@@ -208,8 +189,7 @@ def main(argv=None):
         return 1
     torch = None
     if not args.no_torch:
-        from bench_gpu import torch_cuda_or_none
-        torch = torch_cuda_or_none(True)
+        torch = bench_gpu.torch_cuda_or_none(True)
     env = bench_env.report()
     from pycaffe_lite.ops import gpu as gpu_ops
     props = backend.device_properties(args.gpu)

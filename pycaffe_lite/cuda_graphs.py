@@ -42,7 +42,7 @@ import os
 from . import backend, net_types
 from .layer import deferred_checks
 from .proto import caffe_pb2
-from .syncedmem import HOST_NEWER
+from .syncedmem import upload_host_writes
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -198,9 +198,7 @@ def _params_current(net, state):
         state.key = state.warm_key = state.graph = state.folding = None
         state.params = []
         return False
-    for _, synced, _ in state.params:
-        if synced.head in HOST_NEWER:
-            synced.gpu()
+    upload_host_writes(synced for _, synced, _ in state.params)
     return True
 
 

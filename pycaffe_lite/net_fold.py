@@ -363,8 +363,15 @@ class DeviceSum:
         self.host = [net._fused.get(i, net.records[i].layer.Forward) for i in indices]
         net._fused[self.producer] = self.forward
         for k, i in enumerate(self.absorbed, 1):
-            net._fused[i] = (lambda host: lambda bottom, top: (
-                0.0 if backend.mode() == backend.GPU else host(bottom, top)))(self.host[k])
+            net._fused[i] = self._absorbed(self.host[k])
+
+    @staticmethod
+    def _absorbed(host):
+        """The ReLU's entry: nothing in GPU mode (:meth:`forward` applied it), ``host``
+        otherwise."""
+        def run(bottom, top):
+            return 0.0 if backend.mode() == backend.GPU else host(bottom, top)
+        return run
 
     def forward(self, bottom, top):
         if backend.mode() != backend.GPU:

@@ -26,6 +26,15 @@ SYNCED = "synced"
 HOST_NEWER = (HEAD_AT_CPU, HEAD_AT_BLOCKED)
 
 
+def upload_host_writes(arrays):
+    """Bring up to the device each of ``arrays`` (SyncedArrays) written on the host since the
+    device last wrote it: what a CUDA graph, which cannot copy from the host, reads before a
+    launch."""
+    for synced in arrays:
+        if synced.head in HOST_NEWER:
+            synced.gpu()
+
+
 class SyncedArray:
     """A flat array of ``size`` elements of ``dtype`` with lazy host/device copies."""
 

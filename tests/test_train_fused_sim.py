@@ -292,11 +292,16 @@ def reference_forward(x, gamma, beta, eps, relu, mean=None, var=None):
     return xhat, (np.maximum(y, 0) if relu else y), mean, var
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("shape,relu,bias,global_stats", [
+#: (shape, relu, bias, global_stats) of the chain kernels built for the host: every branch of
+#: the kernels (one channel, one element per channel, global statistics)
+CHAIN_CASES = [
     ((3, 5, 7), True, True, False), ((2, 3, 1), False, False, False),
     ((4, 1, 300), True, False, False), ((3, 5, 7), True, True, True),
-    ((2, 7, 9), False, True, True)])
+    ((2, 7, 9), False, True, True)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,relu,bias,global_stats", CHAIN_CASES)
 def test_the_cuda_chain_kernels_built_for_the_host(host_kernels, dtype, shape, relu, bias,
                                                    global_stats):
     n, c, s = shape
@@ -411,10 +416,7 @@ def _close(got, want, rel, name, scale=None):
                                atol=rel * max(scale, 1e-30), err_msg=name)
 
 
-@pytest.mark.parametrize("shape,relu,bias,global_stats", [
-    ((3, 5, 7), True, True, False), ((2, 3, 1), False, False, False),
-    ((4, 1, 300), True, False, False), ((3, 5, 7), True, True, True),
-    ((2, 7, 9), False, True, True)])
+@pytest.mark.parametrize("shape,relu,bias,global_stats", CHAIN_CASES)
 def test_the_half_chain_kernels_built_for_the_host(host_kernels, host_half, shape, relu, bias,
                                                    global_stats):
     outs, inp = _bn_paths(shape, relu, bias, global_stats, sum(shape))

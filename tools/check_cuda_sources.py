@@ -18,6 +18,7 @@ Exit status: 0 when everything compiled, 1 naming each module that failed (with 
 2 when NVRTC cannot be loaded.
 """
 
+import functools
 import importlib
 import os
 import pkgutil
@@ -31,8 +32,10 @@ if ROOT not in sys.path:
 OPTIONS = ["--gpu-architecture=compute_90", "--std=c++11"]
 
 
+@functools.lru_cache(maxsize=1)
 def include_dirs():
-    """The CUDA include folders that hold ``cuda_fp16.h`` (NVRTC searches none by itself)."""
+    """The CUDA include folders that hold ``cuda_fp16.h`` (NVRTC searches none by itself);
+    looked for once per run."""
     roots = [os.environ.get(v) for v in ("CUDA_PATH", "CUDA_HOME")]
     try:  # where CuPy finds the CUDA toolkit (its own kernels include cuda_fp16.h too)
         from cupy import _environment
@@ -49,7 +52,7 @@ def include_dirs():
     for d in candidates:
         if os.path.isfile(os.path.join(d, "cuda_fp16.h")) and d not in found:
             found.append(d)
-    return found[:1]
+    return tuple(found[:1])
 
 
 def find_sources():

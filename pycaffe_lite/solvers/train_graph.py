@@ -53,7 +53,7 @@ import math
 
 from .. import backend, cuda_graphs, net_types
 from ..layer import deferred_checks
-from ..syncedmem import HOST_NEWER
+from ..syncedmem import upload_host_writes
 from . import mixed
 
 log = logging.getLogger("pycaffe_lite")
@@ -328,7 +328,4 @@ class TrainGraph:
         SyncedArrays are the ones :meth:`_key` found unmoved this iteration."""
         if self.types is not None:
             self.types.refresh_masters(self.net)
-        synced = self.buffers.synced if self.parts is not None else self._synced()
-        for s in synced:
-            if s.head in HOST_NEWER:
-                s.gpu()
+        upload_host_writes(self.buffers.synced if self.parts is not None else self._synced())
