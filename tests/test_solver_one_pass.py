@@ -165,3 +165,25 @@ def test_snapshot_and_resume_after_one_pass_updates(tmp_path, monkeypatch):
     other = caffe_pb2.NetParameter.FromString(model_b)
     one.name = other.name = ""
     assert one == other
+
+
+@pytest.mark.parametrize("rule", [
+    'type: "SGD" momentum: 0.9', 'type: "Nesterov" momentum: 0.9',
+    'type: "AdaGrad" delta: 1e-6', 'type: "RMSProp" rms_decay: 0.95 delta: 1e-6',
+    'type: "AdaDelta" momentum: 0.95 delta: 1e-6',
+    'type: "Adam" momentum: 0.9 momentum2: 0.999 delta: 1e-6'])
+def test_every_params_coefficients_are_their_own_fused_args(tmp_path, monkeypatch, rule):
+    # fused_args_all computes fused_args once per distinct lr_mult (1, 2, 0 here): each
+    # param's rate and the shared coefficients must be what fused_args gives that param
+    solver = solver_for(tmp_path, rule, True, monkeypatch)
+    solver.iter = 3  # Adam's bias correction depends on it
+    rate = 0.0123
+    rates, coefficients = solver.fused_args_all(rate)
+    n = len(solver.net.learnable_params)
+    assert sorted(set(solver.net.params_lr)) == [0, 1, 2]
+    assert len(rates) == n
+    for i in range(n):
+        own_rate, own_coefficients = solver.fused_args(i, rate)
+        assert rates[i] == own_rate
+        assert coefficients == own_coefficients
+    assert rates[0] != rates[1] and rates[2] == 0

@@ -35,7 +35,8 @@ from .solver import Solver, _fmt
 log = logging.getLogger("pycaffe_lite")
 
 # The steps a fused kernel replaces (see SGDSolver.fused_rule).
-_STEPS = ("normalize", "regularize", "compute_update_value", "local_rate", "fused_args")
+_STEPS = ("normalize", "regularize", "compute_update_value", "local_rate", "fused_args",
+          "fused_args_all")
 
 
 class SGDSolver(Solver):
@@ -136,10 +137,9 @@ class SGDSolver(Solver):
     def device_update_upload(self, rate):
         """This iteration's coefficients (``norm``, the rule's, every param's rate) into the
         device table of the arrays :meth:`device_update_prepare` last took."""
-        n = len(self.net.learnable_params)
-        rates, coefficients = zip(*(self.fused_args(i, rate) for i in range(n)))
+        rates, coefficients = self.fused_args_all(rate)
         norm = 1 if self.param.iter_size == 1 else f32(1.0 / self.param.iter_size)
-        solver_update.device_upload(self.device_tables, norm, coefficients[0], rates)
+        solver_update.device_upload(self.device_tables, norm, coefficients, rates)
 
     def device_update_run(self, arrays, ok=None):
         """The launch of :meth:`device_update_prepare`'s update (``data -= diff`` included);
@@ -157,8 +157,21 @@ class SGDSolver(Solver):
 
     # -- the fused update (ops/solver_update.py) ---------------------------------------------
     def fused_args(self, i, rate):
-        """``(rate, coefficients)`` of the rule's kernel, computed as the NumPy steps do."""
+        """``(rate, coefficients)`` of the rule's kernel, computed as the NumPy steps do.
+        Param ``i`` counts only through its ``lr_mult`` (see :meth:`fused_args_all`)."""
         return self.local_rate(i, rate), [f32(self.param.momentum)]
+
+    def fused_args_all(self, rate):
+        """``(rates, coefficients)``: every param's kernel rate, and the coefficients (the
+        same for all), :meth:`fused_args` computed once per distinct ``lr_mult`` (a net's
+        hundreds of params have one or two)."""
+        lrs = self.net.params_lr
+        first = {}
+        for i, lr in enumerate(lrs):
+            first.setdefault(lr, i)
+        args = {lr: self.fused_args(i, rate) for lr, i in first.items()}
+        coefficients = args[lrs[0]][1] if lrs else []
+        return [args[lr][0] for lr in lrs], coefficients
 
     def _fused_update(self, i, rate):
         """normalize + regularize + compute_update_value of param ``i`` in one kernel; False
@@ -196,9 +209,9 @@ class SGDSolver(Solver):
         param = self.param
         norm = 1 if param.iter_size == 1 else f32(1.0 / param.iter_size)
         decays = [f32(param.weight_decay * d) for d in self.net.params_weight_decay]
-        rates, coefficients = zip(*(self.fused_args(i, rate) for i in range(n)))
+        rates, coefficients = self.fused_args_all(rate)
         solver_update.update_all(self.fused_rule, datas, diffs, state, norm, decays,
-                                 param.regularization_type == "L1", rates, coefficients[0])
+                                 param.regularization_type == "L1", rates, coefficients)
         return True
 
     def clip_gradients(self):
