@@ -108,7 +108,7 @@ def residual_model():
     return g.model(["head_a", "head_b"])
 
 
-def convert_and_compare(model, tmp_path, key):
+def convert_and_compare(model, tmp_path, key, opencv=True):
     x = RNG.uniform(-1, 1, (1,) + tuple(d.dim_value for d in
                                         model.graph.input[0].type.tensor_type.shape.dim[1:]))
     x = x.astype(np.float32)
@@ -119,6 +119,8 @@ def convert_and_compare(model, tmp_path, key):
     net.forward(x=x)
     for name, value in theirs.items():
         assert_close(net.blobs[outputs[name]].data, value, "%s: %s (ours)" % (key, name))
+    if not opencv:
+        return deploy, net
     cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
     cvnet = cv2.dnn.readNetFromCaffe(str(prefix) + ".prototxt", str(prefix) + ".caffemodel")
     cvnet.setInput(x, "x")
@@ -176,6 +178,20 @@ def test_deconvolution_activations_and_lrn(tmp_path):
     types = [layer.type for layer in deploy.layer]
     assert {"Deconvolution", "PReLU", "ELU", "BNLL", "TanH", "LRN", "Reshape"} <= set(types)
     assert net.blobs["pool"].shape == (1, 6, 6, 6)  # 11 -> 6, rounded up in both
+
+
+def test_one_shared_prelu_slope_loads_back(tmp_path):
+    # PyTorch's nn.PReLU() exports one slope of shape (1,): Caffe's channel-shared slope is a
+    # blob of no axes, which the written weights must hold for the prototxt to load them
+    g = Graph((1, 3, 4, 4))
+    g.op("PRelu", [g.conv("x", 3, 4, 3, "conv", pads=[1, 1, 1, 1]), g.w(1, scale=0.3)],
+         "prelu")
+    # (OpenCV's importer cannot make a blob of no axes: BVLC's own files with one are refused
+    # there the same way)
+    deploy, net = convert_and_compare(g.model(["prelu"]), tmp_path, "prelu_shared",
+                                      opencv=False)
+    layer = [lp for lp in deploy.layer if lp.type == "PReLU"][0]
+    assert layer.prelu_param.channel_shared and net.params[layer.name][0].shape == ()
 
 
 def test_unsupported_op_names_the_node(tmp_path):

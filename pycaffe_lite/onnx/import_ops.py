@@ -290,9 +290,10 @@ def elu(ctx, node):
 def prelu(ctx, node):
     slope = ctx.const(node.input[1], node, "slope")
     shape = ctx.shape(node.input[0], node)
+    shared = slope.size == 1  # Caffe's channel-shared slope is a blob of no axes
     lp = ctx.layer("PReLU", _name(node), [node.input[0]], [node.output[0]],
-                   [slope.reshape(-1)])
-    if slope.size == 1:
+                   [slope.reshape(()) if shared else slope.reshape(-1)])
+    if shared:
         lp.prelu_param.channel_shared = True
     elif len(shape) < 2 or slope.size != shape[1] or \
             max(slope.shape) != slope.size or slope.ndim > len(shape) - 1 or \
