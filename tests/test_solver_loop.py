@@ -59,6 +59,26 @@ def test_test_initialization_false_skips_the_first_test(caplog):
     assert "Iteration 2, Testing net (#0)" in caplog.text
 
 
+@pytest.mark.parametrize("n", [0, -2])
+def test_test_iter_zero_runs_no_test_batch(caplog, n):
+    # Caffe's Test loops test_iter times: none here, and no output line (a way to switch
+    # testing off); training goes on as without a test net
+    caplog.set_level("INFO", "pycaffe_lite")
+    solver = SGDSolver(solver_param(FIXED + "test_iter: %d test_interval: 1 max_iter: 3 "
+                                    "test_compute_loss: true" % n))
+    feed(solver.net, batches(3, seed=1))
+    forwards = []
+    solver.test_nets[0].forward_from_to = lambda *a, **k: forwards.append(a)
+    W0, b0 = params_of(solver)
+    solver.step(1)
+    assert forwards == [] and solver.test_scores == [[]]
+    assert "Iteration 0, Testing net (#0)" in caplog.text
+    assert "Test net output" not in caplog.text and "Test loss" not in caplog.text
+    x, y = batches(3, seed=1)[0]
+    dW = grads(W0, b0, x, y)[1]
+    assert params_of(solver)[0] == pytest.approx(W0 - 0.1 * dW, rel=1e-5, abs=1e-7)
+
+
 def test_display_and_average_loss(caplog):
     caplog.set_level("INFO", "pycaffe_lite")
     solver = SGDSolver(solver_param(FIXED + "display: 1 average_loss: 3"))

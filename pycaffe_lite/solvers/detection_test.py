@@ -38,6 +38,9 @@ def test_detection(solver, test_net_id=0):
     accumulators = [DetectionAccumulator() for _ in names]
     loss = 0.0
     n_iter = param.test_iter[test_net_id]
+    if n_iter <= 0:  # no test batch, no output line (as a classification test)
+        solver.test_scores[test_net_id] = []
+        return []
     for _ in range(n_iter):
         if solver._requests_stop_testing():
             log.info("Test interrupted.")
