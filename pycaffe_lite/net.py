@@ -81,7 +81,15 @@ class Net(BatchedCalls):
             param.state.stage.append(s)
         where = os.fspath(model) if isinstance(model, (str, os.PathLike)) and \
             os.path.exists(model) else None
-        self._init(param, allow_python_layers, where)
+        try:
+            self._init(param, allow_python_layers, where)
+        except CaffeError as exc:
+            if where is None or not protoio.holds_weights(param, where):
+                raise
+            raise CaffeError("%s is a weights file (a binary NetParameter whose layers hold "
+                             "blobs), not a net definition: give the net's prototxt as the "
+                             "model and this file as the weights (building it as a net "
+                             "failed: %s)" % (where, exc)) from exc
         if weights is not None:
             self.copy_from(weights)
             if (phase == TEST and not self.int8_layers
@@ -208,14 +216,12 @@ class Net(BatchedCalls):
         infer_backward(self, param)
         self.blobs = collections.OrderedDict(
             (n, self._blobs[i]) for i, n in enumerate(self._blob_names) if n != "(automatic)")
-        self._output_ids = [name_to_id[n] for n in self._blob_order(available, name_to_id)]
+        # the blobs no layer consumes, in name order: Caffe keeps them in a std::set<string>
+        self._output_ids = [name_to_id[n] for n in sorted(available)]
         net_int8.attach(self, self._int8)
         net_train_fuse.attach(self)
         if types is not None:
             types.attach(self)
-
-    def _blob_order(self, names, name_to_id):
-        return sorted(names, key=lambda n: name_to_id[n])
 
     def _setup_layer(self, layer, bvec, tvec):
         _call_layer(layer, "setup", bvec, layer.SetUp, bvec, tvec)
@@ -310,6 +316,24 @@ class Net(BatchedCalls):
     @property
     def blob_names(self):
         return list(self._blob_names)
+
+    # pycaffe's index lists (BVLC's _caffe.cpp): blob indices into ``_blobs``/``_blob_names``
+    _inputs = property(lambda self: list(self._input_ids))
+    _outputs = property(lambda self: list(self._output_ids))
+
+    def _top_ids(self, i):
+        """The blob indices of layer ``i``'s tops."""
+        return list(self._layer_record(i).top_ids)
+
+    def _bottom_ids(self, i):
+        """The blob indices of layer ``i``'s bottoms."""
+        return list(self._layer_record(i).bottom_ids)
+
+    def _layer_record(self, i):
+        if not isinstance(i, (int, np.integer)) or not 0 <= i < len(self.records):
+            raise NetError("invalid layer id %r: net '%s' has layers 0 to %d"
+                           % (i, self.name, len(self.records) - 1))
+        return self.records[i]
 
     layer_names = property(lambda self: [rec.name for rec in self.records])
 

@@ -334,3 +334,59 @@ layer { name: "bn" type: "BatchNorm" bottom: "x" top: "y" }
 """, caffe.TRAIN)
     assert net.params_lr == [0, 0, 0]
     assert net.layer_dict["bn"].param_propagate_down == [False, False, False]
+
+
+TWO_OUTPUTS = """
+name: "two_outputs"
+layer { name: "data" type: "Input" top: "data"
+        input_param { shape { dim: 2 dim: 5 } } }
+layer { name: "feat" type: "InnerProduct" bottom: "data" top: "zfeat"
+        inner_product_param { num_output: 4 weight_filler { type: "gaussian" std: 1 } } }
+layer { name: "split" type: "Split" bottom: "zfeat" top: "zfeat_a" top: "Zfeat_b" }
+layer { name: "prob" type: "Softmax" bottom: "zfeat_a" top: "prob" }
+"""
+
+
+def test_outputs_are_in_name_order_as_caffe_keeps_them(tmp_path):
+    # Caffe's Net::Init lists the blobs no layer consumes from a std::set<string>: byte
+    # order of the names ("Z" < "p" < "z"), not the order the layers made them
+    net = Net(write(tmp_path, TWO_OUTPUTS), caffe.TEST)
+    assert net.outputs == ["Zfeat_b", "prob"]
+    out = net.forward(data=np.ones((2, 5), np.float32))
+    assert list(out) == ["Zfeat_b", "prob"]
+    np.testing.assert_allclose(out["prob"].sum(1), 1, rtol=1e-6)
+
+
+def test_pycaffe_index_lists(tmp_path):
+    # BVLC's pycaffe derives inputs, outputs, top_names and bottom_names from these
+    net = Net(write(tmp_path, TWO_OUTPUTS), caffe.TEST)
+    names = net._blob_names
+    assert [names[i] for i in net._inputs] == net.inputs == ["data"]
+    assert [names[i] for i in net._outputs] == net.outputs
+    for i, layer in enumerate(net._layer_names):
+        assert [names[j] for j in net._top_ids(i)] == net.top_names[layer]
+        assert [names[j] for j in net._bottom_ids(i)] == net.bottom_names[layer]
+    assert net._top_ids(2) == [names.index("zfeat_a"), names.index("Zfeat_b")]
+    with pytest.raises(NetError, match="invalid layer id 4: net 'two_outputs' has layers 0 "
+                                       "to 3"):
+        net._top_ids(4)
+
+
+def test_a_weights_file_given_as_the_net_definition_is_named(tmp_path):
+    lenet = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "models", "lenet")
+    weights = os.path.join(lenet, "lenet_iter_2000.caffemodel")
+    with pytest.raises(CaffeError, match="lenet_iter_2000.caffemodel is a weights file \\(a "
+                                         "binary NetParameter whose layers hold blobs\\), not a "
+                                         "net definition: give the net's prototxt as the model"
+                                         ".*unknown bottom blob 'data'"):
+        Net(weights, weights, caffe.TEST)
+    # a binary net definition without blobs that fails to build keeps its own error
+    param = protoio.read_net_param(os.path.join(lenet, "lenet_train_test.prototxt"))
+    del param.layer[0]  # the TRAIN data layer: conv1 has no bottom in that phase
+    binary = tmp_path / "net.binaryproto"
+    binary.write_bytes(param.SerializeToString())
+    with pytest.raises(CaffeError) as info:
+        Net(str(binary), caffe.TRAIN)
+    assert "unknown bottom blob 'data'" in str(info.value)
+    assert "weights file" not in str(info.value)

@@ -236,6 +236,15 @@ def looks_like_text(data):
     return not _BINARY_BYTES.search(data[:512])
 
 
+def holds_weights(param, path):
+    """Whether ``param`` (a NetParameter read from ``path``) came from a binary file whose
+    layers hold learned blobs: a .caffemodel given where a net definition belongs."""
+    with open(path, "rb") as f:
+        head = f.read(512)
+    return not looks_like_text(head) and any(
+        len(lp.blobs) for lp in list(param.layer) + list(param.layers))
+
+
 def _not_found(source, expected):
     if isinstance(source, (str, os.PathLike)):
         return ProtoError("file not found", os.fspath(source))
