@@ -308,11 +308,15 @@ class Transformer:
     def deprocess(self, in_, data):
         """Undo :meth:`preprocess` (except the resize): K x H x W data -> H x W x K image.
 
-        Leading axes of size 1 (a batch of one) are squeezed away, as pycaffe does. The
-        transpose and channel swap are undone with their true inverses.
+        Leading axes of size 1 (a batch of one) are squeezed away, as pycaffe does, down to
+        the K x H x W image (a single channel stays: its image is H x W x 1, as
+        :func:`load_image` gives a grey one). The transpose and channel swap are undone with
+        their true inverses.
         """
         self._check_input(in_)
-        out = np.array(data, dtype=np.float32).squeeze()
+        out = np.array(data, dtype=np.float32)
+        while out.ndim > 3 and out.shape[0] == 1:
+            out = out[0]
         input_scale = self.input_scale.get(in_)
         if input_scale is not None:
             out = out / np.float32(input_scale)

@@ -353,3 +353,20 @@ def test_encoded_datum_decodes_to_bgr():
     assert arr.shape == (3, 1, 2)
     np.testing.assert_array_equal(arr[:, 0, 0], [30, 20, 10])
     np.testing.assert_array_equal(arr[:, 0, 1], [60, 50, 40])
+
+
+def test_deprocess_of_a_single_channel_keeps_its_channel_axis():
+    # a grey 1 x 1 x H x W batch: only the batch axis goes, the image is H x W x 1 (the
+    # shape load_image(color=False) gives), with the scale and mean undone
+    rng = np.random.default_rng(4)
+    img = rng.uniform(0, 1, (4, 5, 1)).astype(np.float32)
+    t = cio.Transformer({"data": (1, 1, 4, 5)})
+    t.set_transpose("data", (2, 0, 1))
+    t.set_raw_scale("data", 255.0)
+    t.set_mean("data", np.array([100.0]))
+    pre = t.preprocess("data", img)
+    np.testing.assert_allclose(pre[0], img[:, :, 0] * 255.0 - 100.0, rtol=1e-6)
+    for batch in (pre, pre[np.newaxis]):
+        back = t.deprocess("data", batch)
+        assert back.shape == (4, 5, 1)
+        np.testing.assert_allclose(back, img, atol=1e-6)
