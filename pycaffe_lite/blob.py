@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from . import frozen
 from .errors import ShapeError
 from .proto import caffe_pb2
 from .proto.wire import encode_varint
@@ -27,6 +28,11 @@ class Blob:
     Every view is the blob's current shape over storage that a smaller reshape reuses; do not
     keep one across a reshape.
     """
+
+    #: ``hook(blob)``, called before the first write into :attr:`data` while its host array
+    #: is read-only because another object computes with values derived from it (a folded
+    #: net: the hook unfolds it); None otherwise
+    on_write = None
 
     def __init__(self, shape=(), dtype=np.float32):
         self.dtype = np.dtype(dtype)
@@ -119,8 +125,11 @@ class Blob:
     def data(self):
         """The host data (NumPy), current and writable in place: the device copy becomes
         stale (Caffe's mutable_cpu_data). pycaffe's ``blob.data``; layers use it only when
-        they declare ``host_only``. ``blob.data = values`` copies into it."""
-        return self._view(self._data.mutable_cpu())
+        they declare ``host_only``. ``blob.data = values`` copies into it. While another
+        object holds values derived from it (:attr:`on_write`), it is a read-only
+        :class:`~pycaffe_lite.frozen.FrozenArray` whose first write calls that hook."""
+        view = self._view(self._data.mutable_cpu())
+        return view if self.on_write is None else frozen.guarded(view, self)
 
     @data.setter
     def data(self, value):

@@ -25,9 +25,11 @@ What the user sees (the rule, also in the README):
 - ``forward(start=..., end=...)`` that starts or ends inside a folded chain runs every layer
   of that call on its own, so the blobs hold Caffe's values at that point.
 - Weight safety: the blobs that were folded (the producer's weights and bias, BatchNorm's
-  statistics, Scale's blobs) become read-only on the host, so net surgery on them fails loudly
-  instead of leaving a stale folded copy; ``net.unfold()`` makes them writable and runs the net
-  layer by layer again, ``net.fold()`` folds the current values. ``copy_from`` and
+  statistics, Scale's blobs) are read-only on the host, and ``blob.data`` gives them as a
+  :class:`~pycaffe_lite.frozen.FrozenArray`: net surgery through it (``data[...] = w``, in-place
+  operators, ``.flat``) first unfolds the net (one warning), so the edit is used, as on Caffe's
+  nets, and no folded copy goes stale; ``net.unfold()`` does the same by hand, ``net.fold()``
+  folds the current values. ``copy_from`` and
   ``load_hdf5`` on a folded net unfold, load and fold again; ``share_with`` unfolds for good.
 - Layers outside the chains that offer an ``inference_forward`` run it (MAX pooling without
   recording its window choices, which only a backward reads).
@@ -40,7 +42,10 @@ What the user sees (the rule, also in the README):
 
 import collections
 import contextlib
+import functools
+import logging
 import os
+import weakref
 
 import numpy as np
 
@@ -51,6 +56,8 @@ from .net_train_fuse import find_sums
 from .ops import train_fused
 from .ops.relu import bias_relu
 from .proto import caffe_pb2
+
+log = logging.getLogger("pycaffe_lite")
 
 ENV_VAR = "PYCAFFE_LITE_FOLD"
 PRODUCERS = ("Convolution", "ConvolutionDepthwise", "DepthwiseConvolution", "InnerProduct")
@@ -267,9 +274,28 @@ def _fused_layer(net, chain):
     return fused
 
 
-def _set_writable(blobs, writable):
+def _set_writable(blobs, writable, net=None):
+    """Make the folded ``blobs`` read-only on the host, their first write through
+    ``blob.data`` unfolding ``net`` (see :mod:`pycaffe_lite.frozen`); or writable again."""
+    hook = None if writable else functools.partial(_written, weakref.ref(net))
     for blob in blobs:
         blob._data.cpu().flags.writeable = writable
+        blob.on_write = hook
+
+
+def _written(net_ref, blob):
+    """A folded blob is written (net surgery, as on Caffe's nets): the net runs every layer
+    on its own from now on, with the new values."""
+    net = net_ref()
+    if net is None or net.folding is None:
+        blob.on_write = None
+        blob._data.cpu().flags.writeable = True
+        return
+    owner = next(("'%s' param %d" % (rec.name, k) for rec in net.records
+                  for k, b in enumerate(rec.layer.blobs) if b is blob), "a param")
+    log.warning("Net '%s': %s is written while the net is folded for inference; it runs "
+                "layer by layer from now on (net.fold() folds the new values)", net.name, owner)
+    unfold(net)
 
 
 def _relu_after(forward):
@@ -313,7 +339,7 @@ def fold(net, keep_intermediates=True):
             runner = chain.fused
             chain.frozen = list(producer.blobs) + [
                 b for i in chain.absorbed for b in net.records[i].layer.blobs]
-            _set_writable(chain.frozen, False)
+            _set_writable(chain.frozen, False, net)
         else:
             runner = producer
         if chain.relu and getattr(runner, "takes_relu", False):

@@ -292,6 +292,62 @@ def test_switches(tmp_path, monkeypatch):
     assert caffe.Net(proto, weights, caffe.TEST, fold=True).folding is not None
 
 
+SURGERY = [
+    ("conv1", 0, lambda a, v: a.__setitem__(Ellipsis, v)),
+    ("bn1", 0, lambda a, v: a.__setitem__((slice(None, 3),), v[:3])),
+    ("sc1", 1, lambda a, v: np.copyto(a, v)),
+    ("conv2", 0, lambda a, v: setattr(a, "flat", v.ravel())),
+    ("sc2", 0, lambda a, v: np.multiply(a, 0, out=a).__iadd__(v)),
+    ("bn2", 1, lambda a, v: a[:].fill(v.ravel()[0] * 10)),
+]
+
+
+@pytest.mark.parametrize("layer, i, edit", SURGERY, ids=[c[0] for c in SURGERY])
+def test_surgery_on_a_folded_net_unfolds_it_and_uses_the_edit(tmp_path, caplog, layer, i,
+                                                              edit):
+    # BVLC's net surgery (net.params[name][i].data[...] = w and the like) works on a net
+    # loaded with weights: the first write unfolds it, and its outputs are those of a net
+    # never folded with the same edit
+    proto = write(tmp_path, RESNET_BLOCK)
+    weights = weights_for(tmp_path, proto, seed=0)
+    x = data((2, 8, 9, 9))
+    net = caffe.Net(proto, weights, caffe.TEST)
+    plain = caffe.Net(proto, weights, caffe.TEST, fold=False)
+    before = net.forward(data=x)["sum"].copy()
+    assert net.folding is not None
+    target = net.params[layer][i].data
+    assert not target.flags.writeable and type(target * 2) is np.ndarray
+    value = data(target.shape, seed=7) + 2
+    edit(target, value)
+    assert net.folding is None
+    assert "'%s' param %d is written while the net is folded" % (layer, i) \
+        in caplog.text
+    edit(plain.params[layer][i].data, value)
+    np.testing.assert_array_equal(net.params[layer][i].data, plain.params[layer][i].data)
+    out = net.forward(data=x)["sum"]
+    np.testing.assert_array_equal(out, plain.forward(data=x)["sum"])
+    assert np.abs(out - before).max() > 1e-3
+
+
+def test_a_view_kept_across_a_fold_unfolds_again(tmp_path):
+    proto = write(tmp_path, RESNET_BLOCK)
+    weights = weights_for(tmp_path, proto, seed=0)
+    x = data((2, 8, 9, 9))
+    net = caffe.Net(proto, weights, caffe.TEST)
+    w = net.params["conv2"][0].data
+    w[...] *= -1  # unfolds
+    net.fold()
+    assert net.folding is not None and not net.params["conv2"][0].data.flags.writeable
+    w[0] = 0  # the view taken before the fold: unfolds again, so the edit is used
+    assert net.folding is None
+    plain = caffe.Net(proto, weights, caffe.TEST, fold=False)
+    plain.params["conv2"][0].data[...] *= -1
+    plain.params["conv2"][0].data[0] = 0
+    np.testing.assert_array_equal(net.forward(data=x)["sum"], plain.forward(data=x)["sum"])
+    net.params["bn1"][2].data = 4.0  # the setter, on an unfolded net: a plain write
+    assert net.folding is None and net.params["bn1"][2].data == 4.0
+
+
 def test_weight_safety_surgery_unfold_and_copy_from(tmp_path):
     proto = write(tmp_path, RESNET_BLOCK)
     weights = weights_for(tmp_path, proto, seed=0)
@@ -299,10 +355,11 @@ def test_weight_safety_surgery_unfold_and_copy_from(tmp_path):
     x = data((2, 8, 9, 9))
     net = caffe.Net(proto, weights, caffe.TEST)
     before = net.forward(data=x)["sum"].copy()
-    # the folded blobs are read-only: surgery fails loudly rather than going stale
-    for layer, i in (("conv1", 0), ("bn1", 0), ("sc1", 1), ("conv2", 0)):
-        with pytest.raises(ValueError, match="read-only"):
-            net.params[layer][i].data[...] = 0
+    # reading a folded blob leaves the net folded; a write by a path that bypasses the
+    # blob's data (a plain view) still meets NumPy's read-only error, never a stale copy
+    assert net.params["conv1"][0].data.sum() != 0 and net.folding is not None
+    with pytest.raises(ValueError, match="read-only"):
+        np.asarray(net.params["conv1"][0].data)[...] = 0
     np.testing.assert_array_equal(net.forward(data=x)["sum"], before)
     # unfold, edit, fold again: the edit is used
     net.unfold()

@@ -39,6 +39,7 @@ LAYERS = [
     ("layers", ["pycaffe_lite.layers"]),
     ("kernels, data", ["pycaffe_lite.ops", "pycaffe_lite.data"]),
     ("core", ["pycaffe_lite.backend", "pycaffe_lite.syncedmem", "pycaffe_lite.blob",
+              "pycaffe_lite.frozen",
               "pycaffe_lite.layer", "pycaffe_lite.registry", "pycaffe_lite.fillers",
               "pycaffe_lite.errors", "pycaffe_lite.health", "pycaffe_lite.signals",
               "pycaffe_lite.lifecycle", "pycaffe_lite.ranks", "pycaffe_lite.tools_log",
