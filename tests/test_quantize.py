@@ -114,6 +114,42 @@ def test_quantize_reports_bad_input(random_lenet, tmp_path, capsys):
     assert "--calibration_iterations" in capsys.readouterr().err
 
 
+def test_calibration_without_data_or_with_non_finite_values_is_refused(random_lenet,
+                                                                        tmp_path, capsys):
+    # no batch reaching the net would calibrate on whatever the input blob holds: refused
+    from pycaffe_lite.quantization.run import qdq_model
+    proto, weights = random_lenet
+    deploy = os.path.join(LENET, "lenet.prototxt")
+    assert cli.main(["quantize", "--model", deploy, "--weights", str(weights),
+                     "--calibration_iterations", "2", "--output_dir",
+                     str(tmp_path / "q")]) == 1
+    err = capsys.readouterr().err
+    assert "calibration runs 2 batches of the net's own data layers, but its input 'data' " \
+        "comes from an Input layer" in err
+    assert not (tmp_path / "q").exists()
+    net = caffe.Net(deploy, str(weights), caffe.TEST, fold=False)
+    x = (_mnist_test_pixels(64)[:, None] * np.float32(0.00390625)).astype(np.float32)
+    with pytest.raises(caffe.CaffeError, match="calibration batch 0 is a ndarray, not a "
+                                               "\\{input blob: array\\} dict"):
+        qdq_model(net, [x])
+    with pytest.raises(caffe.CaffeError, match="calibration batch 1 gives no values for the "
+                                               "input 'data'"):
+        qdq_model(net, [{"data": x}, {}])
+    with pytest.raises(caffe.CaffeError, match="no calibration batch was given"):
+        qdq_model(net, [])
+    bad = x.copy()
+    bad[3, 0, 5, 5] = np.nan  # one pixel: NaN through the data and conv1
+    with pytest.raises(caffe.CaffeError, match="calibration batch 1: top 'data' of layer "
+                                               "'data' holds NaN or infinite values"):
+        qdq_model(net, [{"data": x}, {"data": bad}])
+    bad[3, 0, 5, 5] = -np.inf
+    with pytest.raises(caffe.CaffeError, match="batch 0: top 'data' .* NaN or infinite"):
+        qdq_model(net, [{"data": bad}])
+    # and fed batches calibrate on their values: the input's threshold is their largest
+    q = qdq_model(net, [{"data": x}], method="minmax")
+    assert q["thresholds"]["data"] == pytest.approx(float(x.max()), rel=1e-6)
+
+
 @pytest.mark.slow
 def test_trained_lenet_quantizes_within_half_a_point(trained_lenet, tmp_path, mnist_lmdbs):
     _, weights, _ = trained_lenet

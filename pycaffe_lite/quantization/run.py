@@ -49,23 +49,61 @@ def _blob_values(net, report):
     return out
 
 
+def _feeds(net, batches):
+    """The calibration batches as feed dicts (None: one batch of the net's own data layers),
+    checked: a count needs data layers that load batches; fed batches give every input."""
+    if isinstance(batches, (int, np.integer)) and not isinstance(batches, bool):
+        if net.inputs:
+            raise CaffeError(
+                "calibration runs %d batches of the net's own data layers, but its input%s %s "
+                "come%s from an Input layer (or input: fields): give the train/test prototxt, "
+                "whose TEST phase reads a dataset, or feed {input blob: array} batches"
+                % (batches, "s" if len(net.inputs) > 1 else "",
+                   ", ".join("'%s'" % n for n in net.inputs),
+                   "" if len(net.inputs) > 1 else "s"))
+        yield from (None for _ in range(batches))
+        return
+    for k, feed in enumerate(batches):
+        if not isinstance(feed, dict):
+            raise CaffeError("calibration batch %d is a %s, not a {input blob: array} dict "
+                             "(the net's inputs: %s)" % (k, type(feed).__name__,
+                                                         ", ".join(net.inputs) or "none"))
+        missing = [n for n in net.inputs if n not in feed]
+        if missing:
+            raise CaffeError("calibration batch %d gives no values for the input%s %s"
+                             % (k, "s" if len(missing) > 1 else "",
+                                ", ".join("'%s'" % n for n in missing)))
+        yield feed
+
+
 def _collect(net, tops, batches, bins):
     """Run the batches (a count of the data layers' batches, or feed dicts) and return
-    {ONNX value: Histogram}."""
+    {ONNX value: Histogram}; an activation that is not finite, or no batch, is an error."""
     stats = {v: calibrate.Histogram(bins) for v in tops.values()}
+    done = [0]
 
     def record(i):
-        for j, blob in enumerate(net.records[i].tops):
+        rec = net.records[i]
+        for j, blob in enumerate(rec.tops):
             v = tops.get((i, j))
-            if v is not None:
-                stats[v].add(blob.cpu_data())
+            if v is None:
+                continue
+            values = blob.cpu_data()
+            if not np.isfinite(values).all():
+                raise CaffeError("calibration batch %d: top '%s' of layer '%s' holds NaN or "
+                                 "infinite values; calibrate with finite inputs"
+                                 % (done[0], net._blob_names[rec.top_ids[j]], rec.name))
+            stats[v].add(values)
 
     net.after_forward(record)
     try:
-        for feed in (range(batches) if isinstance(batches, int) else batches):
-            net.forward(**feed) if isinstance(feed, dict) else net.forward()
+        for feed in _feeds(net, batches):
+            net.forward(**feed) if feed is not None else net.forward()
+            done[0] += 1
     finally:
         net._hooks["after_forward"].remove(record)
+    if not done[0]:
+        raise CaffeError("no calibration batch was given")
     return stats
 
 
