@@ -257,6 +257,25 @@ layer { name: "cols" type: "Im2col" bottom: "data" top: "out"
         caffe_onnx.export(net_from_text(text), None)
 
 
+def test_pooling_with_a_window_outside_the_input_is_refused():
+    # kernel 2, stride 3 over 6 columns: Caffe rounds up to 3 windows, the last starting at
+    # column 6 (no pad, so not clipped): ONNX's pooling cannot make it
+    text = input_layers({"data": (1, 1, 2, 6)}) + """
+layer { name: "pool" type: "Pooling" bottom: "data" top: "out"
+        pooling_param { pool: MAX kernel_size: 2 stride: 3 } }"""
+    net = net_from_text(text)
+    assert net.blobs["out"].shape == (1, 1, 1, 3)
+    with pytest.raises(CaffeError, match="layer 'pool' \\(type Pooling\\): kernel 2, stride "
+                                         "3, pad 0 over width 6 gives 3 windows, the last one "
+                                         "wholly outside the input"):
+        caffe_onnx.export(net, None)
+    # stride 2 over 7 columns with pad 0: the rounded-up window overlaps the input: exported
+    net = net_from_text(text.replace("stride: 3", "stride: 2").replace("dim: 6", "dim: 7"))
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 1, 2, 7)).astype(np.float32)
+    assert_close(net.forward(data=x)["out"], run_ort(caffe_onnx.export(net, None)[0],
+                                                     {"data": x})["out"], "out")
+
+
 def test_converter_registry_is_the_extension_point(tmp_path):
     text = input_layers({"data": (2, 3)}) + """
 layer { name: "i2c" type: "Im2col" bottom: "data" top: "out"

@@ -309,6 +309,20 @@ layer { name: "cols" type: "Im2col" bottom: "data" top: "out"
     assert not (tmp_path / "model.py").exists()
 
 
+def test_pooling_with_a_window_outside_the_input_is_refused(tmp_path):
+    # PyTorch's ceil mode drops a last window that starts past the input; Caffe keeps it
+    # where there is no pad (kernel 2, stride 3 over 6 rows: 3 windows)
+    net = net_from_text(input_layers({"data": (1, 1, 6, 3)}) + """
+layer { name: "pool" type: "Pooling" bottom: "data" top: "out"
+        pooling_param { pool: AVE kernel_size: 2 stride: 3 } }""")
+    assert net.blobs["out"].shape == (1, 1, 3, 2)
+    with pytest.raises(CaffeError, match="layer 'pool' \\(type Pooling\\): kernel 2, stride "
+                                         "3, pad 0 over height 6 gives 3 windows.*PyTorch "
+                                         "pooling has no such window"):
+        export(net, str(tmp_path))
+    assert not (tmp_path / "model.py").exists()
+
+
 def test_weights_file_is_read_by_torch_load(tmp_path):
     """weights.pt is written without torch; torch.load (weights_only) reads every shape,
     in order, bit for bit."""

@@ -3,6 +3,7 @@ Upsample."""
 
 import numpy as np
 
+from ..ops.pooling import empty_window
 from ..proto import caffe_pb2
 from .builder import register_converter
 
@@ -55,6 +56,18 @@ def _pool_geometry(p):
     return [int(k) for k in kernel], [int(s) for s in stride], [int(q) for q in pad]
 
 
+def check_windows(call, engine, sizes, kernel, pad, stride, pooled):
+    """Refuse a pooling whose rounded-up size adds a window wholly outside the input (no
+    ``engine`` pooling makes one)."""
+    axis = empty_window(sizes, kernel, pad, stride, pooled)
+    if axis is not None:
+        raise call.error("kernel %d, stride %d, pad %d over %s %d gives %d windows, the last "
+                         "one wholly outside the input (Caffe rounds the size up); %s pooling "
+                         "has no such window (a stride at most the kernel has none)"
+                         % (kernel[axis], stride[axis], pad[axis], ("height", "width")[axis],
+                            sizes[axis], pooled[axis], engine))
+
+
 @register_converter("Pooling")
 def pooling(call):
     """Caffe's pooled size (rounded up, the last window clipped to start inside the input)
@@ -75,6 +88,7 @@ def pooling(call):
     kernel, stride, pad = _pool_geometry(p)
     h, w = call.in_shapes[0][2:]
     oh, ow = call.out_shapes[0][2:]
+    check_windows(call, "ONNX", (h, w), kernel, pad, stride, (oh, ow))
     extra = [max(0, (o - 1) * s + k - size - q)
              for o, s, k, size, q in zip((oh, ow), stride, kernel, (h, w), pad)]
     if p.pool == PP.MAX:

@@ -95,6 +95,17 @@ def pool_divisors(height, width, kernel, pad, stride, pooled, xp=np, dtype=np.fl
     return xp.asarray(div.astype(dtype))
 
 
+def empty_window(sizes, kernel, pad, stride, pooled):
+    """The first axis (0: height, 1: width) on which one of Caffe's windows lies entirely
+    outside the input (its MAX output is -FLT_MAX, its AVE output 0: with stride > kernel and
+    no padding the rounded-up size adds such a window); None where every window overlaps it."""
+    for axis, (n, k, p, s, m) in enumerate(zip(sizes, kernel, pad, stride, pooled)):
+        start = (m - 1) * s - p
+        if m and (start >= n or start + k <= 0):
+            return axis
+    return None
+
+
 # ---- MAX ----------------------------------------------------------------------------------
 def max_pool_forward(x, kernel, pad, stride, pooled, top, argmax):
     """Caffe's MAX pooling: ``top`` gets each window's maximum (the first one in row-major

@@ -1,7 +1,7 @@
 """PyTorch code for Caffe's vision layers: Convolution, Deconvolution, the depthwise types,
 Pooling, LRN, Crop, Upsample."""
 
-from ..onnx.ops_vision import _pool_geometry, conv_geometry
+from ..onnx.ops_vision import _pool_geometry, check_windows, conv_geometry
 from ..proto import caffe_pb2
 from .codegen import Module, helper, literal, register_generator
 
@@ -111,6 +111,7 @@ def pooling(layer):
                       comment="global %s pooling" % mode)
     kernel, stride, pad = _pool_geometry(p)
     h, w = layer.in_shapes[0][2:]
+    check_windows(layer, "PyTorch", (h, w), kernel, pad, stride, layer.out_shapes[0][2:])
     native = (mode != "STOCHASTIC" and all(2 * q <= k for q, k in zip(pad, kernel))
               and all(_caffe_size(size, k, s, q) == o for size, k, s, q, o in
                       zip((h, w), kernel, stride, pad, layer.out_shapes[0][2:])))
