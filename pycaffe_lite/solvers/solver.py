@@ -517,8 +517,7 @@ class Solver:
         net.share_with(self.net)
         outputs = self._outputs(net)
         n_iter = param.test_iter[test_net_id]
-        if n_iter <= 0:  # as Caffe: no test batch, no output line (testing switched off)
-            self.test_scores[test_net_id] = []
+        if n_iter <= 0:  # as Caffe: no test batch, no output line (test_scores stay [])
             return
         scores = None
         loss = 0.0
