@@ -53,9 +53,13 @@ def use_glog_format(logger=None):
 
 # ---- parsing ----------------------------------------------------------------------------
 _ITERATION = re.compile(r"Iteration (\d+)")
-_TRAIN_OUTPUT = re.compile(r"Train net output #(\d+): (\S+) = ([\.\deE+-]+|nan|inf|-inf)")
-_TEST_OUTPUT = re.compile(r"Test net output #(\d+): (\S+) = ([\.\deE+-]+|nan|inf|-inf)")
-_LEARNING_RATE = re.compile(r"lr = ([-+]?[0-9]*\.?[0-9]+([eE]?[-+]?[0-9]+)?)")
+_TRAIN_OUTPUT = re.compile(r"Train net output #(\d+): (\S+) = (\S+)")
+_TEST_OUTPUT = re.compile(r"Test net output #(\d+): (\S+) = (\S+)")
+# a number as C++ streams print it: glog writes a diverged value as nan, -nan, inf or -inf
+# (MSVC as nan(ind), -nan(ind))
+_NUMBER = r"[-+]?(?:nan(?:\(\w*\))?|inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_NUMBER_ONLY = re.compile(_NUMBER + r"\Z", re.I)
+_LEARNING_RATE = re.compile(r"lr = (%s)" % _NUMBER, re.I)
 _TIMESTAMP = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
 
 
@@ -94,7 +98,7 @@ def parse_log(path):
     except OSError as exc:
         raise CaffeError("cannot read log file %s: %s" % (path, exc.strerror or exc)) from None
     with f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             stamp = line_time(line, year)
             if stamp is not None:
                 if previous is not None and stamp < previous:  # the log crossed a new year
@@ -111,11 +115,12 @@ def parse_log(path):
             seconds = (stamp - start).total_seconds() if stamp is not None and start else 0.0
             m = _LEARNING_RATE.search(line)
             if m:
-                learning_rate = float(m.group(1))
+                learning_rate = _number(m.group(1))
+            where = (path, number)
             train_rows, train_row = _net_output(_TRAIN_OUTPUT, train_row, train_rows, line,
-                                                iteration, seconds, learning_rate)
+                                                iteration, seconds, learning_rate, where)
             test_rows, test_row = _net_output(_TEST_OUTPUT, test_row, test_rows, line,
-                                              iteration, seconds, learning_rate)
+                                              iteration, seconds, learning_rate, where)
     for rows, row in ((train_rows, train_row), (test_rows, test_row)):
         if row and (not rows or len(row) == len(rows[0])) and row not in rows:
             rows.append(row)
@@ -124,14 +129,24 @@ def parse_log(path):
     return train_rows, test_rows
 
 
-def _net_output(regex, row, rows, line, iteration, seconds, learning_rate):
+def _number(text, where=None, what="the value"):
+    """The value of a number as a log prints it (``-nan`` is NaN); a CaffeError naming the
+    file and line (``where``) for anything else."""
+    if not _NUMBER_ONLY.match(text):
+        raise CaffeError("%s:%d: %s %r is not a number" % (where + (what, text)))
+    if "nan" in text.lower():
+        return float("nan")
+    return float(text)
+
+
+def _net_output(regex, row, rows, line, iteration, seconds, learning_rate, where):
     m = regex.search(line)
     if m:
         if not row or row["NumIters"] != iteration:
             if row:
                 rows.append(row)
             row = {"NumIters": iteration, "Seconds": seconds, "LearningRate": learning_rate}
-        row[m.group(2)] = float(m.group(3))
+        row[m.group(2)] = _number(m.group(3), where, "net output '%s' =" % m.group(2))
     if row and rows and len(row) == len(rows[0]):
         rows.append(row)
         row = None

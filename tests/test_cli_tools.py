@@ -104,6 +104,60 @@ def test_log_without_timestamps_still_parses(tmp_path):
     assert math.isnan(train[0]["LearningRate"]) is False and test == []
 
 
+# A diverged run: glog prints NaN and infinity as C++ streams do (nan, -nan on Linux, inf, -inf).
+DIVERGED_LOG = "".join(_caffe_line(*line) for line in [
+    ('22.381027', 'solver.cpp:280', 'Solving LeNet'),
+    ('22.382015', 'solver.cpp:338', 'Iteration 0, Testing net (#0)'),
+    ('23.500000', 'solver.cpp:406', 'Test net output #0: accuracy = 0.0797'),
+    ('23.500100', 'solver.cpp:406', 'Test net output #1: loss = -inf (* 1 = -inf loss)'),
+    ('23.510000', 'solver.cpp:229', 'Iteration 0, loss = -nan'),
+    ('23.510100', 'solver.cpp:245', 'Train net output #0: loss = -nan (* 1 = -nan loss)'),
+    ('23.510200', 'sgd_solver.cpp:106', 'Iteration 0, lr = 0.01'),
+    ('24.600000', 'solver.cpp:229', 'Iteration 100, loss = nan'),
+    ('24.600100', 'solver.cpp:245', 'Train net output #0: loss = nan (* 1 = nan loss)'),
+    ('24.600200', 'sgd_solver.cpp:106', 'Iteration 100, lr = 0.00992565'),
+    ('25.700000', 'solver.cpp:338', 'Iteration 200, Testing net (#0)'),
+    ('26.000000', 'solver.cpp:406', 'Test net output #0: accuracy = -nan'),
+    ('26.000100', 'solver.cpp:406', 'Test net output #1: loss = inf (* 1 = inf loss)'),
+    ('26.100000', 'solver.cpp:229', 'Iteration 200, loss = -inf'),
+    ('26.100100', 'solver.cpp:245', 'Train net output #0: loss = -inf (* 1 = -inf loss)'),
+    ('26.100200', 'sgd_solver.cpp:106', 'Iteration 200, lr = 0.00985258'),
+    ('27.100000', 'solver.cpp:229', 'Iteration 300, loss = inf'),
+    ('27.100100', 'solver.cpp:245', 'Train net output #0: loss = inf (* 1 = inf loss)'),
+    ('27.100200', 'sgd_solver.cpp:106', 'Iteration 300, lr = 0.00978075'),
+])
+
+
+def test_nan_and_infinite_outputs_parse(tmp_path):
+    path = tmp_path / "diverged.log"
+    path.write_text(DIVERGED_LOG)
+    train, test = parse_log(str(path))
+    assert [r["NumIters"] for r in train] == [0, 100, 200, 300]
+    loss = [r["loss"] for r in train]
+    assert math.isnan(loss[0]) and math.isnan(loss[1])
+    assert loss[2:] == [-math.inf, math.inf]
+    assert [r["LearningRate"] for r in train] == [0.01, 0.01, 0.00992565, 0.00985258]
+    assert [r["NumIters"] for r in test] == [0, 200]
+    assert test[0]["accuracy"] == 0.0797 and test[0]["loss"] == -math.inf
+    assert math.isnan(test[1]["accuracy"]) and test[1]["loss"] == math.inf
+    out = _run_tool("parse_log.py", str(path), str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    rows = (tmp_path / "diverged.log.train").read_text().splitlines()
+    assert [r.split(",")[3] for r in rows] == ["loss", "nan", "nan", "-inf", "inf"]
+
+
+def test_a_value_that_is_not_a_number_names_the_line(tmp_path):
+    path = tmp_path / "bad.log"
+    lines = DIVERGED_LOG.splitlines(True)
+    lines[8] = lines[8].replace("loss = nan", "loss = -")
+    path.write_text("".join(lines))
+    out = _run_tool("parse_log.py", str(path), str(tmp_path))
+    assert out.returncode == 1
+    assert out.stderr == ("parse_log: error: %s:9: net output 'loss' = '-' is not a number\n"
+                          % path)
+    assert not (tmp_path / "bad.log.train").exists()
+
+
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 
