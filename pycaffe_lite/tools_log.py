@@ -63,48 +63,75 @@ _LEARNING_RATE = re.compile(r"lr = (%s)" % _NUMBER, re.I)
 _TIMESTAMP = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
 
 
-def line_time(line, year):
-    """The datetime of a glog-style (or pycaffe-lite ``I1122 00:13:01``) line, or None."""
-    m = _TIMESTAMP.match(line.strip())
-    if not m:
-        return None
-    month, day, hour, minute, second = (int(g) for g in m.groups()[:5])
-    micro = int((m.group(6) or "0").ljust(6, "0")[:6])
-    try:
-        return datetime.datetime(year, month, day, hour, minute, second, micro)
-    except ValueError:
-        return None
+class _Clock:
+    """The datetimes of a log's lines. A glog stamp (or pycaffe-lite's ``I1122 00:13:01``) has
+    no year: the first stamp is in ``year``, and a later one is in the next year only when it
+    is more than half a year before the previous stamp (December 31 to January 1; Caffe's
+    extract_seconds decides a new year when the month goes back). A stamp a little before the
+    previous one (lines of several processes written out of order, the hour repeated when
+    daylight saving time ends) stays in its year: a small step back, not a year forward; a
+    stamp more than half a year after the previous one is a late line of the year before."""
+
+    HALF_YEAR = datetime.timedelta(days=183)
+
+    def __init__(self, year):
+        self.year = year
+        self.previous = None
+
+    def stamp(self, line):
+        """The datetime of ``line``, or None for a line without a stamp."""
+        m = _TIMESTAMP.match(line.strip())
+        if not m:
+            return None
+        fields = [int(g) for g in m.groups()[:5]]
+        fields.append(int((m.group(6) or "0").ljust(6, "0")[:6]))
+        year = self.year
+        try:
+            if self.previous is not None:
+                # month and day compared in a leap year, where every stamp is a date
+                step = datetime.datetime(2000, *fields) - self.previous.replace(year=2000)
+                year = self.previous.year + ((step < -self.HALF_YEAR) - (step > self.HALF_YEAR))
+            when = datetime.datetime(year, *fields)
+        except ValueError:  # not a date (or February 29 of a common year)
+            return None
+        self.previous = when
+        return when
 
 
-def _log_year(path):
+def _first_year(path, f):
+    """The year of the log's first line: the file was last written in its last line's year,
+    and every year the log crosses moves its start one year back."""
     try:
-        return datetime.datetime.fromtimestamp(os.path.getmtime(path)).year
+        end_year = datetime.datetime.fromtimestamp(os.path.getmtime(path)).year
     except OSError:
-        return datetime.datetime.now().year
+        end_year = datetime.datetime.now().year
+    if not f.seekable():  # a pipe: read once
+        return end_year
+    clock = _Clock(end_year)
+    for line in f:
+        clock.stamp(line)
+    f.seek(0)
+    crossed = clock.previous.year - end_year if clock.previous is not None else 0
+    return end_year - crossed
 
 
 def parse_log(path):
     """(train_rows, test_rows) of a training log: lists of dicts with the keys
     ``NumIters, Seconds, LearningRate`` and then one key per net output, in log order."""
-    year = _log_year(path)
     train_rows, test_rows = [], []
     train_row = test_row = None
     iteration = -1
     learning_rate = float("nan")
     start = None
-    previous = None
     try:
         f = open(path, errors="replace")
     except OSError as exc:
         raise CaffeError("cannot read log file %s: %s" % (path, exc.strerror or exc)) from None
     with f:
+        clock = _Clock(_first_year(path, f))
         for number, line in enumerate(f, 1):
-            stamp = line_time(line, year)
+            stamp = clock.stamp(line)
             if stamp is not None:
-                if previous is not None and stamp < previous:  # the log crossed a new year
-                    stamp = stamp.replace(year=stamp.year + 1)
-                    year += 1
-                previous = stamp
                 if start is None or (("Solving" in line) and iteration == -1):
                     start = stamp
             m = _ITERATION.search(line)

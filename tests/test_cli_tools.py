@@ -158,6 +158,52 @@ def test_a_value_that_is_not_a_number_names_the_line(tmp_path):
     assert not (tmp_path / "bad.log.train").exists()
 
 
+def test_a_stamp_that_steps_back_is_a_small_step_not_a_year(tmp_path):
+    # lines of several processes out of order: iteration 100's output 1 ms before the line
+    # above it; the end of daylight saving time: the clock back from 13:39:26.1 to 12:59:27
+    log = CAFFE_LOG.replace("13:39:24.600100", "13:39:24.599000")
+    log = log.replace("I0210 13:39:26.1", "I0210 12:59:27.1")
+    assert log.count("24.599000") == 1 and log.count("12:59:27.1") == 3
+    path = tmp_path / "caffe.INFO"
+    path.write_text(log)
+    train, test = parse_log(str(path))
+    # seconds from "Solving" at 13:39:22.381027
+    assert [r["Seconds"] for r in train] == [pytest.approx(1.129073),
+                                             pytest.approx(2.217973),
+                                             pytest.approx(-2395.280927)]
+    assert [r["Seconds"] for r in test] == [pytest.approx(1.118973),
+                                            pytest.approx(3.618973)]
+
+
+def _at(stamp, message):
+    return "I%s 12345 solver.cpp:229] %s\n" % (stamp, message)
+
+
+def test_a_log_that_crosses_new_year(tmp_path):
+    path = tmp_path / "caffe.INFO"
+    path.write_text("".join([
+        _at("1231 23:59:58.500000", "Solving LeNet"),
+        _at("1231 23:59:59.900000", "Iteration 0, loss = 2.3"),
+        _at("1231 23:59:59.900100", "    Train net output #0: loss = 2.3"),
+        _at("0101 00:00:01.250000", "Iteration 100, loss = 0.5"),
+        _at("0101 00:00:01.250100", "    Train net output #0: loss = 0.5"),
+        _at("0229 12:00:00.000000", "Iteration 200, loss = 0.25"),
+        _at("0229 12:00:00.000100", "    Train net output #0: loss = 0.25"),
+        _at("0301 00:00:01.250000", "Iteration 300, loss = 0.125"),
+        _at("0301 00:00:01.250100", "    Train net output #0: loss = 0.125"),
+    ]))
+    # last written in 2024, so it started on December 31, 2023 and ran into a leap year
+    os.utime(path, (1717243200, 1717243200))  # 2024-06-01 12:00 UTC
+    train, _ = parse_log(str(path))
+    day = 86400
+    assert [(r["NumIters"], r["loss"]) for r in train] == [
+        (0, 2.3), (100, 0.5), (200, 0.25), (300, 0.125)]
+    assert [r["Seconds"] for r in train] == [
+        pytest.approx(1.4001), pytest.approx(2.7501),
+        pytest.approx(1.5 + 59 * day + 12 * 3600 + 0.0001),  # 31 days of January, 28 of February
+        pytest.approx(1.5 + 60 * day + 1.2501)]
+
+
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 
