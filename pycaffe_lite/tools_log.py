@@ -7,8 +7,10 @@
   Caffe's CSV columns (``NumIters, Seconds, LearningRate`` and one column per net output);
   :func:`save_csv_files` writes ``<log name>.train`` and ``<log name>.test`` as Caffe's
   ``parse_log.py`` does. ``tools/parse_log.py`` is the command line.
-- :func:`plot_log` draws loss and accuracy against iterations into a PNG (needs matplotlib,
-  an optional extra). ``tools/plot_training_log.py`` is the command line.
+- :func:`plot_log` draws loss and accuracy against iterations into a PNG, and
+  :func:`plot_chart` one of Caffe's eight chart types (:data:`CHART_TYPES`) for one or more
+  logs (both need matplotlib, an optional extra). ``tools/plot_training_log.py`` is the
+  command line.
 """
 
 import csv
@@ -60,6 +62,8 @@ _TEST_OUTPUT = re.compile(r"Test net output #(\d+): (\S+) = (\S+)")
 _NUMBER = r"[-+]?(?:nan(?:\(\w*\))?|inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _NUMBER_ONLY = re.compile(_NUMBER + r"\Z", re.I)
 _LEARNING_RATE = re.compile(r"lr = (%s)" % _NUMBER, re.I)
+# the solver's display line; newer Caffe puts "(2.5 iter/s, 4.1s/100 iters)" before the comma
+_SMOOTHED_LOSS = re.compile(r"Iteration \d+(?: \([^)]*\))?, loss = (%s)" % _NUMBER, re.I)
 _TIMESTAMP = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
 
 
@@ -118,7 +122,14 @@ def _first_year(path, f):
 def parse_log(path):
     """(train_rows, test_rows) of a training log: lists of dicts with the keys
     ``NumIters, Seconds, LearningRate`` and then one key per net output, in log order."""
+    return _read_log(path)[:2]
+
+
+def _read_log(path):
+    """parse_log's rows, then the solver's ``Iteration N, loss = x`` and ``Iteration N, lr =
+    x`` lines as lists of (iteration, seconds, value)."""
     train_rows, test_rows = [], []
+    losses, rates = [], []
     train_row = test_row = None
     iteration = -1
     learning_rate = float("nan")
@@ -134,15 +145,20 @@ def parse_log(path):
             if stamp is not None:
                 if start is None or (("Solving" in line) and iteration == -1):
                     start = stamp
-            m = _ITERATION.search(line)
-            if m:
-                iteration = int(m.group(1))
+            solver_line = _ITERATION.search(line)
+            if solver_line:
+                iteration = int(solver_line.group(1))
             if iteration == -1:
                 continue
             seconds = (stamp - start).total_seconds() if stamp is not None and start else 0.0
             m = _LEARNING_RATE.search(line)
             if m:
                 learning_rate = _number(m.group(1))
+                if solver_line:
+                    rates.append((iteration, seconds, learning_rate))
+            m = _SMOOTHED_LOSS.search(line)
+            if m:
+                losses.append((iteration, seconds, _number(m.group(1))))
             where = (path, number)
             train_rows, train_row = _net_output(_TRAIN_OUTPUT, train_row, train_rows, line,
                                                 iteration, seconds, learning_rate, where)
@@ -153,7 +169,7 @@ def parse_log(path):
             rows.append(row)
     _fix_initial_learning_rate(train_rows)
     _fix_initial_learning_rate(test_rows)
-    return train_rows, test_rows
+    return train_rows, test_rows, losses, rates
 
 
 def _number(text, where=None, what="the value"):
@@ -217,6 +233,18 @@ def _matplotlib():
     return plt
 
 
+def _check_image_type(path):
+    """The image type is the output file's extension: one that matplotlib writes."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    known = FigureCanvasBase.get_supported_filetypes()
+    ext = os.path.splitext(path)[1][1:].lower()
+    if ext not in known:
+        raise CaffeError("%s: %s (the extension names the image type: %s)" % (
+            path, "unknown image type '.%s'" % ext if ext else "no extension",
+            ", ".join("." + k for k in sorted(known))))
+
+
 def _series(rows, key):
     xs = [r["NumIters"] for r in rows if key in r]
     ys = [r[key] for r in rows if key in r]
@@ -230,6 +258,7 @@ def plot_log(log_path, png_path, loss_key=None, accuracy_key=None):
         raise CaffeError("%s: no 'Train net output' or 'Test net output' lines found; is it a "
                          "training log?" % log_path)
     plt = _matplotlib()
+    _check_image_type(png_path)
 
     def pick(rows, wanted, words):
         if wanted:
@@ -266,3 +295,88 @@ def plot_log(log_path, png_path, loss_key=None, accuracy_key=None):
     fig.savefig(png_path, dpi=100)
     plt.close(fig)
     return png_path
+
+
+# ---- Caffe's chart types (its tools/extra/plot_training_log.py.example) --------------------
+# (data, quantity, x axis): data "Test" is the test net outputs, "Train" the solver's display
+CHART_TYPES = (("Test", "accuracy", "Iters"), ("Test", "accuracy", "Seconds"),
+               ("Test", "loss", "Iters"), ("Test", "loss", "Seconds"),
+               ("Train", "learning rate", "Iters"), ("Train", "learning rate", "Seconds"),
+               ("Train", "loss", "Iters"), ("Train", "loss", "Seconds"))
+
+
+def chart_name(chart_type):
+    """``Test accuracy vs. Iters`` and so on."""
+    return "%s %s vs. %s" % CHART_TYPES[chart_type]
+
+
+def _output_key(rows, wanted, word, flag, data):
+    outputs = [k for r in rows[:1] for k in r if k not in ("NumIters", "Seconds",
+                                                            "LearningRate")]
+    if not outputs:
+        raise CaffeError("no '%s net output' lines; is it a training log?" % data)
+    if wanted:
+        if wanted in outputs:
+            return wanted
+        raise CaffeError("no %s net output named '%s' (its outputs: %s)"
+                         % (data, wanted, ", ".join(outputs)))
+    for k in outputs:
+        if word in k.lower():
+            return k
+    raise CaffeError("no %s net output whose name has '%s' (its outputs: %s); name one with %s"
+                     % (data, word, ", ".join(outputs), flag))
+
+
+def chart_series(chart_type, log_path, loss_key=None, accuracy_key=None):
+    """(xs, ys) of a chart type for one log. Test accuracy and loss are test net outputs (the
+    first whose name has "acc" or "loss", or ``accuracy_key`` / ``loss_key``); the train loss
+    is the solver's ``Iteration N, loss = x`` (or the train net output ``loss_key``) and the
+    learning rate its ``Iteration N, lr = x``; Seconds count from "Solving"."""
+    data, quantity, axis = CHART_TYPES[chart_type]
+    train_rows, test_rows, losses, rates = _read_log(log_path)
+    try:
+        if data == "Train" and (quantity == "learning rate" or not loss_key):
+            points, name = ((rates, "lr") if quantity == "learning rate" else (losses, "loss"))
+            if not points:
+                raise CaffeError("no 'Iteration N, %s = x' lines; is it a training log?" % name)
+        else:
+            rows = test_rows if data == "Test" else train_rows
+            word, wanted, flag = (("acc", accuracy_key, "--accuracy") if quantity == "accuracy"
+                                  else ("loss", loss_key, "--loss"))
+            key = _output_key(rows, wanted, word, flag, data)
+            points = [(r["NumIters"], r["Seconds"], r[key]) for r in rows if key in r]
+    except CaffeError as exc:
+        raise CaffeError("%s: %s: %s" % (log_path, chart_name(chart_type), exc)) from None
+    x = 0 if axis == "Iters" else 1
+    return [p[x] for p in points], [p[2] for p in points]
+
+
+def _log_label(log_path):
+    name = os.path.basename(log_path)
+    return name[:-4] if name.endswith(".log") and len(name) > 4 else name
+
+
+def plot_chart(chart_type, image_path, log_paths, loss_key=None, accuracy_key=None):
+    """Draw one of Caffe's chart types, one line per log, into ``image_path`` (its type from
+    the extension). Returns what was drawn: [(label, xs, ys)] as the plot's lines hold it."""
+    if not 0 <= chart_type < len(CHART_TYPES):
+        raise CaffeError("chart type %d is not one of 0-%d" % (chart_type, len(CHART_TYPES) - 1))
+    series = [(_log_label(p), chart_series(chart_type, p, loss_key, accuracy_key))
+              for p in log_paths]
+    plt = _matplotlib()
+    _check_image_type(image_path)
+    data, quantity, axis = CHART_TYPES[chart_type]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    markers = "os^vDx+*"
+    for i, (label, (xs, ys)) in enumerate(series):
+        ax.plot(xs, ys, label=label, marker=markers[i % len(markers)], linewidth=0.75)
+    ax.set_title(chart_name(chart_type))
+    ax.set_xlabel(axis)
+    ax.set_ylabel("%s %s" % (data, quantity))
+    ax.legend(loc="lower right" if quantity == "accuracy" else "upper right")
+    fig.tight_layout()
+    fig.savefig(image_path, dpi=100)
+    drawn = [(line.get_label(), list(line.get_xdata()), list(line.get_ydata()))
+             for line in ax.get_lines()]
+    plt.close(fig)
+    return drawn

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from pycaffe_lite.errors import CaffeError
-from pycaffe_lite.tools_log import parse_log, plot_log
+from pycaffe_lite.tools_log import chart_series, parse_log, plot_chart, plot_log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -257,3 +257,107 @@ def test_an_unknown_flag_shows_the_commands_usage():
     assert done.stderr.startswith("usage: pycaffe-lite summary ")
     assert done.stderr.strip().splitlines()[-1] == \
         "pycaffe-lite summary: error: unrecognized arguments: --bogus 1"
+
+
+# Caffe's chart types read off CAFFE_LOG by hand: Seconds from "Solving" at 13:39:22.381027; a
+# test row's time is its first output line's, the train loss and rate are the solver's
+# "Iteration N, loss = x" and "Iteration N, lr = x" lines.
+TEST_ITERS = [0, 200]
+TEST_SECONDS = [1.118973, 3.618973]  # 23.5, 26.0
+TRAIN_ITERS = [0, 100, 200]
+LOSS_SECONDS = [1.128973, 2.218973, 3.718973]  # 23.51, 24.6, 26.1
+LR_SECONDS = [1.129173, 2.219173, 3.719173]  # 23.5102, 24.6002, 26.1002
+EXPECTED_CHARTS = {
+    0: (TEST_ITERS, [0.0797, 0.9651]),
+    1: (TEST_SECONDS, [0.0797, 0.9651]),
+    2: (TEST_ITERS, [2.39438, 0.109]),
+    3: (TEST_SECONDS, [2.39438, 0.109]),
+    4: (TRAIN_ITERS, [0.01, 0.00992565, 0.00985258]),
+    5: (LR_SECONDS, [0.01, 0.00992565, 0.00985258]),
+    6: (TRAIN_ITERS, [2.40967, 0.25, 0.15]),
+    7: (LOSS_SECONDS, [2.40967, 0.25, 0.15]),
+}
+
+
+@pytest.fixture
+def chart_log(tmp_path):
+    # the smoothed loss of iteration 100 differs from its train net output (average_loss > 1),
+    # in the display line of newer Caffe (with iter/s)
+    path = tmp_path / "run1.log"
+    log = CAFFE_LOG.replace("Iteration 100, loss = 0.202145",
+                            "Iteration 100 (91.7 iter/s, 1.09s/100 iters), loss = 0.25")
+    assert log != CAFFE_LOG
+    path.write_text(log)
+    return path
+
+
+@pytest.mark.parametrize("chart_type", range(8))
+def test_chart_series_of_caffes_chart_types(chart_log, chart_type):
+    xs, ys = chart_series(chart_type, str(chart_log))
+    want_xs, want_ys = EXPECTED_CHARTS[chart_type]
+    assert xs == pytest.approx(want_xs, abs=1e-6) and ys == want_ys
+
+
+def test_chart_series_named_outputs_and_errors(chart_log, tmp_path):
+    # --loss names a net output: the train net's for the train loss, the test net's for the test
+    assert chart_series(6, str(chart_log), loss_key="loss") == (TRAIN_ITERS,
+                                                                 [2.40967, 0.202145, 0.15])
+    assert chart_series(2, str(chart_log), loss_key="loss")[1] == [2.39438, 0.109]
+    with pytest.raises(CaffeError, match=r"run1.log: Test accuracy vs. Iters: no Test net "
+                       r"output named 'top5' \(its outputs: accuracy, loss\)$"):
+        chart_series(0, str(chart_log), accuracy_key="top5")
+    train_only = tmp_path / "train_only.log"
+    train_only.write_text("".join(line for line in CAFFE_LOG.splitlines(True)
+                                  if "Test" not in line))
+    assert chart_series(4, str(train_only))[1] == [0.01, 0.00992565, 0.00985258]
+    with pytest.raises(CaffeError, match=r"train_only.log: Test loss vs. Seconds: no 'Test "
+                       r"net output' lines; is it a training log\?$"):
+        chart_series(3, str(train_only))
+    renamed = tmp_path / "renamed.log"
+    renamed.write_text(CAFFE_LOG.replace("#0: accuracy", "#0: top1"))
+    with pytest.raises(CaffeError, match=r"no Test net output whose name has 'acc' \(its "
+                       r"outputs: top1, loss\); name one with --accuracy$"):
+        chart_series(1, str(renamed))
+    assert chart_series(1, str(renamed), accuracy_key="top1")[1] == [0.0797, 0.9651]
+
+
+@pytest.mark.skipif(not HAVE_MATPLOTLIB, reason="needs matplotlib")
+def test_plot_chart_draws_one_line_per_log(chart_log, tmp_path):
+    second = tmp_path / "caffe.INFO"
+    second.write_text(CAFFE_LOG.replace("accuracy = 0.9651", "accuracy = 0.9712"))
+    drawn = plot_chart(0, str(tmp_path / "acc.svg"), [str(chart_log), str(second)])
+    assert drawn == [("run1", [0, 200], [0.0797, 0.9651]),
+                     ("caffe.INFO", [0, 200], [0.0797, 0.9712])]
+    svg = (tmp_path / "acc.svg").read_text()
+    assert svg.startswith("<?xml") and "<svg" in svg
+    with pytest.raises(CaffeError, match=r"x.bmpx: unknown image type '.bmpx' \(the "
+                       r"extension names the image type: .*\.png"):
+        plot_chart(0, str(tmp_path / "x.bmpx"), [str(chart_log)])
+    assert not (tmp_path / "x.bmpx").exists()
+
+
+def test_plot_training_log_takes_caffes_arguments(chart_log, tmp_path):
+    png = tmp_path / "loss.png"
+    out = _run_tool("plot_training_log.py", "7", str(png), str(chart_log), str(chart_log))
+    if HAVE_MATPLOTLIB:
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == "Wrote %s\n" % png
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert out.returncode == 1
+        assert "plotting needs matplotlib: pip install matplotlib" in out.stderr
+    for bad in ("8", "-1", "loss"):
+        out = _run_tool("plot_training_log.py", bad, str(png), str(chart_log))
+        assert out.returncode == 2 and out.stderr.startswith("usage: plot_training_log.py")
+        assert ("error: '%s' is not a chart type (0-7; see --help)" % bad) in out.stderr
+    out = _run_tool("plot_training_log.py", "6", str(png))
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[-1].endswith("error: no log to plot: CHART_TYPE OUT.png "
+                                                "LOG [LOG ...]")
+    out = _run_tool("plot_training_log.py", "6", str(png), str(tmp_path / "nope.log"))
+    assert out.returncode == 1
+    assert out.stderr == ("plot_training_log: error: cannot read log file %s: No such file or "
+                          "directory\n" % (tmp_path / "nope.log"))
+    out = _run_tool("plot_training_log.py", "--help")
+    assert out.returncode == 0
+    assert "  4: Train learning rate vs. Iters\n" in out.stdout
