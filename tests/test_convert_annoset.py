@@ -175,3 +175,19 @@ def test_tool_script(annoset):
     out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "convert_annoset.py"),
                           "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--label_map_file" in out.stdout
+
+
+def test_label_out_of_range_and_bad_encode_type_leave_no_database(annoset, capsys):
+    (annoset / "big.txt").write_text("img/0.png 1\nimg/1.png 99999999999\n")
+    db = annoset / "db"
+    rc = main(["convert_annoset", str(annoset) + "/", str(annoset / "big.txt"), str(db)])
+    assert rc == 1
+    assert ("line 2 of list file '%s': label 99999999999 is out of range"
+            % (annoset / "big.txt")) in capsys.readouterr().err
+    assert not db.exists()
+    (annoset / "cls.txt").write_text("img/0.png 1\n")
+    rc = main(["convert_annoset", "--encode_type=gif", str(annoset) + "/",
+               str(annoset / "cls.txt"), str(db)])
+    assert rc == 1
+    assert "--encode_type 'gif' is not an image encoding" in capsys.readouterr().err
+    assert not db.exists()

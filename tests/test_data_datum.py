@@ -143,3 +143,17 @@ def test_read_image_to_datum_raw_and_encoded(tmp_path):
     assert g.channels == 1
     with pytest.raises(dm.DataError, match="image file '.*nope.png' not found"):
         dm.read_image_to_datum(str(tmp_path / "nope.png"), 0)
+
+
+def test_encode_types_and_labels_are_checked():
+    assert {"png", "jpg", "jpeg", "bmp"} <= set(dm.encode_types())
+    dm.check_encode_type("JPG")
+    dm.check_encode_type("")
+    with pytest.raises(dm.DataError, match="--encode_type 'gif' is not an image encoding "
+                                           "this tool can write; use one of: bmp, "):
+        dm.check_encode_type("gif")
+    assert dm.parse_label("-2147483648", "here") == -2147483648
+    with pytest.raises(dm.DataError, match="here: label 2147483648 is out of range"):
+        dm.parse_label("2147483648", "here")
+    with pytest.raises(dm.DataError, match="here: label 'x1' is not an integer"):
+        dm.parse_label("x1", "here")

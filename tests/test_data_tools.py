@@ -146,6 +146,46 @@ def test_convert_imageset_skips_unreadable_images_and_checks_size(tmp_path, capl
         convert_imageset(root, listing, str(tmp_path / "db2"), check_size=True, progress=False)
 
 
+def test_convert_imageset_label_out_of_int32_range(tmp_path, capsys):
+    root, listing, _ = _image_folder(tmp_path)
+    ok = "p 0.png 2147483647\np 1.png -2147483648\n"
+    for bad in ("99999999999", "2147483648", "-2147483649"):
+        with open(listing, "w") as f:
+            f.write(ok + "p 2.png %s\n" % bad)
+        db = tmp_path / "db"
+        with pytest.raises(DataError, match=r"line 3 of list file '.*list.txt': label %s is out "
+                                            r"of range: a Datum label is a 32-bit integer"
+                                            % bad):
+            convert_imageset(root, listing, str(db), progress=False)
+        assert not db.exists()  # the list is checked before the database is created
+        assert main(["convert_imageset", root, listing, str(db)]) == 1
+        assert "line 3 of list file" in capsys.readouterr().err
+        assert not db.exists()
+    # the extremes of int32 are stored as they are
+    with open(listing, "w") as f:
+        f.write(ok)
+    assert main(["convert_imageset", root, listing, str(tmp_path / "ok")]) == 0
+    assert [d.label for _, d in _records(tmp_path / "ok")] == [2147483647, -2147483648]
+
+
+def test_convert_imageset_refuses_an_unknown_encode_type(tmp_path, capsys):
+    root, listing, _ = _image_folder(tmp_path)
+    db = tmp_path / "db"
+    assert main(["convert_imageset", "--encode_type", "gif", root, listing, str(db)]) == 1
+    err = capsys.readouterr().err
+    assert "--encode_type 'gif' is not an image encoding" in err
+    assert "png" in err and "jpg" in err and "bmp" in err
+    assert not db.exists()
+    # refused before the list (here missing) or any image is read
+    with pytest.raises(DataError, match="--encode_type 'xyz'"):
+        convert_imageset(root, str(tmp_path / "no-list.txt"), str(db), encode_type="xyz",
+                         progress=False)
+    # OpenCV takes the extension in any case: PNG is png
+    assert main(["convert_imageset", "--encode_type=PNG", root, listing, str(db)]) == 0
+    _, d = _records(db)[0]
+    assert d.encoded and d.data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def _write_db(path, arrays, encoded=False):
     env = lmdb.open(str(path), map_size=1 << 24)
     with env.begin(write=True) as txn:

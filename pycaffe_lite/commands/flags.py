@@ -26,5 +26,5 @@ def add_image_flags(parser):
     add_bool_flag(parser, "check_size", "check that all the datums have the same size")
     add_bool_flag(parser, "encoded", "store the images encoded (compressed) in the datums")
     parser.add_argument("--encode_type", default="",
-                        help="encoding of the stored images ('png', 'jpg', ...); implies "
-                             "--encoded")
+                        help="encoding of the stored images (png, jpg, jpeg, bmp, tif, ...); "
+                             "implies --encoded")

@@ -10,7 +10,8 @@ from .. import backend as _backend
 from ..proto import caffe_pb2
 from . import db as dbmod
 from .annotation import BBOX, name_to_label, read_annotations, read_label_map
-from .datum import DataError, decode_image, encode_image, image_format, read_file, resize
+from .datum import (DataError, check_encode_type, decode_image, encode_image, image_format,
+                    parse_label, read_file, resize)
 from .imageset import join_root, record_encoding
 from .progress import Progress
 from .workers import ThreadMap
@@ -23,7 +24,8 @@ LABEL_TYPES = ("xml", "json", "txt")
 
 def read_anno_list(path, anno_type):
     """``[(line_number, image, second)]`` from whitespace-separated pairs: ``image label``
-    (classification, the label an integer) or ``image annotation_file`` (detection)."""
+    (classification, the label an integer that fits a Datum's 32-bit label) or
+    ``image annotation_file`` (detection)."""
     try:
         with open(path, "r", encoding="utf-8", errors="surrogateescape") as f:
             text = f.read()
@@ -40,11 +42,7 @@ def read_anno_list(path, anno_type):
                                "label" if anno_type == "classification" else "annotation"))
         name, second = parts
         if anno_type == "classification":
-            try:
-                second = int(second)
-            except ValueError:
-                raise DataError("line %d of list file '%s': label '%s' is not an integer"
-                                % (number, path, second)) from None
+            second = parse_label(second, "line %d of list file '%s'" % (number, path))
         out.append((number, name, second))
     return out
 
@@ -103,7 +101,9 @@ def convert_annoset(root_folder, list_file, db_name, anno_type="classification",
     ``root_folder``. Records are AnnotatedDatum under keys ``%08d_<image>``; detection
     records have type BBOX. An annotation naming a label absent from ``label_map_file`` is
     an error naming the file and the label. Images that cannot be read are reported and
-    skipped. Returns ``(written, skipped)``."""
+    skipped. ``encode_type`` and the whole list are checked before the database is created.
+    Returns ``(written, skipped)``."""
+    check_encode_type(encode_type)
     if anno_type not in ANNO_TYPES:
         raise DataError("unknown anno_type '%s' (use classification or detection)" % anno_type)
     if anno_type == "detection" and label_type not in LABEL_TYPES:

@@ -202,11 +202,47 @@ def decode_image(data, color=None, where="image"):
     return _to_array(img, color, where)
 
 
+#: file extensions (OpenCV's names of encodings) and the Pillow formats they stand for
+_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "jpe": "JPEG", "png": "PNG", "bmp": "BMP",
+            "tif": "TIFF", "tiff": "TIFF", "ppm": "PPM", "pgm": "PPM", "pbm": "PPM",
+            "webp": "WEBP"}
+
+
 def image_format(path_or_ext):
     ext = os.path.basename(str(path_or_ext)).rsplit(".", 1)[-1].lower()
-    return {"jpg": "JPEG", "jpeg": "JPEG", "jpe": "JPEG", "png": "PNG", "bmp": "BMP",
-            "tif": "TIFF", "tiff": "TIFF", "ppm": "PPM", "pgm": "PPM", "pbm": "PPM",
-            "webp": "WEBP"}.get(ext)
+    return _FORMATS.get(ext)
+
+
+def encode_types():
+    """The encodings :func:`encode_image` can write here (the Pillow build may lack WebP)."""
+    Image = _pil()
+    Image.init()
+    return sorted(ext for ext, fmt in _FORMATS.items() if fmt in Image.SAVE)
+
+
+def check_encode_type(encode_type, flag="--encode_type"):
+    """Refuse an encoding :func:`encode_image` cannot write, naming ``flag`` and the
+    accepted values."""
+    if encode_type and image_format(encode_type) not in [_FORMATS[e] for e in encode_types()]:
+        raise DataError("%s '%s' is not an image encoding this tool can write; use one of: %s"
+                        % (flag, encode_type, ", ".join(encode_types())))
+
+
+#: the values a Datum's label (int32) can hold
+LABEL_MIN, LABEL_MAX = -2 ** 31, 2 ** 31 - 1
+
+
+def parse_label(text, where):
+    """The integer label of a list file line; ``where`` (e.g. "line 3 of list file 'x'")
+    starts the error message for text that is not an integer or does not fit a Datum."""
+    try:
+        label = int(text)
+    except ValueError:
+        raise DataError("%s: label '%s' is not an integer" % (where, text)) from None
+    if not LABEL_MIN <= label <= LABEL_MAX:
+        raise DataError("%s: label %s is out of range: a Datum label is a 32-bit integer "
+                        "(%d to %d)" % (where, text, LABEL_MIN, LABEL_MAX))
+    return label
 
 
 def encode_image(img, ext="jpg"):

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import backend as _backend
 from . import db as dbmod
-from .datum import DataError, read_image_to_datum
+from .datum import DataError, check_encode_type, parse_label, read_image_to_datum
 from .progress import Progress
 from .workers import ThreadMap
 
@@ -16,8 +16,9 @@ log = logging.getLogger("pycaffe_lite")
 
 def read_list_file(path, numbered=False):
     """``[(name, label), ...]`` from a list file of ``name label`` lines, split at the last
-    space as Caffe does (names may contain spaces). Blank lines are skipped. With
-    ``numbered``, items are ``(line_number, name, label)``."""
+    space as Caffe does (names may contain spaces). Blank lines are skipped. A label that is
+    not an integer, or does not fit a Datum's 32-bit label, is an error naming the line.
+    With ``numbered``, items are ``(line_number, name, label)``."""
     try:
         with open(path, "r", encoding="utf-8", errors="surrogateescape") as f:
             text = f.read()
@@ -34,12 +35,8 @@ def read_list_file(path, numbered=False):
         if pos < 0:
             raise DataError("line %d of list file '%s' ('%s') has no label: each line is "
                             "'<path> <integer label>'" % (number, path, line))
-        name, label = line[:pos], line[pos + 1:]
-        try:
-            label = int(label)
-        except ValueError:
-            raise DataError("line %d of list file '%s': label '%s' is not an integer"
-                            % (number, path, label)) from None
+        name = line[:pos]
+        label = parse_label(line[pos + 1:], "line %d of list file '%s'" % (number, path))
         lines.append((number, name, label) if numbered else (name, label))
     return lines
 
@@ -79,7 +76,12 @@ def convert_imageset(root_folder, list_file, db_name, gray=False, shuffle=False,
     decoded by ``threads`` threads (default: up to 4, one per core); the output order is the
     list order. Returns ``(written, skipped)`` where ``skipped`` lists ``(name, message)``
     pairs.
+
+    The whole list is read and checked (every label an integer that fits a Datum) and
+    ``encode_type`` checked before the database is created: a bad line or encoding leaves
+    no database behind.
     """
+    check_encode_type(encode_type)
     lines = read_list_file(list_file, numbered=True)
     if shuffle:
         log.info("Shuffling data")
