@@ -1,6 +1,8 @@
 """Datum records and images: decoding to Caffe's BGR CHW layout, encoding, resizing."""
 
 import io
+import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -61,10 +63,15 @@ def test_decode_grey_and_forced_modes():
     assert native.shape == (1, 3, 1) and native[0, :, 0].tolist() == [0, 128, 255]
     colour = dm.decode_image(data, color=True)
     assert colour.shape == (1, 3, 3) and (colour == grey[..., None]).all()
-    # forced grey of a colour image: ITU-R 601 luma, as OpenCV's IMREAD_GRAYSCALE
+    # forced grey of a colour PNG: libpng's rgb_to_gray with OpenCV's 0.299 / 0.587, in
+    # 15-bit fixed point (9797, 19234, 32768 - 9797 - 19234), truncated
     g = dm.decode_image(_png_bytes(RGB), color=False)
-    expected = np.rint(RGB @ np.array([0.299, 0.587, 0.114]))
-    assert g.shape == (2, 3, 1) and np.abs(g[..., 0] - expected).max() <= 1
+    r, gr, b = (RGB[..., i].astype(int) for i in range(3))
+    assert g.shape == (2, 3, 1)
+    assert g[..., 0].tolist() == ((9797 * r + 19234 * gr + 3737 * b) >> 15).tolist()
+    # pure green: 0.587 * 255 = 149.7, stored as 149 (cvtColor's rounding would give 150)
+    green = dm.decode_image(_png_bytes(np.array([[[0, 255, 0]]], np.uint8)), color=False)
+    assert green.ravel().tolist() == [149]
 
 
 def test_decode_rgba_keeps_alpha_as_fourth_channel():
@@ -143,6 +150,81 @@ def test_read_image_to_datum_raw_and_encoded(tmp_path):
     assert g.channels == 1
     with pytest.raises(dm.DataError, match="image file '.*nope.png' not found"):
         dm.read_image_to_datum(str(tmp_path / "nope.png"), 0)
+
+
+def _chunk(kind, payload):
+    return (struct.pack(">I", len(payload)) + kind + payload
+            + struct.pack(">I", zlib.crc32(kind + payload)))
+
+
+def _with_chunk(png, chunk):
+    return png[:33] + chunk + png[33:]  # after the 13-byte IHDR chunk
+
+
+def test_grey_decode_equals_opencv_imread_grayscale():
+    cv2 = pytest.importorskip("cv2")
+    rng = np.random.default_rng(7)
+
+    def cv_encode(ext, img, params=()):
+        ok, buf = cv2.imencode(ext, img, list(params))
+        assert ok
+        return buf.tobytes()
+
+    def pil_encode(img, fmt, **options):
+        buf = io.BytesIO()
+        img.save(buf, format=fmt, **options)
+        return buf.getvalue()
+
+    cases = 0
+    for i in range(12):
+        h, w = (int(v) for v in rng.integers(1, 50, 2))
+        bgr = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        bgr[: h // 3, :, 1:] = bgr[: h // 3, :, :1]  # some grey pixels (R = G = B)
+        png = cv_encode(".png", bgr)
+        palette = Image.fromarray(bgr[:, :, ::-1]).quantize(int(rng.integers(2, 256)))
+        gamma = int(rng.choice([45455, 22000, 50000, 96000, 100000, 110000, 220000]))
+        encoded = [
+            png,
+            cv_encode(".png", np.dstack([bgr, bgr[:, :, 0]])),  # alpha is dropped
+            cv_encode(".png", rng.integers(0, 65536, (h, w, 3), dtype=np.uint16)),
+            cv_encode(".png", rng.integers(0, 65536, (h, w, 4), dtype=np.uint16)),
+            cv_encode(".png", rng.integers(0, 65536, (h, w), dtype=np.uint16)),
+            pil_encode(palette, "PNG"),
+            pil_encode(palette, "PNG", transparency=0),
+            pil_encode(Image.fromarray(bgr[:, :, :2], "LA"), "PNG"),
+            pil_encode(Image.fromarray(bgr[:, :, 0]), "PNG", bits=4),
+            _with_chunk(png, _chunk(b"gAMA", struct.pack(">I", gamma))),
+            _with_chunk(png, _chunk(b"sRGB", b"\x00")),
+            _with_chunk(pil_encode(palette, "PNG"), _chunk(b"gAMA", struct.pack(">I", 45455))),
+            cv_encode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, int(rng.integers(50, 100))]),
+            cv_encode(".jpg", bgr, [cv2.IMWRITE_JPEG_SAMPLING_FACTOR,
+                                    cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444]),
+            cv_encode(".jpg", bgr, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1]),
+            cv_encode(".jpg", bgr[:, :, 0]),
+            cv_encode(".bmp", bgr),
+            cv_encode(".tif", bgr),
+            cv_encode(".ppm", bgr),
+        ]
+        for n, data in enumerate(encoded):
+            ref = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_GRAYSCALE)
+            got = dm.decode_image(data, color=False)
+            assert got.shape == ref.shape + (1,), (i, n)
+            np.testing.assert_array_equal(got[:, :, 0], ref, err_msg="image %d, case %d"
+                                          % (i, n))
+            cases += 1
+    assert cases == 12 * 19
+
+
+def test_sixteen_bit_grey_png_keeps_the_high_byte():
+    cv2 = pytest.importorskip("cv2")
+    grey16 = np.array([[0, 255, 256, 0x1234], [0xff00, 0xffff, 0x80ff, 7]], np.uint16)
+    data = cv2.imencode(".png", grey16)[1].tobytes()
+    high = [[0, 0, 1, 0x12], [0xff, 0xff, 0x80, 0]]
+    assert dm.decode_image(data, color=False)[:, :, 0].tolist() == high
+    colour = dm.decode_image(data, color=True)
+    assert colour.shape == (2, 4, 3) and (colour == np.array(high)[:, :, None]).all()
+    np.testing.assert_array_equal(colour, cv2.imdecode(np.frombuffer(data, np.uint8),
+                                                       cv2.IMREAD_COLOR))
 
 
 def test_encode_types_and_labels_are_checked():

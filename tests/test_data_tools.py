@@ -118,7 +118,7 @@ def test_convert_imageset_flags(tmp_path):
     for key, d in records:
         i = d.label // 3
         assert key.endswith(b"p %d.png" % i)
-        grey = np.asarray(Image.fromarray(rgbs[i]).convert("L"))
+        grey = cv2.imread(os.path.join(root, "p %d.png" % i), cv2.IMREAD_GRAYSCALE)
         small = cv2.resize(grey, (4, 3), interpolation=cv2.INTER_LINEAR)
         assert (d.channels, d.height, d.width) == (1, 3, 4)
         assert d.data == small.tobytes()
@@ -144,6 +144,35 @@ def test_convert_imageset_skips_unreadable_images_and_checks_size(tmp_path, capl
     with pytest.raises(DataError, match=r"image '.*p 1.png' \(line 2 of '.*list.txt'\) has 120 "
                                         r"bytes of data, the first image has 144 \(check_size\)"):
         convert_imageset(root, listing, str(tmp_path / "db2"), check_size=True, progress=False)
+
+
+def test_convert_imageset_gray_equals_opencv(tmp_path):
+    # Caffe reads with cv::imread(path, IMREAD_GRAYSCALE): libpng's rgb_to_gray for PNG,
+    # libjpeg's luma for JPEG
+    cv2 = pytest.importorskip("cv2")
+    root = tmp_path / "pics"
+    root.mkdir()
+    rng = np.random.default_rng(4)
+    names = []
+    for i in range(4):
+        bgr = rng.integers(0, 256, (13 + i, 17, 3), dtype=np.uint8)
+        for ext in ("png", "jpg"):
+            cv2.imwrite(str(root / ("c%d.%s" % (i, ext))), bgr)
+            names.append("c%d.%s" % (i, ext))
+    listing = tmp_path / "list.txt"
+    listing.write_text("".join("%s %d\n" % (n, i) for i, n in enumerate(names)))
+    assert main(["convert_imageset", "--gray", str(root) + "/", str(listing),
+                 str(tmp_path / "db")]) == 0
+    records = _records(tmp_path / "db")
+    assert len(records) == len(names)
+    differ = 0
+    for (_, d), name in zip(records, names):
+        ref = cv2.imread(str(root / name), cv2.IMREAD_GRAYSCALE)
+        assert (d.channels, d.height, d.width) == (1,) + ref.shape
+        assert d.data == ref.tobytes(), name
+        rgb = cv2.imread(str(root / name))[:, :, ::-1]
+        differ += int((np.asarray(Image.fromarray(rgb).convert("L")) != ref).sum())
+    assert differ > 0  # Pillow's own grey is not what Caffe stores
 
 
 def test_convert_imageset_label_out_of_int32_range(tmp_path, capsys):

@@ -10,9 +10,9 @@ Images are NumPy arrays in Caffe's layout and channel order:
 
 Decoding uses Pillow. ``color=None`` keeps the stored channels (OpenCV's ``IMREAD_UNCHANGED``,
 Caffe's ``DecodeDatumToCVMatNative``), ``True`` forces 3-channel BGR (``IMREAD_COLOR``) and
-``False`` forces grey (``IMREAD_GRAYSCALE``; for JPEG the decoder's luma channel, as libjpeg
-gives it). Resizing is bilinear with OpenCV's ``INTER_LINEAR`` pixel mapping and fixed-point
-rounding (see :func:`resize`).
+``False`` forces grey (``IMREAD_GRAYSCALE``, computed per format as OpenCV does: see
+:mod:`.grey`). Resizing is bilinear with OpenCV's ``INTER_LINEAR`` pixel mapping and
+fixed-point rounding (see :func:`resize`).
 """
 
 import io
@@ -24,6 +24,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from ..errors import CaffeError, ProtoError
 from ..proto import caffe_pb2, fork_fields, protoio, tolerant
+from .grey import grey_array
 
 
 class DataError(CaffeError):
@@ -158,15 +159,18 @@ def chw_to_hwc(arr):
 
 
 # ---- decoding / encoding ----------------------------------------------------------------
+_SIXTEEN_BIT_GREY = ("I;16", "I;16B", "I;16L", "I;16N")
+
+
 def _to_array(img, color, where):
-    """Pillow image -> (H, W, C) uint8 in OpenCV channel order."""
+    """Pillow image -> (H, W, C) uint8 in OpenCV channel order (colour or native)."""
     mode = img.mode
     if color is True:
+        if mode in _SIXTEEN_BIT_GREY:  # OpenCV keeps the high byte of each sample
+            high = (np.asarray(img).astype(np.uint32) >> 8).astype(np.uint8)
+            return np.repeat(high[:, :, np.newaxis], 3, axis=2)
         if mode != "RGB":
             img = img.convert("RGB")
-    elif color is False:
-        if mode != "L":
-            img = img.convert("L")
     elif mode in ("1", "I;16", "I;16B", "I;16L", "I", "F"):
         if mode == "1":
             img = img.convert("L")
@@ -189,12 +193,15 @@ def _to_array(img, color, where):
 
 
 def decode_image(data, color=None, where="image"):
-    """Decode JPEG/PNG/... bytes to an (H, W, C) uint8 array in BGR order."""
+    """Decode JPEG/PNG/... bytes to an (H, W, C) uint8 array in BGR order (C = 1 with
+    ``color=False``: the grey image OpenCV's ``IMREAD_GRAYSCALE`` gives, see :mod:`.grey`)."""
     Image = _pil()
     try:
         img = Image.open(io.BytesIO(data))
-        if color is False and img.format == "JPEG" and img.mode != "L":
-            img.draft("L", img.size)  # the decoder's own luma channel, as libjpeg gives
+        if color is False:
+            if img.format == "JPEG" and img.mode != "L":
+                img.draft("L", img.size)  # the decoder's own luma channel, as libjpeg gives
+            return grey_array(img, data)[:, :, np.newaxis]
         img.load()
     except Exception as exc:
         raise DataError("cannot decode %s as an image (%d bytes): %s"
