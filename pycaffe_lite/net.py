@@ -576,9 +576,9 @@ class Net(BatchedCalls):
         return "<Net '%s': %d layers, %d blobs>" % (self.name, len(self.records), len(self.blobs))
 
 
-# Exceptions a layer's own code raises on inputs it cannot handle (a NumPy error on a shape, a
-# math domain error, an allocation that does not fit): reported as a LayerError naming the
-# layer, the step and the bottom shapes, with the original as the cause.
+# What a layer raises on inputs it cannot handle (a NumPy shape error, a math domain error, an
+# allocation that does not fit), and anything a layer class of one's own raises (a Python
+# layer, a plugin's): a LayerError naming the layer, step and bottom shapes (cause kept).
 LAYER_FAILURES = (ValueError, IndexError, TypeError, KeyError, ArithmeticError, MemoryError,
                   np.linalg.LinAlgError)
 
@@ -590,7 +590,10 @@ def _call_layer(layer, step, bottom, fn, *args):
         raise
     except CaffeError as exc:
         raise LayerError(str(exc), layer.name, layer.type) from None
-    except LAYER_FAILURES as exc:
+    except Exception as exc:
+        own = type(layer).__module__.startswith(__package__ + ".")
+        if own and not isinstance(exc, LAYER_FAILURES):
+            raise
         shapes = ", ".join(str(b.shape) for b in bottom)
         raise LayerError("%s failed with bottom shapes [%s]: %s: %s"
                          % (step, shapes, type(exc).__name__, exc), layer.name,

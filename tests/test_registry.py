@@ -1,7 +1,7 @@
 import pytest
 
 import pycaffe_lite as caffe
-from pycaffe_lite.errors import CaffeError
+from pycaffe_lite.errors import CaffeError, LayerError
 from pycaffe_lite.layer import Layer
 from pycaffe_lite.layers import create_layer
 from pycaffe_lite.proto import caffe_pb2
@@ -40,3 +40,31 @@ def test_user_layer_registration_and_creation():
         assert "TestOnlyDouble" in caffe.layer_type_list()
     finally:
         LAYERS.unregister("TestOnlyDouble")
+
+
+@pytest.mark.parametrize("error", [RuntimeError, AttributeError, AssertionError, OSError,
+                                   NotImplementedError, ValueError])
+def test_any_error_of_a_layer_of_ones_own_names_the_layer(error, tmp_path):
+    # a user's layer (registered, or a Python layer) that fails for any reason: the error
+    # names the layer, the step and the bottom shapes, and keeps the original as its cause
+    @register_layer("TestOnlyFailing")
+    class Failing(Layer):
+        def reshape(self, bottom, top):
+            top[0].reshape(bottom[0].shape)
+
+        def forward(self, bottom, top):
+            raise error("the user's message")
+
+    try:
+        path = tmp_path / "net.prototxt"
+        path.write_text('layer { name: "in" type: "Input" top: "x" input_param { shape { '
+                        'dim: 2 dim: 3 } } }\nlayer { name: "mine" type: "TestOnlyFailing" '
+                        'bottom: "x" top: "y" }')
+        net = caffe.Net(str(path), caffe.TEST)
+        with pytest.raises(LayerError, match="layer 'mine' \\(type TestOnlyFailing\\): forward "
+                                             "failed with bottom shapes \\[\\(2, 3\\)\\]: %s: "
+                                             "the user's message" % error.__name__) as info:
+            net.forward()
+        assert type(info.value.__cause__) is error
+    finally:
+        LAYERS.unregister("TestOnlyFailing")
