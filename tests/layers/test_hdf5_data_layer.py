@@ -99,6 +99,25 @@ def test_errors(tmp_path):
     (tmp_path / "junk.txt").write_text(str(tmp_path / "junk.h5"))
     with pytest.raises(LayerError, match=r"cannot open HDF5 file '.*junk.h5'"):
         _layer(str(tmp_path / "junk.txt"), 2)
+    with h5py.File(tmp_path / "words.h5", "w") as f:
+        f["data"] = np.array([b"a", b"b"])
+        f["label"] = np.zeros(2)
+    (tmp_path / "words.txt").write_text(str(tmp_path / "words.h5"))
+    with pytest.raises(LayerError, match=r"dataset 'data' of HDF5 file '.*words.h5' \(listed "
+                                         r"in '.*words.txt'\) holds \|S1 values, not numbers"):
+        _layer(str(tmp_path / "words.txt"), 2)
+
+
+def test_a_transform_param_is_refused_as_caffe_refuses_it(tmp_path):
+    # Caffe's HDF5DataLayer checks there is none: the values are read as stored, and a
+    # scale or mean meant for them would otherwise be dropped without a word
+    layer = make_layer('name: "h5" type: "HDF5Data" top: "data" top: "label" '
+                       'transform_param { scale: 0.00390625 } '
+                       'hdf5_data_param { source: "%s" batch_size: 2 }' % _files(tmp_path),
+                       dtype=np.float32)
+    with pytest.raises(LayerError, match="layer 'h5' \\(type HDF5Data\\): HDF5Data does not "
+                                         "transform data: remove transform_param"):
+        layer.SetUp([], empty_blobs(2, np.float32))
 
 
 def test_missing_h5py_says_how_to_install(tmp_path, monkeypatch):

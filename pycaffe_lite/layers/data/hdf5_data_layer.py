@@ -46,6 +46,10 @@ class HDF5DataLayer(BaseDataLayer):
         if p.batch_size <= 0:
             raise self.error("hdf5_data_param.batch_size must be positive (got %d)"
                              % p.batch_size)
+        if self.layer_param.HasField("transform_param"):  # as Caffe's HDF5DataLayer checks
+            raise self.error("HDF5Data does not transform data: remove transform_param and "
+                             "store the values as the net should see them (scaled, mean "
+                             "subtracted, cropped)")
         self.h5py = import_h5py("the HDF5Data layer")
         self.source = p.source
         self.batch_size = int(p.batch_size)
@@ -107,6 +111,9 @@ class HDF5DataLayer(BaseDataLayer):
                 if ds.ndim < 1:
                     raise self.error("dataset '%s' of %s is a scalar; it needs at least one "
                                      "axis (rows)" % (name, where))
+                if ds.dtype.kind not in "biuf":
+                    raise self.error("dataset '%s' of %s holds %s values, not numbers"
+                                     % (name, where, ds.dtype))
                 arrays.append(np.asarray(ds[...], dtype=self.dtype))
         rows = arrays[0].shape[0]
         for name, arr in zip(self.names, arrays):
