@@ -204,6 +204,12 @@ def test_apply_update_by_hand_with_set_diffs():
     (AdaGradSolver, "momentum: 0.9", "momentum cannot be used with AdaGrad"),
     (RMSPropSolver, "momentum: 0.9", "momentum cannot be used with RMSProp"),
     (RMSPropSolver, "rms_decay: 1.0", "rms_decay should lie between 0 and 1"),
+    # Adam's correction sqrt(1 - beta2^t) / (1 - beta1^t): beta1 = 1 divides by zero, a beta2
+    # over 1 takes the root of a negative number
+    (AdamSolver, "momentum: 1.0", "Adam's momentum \\(beta1\\) must lie in \\[0, 1\\), got 1"),
+    (AdamSolver, "momentum: 0.9 momentum2: 1.5",
+     "Adam's momentum2 \\(beta2\\) must lie in \\[0, 1\\), got 1.5"),
+    (AdamSolver, "momentum: -0.1", "Adam's momentum \\(beta1\\) must lie in"),
     (SGDSolver, 'weight_decay: 0.1 regularization_type: "L3"', "unknown regularization_type"),
 ])
 def test_rule_sanity_checks(cls, text, message):

@@ -8,6 +8,7 @@ eps = delta and t = iter + 1::
 The state holds every param's m, then every param's v (Caffe's snapshot order).
 """
 
+from ..errors import CaffeError
 from ..registry import SOLVERS
 from .lr_policy import f32
 from .sgd import SGDSolver, adam_correction
@@ -18,6 +19,15 @@ class AdamSolver(SGDSolver):
     state_names = ("m", "v")
 
     fused_rule = "Adam"
+
+    def sanity_check(self):
+        super().sanity_check()
+        for field in ("momentum", "momentum2"):  # beta1, beta2: the correction divides by 1 - beta
+            value = getattr(self.param, field)
+            if not 0 <= value < 1:
+                raise CaffeError("%s: Adam's %s (beta%s) must lie in [0, 1), got %g"
+                                 % (self.where, field, field[-1] if field[-1] == "2" else "1",
+                                    value))
 
     def fused_args(self, i, rate):
         beta1, beta2 = f32(self.param.momentum), f32(self.param.momentum2)
