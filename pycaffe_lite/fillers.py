@@ -50,6 +50,9 @@ def fill_constant(blob, param, rng):
 @FILLERS.register("uniform")
 def fill_uniform(blob, param, rng):
     _no_sparse(param, "uniform")
+    if param.min > param.max:  # as Caffe's CHECK_LE(a, b)
+        raise CaffeError("uniform filler: min (%g) must not be greater than max (%g)"
+                         % (param.min, param.max))
     _write(blob, rng.uniform(param.min, param.max, blob.shape))
 
 
@@ -106,5 +109,7 @@ def fill(blob, filler_param=None, rng=None):
     """Fill ``blob``'s data as ``filler_param`` (a FillerParameter) says."""
     param = filler_param if filler_param is not None else caffe_pb2.FillerParameter()
     fn = FILLERS.get(param.type, "filler of a blob of shape %s" % (blob.shape,))
+    if blob.count == 0 and param.type != "uniform":  # nothing to fill (nor fans to scale by)
+        return blob
     fn(blob, param, rng if rng is not None else backend.rng())
     return blob

@@ -71,3 +71,17 @@ def test_sparse_only_for_gaussian_and_unknown_type():
         filled((3, 3), type="xavier", sparse=2)
     with pytest.raises(UnknownTypeError, match="did you mean 'gaussian'"):
         filled((3, 3), type="gausian")
+
+
+def test_uniform_with_min_above_max_is_refused():
+    with pytest.raises(CaffeError, match="uniform filler: min \\(3\\) must not be greater than "
+                                         "max \\(-2\\)"):
+        filled((2, 2), type="uniform", min=3, max=-2)
+    assert (filled((2, 2), type="uniform", min=1.5, max=1.5) == 1.5).all()  # min = max: allowed
+
+
+@pytest.mark.parametrize("kind", ["xavier", "msra", "gaussian", "positive_unitball"])
+def test_a_blob_with_no_values_is_left_as_it_is(kind):
+    # a zero-sized axis: nothing to fill, and no fan to scale by (it divided by zero)
+    assert filled((0, 3), type=kind).shape == (0, 3)
+    assert filled((4, 0, 2), type=kind).shape == (4, 0, 2)
