@@ -61,3 +61,38 @@ def test_batch_reindex_other_errors():
     layer.Forward(bottom, top)
     with pytest.raises(LayerError, match="cannot backpropagate to the indices"):
         layer.Backward(top, [True, True], bottom)
+
+
+def test_force_backward_leaves_the_index_bottoms_alone(tmp_path):
+    # force_backward asks every layer for its bottoms' gradients, but BatchReindex's
+    # indices, Filter's selector and Embed's input have none: the net's backward runs and
+    # the data gets the gradient a hand computation gives
+    import pycaffe_lite as caffe
+    path = tmp_path / "net.prototxt"
+    path.write_text("""force_backward: true
+layer { name: "in" type: "Input" top: "x" top: "idx" top: "keep" top: "words"
+        input_param { shape { dim: 3 dim: 2 } shape { dim: 4 } shape { dim: 4 }
+                      shape { dim: 4 } } }
+layer { name: "pick" type: "BatchReindex" bottom: "x" bottom: "idx" top: "y" }
+layer { name: "sel" type: "Filter" bottom: "y" bottom: "keep" top: "z" }
+layer { name: "emb" type: "Embed" bottom: "words" top: "e"
+        embed_param { num_output: 2 input_dim: 5 weight_filler { type: "gaussian" } } }
+layer { name: "z2" type: "Power" bottom: "e" top: "z2_all" power_param { scale: 0.5 } }
+layer { name: "cut" type: "Filter" bottom: "z2_all" bottom: "keep" top: "z2" }
+layer { name: "loss" type: "EuclideanLoss" bottom: "z" bottom: "z2" top: "loss" }
+""")
+    net = caffe.Net(str(path), caffe.TRAIN)
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 2)).astype(np.float32)
+    idx = np.array([2, 0, 2, 1], np.float32)
+    keep = np.array([1, 0, 1, 1], np.float32)
+    words = np.array([4, 1, 0, 3], np.float32)
+    net.forward(x=x, idx=idx, keep=keep, words=words)
+    net.backward()
+    kept = keep.astype(bool)
+    y = x[idx.astype(int)]
+    z2 = 0.5 * net.params["emb"][0].data[words.astype(int)]
+    diff = (y[kept] - z2[kept]) / kept.sum()
+    want = np.zeros_like(x)
+    np.add.at(want, idx.astype(int)[kept], diff)
+    np.testing.assert_allclose(net.blobs["x"].diff, want, rtol=1e-5, atol=1e-7)

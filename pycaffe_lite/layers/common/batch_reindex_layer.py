@@ -48,6 +48,9 @@ class BatchReindexLayer(Layer):
         xp = get_array_module(x)
         xp.take(x, idx, axis=0, out=top[0].write_data())
 
+    def allow_force_backward(self, bottom_index):
+        return bottom_index != 1  # the indices have no gradient, even with force_backward
+
     def backward(self, top, propagate_down, bottom):
         if propagate_down[1]:
             raise self.error("cannot backpropagate to the indices (bottom 1); set "

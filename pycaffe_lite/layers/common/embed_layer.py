@@ -55,6 +55,9 @@ class EmbedLayer(Layer):
         if self.bias_term:
             y += self.blobs[1].read_data()
 
+    def allow_force_backward(self, bottom_index):
+        return False  # the input holds indices: no gradient, even with force_backward
+
     def backward(self, top, propagate_down, bottom):
         if propagate_down[0]:
             raise self.error("cannot backpropagate to the Embed input (bottom 0 holds indices); "

@@ -59,6 +59,10 @@ class FilterLayer(Layer):
                 xp = get_array_module(b.read_data())
                 xp.take(b.read_data(), self.indices, axis=0, out=t.write_data())
 
+    def allow_force_backward(self, bottom_index):
+        # the selector (the last bottom) has no gradient, even with force_backward
+        return bottom_index != len(self.layer_param.bottom) - 1
+
     def backward(self, top, propagate_down, bottom):
         if propagate_down[-1]:
             raise self.error("cannot backpropagate to the selector (the last bottom); set "
