@@ -28,7 +28,8 @@ def convert_and_run(tmp_path, cfg_text, seed=0, bn_variant="pjreddie", major=0, 
                     transpose=False, image=None):
     cfg = tmp_path / "model.cfg"
     cfg.write_text(cfg_text)
-    data = weights_bytes(random_params(cfg_text, seed, transpose), major=major, minor=minor)
+    data = weights_bytes(random_params(cfg_text, seed, transpose, bn_variant), major=major,
+                         minor=minor)
     (tmp_path / "model.weights").write_bytes(data)
     proto, model = tmp_path / "model.prototxt", tmp_path / "model.caffemodel"
     result = darknet2caffe(str(cfg), str(tmp_path / "model.weights"), str(proto), str(model),
@@ -355,3 +356,87 @@ def test_caffemodel_needs_weights(tmp_path):
     with pytest.raises(DarknetError, match="needs the Darknet .weights"):
         darknet2caffe(CLASSIFIER, None, str(tmp_path / "m.prototxt"),
                       str(tmp_path / "m.caffemodel"))
+
+
+BATCHNORM_CFG = """\
+[net]
+width=5
+height=4
+channels=3
+
+[convolutional]
+filters=4
+size=3
+pad=1
+activation=leaky
+
+[batchnorm]
+
+[convolutional]
+filters=2
+size=1
+activation=linear
+"""
+
+
+def _batchnorm_file(bn_variant):
+    """A .weights file for BATCHNORM_CFG written in ``bn_variant``'s [batchnorm] layout, and
+    the [batchnorm] arrays (biases are 0 where the layout has none)."""
+    rng = np.random.default_rng(21)
+    conv0 = [rng.normal(0, 0.5, 4), rng.normal(0, 0.4, 4 * 3 * 3 * 3)]
+    bn = {"biases": rng.normal(0, 0.5, 4), "scales": rng.uniform(0.5, 1.5, 4),
+          "mean": rng.normal(0, 0.3, 4), "var": np.array([0.04, 1.7, 0.3, 2.5])}
+    conv2 = [rng.normal(0, 0.5, 2), rng.normal(0, 0.5, 2 * 4)]
+    layout = [bn["scales"], bn["mean"], bn["var"]]
+    if bn_variant == "alexeyab":
+        layout.insert(0, bn["biases"])     # AlexeyAB's parser.c: biases come first
+    else:
+        bn["biases"] = np.zeros(4)         # pjreddie's parser.c stores none; they stay 0
+    arrays = [np.asarray(a, np.float32) for a in conv0 + layout + conv2]
+    bn = {k: np.asarray(v, np.float32).astype(np.float64) for k, v in bn.items()}
+    return weights_bytes(arrays), bn
+
+
+@pytest.mark.parametrize("bn_variant", ["pjreddie", "alexeyab"])
+def test_batchnorm_section_weights_in_each_variants_layout(tmp_path, bn_variant):
+    data, bn = _batchnorm_file(bn_variant)
+    result = convert(BATCHNORM_CFG, data, bn_variant=bn_variant)
+    model = tmp_path / "bn.caffemodel"
+    from pycaffe_lite.proto import protoio
+    protoio.write_binary(result.weights_param, str(model))
+    net = pycaffe_lite.Net(result.net_param, str(model), pycaffe_lite.TEST)
+    image = np.random.default_rng(22).uniform(0, 1, (3, 4, 5))
+    net.blobs["data"].data[...] = image
+    net.forward()
+    # every layer, the one after the [batchnorm] included (no parameter shifted)
+    assert_layers_match(result, net, darknet_forward(BATCHNORM_CFG, data, image, bn_variant))
+    # the [batchnorm] layer by Darknet's forward_batchnorm_layer at inference: normalize_cpu
+    # with the rolling statistics, scale_bias, add_bias
+    x = net.blobs["conv0"].data[0].astype(np.float64)
+    col = (slice(None), None, None)
+    if bn_variant == "pjreddie":
+        norm = (x - bn["mean"][col]) / (np.sqrt(bn["var"][col]) + 1e-6)
+    else:
+        norm = (x - bn["mean"][col]) / np.sqrt(bn["var"][col] + 1e-5)
+    expected = norm * bn["scales"][col] + bn["biases"][col]
+    np.testing.assert_allclose(net.blobs["batchnorm1"].data[0], expected, rtol=RTOL,
+                               atol=ATOL * np.abs(expected).max())
+    scale = [lp for lp in result.weights_param.layer if lp.name == "batchnorm1_scale"][0]
+    np.testing.assert_array_equal(scale.blobs[1].data, bn["biases"].astype(np.float32))
+
+
+def test_batchnorm_section_in_the_other_layout_names_the_variant():
+    pjreddie, _ = _batchnorm_file("pjreddie")
+    # read with biases first, every later parameter shifts and the file runs out in layer 2
+    with pytest.raises(DarknetError, match=r"the file ends early: layer 2 \[convolutional\] "
+                                           r".*; \[batchnorm\] at <string>:12 is read in "
+                                           r"AlexeyAB's layout \(biases, scales, rolling mean, "
+                                           r"rolling variance\); for pjreddie's layout .*"
+                                           r"--bn-variant pjreddie \(bn_variant='pjreddie'\)$"):
+        convert(BATCHNORM_CFG, pjreddie, bn_variant="alexeyab")
+    alexeyab, _ = _batchnorm_file("alexeyab")
+    with pytest.raises(DarknetError, match=r"16 bytes \(4 values\) are left over .*\[batchnorm\] "
+                                           r"at <string>:12 is read in pjreddie's layout "
+                                           r"\(scales, rolling mean, rolling variance\); for "
+                                           r"AlexeyAB's layout .*--bn-variant alexeyab"):
+        convert(BATCHNORM_CFG, alexeyab, bn_variant="pjreddie")

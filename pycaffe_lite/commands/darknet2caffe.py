@@ -30,8 +30,10 @@ def add_arguments(p):
                    help="first dimension of the converted net's input (default 1)")
     p.add_argument("--bn-variant", "--bn_variant", dest="bn_variant", default="pjreddie",
                    choices=BN_VARIANTS,
-                   help="batch normalisation as pjreddie's Darknet (sqrt(var) + 1e-6, the "
-                        "default) or AlexeyAB's fork (sqrt(var + 1e-5))")
+                   help="batch normalisation as pjreddie's Darknet (sqrt(var) + 1e-6; "
+                        "[batchnorm] weights: scales, mean, variance; the default) or "
+                        "AlexeyAB's fork (sqrt(var + 1e-5); [batchnorm] weights: biases, "
+                        "scales, mean, variance)")
 
 
 def split_files(files):

@@ -30,6 +30,12 @@ log = logging.getLogger("pycaffe_lite")
 #   pjreddie: (x - mean) / (sqrt(var) + 1e-6)   (blas.c, normalize_cpu)
 #   alexeyab: (x - mean) / sqrt(var + 1e-5)     (AlexeyAB's fork, YOLOv4)
 BN_VARIANTS = ("pjreddie", "alexeyab")
+# What a standalone [batchnorm] section stores in the .weights file (parser.c,
+# load_batchnorm_weights / save_batchnorm_weights).
+BN_LAYOUTS = {
+    "pjreddie": "pjreddie's layout (scales, rolling mean, rolling variance)",
+    "alexeyab": "AlexeyAB's layout (biases, scales, rolling mean, rolling variance)",
+}
 PJREDDIE_EPS = 1e-12  # with the variance adjusted, see _Converter.bn_blobs
 ALEXEYAB_EPS = 1e-5
 
@@ -245,6 +251,12 @@ class _Converter(SectionConverters):
                      "read, too)" % (where, sec.describe(), opt.key, opt.value))
 
     def load(self, weights):
+        bn = [sec.where() for sec in self.cfg.layers if sec.name == "batchnorm"]
+        if bn:
+            other = "alexeyab" if self.bn_variant == "pjreddie" else "pjreddie"
+            weights.hint = ("; [batchnorm] at %s is read in %s; for %s use --bn-variant %s "
+                            "(bn_variant=%r)" % (", ".join(bn), BN_LAYOUTS[self.bn_variant],
+                                                 BN_LAYOUTS[other], other, other))
         for sec, what, assign in self.loads:
             desc = "%s at %s" % (sec.describe(), sec.where())
             assign([weights.take(count, w, desc) for w, count in what])
@@ -280,7 +292,8 @@ def convert(cfg, weights=None, batch_size=1, bn_variant="pjreddie", net_path=Non
     :class:`~pycaffe_lite.darknet.weights.DarknetWeights` or None (structure only);
     ``batch_size``: the first dimension of the net's input; ``bn_variant``: ``"pjreddie"``
     (Darknet's ``sqrt(var) + 1e-6``, the default) or ``"alexeyab"`` (``sqrt(var + 1e-5)``,
-    AlexeyAB's fork); ``net_path``: the prototxt path the solver's ``net`` should name.
+    AlexeyAB's fork), which also picks the layout of ``[batchnorm]`` parameters
+    (:data:`BN_LAYOUTS`); ``net_path``: the prototxt path the solver's ``net`` should name.
     Returns a :class:`Conversion`.
     """
     cfg = _as_cfg(cfg)

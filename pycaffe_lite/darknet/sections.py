@@ -251,11 +251,17 @@ class SectionConverters:
         sc.scale_param.bias_term = True
         self.params(sc, self.lr_scale(sec), (0, 0))
         c = prev.c
-        what = [("biases", c), ("scales", c), ("rolling mean", c), ("rolling variance", c)]
+        what = [("scales", c), ("rolling mean", c), ("rolling variance", c)]
+        if self.bn_variant == "alexeyab":
+            # AlexeyAB's fork stores the biases first; pjreddie's Darknet stores none (its
+            # biases stay 0, though its forward adds them too).
+            what.insert(0, ("biases", c))
 
         def assign(a, name=name, sc_name=sc.name):
-            self.blobs[name] = self.bn_blobs(a[2], a[3])
-            self.blobs[sc_name] = [a[1], a[0]]
+            scales, mean, var = a[-3:]
+            biases = a[0] if len(a) == 4 else np.zeros(c, np.float32)
+            self.blobs[name] = self.bn_blobs(mean, var)
+            self.blobs[sc_name] = [scales, biases]
         self.loads.append((sec, what, assign))
         return _Out(name, prev.c, prev.h, prev.w, prev.flat)
 

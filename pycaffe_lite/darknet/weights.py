@@ -11,7 +11,8 @@ no separators or sizes: the reader must know each layer's counts from the ``.cfg
 - ``[connected]``: biases (outputs), the weights (outputs x inputs, row-major, or inputs x
   outputs when major or minor is above 1000), then if ``batch_normalize`` scales, rolling mean
   and rolling variance;
-- ``[batchnorm]``: biases, scales, rolling mean, rolling variance (channels each).
+- ``[batchnorm]``: scales, rolling mean and rolling variance (channels each) in pjreddie's
+  Darknet; AlexeyAB's fork writes biases before them (4 arrays).
 
 A file shorter or longer than the ``.cfg`` asks for is an error naming the layer.
 """
@@ -29,7 +30,8 @@ class DarknetWeights:
 
     ``major``, ``minor``, ``revision``, ``seen``; ``transpose`` is Darknet's flag for
     ``[connected]`` weights stored transposed (major or minor above 1000); ``seen_bytes`` is
-    4 or 8; ``offset`` is the byte position of the next parameter.
+    4 or 8; ``offset`` is the byte position of the next parameter; ``hint`` is added to the
+    errors for a file that does not match the ``.cfg``.
     """
 
     def __init__(self, data, path="<bytes>"):
@@ -54,6 +56,7 @@ class DarknetWeights:
         self.offset = need + self.seen_bytes
         self.header_bytes = self.offset
         self.last = None  # description of the last layer read from
+        self.hint = ""
 
     @property
     def version(self):
@@ -72,8 +75,9 @@ class DarknetWeights:
             raise DarknetError(
                 "the file ends early: %s needs %d values (%d bytes) for its %s at byte %d, but "
                 "only %d bytes remain; the .weights file does not match the .cfg (fewer or "
-                "smaller layers, or a truncated download)"
-                % (layer, count, nbytes, what, self.offset, self.remaining), self.path)
+                "smaller layers, or a truncated download)%s"
+                % (layer, count, nbytes, what, self.offset, self.remaining, self.hint),
+                self.path)
         values = np.frombuffer(self.data, _FLOAT, count, self.offset).astype(np.float32)
         self.offset += nbytes
         self.last = layer
@@ -87,9 +91,9 @@ class DarknetWeights:
                 else "after the header, but the .cfg has no layer with parameters"
             raise DarknetError(
                 "%d bytes (%s) are left over %s; the .weights file does not match the .cfg "
-                "(more or larger layers in the file)"
+                "(more or larger layers in the file)%s"
                 % (left, "%d values" % (left // 4) if left % 4 == 0 else "not a whole number "
-                   "of float32 values", after), self.path)
+                   "of float32 values", after, self.hint), self.path)
 
     def __repr__(self):
         return "<DarknetWeights %s: version %s, seen %d, %d bytes of parameters>" % (

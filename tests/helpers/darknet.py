@@ -248,9 +248,10 @@ def weights_bytes(arrays, major=0, minor=2, revision=0, seen=12345):
     return head + body
 
 
-def random_params(cfg_text, seed=0, transpose_connected=False):
+def random_params(cfg_text, seed=0, transpose_connected=False, bn_variant="pjreddie"):
     """Random parameters for every layer of ``cfg_text`` that has some, in Darknet's file
-    order; returns the list of arrays (to pass to :func:`weights_bytes`)."""
+    order; returns the list of arrays (to pass to :func:`weights_bytes`). A ``[batchnorm]``
+    section has biases only in AlexeyAB's layout (``bn_variant="alexeyab"``)."""
     rng = np.random.default_rng(seed)
     net, sections = parse(cfg_text)
     arrays = []
@@ -279,7 +280,8 @@ def random_params(cfg_text, seed=0, transpose_connected=False):
                 arrays.append(rng.normal(0, 0.3, n))
                 arrays.append(rng.uniform(0.3, 2.0, n))
         elif kind == "batchnorm":
-            arrays.append(rng.normal(0, 0.5, c))
+            if bn_variant == "alexeyab":
+                arrays.append(rng.normal(0, 0.5, c))
             arrays.append(rng.uniform(0.5, 1.5, c))
             arrays.append(rng.normal(0, 0.3, c))
             arrays.append(rng.uniform(0.3, 2.0, c))
@@ -475,8 +477,12 @@ def darknet_forward(cfg_text, weights_data, image, bn_variant="pjreddie"):
                 y = normalize(y, mean, var, bn_variant) * scales
             x = activate(y + biases, o.get("activation", "logistic"))
         elif kind == "batchnorm":
+            # pjreddie's parser.c reads scales, rolling_mean, rolling_variance (its biases stay
+            # 0 from calloc, and forward_batchnorm_layer adds them); AlexeyAB's reads biases
+            # first.
             c = x.shape[0]
-            biases, scales, mean, var = take(c), take(c), take(c), take(c)
+            biases = take(c) if bn_variant == "alexeyab" else np.zeros(c)
+            scales, mean, var = take(c), take(c), take(c)
             shape = (-1,) + (1,) * (x.ndim - 1)
             x = normalize(x, mean, var, bn_variant) * scales.reshape(shape) + \
                 biases.reshape(shape)
