@@ -96,3 +96,35 @@ def test_tools_script(model):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp / "t.caffemodel").exists()
+
+
+@pytest.mark.parametrize("body,message", [
+    ("[convolutional]\nfilters=5000000000\nsize=1\n",
+     ":7: layer 0 [convolutional]: filters=5000000000 is out of range: allowed "
+     "-2147483648..2147483647"),
+    ("[convolutional]\nfilters=2\nsize=1\nstride=4294967296\n",
+     ":9: layer 0 [convolutional]: stride=4294967296 is out of range: allowed "
+     "-2147483648..2147483647"),
+])
+def test_integer_out_of_range_exits_1_with_the_line(tmp_path, capsys, body, message):
+    cfg = tmp_path / "big.cfg"
+    cfg.write_text("[net]\nwidth=4\nheight=4\nchannels=2\n\n" + body)
+    out = tmp_path / "big.prototxt"
+    assert main(["darknet2caffe", str(cfg), str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "pycaffe-lite darknet2caffe: error: %s%s" % (cfg, message) in err
+    assert not out.exists()
+    # the installed command line: the message, exit status 1, no traceback
+    proc = subprocess.run([sys.executable, "-m", "pycaffe_lite", "darknet2caffe", str(cfg),
+                           str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 1
+    assert "%s%s" % (cfg, message) in proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()
+
+
+def test_batch_beyond_int_exits_1(model, capsys):
+    tmp, _ = model
+    assert main(["darknet2caffe", str(tmp / "m.cfg"), str(tmp / "b.prototxt"),
+                 "--batch", "3000000000"]) == 1
+    assert "batch_size must be in 1..2147483647, got 3000000000" in capsys.readouterr().err

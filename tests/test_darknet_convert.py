@@ -440,3 +440,44 @@ def test_batchnorm_section_in_the_other_layout_names_the_variant():
                                            r"\(scales, rolling mean, rolling variance\); for "
                                            r"AlexeyAB's layout .*--bn-variant alexeyab"):
         convert(BATCHNORM_CFG, alexeyab, bn_variant="pjreddie")
+
+
+@pytest.mark.parametrize("body,where", [
+    ("[convolutional]\nfilters=5000000000\nsize=1\n",
+     r":7: layer 0 \[convolutional\]: filters=5000000000"),
+    ("[convolutional]\nfilters=2\nsize=4294967297\n",
+     r":8: layer 0 \[convolutional\]: size=4294967297"),
+    ("[convolutional]\nfilters=2\nsize=1\nstride=99999999999999999999\n",
+     r":9: layer 0 \[convolutional\]: stride=99999999999999999999"),
+    ("[maxpool]\nsize=2\nstride=-2147483649\n",
+     r":8: layer 0 \[maxpool\]: stride=-2147483649"),
+    ("[convolutional]\nfilters=6\nsize=1\n\n[yolo]\nmask=0,2147483648\nclasses=1\nnum=2\n",
+     r":11: layer 1 \[yolo\]: mask=0,2147483648: entry 2147483648"),
+    ("[connected]\noutput=3000000000\n", r":7: layer 0 \[connected\]: output=3000000000"),
+])
+def test_integer_out_of_int_range_names_the_line_and_the_range(body, where):
+    cfg_text = "[net]\nwidth=4\nheight=4\nchannels=2\n\n" + body
+    with pytest.raises(DarknetError, match=r"^<string>" + where + r" is out of range: allowed "
+                                           r"-2147483648\.\.2147483647"):
+        convert(cfg_text)
+
+
+def test_integers_at_the_int_limit_are_kept():
+    cfg_text = "[net]\nwidth=1\nheight=1\nchannels=1\nmax_batches=2147483647\n\n" \
+               "[convolutional]\nfilters=2147483647\nsize=1\nactivation=linear\n"
+    result = convert(cfg_text)
+    conv = [lp for lp in result.net_param.layer if lp.name == "conv0"][0]
+    assert conv.convolution_param.num_output == 2147483647
+    assert result.solver_param.max_iter == 2147483647
+
+
+@pytest.mark.parametrize("net,body,where", [
+    ("width=65536\nheight=65536\nchannels=1\n", "[convolutional]\nfilters=1\nsize=1\n",
+     r"<string>:1: \[net\]: the input, 1x65536x65536, has 4294967296 values"),
+    ("width=1024\nheight=1024\nchannels=4\n", "[upsample]\nstride=32\n",
+     r"<string>:6: layer 0 \[upsample\]: the output, 4x32768x32768, has 4294967296 values"),
+])
+def test_layer_output_beyond_int_is_refused(net, body, where):
+    with pytest.raises(DarknetError, match=where + r" per image; Darknet's layer sizes are C "
+                                                   r"ints \(at most 2147483647\)"):
+        convert("[net]\n" + net + "\n" + body)

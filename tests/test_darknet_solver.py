@@ -169,6 +169,10 @@ def test_adam():
     ("policy=steps\nsteps=200,100\nscales=.1,.1", r"<string>:3: \[net\]: policy=steps: steps "
                                                   r"\[200, 100\] must increase"),
     ("batch=0", r"<string>:1: \[net\]: batch and subdivisions must be positive"),
+    ("max_batches=3000000000", r"<string>:2: \[net\]: max_batches=3000000000 is out of range: "
+                               r"allowed -2147483648\.\.2147483647"),
+    ("policy=steps\nsteps=100,2147483648\nscales=.1,.1",
+     r"<string>:3: \[net\]: steps=100,2147483648: entry 2147483648 is out of range"),
 ])
 def test_solver_errors(lines, pattern):
     with pytest.raises(DarknetError, match=pattern):

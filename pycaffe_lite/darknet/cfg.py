@@ -9,7 +9,9 @@ in file order (the numbers ``[route] layers`` and ``[shortcut] from`` refer to).
 
 Every option remembers its line, so that errors and warnings name ``file:line``. Numbers are
 read as Darknet reads them (``atoi``/``atof``: the longest numeric prefix); a value with text
-after the number gives a warning, one with no number at all an error.
+after the number gives a warning, one with no number at all an error. Darknet keeps integers in
+a C ``int``, so an integer outside -2147483648..2147483647 is an error (every integer field of
+the converted prototxt and solver holds that range, or the non-negative part of it).
 """
 
 import os
@@ -39,6 +41,7 @@ SECTION_ALIASES = {
 }
 
 _INT = re.compile(r"[+-]?\d+")
+INT_MIN, INT_MAX = -2 ** 31, 2 ** 31 - 1  # Darknet's int (atoi)
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|nan)", re.I)
 
 
@@ -117,7 +120,13 @@ class CfgSection:
         if m.end() != len(value):
             self.warn("%s=%s: the text after %s is ignored (as Darknet ignores it)"
                       % (key, value, m.group(0)), key)
-        return convert(m.group(0))
+        return self._in_range(key, "%s=%s" % (key, value), convert(m.group(0)))
+
+    def _in_range(self, key, what, number):
+        if isinstance(number, int) and not INT_MIN <= number <= INT_MAX:
+            raise self.error("%s is out of range: allowed %d..%d (Darknet reads integers as "
+                             "a C int)" % (what, INT_MIN, INT_MAX), key)
+        return number
 
     def get_int(self, key, default=None):
         value = self.raw(key)
@@ -156,7 +165,8 @@ class CfgSection:
             m = pattern.fullmatch(item)
             if not m:
                 raise self.error("%s=%s: entry %r is not %s" % (key, value, item, kind), key)
-            out.append(convert(item))
+            out.append(self._in_range(key, "%s=%s: entry %s" % (key, value, item),
+                                      convert(item)))
         return out
 
     def get_ints(self, key, default=None):

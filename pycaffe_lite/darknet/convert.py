@@ -19,7 +19,7 @@ from google.protobuf import text_format
 
 from ..proto import protoio
 from ..proto import caffe_pb2
-from .cfg import DarknetCfg, DarknetError, parse_cfg, read_cfg, warn
+from .cfg import INT_MAX, DarknetCfg, DarknetError, parse_cfg, read_cfg, warn
 from .sections import ACTIVATIONS, SectionConverters, _Out
 from .solver import solver_from_cfg
 from .weights import DarknetWeights, read_weights
@@ -107,8 +107,9 @@ class _Converter(SectionConverters):
                                % (bn_variant, ", ".join(BN_VARIANTS)))
         self.cfg = cfg
         self.batch_size = int(batch_size)
-        if self.batch_size < 1:
-            raise DarknetError("batch_size must be at least 1, got %d" % self.batch_size)
+        if not 1 <= self.batch_size <= INT_MAX:
+            raise DarknetError("batch_size must be in 1..%d, got %d" % (INT_MAX,
+                                                                         self.batch_size))
         self.bn_variant = bn_variant
         self.net = caffe_pb2.NetParameter()
         self.net.name = cfg.name
@@ -221,7 +222,7 @@ class _Converter(SectionConverters):
             self.transpose_connected = weights.transpose
         if not self.cfg.layers:
             raise self.cfg.net.error("the .cfg has no layers after [net]")
-        prev = self.input()
+        prev = self.check_size(self.cfg.net, self.input(), "input")
         for sec in self.cfg.layers:
             handler = self.HANDLERS.get(sec.name)
             if handler is None:
@@ -229,7 +230,7 @@ class _Converter(SectionConverters):
                                 % (sec.header, ", ".join(sorted(self.HANDLERS))))
             for key in COMMON_REFUSED_KEYS:
                 self.refuse(sec, key)
-            prev = handler(self, sec, prev, sec.index)
+            prev = self.check_size(sec, handler(self, sec, prev, sec.index))
             self.outs.append(prev)
             self.result.blob_of_layer[sec.index] = prev.blob
             self.check_unread(sec, TRAINING_KEYS[sec.name] | COMMON_TRAINING_KEYS)
@@ -239,6 +240,16 @@ class _Converter(SectionConverters):
         if weights is not None:
             self.load(weights)
         return self.result
+
+    @staticmethod
+    def check_size(sec, out, what="output"):
+        """``out``, after checking that its size fits Darknet's ``int`` (``l.outputs``, and
+        the Caffe shapes and fields built from it)."""
+        if out.size > INT_MAX:
+            raise sec.error("the %s, %dx%dx%d, has %d values per image; Darknet's layer sizes "
+                            "are C ints (at most %d)" % (what, out.c, out.h, out.w, out.size,
+                                                        INT_MAX))
+        return out
 
     def check_unread(self, sec, training):
         for opt in sec.unread():
