@@ -61,7 +61,8 @@ def test_resize_grey_and_crop(tmp_path):
     assert top[0].shape == (2, 1, 3, 3)
     layer.Forward([], top)
     for i in range(2):
-        grey = np.asarray(Image.fromarray(rgbs[i]).convert("L"))
+        # Caffe reads is_color false with OpenCV's IMREAD_GRAYSCALE
+        grey = cv2.imread(root + "img %d.png" % i, cv2.IMREAD_GRAYSCALE)
         small = cv2.resize(grey, (7, 5), interpolation=cv2.INTER_LINEAR)
         np.testing.assert_array_equal(top[0].data[i, 0], small[1:4, 2:5])  # centre crop
     layer.close()
