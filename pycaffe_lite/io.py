@@ -123,7 +123,8 @@ def load_image(filename, color=True):
     ``color=False``.
 
     Grayscale images are repeated over three channels for ``color=True``; colour images are
-    reduced to their luminance for ``color=False``; alpha channels are dropped (not composed).
+    reduced to their luminance for ``color=False`` (0.2125 R + 0.7154 G + 0.0721 B, as BVLC's
+    ``load_image`` gets it from scikit-image); alpha channels are dropped (not composed).
     """
     Image = _pillow()
     try:
@@ -157,9 +158,10 @@ def load_image(filename, color=True):
         if color:
             arr = np.repeat(arr, 3, axis=2)
     elif not color:
-        # ITU-R 601-2 luma, the weights Pillow's "L" conversion uses
-        weights = np.array([0.299, 0.587, 0.114], dtype=np.float32)
-        arr = (arr[:, :, :3] @ weights)[:, :, np.newaxis]
+        # BVLC's load_image reads with skimage's as_grey: its rgb2gray (Rec. 709 luminance),
+        # in double precision
+        weights = np.array([0.2125, 0.7154, 0.0721])
+        arr = (arr[:, :, :3].astype(np.float64) @ weights)[:, :, np.newaxis]
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
