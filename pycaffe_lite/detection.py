@@ -48,17 +48,24 @@ def preprocess(image, size, mean=None, scale=1.0, swap_rb=False):
     return np.ascontiguousarray(im.transpose(2, 0, 1)[None])
 
 
+def _last_output(net):
+    """The output blob the net makes last (net.outputs lists them in name order)."""
+    outputs, tops = set(net.outputs), net.top_names
+    return next((t for layer in reversed(net.layer_names) for t in reversed(tops[layer])
+                 if t in outputs), None)
+
+
 def detect(net, image, mean=None, scale=1.0, swap_rb=False, confidence_threshold=0.0,
            input_blob=None, output_blob=None, clip=True):
     """Detections of an SSD ``net`` on ``image`` (``H x W x C``, uint8 or float).
 
-    ``input_blob`` defaults to the net's first input, ``output_blob`` to its last output
-    (DetectionOutput's ``[1, 1, K, 7]`` rows). Returns ``Detections(boxes, labels,
+    ``input_blob`` defaults to the net's first input, ``output_blob`` to the output made by
+    the last layer that makes one (DetectionOutput's ``[1, 1, K, 7]`` rows). Returns ``Detections(boxes, labels,
     scores)``: boxes ``(K, 4)`` as xmin, ymin, xmax, ymax in the image's pixels (clipped to
     the image unless ``clip`` is false), labels ``(K,)`` ints and scores ``(K,)``, best
     first, keeping scores of at least ``confidence_threshold``."""
     input_blob = input_blob or (net.inputs[0] if net.inputs else None)
-    output_blob = output_blob or (net.outputs[-1] if net.outputs else None)
+    output_blob = output_blob or _last_output(net)
     if input_blob not in net.blobs:
         raise CaffeError("detect: the net has no input blob %r" % (input_blob,))
     if output_blob not in net.blobs:

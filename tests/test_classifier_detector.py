@@ -161,3 +161,24 @@ def test_selective_search_is_not_bundled(model):
 def test_face_exports():
     assert caffe.Classifier.__mro__[1] is caffe.Net
     assert issubclass(caffe.Detector, caffe.Net)
+
+
+def test_detect_reads_the_output_the_net_makes_last(tmp_path):
+    # net.outputs are in name order ("aa_rows" < "zz_side"): detect's default is the output of
+    # the last layer that makes one, the detection rows here (their scores are 1 + x)
+    from pycaffe_lite.detection import detect
+
+    proto = tmp_path / "two.prototxt"
+    proto.write_text("""
+layer { name: "data" type: "Input" top: "data"
+        input_param { shape { dim: 1 dim: 1 dim: 2 dim: 7 } } }
+layer { name: "side" type: "Power" bottom: "data" top: "zz_side" power_param { scale: -1 } }
+layer { name: "rows" type: "Power" bottom: "data" top: "aa_rows" power_param { shift: 1 } }
+""")
+    net = caffe.Net(str(proto), caffe.TEST)
+    assert net.outputs == ["aa_rows", "zz_side"]
+    image = np.array([[0, 2, 0.5, 0, 0, 1, 1], [0, 3, 0.25, 0, 0, 0.5, 0.5]], np.float32)
+    found = detect(net, image, clip=False)
+    np.testing.assert_array_equal(found.labels, [3, 4])  # label column + 1
+    np.testing.assert_allclose(found.scores, [1.5, 1.25])
+    np.testing.assert_allclose(found.boxes, [[7, 2, 14, 4], [7, 2, 10.5, 3]])
