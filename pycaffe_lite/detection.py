@@ -6,7 +6,8 @@
 >>> found = detect(net, image_bgr, mean=(104, 177, 123), confidence_threshold=0.5)
 >>> found.boxes, found.labels, found.scores   # pixels (xmin, ymin, xmax, ymax), ints, floats
 
-The preprocessing is OpenCV's ``cv2.dnn.blobFromImage``: the image is resized (bilinear)
+The preprocessing is OpenCV's ``cv2.dnn.blobFromImage``: the image is resized (bilinear, as
+``cv2.resize`` does it: a uint8 image in OpenCV's fixed point, before the float conversion)
 to the net's input size, optionally its first and third channels are swapped, ``mean``
 (given in the net's channel order) is subtracted and the result multiplied by ``scale``.
 R-CNN-style window detection stays in :class:`pycaffe_lite.Detector`.
@@ -16,7 +17,7 @@ import collections
 
 import numpy as np
 
-from . import io as caffe_io
+from .data import datum
 from .errors import CaffeError, ShapeError
 
 Detections = collections.namedtuple("Detections", "boxes labels scores")
@@ -30,10 +31,10 @@ def preprocess(image, size, mean=None, scale=1.0, swap_rb=False):
     if im.ndim != 3 or not im.size:
         raise ShapeError("detect needs an H x W x C (or H x W) image, got shape %s"
                          % (np.shape(image),))
-    im = im.astype(np.float32)
     height, width = size
-    if im.shape[:2] != (height, width):
-        im = caffe_io.resize_image(im, (height, width))
+    if im.shape[:2] != (height, width):  # as cv2.resize (INTER_LINEAR) on the image's pixels
+        im = datum.resize(im if im.dtype == np.uint8 else im.astype(np.float32), height, width)
+    im = im.astype(np.float32)
     if swap_rb:
         if im.shape[2] < 3:
             raise ShapeError("swap_rb needs at least 3 channels, the image has %d"
@@ -81,7 +82,7 @@ def detect(net, image, mean=None, scale=1.0, swap_rb=False, confidence_threshold
     if shape[0] != 1:
         net.blobs[input_blob].reshape(1, *shape[1:])
         net.reshape()
-    rows = net.forward(**{input_blob: blob})[output_blob]
+    rows = net.forward(blobs=[output_blob], **{input_blob: blob})[output_blob]
     if rows.ndim != 4 or rows.shape[-1] != 7:
         raise ShapeError("detect: output %r has shape %s, not DetectionOutput's rows of 7"
                          % (output_blob, rows.shape))

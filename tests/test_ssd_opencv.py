@@ -201,3 +201,34 @@ def test_detect_helper_matches_opencv_preprocessing_and_scales_boxes(tmp_path):
     np.testing.assert_allclose(found.boxes, np.clip(rows[:, 3:7] * [320, 200, 320, 200], 0,
                                                     [320, 200, 320, 200]), rtol=1e-6)
     assert (found.boxes[:, 2] <= 320).all() and (found.boxes[:, 3] <= 200).all()
+
+
+@pytest.mark.parametrize("size", [(480, 640), (120, 200)])  # shrunk, enlarged
+def test_detect_preprocessing_resizes_as_blob_from_image(size):
+    from pycaffe_lite.detection import preprocess
+
+    image = np.random.default_rng(5).integers(0, 256, size + (3,)).astype(np.uint8)
+    ours = preprocess(image, (300, 300), mean=(104, 117, 123), scale=0.5, swap_rb=True)
+    theirs = cv2.dnn.blobFromImage(image, 0.5, (300, 300), (104, 117, 123), swapRB=True)
+    assert ours.shape == theirs.shape == (1, 3, 300, 300)
+    # OpenCV's fixed-point bilinear: equal when shrinking, within one grey level (times the
+    # scale) when enlarging
+    tolerance = 0 if size[0] > 300 else 0.5
+    assert np.abs(ours - theirs).max() <= tolerance
+
+
+def test_detect_reads_an_output_blob_another_layer_also_reads(tmp_path):
+    # the rows may feed another layer (then they are no net output): still read, by name
+    from pycaffe_lite.detection import detect
+
+    proto = tmp_path / "net.prototxt"
+    proto.write_text("""
+layer { name: "data" type: "Input" top: "data"
+        input_param { shape { dim: 1 dim: 1 dim: 1 dim: 7 } } }
+layer { name: "rows" type: "Power" bottom: "data" top: "rows" power_param { shift: 0 } }
+layer { name: "more" type: "Power" bottom: "rows" top: "more" }
+""")
+    net = caffe.Net(str(proto), caffe.TEST)
+    assert net.outputs == ["more"]
+    found = detect(net, np.array([[0, 1, 0.5, 0, 0, 1, 1]], np.float32), output_blob="rows")
+    assert found.labels.tolist() == [1] and found.scores.tolist() == [0.5]
