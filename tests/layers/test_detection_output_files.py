@@ -228,12 +228,19 @@ def test_an_ssd_deploy_net_with_save_output_param_runs(tmp_path):
      r"has no name for label\(s\) \[2\]"),
     ({"labels": 'item { name: "a" label: 1 } item { name: "b" label: 1 }'},
      r"lists label 1 more than once"),
+    # a short line: the fork stops reading there and writes later images under wrong names
+    ({"sizes": "000001 375 500\n000002 200\n000003 100 100\n"},
+     r"name_size_file '.*name_size.txt' line 2: expected 'name height width', got "
+     r"'000002 200'"),
+    ({"sizes": "000001 375 wide\n"}, r"line 1: expected 'name height width'"),
 ])
 def test_bad_save_output_param_is_a_clear_error(tmp_path, monkeypatch, change, match):
     monkeypatch.chdir(tmp_path)
     label_map, name_size = write_inputs(tmp_path)
     if "labels" in change:
         (tmp_path / "labelmap.prototxt").write_text(change["labels"])
+    if "sizes" in change:
+        (tmp_path / "name_size.txt").write_text(change["sizes"])
     text = layer_text(tmp_path / "out", change.get("label_map", label_map),
                       change.get("name_size", name_size), change.get("fmt", "VOC"),
                       change.get("extra", ""))

@@ -43,20 +43,28 @@ _UNQUOTE = re.compile(r'"(null|true|false|-?[0-9]+(\.[0-9]+)?)"')
 
 
 def read_name_sizes(layer, path):
-    """``[(name, height, width)]`` of a name_size_file: whitespace-separated triples, read
-    until the first that does not parse (as the fork's ``infile >> name >> h >> w``)."""
+    """``[(name, height, width)]`` of a name_size_file, one ``name height width`` line per
+    image (blank lines skipped); a line that is not that is an error naming it (the fork's
+    ``infile >> name >> h >> w`` stops there, writing the later images under wrong names)."""
     try:
         with open(path) as f:
-            tokens = f.read().split()
+            lines = f.read().splitlines()
     except OSError as e:
         raise layer.error("save_output_param name_size_file '%s' cannot be read: %s"
                           % (path, e.strerror or e)) from None
     out = []
-    for i in range(0, len(tokens) - 2, 3):
+    for number, line in enumerate(lines, 1):
+        tokens = line.split()
+        if not tokens:
+            continue
         try:
-            out.append((tokens[i], int(tokens[i + 1]), int(tokens[i + 2])))
+            if len(tokens) != 3:
+                raise ValueError
+            out.append((tokens[0], int(tokens[1]), int(tokens[2])))
         except ValueError:
-            break
+            raise layer.error("save_output_param name_size_file '%s' line %d: expected "
+                              "'name height width', got %r" % (path, number, line.strip())
+                              ) from None
     return out
 
 
