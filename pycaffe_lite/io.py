@@ -39,9 +39,10 @@ def _pillow():
 def blobproto_to_array(blob, return_diff=False):
     """The values of a ``BlobProto`` as an array (its diff with ``return_diff``).
 
-    Both the legacy ``num/channels/height/width`` fields and ``shape`` are understood.
+    Both the legacy ``num/channels/height/width`` fields and ``shape`` are understood. The
+    values come as float64, as pycaffe's ``np.array(blob.data)`` gives them.
     """
-    return _blob.blobproto_to_array(blob, return_diff=return_diff)
+    return _blob.blobproto_to_array(blob, return_diff=return_diff).astype(np.float64)
 
 
 def array_to_blobproto(arr, diff=None):
@@ -177,8 +178,9 @@ def resize_image(im, new_dims, interp_order=1):
     counts, or other orders, use ``scipy.ndimage.zoom``. A constant image stays constant.
     """
     im = np.asarray(im)
-    if im.ndim != 3:
-        raise ShapeError("resize_image needs an H x W x K array, got shape %s" % (im.shape,))
+    if im.ndim != 3 or not im.size:
+        raise ShapeError("resize_image needs an H x W x K array with values, got shape %s"
+                         % (im.shape,))
     try:
         new_h, new_w = (int(d) for d in new_dims)
     except (TypeError, ValueError):
@@ -187,7 +189,7 @@ def resize_image(im, new_dims, interp_order=1):
     if new_h <= 0 or new_w <= 0:
         raise ShapeError("resize_image: new_dims must be positive, got (%d, %d)" % (new_h, new_w))
     channels = im.shape[2]
-    if im.size and im.min() == im.max():
+    if im.min() == im.max():
         return np.full((new_h, new_w, channels), im.flat[0], dtype=np.float32)
     if (new_h, new_w) == im.shape[:2]:
         return im.astype(np.float32)

@@ -209,6 +209,8 @@ def test_resize_rejects_bad_arguments():
         cio.resize_image(np.zeros((3, 3)), (2, 2))
     with pytest.raises(ShapeError, match="positive"):
         cio.resize_image(np.zeros((3, 3, 1)), (0, 2))
+    with pytest.raises(ShapeError, match="with values, got shape \\(0, 4, 3\\)"):
+        cio.resize_image(np.zeros((0, 4, 3)), (2, 2))
 
 
 # ---- load_image -----------------------------------------------------------------------------
@@ -304,6 +306,8 @@ def test_blobproto_round_trip_with_legacy_fields():
     assert list(proto.data) == list(range(24))
     np.testing.assert_array_equal(cio.blobproto_to_array(proto), arr)
     np.testing.assert_array_equal(cio.blobproto_to_array(proto, return_diff=True), diff)
+    # float64, as pycaffe's np.array(blob.data) of the repeated float field
+    assert cio.blobproto_to_array(proto).dtype == np.float64
     # other ranks are described with ``shape``
     vec = cio.array_to_blobproto(np.array([1.5, 2.5]))
     assert list(vec.shape.dim) == [2] and not vec.HasField("num")
@@ -322,6 +326,16 @@ def test_blobproto_vector_string_round_trip():
         np.testing.assert_array_equal(a, b)
     with pytest.raises(CaffeError, match="BlobProtoVector"):
         cio.blobprotovector_str_to_arraylist(b"\xff\xff\xff")
+
+
+def test_datum_label_must_be_a_32_bit_integer():
+    raw = np.zeros((1, 2, 2), np.uint8)
+    assert cio.array_to_datum(raw, np.int64(-3)).label == -3
+    assert cio.array_to_datum(raw, 4.0).label == 4
+    for bad, match in ((2.7, "label is an integer, got 2.7"), (True, "got True"),
+                       (2 ** 31, "32-bit integer")):
+        with pytest.raises(CaffeError, match=match):
+            cio.array_to_datum(raw, bad)
 
 
 def test_datum_round_trips():

@@ -146,6 +146,11 @@ def array_to_datum(arr, label=None):
     else:
         datum.float_data.extend(arr.astype(np.float32).ravel())
     if label is not None:
+        if isinstance(label, bool) or not float(label).is_integer():
+            raise DataError("a Datum's label is an integer, got %r" % (label,))
+        if not LABEL_MIN <= int(label) <= LABEL_MAX:
+            raise DataError("a Datum's label is a 32-bit integer (%d to %d), got %r"
+                            % (LABEL_MIN, LABEL_MAX, label))
         datum.label = int(label)
     return datum
 
