@@ -17,9 +17,10 @@ for every output channel, or one per channel)::
 and the layers after it read ``y_q / s_out`` (``y / s_out`` when ``bw_layer_out`` is not 8, a
 float output, where the calibrator writes ``scale_out: 1``). As in Intel Caffe, a
 ``quantization_param`` on a convolution is all it takes (its input and weight widths are not
-read). Rounding is to the nearest, ties to even. A ReLU
-with ``negative_slope: 0`` that runs in place on the convolution's top, as Intel Caffe's net
-compiler fuses it, counts as fused. This module runs that computation, in exact integer
+read). Rounding is to the nearest, ties to even. A ReLU with ``negative_slope: 0`` that is
+the first layer to read the convolution's top (in place or not; a Split comes first where
+several layers read it) counts as fused, as Intel Caffe's net compiler fuses it, except
+after a convolution with a dilation over 1, which its engine leaves unfused. This module runs that computation, in exact integer
 arithmetic, instead of the float convolution; every other layer computes in float (Intel Caffe's
 max pooling, ReLU and Split on int8 data give the same values; its int8 average pooling rounds
 the mean, which the float layer here does not).
@@ -60,9 +61,12 @@ class Int8Conv:
         self.scale_in = float(q.scale_in[0])
         self.scale_out = float(q.scale_out[0])
         self.scale_params = np.asarray(q.scale_params, np.float64)
-        if self.scale_in <= 0 or self.scale_out <= 0 or (self.scale_params < 0).any():
-            raise NetError("%s: scales must be positive (scale_in %g, scale_out %g)"
-                           % (where, self.scale_in, self.scale_out))
+        if not (0 < self.scale_in < np.inf and 0 < self.scale_out < np.inf) \
+                or not (np.isfinite(self.scale_params) & (self.scale_params >= 0)).all():
+            raise NetError("%s: scales must be positive and finite (scale_in %g, scale_out %g, "
+                           "scale_params from %g to %g)"
+                           % (where, self.scale_in, self.scale_out, self.scale_params.min(),
+                              self.scale_params.max()))
         num_output = lp.convolution_param.num_output
         if len(self.scale_params) not in (1, num_output):
             raise NetError("%s: %d scale_params for %d output channels (give one, or one per "
@@ -101,16 +105,22 @@ class Int8Conv:
         return 0.0
 
 
-def _fused_relus(param):
-    """Names of the convolutions whose top a ReLU (negative_slope 0) rewrites in place."""
-    producer, fused = {}, set()
-    for lp in param.layer:
-        if (lp.type == "ReLU" and len(lp.bottom) == 1 and lp.top[:1] == lp.bottom[:1]
-                and lp.relu_param.negative_slope == 0 and lp.bottom[0] in producer):
-            fused.add(producer[lp.bottom[0]])
-        for t in lp.top:
-            producer[t] = lp.name if lp.type == "Convolution" else None
-    return fused
+def fused_relu(net, i):
+    """The index of the ReLU that Intel Caffe's net compiler fuses into convolution ``i`` of
+    ``net`` (a record index), or None: the first layer reading the convolution's top (a Split
+    where several read it) is a ReLU of negative_slope 0, in place or not, and the
+    convolution has no dilation over 1 (its engine fuses none then)."""
+    rec = net.records[i]
+    lp = rec.layer.layer_param
+    if lp.type != "Convolution" or not rec.top_ids or \
+            any(d > 1 for d in lp.convolution_param.dilation):
+        return None
+    for j in range(i + 1, len(net.records)):
+        reader = net.records[j]
+        if rec.top_ids[0] in reader.bottom_ids:
+            relu = reader.layer.layer_param
+            return j if relu.type == "ReLU" and relu.relu_param.negative_slope == 0 else None
+    return None
 
 
 def attach(net, enabled=None):
@@ -128,7 +138,8 @@ def attach(net, enabled=None):
                  "kept; the layers compute in float (%s)", name, len(marked),
                  "int8 turned off" if not enabled else "int8 runs in the TEST phase only")
         return []
-    fused = _fused_relus(net.param)
+    fused = {net.records[i].name for i in range(len(net.records))
+             if fused_relu(net, i) is not None}
     for rec in marked:
         lp = rec.layer.layer_param
         if lp.type not in QUANTIZED_TYPES:

@@ -5,6 +5,7 @@ percentile, the KL divergence of TensorRT's entropy calibration), and Intel Caff
 import logging
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -89,7 +90,7 @@ def _filled(net, seed):
 
 
 def _intel_int8_conv(x, w, b, scale_in, scale_out, scale_params, signed=False, relu=True,
-                     out_bits=8):
+                     out_bits=8, dilation=1):
     """Intel Caffe's int8 convolution, in integers: 3x3, stride 1, no padding; u8 input (s8
     when ``signed``), a fused ReLU or not, an 8-bit (u8 after the ReLU, else s8) or float
     output; returns what the next layer reads (y_q / scale_out)."""
@@ -98,10 +99,12 @@ def _intel_int8_conv(x, w, b, scale_in, scale_out, scale_params, signed=False, r
     sp = np.broadcast_to(np.asarray(scale_params, np.float64), (w.shape[0],))
     wq = np.clip(np.rint(w * sp[:, None, None, None]), -128, 127).astype(np.int64)
     n, _, hh, ww = x.shape
-    acc = np.zeros((n, w.shape[0], hh - 2, ww - 2), np.int64)
+    span = 2 * dilation
+    acc = np.zeros((n, w.shape[0], hh - span, ww - span), np.int64)
     for di in range(3):
         for dj in range(3):
-            patch = xq[:, :, di:di + hh - 2, dj:dj + ww - 2]
+            i, j = di * dilation, dj * dilation
+            patch = xq[:, :, i:i + hh - span, j:j + ww - span]
             acc += np.einsum("nkij,ck->ncij", patch, wq[:, :, di, dj])
     acc += np.rint(b * scale_in * sp).astype(np.int64)[None, :, None, None]
     mult = (scale_out / (scale_in * sp)).astype(np.float32)
@@ -156,7 +159,8 @@ def test_signed_input_without_relu_and_both_output_widths(bw_out, scale_out):
         'convolution_param { num_output: 3 kernel_size: 3 } quantization_param { '
         'bw_layer_in: 8 bw_layer_out: %d bw_params: 8 scale_in: 50 scale_out: %g '
         'scale_params: 90 is_negative_input: true } } layer { name: "r" type: "ReLU" '
-        'bottom: "c" top: "r" }' % (bw_out, scale_out), caffe.TEST)
+        'bottom: "c" top: "r" relu_param { negative_slope: 0.1 } }' % (bw_out, scale_out),
+        caffe.TEST)
     assert net.int8_layers == ["c"]
     rng = _filled(net, 7)
     x = rng.uniform(-3, 3, (2, 2, 6, 6)).astype(np.float32)  # some beyond 127 / 50
@@ -167,7 +171,36 @@ def test_signed_input_without_relu_and_both_output_widths(bw_out, scale_out):
                                 out_bits=bw_out)
     np.testing.assert_array_equal(net.blobs["c"].data, expected)
     if bw_out == 8:
-        assert (expected * scale_out).min() < 0  # signed output (the ReLU is not in place)
+        assert (expected * scale_out).min() < 0  # signed output (a leaky ReLU is not fused)
+
+
+@pytest.mark.parametrize("in_place,dilation,fused", [
+    (False, 1, True),   # the first reader is a ReLU: fused, in place or not
+    (True, 2, False),   # a dilated convolution: its engine fuses no ReLU
+    (False, 2, False),
+])
+def test_the_relu_intel_caffe_fuses(in_place, dilation, fused):
+    # Intel Caffe's net compiler fuses a ReLU (negative slope 0) that is the first layer to
+    # read the convolution's top, unless the convolution is dilated: a fused one makes the
+    # output u8 (up to 255 / scale_out), else s8 (up to 127 / scale_out)
+    top = "c" if in_place else "r"
+    net = caffe.Net(
+        'layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 1 dim: 2 dim: 9 '
+        'dim: 9 } } } layer { name: "c" type: "Convolution" bottom: "d" top: "c" '
+        'convolution_param { num_output: 3 kernel_size: 3 dilation: %d } quantization_param { '
+        'bw_layer_in: 8 bw_layer_out: 8 bw_params: 8 scale_in: 20 scale_out: 80 '
+        'scale_params: 50 } } layer { name: "r" type: "ReLU" bottom: "c" top: "%s" }'
+        % (dilation, top), caffe.TEST)
+    rng = _filled(net, 5)
+    x = rng.uniform(0, 12, (1, 2, 9, 9)).astype(np.float32)
+    net.forward(d=x)
+    w = np.asarray(net.params["c"][0].data, np.float64)
+    b = np.asarray(net.params["c"][1].data, np.float64)
+    expected = _intel_int8_conv(x, w, b, 20.0, 80.0, [50.0], relu=fused, dilation=dilation)
+    if not in_place:  # the convolution's own top (an in-place ReLU rewrote it)
+        np.testing.assert_array_equal(net.blobs["c"].data, expected)
+    np.testing.assert_array_equal(net.blobs[top].data, np.maximum(expected, 0))
+    assert expected.max() == (255 if fused else 127) / np.float32(80)  # saturated
 
 
 def test_int8_off_on_the_command_line_and_in_the_environment(caplog, monkeypatch):
@@ -189,3 +222,12 @@ def test_bad_quantization_param_names_the_layer(tmp_path):
     bad.write_text(text)
     with pytest.raises(NetError, match=r"layer 'conv1'.*3 scale_params for 4 output"):
         caffe.Net(str(bad), caffe.TEST)
+    # a NaN or infinite scale would make every output NaN
+    for field in ("scale_in", "scale_out", "scale_params"):
+        for value in ("nan", "inf"):
+            text = re.sub(r"(%s: )[0-9.]+" % field, r"\g<1>%s" % value, open(INTEL).read(),
+                          count=1)
+            bad.write_text(text)
+            with pytest.raises(NetError, match=r"layer 'conv1'.*scales must be positive and "
+                                               r"finite"):
+                caffe.Net(str(bad), caffe.TEST)

@@ -4,9 +4,9 @@
 
 - ``scale_in = 255 / t_in`` for a non-negative input (u8), ``127 / t_in`` with
   ``is_negative_input: true`` for an input with negative values (s8);
-- ``scale_out = 255 / t_out`` when a ReLU (negative slope 0) runs in place on its top (the
-  int8 engine fuses it: u8), ``127 / t_out`` otherwise; a convolution whose top goes to a
-  layer outside Intel Caffe's int8 set (Convolution, ReLU, Split, Concat, Pooling, Eltwise)
+- ``scale_out = 255 / t_out`` when the int8 engine fuses the ReLU after it (u8; see
+  :func:`pycaffe_lite.net_int8.fused_relu`), ``127 / t_out`` otherwise; a convolution whose
+  top goes to a layer outside Intel Caffe's int8 set (Convolution, ReLU, Split, Concat, Pooling, Eltwise)
   writes float: ``bw_layer_out: 32``, ``scale_out: 1``;
 - ``scale_params = 127 / max |w|``, one value, or one per output channel with
   ``per_channel`` (0 where the weights are all zero),
@@ -18,6 +18,7 @@ keep it in float).
 
 import numpy as np
 
+from ..net_int8 import fused_relu
 from ..proto import protoio
 from ..proto import caffe_pb2
 
@@ -35,17 +36,7 @@ def _current_values(net, tops):
     return before
 
 
-def _fused_relu(net, i):
-    if i + 1 >= len(net.records):
-        return False
-    rec, nxt = net.records[i], net.records[i + 1]
-    return (nxt.layer.type == "ReLU" and nxt.bottom_ids == rec.top_ids[:1]
-            and nxt.top_ids == rec.top_ids[:1]
-            and nxt.layer.layer_param.relu_param.negative_slope == 0)
-
-
-def _consumers_int8(net, i, start):
-    tid = net.records[i].top_ids[0]
+def _consumers_int8(net, tid, start):
     for rec in net.records[start:]:
         if tid in rec.bottom_ids and rec.layer.type not in INT8_LAYERS:
             return False
@@ -60,15 +51,17 @@ def conv_params(net, tops, stats, thresholds, skip, per_channel):
         if rec.layer.type != "Convolution" or rec.name in skip:
             continue
         src = before[i].get(rec.bottom_ids[0])
-        fused = _fused_relu(net, i)
-        dst = tops.get((i + 1, 0) if fused else (i, 0))
+        relu = fused_relu(net, i)  # the ReLU the int8 engine fuses (net_int8's rule)
+        fused = relu is not None
+        last = relu if fused else i
+        dst = tops.get((last, 0))
         if src not in thresholds or dst not in thresholds:
             continue
         signed = stats[src].min < 0
         t_in, t_out = thresholds[src], thresholds[dst]
         w = np.abs(np.asarray(rec.layer.blobs[0].data, np.float64))
         wmax = w.reshape(w.shape[0], -1).max(axis=1) if per_channel else np.array([w.max()])
-        eight = _consumers_int8(net, i, i + (2 if fused else 1))
+        eight = _consumers_int8(net, net.records[last].top_ids[0], last + 1)
         out[rec.name] = {
             "name": rec.name, "is_negative_input": bool(signed),
             "scale_in": (127.0 if signed else 255.0) / t_in if t_in > 0 else 1.0,
