@@ -115,6 +115,20 @@ def test_cgroup_v2_quota(tmp_path, text, cpus):
     assert cpu_threads.cgroup_cpus(str(tmp_path / "cg"), str(tmp_path / "proc")) == cpus
 
 
+@pytest.mark.parametrize("parent, child, cpus", [
+    ("150000 100000", "max 100000", 2),       # the child has none: the parent's bounds it
+    ("100000 100000", "300000 100000", 1),    # the smaller of the two
+    ("max 100000", "300000 100000", 3),
+    ("max 100000", "max 100000", None)])
+def test_cgroup_v2_quota_of_a_parent_bounds_its_children(tmp_path, parent, child, cpus):
+    (tmp_path / "proc").write_text("0::/user.slice/job\n")
+    folder = tmp_path / "cg" / "user.slice" / "job"
+    folder.mkdir(parents=True)
+    (folder / "cpu.max").write_text(child)
+    (folder.parent / "cpu.max").write_text(parent)
+    assert cpu_threads.cgroup_cpus(str(tmp_path / "cg"), str(tmp_path / "proc")) == cpus
+
+
 def test_cgroup_v2_quota_of_a_container_at_the_root(tmp_path):
     """In a container the process's cgroup path does not exist under the mount: the mount's
     own cpu.max is the container's."""
@@ -152,6 +166,35 @@ def test_thread_count_follows_affinity_and_quota(monkeypatch):
     monkeypatch.setitem(cpu_threads._state, "threads", None)
     assert cpu.threads() == 5
     monkeypatch.setitem(cpu_threads._state, "threads", None)
+
+
+OURS, OMP = "PYCAFFE_LITE_CPU_THREADS", "OMP_NUM_THREADS"
+
+
+@pytest.mark.parametrize("ours, omp, expected, warned", [
+    ("abc", None, 6, [OURS]), ("1.5", None, 6, [OURS]), ("0", None, 6, [OURS]),
+    ("-4", None, 6, [OURS]),
+    ("one", "1", 1, [OURS]),  # a bad count of ours does not drop a good OMP_NUM_THREADS
+    (None, "4,2", 4, []),     # OpenMP's list form: the outer level's count
+    (None, "abc", 6, [OMP]),
+    ("3", "abc", 3, [])])     # OMP_NUM_THREADS is not read where ours decides
+def test_bad_thread_counts_in_the_environment_are_named_and_ignored(monkeypatch, caplog, ours,
+                                                                     omp, expected, warned):
+    values = {OURS: ours, OMP: omp}
+    for name, value in values.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    monkeypatch.setattr(cpu_threads.os, "sched_getaffinity", lambda pid: set(range(6)))
+    monkeypatch.setattr(cpu_threads, "cgroup_cpus", lambda: None)
+    monkeypatch.setattr(cpu_threads, "match_blas", lambda n: None)
+    monkeypatch.setitem(cpu_threads._state, "threads", None)
+    assert cpu.threads() == expected
+    monkeypatch.setitem(cpu_threads._state, "threads", None)
+    for name in (OURS, OMP):
+        message = "%s=%r is not a positive whole number of threads" % (name, values[name])
+        assert (message in caplog.text) == (name in warned)
 
 
 def test_openblas_gets_the_kernels_budget(monkeypatch):

@@ -16,13 +16,15 @@ leave behind a lock that a worker waits for, and a call unwinds only after the c
 in other threads have finished writing into its arrays.
 
 The thread count (:func:`threads`): ``PYCAFFE_LITE_CPU_THREADS``, else ``OMP_NUM_THREADS``,
-else the CPUs this process may use: its affinity mask, bounded by its cgroup's CPU quota
-(``cpu.max`` of cgroup v2, ``cpu.cfs_quota_us / cpu.cfs_period_us`` of v1), rounded up.
+else the CPUs this process may use: its affinity mask, bounded by the CPU quota of its cgroup
+and the cgroups above it (``cpu.max`` of cgroup v2, ``cpu.cfs_quota_us / cpu.cfs_period_us``
+of v1), rounded up.
 NumPy's OpenBLAS gets the same budget (:func:`match_blas`) unless ``OPENBLAS_NUM_THREADS`` or
 ``GOTO_NUM_THREADS`` chose its own, so its threads and the kernels' never ask for more cores
 than the process has.
 """
 
+import logging
 import os
 import threading
 
@@ -53,11 +55,35 @@ def quota_cpus(quota, period):
     return max(1, -(-quota // period))
 
 
+def _up_to(folder, top):
+    """``folder`` and its parents up to ``top`` (included)."""
+    top = os.path.normpath(top)
+    folder = os.path.normpath(folder)
+    while True:
+        yield folder
+        if folder == top or not folder.startswith(top + os.sep):
+            return
+        folder = os.path.dirname(folder)
+
+
+def _quota_in(kind, folder):
+    """The quota (CPUs, or None for none) in ``folder``'s files; OSError where it has none."""
+    if kind == "v2":
+        with open(os.path.join(folder, "cpu.max")) as f:
+            words = f.read().split()
+        return quota_cpus(*(words + ["", ""])[:2])
+    with open(os.path.join(folder, "cpu.cfs_quota_us")) as f:
+        quota = f.read()
+    with open(os.path.join(folder, "cpu.cfs_period_us")) as f:
+        return quota_cpus(quota, f.read())
+
+
 def cgroup_cpus(root=CGROUP_ROOT, proc_cgroup=PROC_CGROUP):
     """The CPU quota of this process's cgroup as a number of CPUs (rounded up), or None when
-    there is none or it cannot be read. ``root``: where the cgroup file systems are mounted;
-    ``proc_cgroup``: the process's cgroup list (``/proc/self/cgroup``), whose paths are looked
-    for under ``root`` (a container sees its own cgroup at the root: tried next)."""
+    there is none or it cannot be read: the smallest quota of its cgroup and the cgroups above
+    it (a parent's quota bounds its children). ``root``: where the cgroup file systems are
+    mounted; ``proc_cgroup``: the process's cgroup list (``/proc/self/cgroup``), whose paths
+    are looked for under ``root`` (a container sees its own cgroup at the root)."""
     paths = {}
     try:
         with open(proc_cgroup) as f:
@@ -67,27 +93,27 @@ def cgroup_cpus(root=CGROUP_ROOT, proc_cgroup=PROC_CGROUP):
                     paths[parts[1]] = parts[2].lstrip("/")
     except OSError:
         pass
-    candidates = []
+    chains = []  # (kind, the process's cgroup folder, the hierarchy's top)
     if "" in paths:  # cgroup v2
-        candidates.append(("v2", os.path.join(root, paths[""])))
-    candidates.append(("v2", root))
+        chains.append(("v2", os.path.join(root, paths[""]), root))
     for controllers, path in paths.items():
         if "cpu" in controllers.split(","):  # cgroup v1
             for mount in (controllers, "cpu", "cpu,cpuacct"):
-                candidates.append(("v1", os.path.join(root, mount, path)))
-                candidates.append(("v1", os.path.join(root, mount)))
-    for kind, folder in candidates:
-        try:
-            if kind == "v2":
-                with open(os.path.join(folder, "cpu.max")) as f:
-                    words = f.read().split()
-                return quota_cpus(*(words + ["", ""])[:2])
-            with open(os.path.join(folder, "cpu.cfs_quota_us")) as f:
-                quota = f.read()
-            with open(os.path.join(folder, "cpu.cfs_period_us")) as f:
-                return quota_cpus(quota, f.read())
-        except (OSError, ValueError):
-            continue
+                top = os.path.join(root, mount)
+                chains.append(("v1", os.path.join(top, path), top))
+    chains.append(("v2", root, root))
+    for kind, folder, top in chains:
+        quotas, found = [], False
+        for place in _up_to(folder, top):
+            try:
+                quota = _quota_in(kind, place)
+            except (OSError, ValueError):
+                continue
+            found = True
+            if quota:
+                quotas.append(quota)
+        if found:
+            return min(quotas) if quotas else None
     return None
 
 
@@ -107,13 +133,28 @@ def threads():
     same number then (:func:`match_blas`)."""
     n = _state["threads"]
     if n is None:
-        value = os.environ.get("PYCAFFE_LITE_CPU_THREADS") or os.environ.get("OMP_NUM_THREADS")
-        try:
-            n = int(value) if value else usable_cpus()
-        except ValueError:
-            n = usable_cpus()
+        n = _env_threads("PYCAFFE_LITE_CPU_THREADS") or _env_threads("OMP_NUM_THREADS") \
+            or usable_cpus()
         n = _state["threads"] = max(1, n)
         match_blas(n)
+    return n
+
+
+def _env_threads(name):
+    """The thread count in the environment variable ``name`` (OpenMP's list form: its first
+    value), or None where it is unset; a value that is not a positive whole number is
+    ignored with a warning naming it."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        n = int(value.split(",")[0] if name == "OMP_NUM_THREADS" else value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        logging.getLogger("pycaffe_lite").warning(
+            "%s=%r is not a positive whole number of threads; it is ignored", name, value)
+        return None
     return n
 
 
