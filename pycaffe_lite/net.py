@@ -321,12 +321,10 @@ class Net(BatchedCalls):
     _inputs = property(lambda self: list(self._input_ids))
     _outputs = property(lambda self: list(self._output_ids))
 
-    def _top_ids(self, i):
-        """The blob indices of layer ``i``'s tops."""
+    def _top_ids(self, i):  # the blob indices of layer i's tops
         return list(self._layer_record(i).top_ids)
 
-    def _bottom_ids(self, i):
-        """The blob indices of layer ``i``'s bottoms."""
+    def _bottom_ids(self, i):  # ... and of its bottoms
         return list(self._layer_record(i).bottom_ids)
 
     def _layer_record(self, i):
@@ -400,7 +398,8 @@ class Net(BatchedCalls):
         start_ind = self.layer_index(start) if start is not None else 0
         end_ind = self.layer_index(end) if end is not None else len(self.records) - 1
         self._check_blob_names(blobs, "forward(blobs=...)")
-        outputs = set(self.outputs if end is None else self.top_names[end]) | set(blobs or ())
+        outputs = dict.fromkeys(  # pycaffe's set, in order: the outputs, then the blobs asked
+            list(self.outputs if end is None else self.top_names[end]) + list(blobs or ()))
         for name, value in kwargs.items():
             if name not in self.blobs:
                 raise NetError("forward(): '%s' is not a blob of this net (inputs: %s)"
@@ -421,7 +420,8 @@ class Net(BatchedCalls):
         start_ind = self.layer_index(start) if start is not None else len(self.records) - 1
         end_ind = self.layer_index(end) if end is not None else 0
         self._check_blob_names(diffs, "backward(diffs=...)")
-        outputs = set(self.inputs if end is None else self.bottom_names[end]) | set(diffs or ())
+        outputs = dict.fromkeys(list(self.inputs if end is None else self.bottom_names[end])
+                                + list(diffs or ()))
         for name, value in kwargs.items():
             if name not in self.blobs:
                 raise NetError("backward(): '%s' is not a blob of this net" % name)

@@ -55,12 +55,14 @@ def filter_net(param):
 
 
 # ---- Split insertion ---------------------------------------------------------------------
+# Caffe's names (insert_splits.cpp): the blob's name, then its producer's, e.g. LeNet's
+# "label_mnist_1_split" layer and its tops "label_mnist_1_split_0", "..._1"
 def split_layer_name(layer_name, blob_name, blob_idx):
-    return "%s_%s_%d_split" % (layer_name, blob_name, blob_idx)
+    return "%s_%s_%d_split" % (blob_name, layer_name, blob_idx)
 
 
 def split_blob_name(layer_name, blob_name, blob_idx, split_idx):
-    return "%s_%s_%d_split_%d" % (layer_name, blob_name, blob_idx, split_idx)
+    return "%s_%s_%d_split_%d" % (blob_name, layer_name, blob_idx, split_idx)
 
 
 def insert_splits(param):

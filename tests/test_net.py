@@ -89,10 +89,11 @@ layer { name: "r2" type: "ReLU" bottom: "data" top: "b" }
 layer { name: "loss" type: "EuclideanLoss" bottom: "a" bottom: "b" top: "loss" }
 """
     net = Net(text, caffe.TRAIN, )
-    assert net.layer_names == ["in", "in_data_0_split", "r1", "r2", "loss"]
-    assert net.top_names["in_data_0_split"] == ["in_data_0_split_0", "in_data_0_split_1"]
-    assert net.bottom_names["r1"] == ["in_data_0_split_0"]
-    assert net.bottom_names["r2"] == ["in_data_0_split_1"]
+    # Caffe's names: the blob's, then its producer's
+    assert net.layer_names == ["in", "data_in_0_split", "r1", "r2", "loss"]
+    assert net.top_names["data_in_0_split"] == ["data_in_0_split_0", "data_in_0_split_1"]
+    assert net.bottom_names["r1"] == ["data_in_0_split_0"]
+    assert net.bottom_names["r2"] == ["data_in_0_split_1"]
     x = np.array([[1.0, -2, 3], [-1, 0, 2]])
     net.forward(data=x)
     np.testing.assert_array_equal(net.blobs["a"].data, np.maximum(x, 0))
@@ -106,11 +107,11 @@ layer { name: "r" type: "ReLU" bottom: "loss" top: "r" }
 """, caffe_pb2.NetParameter())
     out = insert_splits(param)
     split = [lp for lp in out.layer if lp.type == "Split" and lp.bottom[0] == "loss"][0]
-    assert split.name == "l_loss_0_split"
-    assert list(split.top) == ["l_loss_0_split_0", "l_loss_0_split_1"]
+    assert split.name == "loss_l_0_split"
+    assert list(split.top) == ["loss_l_0_split_0", "loss_l_0_split_1"]
     assert list(split.loss_weight) == [2, 0]
     assert not [lp for lp in out.layer if lp.name == "l"][0].loss_weight
-    assert [lp for lp in out.layer if lp.name == "r"][0].bottom[0] == "l_loss_0_split_1"
+    assert [lp for lp in out.layer if lp.name == "r"][0].bottom[0] == "loss_l_0_split_1"
 
 
 def test_in_place_and_backward_need():
