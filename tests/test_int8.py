@@ -203,7 +203,7 @@ def test_the_relu_intel_caffe_fuses(in_place, dilation, fused):
     assert expected.max() == (255 if fused else 127) / np.float32(80)  # saturated
 
 
-def test_int8_off_on_the_command_line_and_in_the_environment(caplog, monkeypatch):
+def test_int8_off_on_the_command_line_and_in_the_environment(caplog, monkeypatch, tmp_path):
     args = ["time", "--model", INTEL, "--phase", "TEST", "--iterations", "1"]
     with caplog.at_level(logging.INFO):
         assert cli.main(args + ["--int8", "off"]) == 0
@@ -214,6 +214,17 @@ def test_int8_off_on_the_command_line_and_in_the_environment(caplog, monkeypatch
     assert "compute in int8 (conv1)" in caplog.text
     monkeypatch.setenv("PYCAFFE_LITE_INT8", "0")
     assert caffe.Net(INTEL, caffe.TEST).int8_layers == []
+    weights = str(tmp_path / "intel.caffemodel")
+    caffe.Net(INTEL, caffe.TEST).save(weights)
+    for command in (args, ["test", "--model", INTEL, "--weights", weights, "--iterations", "1"]):
+        caplog.clear()  # the commands read the variable too, unless --int8 says otherwise
+        with caplog.at_level(logging.INFO):
+            assert cli.main(command) == 0
+        assert "the layers compute in float (int8 turned off)" in caplog.text
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            assert cli.main(command + ["--int8", "on"]) == 0
+        assert "compute in int8 (conv1)" in caplog.text
 
 
 def test_bad_quantization_param_names_the_layer(tmp_path):

@@ -103,6 +103,19 @@ def test_quantize_writes_a_qdq_model_onnxruntime_runs(random_lenet, tmp_path, ca
     assert (theirs.argmax(1) == ours.argmax(1)).mean() >= 0.9
 
 
+def test_skip_repeated_keeps_every_layer_named(random_lenet, tmp_path):
+    proto, weights = random_lenet
+    out = tmp_path / "q"
+    assert cli.main(["quantize", "--model", str(proto), "--weights", str(weights),
+                     "--calibration_iterations", "1", "--output_dir", str(out),
+                     "--method", "minmax", "--eval_iterations", "0",
+                     "--skip", "conv1", "--skip", "ip2"]) == 0
+    layers = {e["name"]: e for e in json.loads((out / "report.json").read_text())["layers"]}
+    assert [n for n in ("conv1", "conv2", "ip1", "ip2") if layers[n]["precision"] == "int8"] \
+        == ["conv2", "ip1"]
+    assert "--skip" in layers["conv1"]["reason"] and "--skip" in layers["ip2"]["reason"]
+
+
 def test_quantize_reports_bad_input(random_lenet, tmp_path, capsys):
     proto, weights = random_lenet
     assert cli.main(["quantize", "--model", str(proto), "--weights", str(weights),

@@ -39,9 +39,16 @@ def add_net_flags(p):
 def add_int8_flag(p):
     """``--int8 on|off``: whether convolutions with Intel Caffe's ``quantization_param`` run in
     int8 (TEST phase; the default) or in float."""
-    p.add_argument("--int8", default="on", choices=("on", "off"), type=str.lower,
+    p.add_argument("--int8", default=None, choices=("on", "off"), type=str.lower,
                    help="run Intel Caffe's int8 calibration (quantization_param) as int8 "
-                        "(on, the default) or compute those layers in float (off)")
+                        "(on, the default unless PYCAFFE_LITE_INT8=0) or compute those layers "
+                        "in float (off)")
+
+
+def int8_choice(args):
+    """``--int8`` as :class:`~pycaffe_lite.net.Net`'s ``int8``: True, False, or None (not
+    given: ``PYCAFFE_LITE_INT8`` decides, on by default)."""
+    return None if args.int8 is None else args.int8 == "on"
 
 
 def check_weights_flags(args, what):

@@ -15,7 +15,7 @@ import os
 from ..errors import CaffeError
 from ..evaluate import evaluate, format_report, need_matplotlib, plot_confusion
 from ..layers.detection.average_precision import AP_VERSIONS
-from . import add_int8_flag, add_net_flags
+from . import add_int8_flag, add_net_flags, int8_choice
 from .time import select_single_gpu
 
 
@@ -51,7 +51,7 @@ def run(args):
         need_matplotlib("--confusion_png")  # before the run, not after it
     select_single_gpu(args.gpu)
     report = evaluate(args.model, args.weights, args.iterations, args.labels or None,
-                      args.scores, args.label, args.ap_version, int8=args.int8 == "on")
+                      args.scores, args.label, args.ap_version, int8=int8_choice(args))
     print(format_report(report))
     if args.json:
         tmp = args.json + ".tmp"

@@ -37,8 +37,8 @@ def add_arguments(p):
     p.add_argument("--eval_iterations", type=int, default=50,
                    help="TEST batches over which float and int8 accuracy are measured (50; "
                         "0: none)")
-    p.add_argument("--skip", nargs="+", default=[], metavar="LAYER",
-                   help="layers left in float")
+    p.add_argument("--skip", nargs="+", action="extend", default=[], metavar="LAYER",
+                   help="layers left in float (repeat the flag or list several)")
     add_net_flags(p)
 
 

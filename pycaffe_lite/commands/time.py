@@ -20,7 +20,7 @@ from ..profiling import synchronize, time_layers
 from ..proto import caffe_pb2
 from ..tools_log import use_glog_format
 from .. import cuda_graphs, net_memory
-from . import add_int8_flag, add_net_flags
+from . import add_int8_flag, add_net_flags, int8_choice
 from .train import add_cuda_graph_flag, parse_gpus, parse_stages
 
 log = logging.getLogger("pycaffe_lite")
@@ -72,7 +72,7 @@ def open_net(args, default_phase):
     select_single_gpu(args.gpu)
     cuda_graphs.set_enabled(args.cuda_graph == "on")
     return Net(args.model, parse_phase(args.phase, default_phase), level=args.level,
-               stages=parse_stages(args.stage), int8=args.int8 == "on")
+               stages=parse_stages(args.stage), int8=int8_choice(args))
 
 
 def run(args):
