@@ -27,15 +27,16 @@ def _name(node):
     return node.name or node.output[0]
 
 
-def _set_2d(param, field, values, single_ok=True):
-    """A 2-D geometry as ``field`` (when square) or ``field_h``/``field_w``."""
+def _set_2d(param, field, values):
+    """A 2-D geometry as ``field_h``/``field_w`` when the two differ (and nothing returned:
+    Caffe takes either those or the repeated ``field``), else its one value to append to
+    ``field``."""
     values = [int(v) for v in values]
-    if len(values) == 2 and values[0] != values[1]:
+    if values[0] != values[1]:
         setattr(param, field + "_h", values[0])
         setattr(param, field + "_w", values[1])
-    elif len(values) == 2 or single_ok:
-        return values[:1]
-    return values
+        return []
+    return values[:1]
 
 
 def _symmetric_pads(ctx, node, a, n):
