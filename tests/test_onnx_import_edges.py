@@ -37,3 +37,37 @@ def test_non_square_convolution_geometry(tmp_path):
     assert (p["conv31"].kernel_h, p["conv31"].kernel_w, list(p["conv31"].stride)) == (3, 1, [2])
     assert (p["deconv"].stride_h, p["deconv"].stride_w, p["deconv"].pad_w) == (1, 2, 1)
     assert net.blobs["deconv"].shape == (1, 2, 4, 3)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_softmax_default_axis(tmp_path, opset):
+    # no axis attribute: ONNX's default is 1 before opset 13 (the input flattened to 2-D
+    # there), -1 from 13 on; a (N, 6, 1, 1) input makes the two differ
+    g = Graph((1, 6, 1, 1))
+    g.op("Softmax", ["x"], "prob")
+    deploy, net = convert_and_compare(g.model(["prob"], opset=opset), tmp_path, "sm%d" % opset)
+    assert deploy.layer[-1].softmax_param.axis == (1 if opset < 13 else 3)
+
+
+def test_softmax_default_axis_over_flattened_axes_is_refused():
+    g = Graph((1, 3, 2, 2))
+    g.op("Softmax", ["x"], "prob")
+    with pytest.raises(CaffeError, match="ONNX node 'prob' \\(op Softmax\\): a Softmax before "
+                                         "opset 13 over axes 1\\.\\."):
+        caffe_onnx.to_caffe(g.model(["prob"], opset=11), None)
+
+
+def test_prelu_slope_broadcast_from_the_last_axis(tmp_path):
+    # (1, C, 1, 1) and (C, 1) on a 3-D input are per channel
+    g = Graph((1, 3, 4, 4))
+    g.op("PRelu", ["x", g.w(1, 3, 1, 1, scale=0.5)], "prelu")
+    convert_and_compare(g.model(["prelu"]), tmp_path, "prelu4")
+    g = Graph((1, 3, 5))
+    g.op("PRelu", ["x", g.w(3, 1, scale=0.5)], "prelu")
+    convert_and_compare(g.model(["prelu"]), tmp_path, "prelu3")
+    # a (C,) slope on N, C, H, W applies along W (here W == C): not Caffe's per channel
+    g = Graph((1, 3, 4, 3))
+    g.op("PRelu", ["x", g.w(3, scale=0.5)], "prelu")
+    with pytest.raises(CaffeError, match="ONNX node 'prelu' \\(op PRelu\\): slopes of shape "
+                                         "\\(3,\\) .* are not per channel"):
+        caffe_onnx.to_caffe(g.model(["prelu"]), None)

@@ -292,14 +292,16 @@ def prelu(ctx, node):
     slope = ctx.const(node.input[1], node, "slope")
     shape = ctx.shape(node.input[0], node)
     shared = slope.size == 1  # Caffe's channel-shared slope is a blob of no axes
+    # ONNX broadcasts the slope from the last axis: per channel only when it is (C, 1, ..)
+    full = (1,) * (len(shape) - slope.ndim) + tuple(slope.shape)
+    if not shared and (slope.ndim > len(shape) or len(shape) < 2 or full[1] != shape[1] or
+                       slope.size != shape[1]):
+        raise ctx.error(node, "slopes of shape %s on an input of shape %s are not per channel "
+                              "(ONNX aligns them with the last axes)" % (slope.shape, shape))
     lp = ctx.layer("PReLU", _name(node), [node.input[0]], [node.output[0]],
                    [slope.reshape(()) if shared else slope.reshape(-1)])
     if shared:
         lp.prelu_param.channel_shared = True
-    elif len(shape) < 2 or slope.size != shape[1] or \
-            max(slope.shape) != slope.size or slope.ndim > len(shape) - 1 or \
-            (slope.ndim == len(shape) - 1 and slope.shape[0] != shape[1]):
-        raise ctx.error(node, "slopes of shape %s are not per channel" % (slope.shape,))
 
 
 @importer("Clip")
@@ -328,12 +330,17 @@ def identity(ctx, node):
 @importer("Softmax")
 def softmax(ctx, node):
     a = attrs(node)
-    rank = len(ctx.shape(node.input[0], node))
-    axis = int(a.get("axis", -1))
+    shape = ctx.shape(node.input[0], node)
+    rank = len(shape)
+    axis = int(a.get("axis", 1 if ctx.opset < 13 else -1))  # ONNX's default changed at 13
     axis = axis + rank if axis < 0 else axis
-    if ctx.opset < 13 and axis != rank - 1:
-        raise ctx.error(node, "a Softmax before opset 13 over axes %d.. (flattened) has no "
-                              "Caffe equivalent" % axis)
+    if ctx.opset < 13:
+        # over axes axis.. flattened: one Caffe axis when the others there are of size 1
+        big = [i for i in range(axis, rank) if shape[i] != 1]
+        if len(big) > 1:
+            raise ctx.error(node, "a Softmax before opset 13 over axes %d.. (flattened, of "
+                                  "sizes %s) has no Caffe equivalent" % (axis, shape[axis:]))
+        axis = big[0] if big else axis
     lp = ctx.layer("Softmax", _name(node), [node.input[0]], [node.output[0]])
     lp.softmax_param.axis = axis
 
