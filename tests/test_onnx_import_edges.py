@@ -71,3 +71,35 @@ def test_prelu_slope_broadcast_from_the_last_axis(tmp_path):
     with pytest.raises(CaffeError, match="ONNX node 'prelu' \\(op PRelu\\): slopes of shape "
                                          "\\(3,\\) .* are not per channel"):
         caffe_onnx.to_caffe(g.model(["prelu"]), None)
+
+
+def test_constant_operands_of_concat_max_and_sum(tmp_path):
+    # torch.cat([x, torch.ones(..)]) and torch.maximum(x, const): the constant becomes a
+    # Parameter layer (not learnt) that the Concat / Eltwise reads
+    from onnx import helper
+    g = Graph((1, 2, 3, 3))
+    g.nodes.append(helper.make_node("Constant", [], ["ones"], name="ones",
+                                    value=numpy_helper.from_array(
+                                        np.ones((1, 1, 3, 3), np.float32))))
+    y = g.op("Concat", ["x", "ones"], "cat", axis=1)
+    y = g.op("Max", [y, g.w(1, 3, 3, 3, scale=0.5)], "max")
+    g.op("Sum", [y, g.w(1, 3, 3, 3), "ones_3"], "sum")
+    g.nodes.insert(-1, helper.make_node("Concat", ["ones", "ones", "ones"], ["ones_3"],
+                                        name="ones_3", axis=1))  # folded: a constant too
+    # (BVLC's Parameter layer is one OpenCV's importer does not have)
+    deploy, net = convert_and_compare(g.model(["sum"]), tmp_path, "const_operands",
+                                      opencv=False)
+    params = [lp for lp in deploy.layer if lp.type == "Parameter"]
+    assert [tuple(lp.parameter_param.shape.dim) for lp in params] == \
+        [(1, 1, 3, 3), (1, 3, 3, 3), (1, 3, 3, 3), (1, 3, 3, 3)]
+    assert all(lp.param[0].lr_mult == 0 for lp in params)
+    assert np.all(net.blobs["ones_3"].data == 1)
+
+
+@pytest.mark.parametrize("op", ["Sum", "Max"])
+def test_one_input_sum_or_max_is_the_identity(tmp_path, op):
+    g = Graph((1, 2, 3, 3))
+    y = g.op(op, [g.op("Relu", ["x"], "relu")], "one")
+    g.op("Tanh", [y], "tanh")
+    deploy, net = convert_and_compare(g.model(["tanh", "one"]), tmp_path, "one_" + op)
+    assert [lp.type for lp in deploy.layer] == ["Input", "ReLU", "TanH"]

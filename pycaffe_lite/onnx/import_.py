@@ -81,6 +81,8 @@ class ImportContext:
             if b in self.padded:
                 raise CaffeError("ONNX value '%s' comes from a Pad that only an AveragePool "
                                  "may read (as Caffe's pooling pad)" % b)
+            if b in self.consts and b not in self.alias:
+                self._constant_blob(b)
         lp = caffe_pb2.LayerParameter(name=name, type=type_)
         lp.bottom.extend(self.blob(b) for b in bottoms)
         lp.top.extend(tops)
@@ -88,6 +90,14 @@ class ImportContext:
             fill_blobproto(lp.blobs.add(), np.asarray(arr, dtype=np.float32))
         self.layers.append(lp)
         return lp
+
+    def _constant_blob(self, name):
+        """A constant read as a layer's bottom: a Parameter layer holding it (not learnt)."""
+        value = np.asarray(self.consts[name], dtype=np.float32)
+        self.alias[name] = name
+        lp = self.layer("Parameter", name, [], [name], [value])
+        lp.parameter_param.shape.dim.extend(value.shape)
+        lp.param.add(lr_mult=0, decay_mult=0)
 
 
 def _static_inputs(onnx, model, input_shapes):

@@ -355,6 +355,9 @@ def concat(ctx, node):
 
 @importer("Sum", "Max")
 def variadic(ctx, node):
+    if len(node.input) == 1:  # the identity
+        ctx.alias[node.output[0]] = ctx.blob(node.input[0])
+        return
     shapes = {ctx.shape(n, node) for n in node.input}
     if len(shapes) != 1:
         raise ctx.error(node, "inputs of different shapes %s do not convert (Caffe's Eltwise "
