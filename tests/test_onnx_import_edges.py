@@ -103,3 +103,47 @@ def test_one_input_sum_or_max_is_the_identity(tmp_path, op):
     g.op("Tanh", [y], "tanh")
     deploy, net = convert_and_compare(g.model(["tanh", "one"]), tmp_path, "one_" + op)
     assert [lp.type for lp in deploy.layer] == ["Input", "ReLU", "TanH"]
+
+
+def _padded(pads, readers, opset=17, **pad_attrs):
+    g = Graph((1, 2, 6, 6))
+    inputs = ["x"] if opset < 11 else ["x", _const(g, np.array(pads, np.int64))]
+    if opset < 11:
+        pad_attrs["pads"] = pads
+    g.op("Pad", inputs, "pad", **pad_attrs)
+    outs = []
+    for reader in readers:
+        if reader == "avg":
+            outs.append(g.op("AveragePool", ["pad"], "avg%d" % len(outs), kernel_shape=[3, 3],
+                             strides=[2, 2]))
+        elif reader == "conv":
+            outs.append(g.conv("pad", 2, 2, 3, "conv%d" % len(outs)))
+        else:
+            outs.append("pad")
+    return g.model(outs, opset=opset)
+
+
+def test_zero_pad_read_by_an_average_pool(tmp_path):
+    g = Graph((1, 2, 6, 6))
+    g.op("Pad", ["x", _const(g, np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))], "pad")
+    g.op("AveragePool", ["pad"], "avg", kernel_shape=[3, 3])
+    deploy, _ = convert_and_compare(g.model(["avg"]), tmp_path, "pad_avg")
+    assert [lp.pooling_param.pad for lp in deploy.layer if lp.type == "Pooling"] == [1]
+
+
+@pytest.mark.parametrize("pads, readers, opset, attrs, message", [
+    # read by another node too: its output would never be written
+    ([0, 0, 1, 1, 0, 0, 1, 1], ["avg", "conv"], 17, {}, "its output is read 2 times"),
+    ([0, 0, 1, 1, 0, 0, 1, 1], ["conv", "avg"], 17, {}, "its output is read 2 times"),
+    ([0, 0, 1, 1, 0, 0, 1, 1], ["conv"], 17, {},
+     "its output 'pad' is read by Caffe layer 'conv0' \\(Convolution\\)"),
+    ([0, 0, 1, 1, 0, 0, 1, 1], ["output"], 17, {}, "its output 'pad' is read by no "
+                                                   "AveragePool"),
+    # cropping
+    ([0, 0, -1, -1, 0, 0, -1, -1], ["avg"], 17, {}, "only a zero Pad .* pads \\[0, 0, -1"),
+    # before opset 11 the value is an attribute
+    ([0, 0, 1, 1, 0, 0, 1, 1], ["avg"], 2, {"value": 1.5}, "only a zero Pad"),
+])
+def test_pad_that_is_no_pool_pad_is_refused(pads, readers, opset, attrs, message):
+    with pytest.raises(CaffeError, match="ONNX node 'pad' \\(op Pad\\): " + message):
+        caffe_onnx.to_caffe(_padded(pads, readers, opset, **attrs), None)

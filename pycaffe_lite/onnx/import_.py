@@ -29,7 +29,7 @@ class ImportContext:
         self.alias = {}
         self.layers = []
         self.layer_names = set()
-        self.padded = {}  # a Pad's output -> (input, begin pads, end pads), for a pool
+        self.padded = {}  # a Pad's output -> (input, begin pads, end pads, the Pad node)
         self.opset = 1
         self.scales = {}  # an ONNX value -> the Scale layer (from a Mul) that writes it
         self.consumers = {}  # an ONNX value -> how many nodes (and outputs) read it
@@ -79,8 +79,9 @@ class ImportContext:
         self.layer_names.add(name)
         for b in bottoms:
             if b in self.padded:
-                raise CaffeError("ONNX value '%s' comes from a Pad that only an AveragePool "
-                                 "may read (as Caffe's pooling pad)" % b)
+                raise self.error(self.padded[b][3], "its output '%s' is read by Caffe layer "
+                                 "'%s' (%s); a Pad converts only as the pad of an AveragePool "
+                                 "that alone reads it" % (b, name, type_))
             if b in self.consts and b not in self.alias:
                 self._constant_blob(b)
         lp = caffe_pb2.LayerParameter(name=name, type=type_)
@@ -181,9 +182,10 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         if handler is None or node.domain not in ("", "ai.onnx"):
             raise ctx.error(node, "this op has no Caffe equivalent")
         handler(ctx, node)
-    if ctx.padded:
-        raise CaffeError("ONNX Pad output(s) %s read by nothing that converts"
-                         % sorted(ctx.padded))
+    for value, (_, _, _, pad_node) in ctx.padded.items():
+        raise ctx.error(pad_node, "its output '%s' is read by no AveragePool (a Pad converts "
+                                  "only as the pad of an AveragePool that alone reads it)"
+                        % value)
     for out in graph.output:
         if out.name in ctx.consts:
             raise CaffeError("ONNX output '%s' is a constant; a Caffe net cannot output a "
