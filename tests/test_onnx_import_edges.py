@@ -147,3 +147,48 @@ def test_zero_pad_read_by_an_average_pool(tmp_path):
 def test_pad_that_is_no_pool_pad_is_refused(pads, readers, opset, attrs, message):
     with pytest.raises(CaffeError, match="ONNX node 'pad' \\(op Pad\\): " + message):
         caffe_onnx.to_caffe(_padded(pads, readers, opset, **attrs), None)
+
+
+@pytest.mark.parametrize("training, ratio, opset, converts", [
+    (None, None, 17, True), (False, 0.5, 17, True), (True, 0.0, 17, True),
+    (True, 0.5, 17, False), (True, None, 13, False)])
+def test_dropout_in_training_mode_is_refused(tmp_path, training, ratio, opset, converts):
+    # torch writes training_mode = True for a model exported in train() mode: onnxruntime
+    # then drops values at random (none when the ratio is 0)
+    g = Graph((1, 2, 4, 4))
+    inputs = ["x", "" if ratio is None else _const(g, np.array(ratio, np.float32))]
+    if training is not None:
+        inputs.append(_const(g, np.array(training)))
+    g.op("Relu", [g.op("Dropout", inputs, "drop")], "relu")
+    model = g.model(["relu"], opset=opset)
+    if converts:
+        deploy, _ = convert_and_compare(model, tmp_path, "dropout")
+        assert [lp.type for lp in deploy.layer] == ["Input", "ReLU"]
+    else:
+        with pytest.raises(CaffeError, match="ONNX node 'drop' \\(op Dropout\\): "
+                                             "training-mode dropout"):
+            caffe_onnx.to_caffe(model, None)
+
+
+def test_dropout_before_opset_7_is_in_training_mode_unless_is_test():
+    for attrs, refused in [({}, True), ({"is_test": 0}, True), ({"is_test": 1}, False)]:
+        g = Graph((1, 2, 4, 4))
+        g.op("Relu", [g.op("Dropout", ["x"], "drop", **attrs)], "relu")
+        if refused:
+            with pytest.raises(CaffeError, match="'drop' \\(op Dropout\\): training-mode"):
+                caffe_onnx.to_caffe(g.model(["relu"], opset=6), None)
+        else:
+            deploy, _, _ = caffe_onnx.to_caffe(g.model(["relu"], opset=6), None)
+            assert [lp.type for lp in deploy.layer] == ["Input", "ReLU"]
+
+
+@pytest.mark.parametrize("op, swap", [("Add", False), ("Mul", True), ("Sub", False)])
+def test_constant_with_more_axes_than_the_tensor_is_refused(op, swap):
+    # x: (N, 4) + c: (1, 1, 1) is (1, N, 4) in ONNX: a Power layer would keep (N, 4)
+    g = Graph((2, 4))
+    c = _const(g, np.full((1, 1, 1), 0.5, np.float32))
+    y = g.op(op, [c, "x"] if swap else ["x", c], "arith")
+    g.op("Concat", [y, y], "cat", axis=1)
+    with pytest.raises(CaffeError, match="ONNX node 'arith' \\(op %s\\): a constant of shape "
+                                         "\\(1, 1, 1\\) gives the output more axes" % op):
+        caffe_onnx.to_caffe(g.model(["cat"]), None)

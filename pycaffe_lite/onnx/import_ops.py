@@ -329,6 +329,18 @@ def clip(ctx, node):
 def identity(ctx, node):
     if len(node.output) > 1 and node.output[1]:
         raise ctx.error(node, "the dropout mask output has no Caffe equivalent")
+    if node.op_type == "Dropout":
+        a = attrs(node)
+        if ctx.opset < 7:  # is_test (default 0) chose the mode
+            training = not a.get("is_test", 0)
+        else:
+            given = len(node.input) > 2 and node.input[2]
+            training = given and bool(ctx.const(node.input[2], node, "training_mode").any())
+        ratio = a.get("ratio", 0.5)
+        if len(node.input) > 1 and node.input[1]:
+            ratio = ctx.const(node.input[1], node, "ratio").reshape(-1)[0]
+        if training and float(ratio) != 0.0:
+            raise ctx.error(node, "training-mode dropout (random) does not convert")
     ctx.alias[node.output[0]] = ctx.blob(node.input[0])
 
 
@@ -410,6 +422,9 @@ def arithmetic(ctx, node):
         a, b = b, a
     x_shape = ctx.shape(a, node)
     c = ctx.const(b, node).astype(np.float32)
+    if c.ndim > len(x_shape):
+        raise ctx.error(node, "a constant of shape %s gives the output more axes than the "
+                              "input's %s" % (c.shape, x_shape))
     if op == "Sub":
         c, op = -c, "Add"
     elif op == "Div":
