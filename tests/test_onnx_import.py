@@ -125,7 +125,9 @@ def convert_and_compare(model, tmp_path, key, opencv=True):
     cvnet = cv2.dnn.readNetFromCaffe(str(prefix) + ".prototxt", str(prefix) + ".caffemodel")
     cvnet.setInput(x, "x")
     names = sorted(theirs)
-    cv_outs = cvnet.forward([outputs[n] for n in names])
+    # OpenCV names an output by the layer that writes it (its first top)
+    writer = {lp.top[0]: lp.name for lp in deploy.layer if lp.top}
+    cv_outs = cvnet.forward([writer.get(outputs[n], outputs[n]) for n in names])
     for name, value in zip(names, cv_outs):
         assert_close(np.asarray(value).reshape(theirs[name].shape), theirs[name],
                      "%s: %s (OpenCV)" % (key, name), rtol=1e-4)

@@ -192,3 +192,64 @@ def test_constant_with_more_axes_than_the_tensor_is_refused(op, swap):
     with pytest.raises(CaffeError, match="ONNX node 'arith' \\(op %s\\): a constant of shape "
                                          "\\(1, 1, 1\\) gives the output more axes" % op):
         caffe_onnx.to_caffe(g.model(["cat"]), None)
+
+
+def _flatten_by_shape_model(opset):
+    """PyTorch's x.view(x.size(0), -1) as its exporter writes it with a dynamic batch: Shape,
+    Gather of a scalar index, Unsqueeze (its axes an attribute before opset 13), Concat with
+    -1, Reshape."""
+    g = Graph((1, 3, 6, 6))
+    y = g.op("Relu", [g.conv("x", 3, 4, 3, "conv")], "relu")
+    batch = g.op("Gather", [g.op("Shape", [y], "shape"), _const(g, np.array(0, np.int64))],
+                 "batch", axis=0)
+    if opset < 13:
+        batch = g.op("Unsqueeze", [batch], "batch1", axes=[0])
+    else:
+        batch = g.op("Unsqueeze", [batch, _const(g, np.array([0], np.int64))], "batch1")
+    target = g.op("Concat", [batch, _const(g, np.array([-1], np.int64))], "target", axis=0)
+    y = g.op("Reshape", [y, target], "flat")
+    y = g.op("Gemm", [y, g.w(5, 64), g.w(5, scale=0.1)], "fc", transB=1)
+    g.op("Softmax", [y], "prob", axis=-1)  # needs the (folded) shape of its input
+    return g.model(["prob"], opset=opset)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_flatten_by_the_shape_of_a_dynamic_batch(tmp_path, opset):
+    deploy, net = convert_and_compare(_flatten_by_shape_model(opset), tmp_path, "view")
+    flat = [lp for lp in deploy.layer if lp.type == "Reshape"][0]
+    assert list(flat.reshape_param.shape.dim) == [0, 64]  # the batch axis copied
+    net.blobs["x"].reshape(3, 3, 6, 6)  # and the net runs at another batch size
+    net.reshape()
+    assert net.blobs["prob"].shape == (3, 5)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore:Constant folding:UserWarning")
+def test_torch_exports_with_a_dynamic_batch(tmp_path):
+    # x.view(x.size(0), -1) and F.pad's computed pads: known only once folded
+    torch = pytest.importorskip("torch")
+    import io
+
+    import onnx
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+            self.fc = torch.nn.Linear(4 * 4 * 4 * 2, 5)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            y = torch.nn.functional.pad(y, (1, 1, 1, 1))
+            y = torch.nn.functional.avg_pool2d(y, 3, 1)
+            y = torch.cat([y, torch.sigmoid(y)], 1)
+            return torch.softmax(self.fc(y.view(y.size(0), -1)), -1)
+
+    torch.manual_seed(0)
+    for opset in (11, 13, 17):
+        buf = io.BytesIO()
+        torch.onnx.export(Model().eval(), (torch.zeros(1, 3, 6, 6),), buf, dynamo=False,
+                          opset_version=opset, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+        model = onnx.load_from_string(buf.getvalue())
+        deploy, _ = convert_and_compare(model, tmp_path, "torch%d" % opset)
+        assert [lp.pooling_param.pad for lp in deploy.layer if lp.type == "Pooling"] == [1]

@@ -2,8 +2,9 @@
 
 The graph's inputs become Input layers of static shapes (a symbolic axis becomes 1, or the
 size given in ``input_shapes``); initializers and Constant nodes are weights; a node whose
-inputs are all known constants (and Shape of a static shape) is folded to a constant; every
-other node becomes Caffe layers through the importers of :mod:`.import_ops`. A node with no
+inputs are all known constants (and Shape of a static shape) is folded to a constant, and the
+shapes are inferred again until nothing more folds; a constant that a layer reads becomes a
+Parameter layer; every other node becomes Caffe layers through the importers of :mod:`.import_ops`. A node with no
 Caffe equivalent is an error naming the node and its op.
 """
 
@@ -22,7 +23,8 @@ class ImportContext:
     """What is known while the graph is walked: constants, static shapes, the Caffe blob
     that carries each ONNX value, and the layers written so far."""
 
-    def __init__(self, onnx, graph):
+    def __init__(self, onnx, model):
+        graph = model.graph
         self.onnx = onnx
         self.consts = {}
         self.shapes = {}
@@ -30,7 +32,8 @@ class ImportContext:
         self.layers = []
         self.layer_names = set()
         self.padded = {}  # a Pad's output -> (input, begin pads, end pads, the Pad node)
-        self.opset = 1
+        self.opset = max([o.version for o in model.opset_import
+                          if o.domain in ("", "ai.onnx")] + [1])
         self.scales = {}  # an ONNX value -> the Scale layer (from a Mul) that writes it
         self.consumers = {}  # an ONNX value -> how many nodes (and outputs) read it
         for node in graph.node:
@@ -124,22 +127,59 @@ def _static_inputs(onnx, model, input_shapes):
 
 
 def _fold(ctx, node):
-    """The node evaluated on its constant inputs (onnx's reference evaluator), or None."""
-    if node.op_type == "Constant":
-        from onnx.reference import ReferenceEvaluator
-        ctx.consts[node.output[0]] = ReferenceEvaluator(node).run(None, {})[0]
-        return True
+    """Whether the node was evaluated on its constant inputs (onnx's reference evaluator, at
+    the model's opset), its outputs then being constants."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
     if node.op_type == "Shape" and node.input[0] in ctx.shapes and not node.attribute:
         ctx.consts[node.output[0]] = np.asarray(ctx.shapes[node.input[0]], dtype=np.int64)
         return True
     names = [n for n in node.input if n]
-    if not names or not all(n in ctx.consts for n in names):
+    if node.op_type != "Constant" and (not names or not all(n in ctx.consts for n in names)):
         return False
+    from onnx import helper
     from onnx.reference import ReferenceEvaluator
-    outs = ReferenceEvaluator(node).run(None, {n: ctx.consts[n] for n in names})
-    for name, value in zip(node.output, outs):
+    outputs = [n for n in node.output if n]
+    graph = helper.make_graph([node], "fold",
+                              [helper.make_empty_tensor_value_info(n) for n in names],
+                              [helper.make_empty_tensor_value_info(n) for n in outputs])
+    values = ReferenceEvaluator(graph, opsets={"": ctx.opset}).run(
+        None, {n: ctx.consts[n] for n in names})
+    for name, value in zip(outputs, values):
         ctx.consts[name] = np.asarray(value)
     return True
+
+
+def _infer_shapes(onnx, model):
+    try:
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as exc:  # onnx raises its own error types here
+        raise CaffeError("ONNX shape inference failed on the model: %s" % exc) from None
+
+
+def _fold_constants(onnx, model):
+    """The model, shapes inferred, with every node computable from constants replaced by
+    initializers; shapes are inferred again after each round of folding (a folded Shape can
+    fix the shape of a later Reshape, and so let a Shape after it fold), until nothing more
+    folds."""
+    while True:
+        inferred = _infer_shapes(onnx, model)
+        ctx = ImportContext(onnx, inferred)
+        keep = [i for i, node in enumerate(inferred.graph.node) if not _fold(ctx, node)]
+        if len(keep) == len(model.graph.node):
+            return inferred
+        nodes = [model.graph.node[i] for i in keep]
+        needed = {n for node in nodes for n in node.input} | {o.name for o in
+                                                               model.graph.output}
+        inits = {i.name for i in model.graph.initializer}
+        for name in sorted(needed & set(ctx.consts) - inits):
+            tensor = onnx.numpy_helper.from_array(np.asarray(ctx.consts[name]), name)
+            model.graph.initializer.append(tensor)
+            if model.ir_version < 4:  # initializers were graph inputs too then
+                model.graph.input.append(onnx.helper.make_tensor_value_info(
+                    name, tensor.data_type, list(tensor.dims)))
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
 
 
 def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
@@ -159,15 +199,9 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         model = copy
-    model = _static_inputs(onnx, model, input_shapes)
-    try:
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
-    except Exception as exc:  # onnx raises its own error types here
-        raise CaffeError("ONNX shape inference failed on the model: %s" % exc) from None
+    model = _fold_constants(onnx, _static_inputs(onnx, model, input_shapes))
     graph = model.graph
-    ctx = ImportContext(onnx, graph)
-    ctx.opset = max([o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] +
-                    [1])
+    ctx = ImportContext(onnx, model)
     inits = {i.name for i in graph.initializer}
     for value in graph.input:
         if value.name in inits:
