@@ -11,7 +11,7 @@ from onnx import numpy_helper
 
 from pycaffe_lite import onnx as caffe_onnx
 from pycaffe_lite.errors import CaffeError
-from test_onnx_import import RNG, Graph, convert_and_compare
+from test_onnx_import import Graph, convert_and_compare
 
 
 def _const(g, value):

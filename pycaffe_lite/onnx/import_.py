@@ -4,8 +4,8 @@ The graph's inputs become Input layers of static shapes (a symbolic axis becomes
 size given in ``input_shapes``); initializers and Constant nodes are weights; a node whose
 inputs are all known constants (and Shape of a static shape) is folded to a constant, and the
 shapes are inferred again until nothing more folds; a constant that a layer reads becomes a
-Parameter layer; every other node becomes Caffe layers through the importers of :mod:`.import_ops`. A node with no
-Caffe equivalent is an error naming the node and its op.
+Parameter layer; every other node becomes Caffe layers through the importers of
+:mod:`.import_ops`. A node with no Caffe equivalent is an error naming the node and its op.
 """
 
 import os
