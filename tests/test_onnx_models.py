@@ -138,3 +138,21 @@ def test_commands_report_bad_input(tmp_path, capsys):
     assert cli.main(["import_onnx", "x.onnx", "--output-prefix", "p",
                      "--input-shape", "data=1,a"]) == 1
     assert "expected NAME=D0,D1" in capsys.readouterr().err
+    garbage = tmp_path / "garbage.onnx"  # not an ONNX file: one line, no traceback
+    garbage.write_bytes(bytes(range(256)) * 4)
+    assert cli.main(["import_onnx", str(garbage), "--output-prefix",
+                     str(tmp_path / "g")]) == 1
+    err = capsys.readouterr().err
+    assert "garbage.onnx: cannot read as an ONNX model" in err and "Traceback" not in err
+    # an input shape for a name that is no input of the model
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])])
+    small = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph), str(small))
+    assert cli.main(["import_onnx", str(small), "--output-prefix", str(tmp_path / "r"),
+                     "--input-shape", "nosuch=1,2"]) == 1
+    assert "an input shape is given for 'nosuch', not an input of the ONNX model (its " \
+        "inputs: x)" in capsys.readouterr().err
+    assert not (tmp_path / "r.prototxt").exists()

@@ -107,6 +107,12 @@ class ImportContext:
 def _static_inputs(onnx, model, input_shapes):
     graph = model.graph
     inits = {i.name for i in graph.initializer}
+    names = [v.name for v in graph.input if v.name not in inits]
+    unknown = sorted(set(input_shapes or {}) - set(names))
+    if unknown:
+        raise CaffeError("an input shape is given for %s, not an input of the ONNX model "
+                         "(its inputs: %s)" % (", ".join("'%s'" % n for n in unknown),
+                                               ", ".join(names) or "none"))
     for value in graph.input:
         if value.name in inits:
             continue
@@ -194,7 +200,11 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         path = os.fspath(model)
         if not os.path.exists(path):
             raise CaffeError("%s: no such ONNX file" % path)
-        model = onnx.load(path)
+        try:
+            model = onnx.load(path)
+        except Exception as exc:  # protobuf's DecodeError, or an unreadable file
+            raise CaffeError("%s: cannot read as an ONNX model (%s: %s)"
+                             % (path, type(exc).__name__, exc)) from None
     else:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
