@@ -93,9 +93,12 @@ class FrozenArray(np.ndarray):
     def __array_function__(self, func, types, args, kwargs):
         if func in _WRITERS and args and isinstance(args[0], FrozenArray):
             args[0]._thaw()
-        args = tuple(_plain(a) for a in args)
-        kwargs = {k: _plain(v) for k, v in kwargs.items()}
-        return func(*args, **kwargs)
+        # NumPy's own implementation (calling ``func`` again would dispatch back here when a
+        # list holds a FrozenArray); a result in new memory comes back as a plain array
+        result = super().__array_function__(func, types, args, kwargs)
+        if isinstance(result, FrozenArray) and result._blob is None:
+            result = result.view(np.ndarray)
+        return result
 
     def __repr__(self):
         return repr(self.view(np.ndarray))

@@ -358,6 +358,11 @@ def test_weight_safety_surgery_unfold_and_copy_from(tmp_path):
     # reading a folded blob leaves the net folded; a write by a path that bypasses the
     # blob's data (a plain view) still meets NumPy's read-only error, never a stale copy
     assert net.params["conv1"][0].data.sum() != 0 and net.folding is not None
+    w = net.params["conv1"][0].data
+    both = np.concatenate([w.ravel(), np.stack([w, w]).ravel()])  # NumPy functions read it
+    assert type(both) is np.ndarray and both.size == 3 * w.size and net.folding is not None
+    both[:] = 0  # a new array: writing it is no surgery
+    assert net.folding is not None
     with pytest.raises(ValueError, match="read-only"):
         np.asarray(net.params["conv1"][0].data)[...] = 0
     np.testing.assert_array_equal(net.forward(data=x)["sum"], before)
