@@ -374,20 +374,23 @@ def test_pycaffe_index_lists(tmp_path):
 
 
 def test_a_weights_file_given_as_the_net_definition_is_named(tmp_path):
-    lenet = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                         "models", "lenet")
-    weights = os.path.join(lenet, "lenet_iter_2000.caffemodel")
-    with pytest.raises(CaffeError, match="lenet_iter_2000.caffemodel is a weights file \\(a "
-                                         "binary NetParameter whose layers hold blobs\\), not a "
-                                         "net definition: give the net's prototxt as the model"
-                                         ".*unknown bottom blob 'data'"):
+    # a .caffemodel is a binary NetParameter with blobs: given as the model, it is named
+    # when its net cannot be built (here its Input layer is a TRAIN-phase one)
+    text = IP_NET.replace('layer { name: "data" type: "Input" top: "x" top: "y"',
+                          'layer { name: "data" type: "Input" top: "x" top: "y" '
+                          'include { phase: TRAIN }')
+    weights = str(tmp_path / "ip.caffemodel")
+    Net(write(tmp_path, text), caffe.TRAIN).save(weights)
+    with pytest.raises(CaffeError, match="ip.caffemodel is a weights file \\(a binary "
+                                         "NetParameter whose layers hold blobs\\), not a net "
+                                         "definition: give the net's prototxt as the model"
+                                         ".*unknown bottom blob 'x'"):
         Net(weights, weights, caffe.TEST)
     # a binary net definition without blobs that fails to build keeps its own error
-    param = protoio.read_net_param(os.path.join(lenet, "lenet_train_test.prototxt"))
-    del param.layer[0]  # the TRAIN data layer: conv1 has no bottom in that phase
+    param = protoio.read_net_param(write(tmp_path, text, "def.prototxt"))
     binary = tmp_path / "net.binaryproto"
     binary.write_bytes(param.SerializeToString())
     with pytest.raises(CaffeError) as info:
-        Net(str(binary), caffe.TRAIN)
-    assert "unknown bottom blob 'data'" in str(info.value)
+        Net(str(binary), caffe.TEST)
+    assert "unknown bottom blob 'x'" in str(info.value)
     assert "weights file" not in str(info.value)
