@@ -37,16 +37,16 @@ Off: ``caffe.set_cuda_graph(False)``, ``--cuda_graph off`` on train, test and ti
 
 import logging
 import math
-import os
 
 from . import backend, net_types
 from .layer import deferred_checks
 from .proto import caffe_pb2
 from .syncedmem import upload_host_writes
+from .switches import switch
 
 log = logging.getLogger("pycaffe_lite")
 
-_settings = {"enabled": os.environ.get("PYCAFFE_LITE_CUDA_GRAPH", "1") != "0"}
+_settings = {"enabled": switch("PYCAFFE_LITE_CUDA_GRAPH")}
 
 # Layer types whose TEST forward reads and writes device arrays only, draws no random numbers
 # and keeps no per-call host state.

@@ -61,10 +61,10 @@ def detect(net, image, mean=None, scale=1.0, swap_rb=False, confidence_threshold
     """Detections of an SSD ``net`` on ``image`` (``H x W x C``, uint8 or float).
 
     ``input_blob`` defaults to the net's first input, ``output_blob`` to the output made by
-    the last layer that makes one (DetectionOutput's ``[1, 1, K, 7]`` rows). Returns ``Detections(boxes, labels,
-    scores)``: boxes ``(K, 4)`` as xmin, ymin, xmax, ymax in the image's pixels (clipped to
-    the image unless ``clip`` is false), labels ``(K,)`` ints and scores ``(K,)``, best
-    first, keeping scores of at least ``confidence_threshold``."""
+    the last layer that makes one (DetectionOutput's ``[1, 1, K, 7]`` rows). Returns
+    ``Detections(boxes, labels, scores)``: boxes ``(K, 4)`` as xmin, ymin, xmax, ymax in the
+    image's pixels (clipped to the image unless ``clip`` is false), labels ``(K,)`` ints and
+    scores ``(K,)``, best first, keeping scores of at least ``confidence_threshold``."""
     input_blob = input_blob or (net.inputs[0] if net.inputs else None)
     output_blob = output_blob or _last_output(net)
     if input_blob not in net.blobs:

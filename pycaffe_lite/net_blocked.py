@@ -26,7 +26,6 @@ Dropout. It is off with
 ``PYCAFFE_LITE_BLOCKED=0`` (read when a net is folded) or :func:`set_enabled`.
 """
 
-import os
 
 import numpy as np
 
@@ -36,6 +35,7 @@ from .ops.cpu import blocked as kernels
 from .layers.common.eltwise_layer import combine
 from .ops.relu import bias_relu
 from .proto import caffe_pb2
+from .switches import switch
 
 ENV_VAR = "PYCAFFE_LITE_BLOCKED"
 CONVOLUTIONS = ("Convolution", "ConvolutionDepthwise", "DepthwiseConvolution")
@@ -64,7 +64,7 @@ def enabled():
     """Whether nets folded now take the blocked layout where the kernels offer one."""
     if _enabled[0] is not None:
         return _enabled[0]
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switch(ENV_VAR)
 
 
 def block_size():

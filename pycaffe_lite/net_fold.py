@@ -44,7 +44,6 @@ import collections
 import contextlib
 import functools
 import logging
-import os
 import weakref
 
 import numpy as np
@@ -56,6 +55,7 @@ from .net_train_fuse import find_sums
 from .ops import train_fused
 from .ops.relu import bias_relu
 from .proto import caffe_pb2
+from .switches import switch
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -66,7 +66,7 @@ _ORDER = {"BatchNorm": 0, "Scale": 1, "ReLU": 2}
 
 def enabled_by_default():
     """False when the environment variable ``PYCAFFE_LITE_FOLD`` is 0/false/no/off."""
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switch(ENV_VAR)
 
 
 class FoldedBlobError(NetError, KeyError):

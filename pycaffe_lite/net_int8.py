@@ -20,23 +20,23 @@ float output, where the calibrator writes ``scale_out: 1``). As in Intel Caffe, 
 read). Rounding is to the nearest, ties to even. A ReLU with ``negative_slope: 0`` that is
 the first layer to read the convolution's top (in place or not; a Split comes first where
 several layers read it) counts as fused, as Intel Caffe's net compiler fuses it, except
-after a convolution with a dilation over 1, which its engine leaves unfused. This module runs that computation, in exact integer
-arithmetic, instead of the float convolution; every other layer computes in float (Intel Caffe's
-max pooling, ReLU and Split on int8 data give the same values; its int8 average pooling rounds
-the mean, which the float layer here does not).
+after a convolution with a dilation over 1, which its engine leaves unfused. This module
+runs that computation, in exact integer arithmetic, instead of the float convolution; every
+other layer computes in float (Intel Caffe's max pooling, ReLU and Split on int8 data give the
+same values; its int8 average pooling rounds the mean, which the float layer here does not).
 
 ``Net(..., int8=False)``, ``--int8 off`` on the commands that run nets, or the environment
 variable ``PYCAFFE_LITE_INT8=0`` turn it off: the layers then compute in float.
 """
 
 import logging
-import os
 
 import numpy as np
 
 from .errors import NetError
 from .ops.im2col import im2col
 from .proto import caffe_pb2
+from .switches import switch
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -46,7 +46,7 @@ QUANTIZED_TYPES = ("Convolution",)
 
 def enabled_by_default():
     """False when ``PYCAFFE_LITE_INT8`` is 0/false/no/off."""
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switch(ENV_VAR)
 
 
 class Int8Conv:

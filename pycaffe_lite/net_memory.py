@@ -48,11 +48,11 @@ by a script keeps every diff, as do nets with ``debug_info`` or ``force_backward
 built) keeps every diff everywhere; :func:`detach` gives one net its own diffs back.
 """
 
-import os
 import weakref
 
 from .errors import CaffeError
 from .syncedmem import SyncedArray
+from .switches import switch
 
 ENV_VAR = "PYCAFFE_LITE_SHARE_DIFFS"
 _setting = None  # None: the environment decides
@@ -73,7 +73,7 @@ def enabled_by_default():
     0/false/no/off."""
     if _setting is not None:
         return _setting
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switch(ENV_VAR)
 
 
 def set_enabled(flag):

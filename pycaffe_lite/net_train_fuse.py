@@ -58,7 +58,6 @@ when the net is built. The backward is fused where every layer of the chain comp
 bottom's gradient (the usual case); otherwise only the forward is.
 """
 
-import os
 
 import numpy as np
 
@@ -67,13 +66,14 @@ from .backend import get_array_module
 from .ops import cpu as cpu_kernels
 from .ops import train_fused
 from .proto import caffe_pb2
+from .switches import switch
 
 ENV_VAR = "PYCAFFE_LITE_TRAIN_FUSE"
 
 
 def enabled_by_default():
     """False when the environment variable ``PYCAFFE_LITE_TRAIN_FUSE`` is 0/false/no/off."""
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+    return switch(ENV_VAR)
 
 
 def _skip_forward(bottom, top):

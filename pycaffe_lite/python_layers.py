@@ -10,9 +10,9 @@ refused net fails before any layer is created, so nothing is imported.
 import os
 
 from .errors import NetError
+from .switches import switch
 
 ENV = "PYCAFFE_LITE_ALLOW_PYTHON_LAYERS"
-_OFF = ("0", "false", "no", "off")
 
 
 def allowed(override=None):
@@ -20,7 +20,7 @@ def allowed(override=None):
     (allowed unless it is 0, false, no or off)."""
     if override is not None:
         return bool(override)
-    return os.environ.get(ENV, "1").strip().lower() not in _OFF
+    return switch(ENV)
 
 
 def python_layers(net_param):

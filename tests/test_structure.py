@@ -39,7 +39,7 @@ LAYERS = [
     ("layers", ["pycaffe_lite.layers"]),
     ("kernels, data", ["pycaffe_lite.ops", "pycaffe_lite.data"]),
     ("core", ["pycaffe_lite.backend", "pycaffe_lite.syncedmem", "pycaffe_lite.blob",
-              "pycaffe_lite.frozen",
+              "pycaffe_lite.frozen", "pycaffe_lite.switches",
               "pycaffe_lite.layer", "pycaffe_lite.registry", "pycaffe_lite.fillers",
               "pycaffe_lite.errors", "pycaffe_lite.health", "pycaffe_lite.signals",
               "pycaffe_lite.lifecycle", "pycaffe_lite.ranks", "pycaffe_lite.tools_log",
@@ -52,8 +52,10 @@ LAYERS = [
 # The rules that go with the table: what some packages may import (besides the standard
 # library and NumPy), and who may import some others.
 MAY_IMPORT_ONLY = {
-    # ops are leaves over arrays; the kernels' threads are released with everything else
-    "pycaffe_lite.ops": ("pycaffe_lite.ops", "pycaffe_lite.backend", "pycaffe_lite.lifecycle"),
+    # ops are leaves over arrays; the kernels' threads are released with everything else;
+    # their on/off environment variables are read as every other one
+    "pycaffe_lite.ops": ("pycaffe_lite.ops", "pycaffe_lite.backend", "pycaffe_lite.lifecycle",
+                         "pycaffe_lite.switches"),
     # the schema and its files stand apart from blobs, layers and nets: they read and write
     # messages and raise the package's errors
     "pycaffe_lite.proto": ("pycaffe_lite.proto", "pycaffe_lite.errors"),

@@ -20,11 +20,11 @@ machine it takes 0.8-2.1x the time of OpenBLAS's sgemm plus the bias pass on the
 (faster only on the narrowest, 16 input channels).
 """
 
-import os
 
 import numpy as np
 
 from . import cpu as _cpu
+from ..switches import switch
 
 # Measured on a 2-core AVX2 machine (benchmarks/bench_kernels.py --groups pointwise): see
 # docs/performance.md, "Convolutions".
@@ -37,7 +37,7 @@ _MIN_MACS_PER_THREAD = 1 << 18
 
 # opt-in: on a 2-core AVX2 (Zen 3) machine OpenBLAS's sgemm still takes less time per core
 # on most of these shapes (docs/performance.md, "Convolutions")
-_enabled = [os.environ.get("PYCAFFE_LITE_POINTWISE", "0") == "1"]
+_enabled = [switch("PYCAFFE_LITE_POINTWISE", False)]
 
 
 def set_enabled(flag):

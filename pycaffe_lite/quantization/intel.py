@@ -6,8 +6,8 @@
   ``is_negative_input: true`` for an input with negative values (s8);
 - ``scale_out = 255 / t_out`` when the int8 engine fuses the ReLU after it (u8; see
   :func:`pycaffe_lite.net_int8.fused_relu`), ``127 / t_out`` otherwise; a convolution whose
-  top goes to a layer outside Intel Caffe's int8 set (Convolution, ReLU, Split, Concat, Pooling, Eltwise)
-  writes float: ``bw_layer_out: 32``, ``scale_out: 1``;
+  top goes to a layer outside Intel Caffe's int8 set (Convolution, ReLU, Split, Concat,
+  Pooling, Eltwise) writes float: ``bw_layer_out: 32``, ``scale_out: 1``;
 - ``scale_params = 127 / max |w|``, one value, or one per output channel with
   ``per_channel`` (0 where the weights are all zero),
 

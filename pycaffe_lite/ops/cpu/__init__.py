@@ -51,7 +51,6 @@ module holds the switch, the array checks and the kernels' Python faces; :mod:`.
 the convolution kernels; :mod:`.blocked` the channel-blocked ones.
 """
 
-import os
 
 import numpy as np
 
@@ -61,9 +60,10 @@ from ._threads import MIN_ELEMENTS_PER_THREAD, grain as _grain, split as _split
 from ._threads import SingleThreadedBlas as _SingleThreadedBlas
 from ._threads import blas_controllable as _blas_controllable
 from ._threads import threads  # noqa: F401
+from ...switches import switch
 
-_enabled = [os.environ.get("PYCAFFE_LITE_CPU_KERNELS", "1") != "0"]
-_gemm_split = [os.environ.get("PYCAFFE_LITE_GEMM_SPLIT", "1") != "0"]
+_enabled = [switch("PYCAFFE_LITE_CPU_KERNELS")]
+_gemm_split = [switch("PYCAFFE_LITE_GEMM_SPLIT")]
 threads()  # settles the count now, and with it OpenBLAS's (NumPy has loaded it)
 
 

@@ -20,6 +20,7 @@ the output's position (see blocked_impl.h), so results do not depend on the thre
 they equal a reference convolution to float rounding (fused multiply-adds).
 """
 
+import logging
 import os
 
 import numpy as np
@@ -34,7 +35,12 @@ _isa = [None]
 
 def _isa_from_environment():
     name = os.environ.get("PYCAFFE_LITE_BLOCKED_ISA", "").strip().lower() or None
-    return name if name in ISAS else None
+    if name is not None and name not in ISAS:
+        logging.getLogger("pycaffe_lite").warning(
+            "PYCAFFE_LITE_BLOCKED_ISA=%r is none of %s; it is ignored (the widest kernels the "
+            "processor runs are used)", name, ", ".join(ISAS))
+        return None
+    return name
 
 
 _isa[0] = _isa_from_environment()

@@ -22,13 +22,13 @@ it to float rounding only; the tests state the bounds:
   :func:`set_winograd_enabled` turns it off.
 """
 
-import os
 
 from ._library import address as _address, function as _function
 from . import host_matmul
 from ._threads import grain as _grain, split as _split
+from ...switches import switch
 
-_winograd = [os.environ.get("PYCAFFE_LITE_WINOGRAD", "1") != "0"]
+_winograd = [switch("PYCAFFE_LITE_WINOGRAD")]
 
 
 def set_winograd_enabled(flag):

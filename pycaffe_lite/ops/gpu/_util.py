@@ -5,13 +5,13 @@ the kernel functions (which run on CuPy arrays, so CuPy is already loaded) call.
 """
 
 import logging
-import os
 import threading
 
 import numpy as np
 
 from ...backend import cupy_module as cupy  # noqa: F401  (re-exported: the kernels' CuPy)
 from ...backend import is_cupy_array as is_cupy  # noqa: F401  (re-exported)
+from ...switches import switch
 
 # Kernels index with 32-bit ints (fast division on the GPU); larger arrays take the
 # xp-generic path instead.
@@ -23,7 +23,7 @@ _lock = threading.Lock()
 log = logging.getLogger("pycaffe_lite")
 # PYCAFFE_LITE_GPU_KERNELS=0 turns the kernels off: the xp-generic NumPy code then runs on
 # CuPy (for debugging and for timing the kernels against it).
-_enabled = [os.environ.get("PYCAFFE_LITE_GPU_KERNELS", "1") != "0"]
+_enabled = [switch("PYCAFFE_LITE_GPU_KERNELS")]
 
 
 def set_kernels_enabled(flag):

@@ -32,6 +32,7 @@ import numpy as np
 
 from ...backend import cudnn_frontend
 from ._util import cupy
+from ...switches import switch
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -63,7 +64,7 @@ def _heuristics_from_env():
 
 _settings = {
     "allow_tf32": False,
-    "autotune": os.environ.get("PYCAFFE_LITE_CUDNN_AUTOTUNE", "1") != "0",
+    "autotune": switch("PYCAFFE_LITE_CUDNN_AUTOTUNE"),
     "heuristics": _heuristics_from_env(),
 }
 _lock = threading.Lock()

@@ -1,0 +1,56 @@
+"""The environment variables that turn a feature on or off read one way (switches.switch):
+the same spellings everywhere, and a value that is none of them named in a warning."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pycaffe_lite.switches import switch
+
+NAME = "PYCAFFE_LITE_TEST_ONLY_SWITCH"
+
+
+@pytest.mark.parametrize("value, default, expected", [
+    (None, True, True), ("", False, False), ("0", True, False), ("off", True, False),
+    ("No", True, False), ("FALSE", True, False), ("1", False, True), ("on", False, True),
+    ("Yes", False, True), (" true ", False, True)])
+def test_spellings(monkeypatch, caplog, value, default, expected):
+    if value is None:
+        monkeypatch.delenv(NAME, raising=False)
+    else:
+        monkeypatch.setenv(NAME, value)
+    assert switch(NAME, default) is expected
+    assert caplog.text == ""
+
+
+def test_any_other_value_keeps_the_default_and_is_named(monkeypatch, caplog):
+    monkeypatch.setenv(NAME, "maybe")
+    assert switch(NAME) is True and switch(NAME, False) is False
+    assert "PYCAFFE_LITE_TEST_ONLY_SWITCH='maybe' is none of 1, true, yes, on, 0, false, no, " \
+        "off; it is ignored (the feature stays on)" in caplog.text
+
+
+def test_switches_read_at_import_take_every_spelling():
+    # these are read once, when their module is imported: "off" turned none of them off
+    code = ("import pycaffe_lite.ops.cpu as c, pycaffe_lite.ops.cpu.convolution as v, "
+            "pycaffe_lite.cuda_graphs as g, pycaffe_lite.ops.pointwise as p; "
+            "print(c._enabled[0], c._gemm_split[0], v._winograd[0], g.enabled(), "
+            "p._enabled[0])")
+    env = dict(os.environ, PYCAFFE_LITE_CPU_KERNELS="off", PYCAFFE_LITE_GEMM_SPLIT="no",
+               PYCAFFE_LITE_WINOGRAD="false", PYCAFFE_LITE_CUDA_GRAPH="Off",
+               PYCAFFE_LITE_POINTWISE="on")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["False", "False", "False", "False", "True"]
+
+
+def test_an_unknown_blocked_isa_is_named():
+    code = "import pycaffe_lite.ops.cpu.blocked as b; print(b._isa[0])"
+    env = dict(os.environ, PYCAFFE_LITE_BLOCKED_ISA="avx1024")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    assert run.stdout.split() == ["None"]
+    assert "PYCAFFE_LITE_BLOCKED_ISA='avx1024' is none of avx512, avx2; it is ignored" \
+        in run.stderr
