@@ -147,6 +147,11 @@ def test_detection_evaluate_skips_placeholder_rows_and_scales_to_pixels(tmp_path
     out = evaluate('num_classes: 2 overlap_threshold: 0.96 name_size_file: "%s"' % sizes,
                    det, gt)
     np.testing.assert_allclose(out[1], [1, 1, 0.7, 1, 0])
+    # the same reader as DetectionOutput's result files: a bad line is named
+    sizes.write_text("a 10 10\nb 10\n")
+    with pytest.raises(LayerError, match="name_size_file '.*sizes.txt' line 2: expected "
+                                         "'name height width', got 'b 10'"):
+        evaluate('num_classes: 2 name_size_file: "%s"' % sizes, det, gt)
 
 
 def test_detection_evaluate_errors():

@@ -7,6 +7,7 @@ from ...layer import Layer
 from ...proto import caffe_pb2
 from ...registry import register_layer
 from .bbox_util import jaccard, sort_descending
+from .detection_output_files import read_name_sizes
 
 Resize = caffe_pb2.ResizeParameter
 
@@ -78,22 +79,8 @@ class DetectionEvaluateLayer(Layer):
                              % self.overlap_threshold)
         self.evaluate_difficult_gt = bool(p.evaluate_difficult_gt)
         self.sizes = []
-        if p.HasField("name_size_file"):
-            try:
-                with open(p.name_size_file) as f:
-                    words = f.read().split()
-            except OSError as exc:
-                raise self.error("cannot read name_size_file %r: %s"
-                                 % (p.name_size_file, exc)) from None
-            if len(words) % 3:
-                raise self.error("name_size_file %r: expected lines 'name height width'"
-                                 % p.name_size_file)
-            try:
-                self.sizes = [(int(words[k + 1]), int(words[k + 2]))
-                              for k in range(0, len(words), 3)]
-            except ValueError:
-                raise self.error("name_size_file %r: heights and widths must be integers"
-                                 % p.name_size_file) from None
+        if p.HasField("name_size_file"):  # the file DetectionOutput's result files read
+            self.sizes = [(h, w) for _, h, w in read_name_sizes(self, p.name_size_file)]
         if p.HasField("resize_param") and p.resize_param.resize_mode != Resize.WARP:
             raise self.error("only resize_mode WARP is supported for evaluation")
         self.count = 0

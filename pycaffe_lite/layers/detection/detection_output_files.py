@@ -43,14 +43,15 @@ _UNQUOTE = re.compile(r'"(null|true|false|-?[0-9]+(\.[0-9]+)?)"')
 
 
 def read_name_sizes(layer, path):
-    """``[(name, height, width)]`` of a name_size_file, one ``name height width`` line per
-    image (blank lines skipped); a line that is not that is an error naming it (the fork's
-    ``infile >> name >> h >> w`` stops there, writing the later images under wrong names)."""
+    """``[(name, height, width)]`` of a name_size_file (DetectionOutput's and
+    DetectionEvaluate's), one ``name height width`` line per image (blank lines skipped); a
+    line that is not that is an error naming it (the fork's ``infile >> name >> h >> w`` stops
+    there, writing the later images under wrong names)."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
     except OSError as e:
-        raise layer.error("save_output_param name_size_file '%s' cannot be read: %s"
+        raise layer.error("name_size_file '%s' cannot be read: %s"
                           % (path, e.strerror or e)) from None
     out = []
     for number, line in enumerate(lines, 1):
@@ -62,7 +63,7 @@ def read_name_sizes(layer, path):
                 raise ValueError
             out.append((tokens[0], int(tokens[1]), int(tokens[2])))
         except ValueError:
-            raise layer.error("save_output_param name_size_file '%s' line %d: expected "
+            raise layer.error("name_size_file '%s' line %d: expected "
                               "'name height width', got %r" % (path, number, line.strip())
                               ) from None
     return out
