@@ -148,10 +148,7 @@ def array_to_datum(arr, label=None):
     if label is not None:
         if isinstance(label, bool) or not float(label).is_integer():
             raise DataError("a Datum's label is an integer, got %r" % (label,))
-        if not LABEL_MIN <= int(label) <= LABEL_MAX:
-            raise DataError("a Datum's label is a 32-bit integer (%d to %d), got %r"
-                            % (LABEL_MIN, LABEL_MAX, label))
-        datum.label = int(label)
+        datum.label = _in_label_range(int(label), "array_to_datum", label)
     return datum
 
 
@@ -251,9 +248,15 @@ def parse_label(text, where):
         label = int(text)
     except ValueError:
         raise DataError("%s: label '%s' is not an integer" % (where, text)) from None
+    return _in_label_range(label, where, text)
+
+
+def _in_label_range(label, where, shown):
+    """``label`` (an int) where a Datum's int32 label holds it; a DataError naming ``where``
+    and the label as given (``shown``) otherwise."""
     if not LABEL_MIN <= label <= LABEL_MAX:
         raise DataError("%s: label %s is out of range: a Datum label is a 32-bit integer "
-                        "(%d to %d)" % (where, text, LABEL_MIN, LABEL_MAX))
+                        "(%d to %d)" % (where, shown, LABEL_MIN, LABEL_MAX))
     return label
 
 
