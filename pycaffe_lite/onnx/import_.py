@@ -219,9 +219,7 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         shape = ctx.shapes[value.name]
         lp = ctx.layer("Input", value.name, [], [value.name])
         lp.input_param.shape.add().dim.extend(shape)
-    for node in graph.node:
-        if _fold(ctx, node):
-            continue
+    for node in graph.node:  # every node computable from constants is folded already
         handler = import_ops.IMPORTERS.get(node.op_type)
         if handler is None or node.domain not in ("", "ai.onnx"):
             raise ctx.error(node, "this op has no Caffe equivalent")
