@@ -245,6 +245,11 @@ def _check_image_type(path):
             ", ".join("." + k for k in sorted(known))))
 
 
+def _output_names(rows):
+    """The net outputs of parsed rows (their columns but the iteration, time and rate)."""
+    return [k for r in rows[:1] for k in r if k not in ("NumIters", "Seconds", "LearningRate")]
+
+
 def _series(rows, key):
     xs = [r["NumIters"] for r in rows if key in r]
     ys = [r[key] for r in rows if key in r]
@@ -260,19 +265,12 @@ def plot_log(log_path, png_path, loss_key=None, accuracy_key=None):
     plt = _matplotlib()
     _check_image_type(png_path)
 
-    def pick(rows, wanted, words):
-        if wanted:
-            return wanted
-        keys = [k for r in rows[:1] for k in r if k not in ("NumIters", "Seconds",
-                                                              "LearningRate")]
-        for k in keys:
-            if any(w in k.lower() for w in words):
-                return k
-        return None
+    def pick(rows, wanted, word):
+        return wanted or next((k for k in _output_names(rows) if word in k.lower()), None)
 
-    train_loss = pick(train_rows, loss_key, ("loss",))
-    test_loss = pick(test_rows, loss_key, ("loss",))
-    test_acc = pick(test_rows, accuracy_key, ("acc",))
+    train_loss = pick(train_rows, loss_key, "loss")
+    test_loss = pick(test_rows, loss_key, "loss")
+    test_acc = pick(test_rows, accuracy_key, "acc")
     fig, ax = plt.subplots(figsize=(8, 5))
     if train_loss:
         ax.plot(*_series(train_rows, train_loss), label="train %s" % train_loss, color="C0")
@@ -311,8 +309,7 @@ def chart_name(chart_type):
 
 
 def _output_key(rows, wanted, word, flag, data):
-    outputs = [k for r in rows[:1] for k in r if k not in ("NumIters", "Seconds",
-                                                            "LearningRate")]
+    outputs = _output_names(rows)
     if not outputs:
         raise CaffeError("no '%s net output' lines; is it a training log?" % data)
     if wanted:
