@@ -24,7 +24,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from ..errors import CaffeError, ProtoError
 from ..proto import caffe_pb2, fork_fields, protoio, tolerant
-from .grey import grey_array
+from .grey import grey_array, high_bytes
 
 
 class DataError(CaffeError):
@@ -169,8 +169,7 @@ def _to_array(img, color, where):
     mode = img.mode
     if color is True:
         if mode in _SIXTEEN_BIT_GREY:  # OpenCV keeps the high byte of each sample
-            high = (np.asarray(img).astype(np.uint32) >> 8).astype(np.uint8)
-            return np.repeat(high[:, :, np.newaxis], 3, axis=2)
+            return np.repeat(high_bytes(img)[:, :, np.newaxis], 3, axis=2)
         if mode != "RGB":
             img = img.convert("RGB")
     elif mode in ("1", "I;16", "I;16B", "I;16L", "I", "F"):

@@ -125,6 +125,12 @@ def _png_sixteen_bit_colour(img):
     return any(isinstance(t[3], str) and t[3] in ("RGB;16B", "RGBA;16B") for t in img.tile)
 
 
+def high_bytes(img):
+    """(H, W) uint8: a 16-bit grey Pillow image's samples as OpenCV's 8-bit reads keep
+    them, their high byte."""
+    return (np.asarray(img).astype(np.uint32) >> 8).astype(np.uint8)
+
+
 def grey_array(img, data):
     """(H, W) uint8: what ``cv2.imdecode(data, IMREAD_GRAYSCALE)`` gives, for ``img``, the
     Pillow image opened (not yet loaded) from ``data``."""
@@ -135,7 +141,7 @@ def grey_array(img, data):
     if mode == "L":
         return np.asarray(img)
     if mode in _SIXTEEN_BIT:
-        return (np.asarray(img).astype(np.uint32) >> 8).astype(np.uint8)
+        return high_bytes(img)
     if mode in ("LA", "La"):
         return np.ascontiguousarray(np.asarray(img)[:, :, 0])
     if mode == "1":
