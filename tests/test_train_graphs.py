@@ -9,6 +9,8 @@ training run with graphs must then give, bit for bit, the weights and solver sta
 same run layer by layer: both run the same NumPy arithmetic underneath.
 """
 
+import threading
+
 import numpy as np
 import pytest
 from google.protobuf import text_format
@@ -19,6 +21,7 @@ from pycaffe_lite import backend
 from pycaffe_lite.errors import CaffeError, NumericError
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.solvers import get_solver
+from pycaffe_lite.syncedmem import SyncedArray
 from pycaffe_lite.testing import simgraph
 from pycaffe_lite.testing.simdevice import HostTransferError, simulated_device
 
@@ -329,6 +332,63 @@ def test_a_host_scalar_that_changes_after_the_capture_fails_the_replay():
         table[...] = 3  # outside the graph (a copy before the launch)
         graph.launch()
         np.testing.assert_array_equal(backend.to_host(a), [3.5, 3.5, 3.5])
+
+
+def _meanwhile(work):
+    """``(wait, thread)``: ``wait()``, called inside a capture or launch, lets ``thread`` (a
+    stand-in for a data layer's loading thread) run ``work()`` and waits until it has."""
+    go, done = threading.Event(), threading.Event()
+
+    def run_work():
+        go.wait()
+        work()
+        done.set()
+
+    def wait():
+        go.set()
+        assert done.wait(60)
+    return wait, threading.Thread(target=run_work)
+
+
+def test_another_threads_upload_during_a_capture_is_not_undone():
+    """A real capture runs nothing, but a loading thread's copy into device memory made
+    meanwhile is made: the simulation puts back only what the capturing thread did."""
+    with simulated_device() as dev:
+        a = dev.zeros(3, np.float32)
+        batch = dev.zeros(3, np.float32)
+        wait, loader = _meanwhile(lambda: batch.set(np.full(3, 5, np.float32)))
+        loader.start()
+        dev.capture_graph(lambda: (a.__iadd__(1), wait()))
+        loader.join()
+        np.testing.assert_array_equal(backend.to_host(a), [0, 0, 0])
+        np.testing.assert_array_equal(backend.to_host(batch), [5, 5, 5])
+
+
+def test_another_threads_host_write_during_a_launch_keeps_its_bookkeeping():
+    """A replay runs no Python: a loading thread that writes a batch's host side while the
+    graph runs leaves that batch marked host-newer, and its upload after the launch copies it
+    (the simulation once put the batch's old "synced" mark back, the upload copied nothing and
+    the next iteration trained on the previous batch)."""
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        try:
+            batch = SyncedArray(3)
+            batch.mutable_cpu()[...] = 1
+            batch.push_to_device()
+            a = dev.zeros(3, np.float32)
+            during_launch = []
+            wait, loader = _meanwhile(lambda: batch.mutable_cpu().__setitem__(Ellipsis, 7))
+            graph = dev.capture_graph(
+                lambda: (a.__iadd__(1), during_launch and during_launch[0]()))
+            during_launch.append(wait)
+            loader.start()
+            graph.launch()
+            loader.join()
+            batch.push_to_device()  # the loading thread's upload
+            np.testing.assert_array_equal(backend.to_host(batch.gpu()), [7, 7, 7])
+            np.testing.assert_array_equal(backend.to_host(a), [1, 1, 1])
+        finally:
+            backend.set_mode_cpu()
 
 
 def test_a_capture_that_reads_the_host_fails():

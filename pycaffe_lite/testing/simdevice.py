@@ -178,7 +178,7 @@ class DeviceArray(NDArrayOperatorsMixin):
         if arr.dtype != self.dtype:
             raise TypeError("{} array cannot be set to {} array".format(arr.dtype, self.dtype))
         self._dev._record(TO_DEVICE, arr.nbytes, "set()")
-        self._a[...] = arr
+        simgraph.host_write(self._dev, self._a, arr)
 
     # ---- NumPy protocols -------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):

@@ -17,10 +17,17 @@ the host passed to a kernel (a scalar argument) is the one it had at capture tim
   graph writes must be marked current by its caller (``device_written``), as it must be on
   a GPU.
 
+Other threads (the data layers' loading threads) go on meanwhile, as they do beside a real
+capture or replay: what they write into device memory during a capture (:func:`host_write`)
+stays written, and the bookkeeping of the SyncedArrays they change during a launch stays as they
+left it.
+
 The device counts both (``graph_captures``, ``graph_launches``).
 """
 
+import contextlib
 import gc
+import threading
 
 import numpy as np
 
@@ -96,6 +103,41 @@ def _synced_arrays():
     return [obj for obj in gc.get_objects() if type(obj) is SyncedArray]
 
 
+@contextlib.contextmanager
+def _others_changes():
+    """Yields ``(lock, touched)``: ``touched`` fills with the ids of the SyncedArrays whose
+    attributes a thread other than this one sets inside the block, each set made while holding
+    ``lock`` (so that this thread, holding it, sees a consistent picture)."""
+    me = threading.get_ident()
+    lock = threading.Lock()
+    touched = set()
+
+    def noting_setattr(obj, name, value):
+        if threading.get_ident() == me:
+            object.__setattr__(obj, name, value)
+            return
+        with lock:
+            touched.add(id(obj))
+            object.__setattr__(obj, name, value)
+
+    SyncedArray.__setattr__ = noting_setattr
+    try:
+        yield lock, touched
+    finally:
+        del SyncedArray.__setattr__
+
+
+def host_write(dev, buffer, host):
+    """``buffer[...] = host``: a host-to-device copy into ``dev``'s memory. Made by another
+    thread while one captures a graph on ``dev``, it is noted, so that the capture's putting
+    back of the memory it found leaves this write in place."""
+    with dev._lock:
+        buffer[...] = host
+        capture = getattr(dev, "_capture", None)
+        if capture is not None and capture[0] != threading.get_ident():
+            capture[1].append((buffer, buffer.copy()))
+
+
 class SimulatedGraph:
     def __init__(self, dev, fn, kinds, scalars, where, synced):
         self._dev, self._fn, self._kinds, self._scalars = dev, fn, kinds, scalars
@@ -104,15 +146,18 @@ class SimulatedGraph:
     def launch(self):
         check = _Scalars(self._where, self._scalars)
         self._dev._local.graph_scalars = check
-        kept = [(s, [getattr(s, name) for name in _BOOKKEEPING]) for s in self._synced]
-        try:
-            with self._dev.forbid(*self._kinds):
-                self._fn()
-        finally:
-            self._dev._local.graph_scalars = None
-            for s, values in kept:
-                for name, value in zip(_BOOKKEEPING, values):
-                    setattr(s, name, value)
+        with _others_changes() as (lock, touched):
+            kept = [(s, [getattr(s, name) for name in _BOOKKEEPING]) for s in self._synced]
+            try:
+                with self._dev.forbid(*self._kinds):
+                    self._fn()
+            finally:
+                self._dev._local.graph_scalars = None
+                with lock:
+                    for s, values in kept:
+                        if id(s) not in touched:  # another thread's change stays
+                            for name, value in zip(_BOOKKEEPING, values):
+                                setattr(s, name, value)
         if check.position != len(self._scalars):
             raise GraphReplayError("the replay gave device operations %d host values, the "
                                    "capture %d: it ran other operations"
@@ -122,18 +167,27 @@ class SimulatedGraph:
 
 def capture(dev, fn, kinds, where):
     """``fn`` captured on ``dev``; ``where()`` names the caller's ``file:line``."""
-    saved = _device_memory(dev)
-    scalars = _Scalars(where)
-    dev._local.graph_scalars = scalars
+    others, saved = [], []  # (buffer, contents) other threads wrote meanwhile (host_write)
+    with dev._lock:
+        dev._capture = (threading.get_ident(), others)
     try:
-        with dev.forbid(*kinds):
-            fn()
+        saved = _device_memory(dev)
+        scalars = _Scalars(where)
+        dev._local.graph_scalars = scalars
+        try:
+            with dev.forbid(*kinds):
+                fn()
+        finally:
+            dev._local.graph_scalars = None
     finally:
-        dev._local.graph_scalars = None
-        for root, copy in saved:  # a real capture runs nothing
-            np.copyto(root, copy)
+        with dev._lock:
+            for root, copy in saved:  # a real capture runs nothing...
+                np.copyto(root, copy)
+            for buffer, contents in others:  # ...and other threads' copies are made
+                np.copyto(buffer, contents)
+            dev._capture = None
     dev.graph_captures += 1
     return SimulatedGraph(dev, fn, kinds, scalars.values, where, _synced_arrays())
 
 
-__all__ = ["GraphReplayError", "SimulatedGraph", "capture", "note"]
+__all__ = ["GraphReplayError", "SimulatedGraph", "capture", "host_write", "note"]
