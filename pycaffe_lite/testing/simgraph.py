@@ -103,28 +103,37 @@ def _synced_arrays():
     return [obj for obj in gc.get_objects() if type(obj) is SyncedArray]
 
 
+# Launches under way: thread id -> the ids of the SyncedArrays other threads changed meanwhile.
+# One re-entrant lock orders every change made during a launch with the launches' putting back.
+_launches = {}
+_launches_lock = threading.RLock()
+
+
+def _noting_setattr(obj, name, value):
+    me = threading.get_ident()
+    with _launches_lock:
+        for thread, touched in _launches.items():
+            if thread != me:
+                touched.add(id(obj))
+        object.__setattr__(obj, name, value)
+
+
 @contextlib.contextmanager
 def _others_changes():
-    """Yields ``(lock, touched)``: ``touched`` fills with the ids of the SyncedArrays whose
-    attributes a thread other than this one sets inside the block, each set made while holding
-    ``lock`` (so that this thread, holding it, sees a consistent picture)."""
-    me = threading.get_ident()
-    lock = threading.Lock()
+    """Yields the set that fills with the ids of the SyncedArrays whose attributes a thread
+    other than this one sets inside the block; the caller puts its own changes back while
+    holding ``_launches_lock``, so that none of theirs lands in between."""
     touched = set()
-
-    def noting_setattr(obj, name, value):
-        if threading.get_ident() == me:
-            object.__setattr__(obj, name, value)
-            return
-        with lock:
-            touched.add(id(obj))
-            object.__setattr__(obj, name, value)
-
-    SyncedArray.__setattr__ = noting_setattr
+    with _launches_lock:
+        _launches[threading.get_ident()] = touched
+        SyncedArray.__setattr__ = _noting_setattr
     try:
-        yield lock, touched
+        yield touched
     finally:
-        del SyncedArray.__setattr__
+        with _launches_lock:
+            del _launches[threading.get_ident()]
+            if not _launches:
+                del SyncedArray.__setattr__
 
 
 def host_write(dev, buffer, host):
@@ -146,14 +155,14 @@ class SimulatedGraph:
     def launch(self):
         check = _Scalars(self._where, self._scalars)
         self._dev._local.graph_scalars = check
-        with _others_changes() as (lock, touched):
+        with _others_changes() as touched:
             kept = [(s, [getattr(s, name) for name in _BOOKKEEPING]) for s in self._synced]
             try:
                 with self._dev.forbid(*self._kinds):
                     self._fn()
             finally:
                 self._dev._local.graph_scalars = None
-                with lock:
+                with _launches_lock:
                     for s, values in kept:
                         if id(s) not in touched:  # another thread's change stays
                             for name, value in zip(_BOOKKEEPING, values):
