@@ -376,6 +376,23 @@ def upload(synced_arrays):
         stream.synchronize()
 
 
+def record_event():
+    """An event recorded on the current stream (None off CuPy, whose work is done when
+    issued), for :func:`wait_event` in another thread."""
+    mod = device_module()
+    if not _is_cupy(mod):
+        return None
+    event = mod.cuda.Event(disable_timing=True)
+    event.record()
+    return event
+
+
+def wait_event(event):
+    """Block this thread until the work queued before ``event`` is done (None: at once)."""
+    if event is not None:
+        event.synchronize()
+
+
 def copy_to_device(dst, src, stream=None):
     """``dst`` (a device array) = ``src`` (a host array of its shape and dtype); on ``stream``
     when given (asynchronous from pinned memory)."""

@@ -143,3 +143,44 @@ def test_a_replayed_training_run_equals_the_eager_one(which, rule, tmp_path):
         # the same kernels, plans and buffers; cuDNN's filter gradient may sum in another
         # order from one call to the next
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---- a TEST net without a loss: nothing read back between forwards ------------------------------
+@pytest.mark.parametrize("graphs", [True, False])
+def test_each_batch_reaches_a_net_that_reads_nothing_back(graphs, tmp_path):
+    """A net without a loss synchronises nothing between forwards: the host runs ahead of a
+    busy GPU while the loading threads refill the batch buffers. Each forward must still get
+    its own batch: records hold their index, so batch k's mean is known by hand."""
+    from pycaffe_lite.data import db as dbmod
+    from pycaffe_lite.data.datum import array_to_datum
+
+    batch, distinct, iters = 256, 7, 35  # 7 different batches, each seen 5 times
+    with dbmod.open_db(str(tmp_path / "db"), "lmdb", dbmod.NEW) as db:
+        txn = db.transaction()
+        for i in range(batch * distinct):
+            txn.put(b"%08d" % i, array_to_datum(np.full((1, 4, 4), i, np.float32),
+                                                0).SerializeToString())
+        txn.commit()
+    heavy = ['layer { name: "ip0" type: "InnerProduct" bottom: "data" top: "ip0" '
+             'inner_product_param { num_output: 4096 } }']
+    heavy += ['layer { name: "ip%d" type: "InnerProduct" bottom: "ip%d" top: "ip%d" '
+              'inner_product_param { num_output: 4096 } }' % (k, k - 1, k) for k in range(1, 16)]
+    text = ('layer { name: "data" type: "Data" top: "data" data_param { source: "%s" '
+            'batch_size: %d backend: LMDB } }\n' % (tmp_path / "db", batch) + "\n".join(heavy)
+            + '\nlayer { name: "m" type: "Reduction" bottom: "data" top: "m" '
+            'reduction_param { operation: MEAN } }')
+    from google.protobuf import text_format
+
+    from pycaffe_lite.proto import caffe_pb2
+    param = caffe_pb2.NetParameter()
+    text_format.Merge(text, param)
+    cuda_graphs.set_enabled(graphs)
+    net = caffe.Net(param, caffe.TEST)
+    seen = []
+    for _ in range(iters):
+        net.forward_from_to()
+        seen.append(net.blobs["m"].read_data().copy())  # stays on the device: no wait
+    got = [float(backend.to_host(m)) for m in seen]
+    net.close()
+    expected = [(k % distinct) * batch + (batch - 1) / 2.0 for k in range(iters)]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)

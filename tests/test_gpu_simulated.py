@@ -17,6 +17,8 @@ host<->device crossing. Here:
 
 import os
 
+import threading
+
 import numpy as np
 import pytest
 from helpers.gpu_cases import (CASES, EXCLUDED, SOLVERS, STEPS, _u, case, case_ids, make_solver,
@@ -190,6 +192,48 @@ def test_prefetching_data_layer_uploads_batches_from_pinned_buffers(sources):
         cpu.Forward([], cpu_top)
     np.testing.assert_array_equal(cpu_top[0].data, expected)
     cpu.close()
+
+
+def test_a_refilled_batch_goes_up_after_its_last_copy_into_the_tops(sources, monkeypatch):
+    """The host does not wait for the device between forwards of a net without a loss: the
+    loading thread waits for the event recorded after a batch's copy into the tops before it
+    uploads the next batch into the same buffers (on a GPU that copy may still be queued)."""
+    text = ('type: "Data" data_param { source: "%s" batch_size: 2 backend: LMDB }'
+            % sources["lmdb"])
+    events, late = [], []
+
+    class Event:
+        def __init__(self, buffers):
+            self.buffers, self.done = buffers, threading.Event()
+
+        def synchronize(self):
+            self.done.set()
+
+    upload = backend.upload
+
+    def checked_upload(synced_arrays):
+        buffers = {id(a) for a in synced_arrays}
+        late.extend(e for e in list(events) if e.buffers == buffers and not e.done.is_set())
+        upload(synced_arrays)
+
+    with simulated_device():
+        backend.set_mode_gpu()
+        layer = create_layer(layer_param(text), dtype=np.float32)
+        top = [Blob((), np.float32), Blob((), np.float32)]
+        monkeypatch.setattr(backend, "record_event", lambda: events.append(Event(
+            {id(b.synced_data) for b in layer._prefetcher._current.blobs})) or events[-1])
+        monkeypatch.setattr(backend, "upload", checked_upload)
+        try:
+            layer.SetUp([], top)
+            for _ in range(3 * (layer.prefetch_count + 1)):  # every buffer refilled twice
+                layer.Forward([], top)
+        finally:
+            layer.close()
+            backend.set_mode_cpu()
+    assert len(events) == 3 * (layer.prefetch_count + 1)  # one after each forward's copy
+    refilled = events[:layer.prefetch_count + 1]
+    assert all(e.done.is_set() for e in refilled)  # each was waited for before its refill
+    assert late == []
 
 
 # ---- engines -------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Bases of the data layers: random generators, resumable state, prefetching."""
 
+import functools
 import logging
 import os
 import weakref
@@ -141,6 +142,9 @@ class BasePrefetchingDataLayer(BaseDataLayer):
     def setup(self, bottom, top):
         self.output_labels = len(top) > 1
         self._top_buffers = {}  # GPU mode: top index -> the Blob each batch is copied into
+        # GPU mode: id(batch blobs) -> the event after their copy into the tops, which the
+        # loading thread waits for before it uploads the next batch into the same buffers
+        self._copied = {}
         self.rng = layer_rng()
         try:
             shapes = self.data_setup(top)
@@ -168,7 +172,7 @@ class BasePrefetchingDataLayer(BaseDataLayer):
             _weak_call(self._plan), _weak_call(self._fill), make_blobs,
             count=self.prefetch_count, threads=self.prefetch_threads,
             name="%s '%s'" % (self.type, self.name), initial_state=self.read_state(),
-            after_fill=self._upload)
+            after_fill=functools.partial(self._upload, self._copied))
         self.resources.push(self._prefetcher.close)
         self._prefetcher.start()
 
@@ -180,10 +184,13 @@ class BasePrefetchingDataLayer(BaseDataLayer):
         self.fill_batch(plan, blobs)
 
     @staticmethod
-    def _upload(blobs):
+    def _upload(copied, blobs):
         """In the loading thread: in GPU mode, copy the batch to the device (on a stream of
-        that thread, from pinned memory), so forward finds it there."""
+        that thread, from pinned memory), so forward finds it there. The host does not wait
+        for the device between forwards (a net without a loss reads nothing back): the copy
+        of these buffers' last batch into the tops may still be queued, and goes first."""
         if backend.mode() == backend.GPU:
+            backend.wait_event(copied.pop(id(blobs), None))
             backend.upload([b.synced_data for b in blobs])
 
     def forward(self, bottom, top):
@@ -206,6 +213,8 @@ class BasePrefetchingDataLayer(BaseDataLayer):
                 t.copy_data(b)
             else:
                 t.share_data(b)
+        if gpu:
+            self._copied[id(blobs)] = backend.record_event()
 
     def _top_buffer(self, j, batch):
         """Top ``j``'s own storage in GPU mode, shaped like ``batch`` (kept across batches)."""
