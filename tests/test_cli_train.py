@@ -102,6 +102,62 @@ def test_finetune_from_weights(project, caplog):
                                   weights_of(project / "start.caffemodel"))
 
 
+def _write_ip_weights(path, weight, bias):
+    """A .caffemodel holding only layer ip's two blobs, built field by field."""
+    model = caffe_pb2.NetParameter()
+    layer = model.layer.add(name="ip", type="InnerProduct")
+    for values in (weight, bias):
+        blob = layer.blobs.add()
+        blob.shape.dim.extend(values.shape)
+        blob.data.extend(values.ravel().tolist())
+    path.write_bytes(model.SerializeToString())
+
+
+def _solver_with_weights(project, weights):
+    (project / "solver.prototxt").write_text(
+        SOLVER % dict(max_iter=1, snapshot=0, extra="base_lr: 0 solver_mode: CPU\n" +
+                      "".join('weights: "%s"\n' % w for w in weights)))
+
+
+def test_solver_weights_fields_fine_tune_the_train_and_test_nets(project, caplog):
+    """Caffe's SolverParameter.weights: each field one file or a ',' list (names trimmed),
+    loaded in order into the train net and every test net when the solver is built."""
+    from pycaffe_lite.solvers import get_solver
+
+    caplog.set_level("INFO", "pycaffe_lite")
+    first = np.arange(6, dtype=np.float32).reshape(2, 3)
+    second = -first - 0.5
+    _write_ip_weights(project / "a.caffemodel", first, np.array([1, 2], np.float32))
+    _write_ip_weights(project / "b.caffemodel", second, np.array([3, 4], np.float32))
+    _solver_with_weights(project, ["a.caffemodel", "a.caffemodel, b.caffemodel"])
+    solver = get_solver(str(project / "solver.prototxt"))
+    for net in [solver.net] + solver.test_nets:
+        np.testing.assert_array_equal(net.params["ip"][0].data, second)
+        np.testing.assert_array_equal(net.params["ip"][1].data, [3, 4])
+    assert caplog.text.count("Finetuning from a.caffemodel") == 2
+    solver.close()
+    # the command line: the solver's fields alone, base_lr 0 keeps them to the snapshot
+    assert cli.main(["train", "--solver", "solver.prototxt"]) == 0
+    np.testing.assert_array_equal(weights_of(project / "snaps" / "run_iter_1.caffemodel"),
+                                  second.ravel())
+
+
+def test_weights_flag_replaces_and_snapshot_ignores_the_solver_weights(project, capsys):
+    first = np.full((2, 3), 7, np.float32)
+    _write_ip_weights(project / "a.caffemodel", first, np.zeros(2, np.float32))
+    _solver_with_weights(project, ["missing.caffemodel"])
+    assert cli.main(["train", "--solver", "solver.prototxt"]) == 1
+    assert "weights file 'missing.caffemodel' not found" in capsys.readouterr().err
+    assert cli.main(["train", "--solver", "solver.prototxt", "--weights", "a.caffemodel"]) == 0
+    np.testing.assert_array_equal(weights_of(project / "snaps" / "run_iter_1.caffemodel"),
+                                  first.ravel())
+    # resuming: the state's weights, the missing file of the weights field never opened
+    assert cli.main(["train", "--solver", "solver.prototxt",
+                     "--snapshot", "snaps/run_iter_1.solverstate"]) == 0
+    np.testing.assert_array_equal(weights_of(project / "snaps" / "run_iter_1.caffemodel"),
+                                  first.ravel())
+
+
 def test_snapshot_and_weights_together_is_an_error(project, capsys):
     assert cli.main(["train", "--solver", "solver.prototxt", "--weights", "a",
                      "--snapshot", "b"]) == 1

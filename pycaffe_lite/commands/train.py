@@ -8,12 +8,14 @@ Flags are Caffe's (single-dash spellings work too)::
                        [--tensorboard DIR [--tensorboard_histograms N]] [--no_python_layers]
                        [--collective_timeout SECONDS]
 
-``solver_mode: GPU`` without ``--gpu`` on a machine with no usable GPU falls back to the CPU
-with one warning (Caffe would abort); an explicit ``--gpu`` that cannot be honoured is an
-error. SIGINT stops (and the final snapshot is written, as ``snapshot_after_train`` asks);
-SIGHUP writes a snapshot and goes on. Under an MPI launcher, a rank that waits longer than
-``--collective_timeout`` seconds in one collective (a frozen host, a cut link) ends the whole
-job with an error naming the ranks and hosts that stopped answering.
+The solver loads the files of its ``weights:`` fields into its nets; ``--weights`` replaces
+them and ``--snapshot`` ignores them, as Caffe's. ``solver_mode: GPU`` without ``--gpu`` on a
+machine with no usable GPU falls back to the CPU with one warning (Caffe would abort); an
+explicit ``--gpu`` that cannot be honoured is an error. SIGINT stops (and the final snapshot is
+written, as ``snapshot_after_train`` asks); SIGHUP writes a snapshot and goes on. Under an MPI
+launcher, a rank that waits longer than ``--collective_timeout`` seconds in one collective (a
+frozen host, a cut link) ends the whole job with an error naming the ranks and hosts that
+stopped answering.
 """
 
 import logging
@@ -44,8 +46,9 @@ def add_cuda_graph_flag(p):
 def add_arguments(p):
     p.add_argument("--solver", default="", help="the solver definition (prototxt)")
     p.add_argument("--weights", default="",
-                   help="pretrained weights to fine-tune from, separated by ','; cannot be "
-                        "combined with --snapshot")
+                   help="pretrained weights to fine-tune from, separated by ','; they replace "
+                        "the solver's weights: fields; cannot be combined with --snapshot "
+                        "(which ignores those fields)")
     p.add_argument("--snapshot", default="", help="a .solverstate (or .solverstate.h5) to "
                    "resume training from")
     p.add_argument("--gpu", default="",
@@ -126,15 +129,6 @@ def parse_stages(value):
     return [s for s in (value or "").split(",") if s]
 
 
-def copy_layers(solver, model_list):
-    """Load weights (',' separated files) into the train net and the test nets."""
-    for name in [m for m in model_list.split(",") if m]:
-        log.info("Finetuning from %s", name)
-        solver.net.copy_from(name)
-        for net in solver.test_nets:
-            net.copy_from(name)
-
-
 def peak_rss_mib():
     usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return usage / 1024.0 if sys.platform != "darwin" else usage / (1024.0 * 1024.0)
@@ -206,6 +200,10 @@ def train(args, comm):
     param = protoio.read_solver_param(args.solver)
     param.train_state.level = args.level
     param.train_state.stage.extend(parse_stages(args.stage))
+    if args.snapshot or args.weights:  # as caffe train: the solver's weights: fields give way
+        del param.weights[:]
+        if args.weights:
+            param.weights.append(args.weights)
     select_mode(args.gpu, param.solver_mode, param.device_id)
     if comm is not None and comm.rank == 0:
         prepare_missing_sources(param, args.solver)
@@ -222,8 +220,6 @@ def train(args, comm):
         if args.snapshot:
             log.info("Resuming from %s", args.snapshot)
             solver.restore(args.snapshot)
-        elif args.weights:
-            copy_layers(solver, args.weights)
         if comm is not None:
             if args.snapshot:
                 derive_rank_random_state(solver)

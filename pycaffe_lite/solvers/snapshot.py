@@ -5,7 +5,8 @@ A snapshot is the weights (``<prefix>_iter_N.caffemodel``, or ``.caffemodel.h5``
 iteration, weights file name, lr-schedule step, the update history, and pycaffe-lite's
 ``resume_state`` (:mod:`pycaffe_lite.solvers.resume`). States written by Caffe read back too.
 The functions take the solver; :meth:`Solver.snapshot` and :meth:`Solver.restore` are the
-public entry points.
+public entry points. :func:`load_weights` reads the weights a training starts from (the solver's
+``weights`` fields, ``--weights``) into the train net and the test nets, as Caffe does.
 """
 
 import logging
@@ -18,7 +19,7 @@ from ..proto import protoio
 from ..blob import blobproto_to_array, fill_blobproto
 from ..errors import CaffeError, ProtoError, SnapshotError
 from ..proto import caffe_pb2
-from . import resume
+from . import paths, resume
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -103,6 +104,30 @@ def _write_state_hdf5(solver, filename, model_filename, extra):
 
 
 # -- reading ---------------------------------------------------------------------------------
+def weight_files(model_lists):
+    """The weights files of ``model_lists``: each entry one file or several separated by ','
+    (spaces around a name are dropped, as Caffe's ``boost::trim``)."""
+    names = []
+    for model_list in model_lists:
+        names.extend(name.strip() for name in model_list.split(",") if name.strip())
+    return names
+
+
+def load_weights(solver, model_lists):
+    """Copy the trained layers of every file of ``model_lists`` (see :func:`weight_files`) into
+    the train net and each test net, in order (a later file's layers replace an earlier's). A
+    relative name is looked for as the solver's net files are (:mod:`.paths`)."""
+    for name in weight_files(model_lists):
+        log.info("Finetuning from %s", name)
+        found = paths.find(name, solver.search_dirs)
+        if found is None:
+            raise CaffeError("%s: weights file '%s' not found (a weights: field, or --weights); "
+                             "looked in %s" % (solver.where, name,
+                                               paths.looked_in(solver.search_dirs)))
+        for net in [solver.net] + list(solver.test_nets):
+            net.copy_from(found)
+
+
 def restore(solver, state_file):
     """Load a binary or HDF5 solver state (and the weights it names) into ``solver``."""
     if not os.path.isfile(state_file):

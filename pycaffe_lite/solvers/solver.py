@@ -42,8 +42,7 @@ def build_net(net_param):
     """A Net from a NetParameter whose ``state`` is already complete (phase, level, stages).
 
     ``Net(...)`` takes the phase, level and stages as arguments; a solver merges them from
-    several places first (Caffe's rules), so it builds the net from the finished parameter.
-    """
+    several places first (Caffe's rules), so it builds the net from the finished parameter."""
     return Net.from_param(net_param)
 
 
@@ -105,6 +104,7 @@ class Solver:
             backend.set_random_seed(param.random_seed + ranks.solver_rank())
         self._init_train_net()
         self._init_test_nets()
+        snapshot_io.load_weights(self, param.weights)  # the files of its weights: fields
         log.info("Solver scaffolding done.")
         self.iter = 0
         self.current_step = 0
