@@ -142,3 +142,21 @@ def test_burn_in_keeps_the_multistep_counter_current():
     got, state = rates(text, range(7))
     np.testing.assert_allclose(got, [0, 0.2, 0.4, 0.6, 0.8, 0.1, 0.1], rtol=1e-6)
     assert state.current_step == 1
+
+
+def test_lr_is_the_rate_of_the_current_iteration_as_pycaffe():
+    """pycaffe's SGDSolver.lr is GetLearningRate() at solver.iter: base_lr before any step,
+    and after n steps the rate the next update will use."""
+    solver = SGDSolver(solver_param('lr_policy: "step" base_lr: 0.1 gamma: 0.5 stepsize: 2'))
+    assert solver.lr == f32(0.1)
+    solver.step(1)
+    assert solver.lr == f32(0.1)  # iteration 1: 0.1 * 0.5 ^ (1 // 2)
+    solver.step(1)
+    assert solver.lr == f32(f32(0.1) * 0.5)  # iteration 2: 0.1 * 0.5 ^ (2 // 2)
+    multi = SGDSolver(solver_param('lr_policy: "multistep" base_lr: 1 gamma: 0.1 '
+                                   'stepvalue: 1 stepvalue: 3'))
+    multi.step(1)
+    assert multi.lr == f32(0.1) and multi.lr == f32(0.1)  # iteration 1 reached stepvalue 1
+    assert multi.current_step == 0  # reading the rate moved no counter
+    multi.step(2)
+    assert multi.lr == f32(f32(0.1) ** 2) and multi.current_step == 1  # Caffe: pow(0.1f, 2)

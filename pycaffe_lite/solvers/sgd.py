@@ -22,6 +22,7 @@ one vectorised operation at a time; the scratch buffers are allocated once, on f
 
 import logging
 import math
+import types
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from .. import backend
 from ..errors import CaffeError
 from ..ops import solver_update
 from ..registry import SOLVERS
-from .lr_policy import f32
+from .lr_policy import f32, learning_rate
 from .solver import Solver, _fmt
 
 log = logging.getLogger("pycaffe_lite")
@@ -90,13 +91,20 @@ class SGDSolver(Solver):
         self._temp = [None] * len(self._temp)
         self._state_xp = xp
 
+    @property
+    def lr(self):
+        """The learning rate of the current iteration (``iter``: the next update's, or the one
+        just applied while a display or callback of that iteration runs), as pycaffe's
+        ``SGDSolver.lr``; reading it changes no solver state."""
+        state = types.SimpleNamespace(current_step=self.current_step)
+        return learning_rate(self.param, self.iter, state, self.policy)
+
     # -- the update ------------------------------------------------------------------------
     def apply_update(self):
         """Turn the accumulated gradients into the update and apply it (``data -= diff``)."""
         self._ensure_state_module()
         param = self.param
         rate = self.get_learning_rate()
-        self.lr = rate
         if param.display and self.iter % param.display == 0:
             log.info("Iteration %d, lr = %s", self.iter, _fmt(rate))
         self.clip_gradients()

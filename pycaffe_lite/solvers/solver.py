@@ -10,8 +10,8 @@ rule itself (``apply_update``) and its state (``history``) come from the subclas
 
 pycaffe's surface: ``solver.net``, ``solver.test_nets``, ``solver.iter``, ``solver.max_iter``,
 ``solver.param``, ``step(n)``, ``solve(resume_file=None)``, ``restore(path)``, ``snapshot()``,
-``apply_update()``, ``add_callback(on_start, on_gradients_ready)``, ``share_weights(net)``;
-``add_listener(obj)`` for loggers (:mod:`pycaffe_lite.tensorboard`).
+``apply_update()``, ``add_callback(on_start, on_gradients_ready)``, ``share_weights(net)``,
+``solver.lr`` (the rules'); ``add_listener(obj)`` for loggers (:mod:`pycaffe_lite.tensorboard`).
 """
 
 import logging
@@ -108,7 +108,6 @@ class Solver:
         log.info("Solver scaffolding done.")
         self.iter = 0
         self.current_step = 0
-        self.lr = 0.0
         self.smoothed_loss = 0.0
         self._losses = []
         self.callbacks = []

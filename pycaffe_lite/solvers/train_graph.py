@@ -140,7 +140,6 @@ class TrainGraph:
         solver._ensure_state_module()
         loss = self._feed()
         rate = solver.get_learning_rate()
-        solver.lr = rate
         if self.parts is not None and self._key() == self.key:  # replays: the rates only
             solver.device_update_upload(rate)
             return self._replay(loss)
