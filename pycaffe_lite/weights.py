@@ -90,13 +90,19 @@ def copy_trained_layers_hdf5(net, path):
             if name not in data:
                 continue
             group = data[name]
-            if len(group) != len(layer.blobs):
+            # Caffe writes a param shared with an earlier layer's (param { name: ... }) only
+            # at its owner: such a dataset may be missing (the owner's values are the ones)
+            record = net.records[net.layer_index(name)]
+            shared = {j for j, pid in enumerate(record.param_ids) if net.param_owners[pid] >= 0}
+            if len(group) > len(layer.blobs) or len(group) < len(layer.blobs) - len(shared):
                 raise ShapeError("%s: incompatible number of blobs for layer '%s': the file has "
                                  "%d, the net's layer has %d"
                                  % (path, name, len(group), len(layer.blobs)))
             for j, blob in enumerate(layer.blobs):
                 key = str(j)
                 if key not in group:
+                    if j in shared:
+                        continue
                     raise ShapeError("%s: layer '%s' has no dataset '%s'" % (path, name, key))
                 arr = group[key][...]
                 if tuple(arr.shape) != blob.shape:

@@ -237,6 +237,52 @@ def test_restore_a_caffe_hdf5_solverstate(tmp_path):
                                   donor.net.params["ip"][1].data)
 
 
+SIAMESE_NET = """
+name: "siamese"
+layer { name: "input" type: "Input" top: "a" top: "b"
+        input_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 3 } } }
+layer { name: "ip_a" type: "InnerProduct" bottom: "a" top: "za"
+        param { name: "w" } param { name: "bias" }
+        inner_product_param { num_output: 2 weight_filler { type: "gaussian" } } }
+layer { name: "ip_b" type: "InnerProduct" bottom: "b" top: "zb"
+        param { name: "w" } param { name: "bias" }
+        inner_product_param { num_output: 2 weight_filler { type: "gaussian" } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "za" bottom: "zb" top: "loss" }
+"""
+
+
+def test_restore_a_caffe_hdf5_snapshot_of_a_net_with_shared_params(tmp_path):
+    """Caffe's Net::ToHDF5 writes a shared param's data only at its owner (ip_b's group is
+    empty) and CopyTrainedLayersFromHDF5 accepts the missing datasets of shared params."""
+    weight = np.arange(6, dtype=np.float32).reshape(2, 3) / 10
+    bias = np.array([0.5, -0.5], np.float32)
+    with h5py.File(tmp_path / "caffe_iter_3.caffemodel.h5", "w") as f:
+        owner = f.create_group("data/ip_a")
+        owner.create_dataset("0", data=weight)
+        owner.create_dataset("1", data=bias)
+        f.create_group("data/ip_b")
+        f.create_group("data/input")
+        f.create_group("data/loss")
+    with h5py.File(tmp_path / "caffe_iter_3.solverstate.h5", "w") as f:
+        f.create_dataset("iter", data=np.array([3], np.int32))
+        f.create_dataset("learned_net", data=np.bytes_("caffe_iter_3.caffemodel.h5"))
+        f.create_dataset("current_step", data=np.array([0], np.int32))
+        f.create_dataset("history/0", data=np.full((2, 3), 0.25, np.float32))
+        f.create_dataset("history/1", data=np.full((2,), 0.75, np.float32))
+    solver = _solver(tmp_path, "", net=SIAMESE_NET)
+    solver.restore(str(tmp_path / "caffe_iter_3.solverstate.h5"))
+    assert solver.iter == 3
+    for layer in ("ip_a", "ip_b"):
+        np.testing.assert_array_equal(solver.net.params[layer][0].data, weight)
+        np.testing.assert_array_equal(solver.net.params[layer][1].data, bias)
+    np.testing.assert_array_equal(solver.history[0], np.full((2, 3), 0.25))
+    # a param that owns its values must be in the file
+    with h5py.File(tmp_path / "caffe_iter_3.caffemodel.h5", "a") as f:
+        del f["data/ip_a/1"]
+    with pytest.raises(CaffeError, match="ip_a"):
+        solver.net.copy_from(str(tmp_path / "caffe_iter_3.caffemodel.h5"))
+
+
 def test_restore_finds_the_weights_next_to_a_moved_state(tmp_path):
     solver = _solver(tmp_path / "old", "")
     solver.step(2)
