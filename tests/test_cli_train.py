@@ -186,6 +186,19 @@ def test_solver_mode_gpu_falls_back_to_cpu_with_a_warning(project, monkeypatch, 
     assert backend.mode() == backend.CPU
 
 
+def test_a_solver_without_solver_mode_trains_on_the_cpu(project, monkeypatch, caplog):
+    """caffe train reads solver_mode only where the file sets it (has_solver_mode): the
+    field's default (GPU) asks for nothing, so there is no GPU attempt and no warning."""
+    tried = []
+    monkeypatch.setattr(backend, "set_mode_gpu", lambda: tried.append(True))
+    make_project(project, max_iter=2, snapshot=0, extra="")
+    caplog.set_level("INFO", "pycaffe_lite")
+    assert cli.main(["train", "--solver", "solver.prototxt"]) == 0
+    assert not tried and backend.mode() == backend.CPU
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "Use CPU." in caplog.text
+
+
 def test_explicit_gpu_without_a_gpu_is_an_error(project, monkeypatch, capsys):
     _no_gpu(monkeypatch)
     assert cli.main(["train", "--solver", "solver.prototxt", "-gpu", "0"]) == 1

@@ -9,13 +9,15 @@ Flags are Caffe's (single-dash spellings work too)::
                        [--collective_timeout SECONDS]
 
 The solver loads the files of its ``weights:`` fields into its nets; ``--weights`` replaces
-them and ``--snapshot`` ignores them, as Caffe's. ``solver_mode: GPU`` without ``--gpu`` on a
-machine with no usable GPU falls back to the CPU with one warning (Caffe would abort); an
-explicit ``--gpu`` that cannot be honoured is an error. SIGINT stops (and the final snapshot is
-written, as ``snapshot_after_train`` asks); SIGHUP writes a snapshot and goes on. Under an MPI
-launcher, a rank that waits longer than ``--collective_timeout`` seconds in one collective (a
-frozen host, a cut link) ends the whole job with an error naming the ranks and hosts that
-stopped answering.
+them and ``--snapshot`` ignores them, as Caffe's. Without ``--gpu`` the solver file's own
+``solver_mode: GPU`` (and ``device_id``) selects the GPU; a file without ``solver_mode``
+trains on the CPU, as with ``caffe train``. ``solver_mode: GPU`` on a machine with no usable
+GPU falls back to the CPU with one warning (Caffe would abort); an explicit ``--gpu`` that
+cannot be honoured is an error. SIGINT stops (and the final snapshot is written, as
+``snapshot_after_train`` asks); SIGHUP writes a snapshot and goes on. Under an MPI launcher, a
+rank that waits longer than ``--collective_timeout`` seconds in one collective (a frozen host,
+a cut link) ends the whole job with an error naming the ranks and hosts that stopped
+answering.
 """
 
 import logging
@@ -204,7 +206,10 @@ def train(args, comm):
         del param.weights[:]
         if args.weights:
             param.weights.append(args.weights)
-    select_mode(args.gpu, param.solver_mode, param.device_id)
+    # as caffe train: only a solver_mode written in the file asks for the GPU (the field's
+    # default, GPU, does not)
+    select_mode(args.gpu, param.solver_mode if param.HasField("solver_mode") else None,
+                param.device_id)
     if comm is not None and comm.rank == 0:
         prepare_missing_sources(param, args.solver)
     if comm is not None:
