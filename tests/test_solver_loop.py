@@ -294,6 +294,24 @@ def test_snapshot_prefix_folder_must_exist(tmp_path, monkeypatch):
         get_solver(str(solver_file))
 
 
+def test_solve_refuses_a_missing_final_snapshot_folder_before_training(tmp_path, monkeypatch):
+    """snapshot: 0 with snapshot_after_train (the default): the only snapshot is written after
+    max_iter; a prefix whose folder is missing stops solve() at iteration 0, not at the end
+    (where the trained weights would be lost)."""
+    solver_file = _write_files(tmp_path, FIXED + 'net: "net.prototxt" max_iter: 3 '
+                               'snapshot_prefix: "no/such/dir/run"')
+    monkeypatch.chdir(tmp_path)
+    solver = get_solver(str(solver_file))  # step() alone never needs the folder
+    with pytest.raises(CaffeError, match="cannot write to snapshot prefix 'no/such/dir/run'"):
+        solver.solve()
+    assert solver.iter == 0
+    solver.step(2)
+    assert solver.iter == 2
+    solver.param.snapshot_after_train = False
+    solver.solve()
+    assert solver.iter == 3
+
+
 def test_snapshot_prefix_defaults_follow_caffe(tmp_path, monkeypatch):
     solver_file = _write_files(tmp_path, FIXED + 'net: "net.prototxt"')
     monkeypatch.chdir(tmp_path)

@@ -47,6 +47,14 @@ def take(solver):
     return model_filename
 
 
+def check_final(solver):
+    """Before :meth:`Solver.solve` trains: the snapshot ``snapshot_after_train`` asks for at
+    the end must be writable (its folder exists and takes a file), so that a bad
+    ``snapshot_prefix`` stops the run before the training, not after it (a CaffeError)."""
+    if solver.param.snapshot_after_train and ranks.root_solver():
+        paths.check_writable(solver._prefix(), solver.where)
+
+
 def write(solver):
     """Write the weights, then the state that names them; (weights file, state file)."""
     fmt = solver.param.snapshot_format

@@ -400,6 +400,7 @@ class Solver:
         if resume_file:
             log.info("Restoring previous solver status from %s", resume_file)
             self.restore(resume_file)
+        snapshot_io.check_final(self)  # the last snapshot's folder, before any training
         start_iter = self.iter
         self.step(param.max_iter - self.iter)
         if param.snapshot_after_train and \
