@@ -63,11 +63,13 @@ class SignalHandler:
         return False
 
     def get_action(self):
-        """The action requested since the last call (SIGINT first), and reset it."""
-        if self._got_sigint:
-            self._got_sigint = False
-            return self.sigint_effect
+        """The action requested since the last call, and reset it: SIGHUP's first, then
+        SIGINT's, as Caffe's CheckForSignals (both pending: the snapshot asked by SIGHUP is
+        written before SIGINT stops)."""
         if self._got_sighup:
             self._got_sighup = False
             return self.sighup_effect
+        if self._got_sigint:
+            self._got_sigint = False
+            return self.sigint_effect
         return SolverAction.NONE

@@ -281,6 +281,25 @@ def test_signal_handler_maps_signals_to_actions():
     assert signal.getsignal(signal.SIGINT) is previous
 
 
+def test_sighup_and_sigint_pending_together_snapshot_then_stop(project):
+    """Caffe's CheckForSignals answers SIGHUP before SIGINT: with both pending, the snapshot
+    SIGHUP asked for is written, and SIGINT stops at the next check (one iteration later)."""
+    from pycaffe_lite.solvers import get_solver
+
+    make_project(project, max_iter=100, snapshot=0,
+                 extra="solver_mode: CPU snapshot_after_train: false test_initialization: false")
+    solver = get_solver("solver.prototxt")
+    with SignalHandler() as handler:  # stop on SIGINT, snapshot on SIGHUP (the defaults)
+        solver.set_action_function(handler.get_action)
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGHUP)
+        solver.solve()
+    solver.close()
+    assert solver.iter == 2
+    assert sorted(os.listdir(project / "snaps")) == ["run_iter_1.caffemodel",
+                                                     "run_iter_1.solverstate"]
+
+
 def _start_training(project, *flags):
     make_project(project, max_iter=10 ** 7, snapshot=0, extra="display: 0 solver_mode: CPU")
     log = open(project / "train.log", "w")
