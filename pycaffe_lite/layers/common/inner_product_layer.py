@@ -5,16 +5,17 @@ from ...layer import Layer
 from ...ops.gpu import cudnn
 from ...ops.matmul import accumulate_matmul, matmul
 from ...registry import register_layer
+from ..neuron.inplace_utils import InPlaceInputs
 from .common_utils import setup_weight_and_bias
 
 
 @register_layer("InnerProduct")
-class InnerProductLayer(Layer):
+class InnerProductLayer(InPlaceInputs, Layer):
     """Fully connected layer: the axes from ``axis`` on are flattened into K inputs.
 
     Bottoms: x, any shape with at least ``axis`` leading axes; the first ``axis`` axes are M
     independent samples, the rest (K values) their features.
-    Tops: y of shape ``x.shape[:axis] + (num_output,)``.
+    Tops: y of shape ``x.shape[:axis] + (num_output,)`` (in place when that is x's shape).
     Params: ``inner_product_param { num_output (required), bias_term (true), weight_filler
     (constant 0), bias_filler (constant 0), axis (1), transpose (false) }``.
     Blobs: weights of shape (N, K), or (K, N) with ``transpose``; bias of shape (N,) when
@@ -61,7 +62,7 @@ class InnerProductLayer(Layer):
         return w.T if self.transpose else w
 
     def forward(self, bottom, top):
-        x = bottom[0].read_data().reshape(self.M, self.K)
+        x = self.forward_input(bottom, top).reshape(self.M, self.K)
         y = top[0].write_data().reshape(self.M, self.num_output)
         if not self.transpose and self._cudnn_forward(x, y):
             return
@@ -82,8 +83,8 @@ class InnerProductLayer(Layer):
                                   (1, 1), 1)
 
     def backward(self, top, propagate_down, bottom):
-        dy = top[0].read_diff().reshape(self.M, self.num_output)
-        x = bottom[0].read_data().reshape(self.M, self.K)
+        dy = self.backward_top_diff(top, bottom).reshape(self.M, self.num_output)
+        x = self.backward_input(bottom, top).reshape(self.M, self.K)
         dw = self.blobs[0].write_diff() if self.param_propagate_down[0] else None
         dx = bottom[0].write_diff().reshape(self.M, self.K) if propagate_down[0] else None
         dw_done, dx_done = self._cudnn_backward(x, dy, dw, dx)

@@ -5,10 +5,11 @@ from ...fillers import fill
 from ...proto import caffe_pb2
 from ...registry import register_layer
 from ...layer import Layer
+from ..neuron.inplace_utils import InPlaceInputs
 
 
 @register_layer("Normalize")
-class NormalizeLayer(Layer):
+class NormalizeLayer(InPlaceInputs, Layer):
     """Each sample divided by its L2 norm, then multiplied by a learned scale.
 
     With ``across_spatial`` (the default) the norm is taken over the whole sample
@@ -16,7 +17,7 @@ class NormalizeLayer(Layer):
     each position (``sqrt(sum_c x^2 + eps)``). The scale is one value (``channel_shared``,
     the default) or one per channel. SSD puts it on VGG's conv4_3 (scale filled with 20).
 
-    Bottoms: x ``(N, C, ...)`` (at least 2 axes). Tops: y, same shape.
+    Bottoms: x ``(N, C, ...)`` (at least 2 axes). Tops: y, same shape (may be x: in place).
     Params: ``norm_param { across_spatial (true) scale_filler (constant 1)
     channel_shared (true) eps (1e-10) }`` (the SSD fork's NormalizeParameter); one blob, the
     scale: shape ``()`` when channel_shared, else ``(C,)``.
@@ -72,7 +73,7 @@ class NormalizeLayer(Layer):
         return xp.sqrt((x * x).sum(axis=axes, keepdims=True) + x.dtype.type(self.eps)), axes
 
     def forward(self, bottom, top):
-        x = bottom[0].read_data()
+        x = self.forward_input(bottom, top)
         xp = get_array_module(x)
         norm, _ = self._norm(xp, x)
         unit = x / norm
@@ -80,9 +81,9 @@ class NormalizeLayer(Layer):
         top[0].write_data()[...] = unit * self._scale(xp, x)
 
     def backward(self, top, propagate_down, bottom):
-        x = bottom[0].read_data()
+        x = self.backward_input(bottom, top)
         xp = get_array_module(x)
-        dy = top[0].read_diff()
+        dy = self.backward_top_diff(top, bottom)
         norm, axes = self._norm(xp, x)
         unit = x / norm
         if self.param_propagate_down[0]:

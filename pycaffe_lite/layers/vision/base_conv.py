@@ -23,13 +23,14 @@ from ...ops import conv as conv_ops
 from ...ops.gpu import cudnn
 from ...ops.im2col import prod
 from ...proto import caffe_pb2
+from ..neuron.inplace_utils import InPlaceInputs
 
 
-class BaseConvolutionLayer(Layer):
+class BaseConvolutionLayer(InPlaceInputs, Layer):
     """Shared machinery of Convolution and Deconvolution; not a layer type by itself.
 
     Bottoms: one or more blobs of identical shape ``(..., C, *spatial)`` (``axis`` is C).
-    Tops: as many as bottoms.
+    Tops: as many as bottoms; top i may be bottom i (in place) where the shape is kept.
     Params: ``convolution_param`` (see ConvolutionLayer); blobs: weights ``(conv_out_channels,
     conv_in_channels / group, *kernel)`` and, with ``bias_term``, bias ``(num_output,)``.
     """

@@ -48,20 +48,22 @@ class ConvolutionLayer(BaseConvolutionLayer):
 
     def forward(self, bottom, top, relu=False):
         weights = self.blobs[0].read_data()
-        for b, t in zip(bottom, top):
+        for i, t in enumerate(top):
+            x = self.forward_input(bottom, top, i)
             y = t.write_data()
             bias = self.blobs[1].read_data() if self.bias_term else None
-            conv_ops.forward(b.read_data(), weights, y, self.plan, bias=bias, relu=relu)
+            conv_ops.forward(x, weights, y, self.plan, bias=bias, relu=relu)
 
     def backward(self, top, propagate_down, bottom):
         weights = self.blobs[0].read_data()
         do_weights = self.param_propagate_down[0]
         do_bias = self.bias_term and self.param_propagate_down[1]
-        for t, down, b in zip(top, propagate_down, bottom):
-            dy = t.read_diff()
+        for i, (down, b) in enumerate(zip(propagate_down, bottom)):
+            dy = self.backward_top_diff(top, bottom, i)
             if do_bias:
                 self.backward_bias(self.blobs[1].write_diff(), dy)
             if do_weights or down:
-                conv_ops.backward(b.read_data() if do_weights else None, dy, weights, self.plan,
+                x = self.backward_input(bottom, top, i) if do_weights else None
+                conv_ops.backward(x, dy, weights, self.plan,
                                   dx=b.write_diff() if down else None,
                                   dw=self.blobs[0].write_diff() if do_weights else None)

@@ -57,10 +57,11 @@ class DeconvolutionLayer(BaseConvolutionLayer):
 
     def forward(self, bottom, top):
         weights = self.blobs[0].read_data()
-        for b, t in zip(bottom, top):
+        for i, t in enumerate(top):
+            x = self.forward_input(bottom, top, i)
             y = t.write_data()
             # the top is the im2col side: a convolution's input gradient
-            conv_ops.backward(None, b.read_data(), weights, self.plan, dx=y)
+            conv_ops.backward(None, x, weights, self.plan, dx=y)
             if self.bias_term:
                 self.forward_bias(y, self.blobs[1].read_data())
 
@@ -68,13 +69,13 @@ class DeconvolutionLayer(BaseConvolutionLayer):
         weights = self.blobs[0].read_data()
         do_weights = self.param_propagate_down[0]
         do_bias = self.bias_term and self.param_propagate_down[1]
-        for t, down, b in zip(top, propagate_down, bottom):
-            dy = t.read_diff()
+        for i, (down, b) in enumerate(zip(propagate_down, bottom)):
+            dy = self.backward_top_diff(top, bottom, i)
             if do_bias:
                 self.backward_bias(self.blobs[1].write_diff(), dy)
             if do_weights or down:
                 # one im2col of the top diff serves both the weight and the bottom gradient
                 conv_ops.forward_and_weight(
                     dy, weights, self.plan, y=b.write_diff() if down else None,
-                    dy=b.read_data() if do_weights else None,
+                    dy=self.backward_input(bottom, top, i) if do_weights else None,
                     dw=self.blobs[0].write_diff() if do_weights else None)

@@ -4,12 +4,13 @@ from ...layer import Layer
 from ...ops.lrn import lrn_backward, lrn_forward
 from ...proto import caffe_pb2
 from ...registry import register_layer
+from ..neuron.inplace_utils import InPlaceInputs
 
 LRN = caffe_pb2.LRNParameter
 
 
 @register_layer("LRN")
-class LRNLayer(Layer):
+class LRNLayer(InPlaceInputs, Layer):
     """Local response normalisation, ``y = x * scale^-beta``.
 
     - ACROSS_CHANNELS: ``scale = k + alpha / size * sum(x^2)`` over ``size`` neighbouring
@@ -19,7 +20,7 @@ class LRNLayer(Layer):
       Caffe's split/square/AVE-pool/power/product composition computes it (``k`` unused).
 
     Bottoms: x ``(N, C, H, W)`` (exactly 4 axes).
-    Tops: y, same shape.
+    Tops: y, same shape (may be x: in place).
     Params: ``lrn_param { local_size (5, odd) alpha (1) beta (0.75)
     norm_region (ACROSS_CHANNELS) k (1) }``.
     """
@@ -46,13 +47,14 @@ class LRNLayer(Layer):
         top[0].reshape(bottom[0].shape)
 
     def forward(self, bottom, top):
-        self.scale = lrn_forward(bottom[0].read_data(), top[0].write_data(), self.size,
+        self.scale = lrn_forward(self.forward_input(bottom, top), top[0].write_data(), self.size,
                                  self.alpha, self.beta, self.k,
                                  self.region == LRN.ACROSS_CHANNELS)
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        lrn_backward(bottom[0].read_data(), top[0].read_data(), top[0].read_diff(),
+        lrn_backward(self.backward_input(bottom, top), top[0].read_data(),
+                     self.backward_top_diff(top, bottom),
                      self.scale, bottom[0].write_diff(), self.size, self.alpha, self.beta,
                      self.region == LRN.ACROSS_CHANNELS)

@@ -9,12 +9,13 @@ from ...ops import pooling as ops
 from ...ops.gpu import cudnn
 from ...proto import caffe_pb2
 from ...registry import register_layer
+from ..neuron.inplace_utils import InPlaceInputs
 
 PP = caffe_pb2.PoolingParameter
 
 
 @register_layer("Pooling")
-class PoolingLayer(Layer):
+class PoolingLayer(InPlaceInputs, Layer):
     """Pools each channel of a 4-D blob over (possibly padded, overlapping) windows.
 
     Window ``(ph, pw)`` covers rows ``ph*stride_h - pad_h`` to ``+ kernel_h`` (and likewise
@@ -31,7 +32,8 @@ class PoolingLayer(Layer):
       ``sum(v^2) / sum(v)``.
 
     Bottoms: x ``(N, C, H, W)`` (exactly 4 axes).
-    Tops: y ``(N, C, PH, PW)``; for MAX an optional second top, the mask: the index
+    Tops: y ``(N, C, PH, PW)`` (in place when that is x's shape); for MAX an optional second
+    top, the mask: the index
     ``h * W + w`` of each maximum within its input plane (as floats, -1 where none).
     Params: ``pooling_param { pool (MAX) kernel_size | kernel_h, kernel_w  stride (1) |
     stride_h, stride_w  pad (0) | pad_h, pad_w  global_pooling (false)  round_mode (CEIL) }``
@@ -139,7 +141,7 @@ class PoolingLayer(Layer):
                                                   self.pooled, dtype=self.dtype)
 
     def forward(self, bottom, top):
-        x = bottom[0].read_data()
+        x = self.forward_input(bottom, top)
         y = top[0].write_data()
         xp = get_array_module(x)
         if self.pool == PP.MAX:
@@ -163,7 +165,7 @@ class PoolingLayer(Layer):
         if self.pool != PP.MAX or len(top) > 1:
             return self.Forward(bottom, top)
         self.reshape(bottom, top)
-        ops.max_pool_values(bottom[0].read_data(), self.kernel, self.pad, self.stride,
+        ops.max_pool_values(self.forward_input(bottom, top), self.kernel, self.pad, self.stride,
                             self.pooled, top[0].write_data(), self.memo, self.engine)
         return 0.0
 
@@ -175,24 +177,25 @@ class PoolingLayer(Layer):
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
             return
-        dy = top[0].read_diff()
+        dy = self.backward_top_diff(top, bottom)
+        x = self.backward_input(bottom, top)
         dx = bottom[0].write_diff()
         xp = get_array_module(dy)
         if self.pool == PP.AVE:
-            ops.ave_pool_grad(bottom[0].read_data(), top[0].read_data(), dy, self.kernel,
+            ops.ave_pool_grad(x, top[0].read_data(), dy, self.kernel,
                               self.pad, self.stride, self.pooled, self._divisors(xp), dx,
                               self.engine)
             return
         if self.pool == PP.STOCHASTIC and self.phase != caffe_pb2.TRAIN:
             # TEST phase: the exact gradient of sum(v^2) / sum(v) (Caffe has no defined one).
-            ops.stochastic_pool_test_backward(bottom[0].read_data(), top[0].read_data(), dy,
+            ops.stochastic_pool_test_backward(x, top[0].read_data(), dy,
                                               self.kernel, self.stride, self.pooled, dx)
             return
         if not self.memo.ready(dy.shape):
             raise self.error("backward needs a forward pass first (no recorded window "
                              "choices for top shape %s)" % (dy.shape,))
         if self.pool == PP.MAX:
-            ops.max_pool_grad(bottom[0].read_data(), top[0].read_data(), dy, self.kernel,
+            ops.max_pool_grad(x, top[0].read_data(), dy, self.kernel,
                               self.pad, self.stride, self.pooled, self.memo, dx, self.engine)
         else:
             ops.stochastic_pool_backward(dy, self.memo.choice, self.kernel, self.stride,
