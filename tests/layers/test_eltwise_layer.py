@@ -103,3 +103,33 @@ def test_eltwise_errors(params, shapes, message):
     layer = make_layer('type: "Eltwise" eltwise_param { %s }' % params)
     with pytest.raises(LayerError, match=message):
         layer.SetUp(random_blobs(shapes), empty_blobs(1))
+
+
+@pytest.mark.parametrize("params", ["operation: SUM coeff: 2 coeff: -0.5 coeff: 3",
+                                    "operation: PROD", "operation: PROD stable_prod_grad: false",
+                                    "operation: MAX"])
+def test_eltwise_in_place_on_the_first_bottom(params):
+    """top: the first bottom (as in `bottom: "a" bottom: "b" top: "a"`): the backward writes
+    bottom 0's diff, which is the top's, and PROD reads bottom 0's data, which the forward
+    overwrote; the gradients are those of the hand-written function."""
+    xs = arrays(3, seed=5, low=0.5, high=2.0)
+    xs[1][0, 0, 0] = -xs[1][0, 0, 0]
+    blobs = random_blobs(xs)
+    layer = make_layer('type: "Eltwise" eltwise_param { %s }' % params)
+    layer.SetUp(blobs, [blobs[0]])
+    layer.Forward(blobs, [blobs[0]])
+    op = params.split()[1]
+    coeffs = [2.0, -0.5, 3.0] if op == "SUM" else None
+    np.testing.assert_allclose(blobs[0].data, naive(op, xs, coeffs), rtol=1e-12)
+    dy = np.random.default_rng(6).normal(size=SHAPE)
+    blobs[0].diff[...] = dy
+    layer.Backward([blobs[0]], [True] * 3, blobs)
+    if op == "SUM":
+        expected = [c * dy for c in coeffs]
+    elif op == "PROD":
+        expected = [dy * xs[1] * xs[2], dy * xs[0] * xs[2], dy * xs[0] * xs[1]]
+    else:
+        winner = np.argmax(np.stack(xs), axis=0)  # no ties in these values
+        expected = [dy * (winner == i) for i in range(3)]
+    for i, b in enumerate(blobs):
+        np.testing.assert_allclose(b.diff, expected[i], rtol=1e-12, err_msg="bottom %d" % i)

@@ -6,17 +6,19 @@ from ...backend import get_array_module
 from ...layer import Layer
 from ...proto import caffe_pb2
 from ...registry import register_layer
+from ..neuron.inplace_utils import InPlaceInputs
 
 EltwiseOp = caffe_pb2.EltwiseParameter
 
 
 @register_layer("Eltwise")
-class EltwiseLayer(Layer):
+class EltwiseLayer(InPlaceInputs, Layer):
     """Combine two or more blobs of the same shape element by element.
 
     Bottoms: x_1 ... x_K (K >= 2), all of the same shape.
-    Tops: y, the same shape: PROD: x_1 * ... * x_K; SUM: sum of coeff_i * x_i; MAX: the
-    largest x_i (on ties the later bottom of the first pair, then the earlier one, as Caffe).
+    Tops: y, the same shape (may be x_1: in place): PROD: x_1 * ... * x_K; SUM: sum of
+    coeff_i * x_i; MAX: the largest x_i (on ties the later bottom of the first pair, then the
+    earlier one, as Caffe).
     Params: ``eltwise_param { operation (SUM), coeff (one per bottom, or none for all 1; not
     allowed with PROD), stable_prod_grad (true) }``. ``stable_prod_grad`` computes the PROD
     gradient as the product of the other bottoms; when false it divides y by x_i.
@@ -50,23 +52,25 @@ class EltwiseLayer(Layer):
         if self.op not in (EltwiseOp.PROD, EltwiseOp.SUM, EltwiseOp.MAX):
             raise self.error("unknown eltwise operation %d" % self.op)
         y = top[0].write_data()
-        self.max_idx = combine(self.op, self.coeffs, [b.read_data() for b in bottom], y,
-                               get_array_module(y))
+        xs = [self.forward_input(bottom, top, i) for i in range(len(bottom))]
+        self.max_idx = combine(self.op, self.coeffs, xs, y, get_array_module(y))
 
     def backward(self, top, propagate_down, bottom):
-        dy = top[0].read_diff()
+        # in place, bottom 0's diff is the top's: read a copy
+        dy = self.backward_top_diff(top, bottom)
         for i, b in enumerate(bottom):
             if not propagate_down[i]:
                 continue
             if self.op == EltwiseOp.PROD:
                 if self.stable_prod_grad:
-                    others = [o.read_data() for j, o in enumerate(bottom) if j != i]
+                    others = [self.backward_input(bottom, top, j) for j in range(len(bottom))
+                              if j != i]
                     grad = others[0].copy()
                     for o in others[1:]:
                         grad *= o
                     grad *= dy
                 else:
-                    grad = top[0].read_data() / b.read_data() * dy
+                    grad = top[0].read_data() / self.backward_input(bottom, top, i) * dy
                 b.write_diff()[...] = grad
             elif self.op == EltwiseOp.SUM:
                 c = self.coeffs[i]
