@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from . import cuda_graphs, net_fold, net_int8, net_train_fuse, net_types, python_layers
+from . import cuda_graphs, net_fold, net_graph, net_int8, net_train_fuse, net_types, python_layers
 from .proto import protoio
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
@@ -192,7 +192,7 @@ class Net(BatchedCalls):
                 rec.top_ids.append(tid)
                 if tname is not None:
                     available.add(tname)
-            self._setup_layer(layer, rec.bottoms, rec.tops)
+            net_graph.set_up_keeping_in_place_shapes(lp, rec, self._blobs, self._setup_layer)
             for j, tid in enumerate(rec.top_ids):
                 self._blob_loss_weights[tid] = layer.loss(j)
             # params: read the layer's own param specs after setup (BatchNorm adds lr_mult 0)

@@ -5,6 +5,8 @@
 - :func:`insert_splits`: give every top that several layers consume (a use as a loss counts)
   a Split layer, with Caffe's layer and blob names;
 - :func:`infer_backward`: which layers of a built Net need backward, as Caffe prunes it;
+- :func:`set_up_keeping_in_place_shapes`: a layer in place on a blob must keep its shape (its
+  reshape of the top would reshape its own bottom);
 - :func:`apply_fork_options`: the forks' layer-wide options (Intel Caffe's ``engine`` string,
   NVCaffe's storage and math types) said in this schema's terms.
 """
@@ -203,3 +205,21 @@ def infer_backward(net, param):
                 net.blob_need_backward[bid] = net.blob_need_backward[bid] or nb
             for pid in range(len(layer.blobs)):
                 layer.set_param_propagate_down(pid, True)
+
+
+# ---- in-place layers -----------------------------------------------------------------------
+def set_up_keeping_in_place_shapes(lp, rec, blobs, setup):
+    """``setup(layer, bottoms, tops)`` for a layer record, then refuse the layer if it runs in
+    place on a blob (top j is bottom j) whose shape the setup changed; a Python layer may
+    reshape in place on purpose."""
+    before = {j: blobs[tid].shape for j, tid in enumerate(rec.top_ids)
+              if j < len(rec.bottom_ids) and rec.bottom_ids[j] == tid}
+    setup(rec.layer, rec.bottoms, rec.tops)
+    if lp.type == "Python":
+        return
+    for j, shape in before.items():
+        after = blobs[rec.top_ids[j]].shape
+        if after != shape:
+            raise NetError("layer '%s' (type %s) cannot run in place on blob '%s': its top has "
+                           "shape %s, its bottom %s; give the top a name of its own"
+                           % (lp.name, lp.type, lp.top[j], after, shape))

@@ -135,6 +135,27 @@ layer { name: "loss" type: "EuclideanLoss" bottom: "h" bottom: "t" top: "loss" }
     assert all(rec.need_backward for rec in forced.records)
 
 
+
+def test_a_layer_that_changes_its_blobs_shape_cannot_run_in_place():
+    """A Pooling of stride 2 in place on a convolution's top would reshape the blob under its
+    own input: the net refuses it at setup, naming the layer, the blob and both shapes (it ran
+    and gave -FLT_MAX and garbage, or failed later on the input's shape)."""
+    text = """
+layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 dim: 6 dim: 6 } } }
+layer { name: "conv" type: "Convolution" bottom: "x" top: "c"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }
+layer { name: "pool" type: "Pooling" bottom: "c" top: "c"
+        pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+"""
+    with pytest.raises(NetError, match=r"layer 'pool' \(type Pooling\) cannot run in place on "
+                                       r"blob 'c': its top has shape \(2, 4, 3, 3\), its bottom "
+                                       r"\(2, 4, 6, 6\)"):
+        Net(text, caffe.TEST)
+    # a stride-1 pooling that keeps the shape may run in place
+    kept = Net(text.replace("kernel_size: 2 stride: 2", "kernel_size: 3 stride: 1 pad: 1"),
+               caffe.TEST)
+    assert kept.blobs["c"].shape == (2, 4, 6, 6)
+
 def test_propagate_down_and_lr_mult_zero():
     text = """
 layer { name: "in" type: "Input" top: "x" top: "t" input_param { shape { dim: 2 dim: 3 } } }
