@@ -45,3 +45,14 @@ def test_clip_rejects_min_above_max():
     with pytest.raises(LayerError, match=r"Clip.*clip_param.min \(2\) must not be greater "
                                          r"than clip_param.max \(1\)"):
         layer.SetUp(random_blobs([(2, 3)]), empty_blobs(1))
+
+
+@pytest.mark.parametrize("params, missing", [("", "min and max"), ("clip_param { max: 6 }", "min"),
+                                             ("clip_param { min: -1 }", "max")])
+def test_clip_requires_both_bounds(params, missing):
+    """BVLC's ClipParameter marks min and max required; without them the layer clamped every
+    value to 0 (the unset fields' value)."""
+    layer = make_layer('type: "Clip" ' + params)
+    with pytest.raises(LayerError, match=r"clip_param needs both min and max \(Caffe requires "
+                                         r"them\), %s not given" % missing):
+        layer.SetUp(random_blobs([(2, 3)]), empty_blobs(1))

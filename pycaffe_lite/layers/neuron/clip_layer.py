@@ -13,8 +13,8 @@ class ClipLayer(BottomKeepingNeuronLayer):
 
     Bottoms: x (any shape). Tops: y, same shape; may be computed in place (a copy of x is kept
     for the backward pass, which Caffe does not do).
-    Params: ``clip_param { min max }`` (no defaults in the schema: unset means 0); min must not
-    exceed max.
+    Params: ``clip_param { min max }``, both required (Caffe's schema marks them required: a
+    net without them does not load there); min must not exceed max.
 
     Backward, as Caffe: the gradient passes where min <= x <= max (both ends inclusive) and is
     0 elsewhere: dx = dy * (min <= x <= max).
@@ -22,6 +22,10 @@ class ClipLayer(BottomKeepingNeuronLayer):
 
     def setup(self, bottom, top):
         p = self.layer_param.clip_param
+        missing = [name for name in ("min", "max") if not p.HasField(name)]
+        if missing:
+            raise self.error("clip_param needs both min and max (Caffe requires them), %s not "
+                             "given" % " and ".join(missing))
         self.set_bounds(float(p.min), float(p.max), "clip_param.min", "clip_param.max")
 
     def set_bounds(self, low, high, low_name="min", high_name="max"):
