@@ -374,7 +374,9 @@ class Plan:
 
 
 def _conv_ok(layer, rec):
+    # (a convolution in place on its bottom runs as the layer: its steps write a new store)
     return (layer.type in CONVOLUTIONS and len(rec.bottom_ids) == 1 and len(rec.top_ids) == 1
+            and rec.top_ids[0] != rec.bottom_ids[0]
             and not rec.need_backward and not layer.loss(0)
             and getattr(layer, "channel_axis", None) == 1
             and getattr(layer, "num_spatial_axes", None) == 2 and rec.bottoms[0].num_axes == 4)
@@ -426,7 +428,9 @@ def install(net, chains, keep_intermediates=True):
                 step = None
         elif all(r in blocked for r in roots) and roots and len(rec.top_ids) == 1 \
                 and not rec.need_backward and not layer.loss(0):
-            if layer.type == "Pooling" and layer.pool in (_Pool.MAX, _Pool.AVE):
+            # (a pooling in place on its bottom runs as the layer: its kernel writes a new store)
+            if layer.type == "Pooling" and layer.pool in (_Pool.MAX, _Pool.AVE) and \
+                    root(rec.top_ids[0]) != roots[0]:
                 step = PoolStep(plan, i, original)
             elif layer.type == "ReLU":
                 step = ReluStep(plan, i, original)

@@ -325,3 +325,35 @@ def test_wide_3x3_convolution_stays_on_winograd(tmp_path):
         assert steps == {"c1", "wide", "pool", "c3"}
     x = np.random.default_rng(9).uniform(-1, 1, (1, 3, 50, 50)).astype(np.float32)
     compare_every_blob(net, ref, x)
+
+
+def test_pooling_and_convolution_in_place_match_opencv(tmp_path):
+    """A stride-1 pooling and a shape-keeping convolution in place on their bottom (a blocked
+    blob): the pooling's blocked kernel read the store it was writing (off by tens), the
+    convolution's refused to run; both now run as their layers."""
+    cv2 = pytest.importorskip("cv2")
+
+    def text(c3_top):
+        return (INPUT % "2 dim: 3 dim: 12 dim: 12"
+                + conv("c1", "data", "c1", 16) + relu("r1", "c1")
+                + conv("c2", "c1", "x", 16) + relu("r2", "x")
+                + layer("pool", "Pooling", ["x"], ["x"],
+                        "pooling_param { pool: MAX kernel_size: 3 stride: 1 pad: 1 }")
+                + layer("ave", "Pooling", ["x"], ["x"],
+                        "pooling_param { pool: AVE kernel_size: 3 stride: 1 pad: 1 }")
+                + conv("c3", "x", c3_top, 16) + relu("r3", c3_top)
+                + conv("c4", c3_top, "out", 8))
+
+    proto = tmp_path / "net.prototxt"
+    proto.write_text(text("x"))
+    weights = weights_for(tmp_path, str(proto))
+    net = caffe.Net(str(proto), weights, caffe.TEST)
+    assert net.folding.blocked.steps  # the blocked path runs the other layers
+    x = np.random.default_rng(6).uniform(-1, 1, (2, 3, 12, 12)).astype(np.float32)
+    ours = net.forward(data=x)["out"]
+    # OpenCV takes no convolution in place after an in-place layer: it reads c3 out of place
+    apart = tmp_path / "apart.prototxt"
+    apart.write_text(text("y"))
+    reader = cv2.dnn.readNetFromCaffe(str(apart), weights)
+    reader.setInput(x)
+    close(ours, reader.forward("out"), "out")
