@@ -19,6 +19,7 @@ the variable is refused, and the entry points are not loaded.
 import importlib
 import logging
 import os
+import sys
 import threading
 
 from . import python_layers
@@ -52,10 +53,23 @@ def entry_points():
     return sorted(installed(group=GROUP), key=lambda ep: ep.name)
 
 
+def import_user_module(name):
+    """Import a module of the user's (a plugin, a ``Python`` layer's ``python_param.module``)
+    as Caffe users expect: the working directory is on ``sys.path`` first (as it is for
+    ``python -m`` and for pycaffe scripts, but not for the installed ``pycaffe-lite`` script,
+    whose folder Python puts there instead), and modules written since the last import are
+    seen."""
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    importlib.invalidate_caches()
+    return importlib.import_module(name)
+
+
 def import_module(name, where):
     """Import the plugin module ``name``; ``where`` says what named it (for the error)."""
     try:
-        return importlib.import_module(name)
+        return import_user_module(name)
     except Exception as exc:
         raise PluginError("cannot import plugin module '%s' (named by %s): %s: %s"
                           % (name, where, type(exc).__name__, exc)) from exc

@@ -120,6 +120,27 @@ def test_every_command_that_builds_nets_takes_the_flag(plugins, tmp_path, comman
         assert "TimesSeven" in proc.stdout
 
 
+def test_plugin_flag_finds_a_module_in_the_working_directory_with_the_installed_script(
+        plugins, tmp_path):
+    """custom-layers.md: the module may be "in the working directory". The installed
+    ``pycaffe-lite`` script puts its own folder on sys.path, not the working directory (as
+    ``python -m`` does): run such a script from the folder that holds the module, with nothing
+    else pointing at it."""
+    plugins(["TimesThree"], "--version")  # writes the net
+    script = tmp_path / "bin" / "pycaffe-lite"
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom pycaffe_lite.cli import main\nsys.exit(main())\n")
+    proc = subprocess.run(
+        [sys.executable, str(script), "test", "--model", str(tmp_path / "net.prototxt"),
+         "--weights", str(tmp_path / "w.caffemodel"), "--iterations", "1",
+         "--plugin", "timesthree"],
+        capture_output=True, text=True, cwd=str(plugins.folder), timeout=300,
+        env={k: v for k, v in dict(os.environ, PYTHONPATH=ROOT).items()
+             if k not in ("PYCAFFE_LITE_PLUGINS", "PYCAFFE_LITE_ALLOW_PYTHON_LAYERS")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Batch 0, x1 = 6" in proc.stderr
+
+
 def test_plugins_variable_names_several_modules(plugins):
     proc, values = score(["TimesFive", "TimesSeven"], run=plugins,
                          env={"PYCAFFE_LITE_PLUGINS": "timesfive, timesseven"})

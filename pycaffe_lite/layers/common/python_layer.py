@@ -20,12 +20,11 @@ imported: ``rpn.proposal_layer.ProposalLayer`` (py-faster-rcnn and R-FCN's regio
 (:mod:`pycaffe_lite.layers.detection.text_proposal_layer`).
 """
 
-import importlib
 import os
-import sys
 
 import numpy as np
 
+from ... import plugins
 from ...errors import LayerError
 from ...layer import Layer
 from ...registry import register_layer
@@ -42,12 +41,6 @@ BUILT_IN = {("rpn.proposal_layer", "ProposalLayer"): ProposalLayer,
             ("layers.text_proposal_layer", "ProposalLayer"): TextProposalLayer}
 
 
-def _ensure_cwd_on_path():
-    cwd = os.getcwd()
-    if "" not in sys.path and cwd not in sys.path:
-        sys.path.insert(0, cwd)
-
-
 def load_layer_class(layer_param):
     """The user's Layer subclass that ``layer_param.python_param`` names (a LayerError
     naming the module, the class and the layer when it cannot be had)."""
@@ -59,10 +52,8 @@ def load_layer_class(layer_param):
     if not p.layer:
         raise LayerError("python_param.layer is required (the name of the layer class in "
                          "module '%s')" % p.module, name, TYPE)
-    _ensure_cwd_on_path()
-    importlib.invalidate_caches()  # see modules written since the last import
     try:
-        module = importlib.import_module(p.module)
+        module = plugins.import_user_module(p.module)
     except ModuleNotFoundError as exc:
         built_in = BUILT_IN.get((p.module, p.layer))
         missing = exc.name or ""
