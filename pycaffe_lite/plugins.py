@@ -66,13 +66,45 @@ def import_user_module(name):
     return importlib.import_module(name)
 
 
+def not_found(name, exc):
+    """Whether ``exc``, raised importing ``name``, says that ``name`` itself (or a package
+    above it) is missing, rather than something the module's own code failed on."""
+    missing = getattr(exc, "name", None) or ""
+    return isinstance(exc, ModuleNotFoundError) and bool(missing) and (
+        missing == name or name.startswith(missing + "."))
+
+
+def import_failure(name, exc):
+    """``exc`` (raised importing ``name``) for an error message: the exception, and, where the
+    module was found but its code failed (a typo, a missing dependency), the line of the
+    module's file that failed."""
+    text = "%s: %s" % (type(exc).__name__, exc)
+    if not_found(name, exc):
+        return text
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return text  # its message already names the file and line
+    machinery = os.path.dirname(importlib.__file__)
+    frames, inside = [], False  # the frames below importlib's: the module's code
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.startswith("<frozen") or filename.startswith(machinery):
+            inside = True
+        elif inside:
+            frames.append((filename, tb.tb_lineno))
+        tb = tb.tb_next
+    if frames:  # the first is the module's own code
+        text += " (at %s, line %d: the module was found, its code failed)" % frames[0]
+    return text
+
+
 def import_module(name, where):
     """Import the plugin module ``name``; ``where`` says what named it (for the error)."""
     try:
         return import_user_module(name)
     except Exception as exc:
-        raise PluginError("cannot import plugin module '%s' (named by %s): %s: %s"
-                          % (name, where, type(exc).__name__, exc)) from exc
+        raise PluginError("cannot import plugin module '%s' (named by %s): %s"
+                          % (name, where, import_failure(name, exc))) from exc
 
 
 def _load_entry_point(ep):

@@ -486,6 +486,18 @@ def python_layer_module_missing(tmp):
                      'python_param { module: "no_such_module" layer: "L" } }'))
 
 
+@case(LayerError, "layer 'py' (type Python)", "cannot import python_param.module "
+      "'layer_needing_a_dependency': ModuleNotFoundError: No module named "
+      "'no_such_dependency_xyz' (at {tmp}/layer_needing_a_dependency.py, line 2: the module "
+      "was found, its code failed)")
+def python_layer_module_whose_import_fails(tmp, monkeypatch):
+    # the module is there (in the working directory); what it imports is not
+    write(tmp, "layer_needing_a_dependency.py", "import os\nimport no_such_dependency_xyz\n")
+    monkeypatch.chdir(tmp)
+    build(tmp, layer('layer { name: "py" type: "Python" bottom: "x" top: "y" '
+                     'python_param { module: "layer_needing_a_dependency" layer: "L" } }'))
+
+
 @case(LayerError, "layer 'loss' (type SoftmaxWithLoss)", "number of labels must match")
 def softmax_label_count_mismatch(tmp):
     build(tmp, CLASSIFIER.replace('"ip" type: "InnerProduct" bottom: "x"',

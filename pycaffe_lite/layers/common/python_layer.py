@@ -54,20 +54,15 @@ def load_layer_class(layer_param):
                          "module '%s')" % p.module, name, TYPE)
     try:
         module = plugins.import_user_module(p.module)
-    except ModuleNotFoundError as exc:
-        built_in = BUILT_IN.get((p.module, p.layer))
-        missing = exc.name or ""
-        if built_in is not None and missing and (
-                missing == p.module or p.module.startswith(missing + ".")):
-            return built_in
-        raise LayerError("cannot import python_param.module '%s' (looked in the current "
-                         "directory %s and sys.path): %s: %s"
-                         % (p.module, os.getcwd(), type(exc).__name__, exc),
-                         name, TYPE) from exc
     except Exception as exc:
-        raise LayerError("cannot import python_param.module '%s' (looked in the current "
-                         "directory %s and sys.path): %s: %s"
-                         % (p.module, os.getcwd(), type(exc).__name__, exc),
+        built_in = BUILT_IN.get((p.module, p.layer))
+        if built_in is not None and plugins.not_found(p.module, exc):
+            return built_in
+        where = ("looked in the current directory %s and sys.path" % os.getcwd()
+                 if plugins.not_found(p.module, exc) else None)
+        raise LayerError("cannot import python_param.module '%s'%s: %s"
+                         % (p.module, " (%s)" % where if where else "",
+                            plugins.import_failure(p.module, exc)),
                          name, TYPE) from exc
     cls = getattr(module, p.layer, None)
     where = getattr(module, "__file__", None) or p.module
