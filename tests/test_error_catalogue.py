@@ -168,6 +168,22 @@ def wrong_enum_value(tmp):
                      'pooling_param { pool: MAXX kernel_size: 2 } }'))
 
 
+@case(ProtoError, "net.prototxt:5:1:", "caffe.LayerParameter\" has no field named \"layer\"",
+      "is a '}' missing above this line")
+def missing_closing_brace(tmp):
+    # the ReLU's '}' is missing: the next 'layer {' is read inside it
+    build(tmp, layer('layer { name: "r" type: "ReLU" bottom: "x" top: "y"\n') +
+          'layer { name: "s" type: "Sigmoid" bottom: "y" top: "z" }\n')
+
+
+@case(ProtoError, "net.prototxt:3:", "caffe.ConvolutionParameter\" has no field named \"top\"",
+      "'top' is a field of LayerParameter, which holds the ConvolutionParameter: is a '}' "
+      "missing above this line")
+def field_left_in_an_inner_block(tmp):
+    build(tmp, layer('layer { name: "c" type: "Convolution" bottom: "x" '
+                     'convolution_param { num_output: 2 kernel_size: 1 top: "y" } }'))
+
+
 @case(ProtoError, "net.prototxt:3:", "Couldn't parse integer")
 def wrong_value_type(tmp):
     build(tmp, layer('layer { name: "ip" type: "InnerProduct" bottom: "x" top: "y" '

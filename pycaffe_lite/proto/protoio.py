@@ -61,7 +61,8 @@ def parse_text(text, message, path=None):
         raise ProtoError(
             "cannot parse %s as %s: %s%s" % (os.path.basename(_source_name(path)),
                                                message.DESCRIPTOR.name, detail,
-                                               _fork_hint(detail) or _field_hint(detail)),
+                                               _fork_hint(detail) or _brace_hint(detail, message)
+                                               or _field_hint(detail)),
             _source_name(path), line, column) from None
     return message
 
@@ -74,6 +75,27 @@ def _fork_hint(detail):
     m = _NO_FIELD.search(detail)
     fork = m and fork_fields.fork_of_field(m.group(1), m.group(2))
     return " (a field of the %s fork, not supported here)" % fork if fork else ""
+
+
+def _brace_hint(detail, message):
+    """A field that the message lacks but the message around it has (``layer`` in a
+    LayerParameter): a block above was left open, the usual cause being a missing '}'."""
+    m = _NO_FIELD.search(detail)
+    if not m:
+        return ""
+    inner, wrong = m.group(1), m.group(2)
+    outer = [(d, "which holds the " + inner) for d in
+             caffe_pb2.DESCRIPTOR.message_types_by_name.values()
+             if any(f.message_type is not None and f.message_type.name == inner
+                    for f in d.fields)]
+    if message.DESCRIPTOR.name != inner:
+        outer.append((message.DESCRIPTOR, "the file's top level"))
+    for descriptor, relation in outer:
+        if wrong in descriptor.fields_by_name:
+            return (" ('%s' is a field of %s, %s: is a '}' missing above this line, closing "
+                    "the block before it, or is the field in the wrong block?)"
+                    % (wrong, descriptor.name, relation))
+    return ""
 
 
 def _field_hint(detail):
