@@ -162,7 +162,9 @@ def misspelt_layer_field(tmp):
     build(tmp, layer('layer { name: "r" type: "ReLU" botom: "x" top: "y" }'))
 
 
-@case(ProtoError, "net.prototxt:3:", "no value named MAXX")
+@case(ProtoError, "net.prototxt:3:", "no value named MAXX", "Did you mean MAX?",
+      # caffe.proto's PoolMethod: MAX = 0, AVE = 1, STOCHASTIC = 2
+      "Values: MAX, AVE, STOCHASTIC.")
 def wrong_enum_value(tmp):
     build(tmp, layer('layer { name: "p" type: "Pooling" bottom: "x" top: "y" '
                      'pooling_param { pool: MAXX kernel_size: 2 } }'))

@@ -62,7 +62,7 @@ def parse_text(text, message, path=None):
             "cannot parse %s as %s: %s%s" % (os.path.basename(_source_name(path)),
                                                message.DESCRIPTOR.name, detail,
                                                _fork_hint(detail) or _brace_hint(detail, message)
-                                               or _field_hint(detail)),
+                                               or _field_hint(detail) or _enum_hint(detail)),
             _source_name(path), line, column) from None
     return message
 
@@ -96,6 +96,28 @@ def _brace_hint(detail, message):
                     "the block before it, or is the field in the wrong block?)"
                     % (wrong, descriptor.name, relation))
     return ""
+
+
+_NO_ENUM_VALUE = re.compile(r'Enum type "caffe\.([\w.]+)" has no value named (\w+)')
+
+
+def _enum_hint(detail):
+    """For an enum value the enum lacks, its values (and the closest, for a typo)."""
+    m = _NO_ENUM_VALUE.search(detail)
+    if not m:
+        return ""
+    try:
+        enum = caffe_pb2.DESCRIPTOR.pool.FindEnumTypeByName("caffe." + m.group(1))
+    except KeyError:
+        return ""
+    import difflib
+
+    names = [v.name for v in enum.values]
+    wrong = m.group(2)
+    close = [n for n in names if n.lower() == wrong.lower()] or \
+        difflib.get_close_matches(wrong, names, n=1, cutoff=0.6)
+    return "%s Values: %s." % (" Did you mean %s?" % close[0] if close else "",
+                               ", ".join(names))
 
 
 def _field_hint(detail):
