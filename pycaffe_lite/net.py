@@ -91,7 +91,7 @@ class Net(BatchedCalls):
                              "model and this file as the weights (building it as a net "
                              "failed: %s)" % (where, exc)) from exc
         if weights is not None:
-            self.copy_from(weights)
+            self.copy_from(weights, warn_unfilled=phase == TEST)
             if (phase == TEST and not self.int8_layers
                     and (net_fold.enabled_by_default() if fold is None else fold)):
                 net_fold.fold(self, keep_intermediates)
@@ -508,11 +508,11 @@ class Net(BatchedCalls):
                 dst.share_data(src)
 
     # -- weights in and out ----------------------------------------------------------------
-    def copy_from(self, path):
+    def copy_from(self, path, warn_unfilled=False):
         """Load trained weights from a ``.caffemodel`` (binary NetParameter) or Caffe HDF5."""
-        from . import weights
+        from . import weights  # warn_unfilled: see weights.copy_trained_layers
         with net_fold.refolding(self), net_types.weights_context(self):
-            weights.copy_trained_layers(self, path)
+            weights.copy_trained_layers(self, path, warn_unfilled)
 
     def to_proto(self, write_diff=False):
         param = caffe_pb2.NetParameter()

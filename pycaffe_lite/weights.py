@@ -15,22 +15,51 @@ from .proto.weights_file import is_hdf5, write_hdf5
 log = logging.getLogger("pycaffe_lite")
 
 
-def copy_trained_layers(net, path):
+def copy_trained_layers(net, path, warn_unfilled=False):
+    """Copy a ``.caffemodel``'s or HDF5 file's weights into ``net`` by layer name. With
+    ``warn_unfilled`` (a net built with its weights to run them, where a layer the file has
+    nothing for is a wrong name rather than fine-tuning), a warning names the layers whose
+    parameters keep their fillers' values."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ProtoError("weights file not found", path)
     if is_hdf5(path):
-        return copy_trained_layers_hdf5(net, path)
-    copy_trained_layers_from_param(net, weights_file.read_caffemodel(path), path)
+        filled = copy_trained_layers_hdf5(net, path)
+    else:
+        filled = copy_trained_layers_from_param(net, weights_file.read_caffemodel(path), path)
+    if warn_unfilled and filled:
+        _warn_unfilled(net, filled, path)
+
+
+def _warn_unfilled(net, filled, path):
+    """Warn about the layers with parameters of their own (not shared with a layer that was
+    filled) to which the file gave nothing: Caffe keeps their filler values silently."""
+    names = net.layer_names
+    ids = {i: (owner if owner >= 0 else i) for i, owner in enumerate(net.param_owners)}
+    done = {ids[i] for i, (layer_id, _) in enumerate(net.param_layer_indices)
+            if names[layer_id] in filled}
+    unfilled = []
+    for i, (layer_id, _) in enumerate(net.param_layer_indices):
+        name = names[layer_id]
+        if ids[i] not in done and name not in unfilled:
+            unfilled.append(name)
+    if unfilled:
+        log.warning("%s: no weights for layer%s %s of net '%s' (no layer of that name in the "
+                    "file): %s the fillers' initial values, not trained ones; rename the layer "
+                    "to the file's name for it, or check that this is the file for this net"
+                    % (path, "s" if len(unfilled) > 1 else "",
+                       ", ".join("'%s'" % n for n in unfilled), net.name,
+                       "they keep" if len(unfilled) > 1 else "it keeps"))
 
 
 def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
-    """Copy blobs layer by layer name; layers absent from the net are ignored (fine-tuning)."""
+    """Copy blobs layer by layer name; layers absent from the net are ignored (fine-tuning).
+    Returns the names of the net's layers that were given blobs."""
     layers = net.layer_dict
     if not len(source.layer):
         raise ProtoError("the weights file holds no layers (not a .caffemodel, or written "
                          "incompletely)", path)
-    copied = 0
+    copied = set()
     for src in source.layer:
         target = layers.get(src.name)
         if target is None:
@@ -38,7 +67,7 @@ def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
             continue
         if not len(src.blobs) and not target.blobs:
             continue
-        copied += 1
+        copied.add(src.name)
         log.debug("Copying source layer %s", src.name)
         if len(src.blobs) != len(target.blobs):
             raise ShapeError("%s: incompatible number of blobs for layer '%s': the file has %d, "
@@ -61,6 +90,7 @@ def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
         log.warning("%s: no layer of the weights file matches a layer with parameters of net "
                     "'%s' by name; nothing was copied (layers are matched by name)",
                     path, net.name)
+    return copied
 
 
 def _warn_nonfinite(arr, path, layer, index):
@@ -86,9 +116,11 @@ def copy_trained_layers_hdf5(net, path):
         if "data" not in f:
             raise ProtoError("HDF5 weights file has no 'data' group", path)
         data = f["data"]
+        copied = set()
         for name, layer in net.layer_dict.items():
             if name not in data:
                 continue
+            copied.add(name)
             group = data[name]
             # Caffe writes a param shared with an earlier layer's (param { name: ... }) only
             # at its owner: such a dataset may be missing (the owner's values are the ones)
@@ -112,6 +144,7 @@ def copy_trained_layers_hdf5(net, path):
                         % (path, j, name, _fmt(arr.shape), _fmt(blob.shape)))
                 blob.data[...] = arr
                 _warn_nonfinite(blob.data, path, name, j)
+    return copied
 
 
 def save_hdf5(net, path, write_diff=False):

@@ -415,3 +415,39 @@ def test_a_weights_file_given_as_the_net_definition_is_named(tmp_path):
         Net(str(binary), caffe.TEST)
     assert "unknown bottom blob 'x'" in str(info.value)
     assert "weights file" not in str(info.value)
+
+
+TWO_IP_NET = """
+name: "twoip"
+layer { name: "data" type: "Input" top: "x" input_param { shape { dim: 4 dim: 3 } } }
+layer { name: "ip1" type: "InnerProduct" bottom: "x" top: "h" param { name: "w1" }
+        inner_product_param { num_output: 3 bias_term: false
+                              weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "ip2" type: "InnerProduct" bottom: "h" top: "z"
+        inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.5 } } }
+layer { name: "ip3" type: "InnerProduct" bottom: "h" top: "t" param { name: "w1" }
+        inner_product_param { num_output: 3 bias_term: false
+                              weight_filler { type: "gaussian" std: 0.5 } } }
+"""
+
+
+def test_a_deploy_net_whose_layer_is_missing_from_the_weights_file_warns(tmp_path, caplog):
+    """Caffe copies by layer name and leaves a layer the file does not name at its filler
+    values, silently: a renamed layer in a deploy net then runs on random weights. A TEST
+    net built with its weights warns, naming the layer; ip3, which shares ip1's weights,
+    is filled through ip1 and not named."""
+    trained = Net(write(tmp_path, TWO_IP_NET), caffe.TEST)
+    trained.save(str(tmp_path / "w.caffemodel"))
+    renamed = write(tmp_path, TWO_IP_NET.replace('"ip2"', '"fc_new"'), "renamed.prototxt")
+    with caplog.at_level("WARNING", logger="pycaffe_lite"):
+        net = Net(renamed, str(tmp_path / "w.caffemodel"), caffe.TEST)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "no weights for layer 'fc_new' of net 'twoip'" in warned[0]
+    assert "w.caffemodel" in warned[0] and "ip3" not in warned[0]
+    np.testing.assert_array_equal(net.params["ip1"][0].data, trained.params["ip1"][0].data)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pycaffe_lite"):
+        Net(write(tmp_path, TWO_IP_NET, "same.prototxt"), str(tmp_path / "w.caffemodel"),
+            caffe.TEST)  # every layer in the file
+        Net(renamed, caffe.TRAIN).copy_from(str(tmp_path / "w.caffemodel"))  # fine-tuning
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

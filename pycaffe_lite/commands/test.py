@@ -35,8 +35,9 @@ def run(args):
     if not args.weights:
         raise CaffeError("need model weights to score: --weights path/to/weights.caffemodel")
     net = open_net(args, "TEST")
-    for name in [w for w in args.weights.split(",") if w]:
-        net.copy_from(name)
+    files = [w for w in args.weights.split(",") if w]
+    for name in files:
+        net.copy_from(name, warn_unfilled=len(files) == 1)
     log.info("Running for %d iterations.", args.iterations)
     weights = net.blob_loss_weights
     outputs = [(name, net.blobs[name], weights[name]) for name in net.outputs]
