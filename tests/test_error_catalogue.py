@@ -719,6 +719,17 @@ def missing_data_source(tmp):
     build(tmp, data_net(str(tmp / "nope")))
 
 
+@case(LayerError, "layer 'data' (type Data)", "'db' not found", "the path does not exist (a "
+      "relative path: from the working directory {tmp}/elsewhere)")
+def data_source_relative_to_another_directory(tmp, monkeypatch):
+    # Caffe opens a relative source from the working directory: a script run from another
+    # folder than the one the path was written for
+    lmdb_of(tmp, [datum_bytes()])
+    (tmp / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp / "elsewhere")
+    build(tmp, data_net("db"))
+
+
 @case(LayerError, "layer 'data' (type Data)", "source is empty", "name the database")
 def empty_data_source_field(tmp):
     build(tmp, data_net(""))

@@ -77,9 +77,11 @@ def _check_source(source, mode, backend):
         raise DBError("unknown database mode %r (use read, write or new)" % (mode,))
     if mode == READ:
         if not os.path.exists(source):
-            raise DBError("database '%s' not found (backend %s): the path does not exist; "
+            where = "" if os.path.isabs(source) else \
+                " (a relative path: from the working directory %s)" % os.getcwd()
+            raise DBError("database '%s' not found (backend %s): the path does not exist%s; "
                           "check the source path or create the database with "
-                          "convert_imageset / convert_mnist" % (source, backend.upper()))
+                          "convert_imageset / convert_mnist" % (source, backend.upper(), where))
         kind = _looks_like(source)
         if kind is not None and kind != backend:
             raise DBError("database '%s' looks like a %s database, not %s: set backend: %s in "
