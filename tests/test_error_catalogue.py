@@ -71,6 +71,15 @@ def build(folder, text, name="net.prototxt", phase=caffe.TRAIN):
     return net
 
 
+def _message(make):
+    """The message of the CaffeError that ``make()`` raises."""
+    try:
+        make()
+    except CaffeError as exc:
+        return str(exc)
+    raise AssertionError("no error")
+
+
 def layer(text):
     """A net of INPUT and one more layer line (line 3 of the file)."""
     return INPUT + text + "\n"
@@ -160,6 +169,20 @@ def unknown_field(tmp):
       "Did you mean 'bottom'?")
 def misspelt_layer_field(tmp):
     build(tmp, layer('layer { name: "r" type: "ReLU" botom: "x" top: "y" }'))
+
+
+@case(ProtoError, "solver.prototxt:1:1:", "NetParameter\" has no field named \"net\"",
+      "('net' is a field of SolverParameter: is this a solver file")
+def solver_given_as_the_net(tmp):
+    solver = solver_project(tmp)
+    assert "missing above" not in _message(lambda: caffe.Net(solver, caffe.TEST))
+    caffe.Net(solver, caffe.TEST)
+
+
+@case(ProtoError, "net.prototxt:1:1:", "SolverParameter\" has no field named \"name\"",
+      "('name' is a field of NetParameter: is this a net definition")
+def net_given_as_the_solver(tmp):
+    get_solver(write(tmp, "net.prototxt", TRAIN_NET))
 
 
 @case(ProtoError, "net.prototxt:3:", "no value named MAXX", "Did you mean MAX?",

@@ -62,6 +62,7 @@ def parse_text(text, message, path=None):
             "cannot parse %s as %s: %s%s" % (os.path.basename(_source_name(path)),
                                                message.DESCRIPTOR.name, detail,
                                                _fork_hint(detail) or _brace_hint(detail, message)
+                                               or _kind_hint(detail, message)
                                                or _field_hint(detail) or _enum_hint(detail)),
             _source_name(path), line, column) from None
     return message
@@ -84,18 +85,38 @@ def _brace_hint(detail, message):
     if not m:
         return ""
     inner, wrong = m.group(1), m.group(2)
+    if inner == message.DESCRIPTOR.name:
+        return ""  # the file's top level: no block is open there
     outer = [(d, "which holds the " + inner) for d in
              caffe_pb2.DESCRIPTOR.message_types_by_name.values()
              if any(f.message_type is not None and f.message_type.name == inner
                     for f in d.fields)]
-    if message.DESCRIPTOR.name != inner:
-        outer.append((message.DESCRIPTOR, "the file's top level"))
+    outer.append((message.DESCRIPTOR, "the file's top level"))
     for descriptor, relation in outer:
         if wrong in descriptor.fields_by_name:
             return (" ('%s' is a field of %s, %s: is a '}' missing above this line, closing "
                     "the block before it, or is the field in the wrong block?)"
                     % (wrong, descriptor.name, relation))
     return ""
+
+
+# The files given for one another: a solver as a net, a net as a solver.
+_KINDS = {"NetParameter": ("SolverParameter", "a solver file (give it as the solver: --solver, "
+                           "caffe.get_solver)"),
+          "SolverParameter": ("NetParameter", "a net definition (a solver names it in its "
+                              "'net' field; give it as --model or to caffe.Net)")}
+
+
+def _kind_hint(detail, message):
+    """A top-level field of the other kind of file: the wrong file was given."""
+    m = _NO_FIELD.search(detail)
+    kind = _KINDS.get(message.DESCRIPTOR.name)
+    if not m or not kind or m.group(1) != message.DESCRIPTOR.name:
+        return ""
+    other = caffe_pb2.DESCRIPTOR.message_types_by_name[kind[0]]
+    if m.group(2) not in other.fields_by_name:
+        return ""
+    return " ('%s' is a field of %s: is this %s?)" % (m.group(2), kind[0], kind[1])
 
 
 _NO_ENUM_VALUE = re.compile(r'Enum type "caffe\.([\w.]+)" has no value named (\w+)')
