@@ -91,3 +91,28 @@ def test_short_training_reaches_a_map_far_above_chance(tmp_path, monkeypatch):
 # 100 iterations of 32 images: well under 60 s of training on two free cores
 ITERS = 100
 MIN_MAP = 0.25
+
+
+def test_the_script_exits_with_the_trainings_status_when_training_fails(tmp_path):
+    """train_ssd_shapes.sh pipes the training through tee: a training that fails (here a
+    stand-in pycaffe-lite that exits 3) must fail the script, not print an empty mAP and exit
+    0. The script runs in a copy of the example whose data folders exist (no generation)."""
+    import shutil
+    import subprocess
+
+    example = tmp_path / "models" / "ssd_shapes"
+    (example / "data" / "train_lmdb").mkdir(parents=True)
+    (example / "data" / "test_lmdb").mkdir()
+    shutil.copy(os.path.join(EXAMPLE, "train_ssd_shapes.sh"), example)
+    fake = tmp_path / "bin" / "pycaffe-lite"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'pycaffe-lite train: error: no such solver' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=str(fake.parent) + os.pathsep + os.environ.get("PATH", ""))
+    proc = subprocess.run(["sh", str(example / "train_ssd_shapes.sh")], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "training failed (exit status 3)" in proc.stderr
+    assert "final test mAP" not in proc.stdout
+    assert "no such solver" in (example / "train.log").read_text()
+    assert not (example / "train.status").exists()

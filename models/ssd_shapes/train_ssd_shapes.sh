@@ -3,7 +3,6 @@
 # Builds the synthetic data set and its LMDBs on first use (create_data.sh); extra arguments
 # go to `pycaffe-lite train` (e.g. --gpu 0).
 set -e
-# (POSIX sh has no pipefail: a failed training shows in the log and as an empty mAP)
 cd "$(dirname "$0")/../.."
 
 if command -v pycaffe-lite >/dev/null 2>&1; then
@@ -19,6 +18,15 @@ fi
 # the solver tests every 250 iterations and at the end (eval_type "detection"): each test
 # logs "Test net output #0: detection_eval = <mAP>" over the 300 test images
 LOG=models/ssd_shapes/train.log
-$CAFFE train --solver models/ssd_shapes/ssd_shapes_solver.prototxt "$@" 2>&1 | tee "$LOG"
+# POSIX sh has no pipefail: the training's exit status goes through a file past tee
+STATUS=models/ssd_shapes/train.status
+{ status=0; $CAFFE train --solver models/ssd_shapes/ssd_shapes_solver.prototxt "$@" 2>&1 \
+    || status=$?; echo "$status" > "$STATUS"; } | tee "$LOG"
+status=$(cat "$STATUS")
+rm -f "$STATUS"
+if [ "$status" != 0 ]; then
+  echo "training failed (exit status $status): see $LOG" >&2
+  exit "$status"
+fi
 echo "final test mAP (VOC 11-point):" \
   "$(grep 'Test net output #0: detection_eval' "$LOG" | tail -n 1 | sed 's/.*= //')"
