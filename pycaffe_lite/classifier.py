@@ -67,11 +67,26 @@ class Classifier(Net):
         inputs = [np.asarray(im) for im in inputs]
         if not inputs:
             raise CaffeError("predict needs at least one image")
-        channels = inputs[0].shape[2] if inputs[0].ndim == 3 else None
         for i, im in enumerate(inputs):
-            if im.ndim != 3 or im.shape[2] != channels:
-                raise ShapeError("predict needs H x W x K images with one K: image %d has shape "
-                                 "%s (image 0 has %s channels)" % (i, im.shape, channels))
+            if im.ndim != 3:
+                raise ShapeError("predict needs H x W x K images: image %d has shape %s (a grey "
+                                 "image is H x W x 1: image[:, :, None], as "
+                                 "caffe.io.load_image(path, color=False) gives it)"
+                                 % (i, im.shape))
+        channels = inputs[0].shape[2]
+        for i, im in enumerate(inputs):
+            if im.shape[2] != channels:
+                raise ShapeError("predict needs images with one channel count: image %d has "
+                                 "shape %s, image 0 %s" % (i, im.shape, inputs[0].shape))
+        wanted = self.blobs[self.inputs[0]].shape
+        if len(wanted) == 4 and wanted[1] != channels:
+            raise ShapeError("the images have %d channel%s (H x W x %d), the net's input "
+                             "'%s' takes %d (%s)" % (channels, "s" if channels != 1 else "",
+                                                     channels, self.inputs[0], wanted[1],
+                                                "load them with caffe.io.load_image(path, "
+                                                "color=False)" if wanted[1] == 1 else
+                                                "load them in colour: caffe.io.load_image(path)"
+                                                if wanted[1] == 3 else "as many as the net's"))
         h, w = (int(d) for d in self.image_dims)
         resized = np.zeros((len(inputs), h, w, channels), dtype=np.float32)
         for i, im in enumerate(inputs):

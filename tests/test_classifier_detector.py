@@ -106,6 +106,22 @@ def test_classifier_checks(model):
         clf.predict([])
 
 
+def test_images_of_another_channel_count_than_the_net_are_named(model):
+    """Grey images (H x W x 1, as caffe.io.load_image(path, color=False) gives) for a net
+    whose input takes 3 channels: the error says both counts instead of naming a batch shape
+    the caller never made; a 2-D image says how to give a grey one."""
+    clf = caffe.Classifier(*model, image_dims=(6, 6))
+    with pytest.raises(ShapeError) as err:
+        clf.predict([np.zeros((6, 6, 1), np.float32)])
+    assert str(err.value) == ("the images have 1 channel (H x W x 1), the net's input 'data' "
+                              "takes 3 (load them in colour: caffe.io.load_image(path))")
+    with pytest.raises(ShapeError, match=r"image 0 has shape \(6, 6\) \(a grey image is "
+                                         r"H x W x 1: image\[:, :, None\]"):
+        clf.predict([np.zeros((6, 6), np.float32)])
+    with pytest.raises(ShapeError, match=r"image 1 has shape \(6, 6, 1\), image 0 \(6, 6, 3\)"):
+        clf.predict([np.zeros((6, 6, 3)), np.zeros((6, 6, 1))])
+
+
 # ---- Detector -------------------------------------------------------------------------------
 
 def detector(model, **kw):
