@@ -678,12 +678,32 @@ def missing_caffemodel(tmp):
     classifier(tmp).copy_from(str(tmp / "missing.caffemodel"))
 
 
+@case(ProtoError, "{tmp}/net.prototxt: this is a text file (a .prototxt net or solver "
+      "definition?), not binary weights")
+def prototxt_given_as_the_weights(tmp):
+    classifier(tmp).copy_from(str(tmp / "net.prototxt"))
+
+
+@case(ProtoError, "run_iter_2.caffemodel: this is a weights file (.caffemodel), not a solver "
+      "state", "--weights")
+def weights_given_as_the_snapshot(tmp, monkeypatch):
+    solver = trained_snapshot(tmp, monkeypatch)
+    solver.restore(str(tmp / "snaps" / "run_iter_2.caffemodel"))
+
+
+@case(ProtoError, "solver.prototxt: this is a text file", "not a binary solver state")
+def solver_prototxt_given_as_the_snapshot(tmp, monkeypatch):
+    solver = trained_snapshot(tmp, monkeypatch)
+    solver.restore(str(tmp / "solver.prototxt"))
+
+
 @case(ProtoError, "{tmp}", "is a directory")
 def caffemodel_is_a_directory(tmp):
     classifier(tmp).copy_from(str(tmp))
 
 
-@case(ProtoError, "run_iter_2.solverstate", "NetParameter")
+@case(ProtoError, "run_iter_2.solverstate: this is a solver state", "resume training from it "
+      "with --snapshot", "run_iter_2.caffemodel")
 def solverstate_given_as_weights(tmp, monkeypatch):
     trained_snapshot(tmp, monkeypatch)
     caffe.Net(str(tmp / "net.prototxt"), caffe.TRAIN).copy_from(

@@ -38,9 +38,50 @@ def read_caffemodel(path):
     are not this schema's there is kept aside with a warning (:func:`protoio.read_binary`)."""
     from . import upgrade
 
-    source = protoio.read_binary(path, caffe_pb2.NetParameter())
+    try:
+        source = protoio.read_binary(path, caffe_pb2.NetParameter())
+    except ProtoError:
+        hint = other_kind(path, "weights")
+        if not hint:
+            raise
+        raise ProtoError(hint, path) from None
     upgrade.upgrade_net_as_needed(source, path)
     return source
+
+
+def other_kind(path, expected):
+    """Where the file at ``path``, wanted as ``expected`` ("weights" or "solver state"), is
+    plainly another kind of Caffe file (a prototxt, a solver state, a .caffemodel): a sentence
+    saying so and where it goes; else "". Parsed strictly, so that no warning is logged."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return ""
+    if data and protoio.looks_like_text(data):
+        return ("this is a text file (a .prototxt net or solver definition?), not %s: "
+                "give the binary file that training wrote (.%s)"
+                % ("binary weights" if expected == "weights" else "a binary solver state",
+                   "caffemodel" if expected == "weights" else "solverstate"))
+    try:
+        if expected == "weights":
+            state = caffe_pb2.SolverState.FromString(data)
+            if len(state.history) and state.learned_net:
+                return ("this is a solver state (.solverstate, which training writes next to "
+                        "the .caffemodel), not weights: resume training from it with "
+                        "--snapshot (solver.restore), or give the .caffemodel it names (%s) "
+                        "as the weights" % state.learned_net)
+        else:
+            net = caffe_pb2.NetParameter.FromString(data)
+            if any(len(lp.blobs) for lp in list(net.layer) + list(net.layers)):
+                return ("this is a weights file (.caffemodel), not a solver state: fine-tune "
+                        "from it with --weights (net.copy_from), or resume from the "
+                        ".solverstate written with it")
+    except (DecodeError, ValueError, RuntimeError):
+        return ""
+    return ""
 
 
 def write_hdf5(path, fill, what="HDF5 file"):

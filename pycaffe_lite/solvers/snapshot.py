@@ -163,7 +163,18 @@ def _learned_net_path(learned_net, state_file):
 
 
 def _restore_binary(solver, state_file):
-    state = protoio.read_binary(state_file, caffe_pb2.SolverState())
+    from ..proto.weights_file import other_kind  # another kind of file given: say which
+    try:
+        state = protoio.read_binary(state_file, caffe_pb2.SolverState())
+    except ProtoError:
+        hint = other_kind(state_file, "solver state")
+        if not hint:
+            raise
+        raise ProtoError(hint, state_file) from None
+    if not len(state.history) and not state.learned_net:
+        hint = other_kind(state_file, "solver state")
+        if hint:
+            raise ProtoError(hint, state_file)
     solver.iter = state.iter
     if state.HasField("learned_net") and state.learned_net:
         solver.net.copy_from(_learned_net_path(state.learned_net, state_file))
