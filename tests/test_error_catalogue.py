@@ -773,6 +773,14 @@ def data_source_relative_to_another_directory(tmp, monkeypatch):
     build(tmp, data_net("db"))
 
 
+@case(LayerError, "layer 'data' (type Data)", "mean_file '{tmp}/mean.npy' is a NumPy .npy file",
+      "BlobProto (.binaryproto")
+def numpy_file_as_the_mean_file(tmp):
+    np.save(str(tmp / "mean.npy"), np.zeros((3, 4, 4), np.float32))
+    build(tmp, data_net(lmdb_of(tmp, [datum_bytes()])).replace(
+        "data_param", 'transform_param { mean_file: "%s" } data_param' % (tmp / "mean.npy")))
+
+
 @case(LayerError, "layer 'data' (type Data)", "source is empty", "name the database")
 def empty_data_source_field(tmp):
     build(tmp, data_net(""))

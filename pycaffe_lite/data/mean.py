@@ -24,6 +24,17 @@ def load_mean(path):
     try:
         proto = protoio.read_binary(path, caffe_pb2.BlobProto())
     except ProtoError as exc:
+        try:
+            with open(path, "rb") as f:
+                numpy_file = f.read(6) == b"\x93NUMPY"
+        except OSError:
+            numpy_file = False
+        if numpy_file:  # pycaffe's Transformer takes .npy means, a prototxt does not
+            raise DataError("mean_file '%s' is a NumPy .npy file; a prototxt's mean_file is a "
+                            "BlobProto (.binaryproto, as compute_image_mean writes it): from a "
+                            "C x H x W array, write one with open(out, 'wb').write(caffe.io."
+                            "array_to_blobproto(np.load(path)[None]).SerializeToString())"
+                            % path) from None
         raise DataError("cannot read mean_file: %s" % exc) from None
     try:
         arr = blobproto_to_array(proto)
