@@ -247,7 +247,8 @@ def bench_zoo(name, batch, iters, torch, torch_model=None):
 def train_step_breakdown(net, step, steps=2):
     """Milliseconds per step spent in each layer type, forward and backward, over ``steps``
     extra steps of ``step`` (each kind of net_train_fuse's chains, BatchNorm -> Scale -> ReLU,
-    Eltwise -> ReLU, Convolution -> ReLU, as one entry): {"layers", "forward", "backward"}, the types by time spent."""
+    Eltwise -> ReLU, Convolution -> ReLU, as one entry): {"layers", "forward", "backward"},
+    the types by time spent."""
     clock = time.perf_counter
     spent = {}
 
