@@ -13,7 +13,8 @@ import os
 
 import numpy as np
 
-from . import cuda_graphs, net_fold, net_graph, net_int8, net_train_fuse, net_types, python_layers
+from . import (cuda_graphs, net_fold, net_graph, net_int8, net_train_fuse, net_types, plugins,
+               python_layers)
 from .proto import protoio
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError
@@ -594,7 +595,6 @@ def _call_layer(layer, step, bottom, fn, *args):
         own = type(layer).__module__.startswith(__package__ + ".")
         if own and not isinstance(exc, LAYER_FAILURES):
             raise
-        shapes = ", ".join(str(b.shape) for b in bottom)
-        raise LayerError("%s failed with bottom shapes [%s]: %s: %s"
-                         % (step, shapes, type(exc).__name__, exc), layer.name,
-                         layer.type) from exc
+        raise LayerError("%s failed with bottom shapes [%s]: %s: %s%s" % (
+            step, ", ".join(str(b.shape) for b in bottom), type(exc).__name__, exc,
+            "" if own else plugins.raised_in(exc, layer)), layer.name, layer.type) from exc

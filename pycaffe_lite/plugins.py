@@ -98,6 +98,18 @@ def import_failure(name, exc):
     return text
 
 
+def raised_in(exc, layer):
+    """' (at FILE, line N)': the last line of ``layer``'s own module (a layer of the user's)
+    that ``exc`` went through, for an error that names the layer on one line; "" when none."""
+    path = getattr(sys.modules.get(type(layer).__module__), "__file__", None)
+    found, tb = None, exc.__traceback__
+    while path and tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(path):
+            found = tb.tb_lineno
+        tb = tb.tb_next
+    return " (at %s, line %d)" % (path, found) if found else ""
+
+
 def import_module(name, where):
     """Import the plugin module ``name``; ``where`` says what named it (for the error)."""
     try:

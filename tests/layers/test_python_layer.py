@@ -140,3 +140,23 @@ def test_python_layer_error_through_a_net(user_dir):
     with pytest.raises(LayerError, match=r"layer 'mult' \(type Python\): module .* has no "
                                          r"class 'Nope'"):
         caffe.Net(bad, caffe.TRAIN)
+
+
+def test_python_layer_failure_names_the_line_of_the_users_module(user_dir):
+    """A Python layer's set-up or forward that raises: the one-line error names the layer and
+    the line of the user's file it failed at (setup: float('') on the line that reads
+    param_str; forward: a top of another shape than its bottom, on the line that writes it)."""
+    lines = textwrap.dedent(USER_CODE).splitlines()
+    setup_line = 1 + next(i for i, t in enumerate(lines) if "float(self.param_str)" in t)
+    forward_line = 1 + next(i for i, t in enumerate(lines) if "top[0].data[...] =" in t)
+    path = str(user_dir / (MODULE + ".py"))
+    with pytest.raises(LayerError) as err:
+        caffe.Net(NET.replace('param_str: "2.5"', 'param_str: ""'), caffe.TRAIN)
+    assert str(err.value).startswith("layer 'mult' (type Python): setup failed")
+    assert str(err.value).endswith("(at %s, line %d)" % (path, setup_line))
+    net = caffe.Net(NET, caffe.TRAIN)
+    net.layers[1].reshape = lambda bottom, top: top[0].reshape(5)  # forward then broadcasts
+    with pytest.raises(LayerError) as err:
+        net.forward()
+    assert str(err.value).startswith("layer 'mult' (type Python): forward failed")
+    assert str(err.value).endswith("(at %s, line %d)" % (path, forward_line))
