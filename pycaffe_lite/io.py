@@ -370,8 +370,10 @@ class Transformer:
         self.raw_scale[in_] = scale
 
     def set_mean(self, in_, mean):
-        """Mean to subtract: one value per channel (shape (K,)) or a full K x H x W (or H x W
-        for one channel) array matching the input."""
+        """Mean to subtract: one value per channel (shape (K,)) or a full K x H' x W' (or
+        H' x W' for one channel) array. A full mean of another height and width than the
+        input is resized to the input's with :func:`resize_image` (bilinear), as pycaffe
+        does: ImageNet's 3 x 256 x 256 mean file serves a 227 x 227 input."""
         self._check_input(in_)
         mean = np.asarray(mean, dtype=np.float32)
         shape = self.inputs[in_]
@@ -385,11 +387,16 @@ class Transformer:
             if len(ms) != 3:
                 raise ShapeError("set_mean '%s': mean must be (K,), (H, W) or (K, H, W), got "
                                  "shape %s" % (in_, mean.shape))
-            if tuple(ms) != tuple(shape[1:]):
+            if len(shape) != 4 or ms[0] != shape[1]:
                 raise ShapeError("set_mean '%s': mean shape %s does not match the input shape "
-                                 "%s (resize the mean or give one value per channel)"
-                                 % (in_, mean.shape, tuple(shape[1:])))
+                                 "%s (a full mean needs the input's channels; its height and "
+                                 "width are resized)" % (in_, mean.shape, tuple(shape[1:])))
             mean = mean.reshape(ms)
+            if tuple(ms[1:]) != tuple(shape[2:]):
+                if not mean.size:
+                    raise ShapeError("set_mean '%s': the mean of shape %s is empty"
+                                     % (in_, ms))
+                mean = resize_image(mean.transpose(1, 2, 0), shape[2:]).transpose(2, 0, 1)
         self.mean[in_] = mean
 
     def set_input_scale(self, in_, scale):

@@ -84,6 +84,19 @@ def test_predict_oversample_averages_ten_crops(model):
     assert not np.allclose(pred[0], clf.predict(ims[:1], oversample=False)[0])
 
 
+def test_a_full_mean_larger_than_the_input_is_resized(model):
+    # as pycaffe's classify.py: a K x 256 x 256 mean file for a 227 x 227 input; here a
+    # 3 x 9 x 9 mean, constant per channel, for the 4 x 4 input gives MEAN's scores
+    proto, weights = model
+    full = np.ones((3, 9, 9), np.float32) * MEAN[:, np.newaxis, np.newaxis]
+    clf = caffe.Classifier(proto, weights, image_dims=(6, 6), mean=full, raw_scale=255.0,
+                           channel_swap=(2, 1, 0))
+    assert clf.transformer.mean["data"].shape == (3, 4, 4)
+    im = images()[0]
+    np.testing.assert_allclose(clf.predict([im], oversample=False)[0],
+                               expected_scores(im[1:5, 1:5]), rtol=1e-5)
+
+
 def test_default_image_dims_is_the_input_size(model):
     clf = classifier(model)
     assert tuple(clf.image_dims) == (4, 4)
@@ -96,7 +109,7 @@ def test_default_image_dims_is_the_input_size(model):
 def test_classifier_checks(model):
     proto, weights = model
     with pytest.raises(ShapeError, match="does not match the input shape"):
-        caffe.Classifier(proto, weights, mean=np.zeros((3, 5, 5)))
+        caffe.Classifier(proto, weights, mean=np.zeros((2, 4, 4)))
     with pytest.raises(ShapeError, match="smaller than the net's input"):
         caffe.Classifier(proto, weights, image_dims=(3, 8))
     clf = classifier(model)

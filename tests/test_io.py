@@ -95,12 +95,35 @@ def test_two_d_mean_for_a_single_channel_input():
     np.testing.assert_array_equal(out, [[[9.0, 8.0], [7.0, 6.0]]])
 
 
+def test_a_full_mean_of_another_size_is_resized_bilinearly():
+    # pycaffe resizes a K x H' x W' mean to the input's H x W (classify.py gives the 256 x 256
+    # ImageNet mean to a 227 x 227 net). Doubling 2 x 2 by bilinear interpolation with pixel
+    # centres at (i + 0.5) / 2 - 0.5 takes [a, b] to [a, .75a + .25b, .25a + .75b, b].
+    mean = np.array([[[1, 2], [3, 5]], [[0, 10], [20, 40]], [[7, 7], [1, 1]]], np.float32)
+    rows = np.array([[1, 0], [0.75, 0.25], [0.25, 0.75], [0, 1]])
+    expected = np.stack([rows @ m @ rows.T for m in mean])
+    t = cio.Transformer({"data": (1, 3, 4, 4)})
+    t.set_transpose("data", (2, 0, 1))
+    t.set_mean("data", mean)
+    np.testing.assert_allclose(t.mean["data"], expected, rtol=1e-6)
+    img = np.full((4, 4, 3), 100.0, np.float32)
+    np.testing.assert_allclose(t.preprocess("data", img), 100.0 - expected, rtol=1e-6)
+    # smaller: a mean constant per channel stays those constants; an H' x W' mean for one
+    # channel is resized too
+    t.set_mean("data", np.ones((3, 9, 7), np.float32) * np.float32([[[104]], [[117]], [[123]]]))
+    np.testing.assert_allclose(t.mean["data"], np.broadcast_to([[[104]], [[117]], [[123]]],
+                                                                (3, 4, 4)))
+    g = cio.Transformer({"data": (1, 1, 4, 4)})
+    g.set_mean("data", mean[1])
+    np.testing.assert_allclose(g.mean["data"], expected[1:2], rtol=1e-6)
+
+
 def test_set_mean_shape_checks():
     t = cio.Transformer({"data": (1, 3, 4, 5)})
     with pytest.raises(ShapeError, match="per-channel mean has 4 values, the input has 3"):
         t.set_mean("data", np.zeros(4))
-    with pytest.raises(ShapeError, match=r"mean shape \(3, 4, 4\) does not match .*\(3, 4, 5\)"):
-        t.set_mean("data", np.zeros((3, 4, 4)))
+    with pytest.raises(ShapeError, match=r"mean shape \(2, 4, 5\) does not match .*\(3, 4, 5\)"):
+        t.set_mean("data", np.zeros((2, 4, 5)))
     with pytest.raises(ShapeError, match="must be"):
         t.set_mean("data", np.zeros((1, 3, 4, 5)))
     t.set_mean("data", np.zeros((3, 4, 5)))
