@@ -86,8 +86,8 @@ class Detector(Net):
         half_w = (x1 - x0 + 1) / 2.0
         center = np.array([y0 + half_h, x0 + half_w])
         box = np.round(np.tile(center, 2) + scale * np.array([-half_h, -half_w, half_h, half_w]))
-        full_h = box[2] - box[0]
-        full_w = box[3] - box[1]
+        full_h = box[2] - box[0] + 1  # inclusive extents, as R-CNN and pycaffe count them
+        full_w = box[3] - box[1] + 1
         scale_h = crop_size / full_h
         scale_w = crop_size / full_w
         pad_y = int(round(max(0.0, -box[0]) * scale_h))

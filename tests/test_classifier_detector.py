@@ -168,9 +168,10 @@ def test_crop_with_context_padding(model):
     im[:] = [0.3, 0.6, 0.7]
     crop = det.crop(im, np.array([0, 0, 4, 4]))
     # input 4 wide, 1 pixel of context: scale 4 / 2 = 2; the 5-pixel window centred at 2.5
-    # grows to rows/cols [-2, 8) (rounded), 10 pixels mapped onto 4 (0.4 per pixel); the 2
-    # pixels above/left of the image become round(0.8) = 1 row/col of mean; the rest,
-    # image rows/cols 0..8 (9 pixels -> round(3.6) = 4, capped at 4 - 1 = 3), fills 3 x 3
+    # grows to the box -2 .. 8 (rounded), 11 pixels counted inclusively as pycaffe's crop does,
+    # mapped onto 4 (4/11 per pixel); the 2 pixels above/left of the image become
+    # round(8/11) = 1 row/col of mean; the rest, image rows/cols 0..8 (9 pixels ->
+    # round(36/11) = 3), fills 3 x 3
     assert crop.shape == (4, 4, 3)
     np.testing.assert_allclose(crop[0], np.broadcast_to(det.crop_mean[0, 0], (4, 3)))
     np.testing.assert_allclose(crop[:, 0], np.broadcast_to(det.crop_mean[0, 0], (4, 3)))
@@ -180,6 +181,21 @@ def test_crop_with_context_padding(model):
     # after preprocessing the mean-filled border is exactly 0: 9 of 16 pixels carry the image
     np.testing.assert_allclose(pred, [9 / 16.0 * (255 * 0.7 - 10),
                                       9 / 16.0 * (255 * 0.3 - 30) + 0.5], rtol=1e-5)
+
+
+def test_context_crop_counts_the_box_inclusively(model):
+    # pycaffe's Detector.crop (after R-CNN): the window 2 .. 7 (half size 3, centre 5) grows by
+    # the scale 2 to the box -1 .. 11, whose size is 11 - (-1) + 1 = 13 pixels mapped onto 4;
+    # round(1 * 4/13) = 0 rows of padding above, the clipped box 0 .. 10 (11 pixels) becomes
+    # round(44/13) = 3 rows, and the last row and column stay the mean
+    det = detector(model, context_pad=1)
+    im = np.empty((10, 10, 3), dtype=np.float32)
+    im[:] = [0.3, 0.6, 0.7]
+    crop = det.crop(im, np.array([2, 2, 7, 7]))
+    np.testing.assert_allclose(crop[:3, :3], np.broadcast_to([0.3, 0.6, 0.7], (3, 3, 3)),
+                               rtol=1e-6)
+    np.testing.assert_allclose(crop[3], np.broadcast_to(det.crop_mean[0, 0], (4, 3)))
+    np.testing.assert_allclose(crop[:, 3], np.broadcast_to(det.crop_mean[0, 0], (4, 3)))
 
 
 def test_selective_search_is_not_bundled(model):
