@@ -65,3 +65,50 @@ class NumericError(CaffeError):
 class SnapshotError(CaffeError):
     """A snapshot that could not be written (full disk, missing folder); names the last
     complete snapshot to resume from."""
+
+
+# ---- a layer's own failure, named -------------------------------------------------------------
+_WITH_CAUSE_TYPE = {}
+
+
+def _layer_error_class(cause_type):
+    """A LayerError subclass that is also a ``cause_type`` (None when the two cannot be
+    combined: exception types with their own C layout, such as OSError or StopIteration)."""
+    if issubclass(LayerError, cause_type):  # a ValueError is a LayerError already
+        return LayerError
+    if cause_type not in _WITH_CAUSE_TYPE:
+        try:
+            cls = type("LayerError", (LayerError, cause_type),
+                       {"__module__": __name__, "__str__": BaseException.__str__,
+                        "__reduce__": _reduce_layer_failure, "cause_type": cause_type})
+        except TypeError:
+            cls = None
+        _WITH_CAUSE_TYPE[cause_type] = cls
+    return _WITH_CAUSE_TYPE[cause_type]
+
+
+def _reduce_layer_failure(error):
+    return _rebuild_layer_failure, (type(error).cause_type, error.args, dict(vars(error)))
+
+
+def _rebuild_layer_failure(cause_type, args, attributes):
+    cls = _layer_error_class(cause_type) or LayerError
+    error = cls.__new__(cls, *args)
+    BaseException.__init__(error, *args)
+    vars(error).update(attributes)
+    return error
+
+
+def layer_failure(cause, message, layer=None, layer_type=None):
+    """The LayerError for ``cause``, an exception a layer raised: ``message`` names the layer.
+    Where it can, the error is also an instance of ``cause``'s type (with its attributes), so
+    that ``except RuntimeError`` or a Python layer's own exception class still catches what the
+    layer raised, as in pycaffe, where a Python layer's exception reaches the caller as it is."""
+    cls = _layer_error_class(type(cause)) if not isinstance(cause, CaffeError) else None
+    if cls is None:
+        return LayerError(message, layer, layer_type)
+    error = cls(message, layer, layer_type)
+    for key, value in vars(cause).items():
+        if key not in ("layer", "layer_type"):
+            setattr(error, key, value)
+    return error

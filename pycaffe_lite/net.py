@@ -17,7 +17,7 @@ from . import (cuda_graphs, net_fold, net_graph, net_int8, net_train_fuse, net_t
                python_layers)
 from .proto import protoio
 from .blob import Blob
-from .errors import CaffeError, LayerError, NetError, ShapeError
+from .errors import CaffeError, LayerError, NetError, ShapeError, layer_failure
 from .layers import create_layer
 from .net_batches import BatchedCalls
 from .net_graph import apply_fork_options, filter_net, infer_backward, insert_splits
@@ -595,6 +595,6 @@ def _call_layer(layer, step, bottom, fn, *args):
         own = type(layer).__module__.startswith(__package__ + ".")
         if own and not isinstance(exc, LAYER_FAILURES):
             raise
-        raise LayerError("%s failed with bottom shapes [%s]: %s: %s%s" % (
+        raise layer_failure(exc, "%s failed with bottom shapes [%s]: %s: %s%s" % (
             step, ", ".join(str(b.shape) for b in bottom), type(exc).__name__, exc,
             "" if own else plugins.raised_in(exc, layer)), layer.name, layer.type) from exc

@@ -1,3 +1,5 @@
+import pickle
+
 import pytest
 
 import pycaffe_lite as caffe
@@ -68,3 +70,52 @@ def test_any_error_of_a_layer_of_ones_own_names_the_layer(error, tmp_path):
         assert type(info.value.__cause__) is error
     finally:
         LAYERS.unregister("TestOnlyFailing")
+
+
+class EndOfData(Exception):
+    """A Python layer's own exception, with a constructor of its own and an attribute."""
+
+    def __init__(self, epoch):
+        super().__init__("epoch %d is over" % epoch)
+        self.epoch = epoch
+
+
+@pytest.mark.parametrize("error", [RuntimeError, AssertionError, KeyError,
+                                   NotImplementedError, EndOfData])
+def test_a_layers_error_is_still_caught_by_its_own_type(error, tmp_path):
+    # pycaffe hands a Python layer's exception to the caller as it is (BVLC's
+    # test_python_layer.py expects RuntimeError from a layer raising RuntimeError in setup),
+    # so scripts catch it by its type: the LayerError naming the layer is also one
+    @register_layer("TestOnlyRaising")
+    class Raising(Layer):
+        def setup(self, bottom, top):
+            if self.layer_param.name == "early":
+                raise error(3)
+
+        def reshape(self, bottom, top):
+            top[0].reshape(bottom[0].shape)
+
+        def forward(self, bottom, top):
+            raise error(3)
+
+    try:
+        text = ('layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 2 } } }\n'
+                'layer { name: "%s" type: "TestOnlyRaising" bottom: "x" top: "y" }')
+        path = tmp_path / "net.prototxt"
+        path.write_text(text % "late")
+        net = caffe.Net(str(path), caffe.TEST)
+        with pytest.raises(error) as info:
+            net.forward()
+        assert isinstance(info.value, LayerError) and info.value.layer == "late"
+        assert "layer 'late' (type TestOnlyRaising): forward failed" in str(info.value)
+        assert type(info.value.__cause__) is error
+        if error is EndOfData:
+            assert info.value.epoch == 3
+        copy = pickle.loads(pickle.dumps(info.value))
+        assert isinstance(copy, error) and isinstance(copy, LayerError)
+        assert str(copy) == str(info.value)
+        path.write_text(text % "early")
+        with pytest.raises(error, match="layer 'early' .*setup failed"):
+            caffe.Net(str(path), caffe.TEST)
+    finally:
+        LAYERS.unregister("TestOnlyRaising")
