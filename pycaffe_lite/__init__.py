@@ -35,6 +35,7 @@ from . import draw  # noqa: E402
 from .net_spec import NetSpec, params, to_proto  # noqa: E402
 from .classifier import Classifier  # noqa: E402
 from .detector import Detector  # noqa: E402
+from .profiling import Timer  # noqa: E402
 
 # ``caffe.layers`` is pycaffe's net_spec pseudo-module; it also reaches the built-in layers'
 # package of the same name (its submodules and functions), which it shadows as an attribute.
@@ -66,6 +67,39 @@ def set_share_diffs(flag):
     return net_memory.set_enabled(flag)
 
 
+def init_log(level=0, stderr=False):
+    """pycaffe's ``caffe.init_log``: show pycaffe-lite's log from glog's ``level`` up (0 INFO,
+    1 WARNING, 2 ERROR, 3 FATAL) on standard error, in glog's format. ``stderr`` is accepted
+    (the log always goes to standard error)."""
+    import logging
+
+    from .tools_log import use_glog_format
+    levels = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.CRITICAL}
+    if level not in levels:
+        raise CaffeError("init_log: level must be 0 (INFO), 1 (WARNING), 2 (ERROR) or 3 "
+                         "(FATAL), got %r" % (level,))
+    logging.basicConfig()
+    logging.getLogger("pycaffe_lite").setLevel(levels[level])
+    use_glog_format()
+
+
+def log(message):
+    """pycaffe's ``caffe.log``: ``message`` into pycaffe-lite's log at INFO."""
+    import logging
+    logging.getLogger("pycaffe_lite").info("%s", message)
+
+
+def has_nccl():
+    """Whether NCCL can be used (CuPy with its NCCL binding and a GPU), as pycaffe's
+    ``caffe.has_nccl``."""
+    from .backend import GPUUnavailableError, nccl
+    try:
+        nccl()
+    except GPUUnavailableError:
+        return False
+    return True
+
+
 def layer_type_list():
     """Every registered layer type string, sorted."""
     from .layers import load_all
@@ -77,7 +111,8 @@ def layer_type_list():
 
 __all__ = ["Net", "TRAIN", "TEST", "Blob", "Layer", "CaffeError", "caffe_pb2", "set_mode_cpu",
            "set_mode_gpu", "set_device", "set_random_seed", "register_layer", "layer_type_list",
-           "set_cuda_graph", "set_allow_tf32", "set_share_diffs",
+           "set_cuda_graph", "set_allow_tf32", "set_share_diffs", "init_log", "log",
+           "has_nccl", "Timer",
            "io", "net_spec", "draw", "NetSpec", "layers", "params", "to_proto", "Classifier",
            "Detector", "SGDSolver", "NesterovSolver", "AdaGradSolver", "RMSPropSolver",
            "AdaDeltaSolver", "AdamSolver", "get_solver", "__version__"]

@@ -10,8 +10,9 @@ from .errors import NetError
 
 
 class BatchedCalls:
-    """Mixin of :class:`~pycaffe_lite.net.Net` (needs ``forward``, ``backward``, ``blobs``,
-    ``inputs``, ``outputs`` and ``layers``)."""
+    """Mixin of :class:`~pycaffe_lite.net.Net` (needs ``forward``, ``backward``,
+    ``forward_from_to``, ``backward_from_to``, ``blobs``, ``inputs``, ``outputs`` and
+    ``layers``)."""
 
     def forward_all(self, blobs=None, **kwargs):
         """Forward any number of items in batches of the net's batch size (pycaffe's); the
@@ -71,6 +72,25 @@ class BatchedCalls:
                 joined = np.concatenate(parts) if parts else np.zeros(0)
                 result[name] = joined[:total] if total is not None else joined
         return result
+
+    # pycaffe's underscored names, which scripts call too: ``_forward(start, end)`` and
+    # ``_backward(start, end)`` take layer indices (the forward returns the loss), ``_batch``
+    # cuts {name: items} into padded batches
+    def _forward(self, start, end):
+        if self.folding is not None and self.folding.cuts(start, end):
+            from . import net_fold  # a range that cuts a folded chain runs the layers unfolded
+            with net_fold.unfused(self):
+                return self.forward_from_to(start, end)
+        return self.forward_from_to(start, end)
+
+    def _backward(self, start, end):
+        self.backward_from_to(start, end)
+
+    def _batch(self, blobs):
+        return self._batches(blobs)
+
+    def _set_input_arrays(self, data, labels):
+        return self.set_input_arrays(data, labels)
 
     def set_input_arrays(self, data, labels, layer_index=0):
         """Point a MemoryData layer at arrays (pycaffe's set_input_arrays)."""

@@ -50,3 +50,37 @@ def time_layers(net, iterations, on_iteration=None):
             "backward": [v * scale for v in bwd], "forward_total": fwd_total * scale,
             "backward_total": bwd_total * scale, "total": total * scale,
             "total_all_ms": total * 1e3}
+
+
+class Timer:
+    """pycaffe's ``caffe.Timer``: ``start()``, ``stop()`` and ``ms``, the milliseconds between
+    the last start and stop (a running timer is stopped first; 0 before the first start).
+    In GPU mode the device's queued work is waited for at start and stop."""
+
+    def __init__(self):
+        self._begin = self._end = None
+
+    @property
+    def running(self):
+        return self._begin is not None and self._end is None
+
+    def start(self):
+        if not self.running:
+            synchronize()
+            self._begin, self._end = time.perf_counter(), None
+
+    def stop(self):
+        if self.running:
+            synchronize()
+            self._end = time.perf_counter()
+
+    @property
+    def ms(self):
+        if self._begin is None:
+            return 0.0
+        self.stop()
+        return (self._end - self._begin) * 1000.0
+
+    @property
+    def seconds(self):
+        return self.ms / 1000.0
