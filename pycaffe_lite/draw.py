@@ -174,8 +174,9 @@ def get_dot_graph(caffe_net, rankdir="LR", label_edges=True, phase=None, display
 
 class DotGraph(str):
     """DOT text (a ``str``) with the pydot methods scripts use on pycaffe's graphs:
-    ``to_string``, ``create(format=...)``, ``write(path, format=...)`` and ``write_png`` /
-    ``write_svg`` / ``write_pdf`` / ``write_raw``."""
+    ``to_string``, ``create(format=...)``, ``write(path, format=...)`` and, for any format,
+    ``create_<format>()`` (``create_png()`` for IPython's ``Image``) and
+    ``write_<format>(path)``."""
 
     def to_string(self):
         return str(self)
@@ -199,6 +200,17 @@ class DotGraph(str):
 
     def write_raw(self, path, prog="dot"):
         self.write(path, "raw", prog)
+
+    def __getattr__(self, name):
+        # pydot's per-format methods for any format: create_png(), create_svg(),
+        # write_jpg(path), write_dot(path), ...
+        for prefix in ("create_", "write_"):
+            if name.startswith(prefix) and len(name) > len(prefix):
+                fmt = name[len(prefix):]
+                if prefix == "create_":
+                    return lambda prog="dot", **_: self.create(fmt, prog or "dot")
+                return lambda path, prog="dot", **_: self.write(path, fmt, prog or "dot")
+        raise AttributeError("%s has no attribute '%s'" % (type(self).__name__, name))
 
 
 def get_pydot_graph(caffe_net, rankdir="LR", label_edges=True, phase=None, display_lrm=False):

@@ -155,6 +155,13 @@ def test_rendering_runs_dot_with_the_format(tmp_path, monkeypatch):
     assert (tmp_path / "net.pdf").read_bytes().startswith(b"ARGS -Tpdf\n")
     graph.write_raw(tmp_path / "net.raw")
     assert (tmp_path / "net.raw").read_text() == graph.to_string()
+    # pydot's per-format methods, for any format: create_png() (IPython's Image), write_jpg
+    assert graph.create_png() == b"ARGS -Tpng\n" + graph.to_string().encode()
+    assert graph.create_svg(prog="dot").startswith(b"ARGS -Tsvg\n")
+    graph.write_jpg(tmp_path / "net.jpg")
+    assert (tmp_path / "net.jpg").read_bytes().startswith(b"ARGS -Tjpg\n")
+    with pytest.raises(AttributeError):
+        graph.no_such_method()
 
 
 def test_failing_dot_reports_its_message(tmp_path, monkeypatch):
