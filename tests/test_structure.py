@@ -25,7 +25,8 @@ COMMAND_LINE_USERS = ("pycaffe_lite", "pycaffe_lite.__main__")
 # it, never a row above. Each entry names a module or a package (and all it holds).
 LAYERS = [
     ("command line", ["pycaffe_lite", "pycaffe_lite.cli", "pycaffe_lite.commands",
-                      "pycaffe_lite.net_spec", "pycaffe_lite.draw", "pycaffe_lite.detection",
+                      "pycaffe_lite.net_spec", "pycaffe_lite.coord_map", "pycaffe_lite.draw",
+                      "pycaffe_lite.detection",
                       "pycaffe_lite.tensorboard"]),
     ("training", ["pycaffe_lite.solvers", "pycaffe_lite.parallel"]),
     ("net", ["pycaffe_lite.net", "pycaffe_lite.net_graph", "pycaffe_lite.net_batches",
