@@ -48,8 +48,9 @@ def blobproto_to_array(blob, return_diff=False):
 def array_to_blobproto(arr, diff=None):
     """A ``BlobProto`` holding ``arr`` (and ``diff`` when given, which must match in size).
 
-    4-D arrays are described with the legacy ``num/channels/height/width`` fields, as pycaffe
-    writes them (so mean files stay readable by old tools); other ranks use ``shape``.
+    The shape goes into ``shape.dim`` for every rank, as pycaffe writes it (and as Caffe's
+    own Blob::ToProto does); :func:`blobproto_to_array` reads the legacy
+    ``num/channels/height/width`` fields too.
     """
     arr = np.asarray(arr)
     if diff is not None:
@@ -58,10 +59,7 @@ def array_to_blobproto(arr, diff=None):
             raise ShapeError("array_to_blobproto: diff has shape %s but the data has shape %s"
                              % (diff.shape, arr.shape))
     proto = caffe_pb2.BlobProto()
-    if arr.ndim == 4:
-        proto.num, proto.channels, proto.height, proto.width = (int(d) for d in arr.shape)
-    else:
-        proto.shape.dim.extend(int(d) for d in arr.shape)
+    proto.shape.dim.extend(int(d) for d in arr.shape)
     proto.data.extend(arr.astype(np.float32).ravel())
     if diff is not None:
         proto.diff.extend(diff.astype(np.float32).ravel())

@@ -321,20 +321,25 @@ def test_oversample_errors():
 
 # ---- messages -------------------------------------------------------------------------------
 
-def test_blobproto_round_trip_with_legacy_fields():
+def test_blobproto_round_trip_with_the_shape_field():
     arr = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
     diff = -arr
     proto = cio.array_to_blobproto(arr, diff)
-    assert (proto.num, proto.channels, proto.height, proto.width) == (1, 2, 3, 4)
+    # pycaffe's array_to_blobproto fills shape.dim for every rank, never the legacy fields
+    assert list(proto.shape.dim) == [1, 2, 3, 4]
+    assert not any(proto.HasField(f) for f in ("num", "channels", "height", "width"))
     assert list(proto.data) == list(range(24))
     np.testing.assert_array_equal(cio.blobproto_to_array(proto), arr)
     np.testing.assert_array_equal(cio.blobproto_to_array(proto, return_diff=True), diff)
     # float64, as pycaffe's np.array(blob.data) of the repeated float field
     assert cio.blobproto_to_array(proto).dtype == np.float64
-    # other ranks are described with ``shape``
+    # other ranks too
     vec = cio.array_to_blobproto(np.array([1.5, 2.5]))
     assert list(vec.shape.dim) == [2] and not vec.HasField("num")
     np.testing.assert_array_equal(cio.blobproto_to_array(vec), [1.5, 2.5])
+    # a BlobProto written with the legacy fields (old mean files) still reads
+    legacy = caffe_pb2.BlobProto(num=1, channels=2, height=3, width=4, data=arr.ravel())
+    np.testing.assert_array_equal(cio.blobproto_to_array(legacy), arr)
 
 
 def test_blobproto_vector_string_round_trip():
@@ -343,7 +348,7 @@ def test_blobproto_vector_string_round_trip():
     assert cio.arraylist_to_blobprotovecor_str is cio.arraylist_to_blobprotovector_str
     vec = caffe_pb2.BlobProtoVector()
     vec.ParseFromString(data)
-    assert len(vec.blobs) == 2 and vec.blobs[1].channels == 2
+    assert len(vec.blobs) == 2 and list(vec.blobs[1].shape.dim) == [1, 2, 3, 1]
     back = cio.blobprotovector_str_to_arraylist(data)
     for a, b in zip(arrays, back):
         np.testing.assert_array_equal(a, b)

@@ -135,6 +135,8 @@ def mutated(draw, data, descriptor):
     nodes = tree(data, descriptor)
     for _ in range(draw(st.integers(1, 3))):
         places = every_node(nodes)
+        if not places:  # a small message whose every field was dropped
+            break
         parent, node = places[draw(st.integers(0, len(places) - 1))]
         op = draw(st.sampled_from(["wire", "payload", "string", "message", "number", "drop",
                                    "double"]))
