@@ -48,7 +48,7 @@ class Net(BatchedCalls):
 
         Net(prototxt, phase)
         Net(prototxt, weights, phase)
-        Net(prototxt, phase, level=0, stages=(), weights=None)
+        Net(prototxt, phase, level=0, stages=(), weights=None)   # network_file=prototxt too
 
     A TEST net built with weights runs with BatchNorm, Scale and ReLU folded into the
     convolution or inner product before them (``fold=False`` or ``PYCAFFE_LITE_FOLD=0`` to
@@ -60,25 +60,25 @@ class Net(BatchedCalls):
     Intel Caffe's int8 convolutions run in int8 in TEST (``int8=False``: float; net_int8).
     """
 
-    def __init__(self, model, *args, phase=None, level=0, stages=(), weights=None,
+    def __init__(self, model=None, *args, phase=None, level=0, stages=(), weights=None,
                  dtype=np.float32, fold=None, keep_intermediates=True,
-                 allow_python_layers=None, int8=None):
-        args, self._int8 = list(args), int8
+                 allow_python_layers=None, int8=None, network_file=None):
+        args, self._int8, model = list(args), int8, network_file if model is None else model
         if args and isinstance(args[0], (str, bytes)) or (args and hasattr(args[0], "__fspath__")):
             weights = args.pop(0)
         if args:
             phase = args.pop(0)
         if args:
             raise CaffeError("Net(model, [weights,] phase): unexpected extra arguments %r" % args)
-        if phase is None:
-            raise CaffeError("Net needs a phase: Net(prototxt, pycaffe_lite.TRAIN or TEST)")
+        if model is None or phase is None:
+            raise CaffeError("Net needs a net definition and a phase: Net(prototxt, TRAIN/TEST)")
         if phase not in (TRAIN, TEST):
             raise CaffeError("phase must be pycaffe_lite.TRAIN (0) or TEST (1), got %r" % (phase,))
         self.dtype = np.dtype(dtype)
         param = protoio.read_net_param(model)
         param.state.phase = phase
         param.state.level = level
-        for s in stages:
+        for s in stages or ():  # pycaffe's default is None
             param.state.stage.append(s)
         where = os.fspath(model) if isinstance(model, (str, os.PathLike)) and \
             os.path.exists(model) else None

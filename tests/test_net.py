@@ -57,8 +57,13 @@ def test_constructor_forms_and_phase(tmp_path):
     net.save(weights)
     for other in (Net(path, weights, caffe.TEST), Net(path, caffe.TEST, weights=weights)):
         assert (other.params["ip"][0].data == 7).all()
-    with pytest.raises(CaffeError, match="needs a phase"):
+    with pytest.raises(CaffeError, match="and a phase"):
         Net(path)
+    # pycaffe's keywords (BVLC's Net_Init: network_file, phase, level, stages=None, weights)
+    other = Net(network_file=path, phase=caffe.TEST, level=0, stages=None, weights=weights)
+    assert (other.params["ip"][0].data == 7).all() and other.phase == caffe.TEST
+    with pytest.raises(CaffeError, match="needs a net definition"):
+        Net(phase=caffe.TEST)
 
 
 STATE_NET = """
