@@ -63,7 +63,8 @@ class Classifier(Net):
 
     def predict(self, inputs, oversample=True):
         """Class scores (N x C) of N images (H x W x K arrays): the average over the ten
-        oversampled crops, or the center crop's when ``oversample`` is False."""
+        oversampled crops (each image's scores flattened into one row, as pycaffe), or the
+        center crop's output as the net gives it when ``oversample`` is False."""
         inputs = [np.asarray(im) for im in inputs]
         if not inputs:
             raise CaffeError("predict needs at least one image")
@@ -101,7 +102,6 @@ class Classifier(Net):
         caffe_in = np.stack([self.transformer.preprocess(in_, c) for c in crops])
         out = self.forward_all(**{in_: caffe_in})
         predictions = out[self.outputs[0]]
-        if oversample:
-            predictions = predictions.reshape((len(inputs), 10) + predictions.shape[1:])
-            predictions = predictions.mean(axis=1)
+        if oversample:  # one row per image, flattened as pycaffe's (N x C for N x C x 1 x 1)
+            predictions = predictions.reshape((len(inputs), 10, -1)).mean(axis=1)
         return predictions

@@ -97,6 +97,29 @@ def test_a_full_mean_larger_than_the_input_is_resized(model):
                                expected_scores(im[1:5, 1:5]), rtol=1e-5)
 
 
+def test_oversampled_scores_of_a_convolutional_output_are_one_row_per_image(tmp_path):
+    # pycaffe averages the ten crops' outputs reshaped to (N, 10, -1): an N x C x 1 x 1 score
+    # map becomes N x C, while the center crop keeps the net's shape
+    proto = tmp_path / "conv.prototxt"
+    proto.write_text(DEPLOY.replace('type: "InnerProduct"', 'type: "Convolution"').replace(
+        "inner_product_param { num_output: 2 }", "convolution_param { num_output: 2 "
+        "kernel_size: 1 }"))
+    net = caffe.Net(str(proto), caffe.TEST)
+    w, b = net.params["score"]
+    w.data[...] = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]).reshape(2, 3, 1, 1)
+    b.data[...] = [0.0, 0.5]
+    weights = tmp_path / "conv.caffemodel"
+    net.save(str(weights))
+    clf = classifier((str(proto), str(weights)), image_dims=(6, 6))
+    ims = images()
+    center = clf.predict(ims, oversample=False)
+    assert center.shape == (3, 2, 1, 1)
+    np.testing.assert_allclose(center[0, :, 0, 0], expected_scores(ims[0][1:5, 1:5]), rtol=1e-5)
+    pred = clf.predict(ims)
+    assert pred.shape == (3, 2)
+    np.testing.assert_allclose(pred[2], [255 * 0.9 - 10, 255 * 0.2 - 30 + 0.5], rtol=1e-5)
+
+
 def test_default_image_dims_is_the_input_size(model):
     clf = classifier(model)
     assert tuple(clf.image_dims) == (4, 4)
