@@ -40,6 +40,20 @@ class MultLayer(caffe.Layer):
             bottom[0].diff[...] = top[0].diff * self.blobs[0].data[0]
 
 
+class OwnInit(caffe.Layer):
+    """An __init__ of its own taking the LayerParameter only, as pycaffe constructs layers."""
+
+    def __init__(self, param):
+        super().__init__(param)
+        self.factor = float(param.python_param.param_str)
+
+    def reshape(self, bottom, top):
+        top[0].reshape(*bottom[0].data.shape)
+
+    def forward(self, bottom, top):
+        top[0].data[...] = self.factor * bottom[0].data
+
+
 class NotALayer:
     pass
 
@@ -101,6 +115,18 @@ def test_python_layer_in_a_net(user_dir):
     assert restored.params["mult"][0].data[0] == 2.0
     assert len(restored.params["mult"]) == 1
     assert restored.layer_dict["mult"].seen_phase == caffe.TEST
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_python_layer_with_an_init_taking_the_layer_parameter_only(user_dir, dtype):
+    text = NET.replace('layer: "MultLayer" param_str: "2.5"', 'layer: "OwnInit" param_str: "4"')
+    net = caffe.Net(text, caffe.TEST, dtype=dtype)
+    layer = net.layer_dict["mult"]
+    assert type(layer).__name__ == "OwnInit" and layer.param_str == "4"
+    assert layer.dtype == dtype
+    y = net.forward(x=np.array([[1.0, -2.0, 0.5], [3.0, 0.0, -1.0]]), blobs=["y"])["y"]
+    np.testing.assert_array_equal(y, [[4.0, -8.0, 2.0], [12.0, 0.0, -4.0]])
+    assert y.dtype == dtype
 
 
 def test_python_layer_gradient_check(user_dir):

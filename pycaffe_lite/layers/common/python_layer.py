@@ -20,13 +20,14 @@ imported: ``rpn.proposal_layer.ProposalLayer`` (py-faster-rcnn and R-FCN's regio
 (:mod:`pycaffe_lite.layers.detection.text_proposal_layer`).
 """
 
+import inspect
 import os
 
 import numpy as np
 
 from ... import plugins
 from ...errors import LayerError
-from ...layer import Layer
+from ...layer import BlobVec, Layer
 from ...registry import register_layer
 from ..detection.proposal_layer import ProposalLayer
 from ..detection.text_proposal_layer import TextProposalLayer
@@ -82,7 +83,9 @@ class PythonLayer(Layer):
 
     ``PythonLayer(layer_param, dtype)`` imports ``python_param.module``, takes its class
     ``python_param.layer`` (a subclass of :class:`pycaffe_lite.Layer`), instantiates it with
-    ``(layer_param, dtype=dtype)`` and sets ``param_str`` (``python_param.param_str``) on it.
+    ``(layer_param, dtype=dtype)`` (``(layer_param)`` alone, as pycaffe, when the class has an
+    ``__init__`` of its own without ``dtype``) and sets ``param_str``
+    (``python_param.param_str``) on it.
     ``phase`` is the Layer's own (the layer parameter's phase, which the Net sets).
 
     The user's layer sees pycaffe-style blobs (``bottom[0].data``, ``top[0].reshape(*shape)``,
@@ -103,6 +106,35 @@ class PythonLayer(Layer):
             raise LayerError("a Python layer needs a LayerParameter with python_param",
                              None, TYPE)
         user_cls = load_layer_class(layer_param)
-        layer = user_cls(layer_param, dtype=dtype)
+        if _takes_dtype(user_cls):
+            layer = user_cls(layer_param, dtype=dtype)
+        else:  # pycaffe's contract: an __init__ of one's own that takes the LayerParameter only
+            layer = user_cls(layer_param)
+            _use_dtype(layer, dtype)
         layer.param_str = layer_param.python_param.param_str
         return layer
+
+
+def _takes_dtype(cls):
+    """Whether ``cls(layer_param, dtype=...)`` is accepted: the Layer's own __init__, or one of
+    the user's with a ``dtype`` or ``**kwargs`` parameter."""
+    init = getattr(cls, "__init__", None)
+    if init is Layer.__init__:
+        return True
+    try:
+        params = inspect.signature(init).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "dtype" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _use_dtype(layer, dtype):
+    """Give a layer built without ``dtype`` the net's (its saved blobs converted)."""
+    dtype = np.dtype(dtype)
+    if getattr(layer, "dtype", None) == dtype:
+        return
+    layer.dtype = dtype
+    blobs = BlobVec(dtype)
+    for blob in layer.blobs:
+        blobs.add_blob(*blob.shape).data[...] = blob.data
+    layer.blobs = blobs
