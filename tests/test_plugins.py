@@ -199,27 +199,22 @@ def test_a_plugin_that_cannot_be_imported_is_named_with_what_named_it(plugins, h
                     "named 'no_such_plugin_module'" % named_by), proc.stderr[-2000:]
 
 
-def test_a_plugin_that_fails_on_import_is_named_with_its_error(plugins):
-    (plugins.folder / "broken.py").write_text("import os\n\n"
-                                              "raise RuntimeError('half-written plugin')\n")
-    proc, _ = score(["TimesThree"], "--plugin", "broken", run=plugins)
+@pytest.mark.parametrize("module,code,error,line", [
+    ("broken", "import os\n\nraise RuntimeError('half-written plugin')\n",
+     "RuntimeError: half-written plugin", 3),
+    # 'No module named X' where X is what the plugin imports, not the plugin: the message names
+    # the plugin's file and line, so that it does not read as the plugin being missing
+    ("needs_dep", "import no_such_dependency_of_mine\n",
+     "ModuleNotFoundError: No module named 'no_such_dependency_of_mine'", 1)])
+def test_a_plugin_that_fails_on_import_is_named_with_its_error(plugins, module, code, error,
+                                                               line):
+    (plugins.folder / (module + ".py")).write_text(code)
+    proc, _ = score(["TimesThree"], "--plugin", module, run=plugins)
     assert proc.returncode == 1
     assert proc.stderr.splitlines()[-1] == (
-        "pycaffe-lite test: error: cannot import plugin module 'broken' (named by --plugin "
-        "broken): RuntimeError: half-written plugin (at %s, line 3: the module was found, its "
-        "code failed)" % (plugins.folder / "broken.py"))
-
-
-def test_a_plugin_whose_own_import_is_missing_says_the_module_was_found(plugins):
-    """'No module named X' where X is what the plugin imports, not the plugin: the message
-    names the plugin's file and line, so that it does not read as the plugin being missing."""
-    (plugins.folder / "needs_dep.py").write_text("import no_such_dependency_of_mine\n")
-    proc, _ = score(["TimesThree"], "--plugin", "needs_dep", run=plugins)
-    assert proc.returncode == 1
-    assert proc.stderr.splitlines()[-1] == (
-        "pycaffe-lite test: error: cannot import plugin module 'needs_dep' (named by --plugin "
-        "needs_dep): ModuleNotFoundError: No module named 'no_such_dependency_of_mine' (at %s, "
-        "line 1: the module was found, its code failed)" % (plugins.folder / "needs_dep.py"))
+        "pycaffe-lite test: error: cannot import plugin module '%s' (named by --plugin %s): "
+        "%s (at %s, line %d: the module was found, its code failed)"
+        % (module, module, error, plugins.folder / (module + ".py"), line))
 
 
 @pytest.mark.parametrize("how", ["flag", "variable", "entry point"])

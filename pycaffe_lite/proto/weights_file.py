@@ -38,15 +38,22 @@ def read_caffemodel(path):
     are not this schema's there is kept aside with a warning (:func:`protoio.read_binary`)."""
     from . import upgrade
 
+    source = read_expecting(path, caffe_pb2.NetParameter(), "weights")
+    upgrade.upgrade_net_as_needed(source, path)
+    return source
+
+
+def read_expecting(path, message, expected):
+    """``protoio.read_binary(path, message)``; a file that does not parse and is plainly
+    another kind of Caffe file than ``expected`` raises a ProtoError saying so
+    (:func:`other_kind`)."""
     try:
-        source = protoio.read_binary(path, caffe_pb2.NetParameter())
+        return protoio.read_binary(path, message)
     except ProtoError:
-        hint = other_kind(path, "weights")
+        hint = other_kind(path, expected)
         if not hint:
             raise
         raise ProtoError(hint, path) from None
-    upgrade.upgrade_net_as_needed(source, path)
-    return source
 
 
 def other_kind(path, expected):

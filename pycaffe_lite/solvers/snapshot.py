@@ -163,14 +163,8 @@ def _learned_net_path(learned_net, state_file):
 
 
 def _restore_binary(solver, state_file):
-    from ..proto.weights_file import other_kind  # another kind of file given: say which
-    try:
-        state = protoio.read_binary(state_file, caffe_pb2.SolverState())
-    except ProtoError:
-        hint = other_kind(state_file, "solver state")
-        if not hint:
-            raise
-        raise ProtoError(hint, state_file) from None
+    from ..proto.weights_file import other_kind, read_expecting  # another kind: say which
+    state = read_expecting(state_file, caffe_pb2.SolverState(), "solver state")
     if not len(state.history) and not state.learned_net:
         hint = other_kind(state_file, "solver state")
         if hint:
