@@ -409,3 +409,21 @@ def test_dropout_scale_train_false_in_a_prototxt():
         'dropout_ratio: 0.25 scale_train: false } }', caffe.TEST)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_allclose(net.forward(d=x)["o"], x * 0.75, rtol=1e-7)
+
+
+def test_pspnet_bn_field_names_the_fork(tmp_path):
+    # The first BN layer of hszhao/PSPNet evaluation/prototxt/pspnet50_ADE20K_473.prototxt
+    # (commit 798bdc907c8630e8c3997ebfdd0d7cae0c5ab03b). PSPNet's BNParameter (slope_filler,
+    # bias_filler, momentum, eps, frozen; LayerParameter field 152) is not SegNet's.
+    path = tmp_path / "pspnet50.prototxt"
+    path.write_text('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
+                    'layer {\n  name: "conv1_1_3x3_s2/bn"\n  type: "BN"\n  bottom: "data"\n'
+                    '  top: "data"\n  bn_param {\n'
+                    '    slope_filler {\n      type: "constant"\n      value: 1\n    }\n'
+                    '    bias_filler {\n      type: "constant"\n      value: 0\n    }\n'
+                    '    frozen: true\n  }\n}\n')
+    with pytest.raises(ProtoError) as err:
+        protoio.read_net_param(str(path))
+    text = str(err.value)
+    assert "slope_filler" in text and "PSPNet" in text and ":12:" in text
+    assert "Did you mean" not in text  # not SegNet's scale_filler: a different layer

@@ -132,7 +132,8 @@ for _message, _number, _wire, _field in fork_layer_fields.MESSAGE_FIELDS:
 # the message about an unknown field. The claims above are added below.
 FORK_NUMBERS = {
     "LayerParameter": {150: ("Intel Caffe (multinode)",), 152: ("NVCaffe (trt_param)",
-                                                                  "Intel Caffe"),
+                                                                  "Intel Caffe",
+                                                                  "PSPNet (bn_param)"),
                        155: ("Intel Caffe (spatial_dropout_param)",),
                        209: ("Intel Caffe (region_loss_param)",),
                        10001: ("CaffeOnSpark (source_class, a string)",
@@ -180,6 +181,12 @@ FORK_FIELD_NAMES = {
     ("MemoryDataParameter", "dataframe_column_select"): "CaffeOnSpark",
     ("MemoryDataParameter", "image_encoded"): "CaffeOnSpark",
     ("MemoryDataParameter", "dataframe_format"): "CaffeOnSpark",
+    # PSPNet's BN (hszhao/PSPNet): slope, bias, mean and variance; not SegNet's BN
+    ("BNParameter", "slope_filler"): "PSPNet (hszhao/PSPNet)",
+    ("BNParameter", "bias_filler"): "PSPNet (hszhao/PSPNet)",
+    ("BNParameter", "momentum"): "PSPNet (hszhao/PSPNet)",
+    ("BNParameter", "eps"): "PSPNet (hszhao/PSPNet)",
+    ("BNParameter", "frozen"): "PSPNet (hszhao/PSPNet)",
 }
 
 
