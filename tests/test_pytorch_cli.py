@@ -294,3 +294,20 @@ def test_the_command_line_names_the_engines_compare_knows():
     from pycaffe_lite.pytorch import compare as engines
 
     assert command.ENGINES == engines.ENGINES
+
+
+def test_compare_leaves_no_temporary_files(tmp_path):
+    """Each run's exported PyTorch module went to a temporary folder that nothing removed: a
+    run in a process of its own, with TMPDIR pointing at an empty folder, leaves it empty."""
+    pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
+    import subprocess
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch))
+    done = subprocess.run([sys.executable, "-m", "pycaffe_lite.cli", "compare", "--model", LENET,
+                           "--engines", "opencv", "pytorch"], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pytorch: agrees" in done.stdout
+    assert sorted(p.name for p in scratch.iterdir()) == []

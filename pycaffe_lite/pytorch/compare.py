@@ -163,9 +163,14 @@ class PyTorch:
         from .export import export
 
         self.torch = torch
-        self.folder = folder or tempfile.mkdtemp(prefix="pycaffe_lite_compare_")
-        self.report = export(net, self.folder)
-        self.module = load_module(self.folder).load()
+        if folder is not None:
+            self.report = export(net, folder)
+            self.module = load_module(folder).load()
+            return
+        # the exported files are needed only while the module loads
+        with tempfile.TemporaryDirectory(prefix="pycaffe_lite_compare_") as tmp:
+            self.report = export(net, tmp)
+            self.module = load_module(tmp).load()
 
     def run(self, inputs):
         torch = self.torch
