@@ -200,7 +200,7 @@ def test_a_refilled_batch_goes_up_after_its_last_copy_into_the_tops(sources, mon
     uploads the next batch into the same buffers (on a GPU that copy may still be queued)."""
     text = ('type: "Data" data_param { source: "%s" batch_size: 2 backend: LMDB }'
             % sources["lmdb"])
-    events, late = [], []
+    events, late, refills = [], [], []
 
     class Event:
         def __init__(self, buffers):
@@ -213,7 +213,10 @@ def test_a_refilled_batch_goes_up_after_its_last_copy_into_the_tops(sources, mon
 
     def checked_upload(synced_arrays):
         buffers = {id(a) for a in synced_arrays}
-        late.extend(e for e in list(events) if e.buffers == buffers and not e.done.is_set())
+        earlier = [e for e in list(events) if e.buffers == buffers]
+        if earlier:  # these buffers went through a forward before: a refill
+            refills.append(len(earlier))
+        late.extend(e for e in earlier if not e.done.is_set())
         upload(synced_arrays)
 
     with simulated_device():
@@ -230,9 +233,11 @@ def test_a_refilled_batch_goes_up_after_its_last_copy_into_the_tops(sources, mon
         finally:
             layer.close()
             backend.set_mode_cpu()
-    assert len(events) == 3 * (layer.prefetch_count + 1)  # one after each forward's copy
-    refilled = events[:layer.prefetch_count + 1]
-    assert all(e.done.is_set() for e in refilled)  # each was waited for before its refill
+    n = layer.prefetch_count + 1  # the buffers
+    assert len(events) == 3 * n  # one after each forward's copy
+    # 3 n forwards took 3 n batches, at most n of them first fills: 2 n or more were refills
+    # of buffers whose copies into the tops had been recorded, each waited for before it
+    assert len(refills) >= 2 * n
     assert late == []
 
 
