@@ -70,9 +70,14 @@ def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
         copied.add(src.name)
         log.debug("Copying source layer %s", src.name)
         if len(src.blobs) != len(target.blobs):
+            hint = ""
+            if target.type == "BN" and {len(src.blobs), len(target.blobs)} == {2, 4}:
+                hint = ("; a BN layer with 4 blobs is PSPNet's (its bn_param sets slope_filler, "
+                        "bias_filler, momentum, eps or frozen), one with 2 SegNet's or ENet's")
             raise ShapeError("%s: incompatible number of blobs for layer '%s': the file has %d, "
-                             "the net's layer (type %s) has %d"
-                             % (path, src.name, len(src.blobs), target.type, len(target.blobs)))
+                             "the net's layer (type %s) has %d%s"
+                             % (path, src.name, len(src.blobs), target.type, len(target.blobs),
+                                hint))
         for j, (bp, blob) in enumerate(zip(src.blobs, target.blobs)):
             if not blob.shape_equals(bp):
                 raise ShapeError(

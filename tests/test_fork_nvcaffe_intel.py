@@ -411,19 +411,24 @@ def test_dropout_scale_train_false_in_a_prototxt():
     np.testing.assert_allclose(net.forward(d=x)["o"], x * 0.75, rtol=1e-7)
 
 
-def test_pspnet_bn_field_names_the_fork(tmp_path):
+def test_pspnet_bn_fields_read_and_build_pspnets_layer(tmp_path):
     # The first BN layer of hszhao/PSPNet evaluation/prototxt/pspnet50_ADE20K_473.prototxt
     # (commit 798bdc907c8630e8c3997ebfdd0d7cae0c5ab03b). PSPNet's BNParameter (slope_filler,
-    # bias_filler, momentum, eps, frozen; LayerParameter field 152) is not SegNet's.
+    # bias_filler, momentum, eps, frozen; LayerParameter field 152 in the fork) is not
+    # SegNet's: it reads by name and builds PSPNet's BN (tests/test_fork_pspnet_bn.py).
     path = tmp_path / "pspnet50.prototxt"
     path.write_text('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 8\ninput_dim: 8\n'
                     'layer {\n  name: "conv1_1_3x3_s2/bn"\n  type: "BN"\n  bottom: "data"\n'
                     '  top: "data"\n  bn_param {\n'
                     '    slope_filler {\n      type: "constant"\n      value: 1\n    }\n'
                     '    bias_filler {\n      type: "constant"\n      value: 0\n    }\n'
-                    '    frozen: true\n  }\n}\n')
-    with pytest.raises(ProtoError) as err:
-        protoio.read_net_param(str(path))
-    text = str(err.value)
-    assert "slope_filler" in text and "PSPNet" in text and ":12:" in text
-    assert "Did you mean" not in text  # not SegNet's scale_filler: a different layer
+                    '    frozen: true\n    momentum: 0.95\n  }\n}\n')
+    p = protoio.read_net_param(str(path)).layer[-1].bn_param
+    assert (p.slope_filler.value, p.bias_filler.value, p.frozen) == (1.0, 0.0, True)
+    assert p.momentum == pytest.approx(0.95) and not p.HasField("scale_filler")
+    net = caffe.Net(str(path), caffe.TEST)
+    # four blobs: slope 1, bias 0, running mean 0, running variance 1 (frozen): y = x / sqrt(1
+    # + 1e-5) with the fork's default eps
+    assert len(net.params["conv1_1_3x3_s2/bn"]) == 4
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(net.forward(data=x)["data"], x / np.sqrt(1 + 1e-5), rtol=1e-6)

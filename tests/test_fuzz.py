@@ -245,8 +245,12 @@ def layer_params(draw, lp):
         lp.recurrent_param.expose_hidden = draw(st.booleans())
     elif t == "Upsample":
         lp.upsample_param.scale = draw(st.integers(0, 3))
-    elif t == "BN":
-        lp.bn_param.bn_mode = draw(st.sampled_from([0, 1]))
+    elif t == "BN":  # SegNet's or PSPNet's, by the fields set
+        if draw(st.booleans()):
+            lp.bn_param.bn_mode = draw(st.sampled_from([0, 1]))
+        else:
+            lp.bn_param.frozen = draw(st.booleans())
+            lp.bn_param.momentum = draw(st.sampled_from([0.0, 0.5, 0.95]))
     elif t == "Reorg":
         if draw(st.booleans()):
             lp.reorg_param.stride = draw(st.integers(0, 3))

@@ -27,7 +27,8 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from . import fork_layer_fields
 from .tolerant import ENVELOPE
-from .wire import FIXED32, FIXED64, LEN, VARINT, encode_varint, fields  # noqa: F401
+from .wire import (FIXED32, FIXED64, LEN, VARINT, decode_varint, encode_varint,  # noqa: F401
+                   fields)
 
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,9 @@ class Claim(NamedTuple):
     only, whatever this schema reads at that number; without, it holds for any layer, but only
     for bytes this schema does not read itself (another wire type, or an unknown number).
     ``marked``: the bytes look the same as a field this schema reads there, so the claim
-    holds only in a message that shows another field of the same fork."""
+    holds only in a message that shows another field of the same fork. ``inner``: for a
+    message, ``(the fork's number, this schema's)`` pairs for the fields inside it, renumbered
+    as it moves."""
 
     fork: str
     number: int
@@ -56,6 +59,7 @@ class Claim(NamedTuple):
     field: str
     layer_types: frozenset = None
     marked: bool = False
+    inner: tuple = None
 
 
 def _types(*names):
@@ -122,7 +126,8 @@ MESSAGE_CLAIMS = {"TransformationParameter": TRANSFORM_CLAIMS,
 
 # The layer fields of the segmentation, YOLO, R-FCN and CTPN forks (fork_layer_fields) join
 # the claims above.
-LAYER_CLAIMS += tuple(Claim(f.fork, f.number, f.wire_type, f.field, frozenset(f.types))
+LAYER_CLAIMS += tuple(Claim(f.fork, f.number, f.wire_type, f.field, frozenset(f.types),
+                            inner=fork_layer_fields.INNER_NUMBERS.get((f.fork, f.number)))
                       for f in fork_layer_fields.LAYER_FIELDS)
 for _message, _number, _wire, _field in fork_layer_fields.MESSAGE_FIELDS:
     MESSAGE_CLAIMS[_message] = MESSAGE_CLAIMS.get(_message, ()) + (
@@ -132,8 +137,7 @@ for _message, _number, _wire, _field in fork_layer_fields.MESSAGE_FIELDS:
 # the message about an unknown field. The claims above are added below.
 FORK_NUMBERS = {
     "LayerParameter": {150: ("Intel Caffe (multinode)",), 152: ("NVCaffe (trt_param)",
-                                                                  "Intel Caffe",
-                                                                  "PSPNet (bn_param)"),
+                                                                  "Intel Caffe"),
                        155: ("Intel Caffe (spatial_dropout_param)",),
                        209: ("Intel Caffe (region_loss_param)",),
                        10001: ("CaffeOnSpark (source_class, a string)",
@@ -181,12 +185,6 @@ FORK_FIELD_NAMES = {
     ("MemoryDataParameter", "dataframe_column_select"): "CaffeOnSpark",
     ("MemoryDataParameter", "image_encoded"): "CaffeOnSpark",
     ("MemoryDataParameter", "dataframe_format"): "CaffeOnSpark",
-    # PSPNet's BN (hszhao/PSPNet): slope, bias, mean and variance; not SegNet's BN
-    ("BNParameter", "slope_filler"): "PSPNet (hszhao/PSPNet)",
-    ("BNParameter", "bias_filler"): "PSPNet (hszhao/PSPNet)",
-    ("BNParameter", "momentum"): "PSPNet (hszhao/PSPNet)",
-    ("BNParameter", "eps"): "PSPNet (hszhao/PSPNet)",
-    ("BNParameter", "frozen"): "PSPNet (hszhao/PSPNet)",
 }
 
 
@@ -264,7 +262,8 @@ def _remap(message, claims, layer_type=None):
         return set()
     forks = {claim.fork for claim, _, _, _ in moved}
     rebuilt = b"".join(encode_varint(n << 3 | w) + raw for n, w, raw in out)
-    rebuilt += b"".join(encode_varint(_number(descriptor, c) << 3 | w) + raw
+    rebuilt += b"".join(encode_varint(_number(descriptor, c) << 3 | w) +
+                        (_renumbered(raw, c.inner) if c.inner else raw)
                         for c, w, raw, _ in moved)
     original = message.SerializePartialToString()
     message.Clear()
@@ -275,6 +274,19 @@ def _remap(message, claims, layer_type=None):
         message.MergeFromString(original)
         return set()
     return forks
+
+
+def _renumbered(raw, pairs):
+    """A length-delimited value (``raw``: its length and payload) with the fields of the
+    payload renumbered by ``pairs`` ((from, to), ...); other fields kept as they are."""
+    numbers = dict(pairs)
+    try:
+        _, body = decode_varint(raw, 0)
+        payload = b"".join(encode_varint(numbers.get(n, n) << 3 | w) + r
+                           for n, w, r, _ in fields(raw[body:]))
+    except ValueError:  # not a message: left as it is (and refused where it is parsed)
+        return raw
+    return encode_varint(len(payload)) + payload
 
 
 def _opened(payload):

@@ -1,16 +1,17 @@
-"""Where SegNet, ENet, the YOLO ports, R-FCN and CTPN put their layer fields, and where this
-schema puts them.
+"""Where SegNet, ENet, PSPNet's BN, the YOLO ports, R-FCN and CTPN put their layer fields,
+and where this schema puts them.
 
 A prototxt names each field and reads unchanged. A binary file (a ``.caffemodel`` carries
 the layer parameters too) holds the fork's number, which here may be a BVLC field (SegNet's
 ``upsample_param`` is 137, BVLC's ``embed_param``), another fork's field (149 and 150 are each
 claimed by several forks), or nothing. :data:`LAYER_FIELDS` lists, for each such field, the
 fork, the layer types that use it, the fork's LayerParameter number, the protobuf wire type
-of its value and this schema's field; the on-read mapping of :mod:`pycaffe_lite.proto.fork_fields`
-decides by layer type and wire type. Fields whose fork number this schema also uses (SegNet
-and ENet's ``bn_param`` 45, ENet's ``dense_image_data_param`` 46, Intel's ``reorg_param``
-159, MobileNet-YOLO's 601 and 602, caffe-rfcn's ``psroi_pooling_param`` 10001) need no
-entry.
+of its value and this schema's field; the on-read mapping of
+:mod:`pycaffe_lite.proto.fork_fields` decides by layer type and wire type, and renumbers the
+fields inside the message where :data:`INNER_NUMBERS` says so (PSPNet's ``bn_param``).
+Fields whose fork number this schema also uses (SegNet and ENet's ``bn_param`` 45, ENet's
+``dense_image_data_param`` 46, Intel's ``reorg_param`` 159, MobileNet-YOLO's 601 and 602,
+caffe-rfcn's ``psroi_pooling_param`` 10001) need no entry.
 """
 
 import collections
@@ -19,6 +20,8 @@ ForkField = collections.namedtuple("ForkField", "fork types number wire_type fie
 
 # Protobuf wire type of a length-delimited value (every parameter message).
 LENGTH_DELIMITED = 2
+
+PSPNET = "PSPNet (hszhao/PSPNet)"
 
 LAYER_FIELDS = (
     # BVLC numbers: embed_param 137, tile_param 138, elu_param 140, scale_param 142,
@@ -43,7 +46,19 @@ LAYER_FIELDS = (
     ForkField("MobileNet-YOLO (eric612/MobileNet-YOLO)", ("Upsample",), 150, LENGTH_DELIMITED,
               "upsample_param"),
     ForkField("darknet2caffe (YOLOv4 ports)", ("Mish",), 150, LENGTH_DELIMITED, "mish_param"),
+    # NVCaffe's trt_param and Intel Caffe's box_annotator_ohem_param elsewhere
+    ForkField(PSPNET, ("BN",), 152, LENGTH_DELIMITED, "bn_param"),
 )
+
+# A fork's parameter message whose fields this schema numbers differently inside: when the
+# message moves from the fork's LayerParameter number to ours, its fields are renumbered.
+# (fork, the fork's LayerParameter number) -> ((the fork's number, this schema's), ...).
+# PSPNet's BNParameter numbers slope_filler, bias_filler, momentum, eps, frozen and engine
+# 1-6; here 1-3 are SegNet's bn_mode, scale_filler and shift_filler (the same BNParameter,
+# field 45), so PSPNet's take 1000-1005.
+INNER_NUMBERS = {
+    (PSPNET, 152): ((1, 1000), (2, 1001), (3, 1002), (4, 1003), (5, 1004), (6, 1005)),
+}
 
 # Inside parameter messages: (message, the number in the file, wire type, this schema's
 # field). This schema numbered UpsampleParameter's ``scale`` 1000 before it took the forks'
@@ -68,3 +83,28 @@ UNDECIDABLE_FIELDS = (
 def fields_for(layer_type, number):
     """The entries of :data:`LAYER_FIELDS` for a layer type and a LayerParameter number."""
     return [f for f in LAYER_FIELDS if f.number == number and layer_type in f.types]
+
+
+# The two BN layers that share BNParameter (LayerParameter field 45 here) and the fields
+# that mark each. A bn_param that sets a PSPNet field is PSPNet's BN; any other (SegNet's
+# fields, or none at all) is SegNet's and ENet's, as before PSPNet's was supported.
+SEGNET_BN = "SegNet/ENet"
+PSPNET_BN = "PSPNet"
+BN_FIELDS = {
+    SEGNET_BN: ("bn_mode", "scale_filler", "shift_filler"),
+    PSPNET_BN: ("slope_filler", "bias_filler", "momentum", "eps", "frozen", "engine"),
+}
+
+
+def bn_kind(bn_param):
+    """Which BN layer ``bn_param`` (a BNParameter) configures: :data:`PSPNET_BN` or
+    :data:`SEGNET_BN`. A ValueError, naming the fields, where it sets fields of both."""
+    found = {kind: [f for f in names if bn_param.HasField(f)]
+             for kind, names in BN_FIELDS.items()}
+    if found[SEGNET_BN] and found[PSPNET_BN]:
+        raise ValueError(
+            "bn_param mixes SegNet/ENet's BN fields (%s) with PSPNet's (%s): they are two "
+            "different layers; use the fields of one (SegNet/ENet: bn_mode, scale_filler, "
+            "shift_filler; PSPNet: slope_filler, bias_filler, momentum, eps, frozen, engine)"
+            % (", ".join(found[SEGNET_BN]), ", ".join(found[PSPNET_BN])))
+    return PSPNET_BN if found[PSPNET_BN] else SEGNET_BN

@@ -11,7 +11,7 @@ import re
 from google.protobuf import text_format
 
 from ..errors import ProtoError
-from . import caffe_pb2, fork_fields, tolerant
+from . import caffe_pb2, fork_fields, fork_layer_fields, tolerant
 
 _LOCATION = re.compile(r"^(\d+):(\d+)\s*:\s*(.*)$", re.S)
 
@@ -341,9 +341,22 @@ def read_net_param(source, upgrade=True):
     else:
         raise _not_found(source, "a net: a prototxt path, prototxt text or a NetParameter")
     fork_fields.restore(param)
+    _check_bn_layers(param, path)
     if upgrade:
         _upgrade.upgrade_net_as_needed(param, path or "<string>")
     return param
+
+
+def _check_bn_layers(param, path):
+    """A BN layer's bn_param sets the fields of one kind of BN (SegNet/ENet's or PSPNet's):
+    a ProtoError naming the file and the layer where it mixes them."""
+    for layer in param.layer:
+        if layer.type == "BN" and layer.HasField("bn_param"):
+            try:
+                fork_layer_fields.bn_kind(layer.bn_param)
+            except ValueError as exc:
+                raise ProtoError("layer '%s' (type BN): %s" % (layer.name, exc),
+                                 _source_name(path)) from None
 
 
 def read_solver_param(source, upgrade=True):

@@ -258,6 +258,11 @@ CASES = [
          '"uniform" } }', [_u((2, 3, 4, 2))]),
     case("BN", 'type: "BN" bn_param { bn_mode: INFERENCE scale_filler { type: "uniform" } '
          'shift_filler { type: "uniform" } }', [_u((2, 3, 2, 2))]),
+    # PSPNet's BN: batch statistics and the running averages (TRAIN), the running ones (TEST)
+    case("BN", 'type: "BN" bn_param { slope_filler { type: "uniform" } bias_filler { type: '
+         '"uniform" } momentum: 0.8 }', [_u((2, 3, 4, 2))]),
+    case("BN", 'type: "BN" bn_param { slope_filler { type: "uniform" } frozen: true }',
+         [_u((2, 3, 2, 2))], phase=TEST),
     case("Upsample", 'type: "Upsample" upsample_param { upsample_h: 4 upsample_w: 5 }',
          [_u((1, 2, 2, 3)), np.array([[[[0, 3, 8], [11, 12, 19]], [[5, 7, 9], [10, 15, 18]]]],
                                      np.float32)], down=[True, False]),

@@ -1,10 +1,14 @@
-"""BN: SegNet's and ENet's batch normalization with its own scale and shift."""
+"""BN: SegNet's and ENet's batch normalization with its own scale and shift, or PSPNet's
+(:mod:`.pspnet_bn_layer`), by the fields its ``bn_param`` sets."""
 
 from ...backend import get_array_module
+from ...errors import LayerError
 from ...fillers import fill
 from ...layer import Layer
 from ...proto import caffe_pb2
+from ...proto.fork_layer_fields import PSPNET_BN, bn_kind
 from ...registry import register_layer
+from .pspnet_bn_layer import PSPNetBNLayer
 
 BNMode = caffe_pb2.BNParameter
 # The forks' epsilon, added to the variance.
@@ -31,11 +35,26 @@ class BNLayer(Layer):
     Params: ``bn_param { bn_mode (LEARN | INFERENCE) scale_filler shift_filler }`` (fillers
     default to constant 0, as in the forks).
     Blobs: scale and shift, each ``(1, C, 1, 1)``.
+
+    PSPNet (hszhao/PSPNet) has a BN layer of its own under the same type and parameter
+    message: a ``bn_param`` that sets one of its fields (``slope_filler``, ``bias_filler``,
+    ``momentum``, ``eps``, ``frozen``, ``engine``) builds a
+    :class:`~.pspnet_bn_layer.PSPNetBNLayer`; one that sets fields of both kinds is an error.
     """
 
     exact_num_bottom_blobs = 1
     min_num_top_blobs = 1
     max_num_top_blobs = 3
+
+    def __new__(cls, layer_param=None, *args, **kwargs):
+        if cls is BNLayer and layer_param is not None:
+            try:
+                kind = bn_kind(layer_param.bn_param)
+            except ValueError as exc:
+                raise LayerError(str(exc), layer_param.name, layer_param.type) from None
+            if kind == PSPNET_BN:
+                return PSPNetBNLayer(layer_param, *args, **kwargs)
+        return super().__new__(cls)
 
     def setup(self, bottom, top):
         p = self.layer_param.bn_param
@@ -49,8 +68,11 @@ class BNLayer(Layer):
         channels = bottom[0].shape[1]
         if len(self.blobs) > 0:
             if len(self.blobs) != 2 or any(b.count != channels for b in self.blobs):
+                hint = ("; 4 blobs are PSPNet's BN (slope, bias, running mean and variance), "
+                        "whose bn_param sets slope_filler, bias_filler, momentum, eps or "
+                        "frozen" if len(self.blobs) == 4 else "")
                 raise self.error("expected 2 parameter blobs (scale, shift) of %d values each, "
-                                 "got %s" % (channels, [b.shape for b in self.blobs]))
+                                 "got %s%s" % (channels, [b.shape for b in self.blobs], hint))
             return
         fill(self.blobs.add_blob(1, channels, 1, 1), p.scale_filler)
         fill(self.blobs.add_blob(1, channels, 1, 1), p.shift_filler)
