@@ -56,7 +56,10 @@ def _upgrade_net(args, binary):
     param = _read(args.input, caffe_pb2.NetParameter(), binary)
     if param is None:
         return 2
-    if not _upgrade(param, args.input, upgrade.net_needs_upgrade, upgrade.upgrade_net_as_needed):
+    # a binary net is a weights file: a V1 layer of unknown type is kept without one, as the
+    # weights loader reads it
+    if not _upgrade(param, args.input, upgrade.net_needs_upgrade,
+                    lambda p, path: upgrade.upgrade_net_as_needed(p, path, weights=binary)):
         return 1
     if binary:
         protoio.write_binary(param, args.output)

@@ -39,7 +39,7 @@ def read_caffemodel(path):
     from . import upgrade
 
     source = read_expecting(path, caffe_pb2.NetParameter(), "weights")
-    upgrade.upgrade_net_as_needed(source, path)
+    upgrade.upgrade_net_as_needed(source, path, weights=True)
     return source
 
 

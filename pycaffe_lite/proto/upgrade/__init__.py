@@ -58,11 +58,13 @@ def net_needs_upgrade(net_param):
             or net_needs_batch_norm_upgrade(net_param))
 
 
-def upgrade_net_as_needed(net_param, source="<string>"):
+def upgrade_net_as_needed(net_param, source="<string>", weights=False):
     """Upgrade ``net_param`` in place to the current format; True if anything changed.
 
     Raises :class:`ProtoError` (naming ``source`` and the layer) for definitions that cannot be
-    upgraded faithfully.
+    upgraded faithfully. ``weights``: the net of a weights file (a ``.caffemodel``), whose
+    layers are only looked up by name: a V1 layer of unknown type is kept without a type (with
+    a warning), as Caffe reads it, rather than refused.
     """
     if len(net_param.layers) > 0 and len(net_param.layer) > 0:
         raise ProtoError(
@@ -87,7 +89,7 @@ def upgrade_net_as_needed(net_param, source="<string>"):
     if net_needs_v1_to_v2_upgrade(net_param):
         log.info("Attempting to upgrade input file specified using deprecated "
                  "V1LayerParameter: %s", source)
-        upgrade_v1_net(net_param, source)
+        upgrade_v1_net(net_param, source, weights)
         log.info("Successfully upgraded file specified using deprecated V1LayerParameter")
         upgraded = True
     if net_needs_input_upgrade(net_param):

@@ -3,7 +3,7 @@
 
 from ...errors import ProtoError
 from .. import caffe_pb2
-from ._common import _V1, _copy_messages, _describe, _has
+from ._common import _V1, _copy_messages, _describe, _has, log
 
 # V1 layer type enum -> current layer type string.
 _V1_TYPE_NAMES = {
@@ -69,13 +69,23 @@ def upgrade_v1_layer_type(enum_value):
         raise ProtoError(f"unknown V1LayerParameter layer type {enum_value!r}") from None
 
 
-def _upgrade_v1_layer(v1, index, source):
-    """One V1 ``layers`` entry as a current LayerParameter."""
+def _upgrade_v1_layer(v1, index, source, weights=False):
+    """One V1 ``layers`` entry as a current LayerParameter.
+
+    In a net definition a layer needs a type. In a weights file (``weights``) a layer whose
+    type is missing, NONE or a number this schema does not know (another fork's layer, such as
+    an early V1 CROP = 40) becomes a layer without a type, as in Caffe: its blobs are still
+    copied by name."""
     where = _describe("layers", index, v1.name)
-    if not _has(v1, "type") or v1.type == _V1.NONE:
+    untyped = not _has(v1, "type") or v1.type == _V1.NONE
+    if untyped and not weights:
         raise ProtoError(
             f"{where}: V1 layer without a known type (missing, NONE, or a number this "
             "version does not know)", path=source)
+    if untyped:
+        log.warning("%s: %s: V1 layer without a known type (missing, NONE, or a number this "
+                    "version does not know); kept without a type, its %d blob(s) copied by "
+                    "layer name", source, where, len(v1.blobs))
     if _has(v1, "layer"):
         raise ProtoError(f"{where}: V1 layer still holds a V0 'layer' definition",
                          path=source)
@@ -86,7 +96,8 @@ def _upgrade_v1_layer(v1, index, source):
         layer.name = v1.name
     _copy_messages(layer.include, v1.include)
     _copy_messages(layer.exclude, v1.exclude)
-    layer.type = upgrade_v1_layer_type(v1.type)
+    if not untyped:
+        layer.type = upgrade_v1_layer_type(v1.type)
     _copy_messages(layer.blobs, v1.blobs)
 
     # Per-blob settings, spread over four parallel lists in V1, become one ParamSpec each.
@@ -110,12 +121,14 @@ def _upgrade_v1_layer(v1, index, source):
     return layer
 
 
-def upgrade_v1_net(net_param, source="<string>"):
-    """Rewrite the V1 ``layers`` of a net (in place) as current ``layer`` entries."""
+def upgrade_v1_net(net_param, source="<string>", weights=False):
+    """Rewrite the V1 ``layers`` of a net (in place) as current ``layer`` entries; with
+    ``weights`` (the net of a weights file) a layer of unknown type is kept without one."""
     if len(net_param.layer) > 0:
         raise ProtoError(
             "the net has both deprecated 'layers' (V1) and current 'layer' entries; "
             "use one form for all layers", path=source)
-    upgraded = [_upgrade_v1_layer(v1, i, source) for i, v1 in enumerate(net_param.layers)]
+    upgraded = [_upgrade_v1_layer(v1, i, source, weights)
+                for i, v1 in enumerate(net_param.layers)]
     net_param.ClearField("layers")
     net_param.layer.extend(upgraded)
