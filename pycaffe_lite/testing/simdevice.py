@@ -205,6 +205,7 @@ class DeviceArray(NDArrayOperatorsMixin):
                                  "host array of shape %s into a device array)" % (value.shape,))
         elif isinstance(value, (list, tuple)):
             raise TypeError("cannot assign a host %s into a device array" % type(value).__name__)
+        simgraph.operation(self._dev, "setitem")
         self._a[key] = simgraph.note(self._dev, value)
 
     # ---- methods -----------------------------------------------------------------------------
@@ -222,6 +223,7 @@ class DeviceArray(NDArrayOperatorsMixin):
         def method(*args, **kwargs):
             if name in _SYNCING_FUNCTIONS:
                 dev._record(SCALAR, 8, name + "()")
+            simgraph.operation(dev, "ndarray." + name)
             args = dev._unwrap(args, name)
             kwargs = dev._unwrap(kwargs, name)
             return dev._wrap(attr(*args, **kwargs), scalars=True)
@@ -336,12 +338,8 @@ class SimulatedDevice:
     ndarray = DeviceArray
 
     def __init__(self):
-        self.to_device = 0
-        self.to_host = 0
-        self.scalar_syncs = 0
-        self.pinned_allocations = 0
-        self.graph_captures = 0
-        self.graph_launches = 0
+        self.to_device = self.to_host = self.scalar_syncs = 0
+        self.pinned_allocations = self.graph_captures = self.graph_launches = 0
         self.transfers = []
         self._lock = threading.Lock()
         self._local = threading.local()  # forbid() applies to the thread that entered it
@@ -366,12 +364,8 @@ class SimulatedDevice:
             raise HostTransferError("forbidden %s (%s, %d bytes) at %s"
                                     % (kind, what, nbytes, where))
         with self._lock:
-            if kind == TO_DEVICE:
-                self.to_device += 1
-            elif kind == TO_HOST:
-                self.to_host += 1
-            else:
-                self.scalar_syncs += 1
+            counter = {TO_DEVICE: "to_device", TO_HOST: "to_host"}.get(kind, "scalar_syncs")
+            setattr(self, counter, getattr(self, counter) + 1)
             self.transfers.append(Transfer(kind, int(nbytes), what, where, thread))
 
     def counts(self):
@@ -478,6 +472,7 @@ class SimulatedDevice:
             kwargs = dict(kwargs, out=tuple(o._a for o in outs))
         if not force and not any(isinstance(x, DeviceArray) for x in inputs) and out is None:
             return NotImplemented
+        simgraph.operation(self, ufunc.__name__ + ("" if method == "__call__" else "." + method))
         result = getattr(ufunc, method)(*args, **kwargs)
         if method == "at":
             return None
@@ -489,6 +484,7 @@ class SimulatedDevice:
         if name in _SYNCING_FUNCTIONS:
             self._record(SCALAR, 8, name + "()")
         on_device = creation or self._has_device(args) or self._has_device(kwargs)
+        simgraph.operation(self, name)
         result = func(*self._unwrap(args, name), **self._unwrap(kwargs, name))
         if creation and not isinstance(result, (np.ndarray, np.generic, tuple, list)):
             return result
@@ -559,6 +555,7 @@ class SimulatedDevice:
             raise TypeError("copyto: the destination must be a device array")
         if isinstance(src, np.ndarray):
             raise _host_array_error(src)
+        simgraph.operation(self, "copyto")
         np.copyto(dst._a, self._unwrap(src, "copyto"), casting=casting,
                   where=self._unwrap(where, "copyto"))
 

@@ -10,12 +10,14 @@ the host passed to a kernel (a scalar argument) is the one it had at capture tim
   every device array that existed before it back as it was (a real capture runs nothing);
 - ``launch()`` runs the work again under the same rule and compares each host scalar with the
   one noted at capture: one that changed raises :class:`GraphReplayError` at the line that
-  passed it (a real replay would have used the captured value), as does a replay that runs
-  other operations than the capture did. The Python it runs again leaves the bookkeeping of
-  every :class:`~pycaffe_lite.syncedmem.SyncedArray` that existed at capture as it found it
-  (which copy is current, the write count): a real replay runs no Python, so whatever the
-  graph writes must be marked current by its caller (``device_written``), as it must be on
-  a GPU.
+  passed it (a real replay would have used the captured value). So does a replay whose Python
+  asks for other device operations than the capture did (each operation's name is noted in
+  order: a branch taken on a host value that changed since, say; a real replay runs the
+  captured operations whatever the Python would decide now). The Python it runs again
+  leaves the bookkeeping of every :class:`~pycaffe_lite.syncedmem.SyncedArray` that existed
+  at capture as it found it (which copy is current, the write count): a real replay runs no
+  Python, so whatever the graph writes must be marked current by its caller
+  (``device_written``), as it must be on a GPU.
 
 Other threads (the data layers' loading threads) go on meanwhile, as they do beside a real
 capture or replay: what they write into device memory during a capture (:func:`host_write`)
@@ -39,17 +41,35 @@ _BOOKKEEPING = ("head", "version", "blocked_current", "blocked")
 
 class GraphReplayError(AssertionError):
     """A replayed (simulated) CUDA graph would not compute what the Python code asked for:
-    a host value given to a kernel changed since the capture."""
+    a host value given to a kernel changed since the capture, or the Python asked for other
+    operations."""
 
 
 class _Scalars:
-    """The host scalars one thread gives device operations, noted or checked in order."""
+    """The host scalars one thread gives device operations, and the operations' names, noted
+    (a capture) or checked (a replay: ``expected`` and ``expected_ops``, the capture's) in
+    order."""
 
-    def __init__(self, where, expected=None):
+    def __init__(self, where, expected=None, expected_ops=None):
         self.values = [] if expected is None else None
+        self.ops = [] if expected_ops is None else None
         self.where = where
         self.expected = expected
-        self.position = 0
+        self.expected_ops = expected_ops
+        self.position = self.op_position = 0
+
+    def op(self, name):
+        if self.expected_ops is None:
+            self.ops.append(name)
+            return
+        k = self.op_position
+        self.op_position += 1
+        old = self.expected_ops[k] if k < len(self.expected_ops) else "nothing more"
+        if old != name:
+            raise GraphReplayError("the replay asks for device operation %s at %s where the "
+                                   "capture ran %s (operation %d): a replayed CUDA graph runs "
+                                   "the captured operations, whatever the Python decides now"
+                                   % (name, self.where(), old, k + 1))
 
     def see(self, value):
         where = self.where  # the caller's ``file:line``, asked only for an error
@@ -83,6 +103,14 @@ def note(dev, value):
     if scalars is not None and isinstance(value, (bool, int, float, np.number, np.bool_)):
         scalars.see(value)
     return value
+
+
+def operation(dev, name):
+    """Device operation ``name`` (a ufunc, a function, an array method), noted or checked
+    when this thread captures or replays a graph."""
+    scalars = getattr(dev._local, "graph_scalars", None)
+    if scalars is not None:
+        scalars.op(name)
 
 
 def _device_memory(dev):
@@ -148,12 +176,12 @@ def host_write(dev, buffer, host):
 
 
 class SimulatedGraph:
-    def __init__(self, dev, fn, kinds, scalars, where, synced):
+    def __init__(self, dev, fn, kinds, scalars, ops, where, synced):
         self._dev, self._fn, self._kinds, self._scalars = dev, fn, kinds, scalars
-        self._where, self._synced = where, synced
+        self._ops, self._where, self._synced = ops, where, synced
 
     def launch(self):
-        check = _Scalars(self._where, self._scalars)
+        check = _Scalars(self._where, self._scalars, self._ops)
         self._dev._local.graph_scalars = check
         with _others_changes() as touched:
             kept = [(s, [getattr(s, name) for name in _BOOKKEEPING]) for s in self._synced]
@@ -167,6 +195,9 @@ class SimulatedGraph:
                         if id(s) not in touched:  # another thread's change stays
                             for name, value in zip(_BOOKKEEPING, values):
                                 setattr(s, name, value)
+        if check.op_position != len(self._ops):
+            raise GraphReplayError("the replay asked for %d device operations, the capture "
+                                   "ran %d" % (check.op_position, len(self._ops)))
         if check.position != len(self._scalars):
             raise GraphReplayError("the replay gave device operations %d host values, the "
                                    "capture %d: it ran other operations"
@@ -196,7 +227,7 @@ def capture(dev, fn, kinds, where):
                 np.copyto(buffer, contents)
             dev._capture = None
     dev.graph_captures += 1
-    return SimulatedGraph(dev, fn, kinds, scalars.values, where, _synced_arrays())
+    return SimulatedGraph(dev, fn, kinds, scalars.values, scalars.ops, where, _synced_arrays())
 
 
 __all__ = ["GraphReplayError", "SimulatedGraph", "capture", "host_write", "note"]
