@@ -8,7 +8,12 @@ strict as a real one (:mod:`pycaffe_lite.testing.simgraph`).
 
 import numpy as np
 import pytest
+from google.protobuf import text_format
+from helpers.gpu_cases import LENET, _labels, _u
 
+from pycaffe_lite import backend, cuda_graphs
+from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite.solvers import get_solver
 from pycaffe_lite.testing import simgraph
 from pycaffe_lite.testing.simdevice import simulated_device
 
@@ -54,3 +59,68 @@ def test_a_replay_that_skips_an_operation_fails():
         with pytest.raises(simgraph.GraphReplayError, match="asked for 1 device operations, "
                                                              "the capture ran 2"):
             graph.launch()
+
+
+# ---- solver settings a script changes between steps --------------------------------------------
+IMAGES = _u((64, 1, 12, 12), 21, 0.0, 1.0)
+LABELS = _labels(64, 10, 22)
+STEPS = 6
+
+
+def _solver(rule):
+    param = caffe_pb2.SolverParameter()
+    text_format.Merge('base_lr: 0.05 lr_policy: "fixed" type: "%s" momentum: 0.9 '
+                      'weight_decay: 0.001 random_seed: 5 display: 0 max_iter: 100 '
+                      'snapshot_after_train: false' % rule, param)
+    text_format.Merge(LENET, param.net_param)  # a MemoryData layer: a new batch each pass
+    solver = get_solver(param)
+    solver.net.set_input_arrays(IMAGES, LABELS)
+    return solver
+
+
+def _train(rule, change, gpu, graphs=True):
+    """The weights after STEPS steps, ``change(solver.param)`` after the third; in GPU mode
+    on a simulated device (graphs on or off) or in CPU mode."""
+    def steps():
+        solver = _solver(rule)
+        for k in range(STEPS):
+            if k == 3:
+                change(solver.param)
+            solver.step(1)
+        return [p.data.copy() for p in solver.net.learnable_params]
+
+    if not gpu:
+        return steps()
+    old = cuda_graphs.set_enabled(graphs)
+    try:
+        with simulated_device():
+            backend.set_mode_gpu()
+            try:
+                return steps()
+            finally:
+                backend.set_mode_cpu()
+    finally:
+        cuda_graphs.set_enabled(old)
+
+
+CHANGES = {
+    "weight_decay": lambda p: setattr(p, "weight_decay", 0.2),
+    "regularization_type": lambda p: setattr(p, "regularization_type", "L1"),
+    "iter_size": lambda p: setattr(p, "iter_size", 2),
+}
+
+
+@pytest.mark.parametrize("rule", ["SGD", "Adam"])
+@pytest.mark.parametrize("what", sorted(CHANGES))
+def test_a_solver_setting_changed_between_steps_reaches_the_device_update(what, rule):
+    """CPU mode reads weight_decay, regularization_type and iter_size at every iteration; the
+    device update kept the decays it first built its tables with, and a captured iteration
+    kept its passes and its kind of decay."""
+    cpu = _train(rule, CHANGES[what], gpu=False)
+    unchanged = _train(rule, lambda p: None, gpu=False)
+    assert any(not np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(cpu, unchanged))
+    eager = _train(rule, CHANGES[what], gpu=True, graphs=False)
+    replayed = _train(rule, CHANGES[what], gpu=True, graphs=True)
+    for a, b, c in zip(cpu, eager, replayed):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(c, b)

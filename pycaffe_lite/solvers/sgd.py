@@ -72,6 +72,7 @@ class SGDSolver(Solver):
         self._temp = [None] * len(params)
         self._state_xp = xp
         self.device_tables = None
+        self._tables_decay = None
 
     def _buffer(self, buffers, i):
         buf = buffers[i]
@@ -122,9 +123,9 @@ class SGDSolver(Solver):
     def device_update_prepare(self, rate):
         """Where every param's update runs on the device in one launch: its arrays
         ``(datas, diffs, state)``, this iteration's coefficients already copied into
-        ``self.device_tables`` (rebuilt when an array moved); None elsewhere (host arrays, a
-        rule of its own). The launch itself (:meth:`device_update_run`) reads nothing from
-        the host: a CUDA graph can hold it."""
+        ``self.device_tables`` (rebuilt when an array moved or ``weight_decay`` changed); None
+        elsewhere (host arrays, a rule of its own). The launch itself
+        (:meth:`device_update_run`) reads nothing from the host: a CUDA graph can hold it."""
         rule = self.fused_rule
         params = self.net.learnable_params
         n = len(params)
@@ -136,9 +137,12 @@ class SGDSolver(Solver):
         if not solver_update.device_takes(rule, datas, diffs, state):
             return None
         tables = self.device_tables
-        if tables is None or tables.key != solver_update.device_tables_key(datas, diffs, state):
-            decays = [f32(self.param.weight_decay * d) for d in self.net.params_weight_decay]
+        decay = self.param.weight_decay  # the tables hold every param's decay
+        if tables is None or tables.key != solver_update.device_tables_key(datas, diffs, state) \
+                or self._tables_decay != decay:
+            decays = [f32(decay * d) for d in self.net.params_weight_decay]
             self.device_tables = solver_update.device_tables(rule, datas, diffs, state, decays)
+            self._tables_decay = decay
         self.device_update_upload(rate)
         return datas, diffs, state
 

@@ -303,9 +303,13 @@ class TrainGraph:
                         list(self.solver.history), [s for s in synced if id(s) not in fed])
 
     def _key(self):
-        """The shapes the graph is captured for; where any of its buffers moved, the graph is
-        dropped (this iteration warms up again)."""
-        key = cuda_graphs.input_shapes(self.net, self.first)
+        """The shapes the graph is captured for, and the solver's settings its work depends on
+        (a script may change them between steps: the passes, the decay and its kind held in
+        the update, whether a non-finite loss stops the update); where any of its buffers
+        moved, the graph is dropped (this iteration warms up again)."""
+        param = self.solver.param
+        key = (cuda_graphs.input_shapes(self.net, self.first), param.iter_size,
+               param.weight_decay, param.regularization_type, self.solver.stop_on_nonfinite)
         buffers = self.buffers
         if buffers is not None and self.parts is not None:
             synced = self._synced()
