@@ -280,12 +280,19 @@ def mode():
 
 
 def set_device(device_id):
+    """Compute on CUDA device ``device_id`` (from now on in GPU mode; at the next
+    :func:`set_mode_gpu` in CPU mode). In GPU mode a device that does not exist raises
+    GPUUnavailableError and the current one stays in use."""
     device_id = int(device_id)
     if device_id < 0:
         raise CaffeError("device id must be >= 0, got %d" % device_id)
-    _state["device_id"] = device_id
+    old, _state["device_id"] = _state["device_id"], device_id
     if _state["mode"] == GPU:
-        set_mode_gpu()
+        try:
+            set_mode_gpu()
+        except GPUUnavailableError:
+            _state["device_id"] = old
+            raise
 
 
 def device_id():

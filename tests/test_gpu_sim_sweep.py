@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 from helpers.gpu_cases import LENET, _labels, _u
+from test_gpu_simulated import _fake_cupy
 
 from pycaffe_lite import backend, cuda_graphs
 from pycaffe_lite.proto import caffe_pb2
@@ -124,3 +125,25 @@ def test_a_solver_setting_changed_between_steps_reaches_the_device_update(what, 
     for a, b, c in zip(cpu, eager, replayed):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(c, b)
+
+
+# ---- device selection ---------------------------------------------------------------------------
+def test_a_device_that_does_not_exist_leaves_the_current_one_in_use(monkeypatch):
+    """In GPU mode, set_device(n) for a device the machine lacks raised, but kept n as the
+    device: set_mode_gpu() then failed again and device_id() named the missing device."""
+    mod, used = _fake_cupy(count=2)  # a stand-in CuPy with two devices
+    monkeypatch.setattr(backend, "_import_cupy", lambda: mod)
+    old = backend.use_device_module(None)
+    try:
+        backend.set_device(1)
+        backend.set_mode_gpu()
+        with pytest.raises(backend.GPUUnavailableError, match="GPU 2 does not exist: this "
+                                                              "machine has 2 CUDA device"):
+            backend.set_device(2)
+        assert backend.device_id() == 1 and backend.mode() == backend.GPU
+        backend.set_mode_gpu()  # device 1 again
+        assert used == [1, 1]
+    finally:
+        backend.set_mode_cpu()
+        backend.set_device(0)
+        backend.use_device_module(old)
