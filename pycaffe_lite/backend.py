@@ -519,3 +519,24 @@ def get_rng_state():
 
 def set_rng_state(state):
     _state["rng"].bit_generator.state = state
+
+
+def get_device_rng_state():
+    """``[key, offset]`` (ints) of the current device's counter stream (see
+    :func:`random_uniform`) in GPU mode; None in CPU mode or before its first draw."""
+    if _state["mode"] != GPU:
+        return None
+    stream = _state["device_streams"].get((id(device_module()), _state["device_id"]))
+    if stream is None:
+        return None
+    return [int(to_host(stream[0])), int(to_host(stream[1]))]
+
+
+def set_device_rng_state(state):
+    """Put the current device's counter stream at ``state`` (:func:`get_device_rng_state`'s),
+    in place: a captured CUDA graph that draws goes on from there. Nothing in CPU mode."""
+    if _state["mode"] != GPU or state is None:
+        return
+    key, offset, _ = _device_stream(device_module())
+    key[...] = np.uint64(state[0])
+    offset[...] = np.uint64(state[1])

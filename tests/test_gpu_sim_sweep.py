@@ -147,3 +147,88 @@ def test_a_device_that_does_not_exist_leaves_the_current_one_in_use(monkeypatch)
         backend.set_mode_cpu()
         backend.set_device(0)
         backend.use_device_module(old)
+
+
+# ---- resuming a GPU run ------------------------------------------------------------------------
+DROPOUT = LENET.replace('layer { name: "ip2"', 'layer { name: "drop" type: "Dropout" '
+                        'bottom: "ip1" top: "ip1" }\nlayer { name: "ip2"')
+
+
+def _dropout_solver(tmp_path):
+    param = caffe_pb2.SolverParameter()
+    text_format.Merge('base_lr: 0.05 lr_policy: "fixed" type: "SGD" momentum: 0.9 '
+                      'random_seed: 5 display: 0 max_iter: 100 snapshot_after_train: false '
+                      'snapshot_prefix: "%s"' % (tmp_path / "snap"), param)
+    text_format.Merge(DROPOUT, param.net_param)
+    solver = get_solver(param)
+    solver.net.set_input_arrays(IMAGES, LABELS)
+    return solver
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["captured", "layer_by_layer"])
+def test_a_resumed_gpu_run_with_dropout_continues_the_uninterrupted_one(graphs, tmp_path):
+    """Dropout draws its masks on the device from a counter stream; a snapshot kept only the
+    host generator's state, so a run restored in a new process drew the masks of its first
+    iterations again and drifted from the uninterrupted run (CPU mode resumed exactly)."""
+    def in_gpu_mode(work):  # a fresh simulated device: a new process's
+        old = cuda_graphs.set_enabled(graphs)
+        try:
+            with simulated_device():
+                backend.set_mode_gpu()
+                try:
+                    return work()
+                finally:
+                    backend.set_mode_cpu()
+        finally:
+            cuda_graphs.set_enabled(old)
+
+    def uninterrupted():
+        solver = _dropout_solver(tmp_path)
+        solver.step(6)
+        return [p.data.copy() for p in solver.net.learnable_params]
+
+    def first_half():
+        solver = _dropout_solver(tmp_path)
+        solver.step(3)
+        solver.snapshot()
+
+    def resumed():
+        solver = _dropout_solver(tmp_path)
+        solver.restore(str(tmp_path / "snap_iter_3.solverstate"))
+        solver.step(3)
+        return [p.data.copy() for p in solver.net.learnable_params]
+
+    want = in_gpu_mode(uninterrupted)
+    in_gpu_mode(first_half)
+    got = in_gpu_mode(resumed)
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(b, a)
+
+
+def test_ranks_restoring_one_gpu_snapshot_draw_masks_of_their_own(tmp_path):
+    """Every rank of a data-parallel run restores rank 0's snapshot, device stream included;
+    the ranks other than 0 then derive a stream of their own (as they do the host's), so
+    their dropout masks are not rank 0's."""
+    from pycaffe_lite import ranks
+    from pycaffe_lite.parallel import derive_rank_random_state
+
+    with simulated_device():
+        backend.set_mode_gpu()
+        try:
+            solver = _dropout_solver(tmp_path)
+            solver.step(2)
+            solver.snapshot()
+            masks = []
+            ranks.set_solver_count(3)
+            for rank in (0, 1, 2):
+                ranks.set_solver_rank(rank)
+                solver.restore(str(tmp_path / "snap_iter_2.solverstate"))
+                derive_rank_random_state(solver)
+                solver.net.forward_from_to()
+                masks.append(backend.to_host(solver.net.layer_dict["drop"].factor) != 0)
+        finally:
+            ranks.reset()
+            backend.set_mode_cpu()
+    assert not np.array_equal(masks[0], masks[1])
+    assert not np.array_equal(masks[1], masks[2])
+    assert not np.array_equal(masks[0], masks[2])

@@ -53,7 +53,8 @@ def derive_rank_random_state(solver):
     """After every rank restored the same snapshot (which holds rank 0's random state), give
     ranks other than 0 random streams of their own, derived from rank 0's and the rank, so
     that dropout masks and random crops stay independent between ranks, as in the run that
-    wrote the snapshot. Data positions (global) are kept."""
+    wrote the snapshot (the device's random stream too, in GPU mode). Data positions (global)
+    are kept."""
     import numpy as np
 
     from .. import backend
@@ -68,6 +69,10 @@ def derive_rank_random_state(solver):
         return np.random.default_rng(seed).bit_generator.state
 
     backend.set_rng_state(derived(backend.get_rng_state()))
+    device = backend.get_device_rng_state()  # GPU mode: the stream dropout draws from
+    if device is not None:
+        key = np.random.SeedSequence([device[0], rank]).generate_state(1, np.uint64)[0]
+        backend.set_device_rng_state([int(key), device[1]])
     for net in [solver.net] + list(solver.test_nets):
         for layer in net.layers:
             get_state = getattr(layer, "get_state", None)

@@ -4,10 +4,11 @@ Caffe's ``SolverState`` holds the iteration, the weights file, the lr-schedule s
 update history. Resuming from it continues the schedule, but the random numbers (dropout, data
 shuffling) and the data layers' read positions start afresh, so the run drifts from the
 uninterrupted one. pycaffe-lite also stores (in ``SolverState.resume_state``, field 1000, and as
-the ``resume_state`` dataset of an HDF5 state) the host random generator's state and, for every
-layer that has ``get_state()``/``set_state()`` (data layers), its state. On the CPU, training N
-iterations, snapshotting, restoring and training N more then gives exactly the weights of 2N
-uninterrupted iterations.
+the ``resume_state`` dataset of an HDF5 state) the host random generator's state, in GPU mode
+the position of the device's random stream (dropout's masks there), and, for every layer that
+has ``get_state()``/``set_state()`` (data layers), its state. Training N iterations,
+snapshotting, restoring (in the same mode) and training N more then gives exactly the weights
+of 2N uninterrupted iterations.
 
 The encoding is JSON (UTF-8) with tagged NumPy arrays, bytes and tuples, so it holds no code and
 reads back on any machine.
@@ -105,6 +106,7 @@ def capture(solver):
         "version": FORMAT_VERSION,
         "solver_type": solver.type,
         "rng": backend.get_rng_state(),
+        "device_rng": backend.get_device_rng_state(),
         "train_layers": _layer_states(solver.net),
         "test_layers": [_layer_states(n) for n in solver.test_nets],
     }
@@ -130,6 +132,7 @@ def apply(solver, state, source):
     try:
         if state.get("rng") is not None:
             backend.set_rng_state(state["rng"])
+        backend.set_device_rng_state(state.get("device_rng"))
         _restore_layers(solver.net, state.get("train_layers", {}), "train net")
         tests = state.get("test_layers", [])
         for i, (net, states) in enumerate(zip(solver.test_nets, tests)):
