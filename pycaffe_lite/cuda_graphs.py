@@ -42,7 +42,7 @@ from . import backend, net_types
 from .layer import deferred_checks
 from .proto import caffe_pb2
 from .syncedmem import upload_host_writes
-from .switches import switch
+from .switches import flag as flag_value, switch
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -93,7 +93,7 @@ def set_enabled(flag):
     """Capture and replay TEST forwards on the GPU (True, the default) or always run them
     layer by layer (False). Returns the old value."""
     old = _settings["enabled"]
-    _settings["enabled"] = bool(flag)
+    _settings["enabled"] = flag_value(flag, "set_cuda_graph")
     return old
 
 

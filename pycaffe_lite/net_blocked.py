@@ -35,7 +35,7 @@ from .ops.cpu import blocked as kernels
 from .layers.common.eltwise_layer import combine
 from .ops.relu import bias_relu
 from .proto import caffe_pb2
-from .switches import switch
+from .switches import flag as flag_value, switch
 
 ENV_VAR = "PYCAFFE_LITE_BLOCKED"
 CONVOLUTIONS = ("Convolution", "ConvolutionDepthwise", "DepthwiseConvolution")
@@ -56,7 +56,7 @@ def set_enabled(flag):
     kernels offer one) or not (False); None: as ``PYCAFFE_LITE_BLOCKED`` says. Returns the
     previous setting."""
     old = _enabled[0]
-    _enabled[0] = None if flag is None else bool(flag)
+    _enabled[0] = flag_value(flag, "net_blocked.set_enabled", allow_none=True)
     return old
 
 

@@ -52,7 +52,7 @@ import weakref
 
 from .errors import CaffeError
 from .syncedmem import SyncedArray
-from .switches import switch
+from .switches import flag as flag_value, switch
 
 ENV_VAR = "PYCAFFE_LITE_SHARE_DIFFS"
 _setting = None  # None: the environment decides
@@ -82,7 +82,7 @@ def set_enabled(flag):
     setting."""
     global _setting
     old = enabled_by_default()
-    _setting = None if flag is None else bool(flag)
+    _setting = flag_value(flag, "set_share_diffs", allow_none=True)
     return old
 
 

@@ -23,3 +23,25 @@ def switch(name, default=True):
         "%s=%r is none of %s; it is ignored (the feature stays %s)", name, value,
         ", ".join(ON + OFF), "on" if default else "off")
     return default
+
+
+def flag(value, where, allow_none=False):
+    """``value`` as the bool a switch function (``where``, e.g. ``set_cuda_graph``) sets: True or
+    False, 1 or 0, NumPy's booleans; None too where ``allow_none`` (the automatic choice). Any
+    other value (a string such as ``"off"``, which ``bool()`` would read as True) is a TypeError
+    naming the function."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool):
+        return value
+    try:
+        import numpy as np
+
+        if isinstance(value, np.bool_):
+            return bool(value)
+    except ImportError:  # pragma: no cover - NumPy is a dependency
+        pass
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise TypeError("%s takes True or False%s, got %r" % (
+        where, " (or None: the automatic choice)" if allow_none else "", value))

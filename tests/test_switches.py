@@ -2,6 +2,7 @@
 the same spellings everywhere, and a value that is none of them named in a warning."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -54,3 +55,37 @@ def test_an_unknown_blocked_isa_is_named():
     assert run.stdout.split() == ["None"]
     assert "PYCAFFE_LITE_BLOCKED_ISA='avx1024' is none of avx512, avx2; it is ignored" \
         in run.stderr
+
+
+SETTERS = [
+    ("set_cuda_graph", lambda: __import__("pycaffe_lite").set_cuda_graph, False),
+    ("set_allow_tf32", lambda: __import__("pycaffe_lite").set_allow_tf32, False),
+    ("set_share_diffs", lambda: __import__("pycaffe_lite").set_share_diffs, True),
+    ("set_gemm_split", lambda: __import__("pycaffe_lite.ops.cpu", fromlist=["x"]).set_gemm_split,
+     False),
+    ("set_winograd_enabled", lambda: __import__(
+        "pycaffe_lite.ops.cpu.convolution", fromlist=["x"]).set_winograd_enabled, False),
+    ("net_blocked.set_enabled", lambda: __import__(
+        "pycaffe_lite.net_blocked", fromlist=["x"]).set_enabled, True),
+]
+
+
+@pytest.mark.parametrize("name, get, allow_none", SETTERS, ids=[s[0] for s in SETTERS])
+def test_switch_functions_take_booleans_and_refuse_strings(name, get, allow_none):
+    """``set_cuda_graph("off")`` turned graphs on (bool of a non-empty string): a value other
+    than True/False, 0/1 or NumPy's booleans is a TypeError naming the function, and the
+    setting is left as it was."""
+    import numpy as np
+
+    setter = get()
+    old = setter(False)
+    try:
+        # each call returns the setting before it, as a bool
+        assert [setter(v) for v in (np.True_, 1, 0, False)] == [False, True, True, False]
+        for bad in ("off", "False", 2, 0.5, []) + (() if allow_none else (None,)):
+            with pytest.raises(TypeError, match=r"%s takes True or False.*got %s" % (
+                    re.escape(name), re.escape(repr(bad)))):
+                setter(bad)
+            assert setter(False) is False  # unchanged by the refused value
+    finally:
+        setter(old)

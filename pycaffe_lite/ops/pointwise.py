@@ -24,7 +24,7 @@ machine it takes 0.8-2.1x the time of OpenBLAS's sgemm plus the bias pass on the
 import numpy as np
 
 from . import cpu as _cpu
-from ..switches import switch
+from ..switches import flag as flag_value, switch
 
 # Measured on a 2-core AVX2 machine (benchmarks/bench_kernels.py --groups pointwise): see
 # docs/performance.md, "Convolutions".
@@ -44,7 +44,7 @@ def set_enabled(flag):
     """Use the direct 1x1 kernel where the rule takes a layer (True) or never (False, the
     default). Returns the previous setting."""
     old = _enabled[0]
-    _enabled[0] = bool(flag)
+    _enabled[0] = flag_value(flag, "pointwise.set_enabled")
     return old
 
 

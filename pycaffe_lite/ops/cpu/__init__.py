@@ -60,7 +60,7 @@ from ._threads import MIN_ELEMENTS_PER_THREAD, grain as _grain, split as _split
 from ._threads import SingleThreadedBlas as _SingleThreadedBlas
 from ._threads import blas_controllable as _blas_controllable
 from ._threads import threads  # noqa: F401
-from ...switches import switch
+from ...switches import flag as flag_value, switch
 
 _enabled = [switch("PYCAFFE_LITE_CPU_KERNELS")]
 _gemm_split = [switch("PYCAFFE_LITE_GEMM_SPLIT")]
@@ -71,7 +71,7 @@ def set_kernels_enabled(flag):
     """Use the compiled kernels when they were built (True, the default) or the NumPy code
     (False). Returns the previous setting."""
     old = _enabled[0]
-    _enabled[0] = bool(flag)
+    _enabled[0] = flag_value(flag, "set_kernels_enabled")
     return old
 
 
@@ -307,7 +307,7 @@ def set_gemm_split(flag):
     OpenBLAS's own threads (False; ``PYCAFFE_LITE_GEMM_SPLIT=0``). Returns the previous
     setting."""
     old = _gemm_split[0]
-    _gemm_split[0] = bool(flag)
+    _gemm_split[0] = flag_value(flag, "set_gemm_split")
     return old
 
 

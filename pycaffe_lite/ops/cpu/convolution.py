@@ -26,7 +26,7 @@ it to float rounding only; the tests state the bounds:
 from ._library import address as _address, function as _function
 from . import host_matmul
 from ._threads import grain as _grain, split as _split
-from ...switches import switch
+from ...switches import flag as flag_value, switch
 
 _winograd = [switch("PYCAFFE_LITE_WINOGRAD")]
 
@@ -35,7 +35,7 @@ def set_winograd_enabled(flag):
     """Use Winograd where it pays (True, the default) or never (False). Returns the previous
     setting."""
     old = _winograd[0]
-    _winograd[0] = bool(flag)
+    _winograd[0] = flag_value(flag, "set_winograd_enabled")
     return old
 
 

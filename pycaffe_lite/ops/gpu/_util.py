@@ -11,7 +11,7 @@ import numpy as np
 
 from ...backend import cupy_module as cupy  # noqa: F401  (re-exported: the kernels' CuPy)
 from ...backend import is_cupy_array as is_cupy  # noqa: F401  (re-exported)
-from ...switches import switch
+from ...switches import flag as flag_value, switch
 
 # Kernels index with 32-bit ints (fast division on the GPU); larger arrays take the
 # xp-generic path instead.
@@ -30,7 +30,7 @@ def set_kernels_enabled(flag):
     """Use the CUDA kernels on CuPy arrays (True, the default) or the generic code (False).
     Returns the previous setting."""
     old = _enabled[0]
-    _enabled[0] = bool(flag)
+    _enabled[0] = flag_value(flag, "set_kernels_enabled")
     return old
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from ...backend import cudnn_frontend
 from ._util import cupy
-from ...switches import switch
+from ...switches import flag as flag_value, switch
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -92,7 +92,7 @@ def set_allow_tf32(flag):
     PyTorch's ``torch.backends.cudnn.allow_tf32``. Off by default. Returns the old value; the
     graphs built so far are dropped, so the next call chooses its plans again."""
     old = _settings["allow_tf32"]
-    _settings["allow_tf32"] = bool(flag)
+    _settings["allow_tf32"] = flag_value(flag, "set_allow_tf32")
     if old != _settings["allow_tf32"]:
         CACHE.clear()
     return old
@@ -106,7 +106,7 @@ def set_autotune(flag):
     """Time every plan of a new graph and keep the fastest (True, the default), or take the
     heuristics' first choice (False). Returns the old value."""
     old = _settings["autotune"]
-    _settings["autotune"] = bool(flag)
+    _settings["autotune"] = flag_value(flag, "set_autotune")
     return old
 
 
