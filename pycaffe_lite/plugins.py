@@ -17,6 +17,7 @@ the variable is refused, and the entry points are not loaded.
 """
 
 import importlib
+import importlib.util
 import logging
 import os
 import sys
@@ -35,6 +36,8 @@ HOW = ("A layer type of your own is known once its module is imported: --plugin 
 
 _lock = threading.RLock()
 _configured = []  # True once the variable's and the entry points' modules were imported
+_aliased = []  # True once 'caffe' was looked for (and, where none is installed, aliased)
+PACKAGE = __name__.rpartition(".")[0]
 
 
 class PluginError(CaffeError):
@@ -53,16 +56,70 @@ def entry_points():
     return sorted(installed(group=GROUP), key=lambda ep: ep.name)
 
 
+class CaffeAlias:
+    """A meta path finder and loader: ``caffe`` and ``caffe.X`` are ``pycaffe_lite`` and
+    ``pycaffe_lite.X``, the same module objects (so ``caffe.proto.caffe_pb2`` is not loaded
+    a second time, and ``caffe.Layer`` is the class a Python layer must subclass)."""
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname != "caffe" and not fullname.startswith("caffe."):
+            return None
+        real = PACKAGE + fullname[len("caffe"):]
+        try:
+            found = importlib.util.find_spec(real)
+        except (ImportError, ValueError):
+            return None
+        if found is None:
+            return None
+        return importlib.util.spec_from_loader(
+            fullname, cls, is_package=found.submodule_search_locations is not None)
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(module):
+        # the import system returns what sys.modules holds under the name afterwards
+        sys.modules[module.__name__] = importlib.import_module(
+            PACKAGE + module.__name__[len("caffe"):])
+        if module.__name__ == "caffe":
+            log.info("'import caffe' gives %s (no package named caffe is installed)", PACKAGE)
+
+
+def alias_caffe():
+    """Let modules written for pycaffe (``import caffe``, ``class L(caffe.Layer)``,
+    ``from caffe.proto import caffe_pb2``) import ``pycaffe_lite`` under that name, where no
+    package named ``caffe`` is installed (an installed one is left alone). Done once, before
+    the first module of the user's is imported."""
+    with _lock:
+        if _aliased:
+            return
+        _aliased.append(True)
+        if "caffe" in sys.modules:
+            return
+        try:
+            installed = importlib.util.find_spec("caffe")
+        except (ImportError, ValueError):
+            installed = None
+        # a folder named caffe (a source checkout) is a namespace package, not pycaffe
+        if installed is not None and installed.origin not in (None, "namespace"):
+            return
+        sys.meta_path.insert(0, CaffeAlias)
+
+
 def import_user_module(name):
     """Import a module of the user's (a plugin, a ``Python`` layer's ``python_param.module``)
     as Caffe users expect: the working directory is on ``sys.path`` first (as it is for
     ``python -m`` and for pycaffe scripts, but not for the installed ``pycaffe-lite`` script,
-    whose folder Python puts there instead), and modules written since the last import are
-    seen."""
+    whose folder Python puts there instead), modules written since the last import are
+    seen, and ``import caffe`` in it gives ``pycaffe_lite`` (:func:`alias_caffe`)."""
     cwd = os.getcwd()
     if "" not in sys.path and cwd not in sys.path:
         sys.path.insert(0, cwd)
     importlib.invalidate_caches()
+    alias_caffe()
     return importlib.import_module(name)
 
 
@@ -123,6 +180,7 @@ def _load_entry_point(ep):
     dist = getattr(getattr(ep, "dist", None), "name", None)
     where = "entry point '%s = %s' of the group %s%s" % (
         ep.name, ep.value, GROUP, " (distribution %s)" % dist if dist else "")
+    alias_caffe()
     try:
         return ep.load()
     except Exception as exc:
