@@ -88,3 +88,68 @@ def test_pycaffe_python_layer_that_imports_caffe_runs(tmp_path, monkeypatch, caf
     user = sys.modules[module]
     assert user.caffe is caffe and user.PB2 is caffe.caffe_pb2
     net.close()
+
+
+# examples/feature_extraction: `extract_features WEIGHTS NET BLOBS DATASETS BATCHES DB_TYPE`.
+FEATURE_NET = '''
+name: "features"
+layer { name: "data" type: "HDF5Data" top: "data" top: "label"
+  hdf5_data_param { source: "%s" batch_size: 2 } }
+layer { name: "fc" type: "InnerProduct" bottom: "data" top: "fc"
+  inner_product_param { num_output: 4 } }
+'''
+
+
+def test_extract_features_writes_one_datum_per_item(tmp_path, monkeypatch):
+    h5py = pytest.importorskip("h5py")
+    lmdb = pytest.importorskip("lmdb")
+    from pycaffe_lite import cli
+    from pycaffe_lite.proto import caffe_pb2
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(5, 2, 1, 3)).astype(np.float32)
+    with h5py.File(tmp_path / "d.h5", "w") as f:
+        f["data"] = x
+        f["label"] = np.zeros(5, np.float32)
+    (tmp_path / "list.txt").write_text(str(tmp_path / "d.h5") + "\n")
+    model = tmp_path / "net.prototxt"
+    model.write_text(FEATURE_NET % (tmp_path / "list.txt"))
+    w = rng.normal(size=(4, 6)).astype(np.float32)
+    b = rng.normal(size=4).astype(np.float32)
+    net = caffe.Net(str(model), caffe.TEST)
+    net.params["fc"][0].data[...] = w
+    net.params["fc"][1].data[...] = b
+    net.save(str(tmp_path / "w.caffemodel"))
+    net.close()
+    monkeypatch.chdir(tmp_path)
+
+    assert cli.main(["extract_features", "w.caffemodel", str(model), "fc,data",
+                     "fc_db,data_db", "3", "lmdb"]) == 0
+
+    rows = x[[0, 1, 2, 3, 4, 0]]  # 3 batches of 2 from 5 rows: the file starts over
+    for name, expected, legacy in (("fc_db", rows.reshape(6, 6) @ w.T + b, (4, 1, 1)),
+                                   ("data_db", rows.reshape(6, 6), (2, 1, 3))):
+        env = lmdb.open(str(tmp_path / name), readonly=True, lock=False)
+        with env.begin() as txn:
+            items = list(txn.cursor())
+        env.close()
+        assert [k for k, _ in items] == [b"%010d" % i for i in range(6)]
+        for (_, value), want in zip(items, expected):
+            datum = caffe_pb2.Datum.FromString(value)
+            assert (datum.channels, datum.height, datum.width) == legacy
+            assert datum.data == b""
+            np.testing.assert_allclose(datum.float_data, want, rtol=1e-5, atol=1e-6)
+
+
+def test_extract_features_names_a_blob_the_net_lacks(tmp_path, capsys):
+    from pycaffe_lite import cli
+
+    model = tmp_path / "net.prototxt"
+    model.write_text('layer { name: "x" type: "Input" top: "x" '
+                     'input_param { shape { dim: 1 dim: 2 } } }')
+    caffe.Net(str(model), caffe.TEST).save(str(tmp_path / "w.caffemodel"))
+    assert cli.main(["extract_features", str(tmp_path / "w.caffemodel"), str(model), "fc7",
+                     str(tmp_path / "out"), "1", "lmdb"]) == 1
+    err = capsys.readouterr().err
+    assert "Unknown feature blob name fc7 in the network %s" % model in err
+    assert not (tmp_path / "out").exists()
