@@ -153,3 +153,35 @@ def test_extract_features_names_a_blob_the_net_lacks(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Unknown feature blob name fc7 in the network %s" % model in err
     assert not (tmp_path / "out").exists()
+
+
+# examples/cifar10/train_full.sh resumes from cifar10_full_iter_60000.solverstate, but its
+# solver (snapshot_format: HDF5) writes cifar10_full_iter_60000.solverstate.h5.
+TINY_NET = '''
+layer { name: "x" type: "DummyData" top: "x" top: "y"
+  dummy_data_param { shape { dim: 2 dim: 3 } shape { dim: 2 dim: 1 }
+                     data_filler { type: "constant" value: 1 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "ip"
+  inner_product_param { num_output: 1 weight_filler { type: "constant" value: 0.5 } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "ip" bottom: "y" top: "loss" }
+'''
+
+
+def test_resuming_from_the_binary_name_of_an_hdf5_state_says_which_file_exists(
+        tmp_path, monkeypatch, capsys):
+    from pycaffe_lite import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "net.prototxt").write_text(TINY_NET)
+    (tmp_path / "solver.prototxt").write_text(
+        'net: "net.prototxt" base_lr: 0.1 lr_policy: "fixed" max_iter: 2 display: 0 '
+        'snapshot_format: HDF5 snapshot_prefix: "full"\n')
+    assert cli.main(["train", "--solver", "solver.prototxt"]) == 0
+    assert (tmp_path / "full_iter_2.solverstate.h5").is_file()
+    capsys.readouterr()
+
+    assert cli.main(["train", "--solver", "solver.prototxt",
+                     "--snapshot", "full_iter_2.solverstate"]) == 1
+    err = capsys.readouterr().err
+    assert "full_iter_2.solverstate: solver state file not found" in err
+    assert "full_iter_2.solverstate.h5 exists" in err

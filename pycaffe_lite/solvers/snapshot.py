@@ -139,7 +139,11 @@ def load_weights(solver, model_lists):
 def restore(solver, state_file):
     """Load a binary or HDF5 solver state (and the weights it names) into ``solver``."""
     if not os.path.isfile(state_file):
-        raise ProtoError("solver state file not found", state_file)
+        hint = ""
+        if os.path.isfile(state_file + ".h5"):  # BVLC's cifar10 train_full.sh names it so
+            hint = (" (%s.h5 exists: a solver with snapshot_format: HDF5 writes its states "
+                    "under that name; resume from it)" % state_file)
+        raise ProtoError("solver state file not found" + hint, state_file)
     from ..proto.weights_file import is_hdf5
     if state_file.endswith(".h5") or is_hdf5(state_file):
         _restore_hdf5(solver, state_file)
