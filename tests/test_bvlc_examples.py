@@ -185,3 +185,70 @@ def test_resuming_from_the_binary_name_of_an_hdf5_state_says_which_file_exists(
     err = capsys.readouterr().err
     assert "full_iter_2.solverstate: solver state file not found" in err
     assert "full_iter_2.solverstate.h5 exists" in err
+
+
+def _read_lmdb(path):
+    lmdb = pytest.importorskip("lmdb")
+    from pycaffe_lite.proto import caffe_pb2
+
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    with env.begin() as txn:
+        items = [(k, caffe_pb2.Datum.FromString(v)) for k, v in txn.cursor()]
+    env.close()
+    return items
+
+
+def test_convert_cifar_data_as_create_cifar10_sh_runs_it(tmp_path, monkeypatch):
+    """examples/cifar10/create_cifar10.sh: convert_cifar_data.bin $DATA $EXAMPLE $DBTYPE."""
+    from pycaffe_lite import cli
+
+    rng = np.random.default_rng(4)
+    data = tmp_path / "data"
+    data.mkdir()
+    batches = {}
+    for name in ["data_batch_%d.bin" % i for i in range(1, 6)] + ["test_batch.bin"]:
+        labels = rng.integers(0, 10, 3).astype(np.uint8)
+        images = rng.integers(0, 256, (3, 3072), dtype=np.uint8)
+        # the binary version: per record one label byte, then 1024 R, 1024 G, 1024 B bytes
+        (data / name).write_bytes(np.hstack([labels[:, None], images]).tobytes())
+        batches[name] = (labels, images)
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["convert_cifar_data", "data", "out", "lmdb"]) == 0
+
+    train = _read_lmdb(out / "cifar10_train_lmdb")
+    expected = [(lab, img) for i in range(1, 6)
+                for lab, img in zip(*batches["data_batch_%d.bin" % i])]
+    assert [k for k, _ in train] == [b"%05d" % i for i in range(15)]
+    for (_, datum), (label, image) in zip(train, expected):
+        assert (datum.channels, datum.height, datum.width) == (3, 32, 32)
+        assert datum.label == label and datum.data == image.tobytes()
+    test = _read_lmdb(out / "cifar10_test_lmdb")
+    assert [k for k, _ in test] == [b"00000", b"00001", b"00002"]
+    assert [d.label for _, d in test] == list(batches["test_batch.bin"][0])
+
+
+def test_convert_mnist_siamese_data_pairs_images_and_labels_sameness(tmp_path):
+    """examples/siamese/create_mnist_siamese.sh: one record per image, each a random pair."""
+    from pycaffe_lite import cli
+
+    n = 40
+    images = np.arange(n * 4, dtype=np.uint8).reshape(n, 2, 2)  # every image distinct
+    labels = np.arange(n, dtype=np.uint8) % 3
+    (tmp_path / "img").write_bytes(np.array([2051, n, 2, 2], ">u4").tobytes()
+                                   + images.tobytes())
+    (tmp_path / "lab").write_bytes(np.array([2049, n], ">u4").tobytes() + labels.tobytes())
+    assert cli.main(["convert_mnist_siamese_data", str(tmp_path / "img"), str(tmp_path / "lab"),
+                     str(tmp_path / "pairs"), "--backend", "lmdb", "--seed", "7"]) == 0
+
+    items = _read_lmdb(tmp_path / "pairs")
+    assert [k for k, _ in items] == [b"%08d" % i for i in range(n)]
+    index = {images[i].tobytes(): i for i in range(n)}
+    seen = set()
+    for _, datum in items:
+        assert (datum.channels, datum.height, datum.width) == (2, 2, 2)
+        i, j = index[datum.data[:4]], index[datum.data[4:]]
+        assert datum.label == int(labels[i] == labels[j])
+        seen.add(datum.label)
+    assert seen == {0, 1}

@@ -90,3 +90,34 @@ def convert_mnist(image_file, label_file, db_path, backend="lmdb", limit=None, p
         txn.commit()
     prog.done()
     return n
+
+
+def convert_mnist_siamese(image_file, label_file, db_path, backend="leveldb", seed=None):
+    """BVLC's ``examples/siamese/convert_mnist_siamese_data``: as many records as images, each
+    a pair of images drawn at random (with replacement) stacked as a 2 x rows x cols Datum,
+    label 1 where their digits are the same and 0 where they differ, under the keys ``%08d``.
+    Returns the number of records written."""
+    images = read_idx_images(image_file)
+    labels = read_idx_labels(label_file)
+    if len(images) != len(labels):
+        raise DataError("'%s' holds %d images but '%s' holds %d labels; they must match"
+                        % (image_file, len(images), label_file, len(labels)))
+    n = len(images)
+    rows, cols = images.shape[1:]
+    log.info("A total of %d items.", n)
+    log.info("Rows: %d Cols: %d", rows, cols)
+    from ..proto import caffe_pb2
+
+    rng = np.random.default_rng(seed)
+    with dbmod.open_db(db_path, backend, dbmod.NEW) as db:
+        txn = db.transaction()
+        datum = caffe_pb2.Datum(channels=2, height=int(rows), width=int(cols))
+        for k in range(n):
+            i, j = (int(v) for v in rng.integers(0, n, 2))
+            datum.data = images[i].tobytes() + images[j].tobytes()
+            datum.label = int(labels[i] == labels[j])
+            txn.put(b"%08d" % k, datum.SerializeToString())
+            if (k + 1) % 1000 == 0:
+                txn.commit()
+        txn.commit()
+    return n
