@@ -72,6 +72,9 @@ def test_pycaffe_python_layer_that_imports_caffe_runs(tmp_path, monkeypatch, caf
     module = "bvlc_style_pyloss_%d" % id(tmp_path)
     (tmp_path / (module + ".py")).write_text(PYCAFFE_LOSS)
     monkeypatch.syspath_prepend(str(tmp_path))
+    # run beside a folder named caffe (a source checkout: a namespace package, not pycaffe)
+    (tmp_path / "caffe").mkdir()
+    monkeypatch.chdir(tmp_path)
     model = tmp_path / "linreg.prototxt"
     model.write_text(LINREG % module)
 
