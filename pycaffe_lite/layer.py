@@ -264,11 +264,13 @@ class Layer:
 
 class LossLayer(Layer):
     """Base of loss layers: two bottoms (prediction, target) whose first dimensions agree,
-    and a scalar top."""
+    and a scalar top (made by the Net where the layer names none, as Caffe's AutoTopBlobs:
+    an anonymous blob that counts in the net's loss but is no output)."""
 
     exact_num_bottom_blobs = 2
     exact_num_top_blobs = 1
     is_loss = True
+    auto_top_blobs = True
 
     def allow_force_backward(self, bottom_index):
         return bottom_index != 1

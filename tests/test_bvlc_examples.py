@@ -255,3 +255,36 @@ def test_convert_mnist_siamese_data_pairs_images_and_labels_sameness(tmp_path):
         assert datum.label == int(labels[i] == labels[j])
         seen.add(datum.label)
     assert seen == {0, 1}
+
+
+# examples/finetune_pascal_detection's loss layer names no top; Caffe's LossLayer makes one
+# (AutoTopBlobs): an anonymous blob whose loss counts with weight 1 but is no net output.
+NO_TOP_LOSS = '''
+force_backward: true
+layer { name: "in" type: "Input" top: "x" top: "y"
+  input_param { shape { dim: 4 dim: 3 } shape { dim: 4 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "x" bottom: "y" }
+'''
+
+
+def test_a_loss_layer_without_a_top_gets_one_that_counts_in_the_loss(tmp_path):
+    model = tmp_path / "net.prototxt"
+    model.write_text(NO_TOP_LOSS)
+    net = caffe.Net(str(model), caffe.TRAIN)
+    x = np.array([[1.0, 2.0, 0.5], [0.1, -1.0, 3.0], [2.0, 2.0, 2.0], [-1.0, 0.0, 1.0]],
+                 np.float32)
+    y = np.array([0, 2, 1, 2], np.float32)
+    net.blobs["x"].data[...] = x
+    net.blobs["y"].data[...] = y
+    assert net.outputs == []  # the anonymous top is no output, as in Caffe
+    assert "(automatic)" not in net.blobs
+
+    loss = net._forward(0, len(net.layers) - 1)
+    # softmax cross-entropy by hand, averaged over the 4 rows
+    p = np.exp(x) / np.exp(x).sum(axis=1, keepdims=True)
+    rows = np.arange(4), y.astype(int)
+    np.testing.assert_allclose(loss, -np.log(p[rows]).mean(), rtol=1e-5)
+    net.backward()
+    expected = p.copy()
+    expected[rows] -= 1
+    np.testing.assert_allclose(net.blobs["x"].diff, expected / 4, rtol=1e-5, atol=1e-7)

@@ -43,6 +43,7 @@ class MultiBoxLossLayer(Layer):
     exact_num_bottom_blobs = 4
     exact_num_top_blobs = 1
     is_loss = True
+    auto_top_blobs = True  # a LossLayer in SSD's Caffe: a top is made where none is named
 
     def setup(self, bottom, top):
         p = self.layer_param.multibox_loss_param
