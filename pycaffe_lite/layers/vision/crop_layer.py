@@ -1,8 +1,12 @@
 """Crop: cut a window the size of a reference blob out of the data (Caffe's CropLayer)."""
 
+import logging
+
 from ...errors import ShapeError
 from ...layer import Layer
 from ...registry import register_layer
+
+log = logging.getLogger("pycaffe_lite")
 
 
 @register_layer("Crop")
@@ -29,6 +33,16 @@ class CropLayer(Layer):
 
     def allow_force_backward(self, bottom_index):
         return bottom_index == 0
+
+    def setup(self, bottom, top):
+        if not self.layer_param.HasField("crop_param"):
+            # caffe-future's Crop (FCN's first nets, HED) had no parameters and chose its
+            # offsets from the net's geometry; the same file here crops at offset 0.
+            log.warning("layer '%s' (Crop) has no crop_param: it crops at offset 0 from axis 2 "
+                        "on, as BVLC Caffe does; a net written for caffe-future's or HED's "
+                        "Crop, which chose the offsets from the layers between its bottoms, "
+                        "needs them written out (crop_param { axis: 2 offset: ... }; see "
+                        "docs/fork-layers.md)", self.name)
 
     def _start_axis(self, x):
         p = self.layer_param.crop_param
