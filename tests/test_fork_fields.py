@@ -2,7 +2,7 @@
 input_param): its net and its weights still read here."""
 
 import numpy as np
-from helpers.wire_bytes import length_delimited, string, tag, varint
+from helpers.wire_bytes import fork_layer, length_delimited, string, tag, varint
 
 import pycaffe_lite as caffe
 from pycaffe_lite.proto import fork_fields, protoio
@@ -12,15 +12,6 @@ from pycaffe_lite.proto import caffe_pb2
 def fork_interp_param(zoom_factor, pad_beg):
     """The fork's InterpParameter bytes: zoom_factor = 3, pad_beg = 5 (int32 varints)."""
     return tag(3, 0) + varint(zoom_factor) + tag(5, 0) + varint(pad_beg)
-
-
-def fork_layer(name, type_, bottoms, tops, extra=b""):
-    out = string(1, name) + string(2, type_)
-    for b in bottoms:
-        out += string(3, b)
-    for t in tops:
-        out += string(4, t)
-    return out + extra
 
 
 WEIGHTS = np.arange(2 * 3 * 3 * 3, dtype=np.float32).reshape(2, 3, 3, 3) / 50 - 0.5

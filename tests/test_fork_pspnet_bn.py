@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 import pytest
-from helpers.wire_bytes import length_delimited, string, tag, varint
+from helpers.wire_bytes import fork_layer, length_delimited, string, tag, varint
 
 import pycaffe_lite as caffe
 from pycaffe_lite.errors import CaffeError, LayerError, ProtoError, ShapeError
@@ -365,15 +365,6 @@ def blob_bytes(values):
     dims = b"".join(varint(d) for d in (1, len(values), 1, 1))
     return length_delimited(7, length_delimited(1, dims)) + \
         length_delimited(5, struct.pack("<%df" % len(values), *values))
-
-
-def fork_layer(name, type_, bottoms, tops, extra=b""):
-    out = string(1, name) + string(2, type_)
-    for b in bottoms:
-        out += string(3, b)
-    for t in tops:
-        out += string(4, t)
-    return out + extra
 
 
 SLOPE, BIAS = [1.25, 0.5, 2.0], [0.1, -0.2, 0.3]

@@ -55,14 +55,19 @@ def _parse_args(args):
                          "number of blob names and dataset names must be equal"
                          % (len(blobs), args.extract_feature_blob_names, len(datasets),
                             args.save_feature_dataset_names))
+    return blobs, datasets, _count(args.num_mini_batches, "num_mini_batches")
+
+
+def _count(text, what):
+    """``text`` as an integer >= 0; a CaffeError naming ``what`` otherwise."""
     try:
-        batches = int(args.num_mini_batches)
+        value = int(text)
     except ValueError:
-        raise CaffeError("extract_features: num_mini_batches must be an integer, got '%s'"
-                         % args.num_mini_batches) from None
-    if batches < 0:
-        raise CaffeError("extract_features: num_mini_batches must be >= 0, got %d" % batches)
-    return blobs, datasets, batches
+        raise CaffeError("extract_features: %s must be an integer, got '%s'"
+                         % (what, text)) from None
+    if value < 0:
+        raise CaffeError("extract_features: %s must be >= 0, got %d" % (what, value))
+    return value
 
 
 def run(args):
@@ -70,13 +75,7 @@ def run(args):
     blobs, datasets, batches = _parse_args(args)
     db_type = dbmod.backend_name(args.db_type)
     if args.mode == "GPU":
-        try:
-            device = int(args.device_id)
-        except ValueError:
-            raise CaffeError("extract_features: DEVICE_ID must be an integer, got '%s'"
-                             % args.device_id) from None
-        if device < 0:
-            raise CaffeError("extract_features: DEVICE_ID must be >= 0, got %d" % device)
+        device = _count(args.device_id, "DEVICE_ID")
         log.info("Using GPU")
         log.info("Using Device_id=%d", device)
         backend.set_device(device)

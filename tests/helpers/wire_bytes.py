@@ -28,3 +28,14 @@ def varint_field(number, value):
 
 def string(number, text):
     return length_delimited(number, text.encode())
+
+
+def fork_layer(name, type_, bottoms, tops, extra=b""):
+    """A LayerParameter's bytes: name (1), type (2), bottoms (3), tops (4), then ``extra``
+    (a fork's parameter fields, written by the caller)."""
+    out = string(1, name) + string(2, type_)
+    for b in bottoms:
+        out += string(3, b)
+    for t in tops:
+        out += string(4, t)
+    return out + extra

@@ -8,7 +8,7 @@ from ...layer import Layer
 from ...proto import caffe_pb2
 from ...proto.fork_layer_fields import PSPNET_BN, bn_kind
 from ...registry import register_layer
-from .pspnet_bn_layer import PSPNetBNLayer
+from .pspnet_bn_layer import PSPNetBNLayer, channel_view, reshape_per_channel
 
 BNMode = caffe_pb2.BNParameter
 # The forks' epsilon, added to the variance.
@@ -78,18 +78,11 @@ class BNLayer(Layer):
         fill(self.blobs.add_blob(1, channels, 1, 1), p.shift_filler)
 
     def reshape(self, bottom, top):
-        x = bottom[0]
-        if x.num_axes < 2 or x.shape[1] != self.blobs[0].count:
-            raise self.error("input has shape %s; expected (N, %d, ...)"
-                             % (x.shape, self.blobs[0].count))
-        if top[0] is not x:
-            top[0].reshape(x.shape)
+        reshape_per_channel(self, bottom, top)
         for t in top[1:]:
-            t.reshape(1, x.shape[1], 1, 1)
-        self.cache = None
+            t.reshape(1, bottom[0].shape[1], 1, 1)
 
-    def _view(self, arr):
-        return arr.reshape(arr.shape[0], arr.shape[1], -1)
+    _view = staticmethod(channel_view)
 
     def forward(self, bottom, top):
         x = self._view(bottom[0].read_data())

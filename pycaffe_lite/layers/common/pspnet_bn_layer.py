@@ -10,6 +10,23 @@ from ...proto import caffe_pb2
 SLOPE, BIAS, MEAN, VARIANCE = range(4)
 
 
+def reshape_per_channel(layer, bottom, top):
+    """The BN layers' reshape: top 0 as bottom 0, whose axis 1 must have as many channels as
+    the layer's first blob has values; the cached forward values are dropped."""
+    x = bottom[0]
+    if x.num_axes < 2 or x.shape[1] != layer.blobs[0].count:
+        raise layer.error("input has shape %s; expected (N, %d, ...)"
+                          % (x.shape, layer.blobs[0].count))
+    if top[0] is not x:
+        top[0].reshape(x.shape)
+    layer.cache = None
+
+
+def channel_view(arr):
+    """``arr`` (N, C, ...) as (N, C, the rest flattened)."""
+    return arr.reshape(arr.shape[0], arr.shape[1], -1)
+
+
 class PSPNetBNLayer(Layer):
     """PSPNet's BN layer.
 
@@ -71,17 +88,9 @@ class PSPNetBNLayer(Layer):
             self.set_param_propagate_down(i, False)
 
     def reshape(self, bottom, top):
-        x = bottom[0]
-        if x.num_axes < 2 or x.shape[1] != self.blobs[0].count:
-            raise self.error("input has shape %s; expected (N, %d, ...)"
-                             % (x.shape, self.blobs[0].count))
-        if top[0] is not x:
-            top[0].reshape(x.shape)
-        self.cache = None
+        reshape_per_channel(self, bottom, top)
 
-    @staticmethod
-    def _view(arr):
-        return arr.reshape(arr.shape[0], arr.shape[1], -1)
+    _view = staticmethod(channel_view)
 
     def _channel(self, index):
         return self.blobs[index].read_data().reshape(1, -1, 1)
