@@ -141,6 +141,9 @@ def _fold(ctx, node):
         ctx.consts[node.output[0]] = np.asarray(ctx.shapes[node.input[0]], dtype=np.int64)
         return True
     names = [n for n in node.input if n]
+    # an If's or a Loop's branches read values of the enclosing graph by name: those count
+    # as its inputs (a branch reading a tensor that is no constant keeps the node unfolded)
+    names += [n for n in sorted(_outer_names(node)) if n not in names]
     if node.op_type != "Constant" and (not names or not all(n in ctx.consts for n in names)):
         return False
     from onnx import helper
@@ -149,11 +152,32 @@ def _fold(ctx, node):
     graph = helper.make_graph([node], "fold",
                               [helper.make_empty_tensor_value_info(n) for n in names],
                               [helper.make_empty_tensor_value_info(n) for n in outputs])
-    values = ReferenceEvaluator(graph, opsets={"": ctx.opset}).run(
-        None, {n: ctx.consts[n] for n in names})
+    try:
+        values = ReferenceEvaluator(graph, opsets={"": ctx.opset}).run(
+            None, {n: ctx.consts[n] for n in names})
+    except Exception as exc:  # the reference evaluator raises its own and NumPy's errors
+        raise ctx.error(node, "evaluating it on its constant inputs failed (%s: %s)"
+                        % (type(exc).__name__, exc)) from None
     for name, value in zip(outputs, values):
         ctx.consts[name] = np.asarray(value)
     return True
+
+
+def _outer_names(node):
+    """The names that the node's subgraphs (an If's branches, a Loop's or a Scan's body) read
+    from the enclosing graph: inputs of their nodes that the subgraph itself does not define."""
+    from onnx import AttributeProto
+    names = set()
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == AttributeProto.GRAPH else \
+            list(attr.graphs) if attr.type == AttributeProto.GRAPHS else []
+        for graph in graphs:
+            defined = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+            for inner in graph.node:
+                names |= {n for n in inner.input if n and n not in defined}
+                names |= _outer_names(inner) - defined
+                defined |= set(inner.output)
+    return names
 
 
 def _infer_shapes(onnx, model):
