@@ -81,3 +81,66 @@ def test_torch_local_response_norm_names_the_node_it_stops_at(opset):
     assert "If" in {n.op_type for n in model.graph.node}
     with pytest.raises(CaffeError, match=r"ONNX node '[^']+' \(op (Pad|If|Div)\)"):
         caffe_onnx.to_caffe(model, None)
+
+
+# -- Darknet: published .cfg files ---------------------------------------------------------
+def _darknet_weights(layers, seed):
+    """A ``.weights`` file (header 0.2.0, 64-bit seen) for ``[convolutional]`` layers given as
+    (filters, channels, size, batch_normalize): biases, then scales, rolling mean and
+    variance when batch-normalised, then the weights."""
+    rng = np.random.default_rng(seed)
+    parts = [np.array([0, 2, 0], np.int32).tobytes(), np.array([0], np.int64).tobytes()]
+    for n, c, k, bn in layers:
+        arrays = [rng.normal(0, 0.5, n)]
+        if bn:
+            arrays += [rng.uniform(0.5, 1.5, n), rng.normal(0, 0.3, n), rng.uniform(0.3, 2, n)]
+        arrays.append(rng.normal(0, 1 / np.sqrt(c * k * k), n * c * k * k))
+        parts += [np.asarray(a, np.float32).tobytes() for a in arrays]
+    return b"".join(parts)
+
+
+def _ours_and_opencv(tmp_path, cfg_text, layers, seed=0):
+    import warnings
+
+    import pycaffe_lite
+    from pycaffe_lite.darknet import darknet2caffe
+    cv2 = pytest.importorskip("cv2", reason="OpenCV (opencv-python-headless) is a test extra")
+    cfg, weights = tmp_path / "m.cfg", tmp_path / "m.weights"
+    cfg.write_text(cfg_text)
+    weights.write_bytes(_darknet_weights(layers, seed))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = darknet2caffe(str(cfg), str(weights), str(tmp_path / "m.prototxt"),
+                               str(tmp_path / "m.caffemodel"))
+    ours = pycaffe_lite.Net(str(tmp_path / "m.prototxt"), str(tmp_path / "m.caffemodel"),
+                            pycaffe_lite.TEST)
+    theirs = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
+    x = np.random.default_rng(seed + 1).uniform(0, 1, ours.blobs["data"].data.shape)
+    ours.blobs["data"].data[...] = x
+    ours.forward()
+    theirs.setInput(x.astype(np.float32))
+    return result, ours, theirs.forward(), [str(w.message) for w in caught]
+
+
+def test_route_layers_with_a_trailing_comment(tmp_path):
+    """AlexeyAB's cfg/cspx-p7-mish.cfg has ``layers = 180 ###P6`` (line 1548) and ``layers =
+    -1, 271 ###S4`` (line 1957): Darknet reads each entry with atoi, which stops at the '#'.
+    The conversion refused them ("entry '180###P6' is not an integer"); it now reads them as
+    Darknet (and OpenCV) do, with a warning naming the line."""
+    cfg = ("[net]\nwidth=8\nheight=8\nchannels=3\n\n"
+           "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\n"
+           "activation=mish\n\n"
+           "[convolutional]\nbatch_normalize=1\nfilters=6\nsize=1\nstride=1\npad=1\n"
+           "activation=mish\n\n"
+           "[route]\nlayers = 0 ###P6\n\n"                                        # line 23
+           "[convolutional]\nfilters=5\nsize=3\nstride=1\npad=1\nactivation=leaky\n\n"
+           "[route]\nlayers = -1, 1 ###S4\n\n"                                    # line 33
+           "[convolutional]\nfilters=3\nsize=1\nstride=1\npad=1\nactivation=linear\n")
+    layers = [(4, 3, 3, 1), (6, 4, 1, 1), (5, 4, 3, 0), (3, 11, 1, 0)]
+    result, ours, theirs, warned = _ours_and_opencv(tmp_path, cfg, layers)
+    assert result.blob_of_layer[2] == result.blob_of_layer[0]
+    got = ours.blobs[result.blob_of_layer[5]].data
+    assert got.shape == theirs.shape == (1, 3, 8, 8)
+    np.testing.assert_allclose(got, theirs, rtol=1e-4, atol=1e-5 * np.abs(theirs).max())
+    assert any(":23:" in w and "###P6" in w for w in warned), warned
+    assert any(":33:" in w and "###S4" in w for w in warned), warned

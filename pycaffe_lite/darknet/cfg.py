@@ -162,11 +162,14 @@ class CfgSection:
             self.warn("%s ends with a comma; the empty last entry is ignored" % key, key)
         out = []
         for item in items:
-            m = pattern.fullmatch(item)
+            m = pattern.match(item)  # each entry through atoi / atof, as Darknet reads it
             if not m:
                 raise self.error("%s=%s: entry %r is not %s" % (key, value, item, kind), key)
-            out.append(self._in_range(key, "%s=%s: entry %s" % (key, value, item),
-                                      convert(item)))
+            if m.end() != len(item):
+                self.warn("%s=%s: the text after %s in entry %r is ignored (as Darknet "
+                          "ignores it)" % (key, value, m.group(0), item), key)
+            out.append(self._in_range(key, "%s=%s: entry %s" % (key, value, m.group(0)),
+                                      convert(m.group(0))))
         return out
 
     def get_ints(self, key, default=None):
