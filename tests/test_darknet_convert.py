@@ -292,10 +292,12 @@ def test_conversion_errors_name_the_line(body, pattern):
 
 
 def test_shortcut_between_different_shapes_is_refused():
+    # other channels alone convert (tests/test_importers_real_files.py); another height and
+    # width do not
     cfg_text = "[net]\nwidth=4\nheight=4\nchannels=2\n\n[convolutional]\nfilters=3\nsize=1\n\n" \
-               "[convolutional]\nfilters=2\nsize=1\n\n[shortcut]\nfrom=-2\n"
-    with pytest.raises(DarknetError, match=r":15: layer 2 \[shortcut\]: layer 0 gives 3x4x4 but "
-                                           r"the previous layer gives 2x4x4"):
+               "[convolutional]\nfilters=2\nsize=1\nstride=2\n\n[shortcut]\nfrom=-2\n"
+    with pytest.raises(DarknetError, match=r":16: layer 2 \[shortcut\]: layer 0 gives 3x4x4 but "
+                                           r"the previous layer gives 2x2x2"):
         convert(cfg_text)
 
 

@@ -144,3 +144,36 @@ def test_route_layers_with_a_trailing_comment(tmp_path):
     np.testing.assert_allclose(got, theirs, rtol=1e-4, atol=1e-5 * np.abs(theirs).max())
     assert any(":23:" in w and "###P6" in w for w in warned), warned
     assert any(":33:" in w and "###S4" in w for w in warned), warned
+
+
+def test_shortcut_between_layers_of_different_channels(tmp_path):
+    """The ResNet and CSPResNeXt cfgs (pjreddie's and AlexeyAB's cfg/resnet50.cfg line 66,
+    AlexeyAB's cfg/csresnext50-panet-spp.cfg line 86) add a 64-channel layer to a 256- or
+    128-channel one: Darknet adds the first min(channels) channels and passes the previous
+    layer's others unchanged. The conversion refused those shortcuts; both directions (fewer
+    and more channels added) now agree with OpenCV's importer."""
+    cfg = ("[net]\nwidth=6\nheight=6\nchannels=3\n\n"
+           "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\n"
+           "activation=leaky\n\n"
+           "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=1\nstride=1\npad=1\n"
+           "activation=leaky\n\n"
+           "[shortcut]\nfrom=-2\nactivation=linear\n\n"          # 8 channels + 4
+           "[convolutional]\nbatch_normalize=1\nfilters=2\nsize=1\nstride=1\npad=1\n"
+           "activation=leaky\n\n"
+           "[shortcut]\nfrom=-3\nactivation=leaky\n\n"           # 2 channels + 8
+           "[convolutional]\nfilters=3\nsize=1\nstride=1\npad=1\nactivation=linear\n")
+    layers = [(4, 3, 3, 1), (8, 4, 1, 1), (2, 8, 1, 1), (3, 2, 1, 0)]
+    result, ours, theirs, _ = _ours_and_opencv(tmp_path, cfg, layers, seed=3)
+    got = ours.blobs[result.blob_of_layer[5]].data
+    assert ours.blobs[result.blob_of_layer[2]].data.shape == (1, 8, 6, 6)
+    assert ours.blobs[result.blob_of_layer[4]].data.shape == (1, 2, 6, 6)
+    assert got.shape == theirs.shape == (1, 3, 6, 6)
+    np.testing.assert_allclose(got, theirs, rtol=1e-4, atol=1e-5 * np.abs(theirs).max())
+    # Darknet's rule by hand on our own inputs to the two shortcuts
+    b = {i: ours.blobs[result.blob_of_layer[i]].data[0] for i in range(5)}
+    first = b[1].copy()
+    first[:4] += b[0]
+    np.testing.assert_allclose(b[2], first, rtol=1e-6, atol=1e-7)
+    second = b[3] + b[1][:2]
+    np.testing.assert_allclose(b[4], np.where(second > 0, second, 0.1 * second), rtol=1e-6,
+                               atol=1e-7)

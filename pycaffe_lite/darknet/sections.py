@@ -370,6 +370,11 @@ class SectionConverters:
         alpha = sec.get_float("alpha", 1.0)
         beta = sec.get_float("beta", 1.0)
         srcs = [self.outs[self.source(sec, "from", r)] for r in refs]
+        if len(srcs) == 1 and srcs[0].c != prev.c and not prev.flat and \
+                (srcs[0].h, srcs[0].w, srcs[0].flat) == (prev.h, prev.w, prev.flat):
+            self._shortcut_channels(name, prev, srcs[0], alpha, beta)
+            self.activation(sec, name, name)
+            return _Out(name, prev.c, prev.h, prev.w, prev.flat)
         for r, s in zip(refs, srcs):
             if (s.c, s.h, s.w) != (prev.c, prev.h, prev.w):
                 raise sec.error("layer %d gives %dx%dx%d but the previous layer gives %dx%dx%d; "
@@ -383,6 +388,33 @@ class SectionConverters:
             lp.eltwise_param.coeff.extend(coeffs)
         self.activation(sec, name, name)
         return _Out(name, prev.c, prev.h, prev.w, prev.flat)
+
+    def _shortcut_channels(self, name, prev, src, alpha, beta):
+        """Darknet's shortcut of a layer with other channels than the previous one's (the
+        ResNet cfgs' first blocks): the first min(channels) channels are added (``alpha *
+        previous + beta * added``), the previous layer's others pass unchanged and the added
+        layer's others are not read: Slice, Eltwise on the common part, Concat."""
+        common = min(prev.c, src.c)
+        parts = {}
+        for role, out in (("prev", prev), ("from", src)):
+            if out.c == common:
+                parts[role] = out.blob
+                continue
+            tops = ["%s_%s_common" % (name, role), "%s_%s_rest" % (name, role)]
+            sl = self.layer("%s_%s_slice" % (name, role), "Slice", [out.blob], tops)
+            sl.slice_param.axis = 1
+            sl.slice_param.slice_point.append(common)
+            parts[role] = tops[0]
+            if role == "from":
+                self.layer(sl.name + "_silence", "Silence", [tops[1]], [])
+        summed = name if prev.c == common else name + "_common"
+        lp = self.layer(summed, "Eltwise", [parts["prev"], parts["from"]], [summed])
+        lp.eltwise_param.operation = EP.SUM
+        if alpha != 1 or beta != 1:
+            lp.eltwise_param.coeff.extend([alpha, beta])
+        if prev.c != common:
+            cat = self.layer(name, "Concat", [summed, "%s_prev_rest" % name], [name])
+            cat.concat_param.axis = 1
 
     def upsample(self, sec, prev, i):
         name = "upsample%d" % i
