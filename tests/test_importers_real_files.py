@@ -177,3 +177,38 @@ def test_shortcut_between_layers_of_different_channels(tmp_path):
     second = b[3] + b[1][:2]
     np.testing.assert_allclose(b[4], np.where(second > 0, second, 0.1 * second), rtol=1e-6,
                                atol=1e-7)
+
+
+CLASSIFIER_TAIL = ("[net]\nwidth=6\nheight=6\nchannels=3\n\n"
+                   "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\n"
+                   "activation=leaky\n\n"
+                   "[convolutional]\nfilters=5\nsize=1\nstride=1\npad=1\nactivation=linear\n\n"
+                   "[avgpool]\n\n[softmax]\ngroups=1\n\n[cost]\ntype=sse\n")
+
+
+def test_classifier_ending_with_a_cost_section(tmp_path):
+    """AlexeyAB's classifier cfgs end with ``[softmax]`` then ``[cost] type=sse``
+    (cfg/darknet19.cfg line 192; also darknet.cfg, extraction.cfg, densenet201.cfg,
+    tiny.cfg). The loss is read in training only, and Darknet's output is the layer's before
+    it; the conversion refused the whole file ("[cost] sections cannot be converted"). It now
+    gives the softmax as the output (as OpenCV, which reads [cost] as an identity), and
+    notes the loss."""
+    layers = [(4, 3, 3, 1), (5, 4, 1, 0)]
+    result, ours, theirs, _ = _ours_and_opencv(tmp_path, CLASSIFIER_TAIL, layers, seed=5)
+    assert result.outputs == [result.blob_of_layer[3]] == ["softmax3"]
+    assert result.blob_of_layer[4] == "softmax3"
+    got = ours.blobs["softmax3"].data
+    assert got.shape == (1, 5, 1, 1) == theirs.shape
+    np.testing.assert_allclose(got, theirs, rtol=1e-4, atol=1e-6)
+    assert any(":26: layer 4 [cost]: a training loss" in n for n in result.notes), result.notes
+
+
+def test_cost_section_before_another_layer_is_refused():
+    """A [cost] that another section reads would give that section the loss layer's
+    output, which Darknet never computes at inference: an error naming file, line and
+    section."""
+    from pycaffe_lite.darknet import DarknetError, convert
+    text = CLASSIFIER_TAIL.replace("[avgpool]\n\n", "[cost]\n\n[avgpool]\n\n", 1)
+    with pytest.raises(DarknetError, match=r"<string>:21: layer 2 \[cost\]: a \[cost\] "
+                                           r"section .* layer 3 \[avgpool\] follows it"):
+        convert(text)

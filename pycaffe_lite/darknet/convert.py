@@ -58,6 +58,7 @@ TRAINING_KEYS = {
     "upsample": set(),
     "batchnorm": set(),
     "activation": set(),
+    "cost": {"type", "scale", "ratio", "noobj", "thresh"},
     "yolo": {"jitter", "random", "max", "counters_per_class", "label_smooth_eps", "max_delta",
              "iou_normalizer", "obj_normalizer", "cls_normalizer", "delta_normalizer",
              "iou_loss", "iou_thresh_kind", "beta_nms", "nms_kind", "focal_loss",

@@ -514,7 +514,23 @@ class SectionConverters:
         return anchors
 
     # ---- driver ----------------------------------------------------------------------------
+    def cost(self, sec, prev, i):
+        """A loss, read only in training: Darknet's output at inference is that of the last
+        layer before its trailing [cost] sections (get_network_output skips them), so it
+        adds no Caffe layer. One that another section follows is refused: at inference its
+        output is never computed."""
+        later = [s for s in self.cfg.layers[i + 1:] if s.name != "cost"]
+        if later:
+            raise sec.error("a [cost] section (a training loss, not computed at inference) "
+                            "converts only after the last layer; %s follows it"
+                            % later[0].describe())
+        self.result.notes.append("%s: %s: a training loss; not converted (the net's output "
+                                 "is %s, as in Darknet)" % (sec.where(), sec.describe(),
+                                                            prev.blob))
+        return prev
+
     HANDLERS = {
+        "cost": cost,
         "convolutional": convolutional, "maxpool": maxpool, "avgpool": avgpool,
         "dropout": dropout, "connected": connected, "softmax": softmax, "route": route,
         "shortcut": shortcut, "upsample": upsample, "yolo": yolo, "region": region,
