@@ -62,8 +62,7 @@ def test_if_whose_branch_reads_a_tensor_names_the_node():
         caffe_onnx.to_caffe(_if_model("s"), None)
 
 
-@pytest.mark.parametrize("opset", [11, 17])
-def test_torch_local_response_norm_names_the_node_it_stops_at(opset):
+def test_torch_local_response_norm_names_the_node_it_stops_at(opset=13):
     """``F.local_response_norm`` as torch 2's exporter writes it (Pad, AveragePool and an If
     on the input's rank whose branches read the pooled tensor): a clear error naming the first
     node that does not convert, not a RuntimeError from folding the If."""
