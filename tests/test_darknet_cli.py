@@ -62,10 +62,10 @@ def test_structure_only(model):
 
 def test_errors_exit_1_with_the_line(model, capsys):
     tmp, _ = model
-    (tmp / "bad.cfg").write_text("[net]\nwidth=4\nheight=4\nchannels=1\n\n[reorg]\n")
+    (tmp / "bad.cfg").write_text("[net]\nwidth=4\nheight=4\nchannels=1\n\n[lstm]\n")
     assert main(["darknet2caffe", str(tmp / "bad.cfg"), str(tmp / "x.prototxt")]) == 1
     err = capsys.readouterr().err
-    assert "pycaffe-lite darknet2caffe: error: %s:6: layer 0 [reorg]" % (tmp / "bad.cfg") in err
+    assert "pycaffe-lite darknet2caffe: error: %s:6: layer 0 [lstm]" % (tmp / "bad.cfg") in err
     (tmp / "short.weights").write_bytes(weights_bytes(random_params(CLASSIFIER, 4))[:-8])
     assert main(["darknet2caffe", str(tmp / "m.cfg"), str(tmp / "short.weights"),
                  str(tmp / "x.prototxt")]) == 1

@@ -248,8 +248,8 @@ def test_batch_norm_pjreddie_variance_folding(tmp_path):
 
 
 def test_unconvertible_section_names_line():
-    cfg_text = "[net]\nwidth=4\nheight=4\nchannels=1\n\n[reorg]\nstride=2\n"
-    with pytest.raises(DarknetError, match=r"<string>:6: layer 0 \[reorg\]: \[reorg\] sections "
+    cfg_text = "[net]\nwidth=4\nheight=4\nchannels=1\n\n[lstm]\noutput=2\n"
+    with pytest.raises(DarknetError, match=r"<string>:6: layer 0 \[lstm\]: \[lstm\] sections "
                                            r"cannot be converted"):
         convert(cfg_text)
 

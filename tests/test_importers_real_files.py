@@ -98,26 +98,33 @@ def _darknet_weights(layers, seed):
     return b"".join(parts)
 
 
-def _ours_and_opencv(tmp_path, cfg_text, layers, seed=0):
-    import warnings
-
+def _ours(tmp_path, cfg_text, layers, seed=0):
+    """The conversion and the converted net after a forward pass on a random input (the
+    files are m.cfg and m.weights in ``tmp_path``)."""
     import pycaffe_lite
     from pycaffe_lite.darknet import darknet2caffe
-    cv2 = pytest.importorskip("cv2", reason="OpenCV (opencv-python-headless) is a test extra")
     cfg, weights = tmp_path / "m.cfg", tmp_path / "m.weights"
     cfg.write_text(cfg_text)
     weights.write_bytes(_darknet_weights(layers, seed))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = darknet2caffe(str(cfg), str(weights), str(tmp_path / "m.prototxt"),
-                               str(tmp_path / "m.caffemodel"))
+    result = darknet2caffe(str(cfg), str(weights), str(tmp_path / "m.prototxt"),
+                           str(tmp_path / "m.caffemodel"))
     ours = pycaffe_lite.Net(str(tmp_path / "m.prototxt"), str(tmp_path / "m.caffemodel"),
                             pycaffe_lite.TEST)
-    theirs = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
-    x = np.random.default_rng(seed + 1).uniform(0, 1, ours.blobs["data"].data.shape)
-    ours.blobs["data"].data[...] = x
+    ours.blobs["data"].data[...] = np.random.default_rng(seed + 1).uniform(
+        0, 1, ours.blobs["data"].data.shape)
     ours.forward()
-    theirs.setInput(x.astype(np.float32))
+    return result, ours
+
+
+def _ours_and_opencv(tmp_path, cfg_text, layers, seed=0):
+    import warnings
+
+    cv2 = pytest.importorskip("cv2", reason="OpenCV (opencv-python-headless) is a test extra")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result, ours = _ours(tmp_path, cfg_text, layers, seed)
+    theirs = cv2.dnn.readNetFromDarknet(str(tmp_path / "m.cfg"), str(tmp_path / "m.weights"))
+    theirs.setInput(ours.blobs["data"].data.astype(np.float32))
     return result, ours, theirs.forward(), [str(w.message) for w in caught]
 
 
@@ -211,3 +218,76 @@ def test_cost_section_before_another_layer_is_refused():
     with pytest.raises(DarknetError, match=r"<string>:21: layer 2 \[cost\]: a \[cost\] "
                                            r"section .* layer 3 \[avgpool\] follows it"):
         convert(text)
+
+
+def _darknet_reorg_cpu(x, w, h, c, stride, forward):
+    """Darknet's ``reorg_cpu(x, w, h, c, batch, stride, forward, out)`` (blas.c) for one
+    image, its index arithmetic over flat arrays, as ``forward_reorg_layer`` calls it with
+    the layer's input sizes."""
+    x = np.asarray(x, np.float64).ravel()
+    out = np.zeros_like(x)
+    out_c = c // (stride * stride)
+    k, j, i = np.meshgrid(np.arange(c), np.arange(h), np.arange(w), indexing="ij")
+    in_index = i + w * (j + h * k)
+    c2, offset = k % out_c, k // out_c
+    w2, h2 = i * stride + offset % stride, j * stride + offset // stride
+    out_index = w2 + w * stride * (h2 + h * stride * c2)
+    if forward:
+        out[out_index] = x[in_index]
+    else:
+        out[in_index] = x[out_index]
+    return out
+
+
+YOLOV2_PASSTHROUGH = (
+    "[net]\nwidth=8\nheight=8\nchannels=3\n\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\n"
+    "activation=leaky\n\n"
+    "[maxpool]\nsize=2\nstride=2\n\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=6\nsize=3\nstride=1\npad=1\n"
+    "activation=leaky\n\n"
+    "[route]\nlayers=-3\n\n"
+    "[convolutional]\nbatch_normalize=1\nsize=1\nstride=1\npad=1\nfilters=4\n"
+    "activation=leaky\n\n"
+    "[reorg]\nstride=2\n\n"                                                # lines 37, 38
+    "[route]\nlayers=-1,-4\n\n"
+    "[convolutional]\nsize=1\nstride=1\npad=1\nfilters=5\nactivation=linear\n")
+
+
+def test_reorg_of_yolov2(tmp_path):
+    """pjreddie's cfg/yolov2.cfg and yolov2-voc.cfg (line 211) pass a 26x26x64 map through
+    ``[reorg] stride=2`` into the last route, as this cut-down cfg does (8x8x4 -> 4x4x16).
+    The conversion refused ``[reorg]``; it is now a ``Reorg`` layer in Darknet's element
+    order, which agrees with OpenCV's importer and with Darknet's reorg_cpu index arithmetic
+    (called with the input's sizes and forward=0, as forward_reorg_layer does)."""
+    layers = [(4, 3, 3, 1), (6, 4, 3, 1), (4, 4, 1, 1), (5, 22, 1, 0)]
+    result, ours, theirs, _ = _ours_and_opencv(tmp_path, YOLOV2_PASSTHROUGH, layers, seed=7)
+    assert result.blob_of_layer[5] == "reorg5"
+    got = ours.blobs[result.blob_of_layer[7]].data
+    assert got.shape == theirs.shape == (1, 5, 4, 4)
+    np.testing.assert_allclose(got, theirs, rtol=1e-4, atol=1e-5 * np.abs(theirs).max())
+    before = ours.blobs[result.blob_of_layer[4]].data[0]
+    reorg = ours.blobs["reorg5"].data[0]
+    assert reorg.shape == (16, 4, 4)
+    np.testing.assert_array_equal(reorg.ravel(), _darknet_reorg_cpu(before, 8, 8, 4, 2, 0))
+
+
+def test_reverse_reorg_and_a_reorg_that_does_not_divide(tmp_path):
+    """``reverse=1`` (depth to space; OpenCV does not read it) is Darknet's reorg_cpu with
+    forward=1; an input whose height does not divide by the stride, where Darknet would
+    write past its output, is an error naming the file, line and section."""
+    from pycaffe_lite.darknet import DarknetError, convert
+    cfg = ("[net]\nwidth=4\nheight=4\nchannels=3\n\n"
+           "[convolutional]\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n\n"
+           "[reorg]\nstride=2\nreverse=1\n\n"
+           "[convolutional]\nfilters=3\nsize=1\nstride=1\npad=1\nactivation=linear\n")
+    result, ours = _ours(tmp_path, cfg, [(8, 3, 3, 0), (3, 2, 1, 0)], seed=8)
+    before = ours.blobs[result.blob_of_layer[0]].data[0]
+    reorg = ours.blobs["reorg1"].data[0]
+    assert reorg.shape == (2, 8, 8)
+    np.testing.assert_array_equal(reorg.ravel(), _darknet_reorg_cpu(before, 4, 4, 8, 2, 1))
+    assert ours.blobs[result.blob_of_layer[2]].data.shape == (1, 3, 8, 8)
+    odd = YOLOV2_PASSTHROUGH.replace("width=8\nheight=8", "width=8\nheight=7")
+    with pytest.raises(DarknetError, match=r"<string>:38: layer 5 \[reorg\]: the input, "
+                                           r"4x7x8, does not divide by stride=2"):
+        convert(odd)

@@ -20,6 +20,7 @@ from google.protobuf import text_format
 from ..proto import protoio
 from ..proto import caffe_pb2
 from .cfg import INT_MAX, DarknetCfg, DarknetError, parse_cfg, read_cfg, warn
+from .combine import CombiningSections
 from .sections import ACTIVATIONS, SectionConverters, _Out
 from .solver import solver_from_cfg
 from .weights import DarknetWeights, read_weights
@@ -65,6 +66,7 @@ TRAINING_KEYS = {
              "iou_thresh", "map", "resize", "objectness_smooth", "track_history_size",
              "sim_thresh", "dets_for_track", "dets_for_show", "track_ciou_norm",
              "embedding_layer", "show_details"},
+    "reorg": set(),
     "region": {"jitter", "rescore", "thresh", "classfix", "absolute", "random",
                "coord_scale", "object_scale", "noobject_scale", "mask_scale", "class_scale",
                "bias_match", "max", "focal_loss", "log", "sqrt", "map", "temperature"},
@@ -99,8 +101,11 @@ class Conversion:
         return "\n".join(lines) + "\n" + text_format.MessageToString(self.solver_param)
 
 
-class _Converter(SectionConverters):
-    """Builds the Caffe net section by section (the converters are in :mod:`.sections`)."""
+class _Converter(CombiningSections, SectionConverters):
+    """Builds the Caffe net section by section (the converters are in :mod:`.sections` and
+    :mod:`.combine`)."""
+
+    HANDLERS = dict(SectionConverters.HANDLERS, **CombiningSections.HANDLERS)
 
     def __init__(self, cfg, batch_size, bn_variant):
         if bn_variant not in BN_VARIANTS:
