@@ -291,3 +291,69 @@ def test_reverse_reorg_and_a_reorg_that_does_not_divide(tmp_path):
     with pytest.raises(DarknetError, match=r"<string>:38: layer 5 \[reorg\]: the input, "
                                            r"4x7x8, does not divide by stride=2"):
         convert(odd)
+
+
+SQUEEZE_EXCITATION = (
+    "[net]\nwidth=8\nheight=6\nchannels=3\n\n"
+    "[convolutional]\nbatch_normalize=1\nfilters=8\nsize=3\nstride=1\npad=1\n"
+    "activation=swish\n\n"
+    "[avgpool]\n\n"
+    "[convolutional]\nfilters=4\nsize=1\nstride=1\nactivation=swish\n\n"
+    "[convolutional]\nfilters=8\nsize=1\nstride=1\nactivation=logistic\n\n"
+    "[scale_channels]\nfrom=-4\n%s\n"                                   # lines 28, 29, 30
+    "[convolutional]\nbatch_normalize=1\nfilters=3\nsize=1\nstride=1\npad=1\n"
+    "activation=linear\n")
+SQUEEZE_LAYERS = [(8, 3, 3, 1), (4, 8, 1, 0), (8, 4, 1, 0), (3, 8, 1, 1)]
+
+
+def test_scale_channels_of_efficientnet_b0(tmp_path):
+    """AlexeyAB's cfg/efficientnet_b0.cfg (line 85, 16 blocks) and enet-coco.cfg end each
+    squeeze-and-excitation block with ``[scale_channels] from=-4``: the block's input times
+    the logistic excitation, one value per channel, as in this cut-down block. The conversion
+    refused ``[scale_channels]``; it now agrees with OpenCV's importer, and the product is
+    forward_scale_channels_layer's ``input[i / (h * w)] * from[i]``; an activation applies
+    after it."""
+    cfg = SQUEEZE_EXCITATION % "activation=leaky\n"
+    result, ours, theirs, _ = _ours_and_opencv(tmp_path, cfg, SQUEEZE_LAYERS, seed=9)
+    got = ours.blobs[result.blob_of_layer[5]].data
+    assert got.shape == theirs.shape == (1, 3, 6, 8)
+    np.testing.assert_allclose(got, theirs, rtol=1e-4, atol=1e-5 * np.abs(theirs).max())
+    frm = ours.blobs[result.blob_of_layer[0]].data.ravel()
+    excite = ours.blobs[result.blob_of_layer[3]].data.ravel()
+    product = excite[np.arange(frm.size) // 48] * frm
+    np.testing.assert_allclose(ours.blobs["scale_channels4"].data.ravel(),
+                               np.where(product > 0, product, 0.1 * product), rtol=1e-6,
+                               atol=1e-7)
+
+
+def test_scale_channels_per_position_and_what_darknet_does_not_compute(tmp_path):
+    """``scale_wh=1`` scales each position of every channel by the previous layer's 1 x H x W
+    map (forward_scale_channels_layer: ``input[i % (h * w) + b * h * w] * from[i]``; OpenCV
+    does not read it). ``activation=swish``, which Darknet's activate() turns into zeros
+    there, and a previous layer of the wrong shape are errors naming file, line and
+    section."""
+    from pycaffe_lite.darknet import DarknetError, convert
+    cfg = ("[net]\nwidth=8\nheight=6\nchannels=3\n\n"
+           "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\n"
+           "activation=leaky\n\n"
+           "[convolutional]\nfilters=1\nsize=1\nstride=1\nactivation=logistic\n\n"
+           "[scale_channels]\nfrom=-2\nscale_wh=1\n\n"
+           "[convolutional]\nfilters=3\nsize=1\nstride=1\npad=1\nactivation=linear\n")
+    result, ours = _ours(tmp_path, cfg, [(4, 3, 3, 1), (1, 4, 1, 0), (3, 4, 1, 0)], seed=10)
+    frm = ours.blobs[result.blob_of_layer[0]].data.ravel()
+    scale = ours.blobs[result.blob_of_layer[1]].data.ravel()
+    got = ours.blobs["scale_channels2"].data
+    assert got.shape == (1, 4, 6, 8)
+    np.testing.assert_allclose(got.ravel(), scale[np.arange(frm.size) % 48] * frm, rtol=1e-6,
+                               atol=1e-7)
+    with pytest.raises(DarknetError, match=r"<string>:30: layer 4 \[scale_channels\]: "
+                                           r"activation=swish: Darknet's \[scale_channels\] "
+                                           r"does not compute it"):
+        convert(SQUEEZE_EXCITATION % "activation=swish\n")
+    with pytest.raises(DarknetError, match=r"<string>:31: layer 5 \[scale_channels\]: the "
+                                           r"previous layer must give one value per channel "
+                                           r"of the from layer \(8x1x1 for 8x6x8\); it gives "
+                                           r"8x6x8"):
+        convert(SQUEEZE_EXCITATION.replace("from=-4", "from=-5").replace(
+            "[avgpool]\n\n", "[avgpool]\n\n[route]\nlayers=-2\n\n") % "")
+

@@ -1,6 +1,6 @@
 """The Darknet sections that move or combine feature maps: ``[reorg]`` (YOLOv2's
-passthrough), ``[scale_channels]`` (EfficientNet's squeeze-and-excitation) and ``[sam]``
-(spatial attention); a mixin of :class:`~.convert._Converter`, as :mod:`.sections` is.
+passthrough), and ``[scale_channels]`` (EfficientNet's squeeze-and-excitation); a
+mixin of :class:`~.convert._Converter`, as :mod:`.sections` is.
 """
 
 from ..proto import caffe_pb2
@@ -8,13 +8,14 @@ from .sections import _Out
 
 EP = caffe_pb2.EltwiseParameter
 
-# Activations Darknet's [scale_channels] and [sam] do not apply (AlexeyAB's parser prints
-# "doesn't support SWISH or MISH activations"; activate_array leaves them out).
-UNAPPLIED = ("swish", "mish")
+# Activations Darknet's [scale_channels] does not compute: AlexeyAB's parser prints
+# "doesn't support SWISH or MISH activations", and activate_array's activate() returns 0 for
+# those (and for relu6), so the layer's output would be zeros.
+UNAPPLIED = ("swish", "mish", "relu6")
 
 
 class CombiningSections:
-    """``[reorg]``, ``[scale_channels]`` and ``[sam]`` (a mixin of the converter)."""
+    """``[reorg]`` and ``[scale_channels]`` (a mixin of the converter)."""
 
     def reorg(self, sec, prev, i):
         """Darknet's ``[reorg]``: ``reorg_cpu`` called with the input's sizes and forward=0
@@ -43,4 +44,56 @@ class CombiningSections:
             return _Out(name, prev.c // s2, prev.h * stride, prev.w * stride)
         return _Out(name, prev.c * s2, prev.h // stride, prev.w // stride)
 
-    HANDLERS = {"reorg": reorg}
+    def _from_layer(self, sec):
+        """The ``from`` layer of [scale_channels] (Darknet reads one, with atoi)."""
+        if not sec.has("from"):
+            raise sec.error("from is required (the layer to multiply)")
+        return self.outs[self.source(sec, "from", sec.get_int("from"))]
+
+    def _product_activation(self, sec, name):
+        act = sec.get_str("activation", "linear")
+        if act in UNAPPLIED:
+            raise sec.error("activation=%s: Darknet's %s does not compute it (its output would "
+                            "be zeros); use linear, leaky, relu, logistic, tanh or elu"
+                            % (act, "[%s]" % sec.header), "activation")
+        self.activation(sec, name, name)
+
+    def scale_channels(self, sec, prev, i):
+        """AlexeyAB's ``[scale_channels]``: the ``from`` layer's output times the previous
+        layer's, one value per channel (the previous layer is ``C x 1 x 1``: a ``Scale`` with
+        two bottoms over the batch and channel axes, after a ``Reshape`` to ``(N, C)``) or,
+        with ``scale_wh=1``, one value per position (the previous layer is ``1 x H x W``:
+        ``Tile`` over the channels, ``Eltwise`` PROD); then the activation."""
+        name = "scale_channels%d" % i
+        src = self._from_layer(sec)
+        scale_wh = sec.get_int("scale_wh", 0)
+        if src.flat:
+            raise sec.error("the from layer gives no image to scale")
+        if scale_wh:
+            if prev.flat or prev.c != 1 or (prev.h, prev.w) != (src.h, src.w):
+                raise sec.error("scale_wh=1 needs the previous layer to give 1 x %d x %d (one "
+                                "value per position of the from layer, %dx%dx%d); it gives "
+                                "%dx%dx%d" % (src.h, src.w, src.c, src.h, src.w, prev.c,
+                                              prev.h, prev.w))
+            tiled = name + "_tiled"
+            tile = self.layer(name + "_tile", "Tile", [prev.blob], [tiled])
+            tile.tile_param.axis = 1
+            tile.tile_param.tiles = src.c
+            lp = self.layer(name, "Eltwise", [src.blob, tiled], [name])
+            lp.eltwise_param.operation = EP.PROD
+        else:
+            if prev.c != src.c or (prev.h, prev.w) != (1, 1):
+                raise sec.error("the previous layer must give one value per channel of the "
+                                "from layer (%dx1x1 for %dx%dx%d); it gives %dx%dx%d"
+                                % (src.c, src.c, src.h, src.w, prev.c, prev.h, prev.w))
+            scales = prev.blob
+            if not prev.flat:
+                scales = name + "_scales"
+                rs = self.layer(name + "_reshape", "Reshape", [prev.blob], [scales])
+                rs.reshape_param.shape.dim.extend([0, -1])
+            lp = self.layer(name, "Scale", [src.blob, scales], [name])
+            lp.scale_param.axis = 0
+        self._product_activation(sec, name)
+        return _Out(name, src.c, src.h, src.w)
+
+    HANDLERS = {"reorg": reorg, "scale_channels": scale_channels}

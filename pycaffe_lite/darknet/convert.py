@@ -67,6 +67,7 @@ TRAINING_KEYS = {
              "sim_thresh", "dets_for_track", "dets_for_show", "track_ciou_norm",
              "embedding_layer", "show_details"},
     "reorg": set(),
+    "scale_channels": set(),
     "region": {"jitter", "rescore", "thresh", "classfix", "absolute", "random",
                "coord_scale", "object_scale", "noobject_scale", "mask_scale", "class_scale",
                "bias_match", "max", "focal_loss", "log", "sqrt", "map", "temperature"},
