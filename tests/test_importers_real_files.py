@@ -357,3 +357,25 @@ def test_scale_channels_per_position_and_what_darknet_does_not_compute(tmp_path)
         convert(SQUEEZE_EXCITATION.replace("from=-4", "from=-5").replace(
             "[avgpool]\n\n", "[avgpool]\n\n[route]\nlayers=-2\n\n") % "")
 
+
+def test_sam_of_cspx_p7(tmp_path):
+    """AlexeyAB's cfg/cspx-p7-mish.cfg (line 2327, 13 blocks) multiplies a mish
+    convolution by a logistic one of the same shape with ``[sam] from=-2``, as this cut-down
+    block does; the conversion refused ``[sam]``. It now agrees with OpenCV's importer, and
+    the product is forward_sam_layer's element by element one."""
+    cfg = ("[net]\nwidth=8\nheight=6\nchannels=3\n\n"
+           "[convolutional]\nbatch_normalize=1\nfilters=5\nsize=3\nstride=1\npad=1\n"
+           "activation=mish\n\n"
+           "[convolutional]\nbatch_normalize=1\nfilters=5\nsize=1\nstride=1\npad=1\n"
+           "activation=logistic\n\n"
+           "[sam]\nfrom=-2\n\n"
+           "[convolutional]\nbatch_normalize=1\nfilters=3\nsize=1\nstride=1\npad=1\n"
+           "activation=mish\n")
+    layers = [(5, 3, 3, 1), (5, 5, 1, 1), (3, 5, 1, 1)]
+    result, ours, theirs, _ = _ours_and_opencv(tmp_path, cfg, layers, seed=11)
+    got = ours.blobs[result.blob_of_layer[3]].data
+    assert got.shape == theirs.shape == (1, 3, 6, 8)
+    np.testing.assert_allclose(got, theirs, rtol=1e-4, atol=1e-5 * np.abs(theirs).max())
+    np.testing.assert_allclose(ours.blobs["sam2"].data,
+                               ours.blobs[result.blob_of_layer[0]].data *
+                               ours.blobs[result.blob_of_layer[1]].data, rtol=1e-6, atol=1e-7)

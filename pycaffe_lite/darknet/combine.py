@@ -1,6 +1,7 @@
 """The Darknet sections that move or combine feature maps: ``[reorg]`` (YOLOv2's
-passthrough), and ``[scale_channels]`` (EfficientNet's squeeze-and-excitation); a
-mixin of :class:`~.convert._Converter`, as :mod:`.sections` is.
+passthrough), ``[scale_channels]`` (EfficientNet's squeeze-and-excitation) and ``[sam]``
+(spatial attention); a mixin of :class:`~.convert._Converter`, as :mod:`.sections`
+is.
 """
 
 from ..proto import caffe_pb2
@@ -8,14 +9,14 @@ from .sections import _Out
 
 EP = caffe_pb2.EltwiseParameter
 
-# Activations Darknet's [scale_channels] does not compute: AlexeyAB's parser prints
+# Activations Darknet's [scale_channels] and [sam] do not compute: AlexeyAB's parser prints
 # "doesn't support SWISH or MISH activations", and activate_array's activate() returns 0 for
 # those (and for relu6), so the layer's output would be zeros.
 UNAPPLIED = ("swish", "mish", "relu6")
 
 
 class CombiningSections:
-    """``[reorg]`` and ``[scale_channels]`` (a mixin of the converter)."""
+    """``[reorg]``, ``[scale_channels]`` and ``[sam]`` (a mixin of the converter)."""
 
     def reorg(self, sec, prev, i):
         """Darknet's ``[reorg]``: ``reorg_cpu`` called with the input's sizes and forward=0
@@ -45,7 +46,7 @@ class CombiningSections:
         return _Out(name, prev.c * s2, prev.h // stride, prev.w // stride)
 
     def _from_layer(self, sec):
-        """The ``from`` layer of [scale_channels] (Darknet reads one, with atoi)."""
+        """The ``from`` layer of [scale_channels] / [sam] (Darknet reads one, with atoi)."""
         if not sec.has("from"):
             raise sec.error("from is required (the layer to multiply)")
         return self.outs[self.source(sec, "from", sec.get_int("from"))]
@@ -96,4 +97,18 @@ class CombiningSections:
         self._product_activation(sec, name)
         return _Out(name, src.c, src.h, src.w)
 
-    HANDLERS = {"reorg": reorg, "scale_channels": scale_channels}
+    def sam(self, sec, prev, i):
+        """AlexeyAB's ``[sam]``: the ``from`` layer's output times the previous layer's,
+        element by element (``Eltwise`` PROD), then the activation."""
+        name = "sam%d" % i
+        src = self._from_layer(sec)
+        if (src.c, src.h, src.w) != (prev.c, prev.h, prev.w) or src.flat != prev.flat:
+            raise sec.error("the from layer gives %dx%dx%d and the previous layer %dx%dx%d; "
+                            "[sam] multiplies outputs of the same shape"
+                            % (src.c, src.h, src.w, prev.c, prev.h, prev.w), "from")
+        lp = self.layer(name, "Eltwise", [src.blob, prev.blob], [name])
+        lp.eltwise_param.operation = EP.PROD
+        self._product_activation(sec, name)
+        return _Out(name, prev.c, prev.h, prev.w, prev.flat)
+
+    HANDLERS = {"reorg": reorg, "scale_channels": scale_channels, "sam": sam}

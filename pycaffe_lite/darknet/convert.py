@@ -68,6 +68,7 @@ TRAINING_KEYS = {
              "embedding_layer", "show_details"},
     "reorg": set(),
     "scale_channels": set(),
+    "sam": set(),
     "region": {"jitter", "rescore", "thresh", "classfix", "absolute", "random",
                "coord_scale", "object_scale", "noobject_scale", "mask_scale", "class_scale",
                "bias_match", "max", "focal_loss", "log", "sqrt", "map", "temperature"},
