@@ -379,3 +379,38 @@ def test_sam_of_cspx_p7(tmp_path):
     np.testing.assert_allclose(ours.blobs["sam2"].data,
                                ours.blobs[result.blob_of_layer[0]].data *
                                ours.blobs[result.blob_of_layer[1]].data, rtol=1e-6, atol=1e-7)
+
+
+def test_yolo_new_coords_of_yolov4_csp(tmp_path):
+    """AlexeyAB's cfg/yolov4-csp.cfg (line 1050; also yolov4-p5/p6, yolov4x-mish,
+    yolov7(-tiny), cspx-p7-mish) ends each head with a logistic convolution and ``[yolo]
+    scale_x_y=2.0 new_coords=1``. The conversion refused new_coords=1; the head now gives what
+    forward_yolo_layer leaves with new_coords (no logistic: x, y = scale_x_y t - (scale_x_y -
+    1) / 2, the rest as the input), and decoded as get_yolo_box does then (w, h = (2 t)^2
+    anchor / input size) it agrees with OpenCV's detections."""
+    cfg = ("[net]\nwidth=16\nheight=12\nchannels=3\n\n"
+           "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=2\npad=1\n"
+           "activation=mish\n\n"
+           "[convolutional]\nsize=1\nstride=1\npad=1\nfilters=21\nactivation=logistic\n\n"
+           "[yolo]\nmask=0,1,2\nanchors=4,6, 8,10, 12,9, 20,16\nclasses=2\nnum=4\n"
+           "scale_x_y=2.0\nnew_coords=1\n")
+    result, ours, rows, _ = _ours_and_opencv(tmp_path, cfg, [(4, 3, 3, 1), (21, 4, 1, 0)],
+                                             seed=12)
+    assert result.outputs == ["yolo2"]
+    t = ours.blobs[result.blob_of_layer[1]].data[0].reshape(3, 7, 6, 8)
+    head = ours.blobs["yolo2"].data[0].reshape(3, 7, 6, 8)
+    np.testing.assert_allclose(head[:, :2], 2 * t[:, :2] - 0.5, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(head[:, 2:], t[:, 2:])
+    cells = head.transpose(2, 3, 0, 1)                       # row, column, anchor, entry
+    anchors = np.array([[4, 6], [8, 10], [12, 9]], float)
+    decoded = np.concatenate([
+        ((np.arange(8)[None, :, None] + cells[..., 0]) / 8)[..., None],
+        ((np.arange(6)[:, None, None] + cells[..., 1]) / 6)[..., None],
+        (4 * cells[..., 2] ** 2 * anchors[:, 0] / 16)[..., None],
+        (4 * cells[..., 3] ** 2 * anchors[:, 1] / 12)[..., None],
+        cells[..., 4:5], cells[..., 5:] * cells[..., 4:5]], axis=-1).reshape(-1, 7)
+    assert rows.shape == decoded.shape == (144, 7)
+    np.testing.assert_allclose(decoded[:, :5], rows[:, :5], rtol=1e-4, atol=1e-5)
+    kept = rows[:, 5:] > 0                  # OpenCV zeroes class scores below 0.2
+    assert kept.any() and (decoded[:, 5:][~kept] <= 0.2 + 1e-5).all()
+    np.testing.assert_allclose(decoded[:, 5:][kept], rows[:, 5:][kept], rtol=1e-4, atol=1e-5)

@@ -439,7 +439,7 @@ class SectionConverters:
         mask = sec.get_ints("mask")
         anchors = sec.get_floats("anchors", [])
         scale_x_y = sec.get_float("scale_x_y", 1.0)
-        self.refuse(sec, "new_coords")
+        new_coords = sec.get_int("new_coords", 0)
         if classes < 0 or total < 1:
             raise sec.error("classes must be >= 0 and num >= 1 (got classes=%d num=%d)"
                             % (classes, total))
@@ -464,6 +464,8 @@ class SectionConverters:
         yp.anchors.extend(anchors)
         if scale_x_y != 1:
             yp.scale_x_y = scale_x_y
+        if new_coords:
+            yp.new_coords = True
         yp.ignore_thresh = sec.get_float("ignore_thresh", 0.5)
         yp.truth_thresh = sec.get_float("truth_thresh", 1.0)
         self.result.outputs.append(name)

@@ -31,6 +31,18 @@ def test_yolo_forward_gradient_and_in_place(scale_x_y):
                                   x.reshape(2, 3, 7, 3, 4)[:, :, 2:4])
 
 
+def test_yolo_new_coords_forward_gradient_and_in_place():
+    """AlexeyAB's new_coords=1: forward_yolo_layer applies no logistic (the convolution before
+    did), only x, y = scale_x_y * t - (scale_x_y - 1) / 2; the rest passes unchanged."""
+    x = np.random.default_rng(1).uniform(-1, 2, (2, 21, 3, 4))
+    layer, bottom, top = check_layer(TEXT % "scale_x_y: 2 new_coords: true", [x],
+                                     in_place=True)
+    assert layer.new_coords
+    y = x.copy().reshape(2, 3, 7, 3, 4)
+    y[:, :, 0:2] = 2 * y[:, :, 0:2] - 0.5
+    np.testing.assert_allclose(top[0].data, y.reshape(x.shape), rtol=1e-12, atol=1e-15)
+
+
 def test_yolo_mask_defaults_to_all_anchors():
     layer = make_layer('type: "Yolo" yolo_param { classes: 1 num: 2 }')
     bottom, top = random_blobs([(1, 12, 2, 2)]), empty_blobs(1)

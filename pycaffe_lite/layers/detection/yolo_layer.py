@@ -37,17 +37,22 @@ class YoloLayer(Layer):
     - objectness and class scores through the logistic function,
 
     which is what Darknet's ``forward_yolo_layer`` leaves in its output at inference, so a
-    converted model's head reads the same numbers as Darknet's. Decoding into boxes (cell
+    converted model's head reads the same numbers as Darknet's. With ``new_coords: true``
+    (AlexeyAB's ``new_coords=1``; the convolution before ends with a logistic activation)
+    nothing goes through the logistic function: x and y are ``scale_x_y * t - (scale_x_y -
+    1) / 2``, every other entry is the input's (Darknet decodes w and h as ``(2 t)^2 *
+    anchor / input size`` then). Decoding into boxes (cell
     offsets, anchors, thresholds, NMS) is left to the caller; the anchors are parameters for
     that purpose.
 
     Bottoms: x ``(N, A * (5 + classes), H, W)``. Tops: y, same shape; may be computed in place.
     Params: ``yolo_param { classes (20) num (1) mask anchors scale_x_y (1) ignore_thresh (0.5)
-    truth_thresh (1) }`` (a pycaffe-lite schema addition): ``anchors`` lists ``num`` width,
-    height pairs in input pixels, ``mask`` the indices of this head's anchors; the thresholds
-    are Darknet's training settings, carried, not used.
+    truth_thresh (1) new_coords (false) }`` (a pycaffe-lite schema addition): ``anchors``
+    lists ``num`` width, height pairs in input pixels, ``mask`` the indices of this head's
+    anchors; the thresholds are Darknet's training settings, carried, not used.
     Backward: the element-wise derivative of the above (``scale_x_y * s * (1 - s)`` for x and
-    y, ``s * (1 - s)`` for the logistic entries, 1 for tw and th).
+    y, ``s * (1 - s)`` for the logistic entries, 1 for tw and th; with new_coords
+    ``scale_x_y`` for x and y, 1 elsewhere).
     """
 
     exact_num_bottom_blobs = 1
@@ -67,6 +72,7 @@ class YoloLayer(Layer):
                              "0..%d)" % (self.mask, bad, self.num, self.num - 1))
         self.anchors = anchor_pairs(self, p.anchors, self.num, "yolo_param anchors")
         self.scale_x_y = float(p.scale_x_y)
+        self.new_coords = bool(p.new_coords)
         self.entries = 5 + self.classes
         self.deriv = None
 
@@ -89,6 +95,9 @@ class YoloLayer(Layer):
     def forward(self, bottom, top):
         x = self._view(bottom[0].read_data())
         xp = get_array_module(x)
+        if self.new_coords:
+            self._forward_new_coords(xp, x, top)
+            return
         s = sigmoid(xp, x)
         deriv = s * (1 - s)
         xy = s[:, :, 0:2]
@@ -102,6 +111,15 @@ class YoloLayer(Layer):
         y[:, :, 2:4] = x[:, :, 2:4]
         y[:, :, 0:2] = xy
         y[:, :, 4:] = s[:, :, 4:]
+
+    def _forward_new_coords(self, xp, x, top):
+        deriv = xp.ones_like(x)
+        deriv[:, :, 0:2] = self.scale_x_y
+        self.deriv = deriv
+        xy = x[:, :, 0:2] * self.scale_x_y - 0.5 * (self.scale_x_y - 1)
+        y = self._view(top[0].write_data())
+        y[:, :, 2:] = x[:, :, 2:]
+        y[:, :, 0:2] = xy
 
     def backward(self, top, propagate_down, bottom):
         if not propagate_down[0]:
