@@ -57,29 +57,48 @@ def test_an_unknown_blocked_isa_is_named():
         in run.stderr
 
 
+# (the function's name in its errors, its module, the function, where it keeps its state,
+# whether None is a value of it): the state is put back as it was after the test (a returned
+# "old" setting is the effective one, which would pin what the environment chose)
 SETTERS = [
-    ("set_cuda_graph", lambda: __import__("pycaffe_lite").set_cuda_graph, False),
-    ("set_allow_tf32", lambda: __import__("pycaffe_lite").set_allow_tf32, False),
-    ("set_share_diffs", lambda: __import__("pycaffe_lite").set_share_diffs, True),
-    ("set_gemm_split", lambda: __import__("pycaffe_lite.ops.cpu", fromlist=["x"]).set_gemm_split,
+    ("set_cuda_graph", "pycaffe_lite.cuda_graphs", "set_enabled", ("_settings", "enabled"),
      False),
-    ("set_winograd_enabled", lambda: __import__(
-        "pycaffe_lite.ops.cpu.convolution", fromlist=["x"]).set_winograd_enabled, False),
-    ("net_blocked.set_enabled", lambda: __import__(
-        "pycaffe_lite.net_blocked", fromlist=["x"]).set_enabled, True),
+    ("set_allow_tf32", "pycaffe_lite.ops.gpu.cudnn_graphs", "set_allow_tf32",
+     ("_settings", "allow_tf32"), False),
+    ("set_share_diffs", "pycaffe_lite.net_memory", "set_enabled", ("_setting", None), True),
+    ("set_gemm_split", "pycaffe_lite.ops.cpu", "set_gemm_split", ("_gemm_split", 0), False),
+    ("set_winograd_enabled", "pycaffe_lite.ops.cpu.convolution", "set_winograd_enabled",
+     ("_winograd", 0), False),
+    ("net_blocked.set_enabled", "pycaffe_lite.net_blocked", "set_enabled", ("_enabled", 0),
+     True),
 ]
 
 
-@pytest.mark.parametrize("name, get, allow_none", SETTERS, ids=[s[0] for s in SETTERS])
-def test_switch_functions_take_booleans_and_refuse_strings(name, get, allow_none):
+@pytest.mark.parametrize("name, module, function, state, allow_none", SETTERS,
+                         ids=[s[0] for s in SETTERS])
+def test_switch_functions_take_booleans_and_refuse_strings(name, module, function, state,
+                                                           allow_none, monkeypatch):
     """``set_cuda_graph("off")`` turned graphs on (bool of a non-empty string): a value other
     than True/False, 0/1 or NumPy's booleans is a TypeError naming the function, and the
     setting is left as it was."""
+    import importlib
+
     import numpy as np
 
-    setter = get()
-    old = setter(False)
+    mod = importlib.import_module(module)
+    attr, key = state
+    if key is None:
+        monkeypatch.setattr(mod, attr, getattr(mod, attr))
+        restore = None
+    else:
+        holder = getattr(mod, attr)
+        saved = holder[key]
+
+        def restore():
+            holder[key] = saved
+    setter = getattr(mod, function)
     try:
+        setter(False)
         # each call returns the setting before it, as a bool
         assert [setter(v) for v in (np.True_, 1, 0, False)] == [False, True, True, False]
         for bad in ("off", "False", 2, 0.5, []) + (() if allow_none else (None,)):
@@ -88,4 +107,5 @@ def test_switch_functions_take_booleans_and_refuse_strings(name, get, allow_none
                 setter(bad)
             assert setter(False) is False  # unchanged by the refused value
     finally:
-        setter(old)
+        if restore is not None:
+            restore()
