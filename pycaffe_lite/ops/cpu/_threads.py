@@ -21,7 +21,8 @@ and the cgroups above it (``cpu.max`` of cgroup v2, ``cpu.cfs_quota_us / cpu.cfs
 of v1), rounded up.
 NumPy's OpenBLAS gets the same budget (:func:`match_blas`) unless ``OPENBLAS_NUM_THREADS`` or
 ``GOTO_NUM_THREADS`` chose its own, so its threads and the kernels' never ask for more cores
-than the process has.
+than the process has. A forked child forgets the parent's pool (whose threads it does not
+have) and starts its own on its first call that splits.
 """
 
 import logging
@@ -371,6 +372,20 @@ class Pool:
             raise RuntimeError("the kernel threads are closed")
         for _ in range(min(helpers, self.size)):
             self.tasks.put(job)
+
+
+def _after_fork_in_child():
+    """A forked child runs only the thread that forked: the parent's kernel threads are not
+    there to take chunks (every call would run on the calling thread alone, and queue jobs
+    that no thread ever takes). Forget that pool and its lock (which another thread may have
+    held at the fork); the child's first call that splits starts a pool of its own."""
+    global _lock
+    _lock = threading.Lock()
+    _state["pool"] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def pool(size):

@@ -1,0 +1,75 @@
+"""The CPU engine's threads and knobs in real processes: a child forked after the kernel
+threads ran, the thread and data-thread counts from the environment."""
+
+import os
+import subprocess
+import sys
+
+
+
+from helpers.kernel import needs_library
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HANG = 120  # seconds: only a hang detector, a passing run takes about a second
+
+
+def run_python(code, **env):
+    full = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                          text=True, timeout=HANG)
+
+
+FORKED_CHILD = r"""
+import multiprocessing, threading
+import numpy as np
+import pycaffe_lite
+from pycaffe_lite.ops import cpu
+from pycaffe_lite.ops.cpu import _threads
+
+x = np.linspace(-1, 1, 64 * 96 * 96, dtype=np.float32).reshape(1, 64, 96, 96)
+bias = np.linspace(-0.5, 0.5, 64, dtype=np.float32)
+y = np.empty_like(x)
+cpu.bias_relu(x, y, bias)             # the parent's kernel threads start here
+assert _threads._state["pool"] is not None
+
+
+def child(report):
+    out = np.empty_like(x)
+    for _ in range(50):
+        cpu.bias_relu(x, out, bias)
+    worker_ran, waited = threading.Event(), []
+
+    def part(start, stop):
+        if threading.current_thread().name.startswith("pycaffe-lite-kernel"):
+            worker_ran.set()
+        elif not waited:  # the calling thread waits until a kernel thread ran a chunk
+            waited.append(worker_ran.wait(30))
+
+    _threads.split(part, 100, ())
+    # the queue is first in, first out: a worker that reached this call's job has taken
+    # every job before it
+    report.put((worker_ran.is_set(), _threads._state["pool"].tasks.qsize(),
+                float(np.abs(out - np.maximum(x + bias.reshape(1, -1, 1, 1), 0)).max())))
+
+
+ctx = multiprocessing.get_context("fork")
+report = ctx.Queue()
+p = ctx.Process(target=child, args=(report,))
+p.start()
+print(report.get(timeout=100))
+p.join()
+"""
+
+
+@needs_library
+def test_a_forked_child_runs_the_kernels_on_threads_of_its_own():
+    """A fork copies only the thread that forks: the parent's kernel threads are not in the
+    child. The child starts its own, so its calls still share their chunks (before, every
+    call ran on the calling thread alone and left a job in a queue that no thread read)."""
+    done = run_python(FORKED_CHILD, PYCAFFE_LITE_CPU_THREADS="2")
+    assert done.returncode == 0, done.stderr
+    worker_ran, queued, error = eval(done.stdout.strip().splitlines()[-1])
+    assert worker_ran
+    assert error == 0.0
+    assert queued == 0  # no job left behind
