@@ -5,9 +5,12 @@ import os
 import subprocess
 import sys
 
+import pytest
 
-
+import pycaffe_lite as caffe
+from pycaffe_lite.errors import CaffeError
 from helpers.kernel import needs_library
+from helpers.mpi import make_lmdb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HANG = 120  # seconds: only a hang detector, a passing run takes about a second
@@ -73,3 +76,36 @@ def test_a_forked_child_runs_the_kernels_on_threads_of_its_own():
     assert worker_ran
     assert error == 0.0
     assert queued == 0  # no job left behind
+
+
+@pytest.fixture
+def data_net(tmp_path):
+    """A TEST net whose Data layer 'data' reads a small LMDB."""
+    source = make_lmdb(tmp_path / "db", n=8)
+
+    def make():
+        return ('name: "d" layer { name: "data" type: "Data" top: "data" top: "label" '
+                'data_param { source: "%s" batch_size: 2 backend: LMDB } }' % source)
+    return make
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5"])
+def test_a_bad_data_thread_count_is_named_by_the_data_layer(value, monkeypatch, data_net):
+    """A count of loading threads that is not a positive whole number stops the data
+    layer's setup with an error naming the variable and the layer (0 and -1 ran one thread
+    without a word, while "abc" was an error)."""
+    monkeypatch.setenv("PYCAFFE_LITE_DATA_THREADS", value)
+    with pytest.raises(CaffeError) as info:
+        caffe.Net(data_net(), caffe.TEST)
+    message = str(info.value)
+    assert "PYCAFFE_LITE_DATA_THREADS" in message and repr(value) in message
+    assert "'data'" in message
+
+
+def test_a_good_data_thread_count_is_used(monkeypatch, data_net):
+    monkeypatch.setenv("PYCAFFE_LITE_DATA_THREADS", "3")
+    net = caffe.Net(data_net(), caffe.TEST)
+    try:
+        assert net.layers[0].prefetch_threads == 3
+    finally:
+        net.close()

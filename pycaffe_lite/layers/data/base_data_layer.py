@@ -32,10 +32,12 @@ def default_threads(heavy):
     env = os.environ.get(THREADS_ENV)
     if env:
         try:
-            return max(1, int(env))
+            n = int(env)
         except ValueError:
-            raise CaffeError("%s must be a positive integer, got %r" % (THREADS_ENV, env)) \
-                from None
+            n = 0
+        if n < 1:
+            raise CaffeError("%s must be a positive integer, got %r" % (THREADS_ENV, env))
+        return n
     return min(2, os.cpu_count() or 1) if heavy else 1
 
 
