@@ -197,6 +197,36 @@ def test_bad_thread_counts_in_the_environment_are_named_and_ignored(monkeypatch,
         assert (message in caplog.text) == (name in warned)
 
 
+@pytest.mark.parametrize("name", [OURS, OMP])
+@pytest.mark.parametrize("value", ["100000", "99999999999999999999"])
+def test_a_huge_thread_count_in_the_environment_is_named_and_ignored(monkeypatch, caplog, name,
+                                                                     value):
+    """A count no machine runs (a typo, or more than OpenBLAS's C int holds) is ignored with
+    a warning: it started a thread per chunk of work, thousands for one large call, and gave
+    OpenBLAS the count wrapped around 2**32."""
+    monkeypatch.delenv(OURS, raising=False)
+    monkeypatch.delenv(OMP, raising=False)
+    monkeypatch.setenv(name, value)
+    monkeypatch.setattr(cpu_threads.os, "sched_getaffinity", lambda pid: set(range(6)))
+    monkeypatch.setattr(cpu_threads, "cgroup_cpus", lambda: None)
+    given = []
+    monkeypatch.setattr(cpu_threads, "match_blas", given.append)
+    monkeypatch.setitem(cpu_threads._state, "threads", None)
+    assert cpu.threads() == 6
+    monkeypatch.setitem(cpu_threads._state, "threads", None)
+    assert given == [6]
+    assert "%s=%r asks for more than 1024 threads; it is ignored" % (name, value) \
+        in caplog.text
+
+
+def test_a_large_but_sane_thread_count_is_kept(monkeypatch):
+    monkeypatch.setenv(OURS, "1024")
+    monkeypatch.setattr(cpu_threads, "match_blas", lambda n: None)
+    monkeypatch.setitem(cpu_threads._state, "threads", None)
+    assert cpu.threads() == 1024
+    monkeypatch.setitem(cpu_threads._state, "threads", None)
+
+
 def test_openblas_gets_the_kernels_budget(monkeypatch):
     if not cpu_threads.blas_controllable():
         pytest.skip("NumPy's BLAS here is not an OpenBLAS whose threads can be set")

@@ -39,6 +39,11 @@ MIN_ELEMENTS_PER_THREAD = 1 << 15
 # few enough that claiming one (a lock and a ctypes call) stays small beside its work.
 CHUNKS_PER_THREAD = 4
 
+# The most threads a count in the environment may ask for: more is a typo (each thread is
+# started when a call is large enough to give it work, and reserves its own stack), and more
+# than a C int cannot reach OpenBLAS at all.
+MAX_THREADS = 1024
+
 CGROUP_ROOT = "/sys/fs/cgroup"
 PROC_CGROUP = "/proc/self/cgroup"
 
@@ -143,8 +148,8 @@ def threads():
 
 def _env_threads(name):
     """The thread count in the environment variable ``name`` (OpenMP's list form: its first
-    value), or None where it is unset; a value that is not a positive whole number is
-    ignored with a warning naming it."""
+    value), or None where it is unset; a value that is not a positive whole number, or that
+    asks for more than :data:`MAX_THREADS`, is ignored with a warning naming it."""
     value = os.environ.get(name, "").strip()
     if not value:
         return None
@@ -155,6 +160,10 @@ def _env_threads(name):
     if n < 1:
         logging.getLogger("pycaffe_lite").warning(
             "%s=%r is not a positive whole number of threads; it is ignored", name, value)
+        return None
+    if n > MAX_THREADS:
+        logging.getLogger("pycaffe_lite").warning(
+            "%s=%r asks for more than %d threads; it is ignored", name, value, MAX_THREADS)
         return None
     return n
 
