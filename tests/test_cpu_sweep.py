@@ -109,3 +109,46 @@ def test_a_good_data_thread_count_is_used(monkeypatch, data_net):
         assert net.layers[0].prefetch_threads == 3
     finally:
         net.close()
+
+
+FORKED_DATA_NET = r"""
+import multiprocessing
+import pycaffe_lite as caffe
+
+net = caffe.Net(%(proto)r, caffe.TEST)
+before = net.forward()["data"].copy()       # the loading threads run, batches load ahead
+
+
+def child(report):
+    try:
+        net.forward()
+    except Exception as exc:
+        report.put("%%s: %%s" %% (type(exc).__name__, exc))
+    else:
+        report.put("no error")
+
+
+ctx = multiprocessing.get_context("fork")
+report = ctx.Queue()
+p = ctx.Process(target=child, args=(report,))
+p.start()
+print(report.get(timeout=100))
+p.join()
+after = net.forward()["data"]               # the parent's net goes on
+print(after.shape == before.shape)
+"""
+
+
+def test_a_forked_child_is_told_that_a_data_layer_does_not_follow_a_fork(data_net, tmp_path):
+    """A fork copies no thread and an LMDB environment must not be used across one: a
+    forked child's forward of the parent's net stops at the data layer with an error that
+    says so, at its first batch (before, it took the batches loaded ahead, then failed with
+    'the loading threads stopped without producing batch N')."""
+    proto = tmp_path / "net.prototxt"
+    proto.write_text(data_net())
+    done = run_python(FORKED_DATA_NET % {"proto": str(proto)})
+    assert done.returncode == 0, done.stderr
+    child, parent_went_on = done.stdout.strip().splitlines()[-2:]
+    assert child.startswith("LayerError: layer 'data' (type Data)")
+    assert "is a fork of it" in child and "build the net in this process" in child
+    assert parent_went_on == "True"

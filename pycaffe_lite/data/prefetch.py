@@ -24,6 +24,7 @@ exits, whichever comes first (:mod:`pycaffe_lite.lifecycle`); a prefetcher's own
 before closing what ``plan`` and ``fill`` read.
 """
 
+import os
 import threading
 import weakref
 
@@ -152,6 +153,7 @@ class Prefetcher:
         self._current = None
         self._next_consume = 0
         self._error = None
+        self._pid = None  # the process whose threads load the batches, once started
         n = self.count + 1 if self.count else 1
         self._all = [_Batch(make_blobs()) for _ in range(n)]
         self._shared.free = list(reversed(self._all))
@@ -166,6 +168,7 @@ class Prefetcher:
         if self.count == 0 or threads:
             return
         ref = weakref.ref(self)
+        self._pid = os.getpid()
         for i in range(min(self.threads, self.count)):
             t = worker_thread(_worker, (self._shared, ref),
                               "pycaffe-lite prefetch %s #%d" % (self.name, i))
@@ -233,6 +236,14 @@ class Prefetcher:
         shared = self._shared
         if self.count == 0:
             return self._next_sync()
+        if self._pid is not None and self._pid != os.getpid():
+            self._error = PrefetchError(
+                "the %s loading threads run in process %d, and this process (%d) is a fork of "
+                "it: a fork copies no thread, and the source they read must not be used "
+                "across a fork; build the net in this process (or start it with "
+                "multiprocessing's 'spawn' or 'forkserver' method)"
+                % (self.name, self._pid, os.getpid()))
+            raise self._error
         with shared.lock:
             current, self._current = self._current, None
             if current is not None:
