@@ -15,7 +15,10 @@ for every output channel, or one per channel)::
     y_q = saturate(round(y))                   bw_layer_out 8: u8 after a fused ReLU, else s8
 
 and the layers after it read ``y_q / s_out`` (``y / s_out`` when ``bw_layer_out`` is not 8, a
-float output, where the calibrator writes ``scale_out: 1``). As in Intel Caffe, a
+float output, where the calibrator writes ``scale_out: 1``). Every product of a value and a
+scale, and the scales ``s_in * s_w[c]`` and ``s_out / (s_in * s_w[c])`` themselves, are
+computed in float32 as the engine computes them (a float64 product rounds the other way
+where the float32 one lands on a tie: ``0.1 * 25``). As in Intel Caffe, a
 ``quantization_param`` on a convolution is all it takes (its input and weight widths are not
 read). Rounding is to the nearest, ties to even. A ReLU with ``negative_slope: 0`` that is
 the first layer to read the convolution's top (in place or not; a Split comes first where
@@ -79,29 +82,34 @@ class Int8Conv:
         layer.reshape(bottom, top)
         if len(layer.kernel_shape) != 2:
             raise layer.error("int8 (quantization_param) runs 2-D convolutions only")
-        x = np.asarray(bottom[0].cpu_data(), np.float64)
+        f32 = np.float32
+        s_in, s_out = f32(self.scale_in), f32(self.scale_out)
+        x = np.asarray(bottom[0].cpu_data(), f32)
         lo, hi = (-128, 127) if self.signed_in else (0, 255)
-        xq = np.clip(np.rint(x * self.scale_in), lo, hi)
-        w = np.asarray(layer.blobs[0].cpu_data(), np.float64)
-        sw = np.broadcast_to(self.scale_params, (w.shape[0],))
+        xq = np.clip(np.rint(x * s_in), lo, hi).astype(np.float64)
+        w = np.asarray(layer.blobs[0].cpu_data(), f32)
+        sw = np.broadcast_to(self.scale_params.astype(f32), (w.shape[0],))
         wq = np.clip(np.rint(w * sw.reshape((-1,) + (1,) * (w.ndim - 1))), -128, 127)
         cols = im2col(xq, layer.kernel_shape, layer.pad, layer.stride, layer.dilation)
         g, nout = layer.group, w.shape[0]
         cols = cols.reshape(g, cols.shape[0] // g, cols.shape[1])
-        acc = np.matmul(wq.reshape(g, nout // g, -1), cols).reshape(nout, -1)
+        acc = np.matmul(wq.astype(np.float64).reshape(g, nout // g, -1), cols)
+        acc = acc.reshape(nout, -1)
+        in_and_params = s_in * sw  # float32 products, as the engine's scales are floats
         if layer.bias_term:
-            b = np.asarray(layer.blobs[1].cpu_data(), np.float64).reshape(-1)
-            acc += np.rint(b * np.where(sw == 0, 1.0, self.scale_in * sw))[:, None]
+            b = np.asarray(layer.blobs[1].cpu_data(), f32).reshape(-1)
+            acc += np.rint(b * np.where(sw == 0, f32(1), in_and_params))[:, None]
         nb = x.shape[0]
         acc = acc.reshape(nout, nb, -1).transpose(1, 0, 2)
-        mult = np.where(sw == 0, self.scale_out, self.scale_out / (self.scale_in * sw))
-        y = acc.astype(np.float32) * mult.astype(np.float32)[:, None]
+        safe = np.where(sw == 0, f32(1), in_and_params)
+        mult = np.where(sw == 0, s_out, s_out / safe)
+        y = acc.astype(f32) * mult.astype(f32)[:, None]
         if self.fused_relu:
             y = np.maximum(y, np.float32(0))
         if self.out_bits == 8:
             lo, hi = (0, 255) if self.fused_relu else (-128, 127)
             y = np.clip(np.rint(y), lo, hi)
-        top[0].data[...] = (y / np.float32(self.scale_out)).reshape(top[0].shape)
+        top[0].data[...] = (y / s_out).reshape(top[0].shape)
         return 0.0
 
 

@@ -93,10 +93,14 @@ def _intel_int8_conv(x, w, b, scale_in, scale_out, scale_params, signed=False, r
                      out_bits=8, dilation=1):
     """Intel Caffe's int8 convolution, in integers: 3x3, stride 1, no padding; u8 input (s8
     when ``signed``), a fused ReLU or not, an 8-bit (u8 after the ReLU, else s8) or float
-    output; returns what the next layer reads (y_q / scale_out)."""
+    output; returns what the next layer reads (y_q / scale_out). The scales are floats, and
+    every product with them a float32 product, as in Intel Caffe and MKL-DNN's reorders."""
+    f32 = np.float32
+    scale_in, scale_out = f32(scale_in), f32(scale_out)
+    x, w, b = (np.asarray(a, f32) for a in (x, w, b))
     lo, hi = (-128, 127) if signed else (0, 255)
-    xq = np.clip(np.rint(x.astype(np.float64) * scale_in), lo, hi).astype(np.int64)
-    sp = np.broadcast_to(np.asarray(scale_params, np.float64), (w.shape[0],))
+    xq = np.clip(np.rint(x * scale_in), lo, hi).astype(np.int64)
+    sp = np.broadcast_to(np.asarray(scale_params, f32), (w.shape[0],))
     wq = np.clip(np.rint(w * sp[:, None, None, None]), -128, 127).astype(np.int64)
     n, _, hh, ww = x.shape
     span = 2 * dilation
@@ -106,8 +110,8 @@ def _intel_int8_conv(x, w, b, scale_in, scale_out, scale_params, signed=False, r
             i, j = di * dilation, dj * dilation
             patch = xq[:, :, i:i + hh - span, j:j + ww - span]
             acc += np.einsum("nkij,ck->ncij", patch, wq[:, :, di, dj])
-    acc += np.rint(b * scale_in * sp).astype(np.int64)[None, :, None, None]
-    mult = (scale_out / (scale_in * sp)).astype(np.float32)
+    acc += np.rint(b * (scale_in * sp)).astype(np.int64)[None, :, None, None]
+    mult = scale_out / (scale_in * sp)
     y = acc.astype(np.float32) * mult[None, :, None, None]
     if relu:
         y = np.maximum(y, 0)
@@ -172,6 +176,31 @@ def test_signed_input_without_relu_and_both_output_widths(bw_out, scale_out):
     np.testing.assert_array_equal(net.blobs["c"].data, expected)
     if bw_out == 8:
         assert (expected * scale_out).min() < 0  # signed output (a leaky ReLU is not fused)
+
+
+@pytest.mark.parametrize("case", ["input", "weight", "bias"])
+def test_the_scales_multiply_in_float32_as_intel_caffe_does(case):
+    """0.1 * 25 in float32 is 2.5 exactly, a tie that rounds to 2 (in float64 it is a little
+    above 2.5, which rounds to 3). Intel Caffe's scales are floats and MKL-DNN's reorders
+    multiply in float32: the input (x = 0.1 at scale_in 25), a weight (0.1 at scale_params
+    25) and a bias (0.1 at scale_in * scale_params = 5 * 5) each quantize to 2, so the
+    output reads 2 * 127 / 3175 (input) or 2 / 25 (weight, bias)."""
+    x, w, b, s_in, s_w, s_out, integer = {
+        "input": (0.1, 1.0, 0.0, 25, 127, 3175, 2 * 127),
+        "weight": (1.0, 0.1, 0.0, 1, 25, 25, 2),
+        "bias": (0.0, 1.0, 0.1, 5, 5, 25, 2)}[case]
+    net = caffe.Net(
+        'layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 1 dim: 1 dim: 1 '
+        'dim: 1 } } } layer { name: "c" type: "Convolution" bottom: "d" top: "c" '
+        'convolution_param { num_output: 1 kernel_size: 1 } quantization_param { '
+        'bw_layer_in: 8 bw_layer_out: 32 bw_params: 8 scale_in: %g scale_out: %g '
+        'scale_params: %g } }' % (s_in, s_out, s_w), caffe.TEST)
+    assert net.int8_layers == ["c"]
+    net.params["c"][0].data[...] = w
+    net.params["c"][1].data[...] = b
+    net.forward(d=np.full((1, 1, 1, 1), x, np.float32))
+    # the multiplier s_out / (s_in * s_w) is 1 in each case: the output is the integer sum
+    assert net.blobs["c"].data.item() == np.float32(integer) / np.float32(s_out)
 
 
 @pytest.mark.parametrize("in_place,dilation,fused", [
