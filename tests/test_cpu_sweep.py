@@ -1,5 +1,6 @@
 """The CPU engine's threads and knobs in real processes: a child forked after the kernel
-threads ran, the thread and data-thread counts from the environment."""
+threads or a data layer's loading threads ran, the data-thread count and the cuDNN workspace
+limit from the environment (read by every `import pycaffe_lite`)."""
 
 import os
 import subprocess
@@ -152,3 +153,19 @@ def test_a_forked_child_is_told_that_a_data_layer_does_not_follow_a_fork(data_ne
     assert child.startswith("LayerError: layer 'data' (type Data)")
     assert "is a fork of it" in child and "build the net in this process" in child
     assert parent_went_on == "True"
+
+
+@pytest.mark.parametrize("value,mib,warned", [("abc", 256, True), ("-5", 256, True),
+                                              ("1.5", 256, True), ("64", 64, False),
+                                              ("0", 0, False)])
+def test_a_bad_cudnn_workspace_limit_does_not_stop_the_import(value, mib, warned):
+    """The cuDNN module is imported with the package, GPU or not: a workspace limit that is
+    not a whole number of MiB stopped `import pycaffe_lite` with a bare ValueError; it is
+    ignored with a warning naming the variable."""
+    done = run_python("import pycaffe_lite\n"
+                      "from pycaffe_lite.ops.gpu import cudnn_graphs\n"
+                      "print(cudnn_graphs.WORKSPACE_LIMIT)",
+                      PYCAFFE_LITE_CUDNN_WORKSPACE_MB=value)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) == mib * 1024 * 1024
+    assert ("PYCAFFE_LITE_CUDNN_WORKSPACE_MB=%r" % value in done.stderr) == warned

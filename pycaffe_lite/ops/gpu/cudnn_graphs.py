@@ -41,9 +41,31 @@ FPROP_BIAS, FPROP_BIAS_RELU = "fprop_bias", "fprop_bias_relu"
 # the numerical notes of plans that do not compute in float32 throughout
 STRICT_FLOAT32_EXCLUDES = ("TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION")
 TIMING_REPEATS = 3
+DEFAULT_WORKSPACE_MB = 256
+
+
+def _workspace_limit_from_env():
+    """``PYCAFFE_LITE_CUDNN_WORKSPACE_MB`` in bytes; a value that is not a whole number of
+    MiB, 0 or more, is ignored with a warning naming it (this module is imported with the
+    package, GPU or not)."""
+    value = os.environ.get("PYCAFFE_LITE_CUDNN_WORKSPACE_MB", "").strip()
+    if not value:
+        return DEFAULT_WORKSPACE_MB << 20
+    try:
+        mb = int(value)
+    except ValueError:
+        mb = -1
+    if mb < 0:
+        log.warning("PYCAFFE_LITE_CUDNN_WORKSPACE_MB=%r is not a whole number of MiB (0 or "
+                    "more); it is ignored (the limit stays %d MiB)", value,
+                    DEFAULT_WORKSPACE_MB)
+        return DEFAULT_WORKSPACE_MB << 20
+    return mb << 20
+
+
 # Plans needing more workspace than this are left out while others exist (a few plans of large
 # convolutions ask for gigabytes, for little gain).
-WORKSPACE_LIMIT = int(os.environ.get("PYCAFFE_LITE_CUDNN_WORKSPACE_MB", "256")) << 20
+WORKSPACE_LIMIT = _workspace_limit_from_env()
 
 #: the heuristics whose plans are built (and timed), by the frontend's ``heur_mode`` names
 DEFAULT_HEURISTICS = ("a", "fallback")
