@@ -61,8 +61,10 @@ ctx = multiprocessing.get_context("fork")
 report = ctx.Queue()
 p = ctx.Process(target=child, args=(report,))
 p.start()
-print(report.get(timeout=100))
-p.join()
+print(report.get(timeout=30))
+p.join(30)
+if p.exitcode is None:
+    p.kill()
 """
 
 
@@ -133,8 +135,10 @@ ctx = multiprocessing.get_context("fork")
 report = ctx.Queue()
 p = ctx.Process(target=child, args=(report,))
 p.start()
-print(report.get(timeout=100))
-p.join()
+print(report.get(timeout=30))
+p.join(30)
+if p.exitcode is None:
+    p.kill()
 after = net.forward()["data"]               # the parent's net goes on
 print(after.shape == before.shape)
 """
@@ -169,3 +173,21 @@ def test_a_bad_cudnn_workspace_limit_does_not_stop_the_import(value, mib, warned
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) == mib * 1024 * 1024
     assert ("PYCAFFE_LITE_CUDNN_WORKSPACE_MB=%r" % value in done.stderr) == warned
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity")
+                    else True, reason="needs two CPUs to pin a process to one")
+def test_a_process_pinned_to_one_cpu_decodes_on_one_loading_thread():
+    """The thread counts follow `taskset` (docs/performance.md's knobs): a process pinned to
+    one CPU decodes images on one loading thread, as it runs its kernels on one (the data
+    layers counted the machine's cores)."""
+    code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+            "from pycaffe_lite.ops import cpu\n"
+            "from pycaffe_lite.layers.data.base_data_layer import default_threads\n"
+            "print(cpu.threads(), default_threads(True), default_threads(False))")
+    env = {k: "" for k in ("PYCAFFE_LITE_CPU_THREADS", "OMP_NUM_THREADS",
+                           "PYCAFFE_LITE_DATA_THREADS")}
+    done = run_python(code, **env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1", "1"]
+

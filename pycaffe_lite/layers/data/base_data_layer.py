@@ -14,6 +14,7 @@ from ...data.prefetch import PrefetchError, Prefetcher
 from ...errors import CaffeError, LayerError
 from ...layer import Layer
 from ...lifecycle import Resources
+from ...ops.cpu import usable_cpus
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -28,7 +29,8 @@ def layer_rng():
 
 def default_threads(heavy):
     """Loading threads: $PYCAFFE_LITE_DATA_THREADS, else 2 for decoding work (JPEG/PNG
-    records, image files) on machines with several cores, 1 for raw records."""
+    records, image files) where the process may use several CPUs (its affinity mask, as
+    ``taskset`` sets it, and its cgroup's quota), 1 for raw records."""
     env = os.environ.get(THREADS_ENV)
     if env:
         try:
@@ -38,7 +40,7 @@ def default_threads(heavy):
         if n < 1:
             raise CaffeError("%s must be a positive integer, got %r" % (THREADS_ENV, env))
         return n
-    return min(2, os.cpu_count() or 1) if heavy else 1
+    return min(2, usable_cpus()) if heavy else 1
 
 
 def check_source(field, param, what):

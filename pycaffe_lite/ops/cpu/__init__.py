@@ -59,7 +59,7 @@ from ._library import library_available, load as _load, unavailable_reason  # no
 from ._threads import MIN_ELEMENTS_PER_THREAD, grain as _grain, split as _split
 from ._threads import SingleThreadedBlas as _SingleThreadedBlas
 from ._threads import blas_controllable as _blas_controllable
-from ._threads import threads  # noqa: F401
+from ._threads import threads, usable_cpus  # noqa: F401
 from ...switches import flag as flag_value, switch
 
 _enabled = [switch("PYCAFFE_LITE_CPU_KERNELS")]
