@@ -19,9 +19,15 @@ unless it is a finalizer or a loading thread (:func:`never_waits`).
 No lock of ours is held while a step runs: the steps are taken off the stack under the lock and
 run after it is released. A thread being joined by a step can therefore always finish, even
 when dropping its last reference to an owner runs that owner's finalizer there.
+
+A forked child (``multiprocessing``'s fork start method) inherits copies of the parent's
+stacks, but not the threads they join, and the locks that those threads held at the fork stay
+held for ever: the child forgets them (its exit, a collection or a ``close()`` there releases
+nothing of the parent's), and unwinds only what it acquires itself.
 """
 
 import logging
+import os
 import threading
 import weakref
 
@@ -41,6 +47,7 @@ class Resources:
 
     def __init__(self, owner, what):
         self.what = what
+        self.pid = os.getpid()          # the process whose threads, handles and files these are
         self.closed = False
         self._steps = []
         self._lock = threading.RLock()  # guards the list and the flag, never held by a step
@@ -68,7 +75,11 @@ class Resources:
 
         The steps run outside any lock of ours. A caller that finds another thread running
         them waits for it to finish, except a finalizer (and all it calls) and a thread that
-        the release may be joining: those return at once (see :func:`never_waits`)."""
+        the release may be joining: those return at once (see :func:`never_waits`). In a
+        forked child the steps are the parent's: they are dropped, never run."""
+        if self.pid != os.getpid():
+            self._steps = []
+            return
         with self._lock:
             if self.closed:
                 releaser = self._releaser
@@ -161,6 +172,18 @@ def open_count():
     """How many :class:`Resources` are not released yet (for tests and leak checks)."""
     with _open_lock:
         return len(_open)
+
+
+def _after_fork_in_child():
+    """The parent's stacks are not this process's to unwind (their threads are not here, and
+    a lock one of them held at the fork would be waited for for ever)."""
+    global _open_lock
+    _open_lock = threading.RLock()
+    _open.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _install_exit_hook():

@@ -191,3 +191,55 @@ def test_a_process_pinned_to_one_cpu_decodes_on_one_loading_thread():
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "1", "1"]
 
+
+FORKED_CHILD_EXITS = r"""
+import multiprocessing, queue
+import pycaffe_lite as caffe
+from pycaffe_lite.data import db
+
+net = caffe.Net(%(proto)r, caffe.TEST)
+net.forward()                               # the loading threads read the database
+
+
+def child(report):
+    fresh = caffe.Net(%(proto)r, caffe.TEST)   # the same source, through a handle of its own
+    report.put(fresh.forward()["label"].tolist())
+    # the child then exits as multiprocessing's children do, through threading's exit hook
+
+
+# the moment of the fork as a loading thread in the middle of a read holds the cursor's lock,
+# and another thread the lock of the database handles
+net.layers[0].cursor._lock.acquire()
+db._handles_lock.acquire()
+ctx = multiprocessing.get_context("fork")
+report = ctx.Queue()
+p = ctx.Process(target=child, args=(report,))
+p.start()
+net.layers[0].cursor._lock.release()
+db._handles_lock.release()
+try:
+    print(report.get(timeout=30))
+except queue.Empty:
+    print("no batch")
+p.join(30)
+print(p.exitcode)
+if p.exitcode is None:
+    p.kill()
+net.forward()
+net.close()                                 # the parent's own release is untouched
+"""
+
+
+def test_a_forked_child_neither_uses_nor_waits_for_the_parents_handles(data_net, tmp_path):
+    """A fork copies no thread, so a lock that a loading thread held at that moment stays
+    held in the child for ever. The child's exit released the parent's data layers (joining
+    their threads, closing their cursors: waiting on that lock), and a net built in the
+    child shared the parent's LMDB handle through a registry whose lock could be held too:
+    the child hung. Now the child forgets the parent's resources and opens its own."""
+    proto = tmp_path / "net.prototxt"
+    proto.write_text(data_net())
+    done = run_python(FORKED_CHILD_EXITS % {"proto": str(proto)})
+    assert done.returncode == 0, done.stderr
+    labels, exitcode = done.stdout.strip().splitlines()[-2:]
+    assert labels == "[0.0, 1.0]"  # make_lmdb's records are labelled 0, 1, 2, 0, ...
+    assert exitcode == "0"

@@ -254,6 +254,19 @@ _handles = {}
 _handles_lock = threading.Lock()
 
 
+def _after_fork_in_child():
+    """The registry's lock may have been held by another thread of the parent at the fork: a
+    forked child starts with a free one (the handles stay registered: LMDB refuses to open
+    an environment twice in a process, and the child never closes the parent's, whose
+    count it inherited)."""
+    global _handles_lock
+    _handles_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _acquire(kind, path, opener):
     key = (kind, os.path.realpath(path))
     with _handles_lock:
