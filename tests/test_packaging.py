@@ -1,15 +1,20 @@
 """The extras of pyproject.toml give what the docs use: the ``tools`` extra holds every other
 extra but the GPU's and the test suite's, and every package that a Python block of the README
 or docs/ imports is a dependency or in ``tools`` (module -> distribution as the installed
-packages say, importlib.metadata); the README names the extra."""
+packages say, importlib.metadata); the README names the extra. An install without the C
+kernels (no compiler) runs the NumPy code and says so in one warning."""
 
 import ast
 import glob
 import importlib.metadata
+import logging
 import os
 import re
 import sys
 import tomllib
+import types
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
@@ -85,3 +90,60 @@ def test_the_readme_names_the_tools_extra():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         text = f.read()
     assert re.search(r"pip install ['\"]?(\.|pycaffe-lite)\[tools\]", text)
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def _without_the_built_kernels(monkeypatch):
+    """``pycaffe_lite.ops.cpu._library`` as after an install without a C compiler: the
+    extension is not found, and nothing was loaded yet."""
+    from pycaffe_lite.ops.cpu import _library
+
+    monkeypatch.setattr(_library, "_state", {"lib": None, "checked": False, "error": None})
+    monkeypatch.setattr(_library, "importlib", types.SimpleNamespace(
+        util=types.SimpleNamespace(find_spec=lambda name: None)))
+    records = _Records()
+    logger = logging.getLogger("pycaffe_lite")
+    logger.addHandler(records)
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    return records, lambda: logger.removeHandler(records)
+
+
+def test_an_install_without_the_c_kernels_says_so_once_and_runs_numpy(monkeypatch):
+    from pycaffe_lite.ops import cpu
+    from pycaffe_lite.ops.im2col import im2col
+
+    records, done = _without_the_built_kernels(monkeypatch)
+    try:
+        assert cpu.kernels_enabled() is False
+        assert cpu.kernels_enabled() is False
+        x = np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4)
+        cols = im2col(x, (2, 2), (0, 0), (2, 2), (1, 1))
+    finally:
+        done()
+    warnings = [r.getMessage() for r in records.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "_kernels was not built" in warnings[0] and "NumPy" in warnings[0]
+    assert "PYCAFFE_LITE_CPU_KERNELS=0" in warnings[0]
+    # the NumPy code's columns: image 0, channel 0, kernel offset (0, 0), output pixel (0, 1)
+    assert cols.shape[0] == 3 * 2 * 2 and cols[0, 1] == x[0, 0, 0, 2]
+
+
+def test_kernels_switched_off_need_no_message(monkeypatch):
+    from pycaffe_lite.ops import cpu
+
+    records, done = _without_the_built_kernels(monkeypatch)
+    old = cpu.set_kernels_enabled(False)
+    try:
+        assert cpu.kernels_enabled() is False
+    finally:
+        cpu.set_kernels_enabled(old)
+        done()
+    assert not records.records

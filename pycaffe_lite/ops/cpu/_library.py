@@ -3,6 +3,7 @@ the C signature of every kernel, named as the C sources declare them."""
 
 import ctypes
 import importlib.util
+import logging
 import re
 import threading
 
@@ -11,6 +12,7 @@ import numpy as np
 ABI_VERSION = 15
 _state = {"lib": None, "checked": False, "error": None}
 _lock = threading.Lock()
+log = logging.getLogger("pycaffe_lite")
 
 # The kernels' C prototypes as kernels_impl.h, conv_impl.h and train_impl.h declare them
 # (``restrict`` left out), each exported once per element type as ``pcl_<name>_f32`` and
@@ -138,6 +140,10 @@ def load():
         except (ImportError, OSError, AttributeError) as exc:
             _state["error"] = str(exc)
             lib = None
+            log.warning("The compiled CPU kernels are not used (%s); the NumPy code runs "
+                        "instead, slower. Reinstall the package where a C compiler is present "
+                        "to build them, or set PYCAFFE_LITE_CPU_KERNELS=0 to use NumPy without "
+                        "this message.", exc)
         _state["lib"] = lib
         _state["checked"] = True
     return lib
