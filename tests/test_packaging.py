@@ -147,3 +147,31 @@ def test_kernels_switched_off_need_no_message(monkeypatch):
         cpu.set_kernels_enabled(old)
         done()
     assert not records.records
+
+
+def _local_includes(path, seen):
+    """The files ``#include "..."`` pulls into ``path``, recursively (paths from the root)."""
+    with open(path, encoding="utf-8") as f:
+        for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), re.M):
+            header = os.path.normpath(os.path.join(os.path.dirname(path), name))
+            if header not in seen:
+                seen.add(header)
+                _local_includes(header, seen)
+    return seen
+
+
+def test_the_sdist_manifest_holds_every_header_the_c_kernels_include():
+    included = set()
+    with open(os.path.join(ROOT, "MANIFEST.in"), encoding="utf-8") as f:
+        for line in f:
+            words = line.split()
+            if words and words[0] == "include":
+                for pattern in words[1:]:
+                    included.update(os.path.normpath(p)
+                                    for p in glob.glob(os.path.join(ROOT, pattern)))
+    headers = _local_includes(os.path.join(ROOT, "pycaffe_lite", "ops", "cpu", "kernels.c"),
+                              set())
+    assert len(headers) >= 5  # kernels_impl, conv_impl, train_impl, blocked_impl, blocked_body
+    missing = sorted(os.path.relpath(h, ROOT) for h in headers - included)
+    assert not missing, missing
+    assert os.path.join(ROOT, "proto", "caffe.proto") in included
