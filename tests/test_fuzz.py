@@ -17,14 +17,16 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import pycaffe_lite as caffe
 from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.solvers import get_solver
 from pycaffe_lite.weights import copy_trained_layers_from_param
+
+pytest.importorskip("hypothesis", reason="hypothesis (the fuzzing) is a test dependency")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 # Longer local runs: PYCAFFE_LITE_FUZZ_SCALE=10 (ten times the examples) and
 # PYCAFFE_LITE_FUZZ_RANDOM=1 (new examples on each run instead of CI's fixed ones).

@@ -7,11 +7,10 @@ an error naming the node and its op."""
 import numpy as np
 import pytest
 
-from onnx import numpy_helper
-
 from pycaffe_lite import onnx as caffe_onnx
 from pycaffe_lite.errors import CaffeError
-from test_onnx_import import Graph, convert_and_compare
+from test_onnx_import import Graph, convert_and_compare  # skips where onnx is absent
+from onnx import numpy_helper
 
 
 def _const(g, value):

@@ -44,8 +44,8 @@ def reference_blocked(x, B):
 
 def torch_conv(x, w, b, stride, pad, dilation, group, residual=None, relu=False):
     """PyTorch's conv2d in float64, and the same of |x| and |w| (the error bound's scale)."""
-    import torch
-    import torch.nn.functional as F
+    torch = pytest.importorskip("torch", reason="PyTorch (the reference) is a test dependency")
+    F = torch.nn.functional
     xt, wt = torch.from_numpy(x.astype(np.float64)), torch.from_numpy(w.astype(np.float64))
     bt = None if b is None else torch.from_numpy(b.astype(np.float64))
     y = F.conv2d(xt, wt, bt, stride, pad, dilation, group)

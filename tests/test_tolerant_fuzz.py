@@ -13,8 +13,6 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from helpers.wire_bytes import varint
 
 import pycaffe_lite as caffe
@@ -23,6 +21,10 @@ from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.layers.data.annotated_data_layer import parse_annotated
 from pycaffe_lite.proto import caffe_pb2, protoio, tolerant, upgrade
 from pycaffe_lite.weights import copy_trained_layers_from_param
+
+pytest.importorskip("hypothesis", reason="hypothesis (the fuzzing) is a test dependency")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCALE = float(os.environ.get("PYCAFFE_LITE_FUZZ_SCALE", "1"))

@@ -4,11 +4,12 @@ writes the bottom's diff, which is the top's. Outputs and gradients against PyTo
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 
 from pycaffe_lite.blob import Blob
 from pycaffe_lite.testing import make_layer
+
+torch = pytest.importorskip("torch", reason="PyTorch (the reference) is a test dependency")
+F = torch.nn.functional
 
 FILL = 'weight_filler { type: "gaussian" std: 0.5 } bias_filler { type: "gaussian" std: 0.3 }'
 
