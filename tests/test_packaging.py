@@ -179,3 +179,28 @@ def test_the_sdist_manifest_holds_every_header_the_c_kernels_include():
     missing = sorted(os.path.relpath(h, ROOT) for h in headers - included)
     assert not missing, missing
     assert os.path.join(ROOT, "proto", "caffe.proto") in included
+
+
+def test_pyproject_reads_without_setuptools_deprecations():
+    """setuptools stops building projects that use its deprecated pyproject.toml forms (a
+    ``project.license`` table: no longer built from 2027-02-18)."""
+    import warnings
+
+    from setuptools import __version__ as setuptools_version
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+    from setuptools.warnings import SetuptoolsDeprecationWarning
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        requires = tomllib.load(f)["build-system"]["requires"]
+    bound = [r for r in requires if r.startswith("setuptools")]
+    assert bound == ["setuptools>=77"], requires  # PEP 639's license string
+    if int(setuptools_version.split(".")[0]) < 77:
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist = apply_configuration(Distribution(), os.path.join(ROOT, "pyproject.toml"))
+    deprecated = [str(w.message).splitlines()[0] for w in caught
+                  if issubclass(w.category, SetuptoolsDeprecationWarning)]
+    assert not deprecated, deprecated
+    assert dist.metadata.license_expression == "BSD-2-Clause"
