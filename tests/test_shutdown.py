@@ -11,7 +11,6 @@ import textwrap
 import threading
 import time
 
-import h5py
 import lmdb
 import numpy as np
 import pytest
@@ -23,6 +22,8 @@ from pycaffe_lite.data import db as dbmod
 from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.proto import caffe_pb2
 from helpers.process import as_at_a_terminal
+
+h5py = pytest.importorskip("h5py", reason="h5py is a test dependency (and the hdf5 extra)")
 
 REPEATS = 20
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,7 +4,6 @@ written by Caffe."""
 import os
 import struct
 
-import h5py
 import numpy as np
 import pytest
 from google.protobuf import text_format
@@ -17,6 +16,8 @@ from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.registry import register_layer
 from pycaffe_lite.solvers import AdamSolver, SGDSolver, get_solver
 from helpers.solver import batches, feed, params_of, solver_param, tiny_net_text
+
+h5py = pytest.importorskip("h5py", reason="h5py is a test dependency (and the hdf5 extra)")
 
 FIXED = 'base_lr: 0.1 lr_policy: "fixed" momentum: 0.9 weight_decay: 0.01 '
 

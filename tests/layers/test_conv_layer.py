@@ -2,12 +2,14 @@ import re
 
 import numpy as np
 import pytest
-from scipy.signal import correlate
 
 from pycaffe_lite.blob import Blob
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.ops import conv as conv_ops
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
+
+_signal = pytest.importorskip("scipy.signal", reason="SciPy (the reference) is a test dependency")
+correlate = _signal.correlate
 
 FILLERS = 'weight_filler { type: "gaussian" std: 0.5 } bias_filler { type: "gaussian" }'
 

@@ -2,12 +2,13 @@ import re
 
 import numpy as np
 import pytest
-from scipy import signal
 
 import pycaffe_lite as caffe
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
+
+signal = pytest.importorskip("scipy.signal", reason="SciPy (the reference) is a test dependency")
 
 FILLERS = 'weight_filler { type: "gaussian" std: 0.5 } bias_filler { type: "uniform" }'
 

@@ -3,13 +3,14 @@
 import builtins
 import pickle
 
-import h5py
 import numpy as np
 import pytest
 
 import pycaffe_lite
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.testing import empty_blobs, make_layer
+
+h5py = pytest.importorskip("h5py", reason="h5py is a test dependency (and the hdf5 extra)")
 
 
 def _files(tmp_path, sizes=(4, 3)):

@@ -1,11 +1,12 @@
 """The HDF5Output layer: what it writes, read back with h5py."""
 
-import h5py
 import numpy as np
 import pytest
 
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.testing import make_layer, random_blobs
+
+h5py = pytest.importorskip("h5py", reason="h5py is a test dependency (and the hdf5 extra)")
 
 
 def _layer(path):

@@ -2,12 +2,13 @@ import re
 
 import numpy as np
 import pytest
-from scipy import ndimage
 
 from pycaffe_lite.blob import Blob
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
+
+ndimage = pytest.importorskip("scipy.ndimage", reason="SciPy (the reference) is a test dependency")
 
 
 def interp_text(params):

@@ -1,7 +1,10 @@
 import numpy as np
-from scipy.special import expit
+import pytest
 
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
+
+_special = pytest.importorskip("scipy.special", reason="SciPy (the reference) is a test dependency")
+expit = _special.expit
 
 
 def darknet_mish(x):

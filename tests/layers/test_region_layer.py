@@ -1,9 +1,12 @@
 import numpy as np
 import pytest
-from scipy.special import expit, softmax
 
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
+
+_special = pytest.importorskip("scipy.special", reason="SciPy (the reference) is a test dependency")
+expit = _special.expit
+softmax = _special.softmax
 
 
 def expected(x, num, coords, classes, use_softmax, background):

@@ -1,9 +1,12 @@
 import numpy as np
 import pytest
-from scipy.special import log_softmax, softmax
 
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
+
+_special = pytest.importorskip("scipy.special", reason="SciPy (the reference) is a test dependency")
+log_softmax = _special.log_softmax
+softmax = _special.softmax
 
 FLT_MIN = np.finfo(np.float32).tiny
 

@@ -1,9 +1,11 @@
 import numpy as np
 import pytest
-from scipy.special import expit
 
 from pycaffe_lite.errors import LayerError
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
+
+_special = pytest.importorskip("scipy.special", reason="SciPy (the reference) is a test dependency")
+expit = _special.expit
 
 TEXT = 'type: "Yolo" yolo_param { classes: 2 num: 6 mask: 3 mask: 4 mask: 5 %s ' \
        'anchors: [10, 14, 23, 27, 37, 58, 81, 82, 135, 169, 344, 319] }'
