@@ -190,6 +190,25 @@ def test_missing_plyvel_says_how_to_install(tmp_path, monkeypatch):
         dbmod.open_db(tmp_path / "ldb", "leveldb", dbmod.NEW)
 
 
+def test_a_wrong_backend_or_path_is_named_before_plyvel_is_asked_for(tmp_path, monkeypatch):
+    """An LMDB folder read with backend LEVELDB where plyvel is not installed: the backend is
+    what is wrong (installing plyvel would not help), as a path that does not exist."""
+    _write_raw_lmdb(tmp_path / "db", [(b"k", b"v")])
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "plyvel":
+            raise ImportError("No module named 'plyvel'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(dbmod.DBError, match="looks like a LMDB database, not LEVELDB: set "
+                                            "backend: LMDB"):
+        dbmod.open_db(tmp_path / "db", "leveldb")
+    with pytest.raises(dbmod.DBError, match="database '.*nowhere' not found"):
+        dbmod.open_db(tmp_path / "nowhere", "leveldb")
+
+
 def test_leveldb_round_trip(tmp_path):
     plyvel = pytest.importorskip("plyvel")
     path = tmp_path / "ldb"

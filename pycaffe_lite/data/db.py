@@ -481,8 +481,8 @@ class LevelDB(DB):
 
     def __init__(self, source, mode=READ):
         super().__init__(source, mode)
+        _check_source(self.source, mode, "leveldb")  # a wrong path or backend needs no plyvel
         plyvel = _import_plyvel()
-        _check_source(self.source, mode, "leveldb")
         options = dict(create_if_missing=mode != READ, error_if_exists=mode == NEW,
                        block_size=65536, write_buffer_size=64 << 20)
         try:
