@@ -105,11 +105,14 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
-def _without_the_built_kernels(monkeypatch):
+def _without_the_built_kernels(monkeypatch, package_file=None):
     """``pycaffe_lite.ops.cpu._library`` as after an install without a C compiler: the
-    extension is not found, and nothing was loaded yet."""
+    extension is not found, and nothing was loaded yet; the package imported from
+    ``package_file``'s folder (by default an installed one, outside any source checkout)."""
     from pycaffe_lite.ops.cpu import _library
 
+    monkeypatch.setattr(_library, "__file__", package_file or os.path.join(
+        os.sep, "site-packages", "pycaffe_lite", "ops", "cpu", "_library.py"))
     monkeypatch.setattr(_library, "_state", {"lib": None, "checked": False, "error": None})
     monkeypatch.setattr(_library, "importlib", types.SimpleNamespace(
         util=types.SimpleNamespace(find_spec=lambda name: None)))
@@ -135,9 +138,30 @@ def test_an_install_without_the_c_kernels_says_so_once_and_runs_numpy(monkeypatc
     warnings = [r.getMessage() for r in records.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "_kernels was not built" in warnings[0] and "NumPy" in warnings[0]
+    assert "where a C compiler is present" in warnings[0]
     assert "PYCAFFE_LITE_CPU_KERNELS=0" in warnings[0]
     # the NumPy code's columns: image 0, channel 0, kernel offset (0, 0), output pixel (0, 1)
     assert cols.shape[0] == 3 * 2 * 2 and cols[0, 1] == x[0, 0, 0, 2]
+
+
+def test_kernels_not_built_in_the_imported_source_checkout_name_it(monkeypatch, tmp_path):
+    """After 'pip install .', Python run in the repository root imports the checkout's
+    pycaffe_lite/, where nothing was compiled: the message names the checkout, not a compiler."""
+    from pycaffe_lite.ops import cpu
+
+    (tmp_path / "proto").mkdir()
+    (tmp_path / "proto" / "caffe.proto").write_text('syntax = "proto2";\n')
+    (tmp_path / "setup.py").write_text("")
+    package_file = tmp_path / "pycaffe_lite" / "ops" / "cpu" / "_library.py"
+    records, done = _without_the_built_kernels(monkeypatch, str(package_file))
+    try:
+        assert cpu.kernels_enabled() is False
+    finally:
+        done()
+    warnings = [r.getMessage() for r in records.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "not built in the source checkout %s," % tmp_path in warnings[0]
+    assert "pip install -e ." in warnings[0] and "C compiler" not in warnings[0]
 
 
 def test_kernels_switched_off_need_no_message(monkeypatch):

@@ -4,6 +4,7 @@ the C signature of every kernel, named as the C sources declare them."""
 import ctypes
 import importlib.util
 import logging
+import os
 import re
 import threading
 
@@ -108,6 +109,17 @@ def _argtype(ctype, scalar):
     return scalar if ctype == "T" else _C_TYPES[ctype]
 
 
+def _source_checkout():
+    """The source checkout this package is imported from (its folder holds setup.py and
+    proto/caffe.proto), or None for an installed package."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    if all(os.path.isfile(os.path.join(root, *parts))
+           for parts in (("setup.py",), ("proto", "caffe.proto"))):
+        return root
+    return None
+
+
 def load():
     """The compiled library (ctypes), or None when it was not built or does not load."""
     if _state["checked"]:
@@ -120,7 +132,14 @@ def load():
             package = __name__.rpartition(".")[0]
             spec = importlib.util.find_spec(package + "._kernels")
             if spec is None or not spec.origin:
-                raise ImportError("the extension %s._kernels was not built" % package)
+                checkout = _source_checkout()
+                if checkout is None:
+                    raise ImportError("the extension %s._kernels was not built" % package)
+                raise ImportError("the extension %s._kernels was not built in the source "
+                                  "checkout %s, which Python imports pycaffe_lite from (the "
+                                  "working directory or PYTHONPATH), not from where pip "
+                                  "installed it; build them there with 'pip install -e .'"
+                                  % (package, checkout))
             lib = ctypes.CDLL(spec.origin)
             if lib.pcl_abi_version() != ABI_VERSION:
                 raise ImportError("%s was built from other sources (ABI %d, expected %d): "
@@ -140,10 +159,11 @@ def load():
         except (ImportError, OSError, AttributeError) as exc:
             _state["error"] = str(exc)
             lib = None
+            how = "" if "pip install" in str(exc) else (
+                " Reinstall the package where a C compiler is present to build them.")
             log.warning("The compiled CPU kernels are not used (%s); the NumPy code runs "
-                        "instead, slower. Reinstall the package where a C compiler is present "
-                        "to build them, or set PYCAFFE_LITE_CPU_KERNELS=0 to use NumPy without "
-                        "this message.", exc)
+                        "instead, slower.%s Set PYCAFFE_LITE_CPU_KERNELS=0 to use NumPy "
+                        "without this message.", exc, how)
         _state["lib"] = lib
         _state["checked"] = True
     return lib
