@@ -24,6 +24,19 @@ def run_python(code, **env):
                           text=True, timeout=HANG)
 
 
+# Run child(report) in a forked process and print what it reports (guards bound a hang only).
+RUN_CHILD = r"""
+ctx = multiprocessing.get_context("fork")
+report = ctx.Queue()
+p = ctx.Process(target=child, args=(report,))
+p.start()
+print(report.get(timeout=30))
+p.join(30)
+if p.exitcode is None:
+    p.kill()
+"""
+
+
 FORKED_CHILD = r"""
 import multiprocessing, threading
 import numpy as np
@@ -57,15 +70,7 @@ def child(report):
                 float(np.abs(out - np.maximum(x + bias.reshape(1, -1, 1, 1), 0)).max())))
 
 
-ctx = multiprocessing.get_context("fork")
-report = ctx.Queue()
-p = ctx.Process(target=child, args=(report,))
-p.start()
-print(report.get(timeout=30))
-p.join(30)
-if p.exitcode is None:
-    p.kill()
-"""
+""" + RUN_CHILD
 
 
 @needs_library
@@ -131,15 +136,7 @@ def child(report):
         report.put("no error")
 
 
-ctx = multiprocessing.get_context("fork")
-report = ctx.Queue()
-p = ctx.Process(target=child, args=(report,))
-p.start()
-print(report.get(timeout=30))
-p.join(30)
-if p.exitcode is None:
-    p.kill()
-after = net.forward()["data"]               # the parent's net goes on
+""" + RUN_CHILD + r"""after = net.forward()["data"]               # the parent's net goes on
 print(after.shape == before.shape)
 """
 

@@ -177,7 +177,8 @@ def test_wrong_backend_is_named(tmp_path):
         dbmod.open_db(tmp_path / "ldb", "lmdb")
 
 
-def test_missing_plyvel_says_how_to_install(tmp_path, monkeypatch):
+def hide_plyvel(monkeypatch):
+    """Imports of plyvel fail from now on in this test, as where it is not installed."""
     real_import = builtins.__import__
 
     def fake_import(name, *args, **kwargs):
@@ -186,6 +187,10 @@ def test_missing_plyvel_says_how_to_install(tmp_path, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
+
+
+def test_missing_plyvel_says_how_to_install(tmp_path, monkeypatch):
+    hide_plyvel(monkeypatch)
     with pytest.raises(dbmod.DBError, match=r"pip install plyvel"):
         dbmod.open_db(tmp_path / "ldb", "leveldb", dbmod.NEW)
 
@@ -194,14 +199,7 @@ def test_a_wrong_backend_or_path_is_named_before_plyvel_is_asked_for(tmp_path, m
     """An LMDB folder read with backend LEVELDB where plyvel is not installed: the backend is
     what is wrong (installing plyvel would not help), as a path that does not exist."""
     _write_raw_lmdb(tmp_path / "db", [(b"k", b"v")])
-    real_import = builtins.__import__
-
-    def fake_import(name, *args, **kwargs):
-        if name == "plyvel":
-            raise ImportError("No module named 'plyvel'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", fake_import)
+    hide_plyvel(monkeypatch)
     with pytest.raises(dbmod.DBError, match="looks like a LMDB database, not LEVELDB: set "
                                             "backend: LMDB"):
         dbmod.open_db(tmp_path / "db", "leveldb")
