@@ -1,0 +1,126 @@
+"""ONNX ops that move values without arithmetic on them -> Caffe layers: Resize / Upsample
+(nearest by an integer factor, bilinear with the corners aligned). Registered in
+:data:`.import_ops.IMPORTERS` as the other importers."""
+
+import numpy as np
+
+from .import_ops import _name, attrs, importer
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _resize_scales(ctx, node, in_shape, out_shape):
+    """The factor ONNX maps coordinates with on each axis: the ``scales`` given, else
+    output over input size (``sizes`` given)."""
+    a = attrs(node)
+    if node.op_type == "Upsample" or ctx.opset < 11:
+        scales = a.get("scales") if "scales" in a else \
+            ctx.const(node.input[1], node, "scales").tolist()
+    else:
+        scales = None
+        if len(node.input) > 2 and node.input[2]:
+            given = ctx.const(node.input[2], node, "scales").reshape(-1)
+            scales = given.tolist() if given.size else None
+        if scales is not None and "axes" in a:  # opset 18: scales of the named axes only
+            full = [1.0] * len(in_shape)
+            for axis, s in zip(a["axes"], scales):
+                full[axis % len(in_shape)] = s
+            scales = full
+    if scales is None:
+        scales = [o / i for o, i in zip(out_shape, in_shape)]
+    return [float(np.float32(s)) for s in scales]
+
+
+def _nearest_index(mode, nearest, out, size, scale):
+    """The input index ONNX's nearest Resize reads for each of ``out`` outputs along one
+    axis (float32, as the runtimes work)."""
+    o = np.arange(out, dtype=np.float32)
+    s = np.float32(scale)
+    if mode == "asymmetric":
+        x = o / s
+    elif mode == "half_pixel":
+        x = (o + np.float32(0.5)) / s - np.float32(0.5)
+    elif mode == "pytorch_half_pixel":
+        x = (o + np.float32(0.5)) / s - np.float32(0.5) if out > 1 else np.zeros(out, np.float32)
+    elif mode == "align_corners":
+        x = o * np.float32(size - 1) / np.float32(out - 1) if out > 1 else \
+            np.zeros(out, np.float32)
+    else:
+        return None
+    if nearest == "floor":
+        i = np.floor(x)
+    elif nearest == "ceil":
+        i = np.ceil(x)
+    elif nearest == "round_prefer_ceil":
+        i = np.floor(x + np.float32(0.5))
+    else:  # round_prefer_floor
+        i = np.ceil(x - np.float32(0.5))
+    return np.clip(i, 0, size - 1).astype(np.int64)
+
+
+@importer("Resize", "Upsample")
+def resize(ctx, node):
+    """Nearest by integer factors on the spatial axes: a Deconvolution, one group per channel,
+    stride and kernel the factors, weights 1 and not learnt (each output is one input value
+    times 1; OpenCV's Caffe importer runs it). Bilinear with the corners aligned: Interp to the
+    output's size. Other modes are errors naming the node."""
+    a = attrs(node)
+    x = node.input[0]
+    in_shape = ctx.shape(x, node)
+    out_shape = ctx.shape(node.output[0], node)
+    mode = _text(a.get("mode", "nearest"))
+    coords = _text(a.get("coordinate_transformation_mode",
+                         "asymmetric" if node.op_type == "Upsample" or ctx.opset < 11
+                         else "half_pixel"))
+    if len(in_shape) != 4 or tuple(out_shape[:2]) != tuple(in_shape[:2]):
+        raise ctx.error(node, "only a resize of the two spatial axes of a 4-D input converts "
+                              "(%s -> %s)" % (in_shape, out_shape))
+    if _text(a.get("keep_aspect_ratio_policy", "stretch")) != "stretch":
+        raise ctx.error(node, "keep_aspect_ratio_policy %s has no Caffe equivalent"
+                        % _text(a["keep_aspect_ratio_policy"]))
+    if mode == "nearest":
+        legacy = node.op_type == "Upsample" or ctx.opset < 11  # before nearest_mode: floor
+        nearest = _text(a.get("nearest_mode", "floor" if legacy else "round_prefer_floor"))
+        scales = _resize_scales(ctx, node, in_shape, out_shape)
+        factors = [int(s) for s in scales[2:]]
+        exact = all(s == f and f >= 1 and o == i * f for s, f, o, i in
+                    zip(scales[2:], factors, out_shape[2:], in_shape[2:]))
+        if exact and scales[:2] == [1.0, 1.0]:
+            for f, o, i in zip(factors, out_shape[2:], in_shape[2:]):
+                index = _nearest_index(coords, nearest, o, i, f)
+                if index is None or not np.array_equal(index, np.arange(o) // f):
+                    exact = False
+        if not exact:
+            raise ctx.error(node, "nearest resize converts only by integer factors that repeat "
+                                  "each pixel (Caffe has no other nearest layer); scales %s, "
+                                  "coordinate_transformation_mode %s, nearest_mode %s"
+                            % (scales, coords, nearest))
+        if factors == [1, 1]:
+            ctx.alias[node.output[0]] = ctx.blob(x)
+            return
+        channels = in_shape[1]
+        lp = ctx.layer("Deconvolution", _name(node), [x], [node.output[0]],
+                       [np.ones((channels, 1) + tuple(factors), np.float32)])
+        p = lp.convolution_param
+        p.num_output, p.group, p.bias_term = channels, channels, False
+        if factors[0] == factors[1]:
+            p.kernel_size.append(factors[0])
+            p.stride.append(factors[0])
+        else:
+            p.kernel_h, p.kernel_w = factors
+            p.stride_h, p.stride_w = factors
+        lp.param.add(lr_mult=0, decay_mult=0)
+        return
+    if mode == "linear" and coords == "align_corners":
+        if int(a.get("antialias", 0)) and any(o < i for o, i in zip(out_shape, in_shape)):
+            raise ctx.error(node, "an antialiased bilinear downscale has no Caffe equivalent")
+        lp = ctx.layer("Interp", _name(node), [x], [node.output[0]])
+        lp.interp_param.height, lp.interp_param.width = out_shape[2], out_shape[3]
+        return
+    why = ("Caffe's Interp samples with the corners aligned; bilinear with "
+           "coordinate_transformation_mode %s (F.interpolate's align_corners=False) samples "
+           "elsewhere" % coords) if mode == "linear" else \
+        "Caffe has no %s interpolation layer" % mode
+    raise ctx.error(node, "%s resize does not convert: %s" % (mode, why))

@@ -1,0 +1,87 @@
+"""ONNX import of the ops PyTorch writes for resizing, axis orders and slicing
+(``F.interpolate``, ``permute``, ``chunk``, ``x[:, :c]``): small torch modules exported at the
+opsets the importer reads, their imported nets against onnxruntime on the same model (and
+OpenCV's Caffe importer where it has the layer); the forms Caffe has no exact layer for are
+errors naming the node and its op."""
+
+import io
+
+import pytest
+
+from pycaffe_lite import onnx as caffe_onnx
+from pycaffe_lite.errors import CaffeError
+from test_onnx_import import convert_and_compare  # skips where onnx is absent
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+F = torch.nn.functional
+OPSETS = (11, 13, 17)
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
+                                        "ignore::UserWarning")
+
+
+class Lambda(torch.nn.Module):
+    def __init__(self, fn, channels=3):
+        super().__init__()
+        self.fn = fn
+        self.conv = torch.nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):
+        return self.fn(self.conv(x))
+
+
+def export(fn, shape, opset, channels=None):
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    torch.onnx.export(Lambda(fn, channels or shape[1]).eval(), (torch.zeros(*shape),), buf,
+                      dynamo=False, opset_version=opset, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    return onnx.load_from_string(buf.getvalue())
+
+
+def types(deploy):
+    return [lp.type for lp in deploy.layer]
+
+
+# -- Resize / Upsample ---------------------------------------------------------------------
+@pytest.mark.parametrize("opset", (9, 10) + OPSETS)
+def test_nearest_upsampling_by_integer_factors(tmp_path, opset):
+    # nn.Upsample(scale_factor=2) and F.interpolate(size=...) by (3, 2) (Upsample before
+    # opset 10, Resize from 10): a Deconvolution with one group per channel and fixed weights
+    # of 1, which OpenCV runs too
+    def fn(x):
+        y = F.interpolate(x, scale_factor=2, mode="nearest")
+        return F.interpolate(y, size=(y.shape[2] * 3, y.shape[3] * 2), mode="nearest")
+
+    deploy, _ = convert_and_compare(export(fn, (1, 3, 3, 4), opset), tmp_path, "near%d" % opset)
+    deconv = [lp for lp in deploy.layer if lp.type == "Deconvolution"]
+    assert len(deconv) == 2 and "Resize" not in types(deploy)
+    assert deconv[1].convolution_param.kernel_h == 3 and deconv[1].param[0].lr_mult == 0
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_bilinear_with_corners_aligned_becomes_interp(tmp_path, opset):
+    def fn(x):
+        y = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True)
+        return F.interpolate(y, size=(5, 7), mode="bilinear", align_corners=True)
+
+    deploy, _ = convert_and_compare(export(fn, (1, 3, 4, 3), opset), tmp_path, "bil%d" % opset)
+    interp = [lp.interp_param for lp in deploy.layer if lp.type == "Interp"]
+    assert [(p.height, p.width) for p in interp] == [(8, 6), (5, 7)]
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+     "linear resize does not convert: Caffe's Interp samples with the corners aligned"),
+    (lambda x: F.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False),
+     "cubic resize does not convert: Caffe has no cubic interpolation layer"),
+    (lambda x: F.interpolate(x, size=(5, 5), mode="nearest"),
+     "nearest resize converts only by integer factors"),
+])
+def test_resizes_without_an_exact_layer_name_the_node(fn, why):
+    model = export(fn, (1, 3, 3, 3), 13)
+    node = [n for n in model.graph.node if n.op_type == "Resize"][0]
+    with pytest.raises(CaffeError, match="ONNX node '%s' \\(op Resize\\): %s"
+                                         % (node.name, why)):
+        caffe_onnx.to_caffe(model, None)
