@@ -198,10 +198,10 @@ def test_one_shared_prelu_slope_loads_back(tmp_path):
 
 def test_unsupported_op_names_the_node(tmp_path):
     g = Graph((1, 3, 4, 4))
-    g.op("Transpose", ["x"], "to_nhwc", perm=[0, 2, 3, 1])
-    with pytest.raises(CaffeError, match="ONNX node 'to_nhwc' \\(op Transpose\\): this op has "
+    g.op("SpaceToDepth", ["x"], "s2d", blocksize=2)
+    with pytest.raises(CaffeError, match="ONNX node 's2d' \\(op SpaceToDepth\\): this op has "
                                          "no Caffe equivalent"):
-        caffe_onnx.to_caffe(g.model(["to_nhwc"]), str(tmp_path / "t"))
+        caffe_onnx.to_caffe(g.model(["s2d"]), str(tmp_path / "t"))
 
 
 def test_average_pool_excluding_padding_is_refused(tmp_path):

@@ -85,3 +85,24 @@ def test_resizes_without_an_exact_layer_name_the_node(fn, why):
     with pytest.raises(CaffeError, match="ONNX node '%s' \\(op Resize\\): %s"
                                          % (node.name, why)):
         caffe_onnx.to_caffe(model, None)
+
+
+# -- Transpose -----------------------------------------------------------------------------
+@pytest.mark.parametrize("opset", OPSETS)
+def test_transpose_becomes_permute(tmp_path, opset):
+    # SSD's heads: NCHW -> NHWC, then flattened; and a 3-D transpose after it
+    def fn(x):
+        y = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1, 2)
+        return torch.relu(y.transpose(1, 2))
+
+    deploy, _ = convert_and_compare(export(fn, (1, 4, 3, 5), opset), tmp_path, "perm%d" % opset)
+    orders = [list(lp.permute_param.order) for lp in deploy.layer if lp.type == "Permute"]
+    assert orders == [[0, 2, 3, 1], [0, 2, 1]]
+
+
+def test_softmax_over_channels_before_opset_13(tmp_path):
+    # opset 11 writes softmax(dim=1) of a 4-D tensor as Transpose, Softmax, Transpose
+    model = export(lambda x: torch.softmax(x, 1), (1, 4, 3, 2), 11)
+    assert [n.op_type for n in model.graph.node][-3:] == ["Transpose", "Softmax", "Transpose"]
+    deploy, _ = convert_and_compare(model, tmp_path, "softmax11")
+    assert types(deploy)[-3:] == ["Permute", "Softmax", "Permute"]

@@ -1,5 +1,6 @@
 """ONNX ops that move values without arithmetic on them -> Caffe layers: Resize / Upsample
-(nearest by an integer factor, bilinear with the corners aligned). Registered in
+(nearest by an integer factor, bilinear with the corners aligned), Transpose (the SSD fork's
+Permute). Registered in
 :data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
@@ -124,3 +125,21 @@ def resize(ctx, node):
            "elsewhere" % coords) if mode == "linear" else \
         "Caffe has no %s interpolation layer" % mode
     raise ctx.error(node, "%s resize does not convert: %s" % (mode, why))
+
+
+@importer("Transpose")
+def transpose(ctx, node):
+    """Permute (the SSD fork's layer, which OpenCV's Caffe importer reads) with the whole
+    order; ONNX's default order reverses the axes. PyTorch's ``softmax(dim=1)`` of a 4-D
+    tensor before opset 13 (Transpose, Softmax over the last axis, Transpose back) converts
+    so, as Permute, Softmax, Permute."""
+    rank = len(ctx.shape(node.input[0], node))
+    perm = [int(p) for p in attrs(node).get("perm", range(rank - 1, -1, -1))]
+    perm = [p + rank if p < 0 else p for p in perm]
+    if sorted(perm) != list(range(rank)):
+        raise ctx.error(node, "perm %s is not an order of the input's %d axes" % (perm, rank))
+    if perm == list(range(rank)):
+        ctx.alias[node.output[0]] = ctx.blob(node.input[0])
+        return
+    lp = ctx.layer("Permute", _name(node), [node.input[0]], [node.output[0]])
+    lp.permute_param.order.extend(perm)
