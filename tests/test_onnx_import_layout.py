@@ -106,3 +106,28 @@ def test_softmax_over_channels_before_opset_13(tmp_path):
     assert [n.op_type for n in model.graph.node][-3:] == ["Transpose", "Softmax", "Transpose"]
     deploy, _ = convert_and_compare(model, tmp_path, "softmax11")
     assert types(deploy)[-3:] == ["Permute", "Softmax", "Permute"]
+
+
+# -- Slice ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("opset", (9,) + OPSETS)
+def test_slices_with_a_step_of_one(tmp_path, opset):
+    # torch.chunk (bounds computed from the shape, folded), x[:, :c], and two axes at once
+    # (a layer after each: the harness names OpenCV's outputs by their layers' first tops)
+    def fn(x):
+        a, b = torch.chunk(x, 2, 1)
+        return torch.cat([a * 2, b, x[:, :1], x[:, -3:-2]], 1) + 1, torch.relu(x[:, 1:, 1:-1])
+
+    model = export(fn, (1, 4, 4, 5), opset)
+    assert [n.op_type for n in model.graph.node].count("Slice") >= 4
+    deploy, net = convert_and_compare(model, tmp_path, "slice%d" % opset)
+    points = [list(lp.slice_param.slice_point) for lp in deploy.layer if lp.type == "Slice"]
+    # chunk (one Slice each from opset 11, one Split before), :1, -3:-2, then 1: and 1:-1
+    assert points == [[2]] * (2 if opset >= 11 else 1) + [[1], [1, 2], [1], [1, 3]]
+
+
+def test_slices_with_other_steps_name_the_node():
+    model = export(lambda x: x[:, ::2], (1, 4, 3, 3), 13)
+    node = [n for n in model.graph.node if n.op_type == "Slice"][0]
+    with pytest.raises(CaffeError, match="ONNX node '%s' \\(op Slice\\): steps \\[2\\]: only a "
+                                         "step of 1 converts" % node.name):
+        caffe_onnx.to_caffe(model, None)

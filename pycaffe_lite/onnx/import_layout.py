@@ -1,6 +1,6 @@
-"""ONNX ops that move values without arithmetic on them -> Caffe layers: Resize / Upsample
+"""ONNX ops of resizing and of axis layout -> Caffe layers: Resize / Upsample
 (nearest by an integer factor, bilinear with the corners aligned), Transpose (the SSD fork's
-Permute). Registered in
+Permute), Slice (Caffe's Slice, the pieces not wanted silenced). Registered in
 :data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
@@ -143,3 +143,69 @@ def transpose(ctx, node):
         return
     lp = ctx.layer("Permute", _name(node), [node.input[0]], [node.output[0]])
     lp.permute_param.order.extend(perm)
+
+
+def _slice_bounds(ctx, node, shape):
+    """{axis: (start, end)} of a Slice with constant bounds, clamped as ONNX does; a step
+    other than 1 is an error."""
+    a = attrs(node)
+    if ctx.opset < 10:  # starts, ends and axes were attributes
+        starts, ends = list(a["starts"]), list(a["ends"])
+        axes, steps = list(a.get("axes", range(len(starts)))), [1] * len(starts)
+    else:
+        def given(i, what, default):
+            if len(node.input) > i and node.input[i]:
+                return ctx.const(node.input[i], node, what).reshape(-1).tolist()
+            return default
+        starts = given(1, "starts", None)
+        ends = given(2, "ends", None)
+        axes = given(3, "axes", list(range(len(starts))))
+        steps = given(4, "steps", [1] * len(starts))
+    if any(int(q) != 1 for q in steps):
+        raise ctx.error(node, "steps %s: only a step of 1 converts (Caffe's Slice cuts "
+                              "contiguous pieces)" % [int(q) for q in steps])
+    bounds = {}
+    rank = len(shape)
+    for axis, start, end in zip(axes, starts, ends):
+        axis = int(axis) + rank if int(axis) < 0 else int(axis)
+        size = shape[axis]
+        start, end = int(start), int(end)
+        start = min(max(start + size if start < 0 else start, 0), size)
+        end = min(max(end + size if end < 0 else end, 0), size)
+        if end <= start:
+            raise ctx.error(node, "it keeps nothing of axis %d (%d to %d of %d); a Caffe blob "
+                                  "cannot be empty" % (axis, start, end, size))
+        bounds[axis] = (start, end)
+    return bounds
+
+
+@importer("Slice")
+def slice_(ctx, node):
+    """Constant starts and ends with a step of 1 (``x[:, :c]``, ``torch.chunk``): a Caffe
+    Slice per cut axis, its slice points the bounds; the pieces before and after are
+    silenced. Bounds that keep a whole axis cut nothing there; a Slice that keeps everything
+    aliases its input."""
+    shape = ctx.shape(node.input[0], node)
+    cuts = [(axis, b) for axis, b in sorted(_slice_bounds(ctx, node, shape).items())
+            if b != (0, shape[axis])]
+    if not cuts:
+        ctx.alias[node.output[0]] = ctx.blob(node.input[0])
+        return
+    x, spare = node.input[0], []
+    for k, (axis, (start, end)) in enumerate(cuts):
+        top = node.output[0] if k == len(cuts) - 1 else "%s/axis%d" % (node.output[0], axis)
+        tops, points = [], []
+        if start > 0:
+            tops.append("%s/before%d" % (node.output[0], axis))
+            points.append(start)
+        tops.append(top)
+        if end < shape[axis]:
+            tops.append("%s/after%d" % (node.output[0], axis))
+            points.append(end)
+        lp = ctx.layer("Slice", _name(node) if len(cuts) == 1 else
+                       "%s/axis%d" % (_name(node), axis), [x], tops)
+        lp.slice_param.axis = axis
+        lp.slice_param.slice_point.extend(points)
+        spare += [t for t in tops if t != top]
+        x = top
+    ctx.layer("Silence", _name(node) + "/spare", spare, [])
