@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.mpi,
                                  reason="needs mpi4py and mpiexec (pip install '.[mpi]')")]
 
 
+@pytest.mark.slow  # a real mpiexec job
 def test_a_frozen_rank_ends_the_job_naming_it(tmp_path):
     solver = tiny_project(tmp_path / "p", make_lmdb(tmp_path / "db", n=24), max_iter=10 ** 7,
                           snapshot=0, display=10)
@@ -45,6 +46,7 @@ def test_a_frozen_rank_ends_the_job_naming_it(tmp_path):
     assert "stopped answering: rank 1 (%s, pid %d), not heard from for" % (host, pid) in line[0]
 
 
+@pytest.mark.slow  # a real mpiexec job
 def test_a_rank_stuck_outside_the_collectives_is_told_from_a_dead_one(tmp_path):
     """Rank 1 stops in a forward pass, alive (its threads run), never to return: rank 0's
     timeout says that every rank still answers heartbeats (no rank is blamed as gone)."""
@@ -75,6 +77,7 @@ def test_a_negative_timeout_is_refused(tmp_path, value):
     assert len(out.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a real mpiexec job
 @pytest.mark.parametrize("way", ["nccl", "mpi"])
 def test_an_nccl_wait_that_never_ends_stops_nccl_and_the_job_naming_the_frozen_rank(tmp_path,
                                                                                      way):
@@ -96,6 +99,7 @@ def test_an_nccl_wait_that_never_ends_stops_nccl_and_the_job_naming_the_frozen_r
     assert "the allreduce returned" not in out
 
 
+@pytest.mark.slow  # a real mpiexec job
 def test_a_rank_frozen_in_nccls_set_up_ends_the_job_naming_it(tmp_path):
     """ncclCommInitRank waits for every rank: rank 1 freezes in it, rank 0's MPI watchdog ends
     the job naming the set-up and rank 1."""

@@ -17,7 +17,8 @@ from helpers.mpi import (GUARD_S, make_lmdb, max_relative_difference, read_weigh
 from helpers.netns_hosts import Hosts, unavailable_reason
 
 _reason = unavailable_reason()
-pytestmark = [pytest.mark.mpi,
+# every test here runs real mpiexec jobs across network namespaces: the slow tier
+pytestmark = [pytest.mark.mpi, pytest.mark.slow,
               pytest.mark.skipif(_reason is not None, reason=_reason or "")]
 
 #: an allreduce of MIB MiB of ones over every rank; prints "RESULT seconds sum" on rank 0

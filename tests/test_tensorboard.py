@@ -182,6 +182,7 @@ def _start_tensorboard(logdir):
     raise AssertionError("tensorboard exited (rc %s) without serving" % proc.returncode)
 
 
+@pytest.mark.slow  # TensorBoard served and read by a headless browser
 @pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
 def test_tensorboard_page_shows_the_train_loss_chart(trained, tmp_path):
     runs, log_path = trained
