@@ -309,6 +309,16 @@ def test_block_size_follows_switches():
         blocked.set_isa("sse")
 
 
+def test_set_isa_takes_any_case_as_the_variable_does():
+    """PYCAFFE_LITE_BLOCKED_ISA=AVX2 was taken while set_isa("AVX2") raised."""
+    old = blocked.set_isa("AVX2")
+    try:
+        assert blocked.set_isa(" Avx512 ") == "avx2"
+        assert blocked.set_isa(None) == "avx512"
+    finally:
+        blocked.set_isa(old)
+
+
 @needs_library
 def test_isa_environment_variable():
     if not _isa_runs("avx2"):

@@ -49,7 +49,9 @@ _isa[0] = _isa_from_environment()
 def set_isa(name):
     """Ask for the ``"avx512"`` (B = 16) or ``"avx2"`` (B = 8) kernels, or None for the
     widest the processor runs; one the processor lacks leaves :func:`block_size` None.
-    Returns the previous setting."""
+    Returns the previous setting. Any case is taken (``"AVX2"``), as the variable's is."""
+    if isinstance(name, str):
+        name = name.strip().lower()
     if name is not None and name not in ISAS:
         raise ValueError("the blocked kernels' instruction set is 'avx512', 'avx2' or None, "
                          "not %r" % (name,))
