@@ -1,7 +1,7 @@
 """The Darknet sections that move or combine feature maps: ``[reorg]`` (YOLOv2's
-passthrough), ``[scale_channels]`` (EfficientNet's squeeze-and-excitation) and ``[sam]``
-(spatial attention); a mixin of :class:`~.convert._Converter`, as :mod:`.sections`
-is.
+passthrough), ``[reorg3d]`` (AlexeyAB's space-to-depth), ``[scale_channels]``
+(EfficientNet's squeeze-and-excitation) and ``[sam]`` (spatial attention); a mixin of
+:class:`~.convert._Converter`, as :mod:`.sections` is.
 """
 
 from ..proto import caffe_pb2
@@ -16,7 +16,7 @@ UNAPPLIED = ("swish", "mish", "relu6")
 
 
 class CombiningSections:
-    """``[reorg]``, ``[scale_channels]`` and ``[sam]`` (a mixin of the converter)."""
+    """``[reorg]``, ``[reorg3d]``, ``[scale_channels]`` and ``[sam]`` (a mixin of the converter)."""
 
     def reorg(self, sec, prev, i):
         """Darknet's ``[reorg]``: ``reorg_cpu`` called with the input's sizes and forward=0
@@ -44,6 +44,47 @@ class CombiningSections:
             lp.reorg_param.reverse = True
             return _Out(name, prev.c // s2, prev.h * stride, prev.w * stride)
         return _Out(name, prev.c * s2, prev.h // stride, prev.w // stride)
+
+    def reorg3d(self, sec, prev, i):
+        """AlexeyAB's ``[reorg3d]``: its ``reorg_cpu`` called with the output's sizes.
+        Forward (the published cfgs): a plain space-to-depth, output channel
+        ``(dy * stride + dx) * C + c`` at ``(y, x)`` is input channel ``c`` at
+        ``(y * stride + dy, x * stride + dx)``. ``reverse=1``: the input's memory read as
+        ``(C / s^2, H * s, W * s)``, depth-to-space into ``(C / s^4, H * s^2, W * s^2)`` and
+        that memory read as ``(C / s^2, H * s, W * s)``. Both are Reshape, Permute, Reshape."""
+        name = "reorg3d%d" % i
+        prev = self.image_input(sec, prev, name)
+        stride = sec.get_int("stride", 1)
+        reverse = sec.get_int("reverse", 0)
+        if stride < 1:
+            raise sec.error("stride must be positive, got %d" % stride, "stride")
+        s = stride
+        if reverse:
+            if prev.c % s ** 4:
+                raise sec.error(
+                    "reverse=1 with stride=%d needs channels divisible by %d (stride^4), the "
+                    "input is %dx%dx%d; Darknet's reorg would leave parts of its output "
+                    "unwritten" % (s, s ** 4, prev.c, prev.h, prev.w), "reverse")
+            q = prev.c // s ** 4
+            split = [0, s, s, q, prev.h * s, prev.w * s]
+            order = [0, 3, 4, 1, 5, 2]
+            out = _Out(name, prev.c // (s * s), prev.h * s, prev.w * s)
+        else:
+            if prev.h % s or prev.w % s:
+                raise sec.error(
+                    "the input, %dx%dx%d, does not divide by stride=%d (height and width); "
+                    "Darknet's reorg would read it with the wrong row length"
+                    % (prev.c, prev.h, prev.w, s), "stride")
+            split = [0, prev.c, prev.h // s, s, prev.w // s, s]
+            order = [0, 3, 5, 1, 2, 4]
+            out = _Out(name, prev.c * s * s, prev.h // s, prev.w // s)
+        rs = self.layer(name + "_split", "Reshape", [prev.blob], [name + "_split"])
+        rs.reshape_param.shape.dim.extend(split)
+        pm = self.layer(name + "_permute", "Permute", [name + "_split"], [name + "_permuted"])
+        pm.permute_param.order.extend(order)
+        lp = self.layer(name, "Reshape", [name + "_permuted"], [name])
+        lp.reshape_param.shape.dim.extend([0, out.c, out.h, out.w])
+        return out
 
     def _from_layer(self, sec):
         """The ``from`` layer of [scale_channels] / [sam] (Darknet reads one, with atoi)."""
@@ -111,4 +152,4 @@ class CombiningSections:
         self._product_activation(sec, name)
         return _Out(name, prev.c, prev.h, prev.w, prev.flat)
 
-    HANDLERS = {"reorg": reorg, "scale_channels": scale_channels, "sam": sam}
+    HANDLERS = {"reorg": reorg, "reorg3d": reorg3d, "scale_channels": scale_channels, "sam": sam}

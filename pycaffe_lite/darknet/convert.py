@@ -67,6 +67,7 @@ TRAINING_KEYS = {
              "sim_thresh", "dets_for_track", "dets_for_show", "track_ciou_norm",
              "embedding_layer", "show_details"},
     "reorg": set(),
+    "reorg3d": set(),
     "scale_channels": set(),
     "sam": set(),
     "region": {"jitter", "rescore", "thresh", "classfix", "absolute", "random",
