@@ -86,6 +86,27 @@ class CombiningSections:
         lp.reshape_param.shape.dim.extend([0, out.c, out.h, out.w])
         return out
 
+    @staticmethod
+    def shortcut_sizes_message(index, src, prev):
+        """Why a ``[shortcut]`` between outputs of different heights or widths is not
+        converted: the two Darknets compute different things and the .cfg does not say
+        which one it is for."""
+        w1, h1, w2, h2 = src.w, src.h, prev.w, prev.h
+        if w1 // w2 != h1 // h2 or w2 // w1 != h2 // h1:
+            pjreddie = "stops on an assertion too (the two sizes' ratios differ)"
+        else:
+            stride, sample = max(w1 // w2, 1), max(w2 // w1, 1)
+            pjreddie = ("adds layer %d at (%d y, %d x) to the previous layer at (%d y, %d x), "
+                        "for y < %d, x < %d and the first %d channels (shortcut_cpu)"
+                        % (index, stride, stride, sample, sample, min(h1, h2), min(w1, w2),
+                           min(src.c, prev.c)))
+        return ("layer %d gives %dx%dx%d but the previous layer gives %dx%dx%d; a shortcut "
+                "between different heights or widths is not converted: pjreddie's Darknet %s, "
+                "while AlexeyAB's fork stops on an assertion (or, built without asserts, adds "
+                "the two outputs' memory flat, position by position), and the .cfg does not "
+                "tell which one it is for" % (index, src.c, src.h, src.w, prev.c, prev.h,
+                                              prev.w, pjreddie))
+
     def _from_layer(self, sec):
         """The ``from`` layer of [scale_channels] / [sam] (Darknet reads one, with atoi)."""
         if not sec.has("from"):

@@ -376,6 +376,9 @@ class SectionConverters:
             self.activation(sec, name, name)
             return _Out(name, prev.c, prev.h, prev.w, prev.flat)
         for r, s in zip(refs, srcs):
+            if (s.h, s.w) != (prev.h, prev.w) and len(srcs) == 1:
+                raise sec.error(self.shortcut_sizes_message(r if r >= 0 else r + i, s, prev),
+                                "from")
             if (s.c, s.h, s.w) != (prev.c, prev.h, prev.w):
                 raise sec.error("layer %d gives %dx%dx%d but the previous layer gives %dx%dx%d; "
                                 "a shortcut between different shapes cannot be converted"
