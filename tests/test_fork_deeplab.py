@@ -4,9 +4,11 @@ with ConfusionMatrix, mat_write_layer.cpp with WriteBlobToMat) written out in Nu
 
 import numpy as np
 import pytest
+from helpers.wire_bytes import fork_layer, length_delimited, tag, varint
 
 import pycaffe_lite as caffe
 from pycaffe_lite.errors import CaffeError
+from pycaffe_lite.proto import protoio
 
 cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
 
@@ -138,3 +140,105 @@ def test_refusals_name_the_layer(tmp_path, transform, params, message):
     assert message in text and "layer 'data' (type ImageSegData)" in text
     if "label image" in message:
         assert "line 1 of" not in text and "list.txt': line 1" in text
+
+
+# ---- SegAccuracy ---------------------------------------------------------------------------
+
+ACC = """
+name: "seg_accuracy"
+input: "score" input_shape { dim: %d dim: %d dim: %d dim: %d }
+input: "label" input_shape { dim: %d dim: 1 dim: %d dim: %d }
+layer { name: "accuracy" type: "SegAccuracy" bottom: "score" bottom: "label" top: "accuracy"
+  seg_accuracy_param { %s } }
+"""
+
+
+def fork_seg_accuracy(scores, labels, ignore, matrix):
+    """seg_accuracy_layer.cpp's loops: per pixel, std::partial_sort of (score, channel) pairs
+    with std::greater (the top pair: the highest score, of equal scores the highest channel),
+    then ConfusionMatrix::accuracy, avgRecall(false), avgJaccard."""
+    n, c, h, w = scores.shape
+    for i in range(n):
+        for y in range(h):
+            for x in range(w):
+                best = max((float(scores[i, k, y, x]), k) for k in range(c))
+                gt = int(labels[i, 0, y, x])
+                if gt in ignore:
+                    continue
+                matrix[gt][best[1]] += 1
+    total = sum(sum(row) for row in matrix)
+    diag = sum(matrix[k][k] for k in range(c))
+    accuracy = diag / total if total else 0.0
+    recalls = [matrix[k][k] / sum(matrix[k]) for k in range(c) if sum(matrix[k]) > 0]
+    recall = sum(recalls) / len(recalls) if recalls else 0.0
+    jaccard = 0.0
+    for k in range(c):
+        inter = matrix[k][k]
+        union = sum(matrix[k]) + sum(matrix[r][k] for r in range(c)) - inter
+        jaccard += 1.0 if inter == union else inter / union
+    return [accuracy, recall, jaccard / c]
+
+
+def accuracy_net(tmp_path, shape, params):
+    n, c, h, w = shape
+    proto = tmp_path / "acc.prototxt"
+    proto.write_text(ACC % (n, c, h, w, n, h, w, params))
+    return caffe.Net(str(proto), caffe.TEST)
+
+
+def test_seg_accuracy_against_the_forks_confusion_matrix(tmp_path):
+    rng = np.random.default_rng(3)
+    shape = (2, 4, 5, 6)
+    scores = rng.integers(0, 3, shape).astype(np.float32)  # many ties between channels
+    labels = rng.choice([0, 1, 2, 255], (2, 1, 5, 6)).astype(np.float32)
+    labels[0, 0, 0, :4] = 3  # class 3 labelled at a few pixels only
+    net = accuracy_net(tmp_path, shape, "ignore_label: 255")
+    net.blobs["score"].data[...] = scores
+    net.blobs["label"].data[...] = labels
+    net.forward()
+    matrix = [[0] * 4 for _ in range(4)]
+    expected = fork_seg_accuracy(scores, labels, {255}, matrix)
+    np.testing.assert_allclose(net.blobs["accuracy"].data.reshape(3), expected, rtol=1e-6)
+    assert net.blobs["accuracy"].data.shape == (1, 1, 1, 3)
+    # reset (the default): the next forward counts its own pixels only
+    net.forward()
+    np.testing.assert_allclose(net.blobs["accuracy"].data.reshape(3), expected, rtol=1e-6)
+
+
+def test_seg_accuracy_by_hand_and_accumulating_without_reset(tmp_path):
+    # 1 image, 2 classes, 1 x 4 pixels: labels 0 0 1 1, predictions 0 1 1 1 (the last pixel
+    # ties, and the tie goes to class 1)
+    scores = np.array([[[[5, 0, 0, 2]]], [[[1, 3, 4, 2]]]], np.float32).transpose(1, 0, 2, 3)
+    labels = np.array([0, 0, 1, 1], np.float32).reshape(1, 1, 1, 4)
+    net = accuracy_net(tmp_path, (1, 2, 1, 4), "reset: false")
+    net.blobs["score"].data[...] = scores
+    net.blobs["label"].data[...] = labels
+    net.forward()
+    # matrix [[1, 1], [0, 2]]: accuracy 3/4; recalls 1/2 and 1; IoU 1/2 and 2/3
+    np.testing.assert_allclose(net.blobs["accuracy"].data.reshape(3),
+                               [0.75, 0.75, (0.5 + 2 / 3) / 2], rtol=1e-6)
+    net.blobs["label"].data[...] = 1  # accumulates: matrix [[1, 1], [1, 5]]
+    net.forward()
+    np.testing.assert_allclose(net.blobs["accuracy"].data.reshape(3),
+                               [6 / 8, (0.5 + 5 / 6) / 2, (1 / 3 + 5 / 7) / 2], rtol=1e-6)
+
+
+def test_seg_accuracy_unexpected_label_names_the_pixel(tmp_path):
+    net = accuracy_net(tmp_path, (1, 3, 2, 2), "ignore_label: 255")
+    net.blobs["label"].data[...] = 0
+    net.blobs["label"].data[0, 0, 1, 0] = 7
+    with pytest.raises(CaffeError, match="unexpected label 7 at image 0, row 1, column 0"):
+        net.forward()
+
+
+def test_seg_accuracy_param_at_the_forks_number_in_a_binary_file(tmp_path):
+    """DeepLab v2 writes seg_accuracy_param as field 144 (BVLC's crop_param), with ignore_label
+    (2) and reset (3) inside."""
+    layer = fork_layer("accuracy", "SegAccuracy", ["score", "label"], ["accuracy"],
+                       length_delimited(144, tag(2, 0) + varint(255) + tag(3, 0) + varint(0)))
+    path = tmp_path / "deeplab.caffemodel"
+    path.write_bytes(length_delimited(100, layer))
+    param = protoio.read_net_param(str(path))
+    p = param.layer[0].seg_accuracy_param
+    assert (list(p.ignore_label), p.reset) == ([255], False)
+    assert not param.layer[0].HasField("crop_param")

@@ -1,5 +1,5 @@
-"""Where SegNet, ENet, PSPNet's BN, the YOLO ports, R-FCN and CTPN put their layer fields,
-and where this schema puts them.
+"""Where SegNet, ENet, PSPNet's BN, DeepLab v2, the YOLO ports, R-FCN and CTPN put their
+layer fields, and where this schema puts them.
 
 A prototxt names each field and reads unchanged. A binary file (a ``.caffemodel`` carries
 the layer parameters too) holds the fork's number, which here may be a BVLC field (SegNet's
@@ -22,6 +22,7 @@ ForkField = collections.namedtuple("ForkField", "fork types number wire_type fie
 LENGTH_DELIMITED = 2
 
 PSPNET = "PSPNet (hszhao/PSPNet)"
+DEEPLAB = "DeepLab v2 (deeplab-public-ver2)"
 
 LAYER_FIELDS = (
     # BVLC numbers: embed_param 137, tile_param 138, elu_param 140, scale_param 142,
@@ -36,6 +37,8 @@ LAYER_FIELDS = (
     ForkField("CTPN (tianzhi0549/CTPN)", ("Transpose",), 142, LENGTH_DELIMITED,
               "transpose_param"),
     ForkField("CTPN (tianzhi0549/CTPN)", ("Reverse",), 143, LENGTH_DELIMITED, "reverse_param"),
+    # BVLC's crop_param 144
+    ForkField(DEEPLAB, ("SegAccuracy",), 144, LENGTH_DELIMITED, "seg_accuracy_param"),
     # Numbers BVLC leaves free that several forks claim.
     ForkField("darknet2caffe (YOLOv3/v4 ports)", ("Upsample",), 149, LENGTH_DELIMITED,
               "upsample_param"),
