@@ -4,7 +4,7 @@ with ConfusionMatrix, mat_write_layer.cpp with WriteBlobToMat) written out in Nu
 
 import numpy as np
 import pytest
-from helpers.wire_bytes import fork_layer, length_delimited, tag, varint
+from helpers.wire_bytes import fork_layer, length_delimited, string, tag, varint
 
 import pycaffe_lite as caffe
 from pycaffe_lite.errors import CaffeError
@@ -242,3 +242,82 @@ def test_seg_accuracy_param_at_the_forks_number_in_a_binary_file(tmp_path):
     p = param.layer[0].seg_accuracy_param
     assert (list(p.ignore_label), p.reset) == ([255], False)
     assert not param.layer[0].HasField("crop_param")
+
+
+# ---- MatWrite ------------------------------------------------------------------------------
+
+WRITE = """
+name: "mat_write"
+input: "score" input_shape { dim: 2 dim: 3 dim: 4 dim: 5 }
+input: "dim" input_shape { dim: 2 dim: 2 }
+layer { name: "fc8_mat" type: "MatWrite" bottom: "score" bottom: "dim"
+  mat_write_param { prefix: "%s/" %s } }
+"""
+
+
+def write_net(tmp_path, params):
+    proto = tmp_path / "write.prototxt"
+    proto.write_text(WRITE % (tmp_path / "out", params))
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return caffe.Net(str(proto), caffe.TEST)
+
+
+def test_mat_write_names_files_from_the_source_list_and_stores_matio_layout(tmp_path):
+    sio = pytest.importorskip("scipy.io")
+    (tmp_path / "ids.txt").write_text("2007_000033.jpg x\n2007_000042.jpg\n")
+    net = write_net(tmp_path, 'source: "%s" strip: 4' % (tmp_path / "ids.txt"))
+    rng = np.random.default_rng(5)
+    written = []
+    for _ in range(2):
+        score = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+        net.blobs["score"].data[...] = score
+        net.blobs["dim"].data[...] = [[1, 2], [3, 4]]
+        net.forward()
+        written.append(score)
+    for name, score in zip(("2007_000033", "2007_000042"), written):
+        got = sio.loadmat(str(tmp_path / "out" / (name + "_blob_0.mat")))["data"]
+        # matio writes the C-order buffer with dims {W, H, C, N}, read back column-major
+        expected = np.reshape(score.ravel(), (5, 4, 3, 2), order="F")
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, expected)
+        assert got[4, 3, 2, 1] == score[1, 2, 3, 4]
+        dim = sio.loadmat(str(tmp_path / "out" / (name + "_blob_1.mat")))["data"]
+        assert dim.shape == (1, 1, 2, 2)  # a 2-axis blob is N x C x 1 x 1
+        np.testing.assert_array_equal(dim[0, 0], [[1, 3], [2, 4]])
+    with pytest.raises(CaffeError, match="more iterations than the list has lines"):
+        net.forward()
+
+
+def test_mat_write_without_source_every_period(tmp_path):
+    pytest.importorskip("scipy.io")
+    net = write_net(tmp_path, "period: 2")
+    for _ in range(5):
+        net.forward()
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["iter_%d_blob_%d.mat" % (k, i) for k in (0, 2, 4) for i in (0, 1)]
+
+
+def test_mat_write_without_scipy_is_refused_clearly(tmp_path, monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_scipy(name, *args, **kwargs):
+        if name.startswith("scipy"):
+            raise ImportError("no scipy")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_scipy)
+    with pytest.raises(CaffeError, match="MatWrite layer 'fc8_mat' needs the optional SciPy"):
+        write_net(tmp_path, "")
+
+
+def test_mat_write_param_at_the_forks_number_in_a_binary_file(tmp_path):
+    """DeepLab v2 writes mat_write_param as field 145 (BVLC's parameter_param)."""
+    layer = fork_layer("fc8_mat", "MatWrite", ["score"], [],
+                       length_delimited(145, string(1, "out/") + tag(4, 0) + varint(3)))
+    path = tmp_path / "deeplab.caffemodel"
+    path.write_bytes(length_delimited(100, layer))
+    param = protoio.read_net_param(str(path))
+    p = param.layer[0].mat_write_param
+    assert (p.prefix, p.period) == ("out/", 3)
+    assert not param.layer[0].HasField("parameter_param")

@@ -26,7 +26,7 @@ from typing import NamedTuple, Optional
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from . import fork_layer_fields
-from .tolerant import ENVELOPE
+from .tolerant import ENVELOPE, ENVELOPE_TAG
 from .wire import (FIXED32, FIXED64, LEN, VARINT, decode_varint, encode_varint,  # noqa: F401
                    fields)
 
@@ -263,7 +263,8 @@ def _remap(message, claims, layer_type=None):
     forks = {claim.fork for claim, _, _, _ in moved}
     rebuilt = b"".join(encode_varint(n << 3 | w) + raw for n, w, raw in out)
     rebuilt += b"".join(encode_varint(_number(descriptor, c) << 3 | w) +
-                        (_renumbered(raw, c.inner) if c.inner else raw)
+                        (_renumbered(_unwrapped(raw), c.inner) if c.inner else
+                         _unwrapped(raw) if w == LEN else raw)
                         for c, w, raw, _ in moved)
     original = message.SerializePartialToString()
     message.Clear()
@@ -286,6 +287,26 @@ def _renumbered(raw, pairs):
                            for n, w, r, _ in fields(raw[body:]))
     except ValueError:  # not a message: left as it is (and refused where it is parsed)
         return raw
+    return encode_varint(len(payload)) + payload
+
+
+def _unwrapped(raw):
+    """A length-delimited value (``raw``: its length and payload) with the envelopes inside
+    it opened: the fields that did not decode as the field it was read as (another field at
+    the fork's number) take their own places again before the value moves to its field."""
+    if ENVELOPE_TAG not in raw:
+        return raw
+    try:
+        _, body = decode_varint(raw, 0)
+        parts = []
+        for n, w, r, value in fields(raw[body:]):
+            if n == ENVELOPE and w == LEN:
+                parts.append(bytes(value))
+            else:
+                parts.append(encode_varint(n << 3 | w) + (_unwrapped(r) if w == LEN else r))
+    except ValueError:
+        return raw
+    payload = b"".join(parts)
     return encode_varint(len(payload)) + payload
 
 

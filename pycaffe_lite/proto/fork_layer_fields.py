@@ -39,6 +39,8 @@ LAYER_FIELDS = (
     ForkField("CTPN (tianzhi0549/CTPN)", ("Reverse",), 143, LENGTH_DELIMITED, "reverse_param"),
     # BVLC's crop_param 144
     ForkField(DEEPLAB, ("SegAccuracy",), 144, LENGTH_DELIMITED, "seg_accuracy_param"),
+    # BVLC's parameter_param 145
+    ForkField(DEEPLAB, ("MatWrite",), 145, LENGTH_DELIMITED, "mat_write_param"),
     # Numbers BVLC leaves free that several forks claim.
     ForkField("darknet2caffe (YOLOv3/v4 ports)", ("Upsample",), 149, LENGTH_DELIMITED,
               "upsample_param"),
