@@ -321,3 +321,35 @@ def test_mat_write_param_at_the_forks_number_in_a_binary_file(tmp_path):
     p = param.layer[0].mat_write_param
     assert (p.prefix, p.period) == ("out/", 3)
     assert not param.layer[0].HasField("parameter_param")
+
+
+# ---- DenseCRF ------------------------------------------------------------------------------
+
+def test_dense_crf_is_refused_naming_the_layer(tmp_path):
+    proto = tmp_path / "crf.prototxt"
+    proto.write_text("""
+name: "crf"
+input: "fc8_interp" input_shape { dim: 1 dim: 21 dim: 4 dim: 4 }
+input: "data_dim" input_shape { dim: 1 dim: 1 dim: 1 dim: 2 }
+input: "data" input_shape { dim: 1 dim: 3 dim: 4 dim: 4 }
+layer { bottom: "fc8_interp" bottom: "data_dim" bottom: "data" top: "crf_inf" name: "crf"
+  type: "DenseCRF"
+  dense_crf_param { max_iter: 10 pos_w: 3 pos_xy_std: 3 bi_w: 4 bi_xy_std: 121 bi_rgb_std: 5 }
+}
+""")
+    with pytest.raises(CaffeError) as info:
+        caffe.Net(str(proto), caffe.TEST)
+    text = str(info.value)
+    assert "layer 'crf' (type DenseCRF)" in text and "is not supported" in text
+    assert "'crf_inf'" in text
+
+
+def test_dense_crf_param_at_the_forks_number_in_a_binary_file(tmp_path):
+    """DeepLab v2 writes dense_crf_param as field 146 (BVLC's recurrent_param)."""
+    layer = fork_layer("crf", "DenseCRF", ["s"], ["crf_inf"],
+                       length_delimited(146, tag(1, 0) + varint(5)))
+    path = tmp_path / "deeplab.caffemodel"
+    path.write_bytes(length_delimited(100, layer))
+    param = protoio.read_net_param(str(path))
+    assert param.layer[0].dense_crf_param.max_iter == 5
+    assert not param.layer[0].HasField("recurrent_param")

@@ -41,6 +41,8 @@ LAYER_FIELDS = (
     ForkField(DEEPLAB, ("SegAccuracy",), 144, LENGTH_DELIMITED, "seg_accuracy_param"),
     # BVLC's parameter_param 145
     ForkField(DEEPLAB, ("MatWrite",), 145, LENGTH_DELIMITED, "mat_write_param"),
+    # BVLC's recurrent_param 146
+    ForkField(DEEPLAB, ("DenseCRF",), 146, LENGTH_DELIMITED, "dense_crf_param"),
     # Numbers BVLC leaves free that several forks claim.
     ForkField("darknet2caffe (YOLOv3/v4 ports)", ("Upsample",), 149, LENGTH_DELIMITED,
               "upsample_param"),
