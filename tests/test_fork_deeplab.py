@@ -353,3 +353,43 @@ def test_dense_crf_param_at_the_forks_number_in_a_binary_file(tmp_path):
     param = protoio.read_net_param(str(path))
     assert param.layer[0].dense_crf_param.max_iter == 5
     assert not param.layer[0].HasField("recurrent_param")
+
+
+# ---- a test.prototxt in the form DeepLab v2 publishes --------------------------------------
+
+TEST_PROTOTXT = """
+name: "deeplab_test"
+layer { name: "data" type: "ImageSegData" top: "data" top: "label" top: "data_dim"
+  include { phase: TEST }
+  transform_param { mirror: false crop_size: 6
+    mean_value: 104.008 mean_value: 116.669 mean_value: 122.675 }
+  image_data_param { root_folder: "%(root)s/" source: "%(root)s/test.txt" batch_size: 1
+    label_type: NONE } }
+layer { name: "fc8" type: "Convolution" bottom: "data" top: "fc8"
+  convolution_param { num_output: 1 kernel_size: 1
+    weight_filler { type: "constant" value: 0.5 } bias_filler { type: "constant" value: 1 } } }
+layer { name: "fc8_mat" type: "MatWrite" bottom: "fc8" include { phase: TEST }
+  mat_write_param { prefix: "%(root)s/fc8/" source: "%(root)s/test_id.txt" strip: 0
+    period: 1 } }
+layer { name: "silence" type: "Silence" bottom: "label" bottom: "data_dim"
+  include { phase: TEST } }
+"""
+
+
+def test_a_deeplab_test_prototxt_reads_scores_and_writes_mat_files(tmp_path):
+    sio = pytest.importorskip("scipy.io")
+    images, _ = write_images(tmp_path, [(4, 7), (6, 5)], labels=False)
+    (tmp_path / "test.txt").write_text("img0.png\nimg1.png\n")
+    (tmp_path / "test_id.txt").write_text("img0\nimg1\n")
+    (tmp_path / "fc8").mkdir()
+    proto = tmp_path / "test.prototxt"
+    proto.write_text(TEST_PROTOTXT % {"root": tmp_path})
+    net = caffe.Net(str(proto), caffe.TEST)
+    for i in range(2):
+        net.forward()
+        data, _ = fork_transform(images[i], np.zeros(images[i].shape[:2], np.uint8), (6, 6),
+                                 MEAN, 1, 255)
+        expected = 0.5 * data.sum(axis=0) + 1  # the 1x1 convolution, N x 1 x 6 x 6
+        got = sio.loadmat(str(tmp_path / "fc8" / ("img%d_blob_0.mat" % i)))["data"]
+        assert got.shape == (6, 6, 1, 1)  # W x H x C x N
+        np.testing.assert_allclose(got[:, :, 0, 0], expected.T, rtol=1e-5, atol=1e-3)

@@ -368,6 +368,12 @@ NOT_IN_PALETTE = {
     "DenseImageData": "reads image and label-image files from disk; checked in "
                       "tests/layers/test_dense_image_data_layer.py",
     "WindowData": "reads a window file and images from disk; checked in its own tests",
+    "ImageSegData": "reads an image list and label images from disk; checked in "
+                    "tests/test_fork_deeplab.py",
+    "MatWrite": "writes .mat files to disk; checked in tests/test_fork_deeplab.py",
+    "SegAccuracy": "needs labels in [0, C) or ignored, C the scores' channels; checked in "
+                   "tests/test_fork_deeplab.py",
+    "DenseCRF": "not supported: refused when a net is built (tests/test_fork_deeplab.py)",
     "HDF5Data": "reads HDF5 files from disk; checked in its own tests",
     "HDF5Output": "writes HDF5 files to disk; checked in its own tests",
     "MemoryData": "needs arrays handed over from Python (set_input_arrays) before forward",
