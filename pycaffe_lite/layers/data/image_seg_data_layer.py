@@ -7,6 +7,7 @@ from ...data.imageset import join_root
 from ...proto import caffe_pb2
 from ...registry import register_layer
 from .base_data_layer import check_pairs, check_source, default_threads
+from .dense_image_data_layer import DenseImageDataLayer
 from .image_data_layer import ImageDataLayer
 
 P = caffe_pb2.ImageDataParameter
@@ -115,11 +116,7 @@ class ImageSegDataLayer(ImageDataLayer):
         return [(n, channels) + tuple(self.out_size), (n, 1) + tuple(self.out_size),
                 (n, 1, 1, 2)]
 
-    def _where(self, index, which=1):
-        number, image, label = self.lines[index]
-        return "%s '%s' (line %d of '%s')" % ("image" if which == 1 else "label image",
-                                              join_root(self.root, (image, label)[which - 1]),
-                                              number, self.source)
+    _where = DenseImageDataLayer._where  # lines of (number, image, label) both ways
 
     def _load(self, index):
         _, image, _ = self.lines[index]
