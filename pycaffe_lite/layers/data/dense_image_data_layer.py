@@ -65,15 +65,10 @@ class DenseImageDataLayer(ImageDataLayer):
             raise DataError("transform_param crop_size and mirror would move the image without "
                             "its label: use dense_image_data_param's crop_height, crop_width "
                             "and mirror")
-        self.source = p.source
-        self.batch_size = int(p.batch_size)
-        self.root = p.root_folder
-        self.new_size = (int(p.new_height), int(p.new_width))
+        self._take_list_params(p)
         self.crop = (int(p.crop_height), int(p.crop_width))
         self.factor = int(p.label_divide_factor)
-        self.is_color = bool(p.is_color)
         self.mirror = bool(p.mirror)
-        self.shuffle = bool(p.shuffle)
         self.transformer = DataTransformer(tp, self.phase,
                                            "transform_param of layer '%s'" % self.name)
         self.lines = read_pair_list(self.source)

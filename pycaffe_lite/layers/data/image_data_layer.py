@@ -31,12 +31,7 @@ class ImageDataLayer(BasePrefetchingDataLayer):
         p = self.layer_param.image_data_param
         check_source("image_data_param", p, "the list file to read")
         check_pairs("image_data_param", p, (("new_height", "new_width"),))
-        self.source = p.source
-        self.batch_size = int(p.batch_size)
-        self.root = p.root_folder
-        self.new_size = (int(p.new_height), int(p.new_width))
-        self.is_color = bool(p.is_color)
-        self.shuffle = bool(p.shuffle)
+        self._take_list_params(p)
         self.transformer = DataTransformer(self.layer_param.transform_param, self.phase,
                                            "transform_param of layer '%s'" % self.name)
         self.lines = read_list_file(self.source, numbered=True)
@@ -49,6 +44,16 @@ class ImageDataLayer(BasePrefetchingDataLayer):
         self.prefetch_count = 4
         self.prefetch_threads = default_threads(True)
         return [(self.batch_size,) + tuple(out), (self.batch_size,)]
+
+    def _take_list_params(self, p):
+        """The fields ``image_data_param`` shares with the forks' image-list layers' messages:
+        the list file, batch size, root folder, resize, colour and shuffling."""
+        self.source = p.source
+        self.batch_size = int(p.batch_size)
+        self.root = p.root_folder
+        self.new_size = (int(p.new_height), int(p.new_width))
+        self.is_color = bool(p.is_color)
+        self.shuffle = bool(p.shuffle)
 
     def source_records(self):
         return len(self.lines)

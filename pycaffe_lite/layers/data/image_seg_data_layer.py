@@ -86,12 +86,7 @@ class ImageSegDataLayer(ImageDataLayer):
             self.crop = (int(tp.crop_height), int(tp.crop_width))
         else:
             self.crop = (int(tp.crop_size),) * 2
-        self.source = p.source
-        self.batch_size = int(p.batch_size)
-        self.root = p.root_folder
-        self.new_size = (int(p.new_height), int(p.new_width))
-        self.is_color = bool(p.is_color)
-        self.shuffle = bool(p.shuffle)
+        self._take_list_params(p)
         self.label_type = int(p.label_type)
         self.ignore_label = int(np.clip(p.ignore_label, 0, 255))
         self.mirror = bool(tp.mirror)
