@@ -18,6 +18,14 @@ UNAPPLIED = ("swish", "mish", "relu6")
 class CombiningSections:
     """``[reorg]``, ``[reorg3d]``, ``[scale_channels]`` and ``[sam]`` (a mixin of the converter)."""
 
+    @staticmethod
+    def _stride_and_reverse(sec):
+        """A reorg section's ``stride`` (positive) and ``reverse``."""
+        stride = sec.get_int("stride", 1)
+        if stride < 1:
+            raise sec.error("stride must be positive, got %d" % stride, "stride")
+        return stride, sec.get_int("reverse", 0)
+
     def reorg(self, sec, prev, i):
         """Darknet's ``[reorg]``: ``reorg_cpu`` called with the input's sizes and forward=0
         (pjreddie's ``forward_reorg_layer``; AlexeyAB's fork reads ``[reorg]`` as its
@@ -25,12 +33,9 @@ class CombiningSections:
         layer (see :func:`pycaffe_lite.layers.vision.reorg_layer.darknet_reorg`)."""
         name = "reorg%d" % i
         prev = self.image_input(sec, prev, name)
-        stride = sec.get_int("stride", 1)
-        reverse = sec.get_int("reverse", 0)
+        stride, reverse = self._stride_and_reverse(sec)
         for key in ("flatten", "extra"):
             self.refuse(sec, key)
-        if stride < 1:
-            raise sec.error("stride must be positive, got %d" % stride, "stride")
         s2 = stride * stride
         if prev.c % s2 or (not reverse and (prev.h % stride or prev.w % stride)):
             raise sec.error(
@@ -54,11 +59,7 @@ class CombiningSections:
         that memory read as ``(C / s^2, H * s, W * s)``. Both are Reshape, Permute, Reshape."""
         name = "reorg3d%d" % i
         prev = self.image_input(sec, prev, name)
-        stride = sec.get_int("stride", 1)
-        reverse = sec.get_int("reverse", 0)
-        if stride < 1:
-            raise sec.error("stride must be positive, got %d" % stride, "stride")
-        s = stride
+        s, reverse = self._stride_and_reverse(sec)
         if reverse:
             if prev.c % s ** 4:
                 raise sec.error(
