@@ -5,7 +5,7 @@ Permute), Slice (Caffe's Slice, the pieces not wanted silenced). Registered in
 
 import numpy as np
 
-from .import_ops import _name, attrs, importer
+from .import_ops import _name, _set_2d, attrs, importer
 
 
 def _text(value):
@@ -106,12 +106,8 @@ def resize(ctx, node):
                        [np.ones((channels, 1) + tuple(factors), np.float32)])
         p = lp.convolution_param
         p.num_output, p.group, p.bias_term = channels, channels, False
-        if factors[0] == factors[1]:
-            p.kernel_size.append(factors[0])
-            p.stride.append(factors[0])
-        else:
-            p.kernel_h, p.kernel_w = factors
-            p.stride_h, p.stride_w = factors
+        p.kernel_size.extend(_set_2d(p, "kernel", factors))
+        p.stride.extend(_set_2d(p, "stride", factors))
         lp.param.add(lr_mult=0, decay_mult=0)
         return
     if mode == "linear" and coords == "align_corners":
