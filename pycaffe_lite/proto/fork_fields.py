@@ -277,37 +277,38 @@ def _remap(message, claims, layer_type=None):
     return forks
 
 
-def _renumbered(raw, pairs):
-    """A length-delimited value (``raw``: its length and payload) with the fields of the
-    payload renumbered by ``pairs`` ((from, to), ...); other fields kept as they are."""
-    numbers = dict(pairs)
+def _rewritten(raw, each):
+    """A length-delimited value (``raw``: its length and payload) whose payload's fields are
+    each replaced by ``each(number, wire type, raw bytes after the tag, value)`` (bytes of
+    whole fields); ``raw`` as it is where the payload is not a message (refused where it is
+    parsed)."""
     try:
         _, body = decode_varint(raw, 0)
-        payload = b"".join(encode_varint(numbers.get(n, n) << 3 | w) + r
-                           for n, w, r, _ in fields(raw[body:]))
-    except ValueError:  # not a message: left as it is (and refused where it is parsed)
+        payload = b"".join(each(n, w, r, value) for n, w, r, value in fields(raw[body:]))
+    except ValueError:
         return raw
     return encode_varint(len(payload)) + payload
+
+
+def _renumbered(raw, pairs):
+    """A length-delimited value with the fields of its payload renumbered by ``pairs``
+    ((from, to), ...); other fields kept as they are."""
+    numbers = dict(pairs)
+    return _rewritten(raw, lambda n, w, r, _: encode_varint(numbers.get(n, n) << 3 | w) + r)
 
 
 def _unwrapped(raw):
-    """A length-delimited value (``raw``: its length and payload) with the envelopes inside
-    it opened: the fields that did not decode as the field it was read as (another field at
-    the fork's number) take their own places again before the value moves to its field."""
+    """A length-delimited value with the envelopes inside it opened: the fields that did not
+    decode as the field it was read as (another field at the fork's number) take their own
+    places again before the value moves to its field."""
     if ENVELOPE_TAG not in raw:
         return raw
-    try:
-        _, body = decode_varint(raw, 0)
-        parts = []
-        for n, w, r, value in fields(raw[body:]):
-            if n == ENVELOPE and w == LEN:
-                parts.append(bytes(value))
-            else:
-                parts.append(encode_varint(n << 3 | w) + (_unwrapped(r) if w == LEN else r))
-    except ValueError:
-        return raw
-    payload = b"".join(parts)
-    return encode_varint(len(payload)) + payload
+
+    def opened(n, w, r, value):
+        if n == ENVELOPE and w == LEN:
+            return bytes(value)
+        return encode_varint(n << 3 | w) + (_unwrapped(r) if w == LEN else r)
+    return _rewritten(raw, opened)
 
 
 def _opened(payload):
