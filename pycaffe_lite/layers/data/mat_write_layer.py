@@ -7,15 +7,6 @@ from ...layer import Layer
 from ...registry import register_layer
 
 
-def import_scipy_io(what):
-    try:
-        import scipy.io
-    except ImportError:
-        return None, ("%s needs the optional SciPy package to write .mat files: pip install "
-                      "scipy" % what)
-    return scipy.io, None
-
-
 @register_layer("MatWrite")
 class MatWriteLayer(Layer):
     """Writes its bottoms to .mat files, as DeepLab v2's test files save the scores.
@@ -46,9 +37,12 @@ class MatWriteLayer(Layer):
             raise self.error("mat_write_param.period must be positive, got %d" % p.period)
         if p.strip < 0:
             raise self.error("mat_write_param.strip cannot be negative, got %d" % p.strip)
-        self.sio, missing = import_scipy_io("the MatWrite layer '%s'" % self.name)
-        if missing:
-            raise self.error(missing)
+        try:
+            import scipy.io
+        except ImportError:
+            raise self.error("the MatWrite layer '%s' needs the optional SciPy package to write "
+                             ".mat files: pip install scipy" % self.name) from None
+        self.sio = scipy.io
         self.prefix, self.period = p.prefix, int(p.period)
         self.iter = 0
         self.names = None
