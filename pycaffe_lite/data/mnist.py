@@ -60,16 +60,22 @@ def read_idx_labels(path):
     return np.frombuffer(data, np.uint8, int(n), 8)
 
 
-def convert_mnist(image_file, label_file, db_path, backend="lmdb", limit=None, progress=True,
-                  commit_every=1000):
-    """Write every MNIST image with its label as a 1 x rows x cols Datum under the keys
-    ``%08d`` (the item index), committing every ``commit_every`` items. ``limit`` keeps only
-    the first items. Returns the number of records written."""
+def read_idx_pair(image_file, label_file):
+    """(images, labels) of an IDX image file and its label file, whose counts must match."""
     images = read_idx_images(image_file)
     labels = read_idx_labels(label_file)
     if len(images) != len(labels):
         raise DataError("'%s' holds %d images but '%s' holds %d labels; they must match"
                         % (image_file, len(images), label_file, len(labels)))
+    return images, labels
+
+
+def convert_mnist(image_file, label_file, db_path, backend="lmdb", limit=None, progress=True,
+                  commit_every=1000):
+    """Write every MNIST image with its label as a 1 x rows x cols Datum under the keys
+    ``%08d`` (the item index), committing every ``commit_every`` items. ``limit`` keeps only
+    the first items. Returns the number of records written."""
+    images, labels = read_idx_pair(image_file, label_file)
     n = len(images) if limit is None else min(int(limit), len(images))
     rows, cols = images.shape[1:]
     log.info("A total of %d items.", n)
@@ -97,11 +103,7 @@ def convert_mnist_siamese(image_file, label_file, db_path, backend="leveldb", se
     a pair of images drawn at random (with replacement) stacked as a 2 x rows x cols Datum,
     label 1 where their digits are the same and 0 where they differ, under the keys ``%08d``.
     Returns the number of records written."""
-    images = read_idx_images(image_file)
-    labels = read_idx_labels(label_file)
-    if len(images) != len(labels):
-        raise DataError("'%s' holds %d images but '%s' holds %d labels; they must match"
-                        % (image_file, len(images), label_file, len(labels)))
+    images, labels = read_idx_pair(image_file, label_file)
     n = len(images)
     rows, cols = images.shape[1:]
     log.info("A total of %d items.", n)
