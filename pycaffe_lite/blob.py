@@ -288,7 +288,8 @@ class Blob:
         with ``write_diff``), in double fields for a float64 blob."""
         proto = caffe_pb2.BlobProto() if proto is None else proto
         proto.Clear()
-        proto.shape.dim.extend(self._shape)
+        if self._shape:  # as Blob::ToProto: a blob of no axes writes no shape message
+            proto.shape.dim.extend(self._shape)
         double = self.dtype == np.float64
         fields = [(8 if double else 5, self.cpu_data())]
         if write_diff:
