@@ -42,3 +42,108 @@ def test_channel_shared_prelu_saves_as_caffe_and_opencv_reads_it(tmp_path):
     cvnet = cv2.dnn.readNetFromCaffe(prototxt, str(weights))
     cvnet.setInput(x)
     np.testing.assert_allclose(ours, cvnet.forward("output"), rtol=1e-5, atol=1e-6)
+
+
+REFINEDET_HEAD = """
+name: "refinedet_head"
+input: "odm_loc" input_shape { dim: 2 dim: %(loc)d }
+input: "odm_conf" input_shape { dim: 2 dim: %(conf)d }
+input: "arm_priorbox" input_shape { dim: 1 dim: 2 dim: %(loc)d }
+input: "arm_conf" input_shape { dim: 2 dim: %(arm)d }
+input: "arm_loc" input_shape { dim: 2 dim: %(loc)d }
+layer { name: "detection_out" type: "DetectionOutput" bottom: "odm_loc" bottom: "odm_conf"
+        bottom: "arm_priorbox" bottom: "arm_conf" bottom: "arm_loc" top: "detection_out"
+        detection_output_param { num_classes: 3 share_location: true background_label_id: 0
+          nms_param { nms_threshold: 0.45 top_k: 1000 } code_type: CENTER_SIZE
+          keep_top_k: 500 confidence_threshold: 0.1 objectness_score: 0.35 } }
+"""
+
+
+def _center_size_decode(priors, variances, offsets):
+    """RefineDet's DecodeBBox (src/caffe/util/bbox_util.cpp), CENTER_SIZE, variances applied."""
+    w, h = priors[:, 2] - priors[:, 0], priors[:, 3] - priors[:, 1]
+    cx = variances[:, 0] * offsets[:, 0] * w + (priors[:, 0] + priors[:, 2]) / 2
+    cy = variances[:, 1] * offsets[:, 1] * h + (priors[:, 1] + priors[:, 3]) / 2
+    bw = np.exp(variances[:, 2] * offsets[:, 2]) * w
+    bh = np.exp(variances[:, 3] * offsets[:, 3]) * h
+    return np.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], axis=1)
+
+
+def _greedy_nms(boxes, scores, threshold, iou_limit):
+    """ApplyNMSFast at eta 1: scores above the threshold in descending order, each kept unless
+    it overlaps a kept box by more than iou_limit."""
+    kept = []
+    for i in sorted(np.flatnonzero(scores > threshold), key=lambda i: (-scores[i], i)):
+        ok = True
+        for j in kept:
+            ix = max(0.0, min(boxes[i, 2], boxes[j, 2]) - max(boxes[i, 0], boxes[j, 0]))
+            iy = max(0.0, min(boxes[i, 3], boxes[j, 3]) - max(boxes[i, 1], boxes[j, 1]))
+            inter = ix * iy
+            area = lambda b: (b[2] - b[0]) * (b[3] - b[1])  # noqa: E731
+            if inter / (area(boxes[i]) + area(boxes[j]) - inter) > iou_limit:
+                ok = False
+                break
+        if ok:
+            kept.append(i)
+    return kept
+
+
+def test_refinedet_detection_output_refines_anchors_and_drops_low_objectness(tmp_path):
+    """RefineDet's DetectionOutput (sfzhang15/RefineDet, detection_output_layer.cpp Forward_cpu
+    with bottom[3] and bottom[4], bbox_util.cpp OSGetConfidenceScores and
+    CasRegDecodeBBoxesAll): a prior whose ARM objectness (its second score) is below
+    objectness_score counts as background (score 1 for label 0, 0 for the rest); the priors
+    are decoded by the ARM offsets first and the ODM offsets against those. Its deploy files
+    (VGG16/ResNet101 x VOC/COCO, 320/512) were refused: objectness_score was not a field and
+    DetectionOutput took exactly three bottoms."""
+    P, C, N = 12, 3, 2
+    rng = np.random.default_rng(11)
+    centres = rng.uniform(0.2, 0.8, (P, 2))
+    sizes = rng.uniform(0.1, 0.3, (P, 2))
+    priors = np.concatenate([centres - sizes / 2, centres + sizes / 2], axis=1)
+    variances = np.tile([0.1, 0.1, 0.2, 0.2], (P, 1))
+    prior_blob = np.stack([priors.ravel(), variances.ravel()])[None].astype(np.float32)
+    arm_loc = rng.normal(0, 1, (N, P * 4)).astype(np.float32)
+    odm_loc = rng.normal(0, 1, (N, P * 4)).astype(np.float32)
+    objectness = rng.uniform(0, 1, (N, P)).astype(np.float32)
+    arm_conf = np.stack([1 - objectness, objectness], axis=2).reshape(N, -1)
+    logits = rng.normal(0, 2, (N, P, C))
+    odm_conf = (np.exp(logits) / np.exp(logits).sum(2, keepdims=True)).astype(np.float32)
+    prototxt = tmp_path / "refinedet.prototxt"
+    prototxt.write_text(REFINEDET_HEAD % {"loc": P * 4, "conf": P * C, "arm": P * 2})
+    net = caffe.Net(str(prototxt), caffe.TEST)
+    ours = net.forward(odm_loc=odm_loc, odm_conf=odm_conf.reshape(N, -1),
+                       arm_priorbox=prior_blob, arm_conf=arm_conf,
+                       arm_loc=arm_loc)["detection_out"].reshape(-1, 7)
+
+    pri, var = prior_blob[0, 0].reshape(P, 4), prior_blob[0, 1].reshape(P, 4)
+    rows = []
+    for i in range(N):
+        scores = odm_conf[i].astype(np.float64).copy()
+        low = objectness[i] < np.float32(0.35)
+        scores[low] = [1.0, 0.0, 0.0]
+        anchors = _center_size_decode(pri, var, arm_loc[i].reshape(P, 4)).astype(np.float32)
+        boxes = _center_size_decode(anchors, var, odm_loc[i].reshape(P, 4))
+        for c in range(1, C):
+            for k in _greedy_nms(boxes, scores[:, c], 0.1, 0.45):
+                rows.append([i, c, scores[k, c], *boxes[k]])
+    assert 0 < low.sum() < P
+    expected = np.array(rows)
+    assert ours.shape == expected.shape
+    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_refinedet_detection_output_is_refused_by_the_exporters(tmp_path, capsys):
+    """The ONNX and PyTorch writers convert the SSD fork's three-bottom DetectionOutput; the
+    RefineDet form is refused with the layer named (not a Python unpacking error, nor a
+    module that leaves the ARM's bottoms out)."""
+    from pycaffe_lite import cli
+
+    prototxt = tmp_path / "refinedet.prototxt"
+    prototxt.write_text(REFINEDET_HEAD % {"loc": 48, "conf": 36, "arm": 24})
+    for args in (["export_onnx", "--output", str(tmp_path / "m.onnx")],
+                 ["export_pytorch", "--output-dir", str(tmp_path / "pt")]):
+        code = cli.main(args + ["--model", str(prototxt), "--random_weights"])
+        err = capsys.readouterr().err
+        assert code not in (0, None)
+        assert "layer 'detection_out'" in err and "RefineDet's form" in err, err

@@ -112,6 +112,9 @@ def detection_output(call):
                          "changes)" % (layer.eta, layer.nms_threshold))
     if layer.code_type not in (CORNER, CENTER_SIZE, CORNER_SIZE):
         raise call.error("code_type %d does not convert to ONNX" % layer.code_type)
+    if len(call.inputs) > 3:
+        raise call.error("RefineDet's form (the ARM's bottoms after the priors) does not "
+                         "convert to ONNX")
     ops = _Ops(call)
     loc, conf, prior = call.inputs
     P = int(np.prod(call.in_shapes[2])) // 8

@@ -116,6 +116,9 @@ def detection_output(layer):
     lay = layer.layer
     if lay.code_type not in CODE_TYPES:
         raise layer.error("code_type %d has no PyTorch equivalent" % lay.code_type)
+    if len(layer.in_shapes) > 3:
+        raise layer.error("RefineDet's form (the ARM's bottoms after the priors) is not "
+                          "written as PyTorch code")
     args = [("num_classes", lay.num_classes), ("share_location", lay.share_location),
             ("background_label_id", lay.background_label_id),
             ("code_type", CODE_TYPES[lay.code_type]),

@@ -54,7 +54,12 @@ class DetectionOutputLayer(Layer):
 
     Bottoms: loc ``(N, P * L * 4)`` (``L`` = 1 with ``share_location``, else num_classes),
     conf ``(N, P * num_classes)`` (probabilities), priors ``(1, 2, P * 4)`` (PriorBox's
-    layout; any leading shape with the boxes then the variances).
+    layout; any leading shape with the boxes then the variances). RefineDet's form
+    (sfzhang15/RefineDet, ``detection_output_layer.cpp`` and ``bbox_util.cpp``) adds the
+    ARM's confidences ``(N, P * 2)``: a prior whose second (object) score is below
+    ``objectness_score`` scores 1 for label 0 and 0 for the others; and fifth, the ARM's
+    offsets ``(N, P * 4)``: the priors are first decoded by them (the refined anchors),
+    and the locations are decoded against those.
     Tops: ``(1, 1, K, 7)``, one row per detection: image id, label, score, xmin, ymin, xmax,
     ymax (normalised, not clipped), images in order, classes ascending within an image and
     scores descending within a class. With no detection at all the fork's placeholder is
@@ -66,7 +71,8 @@ class DetectionOutputLayer(Layer):
     """
 
     host_only = True  # decoding and NMS in NumPy
-    exact_num_bottom_blobs = 3
+    min_num_bottom_blobs = 3
+    max_num_bottom_blobs = 5
     exact_num_top_blobs = 1
 
     def setup(self, bottom, top):
@@ -92,6 +98,9 @@ class DetectionOutputLayer(Layer):
         if not 0 < self.eta <= 1:
             raise self.error("nms_param eta must be in (0, 1], got %g" % self.eta)
         self.top_k = int(p.nms_param.top_k) if p.nms_param.HasField("top_k") else -1
+        self.objectness_score = float(np.float32(p.objectness_score))
+        if len(bottom) == 5 and not self.share_location:
+            raise self.error("RefineDet's ARM offsets (a fifth bottom) need share_location")
         self.results = ResultFiles(self, p.save_output_param, self.num_classes,
                                    self.background_label_id)
         if p.visualize:
@@ -99,19 +108,35 @@ class DetectionOutputLayer(Layer):
 
     def reshape(self, bottom, top):
         self.results.begin()          # as the fork's Reshape: a round's VOC files emptied
-        self.num_priors = count_priors(self, *bottom, self.num_loc_classes, self.num_classes)
+        self.num_priors = count_priors(self, *bottom[:3], self.num_loc_classes,
+                                       self.num_classes)
+        n, P = bottom[0].shape[0], self.num_priors
+        for name, blob, per_prior in (("ARM confidence", 3, 2), ("ARM location", 4, 4)):
+            if len(bottom) > blob and bottom[blob].count != n * P * per_prior:
+                raise self.error("the %s bottom has %d values; %d images x %d priors x %d "
+                                 "expected" % (name, bottom[blob].count, n, P, per_prior))
         top[0].reshape(1, 1, 1, 7)
 
-    def detect(self, loc, conf, prior):
+    def detect(self, loc, conf, prior, arm_conf=None, arm_loc=None):
         """Rows ``(K, 7)`` for host arrays shaped as the bottoms."""
         num = loc.shape[0]
         P, C = self.num_priors, self.num_classes
         priors, variances = split_priors(prior, P)
         loc = loc.reshape(num, P, self.num_loc_classes, 4)
         conf = conf.reshape(num, P, C)
+        if arm_conf is not None:
+            background = arm_conf.reshape(num, P, 2)[:, :, 1] < self.objectness_score
+            conf = conf.copy()
+            conf[background] = 0
+            conf[..., 0][background] = 1
         rows = []
         for i in range(num):
-            boxes = decode(priors, variances, self.code_type, self.variance_encoded_in_target,
+            anchors = priors
+            if arm_loc is not None:
+                anchors = decode(priors, variances, self.code_type,
+                                 self.variance_encoded_in_target,
+                                 arm_loc[i].reshape(1, P, 4))[0].astype(loc.dtype, copy=False)
+            boxes = decode(anchors, variances, self.code_type, self.variance_encoded_in_target,
                            loc[i].transpose(1, 0, 2)).astype(loc.dtype, copy=False)
             if self.clip:
                 boxes = np.clip(boxes, 0, 1)
@@ -149,7 +174,7 @@ class DetectionOutputLayer(Layer):
         return np.concatenate(rows)
 
     def forward(self, bottom, top):
-        rows = self.detect(bottom[0].cpu_data(), bottom[1].cpu_data(), bottom[2].cpu_data())
+        rows = self.detect(*(b.cpu_data() for b in bottom))
         if self.results.enabled:
             for i in range(bottom[0].shape[0]):
                 self.results.add_image(rows[(rows[:, 0] == i) & (rows[:, 1] >= 0)])
