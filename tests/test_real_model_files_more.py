@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import pycaffe_lite as caffe
+from pycaffe_lite.errors import ProtoError
 from pycaffe_lite.proto import caffe_pb2
 
 cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
@@ -147,3 +148,76 @@ def test_refinedet_detection_output_is_refused_by_the_exporters(tmp_path, capsys
         err = capsys.readouterr().err
         assert code not in (0, None)
         assert "layer 'detection_out'" in err and "RefineDet's form" in err, err
+
+
+# OpenCV's testdata/dnn/layers/correlation.prototxt (opencv/opencv at commit
+# 89b5e32c84965e09f9df1f9fc56b62249ddeb0e7), a FlowNet 2.0 layer, unchanged; and the recurrent
+# part of yalecyu/crnn.caffe's examples/crnn/deploy.prototxt (lines 499-526), with an input.
+FLOWNET_CORRELATION = """name: "Correlation"
+input: "input_0"
+input: "input_1"
+input_shape {
+  dim: 1
+  dim: 3
+  dim: 2
+  dim: 2
+}
+input_shape {
+  dim: 1
+  dim: 3
+  dim: 2
+  dim: 2
+}
+layer {
+  name: "corr"
+  type: "Correlation"
+  bottom: "input_0"
+  bottom: "input_1"
+  top: "out"
+  correlation_param {
+    pad: 1
+    kernel_size: 1
+    max_displacement: 1
+    stride_1: 1
+    stride_2: 1
+  }
+}
+"""
+CRNN_RECURRENT = """input: "permuted_data" input_shape { dim: 13 dim: 1 dim: 512 }
+layer {
+    name: "indicator"
+    type: "ContinuationIndicator"
+    top: "indicator"
+    continuation_indicator_param {
+        time_step:  13
+        batch_size: 1
+    }
+}
+layer {
+    name: "lstm1"
+    type: "LSTM"
+    bottom: "permuted_data"
+    bottom: "indicator"
+    top: "lstm1"
+    recurrent_param {
+        num_output: 128
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("text, line, field, fork", [
+    (FLOWNET_CORRELATION, 22, "correlation_param", "FlowNet 2.0"),
+    (CRNN_RECURRENT, 6, "continuation_indicator_param", "CRNN (crnn.caffe)")])
+def test_flownet2_and_crnn_files_are_refused_naming_the_fork(tmp_path, text, line, field, fork):
+    """FlowNet 2.0's layers (OpenCV's tests load its Correlation, FlowWarp, Resample,
+    DataAugmentation) and the CRNN port's ContinuationIndicator are not provided: the error
+    names the file, the line and the fork that defines the field, as for the other forks'
+    fields this schema lacks (it named only the field)."""
+    path = tmp_path / "net.prototxt"
+    path.write_text(text)
+    with pytest.raises(ProtoError) as exc:
+        caffe.Net(str(path), caffe.TEST)
+    message = str(exc.value)
+    assert "net.prototxt:%d:" % line in message and field in message
+    assert "(a field of the %s fork, not supported here)" % fork in message

@@ -186,6 +186,15 @@ FORK_FIELD_NAMES = {
     ("MemoryDataParameter", "image_encoded"): "CaffeOnSpark",
     ("MemoryDataParameter", "dataframe_format"): "CaffeOnSpark",
 }
+# FlowNet 2.0 (lmb-freiburg/flownet2) and the CRNN port (yalecyu/crnn.caffe): their layers
+# (Correlation, FlowWarp, Resample, DataAugmentation, ...; ContinuationIndicator, CtcLoss)
+# are not provided.
+FORK_FIELD_NAMES.update({("LayerParameter", name): "FlowNet 2.0" for name in (
+    "coeff_schedule_param", "augmentation_param", "correlation_param", "l1_loss_param",
+    "writer_param", "reader_param", "mean_param", "resample_param", "downsample_param",
+    "lpq_loss_param", "flow_warp_param", "reshape_every_iter")})
+FORK_FIELD_NAMES.update({("LayerParameter", name): "CRNN (crnn.caffe)" for name in (
+    "ctc_loss_param", "continuation_indicator_param", "labelsequence_accuracy_param")})
 
 
 def fork_of_field(message_name, field_name):
