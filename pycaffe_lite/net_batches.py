@@ -17,6 +17,7 @@ class BatchedCalls:
     def forward_all(self, blobs=None, **kwargs):
         """Forward any number of items in batches of the net's batch size (pycaffe's); the
         last batch is padded and the padding dropped from the outputs."""
+        self._need_arrays(kwargs, "forward_all")
         outputs = list(dict.fromkeys(self.outputs + list(blobs or ())))
         collected = {name: [] for name in outputs}
         for batch in self._batches(kwargs):
@@ -26,22 +27,34 @@ class BatchedCalls:
         return self._unpad(collected, kwargs)
 
     def forward_backward_all(self, blobs=None, diffs=None, **kwargs):
-        """forward_all and backward over batches; returns (outputs, input diffs)."""
+        """forward_all and backward over batches; returns (outputs, input diffs). Inputs
+        and top diffs are batched apart, as pycaffe's: a net fed by its data layers takes
+        top diffs alone (each batch's forward then reads its data layers), and the side
+        with fewer batches runs the others without arrays of its own."""
+        self._need_arrays(kwargs, "forward_backward_all")
         outputs = list(dict.fromkeys(self.outputs + list(blobs or ())))
         grads = list(dict.fromkeys(self.inputs + list(diffs or ())))
         fwd_in = {k: v for k, v in kwargs.items() if k in self.inputs}
         bwd_in = {k: v for k, v in kwargs.items() if k not in self.inputs}
         all_out = {n: [] for n in outputs}
         all_diff = {n: [] for n in grads}
-        bwd_batches = self._batches(bwd_in) if bwd_in else itertools.repeat({})
-        for fb, bb in zip(self._batches(fwd_in), bwd_batches):
+        for fb, bb in itertools.zip_longest(self._batches(fwd_in), self._batches(bwd_in),
+                                            fillvalue={}):
             out = self.forward(blobs=blobs, **fb)
             diff = self.backward(diffs=diffs, **bb)
             for n in outputs:
                 all_out[n].append(out[n].copy())
             for n in grads:
                 all_diff[n].append(diff[n].copy())
-        return self._unpad(all_out, fwd_in), self._unpad(all_diff, fwd_in)
+        counted = fwd_in or bwd_in
+        return self._unpad(all_out, counted), self._unpad(all_diff, counted)
+
+    def _need_arrays(self, kwargs, what):
+        if not kwargs:
+            raise NetError("%s() needs arrays to batch, as name=array (net inputs: %s; "
+                           "outputs: %s); a net fed by its data layers runs with forward()"
+                           % (what, ", ".join(self.inputs) or "none",
+                              ", ".join(self.outputs) or "none"))
 
     def _batches(self, arrays):
         if not arrays:
