@@ -19,7 +19,8 @@ from .errors import CaffeError
 from .proto import caffe_pb2
 
 __all__ = ["get_pydot_graph", "get_dot_graph", "draw_net", "draw_net_to_file",
-           "GraphvizNotFoundError", "TEXT_FORMATS"]
+           "get_pooling_types_dict", "get_layer_lr_mult", "GraphvizNotFoundError",
+           "TEXT_FORMATS"]
 
 LAYER_STYLE_DEFAULT = {"shape": "record", "fillcolor": "#6495ED", "style": "filled"}
 NEURON_LAYER_STYLE = {"shape": "record", "fillcolor": "#90EE90", "style": "filled"}
@@ -42,6 +43,30 @@ class GraphvizNotFoundError(CaffeError):
 
 def _pooling_name(value):
     return caffe_pb2.PoolingParameter.PoolMethod.Name(value)
+
+
+def get_pooling_types_dict():
+    """{number: name} of PoolingParameter's pool methods (pycaffe's): {0: 'MAX', 1: 'AVE',
+    2: 'STOCHASTIC'}."""
+    return {v.number: name for name, v in
+            caffe_pb2.PoolingParameter.PoolMethod.DESCRIPTOR.values_by_name.items()}
+
+
+_LR_MULT_TYPES = ("Convolution", "Deconvolution", "InnerProduct")
+
+
+def get_layer_lr_mult(layer):
+    """(weights' lr_mult, bias's lr_mult) of a Convolution, Deconvolution or InnerProduct
+    LayerParameter, as pycaffe's: a ``param`` not given counts as lr_mult 1; a ValueError
+    for another type or for more than two ``param``."""
+    if layer.type not in _LR_MULT_TYPES:
+        raise ValueError("layer '%s': %s layers have no learning rate multipliers (only %s)"
+                         % (layer.name, layer.type, ", ".join(_LR_MULT_TYPES)))
+    if len(layer.param) > 2:
+        raise ValueError("layer '%s' (%s): %d param entries, at most 2 (weights, bias)"
+                         % (layer.name, layer.type, len(layer.param)))
+    mults = [spec.lr_mult for spec in layer.param] + [1.0, 1.0]
+    return mults[0], mults[1]
 
 
 def _first(values, default=None):

@@ -45,3 +45,22 @@ def test_forward_all_and_forward_backward_all_without_arrays_are_errors(tmp_path
         net.forward_all()
     with pytest.raises(NetError, match=r"forward_backward_all\(\) needs arrays"):
         net.forward_backward_all(blobs=["data"])
+
+
+def test_draw_has_pycaffes_pooling_types_dict_and_lr_mult_helpers():
+    from pycaffe_lite import draw
+    from pycaffe_lite.proto import caffe_pb2
+
+    # caffe.proto: enum PoolMethod { MAX = 0; AVE = 1; STOCHASTIC = 2; }
+    assert draw.get_pooling_types_dict() == {0: "MAX", 1: "AVE", 2: "STOCHASTIC"}
+    layer = caffe_pb2.LayerParameter(name="c", type="Convolution")
+    assert draw.get_layer_lr_mult(layer) == (1.0, 1.0)      # no param: ParamSpec's default 1
+    layer.param.add(lr_mult=0.5)
+    assert draw.get_layer_lr_mult(layer) == (0.5, 1.0)
+    layer.param.add(lr_mult=2)
+    assert draw.get_layer_lr_mult(layer) == (0.5, 2.0)
+    layer.param.add(lr_mult=3)
+    with pytest.raises(ValueError, match="layer 'c'.*3 param"):
+        draw.get_layer_lr_mult(layer)
+    with pytest.raises(ValueError, match="layer 'p': Pooling layers have no learning rate"):
+        draw.get_layer_lr_mult(caffe_pb2.LayerParameter(name="p", type="Pooling"))
