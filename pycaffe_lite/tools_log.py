@@ -203,6 +203,10 @@ def _fix_initial_learning_rate(rows):
 
 
 def write_csv(path, rows, delimiter=","):
+    """``rows`` as a CSV file with a header; no rows write no file (as Caffe's parse_log.py:
+    an empty file is no table). Returns whether the file was written."""
+    if not rows:
+        return False
     fields = []
     for row in rows:
         for key in row:
@@ -212,14 +216,23 @@ def write_csv(path, rows, delimiter=","):
         writer = csv.DictWriter(f, fieldnames=fields, delimiter=delimiter, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
+    return True
 
 
-def save_csv_files(log_path, output_dir, train_rows, test_rows, delimiter=","):
-    """``<output_dir>/<log basename>.train`` and ``.test``; returns their paths."""
+def save_csv_files(log_path, output_dir, train_rows, test_rows, delimiter=",", verbose=False):
+    """``<output_dir>/<log basename>.train`` and ``.test`` (Caffe's parse_log.py's
+    signature); a table without rows is not written. Returns the paths written; ``verbose``
+    prints what was written and what was not."""
     base = os.path.join(output_dir, os.path.basename(log_path))
-    write_csv(base + ".train", train_rows, delimiter)
-    write_csv(base + ".test", test_rows, delimiter)
-    return base + ".train", base + ".test"
+    written = []
+    for path, rows in ((base + ".train", train_rows), (base + ".test", test_rows)):
+        if write_csv(path, rows, delimiter):
+            written.append(path)
+            if verbose:
+                print("Wrote %s" % path)
+        elif verbose:
+            print("Not writing %s; no lines to write" % path)
+    return tuple(written)
 
 
 # ---- plotting ---------------------------------------------------------------------------

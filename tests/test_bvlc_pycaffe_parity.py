@@ -64,3 +64,32 @@ def test_draw_has_pycaffes_pooling_types_dict_and_lr_mult_helpers():
         draw.get_layer_lr_mult(layer)
     with pytest.raises(ValueError, match="layer 'p': Pooling layers have no learning rate"):
         draw.get_layer_lr_mult(caffe_pb2.LayerParameter(name="p", type="Pooling"))
+
+
+# A solver's log without a test net, in glog's format (tools/extra/parse_log.py's input).
+NO_TEST_LOG = """\
+I0102 10:00:00.000000  1 solver.cpp:280] Solving tiny
+I0102 10:00:01.000000  1 solver.cpp:229] Iteration 0, loss = 2.5
+I0102 10:00:01.000100  1 solver.cpp:245]     Train net output #0: loss = 2.5 (* 1 = 2.5 loss)
+I0102 10:00:01.000200  1 sgd_solver.cpp:106] Iteration 0, lr = 0.01
+I0102 10:00:03.000000  1 solver.cpp:229] Iteration 10, loss = 1.5
+I0102 10:00:03.000100  1 solver.cpp:245]     Train net output #0: loss = 1.5 (* 1 = 1.5 loss)
+I0102 10:00:03.000200  1 sgd_solver.cpp:106] Iteration 10, lr = 0.01
+"""
+
+
+def test_parse_log_writes_no_table_without_rows_as_caffes_script(tmp_path, capsys):
+    from pycaffe_lite.tools_log import parse_log, save_csv_files
+
+    log = tmp_path / "run.log"
+    log.write_text(NO_TEST_LOG)
+    train, test = parse_log(str(log))  # Seconds: the output line's stamp - "Solving"'s
+    assert test == []
+    written = save_csv_files(str(log), str(tmp_path), train, test, delimiter=",", verbose=True)
+    assert written == (str(tmp_path / "run.log.train"),)
+    assert not (tmp_path / "run.log.test").exists()
+    assert (tmp_path / "run.log.train").read_text().splitlines() == [
+        "NumIters,Seconds,LearningRate,loss", "0,1.0001,0.01,2.5", "10,3.0001,0.01,1.5"]
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["Wrote %s" % (tmp_path / "run.log.train"),
+                   "Not writing %s; no lines to write" % (tmp_path / "run.log.test")]

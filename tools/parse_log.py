@@ -4,7 +4,8 @@
     python tools/parse_log.py LOGFILE OUTPUT_DIR [--delimiter ,] [--verbose]
 
 Writes OUTPUT_DIR/<log name>.train and OUTPUT_DIR/<log name>.test with the columns NumIters,
-Seconds, LearningRate and one column per net output (e.g. loss, accuracy).
+Seconds, LearningRate and one column per net output (e.g. loss, accuracy); a log without
+test (or train) outputs writes no .test (or .train) file, as Caffe's script.
 """
 
 import argparse
@@ -25,14 +26,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         train_rows, test_rows = parse_log(args.logfile_path)
-        written = save_csv_files(args.logfile_path, args.output_dir, train_rows, test_rows,
-                                 delimiter=args.delimiter)
+        save_csv_files(args.logfile_path, args.output_dir, train_rows, test_rows,
+                       delimiter=args.delimiter, verbose=args.verbose)
     except (CaffeError, OSError) as exc:
         print("parse_log: error: %s" % exc, file=sys.stderr)
         return 1
-    if args.verbose:
-        for path in written:
-            print("Wrote %s" % path)
     return 0
 
 
