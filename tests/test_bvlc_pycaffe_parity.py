@@ -93,3 +93,49 @@ def test_parse_log_writes_no_table_without_rows_as_caffes_script(tmp_path, capsy
     out = capsys.readouterr().out.splitlines()
     assert out == ["Wrote %s" % (tmp_path / "run.log.train"),
                    "Not writing %s; no lines to write" % (tmp_path / "run.log.test")]
+
+
+# CuPy's NCCL binding: get_unique_id() is a tuple of the 128 C ``char`` values of
+# ncclUniqueId, and NcclCommunicator(ndev, commId, rank) takes only a tuple, each value
+# converted back to a C char (OverflowError outside its range: -128..127 where char is
+# signed, as on x86; 0..255 where it is unsigned, as on ARM).
+UID_VALUES = tuple(range(-128, -64)) + tuple(range(64))  # 128 values: -128..-65, 0..63
+
+
+def _cupy_like_nccl(signed_char):
+    from helpers import fake_nccl
+
+    low, high = (-128, 127) if signed_char else (0, 255)
+
+    class Communicator(fake_nccl.FakeCommunicator):
+        def __init__(self, ndev, comm_id, rank):
+            if not isinstance(comm_id, tuple):
+                raise TypeError("Argument 'commId' has incorrect type (expected tuple)")
+            if any(not low <= v <= high for v in comm_id):
+                raise OverflowError("value out of range for char")
+            super().__init__(ndev, comm_id, rank)
+
+    ids = UID_VALUES if signed_char else tuple(v & 0xFF for v in UID_VALUES)
+    return dict(vars(fake_nccl.nccl), NcclCommunicator=Communicator,
+                get_unique_id=lambda: ids), ids
+
+
+@pytest.mark.parametrize("signed_char", [True, False])
+def test_nccl_new_uid_is_bytes_and_a_communicator_takes_it(monkeypatch, signed_char):
+    import types
+
+    from helpers import fake_nccl
+    from pycaffe_lite import backend
+    from pycaffe_lite.parallel.comm import NCCLComm
+
+    fake, ids = _cupy_like_nccl(signed_char)
+    monkeypatch.setattr(backend, "nccl", lambda: types.SimpleNamespace(**fake))
+    monkeypatch.setattr(backend, "device_module", lambda: fake_nccl.cupy)
+    monkeypatch.setitem(fake_nccl.STATE, "hang", False)
+    uid = caffe.NCCL.new_uid()
+    # pycaffe (python/caffe/test/test_nccl.py): a uid is bytes under Python 3, the 128 bytes
+    # of ncclUniqueId: char -128 is byte 0x80, -65 is 0xbf, 5 is 0x05
+    assert isinstance(uid, bytes) and len(uid) == 128
+    assert uid[0] == 0x80 and uid[63] == 0xBF and uid[69] == 5
+    comm = NCCLComm(uid, rank=0, size=1)
+    assert comm.comm.uid == ids  # CuPy's communicator got back the values CuPy gave

@@ -209,6 +209,19 @@ class _EventHandle:
             self._done = self._waited = True
 
 
+def _communicator(nccl, size, uid, rank):
+    """CuPy's NcclCommunicator for ``uid``: bytes (``new_uid()``), or the tuple of C ``char``
+    values CuPy's get_unique_id gives, which CuPy's constructor takes. ``char`` is signed on
+    x86 and unsigned on ARM: CuPy refuses a value out of its range (OverflowError) before
+    joining the other ranks, so the other reading is tried then."""
+    if not isinstance(uid, (bytes, bytearray)):
+        return nccl.NcclCommunicator(size, tuple(uid), rank)
+    try:
+        return nccl.NcclCommunicator(size, tuple(b - 256 if b > 127 else b for b in uid), rank)
+    except OverflowError:
+        return nccl.NcclCommunicator(size, tuple(uid), rank)
+
+
 class NCCLComm:
     """NCCL through CuPy: buffers stay on the GPU, reduced device to device on a stream of
     their own (so a reduction overlaps the rest of the backward pass).
@@ -233,7 +246,7 @@ class NCCLComm:
         # that has a collective timeout, its watchdog watches this wait
         watched = mpi.watched if mpi is not None else _unwatched
         with watched("NCCL's set-up of %d ranks (ncclCommInitRank)" % self.size):
-            self.comm = self.nccl.NcclCommunicator(self.size, uid, self.rank)
+            self.comm = _communicator(self.nccl, self.size, uid, self.rank)
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.activity = ""
         watchdog = getattr(mpi, "watchdog", None)
@@ -242,7 +255,9 @@ class NCCLComm:
 
     @staticmethod
     def new_uid():
-        return backend.nccl().get_unique_id()
+        """A new NCCL unique id as ``bytes``, the type of pycaffe's ``NCCL.new_uid()`` (CuPy
+        gives a tuple of C ``char`` values)."""
+        return bytes(value & 0xFF for value in backend.nccl().get_unique_id())
 
     def note(self, activity):
         """What the collectives that follow are for (e.g. "iteration 12"), for the timeout's
