@@ -301,7 +301,14 @@ class Transformer:
             out = out * np.float32(raw_scale)
         mean = self.mean.get(in_)
         if mean is not None:
-            out = out - mean
+            try:
+                out = out - mean
+            except ValueError:
+                raise ShapeError(
+                    "preprocess '%s': the data is %s after resize%s, the mean %s (the input "
+                    "is %s): an H x W x K image needs set_transpose('%s', (2, 0, 1))"
+                    % (in_, out.shape, " and transpose" if transpose is not None else "",
+                       mean.shape, tuple(self.inputs[in_][1:]), in_)) from None
         input_scale = self.input_scale.get(in_)
         if input_scale is not None:
             out = out * np.float32(input_scale)

@@ -139,3 +139,18 @@ def test_nccl_new_uid_is_bytes_and_a_communicator_takes_it(monkeypatch, signed_c
     assert uid[0] == 0x80 and uid[63] == 0xBF and uid[69] == 5
     comm = NCCLComm(uid, rank=0, size=1)
     assert comm.comm.uid == ids  # CuPy's communicator got back the values CuPy gave
+
+
+def test_preprocess_names_the_input_when_the_mean_does_not_fit_the_data():
+    t = caffe.io.Transformer({"data": (1, 3, 4, 5)})
+    t.set_mean("data", np.array([1.0, 2.0, 3.0]))  # per channel: (3, 1, 1)
+    image = np.zeros((4, 5, 3), dtype=np.float32)  # H x W x K, no set_transpose
+    # (4, 5, 3) - (3, 1, 1) cannot broadcast (4 against 3)
+    from pycaffe_lite.errors import ShapeError
+    with pytest.raises(ShapeError, match=r"preprocess 'data': the data is \(4, 5, 3\) after "
+                       r"resize, the mean \(3, 1, 1\) \(the input is \(3, 4, 5\)\).*"
+                       r"set_transpose\('data', \(2, 0, 1\)\)"):
+        t.preprocess("data", image)
+    t.set_transpose("data", (2, 0, 1))
+    out = t.preprocess("data", image)
+    np.testing.assert_array_equal(out[:, 0, 0], [-1.0, -2.0, -3.0])
