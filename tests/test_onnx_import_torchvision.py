@@ -1,0 +1,99 @@
+"""ONNX import of the patterns torchvision's classification and segmentation models export
+(MobileNetV3's hard activations, the squeeze-excitation gate of MobileNetV3, EfficientNet,
+MnasNet and RegNetY, ShuffleNetV2's channel shuffle and mean, the segmentation heads'
+bilinear upsampling): each pattern as a small torch module written here, exported with
+``torch.onnx.export`` at the opsets users pick, its imported net against onnxruntime on the
+same model (and OpenCV's Caffe importer, which runs every layer these become); the ops with
+no Caffe form are errors naming the node and its op."""
+
+import io
+
+import numpy as np
+import pytest
+
+from helpers.onnx_runtime import assert_close, run_ort
+import pycaffe_lite as caffe
+from pycaffe_lite import onnx as caffe_onnx
+from test_onnx_import import convert_and_compare  # skips where onnx is absent
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+F = torch.nn.functional
+nn = torch.nn
+OPSETS = (13, 17)
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
+                                        "ignore::UserWarning",
+                                        "ignore::torch.jit.TracerWarning")
+
+
+class Lambda(nn.Module):
+    def __init__(self, fn, channels):
+        super().__init__()
+        self.fn = fn
+        self.conv = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):
+        return self.fn(self.conv(x))
+
+
+def export(module, shape, opset):
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    torch.onnx.export(module.eval(), (torch.zeros(*shape),), buf, dynamo=False,
+                      opset_version=opset, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    return onnx.load_from_string(buf.getvalue())
+
+
+def ops(model):
+    return [n.op_type for n in model.graph.node]
+
+
+def types(deploy):
+    return [lp.type for lp in deploy.layer]
+
+
+def compare_batch(model, tmp_path, key, shape):
+    """The model imported at a batch of ``shape[0]`` against onnxruntime at that batch."""
+    x = np.random.default_rng(3).uniform(-4, 4, shape).astype(np.float32)
+    theirs = run_ort(model, {"x": x})["y"]
+    prefix = str(tmp_path / key)
+    deploy, _, outputs = caffe_onnx.to_caffe(model, prefix, input_shapes={"x": shape})
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    assert_close(net.blobs[outputs["y"]].data, theirs, key)
+    return deploy
+
+
+# -- HardSigmoid, HardSwish ----------------------------------------------------------------
+@pytest.mark.parametrize("opset", OPSETS)
+def test_hard_sigmoid_and_hard_swish(tmp_path, opset):
+    # MobileNetV3: opset 13 writes hardswish as HardSigmoid then Mul, 17 as HardSwish
+    module = Lambda(lambda x: F.hardswish(F.hardsigmoid(x * 4) * 8 - 4) * 2, 3)
+    model = export(module, (1, 3, 6, 5), opset)
+    assert ("HardSwish" in ops(model)) == (opset >= 14) and "HardSigmoid" in ops(model)
+    deploy, _ = convert_and_compare(model, tmp_path, "hard%d" % opset)
+    assert "ReLU6" in types(deploy) and "HardSigmoid" not in types(deploy)
+
+
+def test_hard_sigmoid_of_other_slopes_matches_its_definition(tmp_path):
+    # ONNX's own default alpha 0.2 and beta 0.5, and others: max(0, min(1, alpha x + beta))
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["h"], name="hs_default"),
+             helper.make_node("HardSigmoid", ["h"], ["y"], name="hs_custom", alpha=-1.5,
+                              beta=0.75)]
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             [1, 2, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                             [1, 2, 5, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = np.linspace(-6, 6, 50, dtype=np.float32).reshape(1, 2, 5, 5)
+    hand = np.clip(-1.5 * np.clip(0.2 * x + 0.5, 0, 1) + 0.75, 0, 1)
+    prefix = str(tmp_path / "hs")
+    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    assert_close(net.blobs[outputs["y"]].data, hand, "HardSigmoid")
+    assert_close(run_ort(model, {"x": x})["y"], hand, "HardSigmoid (onnxruntime)")
