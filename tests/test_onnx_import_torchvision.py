@@ -14,6 +14,7 @@ import pytest
 from helpers.onnx_runtime import assert_close, run_ort
 import pycaffe_lite as caffe
 from pycaffe_lite import onnx as caffe_onnx
+from pycaffe_lite.errors import CaffeError
 from test_onnx_import import convert_and_compare  # skips where onnx is absent
 
 torch = pytest.importorskip("torch")
@@ -97,3 +98,46 @@ def test_hard_sigmoid_of_other_slopes_matches_its_definition(tmp_path):
     net.forward(x=x)
     assert_close(net.blobs[outputs["y"]].data, hand, "HardSigmoid")
     assert_close(run_ort(model, {"x": x})["y"], hand, "HardSigmoid (onnxruntime)")
+
+
+# -- the squeeze-excitation gate -----------------------------------------------------------
+class SqueezeExcitation(nn.Module):
+    """EfficientNet's / MnasNet's block: SiLU, the gate from a global mean (pooled or
+    ``mean([2, 3], keepdim=True)``), ``x * s`` (or ``s * x``)."""
+
+    def __init__(self, channels=4, pooled=True, gate_first=False):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.fc1 = nn.Conv2d(channels, 2, 1)
+        self.fc2 = nn.Conv2d(2, channels, 1)
+        self.pooled, self.gate_first = pooled, gate_first
+
+    def forward(self, x):
+        x = F.silu(self.conv(x))
+        s = F.adaptive_avg_pool2d(x, 1) if self.pooled else x.mean((2, 3), keepdim=True)
+        s = torch.sigmoid(self.fc2(F.relu(self.fc1(s))))
+        return s * x if self.gate_first else x * s
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+@pytest.mark.parametrize("pooled, gate_first", [(True, False), (True, True)])
+def test_squeeze_excitation_gate_becomes_scale_with_two_bottoms(tmp_path, opset, pooled,
+                                                                 gate_first):
+    model = export(SqueezeExcitation(pooled=pooled, gate_first=gate_first), (1, 4, 5, 6),
+                   opset)
+    key = "se%d%d%d" % (opset, pooled, gate_first)
+    deploy, _ = convert_and_compare(model, tmp_path, key)
+    scale = [lp for lp in deploy.layer if lp.type == "Scale"]
+    assert len(scale) == 1 and len(scale[0].bottom) == 2 and scale[0].scale_param.axis == 0
+    # and per sample at a batch of 3
+    compare_batch(model, tmp_path, key + "b", (3, 4, 5, 6))
+
+
+def test_a_mul_broadcast_both_ways_names_the_node():
+    module = Lambda(lambda x: x[:, :, :1, :] * x[:, :1, :, :1], 3)
+    model = export(module, (1, 3, 4, 5), 13)
+    node = [n for n in model.graph.node if n.op_type == "Mul"][0]
+    with pytest.raises(CaffeError, match="ONNX node '%s' \\(op Mul\\): a Mul of tensors of "
+                                         "shapes \\(1, 3, 1, 5\\) and \\(1, 1, 4, 1\\)"
+                                         % node.name):
+        caffe_onnx.to_caffe(model, None)

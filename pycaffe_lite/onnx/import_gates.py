@@ -1,11 +1,16 @@
-"""ONNX ops of the mobile nets (MobileNetV3 as torchvision writes it) -> Caffe layers:
-HardSigmoid and HardSwish (Power, ReLU6, Power; an Eltwise PROD by the input). Registered in
-:data:`.import_ops.IMPORTERS` as the other importers."""
+"""ONNX ops of the mobile and squeeze-excitation nets (MobileNetV3, EfficientNet, MnasNet,
+RegNetY as torchvision writes them) -> Caffe layers: HardSigmoid and HardSwish (Power,
+ReLU6, Power; an Eltwise PROD by the input), and a Mul of a per-channel gate by a feature
+map (Scale with two bottoms, the gate flattened first). Registered in
+:data:`.import_ops.IMPORTERS` as the other importers; the Mul here handles a Mul of two
+tensors of different shapes and leaves every other Mul to :func:`.import_ops.arithmetic`."""
 
 import numpy as np
 
 from ..proto import caffe_pb2
-from .import_ops import _name, attrs, importer
+from .import_ops import IMPORTERS, _name, attrs, importer
+
+_plain_mul = IMPORTERS["Mul"]
 
 
 def _hard_sigmoid(ctx, node, x, top, alpha, beta):
@@ -40,3 +45,41 @@ def hard_swish(ctx, node):
     _hard_sigmoid(ctx, node, x, gate, 1.0 / 6.0, 0.5)
     lp = ctx.layer("Eltwise", _name(node) + "/mul", [x, gate], [top])
     lp.eltwise_param.operation = caffe_pb2.EltwiseParameter.PROD
+
+
+@importer("Mul")
+def mul(ctx, node):
+    """A Mul of two tensors whose shapes differ, one broadcast onto the other along a
+    contiguous run of its axes (the squeeze-excitation gate ``x * s`` with ``s`` of shape
+    ``(N, C, 1, 1)``): the gate reshaped to those axes, then Caffe's Scale with two bottoms
+    (as OpenCV's Caffe importer runs it). Any other Mul: :func:`.import_ops.arithmetic`."""
+    a, b = node.input[0], node.input[1]
+    if a in ctx.consts or b in ctx.consts or ctx.shape(a, node) == ctx.shape(b, node):
+        _plain_mul(ctx, node)
+        return
+    out = ctx.shape(node.output[0], node)
+    if ctx.shape(b, node) == out:
+        a, b = b, a
+    x_shape, g_shape = ctx.shape(a, node), ctx.shape(b, node)
+    if x_shape != out or len(g_shape) > len(x_shape):
+        raise ctx.error(node, "a Mul of tensors of shapes %s and %s converts only when one "
+                              "has the output's shape (Caffe's Scale broadcasts one way)"
+                        % (ctx.shape(node.input[0], node), ctx.shape(node.input[1], node)))
+    full = (1,) * (len(x_shape) - len(g_shape)) + tuple(g_shape)
+    big = [i for i, d in enumerate(full) if d != 1] or [0]
+    start, end = big[0], big[-1] + 1
+    while start > 0 and full[start - 1] == x_shape[start - 1]:
+        start -= 1  # a batch axis of 1 on both goes with the gate (the Scale is per sample)
+    if any(full[i] != x_shape[i] for i in range(start, end)):
+        raise ctx.error(node, "a Mul of tensors of shapes %s and %s converts only when the "
+                              "smaller one matches the other on a run of axes and is 1 on "
+                              "the rest (Caffe's Scale with two bottoms)"
+                        % (ctx.shape(node.input[0], node), ctx.shape(node.input[1], node)))
+    gate = node.output[0] + "/gate"
+    lp = ctx.layer("Reshape", _name(node) + "/gate", [b], [gate])
+    dims = list(full[start:end])
+    if start == 0 and len(full) == len(g_shape):
+        dims[0] = 0  # the batch axis, copied
+    lp.reshape_param.shape.dim.extend(dims)
+    lp = ctx.layer("Scale", _name(node), [a, gate], [node.output[0]])
+    lp.scale_param.axis = start
