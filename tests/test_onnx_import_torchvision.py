@@ -120,7 +120,7 @@ class SqueezeExcitation(nn.Module):
 
 
 @pytest.mark.parametrize("opset", OPSETS)
-@pytest.mark.parametrize("pooled, gate_first", [(True, False), (True, True)])
+@pytest.mark.parametrize("pooled, gate_first", [(True, False), (False, True)])
 def test_squeeze_excitation_gate_becomes_scale_with_two_bottoms(tmp_path, opset, pooled,
                                                                  gate_first):
     model = export(SqueezeExcitation(pooled=pooled, gate_first=gate_first), (1, 4, 5, 6),
@@ -141,3 +141,80 @@ def test_a_mul_broadcast_both_ways_names_the_node():
                                          "shapes \\(1, 3, 1, 5\\) and \\(1, 1, 4, 1\\)"
                                          % node.name):
         caffe_onnx.to_caffe(model, None)
+
+
+# -- ReduceMean / ReduceMax ----------------------------------------------------------------
+@pytest.mark.parametrize("opset", OPSETS + (18,))
+def test_mean_and_max_over_the_spatial_axes_become_global_pooling(tmp_path, opset):
+    # MnasNet's and ShuffleNetV2's head: x.mean([2, 3]); keepdim and amax too (opset 18
+    # moves the axes to an input)
+    module = Lambda(lambda x: torch.cat([x.mean([2, 3]), x.amax((-1, -2)),
+                                         x.mean((3, 2), keepdim=True).flatten(1) * 3], 1), 4)
+    model = export(module, (1, 4, 5, 7), opset)
+    assert "ReduceMean" in ops(model) and "ReduceMax" in ops(model)
+    deploy, _ = convert_and_compare(model, tmp_path, "mean%d" % opset)
+    assert types(deploy).count("Pooling") == 3
+    compare_batch(model, tmp_path, "mean%db" % opset, (2, 4, 5, 7))
+
+
+def test_mean_over_trailing_axes_becomes_reduction(tmp_path):
+    module = Lambda(lambda x: torch.cat([x.reshape(x.shape[0], 4, -1).mean(-1, keepdim=True),
+                                         x.mean((1, 2, 3)).reshape(-1, 1, 1)], 1), 4)
+    deploy, _ = convert_and_compare(export(module, (1, 4, 3, 5), 13), tmp_path, "red",
+                                    opencv=False)  # OpenCV's Caffe importer has no Reduction
+    assert types(deploy).count("Reduction") == 2
+
+
+def test_a_mean_over_leading_axes_names_the_node():
+    model = export(Lambda(lambda x: x.mean(1), 4), (1, 4, 3, 5), 13)
+    node = [n for n in model.graph.node if n.op_type == "ReduceMean"][0]
+    with pytest.raises(CaffeError, match="ONNX node '%s' \\(op ReduceMean\\): a ReduceMean "
+                                         "over axes \\[1\\] of a 4-D input has no Caffe "
+                                         "equivalent" % node.name):
+        caffe_onnx.to_caffe(model, None)
+
+
+# -- ShuffleNetV2's block ------------------------------------------------------------------
+class Shuffle(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        a, b = x.chunk(2, dim=1)
+        x = torch.cat((a, F.relu(self.conv(x))), 1)
+        n, c, h, w = x.shape
+        x = x.view(n, 2, c // 2, h, w).transpose(1, 2).contiguous().view(n, c, h, w)
+        return x.mean([2, 3]) + torch.cat([b.mean([2, 3])] * 2, 1)
+
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_channel_shuffle_and_mean(tmp_path, opset):
+    model = export(Shuffle(), (1, 8, 4, 3), opset)
+    deploy, _ = convert_and_compare(model, tmp_path, "shuffle%d" % opset)
+    assert [list(lp.permute_param.order) for lp in deploy.layer
+            if lp.type == "Permute"] == [[0, 2, 1, 3, 4]]
+
+
+# -- ops with no Caffe form ----------------------------------------------------------------
+@pytest.mark.parametrize("module, opset, op", [
+    (nn.GELU(), 13, "Erf"),
+    (nn.GELU(), 20, "Gelu"),
+    (nn.Sequential(nn.Flatten(2), nn.LayerNorm(6)), 17, "LayerNormalization"),
+    (nn.Sequential(nn.Flatten(2), nn.LayerNorm(6)), 13, "Sub"),
+])
+def test_ops_without_a_caffe_form_name_the_node_and_op(module, opset, op):
+    model = export(module, (1, 2, 2, 3), opset)
+    node = [n for n in model.graph.node if n.op_type == op][0]
+    with pytest.raises(CaffeError, match="ONNX node '%s' \\(op %s\\): " % (node.name, op)):
+        caffe_onnx.to_caffe(model, None)
+
+
+def test_attention_names_the_node():
+    attention = nn.MultiheadAttention(4, 2, batch_first=True).eval()
+    buf = io.BytesIO()
+    x = torch.zeros(1, 5, 4)
+    torch.onnx.export(attention, (x, x, x), buf, dynamo=False, opset_version=17)
+    with pytest.raises(CaffeError, match="ONNX node '[^']+' \\(op MatMul\\): only a MatMul "
+                                         "by a constant 2-D matrix converts"):
+        caffe_onnx.to_caffe(onnx.load_from_string(buf.getvalue()), None)

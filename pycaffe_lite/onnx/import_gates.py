@@ -1,7 +1,8 @@
 """ONNX ops of the mobile and squeeze-excitation nets (MobileNetV3, EfficientNet, MnasNet,
-RegNetY as torchvision writes them) -> Caffe layers: HardSigmoid and HardSwish (Power,
-ReLU6, Power; an Eltwise PROD by the input), and a Mul of a per-channel gate by a feature
-map (Scale with two bottoms, the gate flattened first). Registered in
+ShuffleNetV2, RegNetY as torchvision writes them) -> Caffe layers: HardSigmoid and HardSwish
+(Power, ReLU6, Power; an Eltwise PROD by the input), a Mul of a per-channel gate by a feature
+map (Scale with two bottoms, the gate flattened first), and ReduceMean / ReduceMax over the
+spatial axes (global pooling) or over the trailing axes (Reduction). Registered in
 :data:`.import_ops.IMPORTERS` as the other importers; the Mul here handles a Mul of two
 tensors of different shapes and leaves every other Mul to :func:`.import_ops.arithmetic`."""
 
@@ -83,3 +84,58 @@ def mul(ctx, node):
     lp.reshape_param.shape.dim.extend(dims)
     lp = ctx.layer("Scale", _name(node), [a, gate], [node.output[0]])
     lp.scale_param.axis = start
+
+
+def _reduced_axes(ctx, node, rank):
+    a = attrs(node)
+    if "axes" in a:
+        axes = list(a["axes"])
+    elif len(node.input) > 1 and node.input[1]:  # an input from opset 18 (ReduceSum: 13)
+        axes = ctx.const(node.input[1], node, "axes").reshape(-1).tolist()
+    else:
+        axes = []
+    if not axes:
+        if int(a.get("noop_with_empty_axes", 0)):
+            return []
+        axes = list(range(rank))
+    return sorted({int(q) + rank if int(q) < 0 else int(q) for q in axes})
+
+
+@importer("ReduceMean", "ReduceMax")
+def reduce_(ctx, node):
+    """Over the two spatial axes of a 4-D input (``x.mean([2, 3])``): global AVE (or MAX)
+    pooling, then a Reshape to ``(N, C)`` when ``keepdims`` is 0. A mean over the trailing
+    axes of another input: Caffe's Reduction (MEAN), then a Reshape when ``keepdims`` is 1.
+    Other axes are errors naming the node."""
+    shape = ctx.shape(node.input[0], node)
+    rank = len(shape)
+    axes = _reduced_axes(ctx, node, rank)
+    keep = int(attrs(node).get("keepdims", 1))
+    x, top, name = node.input[0], node.output[0], _name(node)
+    if not axes:
+        ctx.alias[top] = ctx.blob(x)
+        return
+    if rank == 4 and axes == [2, 3]:
+        mid = top if keep else top + "/pooled"
+        lp = ctx.layer("Pooling", name, [x], [mid])
+        lp.pooling_param.pool = (caffe_pb2.PoolingParameter.MAX if node.op_type == "ReduceMax"
+                                 else caffe_pb2.PoolingParameter.AVE)
+        lp.pooling_param.global_pooling = True
+        if not keep:
+            lp = ctx.layer("Reshape", name + "/squeeze", [mid], [top])
+            lp.reshape_param.shape.dim.extend([0, shape[1]])
+        return
+    if node.op_type == "ReduceMean" and axes == list(range(axes[0], rank)):
+        mid = top + "/reduced" if keep else top
+        lp = ctx.layer("Reduction", name, [x], [mid])
+        lp.reduction_param.operation = caffe_pb2.ReductionParameter.MEAN
+        lp.reduction_param.axis = axes[0]
+        if keep:
+            lp = ctx.layer("Reshape", name + "/keepdims", [mid], [top])
+            lp.reshape_param.shape.dim.extend(list(shape[:axes[0]]) + [1] * (rank - axes[0]))
+        return
+    raise ctx.error(node, "a %s over axes %s of a %d-D input has no Caffe equivalent (the "
+                          "spatial axes of a 4-D input convert as global pooling%s)"
+                    % (node.op_type, axes, rank,
+                       ", the trailing axes as Reduction" if node.op_type == "ReduceMean"
+                       else ""))
