@@ -196,6 +196,19 @@ def test_channel_shuffle_and_mean(tmp_path, opset):
             if lp.type == "Permute"] == [[0, 2, 1, 3, 4]]
 
 
+# -- Gather of constant indices ------------------------------------------------------------
+@pytest.mark.parametrize("opset", OPSETS)
+def test_gather_of_constant_indices(tmp_path, opset):
+    index = torch.tensor([3, 0, 3])
+    module = Lambda(lambda x: torch.cat([x[:, 1], x[:, -1], x[:, :, 2], x.index_select(1, index)
+                                         .flatten(1, 2)], 1), 4)
+    model = export(module, (1, 4, 3, 3), opset)
+    assert ops(model).count("Gather") == 4
+    deploy, _ = convert_and_compare(model, tmp_path, "gather%d" % opset)
+    assert "Gather" not in types(deploy)
+    compare_batch(model, tmp_path, "gather%db" % opset, (2, 4, 3, 3))
+
+
 # -- ops with no Caffe form ----------------------------------------------------------------
 @pytest.mark.parametrize("module, opset, op", [
     (nn.GELU(), 13, "Erf"),

@@ -1,10 +1,11 @@
 """ONNX ops of the mobile and squeeze-excitation nets (MobileNetV3, EfficientNet, MnasNet,
 ShuffleNetV2, RegNetY as torchvision writes them) -> Caffe layers: HardSigmoid and HardSwish
 (Power, ReLU6, Power; an Eltwise PROD by the input), a Mul of a per-channel gate by a feature
-map (Scale with two bottoms, the gate flattened first), and ReduceMean / ReduceMax over the
-spatial axes (global pooling) or over the trailing axes (Reduction). Registered in
-:data:`.import_ops.IMPORTERS` as the other importers; the Mul here handles a Mul of two
-tensors of different shapes and leaves every other Mul to :func:`.import_ops.arithmetic`."""
+map (Scale with two bottoms, the gate flattened first), ReduceMean / ReduceMax over the
+spatial axes (global pooling) or over the trailing axes (Reduction), and Gather of constant
+indices (Slice, Concat, Reshape). Registered in :data:`.import_ops.IMPORTERS` as the other
+importers; the Mul here handles a Mul of two tensors of different shapes and leaves every
+other Mul to :func:`.import_ops.arithmetic`."""
 
 import numpy as np
 
@@ -139,3 +140,46 @@ def reduce_(ctx, node):
                     % (node.op_type, axes, rank,
                        ", the trailing axes as Reduction" if node.op_type == "ReduceMean"
                        else ""))
+
+
+@importer("Gather")
+def gather(ctx, node):
+    """Constant indices into a tensor (``x[:, 2]``, ``x[:, [0, 2]]``): a Slice of the axis
+    into its single entries, the ones indexed concatenated in the indices' order, then a
+    Reshape to the output's shape (a scalar index drops the axis)."""
+    shape = ctx.shape(node.input[0], node)
+    rank = len(shape)
+    axis = int(attrs(node).get("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    index = ctx.const(node.input[1], node, "indices").astype(np.int64)
+    size = shape[axis]
+    flat = [int(i) + size if int(i) < 0 else int(i) for i in index.reshape(-1)]
+    if not flat or any(i < 0 or i >= size for i in flat):
+        raise ctx.error(node, "indices %s out of range for axis %d of size %d"
+                        % (index.reshape(-1).tolist(), axis, size))
+    name, top = _name(node), node.output[0]
+    out = ctx.shape(top, node)
+    if size == 1:
+        pieces = [node.input[0]]
+    else:
+        pieces = ["%s/%d" % (top, i) for i in range(size)]
+        lp = ctx.layer("Slice", name + "/slice", [node.input[0]], pieces)
+        lp.slice_param.axis = axis
+        lp.slice_param.slice_point.extend(range(1, size))
+    used = [pieces[i] for i in flat]
+    unused = [p for p in pieces if p not in used]
+    if unused and size > 1:
+        ctx.layer("Silence", name + "/spare", unused, [])
+    mid = used[0]
+    if len(used) > 1:
+        mid = top + "/gathered"
+        lp = ctx.layer("Concat", name + "/concat", used, [mid])
+        lp.concat_param.axis = axis
+    if mid == node.input[0] and tuple(out) == tuple(shape):
+        ctx.alias[top] = ctx.blob(mid)
+        return
+    lp = ctx.layer("Reshape", name, [mid], [top])
+    dims = list(out)
+    if axis > 0 and dims and dims[0] == shape[0]:
+        dims[0] = 0  # the batch axis, copied
+    lp.reshape_param.shape.dim.extend(dims)
