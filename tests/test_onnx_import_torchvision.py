@@ -209,6 +209,51 @@ def test_gather_of_constant_indices(tmp_path, opset):
     compare_batch(model, tmp_path, "gather%db" % opset, (2, 4, 3, 3))
 
 
+# -- bilinear upsampling with align_corners=False -------------------------------------------
+@pytest.mark.parametrize("opset", (11,) + OPSETS)
+def test_half_pixel_bilinear_upsampling_by_integer_factors(tmp_path, opset):
+    # the segmentation heads' F.interpolate(..., mode="bilinear", align_corners=False): by
+    # 2, by (3, 4) to a size, from 2 x 1 and from 1 x 1 (DeepLabV3's image pooling)
+    def fn(x):
+        y = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
+        z = F.interpolate(y, size=(y.shape[2] * 3, y.shape[3] * 4), mode="bilinear",
+                          align_corners=False)
+        p = F.interpolate(x[:, :, :2, :1], size=(6, 5), mode="bilinear", align_corners=False)
+        q = F.interpolate(F.adaptive_avg_pool2d(x, 1), size=(6, 5), mode="bilinear",
+                          align_corners=False)
+        return z[:, :, :6, :5] + p + q
+
+    model = export(Lambda(fn, 3), (1, 3, 4, 3), opset)
+    assert "Resize" in ops(model)
+    deploy, _ = convert_and_compare(model, tmp_path, "bil%d" % opset)
+    deconv = [lp for lp in deploy.layer if lp.type == "Deconvolution"]
+    assert len(deconv) == 4 and all(lp.param[0].lr_mult == 0 for lp in deconv)
+
+
+def test_half_pixel_bilinear_weights_by_hand(tmp_path):
+    # a 1 x 3 row upsampled by 2 along W (half-pixel, clamped at the edges), by hand:
+    # output j reads input x = (j + 0.5) / 2 - 0.5
+    row = np.array([1.0, 5.0, -3.0], np.float32)
+    expected = [1.0, 2.0, 4.0, 3.0, -1.0, -3.0]
+    model = export(nn.Upsample(scale_factor=(1, 2), mode="bilinear"), (1, 1, 1, 3), 13)
+    prefix = str(tmp_path / "row")
+    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=row.reshape(1, 1, 1, 3))
+    assert_close(net.blobs[outputs["y"]].data.reshape(-1), np.float32(expected), "row")
+
+
+def test_half_pixel_bilinear_by_a_fraction_names_the_node():
+    module = Lambda(lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear"), 3)
+    model = export(module, (1, 3, 4, 4), 13)
+    node = [n for n in model.graph.node if n.op_type == "Resize"][0]
+    with pytest.raises(CaffeError, match="ONNX node '%s' \\(op Resize\\): bilinear resize "
+                                         "with coordinate_transformation_mode "
+                                         "(pytorch_)?half_pixel .* converts only as an "
+                                         "upsampling by integer factors" % node.name):
+        caffe_onnx.to_caffe(model, None)
+
+
 # -- ops with no Caffe form ----------------------------------------------------------------
 @pytest.mark.parametrize("module, opset, op", [
     (nn.GELU(), 13, "Erf"),

@@ -1,7 +1,7 @@
 """ONNX ops of resizing and of axis layout -> Caffe layers: Resize / Upsample
-(nearest by an integer factor, bilinear with the corners aligned), Transpose (the SSD fork's
-Permute), Slice (Caffe's Slice, the pieces not wanted silenced). Registered in
-:data:`.import_ops.IMPORTERS` as the other importers."""
+(nearest by an integer factor, bilinear with the corners aligned, or half-pixel bilinear by an
+integer factor), Transpose (the SSD fork's Permute), Slice (Caffe's Slice, the pieces not
+wanted silenced). Registered in :data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
 
@@ -66,7 +66,9 @@ def resize(ctx, node):
     """Nearest by integer factors on the spatial axes: a Deconvolution, one group per channel,
     stride and kernel the factors, weights 1 and not learnt (each output is one input value
     times 1; OpenCV's Caffe importer runs it). Bilinear with the corners aligned: Interp to the
-    output's size. Other modes are errors naming the node."""
+    output's size. Bilinear half-pixel (``align_corners=False``) by integer factors: the
+    edges repeated, then a fixed bilinear Deconvolution (:func:`_bilinear_upsampling`). Other
+    modes are errors naming the node."""
     a = attrs(node)
     x = node.input[0]
     in_shape = ctx.shape(x, node)
@@ -110,6 +112,18 @@ def resize(ctx, node):
         p.stride.extend(_set_2d(p, "stride", factors))
         lp.param.add(lr_mult=0, decay_mult=0)
         return
+    if mode == "linear" and coords in ("half_pixel", "pytorch_half_pixel"):
+        scales = _resize_scales(ctx, node, in_shape, out_shape)
+        factors = [int(s) for s in scales[2:]]
+        if scales[:2] == [1.0, 1.0] and all(s == f >= 1 and o == i * f for s, f, o, i in
+                                            zip(scales[2:], factors, out_shape[2:],
+                                                in_shape[2:])):
+            _bilinear_upsampling(ctx, node, x, in_shape, factors)
+            return
+        raise ctx.error(node, "bilinear resize with coordinate_transformation_mode %s "
+                              "(F.interpolate's align_corners=False) converts only as an "
+                              "upsampling by integer factors (no Caffe layer samples so "
+                              "otherwise); scales %s" % (coords, scales))
     if mode == "linear" and coords == "align_corners":
         if int(a.get("antialias", 0)) and any(o < i for o, i in zip(out_shape, in_shape)):
             raise ctx.error(node, "an antialiased bilinear downscale has no Caffe equivalent")
@@ -121,6 +135,51 @@ def resize(ctx, node):
            "elsewhere" % coords) if mode == "linear" else \
         "Caffe has no %s interpolation layer" % mode
     raise ctx.error(node, "%s resize does not convert: %s" % (mode, why))
+
+
+def _bilinear_upsampling(ctx, node, x, in_shape, factors):
+    """Half-pixel bilinear upsampling by integer factors, exactly: the input's border rows
+    and columns repeated once on each side (Slice, Concat: ONNX clamps the coordinates
+    outside the input to its edge), then a Deconvolution with one group per channel whose
+    fixed kernel is the bilinear one of Caffe's ``bilinear`` filler (size ``2f - f % 2``,
+    stride ``f``), its pad ``3f // 2`` placing input pixel ``i`` at output ``(i + 0.5) f -
+    0.5`` and cropping to the output's size."""
+    name, top = _name(node), node.output[0]
+    for axis, f in zip((2, 3), factors):
+        if f == 1:
+            continue
+        size = in_shape[axis]
+        padded = "%s/edge%d" % (top, axis)
+        if size == 1:
+            parts = [x, x, x]
+        else:
+            first, last = padded + "/first", padded + "/last"
+            tops = [first, padded + "/inner", last] if size > 2 else [first, last]
+            lp = ctx.layer("Slice", "%s/edge%d" % (name, axis), [x], tops)
+            lp.slice_param.axis = axis
+            lp.slice_param.slice_point.extend([1, size - 1] if size > 2 else [1])
+            if size > 2:
+                ctx.layer("Silence", "%s/edge%d/inner" % (name, axis), [tops[1]], [])
+            parts = [first, x, last]
+        lp = ctx.layer("Concat", "%s/pad%d" % (name, axis), parts, [padded])
+        lp.concat_param.axis = axis
+        x = padded
+    kernels = []
+    for f in factors:
+        k = 2 * f - f % 2
+        kernels.append(1 - np.abs(np.arange(k, dtype=np.float64) - (k - 1) / 2.0) / f)
+    channels = in_shape[1]
+    weight = np.broadcast_to(np.outer(*kernels), (channels, 1, len(kernels[0]),
+                                                  len(kernels[1])))
+    lp = ctx.layer("Deconvolution", name, [x], [top], [weight.astype(np.float32)])
+    p = lp.convolution_param
+    p.num_output, p.group, p.bias_term = channels, channels, False
+    p.kernel_size.extend(_set_2d(p, "kernel", [len(k) for k in kernels]))
+    p.stride.extend(_set_2d(p, "stride", factors))
+    pads = [3 * f // 2 if f > 1 else 0 for f in factors]
+    if any(pads):
+        p.pad.extend(_set_2d(p, "pad", pads))
+    lp.param.add(lr_mult=0, decay_mult=0)
 
 
 @importer("Transpose")
