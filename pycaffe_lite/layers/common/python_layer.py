@@ -85,8 +85,9 @@ class PythonLayer(Layer):
     ``python_param.layer`` (a subclass of :class:`pycaffe_lite.Layer`), instantiates it with
     ``(layer_param, dtype=dtype)`` (``(layer_param)`` alone, as pycaffe, when the class has an
     ``__init__`` of its own without ``dtype``) and sets ``param_str``
-    (``python_param.param_str``) on it.
-    ``phase`` is the Layer's own (the layer parameter's phase, which the Net sets).
+    (``python_param.param_str``) on it, and ``param_str_`` (the same string, under the name
+    py-faster-rcnn's layers read). ``phase`` is the Layer's own (the layer parameter's phase,
+    which the Net sets).
 
     The user's layer sees pycaffe-style blobs (``bottom[0].data``, ``top[0].reshape(*shape)``,
     ``top[0].data[...] = ...``, ``bottom[0].diff[...] = ...``) and may create learnable
@@ -111,7 +112,8 @@ class PythonLayer(Layer):
         else:  # pycaffe's contract: an __init__ of one's own that takes the LayerParameter only
             layer = user_cls(layer_param)
             _use_dtype(layer, dtype)
-        layer.param_str = layer_param.python_param.param_str
+        # param_str_: the name py-faster-rcnn's fork (caffe-fast-rcnn) gives it
+        layer.param_str = layer.param_str_ = layer_param.python_param.param_str
         return layer
 
 
