@@ -97,6 +97,21 @@ class BlobVec(list):
         return blob
 
 
+class Phase(int):
+    """A phase, TRAIN (0) or TEST (1): an int whose ``str()`` is its name, as pycaffe's
+    ``caffe.TRAIN`` / ``caffe.TEST`` (Boost.Python enum values) and py-faster-rcnn's
+    ``self.phase`` print; that fork's layers look their settings up by ``str(self.phase)``."""
+
+    __slots__ = ()
+
+    def __str__(self):
+        return {0: "TRAIN", 1: "TEST"}.get(int(self)) or int.__repr__(self)
+
+
+TRAIN = Phase(caffe_pb2.TRAIN)
+TEST = Phase(caffe_pb2.TEST)
+
+
 class Layer:
     """Base class of every layer (built-in or Python)."""
 
@@ -144,7 +159,7 @@ class Layer:
 
     @property
     def phase(self):
-        return self.layer_param.phase
+        return Phase(self.layer_param.phase)
 
     def error(self, message):
         """A LayerError naming this layer."""

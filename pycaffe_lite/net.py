@@ -19,14 +19,12 @@ from .proto import protoio
 from .blob import Blob
 from .errors import CaffeError, LayerError, NetError, ShapeError, layer_failure
 from .layers import create_layer
+from .layer import TEST, TRAIN  # pycaffe's caffe.TRAIN / caffe.TEST
 from .net_batches import BatchedCalls
 from .net_graph import apply_fork_options, filter_net, infer_backward, insert_splits
 from .proto import caffe_pb2
 
 log = logging.getLogger("pycaffe_lite")
-
-TRAIN = caffe_pb2.TRAIN
-TEST = caffe_pb2.TEST
 
 
 # ---- the Net -------------------------------------------------------------------------------

@@ -34,13 +34,15 @@ def user_modules(tmp_path, monkeypatch):
             del sys.modules[name]
 
 
-# ---- py-faster-rcnn: its Python layers read self.param_str_ ---------------------------------
+# ---- py-faster-rcnn: its Python layers read self.param_str_ and str(self.phase) --------------
 
 # As py-faster-rcnn's lib/rpn and lib/roi_data_layer layers do: the fork (caffe-fast-rcnn) sets
-# `param_str_`.
+# `param_str_`, and the layers look their per-phase settings up by `str(self.phase)`.
 FASTER_RCNN_STYLE = '''
 import caffe
 import numpy as np
+
+CFG = {"TRAIN": {"PRE_NMS_TOP_N": 12000}, "TEST": {"PRE_NMS_TOP_N": 6000}}
 
 
 class ScaleByParam(caffe.Layer):
@@ -53,6 +55,21 @@ class ScaleByParam(caffe.Layer):
 
     def forward(self, bottom, top):
         top[0].data[...] = self._scale * bottom[0].data
+
+    def backward(self, top, propagate_down, bottom):
+        pass
+
+
+class TopNByPhase(caffe.Layer):
+    def setup(self, bottom, top):
+        cfg_key = str(self.phase)
+        self._top_n = CFG[cfg_key]["PRE_NMS_TOP_N"]
+
+    def reshape(self, bottom, top):
+        top[0].reshape(1)
+
+    def forward(self, bottom, top):
+        top[0].data[...] = self._top_n
 
     def backward(self, top, propagate_down, bottom):
         pass
@@ -79,3 +96,17 @@ def test_a_python_layer_reads_param_str_under_the_name_py_faster_rcnn_uses(tmp_p
     mine = net.layer_dict["mine"]
     assert mine.param_str_ == mine.param_str == "'scale': 3"
 
+
+def test_a_python_layers_phase_prints_as_train_or_test(tmp_path, user_modules):
+    """caffe.TRAIN / caffe.TEST print their names, as pycaffe's Phase enum values do, and stay
+    the ints 0 and 1; a layer picks its settings by str(self.phase) as py-faster-rcnn's do."""
+    assert (str(caffe.TRAIN), str(caffe.TEST)) == ("TRAIN", "TEST")
+    assert (caffe.TRAIN, caffe.TEST) == (0, 1) and "%d" % caffe.TEST == "1"
+    module = user_modules("frcnn_style", FASTER_RCNN_STYLE)
+    model = _python_net(tmp_path, module, "TopNByPhase")
+    x = np.zeros((2, 3), np.float32)
+    for phase, top_n in ((caffe.TRAIN, 12000), (caffe.TEST, 6000)):
+        net = caffe.Net(model, phase)
+        mine = net.layer_dict["mine"]
+        assert mine.phase == phase and str(mine.phase) == str(phase)
+        assert net.forward(x=x)["y"][0] == top_n

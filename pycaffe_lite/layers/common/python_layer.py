@@ -87,7 +87,7 @@ class PythonLayer(Layer):
     ``__init__`` of its own without ``dtype``) and sets ``param_str``
     (``python_param.param_str``) on it, and ``param_str_`` (the same string, under the name
     py-faster-rcnn's layers read). ``phase`` is the Layer's own (the layer parameter's phase,
-    which the Net sets).
+    which the Net sets: ``TRAIN`` or ``TEST``, ints whose ``str()`` is the name).
 
     The user's layer sees pycaffe-style blobs (``bottom[0].data``, ``top[0].reshape(*shape)``,
     ``top[0].data[...] = ...``, ``bottom[0].diff[...] = ...``) and may create learnable
