@@ -118,16 +118,23 @@ _INT_MODES_MAX = {"I;16": 65535.0, "I;16B": 65535.0, "I;16L": 65535.0, "I;16N": 
 
 
 def load_image(filename, color=True):
-    """Read an image file as float32 in [0, 1], H x W x 3 (RGB) or H x W x 1 when
-    ``color=False``.
+    """Read an image file (a path, or a file object open for reading in binary) as float32
+    in [0, 1], H x W x 3 (RGB) or H x W x 1 when ``color=False``.
 
     Grayscale images are repeated over three channels for ``color=True``; colour images are
     reduced to their luminance for ``color=False`` (0.2125 R + 0.7154 G + 0.0721 B, as BVLC's
     ``load_image`` gets it from scikit-image); alpha channels are dropped (not composed).
     """
     Image = _pillow()
+    # a file-like object (BVLC's web demo passes the bytes of a downloaded image in one), as
+    # scikit-image's imread takes, or a path
     try:
-        img = Image.open(os.fspath(filename))
+        source = filename if hasattr(filename, "read") else os.fspath(filename)
+    except TypeError:
+        raise CaffeError("load_image: expected a file name or a file object to read the image "
+                         "from, got a %s" % type(filename).__name__) from None
+    try:
+        img = Image.open(source)
         img.load()
     except FileNotFoundError:
         raise CaffeError("load_image: file not found: %s" % filename) from None

@@ -504,3 +504,24 @@ def test_faster_rcnn_solver_wrapper_snapshot_and_im_detect(tmp_path, user_module
     # and its deltas, unnormalized, are the saved model's
     np.testing.assert_allclose(solver.net.blobs["bbox_pred"].data * stds + means,
                                blobs_out["bbox_pred"], rtol=1e-4, atol=1e-6)
+
+
+# ---- BVLC examples/web_demo/app.py: caffe.io.load_image on a downloaded image's bytes --------
+
+def test_load_image_reads_a_file_object_as_the_web_demo_passes_one(tmp_path):
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.RandomState(2).randint(0, 256, (5, 7, 3)).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "png")
+    string_buffer = io.BytesIO(buf.getvalue())  # classify_url: the URL's bytes in a buffer
+    image = caffe.io.load_image(string_buffer)
+    assert image.shape == (5, 7, 3) and image.dtype == np.float32
+    np.testing.assert_allclose(image, pixels / 255.0, rtol=1e-6)
+    grey = caffe.io.load_image(io.BytesIO(buf.getvalue()), color=False)
+    np.testing.assert_allclose(grey[:, :, 0], pixels / 255.0 @ [0.2125, 0.7154, 0.0721],
+                               rtol=1e-5)
+    with pytest.raises(caffe.CaffeError, match="file name or a file object.*ndarray"):
+        caffe.io.load_image(pixels)
