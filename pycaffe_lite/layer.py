@@ -110,6 +110,7 @@ class Phase(int):
 
 TRAIN = Phase(caffe_pb2.TRAIN)
 TEST = Phase(caffe_pb2.TEST)
+_UNSET = object()
 
 
 class Layer:
@@ -159,7 +160,14 @@ class Layer:
 
     @property
     def phase(self):
-        return Phase(self.layer_param.phase)
+        own = self.__dict__.get("_own_phase", _UNSET)
+        return Phase(self.layer_param.phase) if own is _UNSET else own
+
+    @phase.setter
+    def phase(self, value):
+        # pycaffe's phase is a plain attribute: Python layers often keep a phase of their own
+        # in it (``self.phase = params['phase']`` in setup); the net's is layer_param.phase
+        self.__dict__["_own_phase"] = value
 
     def error(self, message):
         """A LayerError naming this layer."""

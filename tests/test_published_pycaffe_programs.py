@@ -525,3 +525,42 @@ def test_load_image_reads_a_file_object_as_the_web_demo_passes_one(tmp_path):
                                rtol=1e-5)
     with pytest.raises(caffe.CaffeError, match="file name or a file object.*ndarray"):
         caffe.io.load_image(pixels)
+
+
+# ---- data layers of published repos keep a phase of their own in self.phase ---------------
+
+OWN_PHASE_LAYER = '''
+import caffe
+
+
+class SplitDataLayer(caffe.Layer):
+    """As many published data layers do: self.phase = params['phase'] in setup."""
+
+    def setup(self, bottom, top):
+        params = eval(self.param_str)
+        self.net_phase = self.phase
+        self.phase = params["phase"]
+        top[0].reshape(2, 3)
+
+    def reshape(self, bottom, top):
+        pass
+
+    def forward(self, bottom, top):
+        top[0].data[...] = 1.0 if self.phase == "train" else 2.0
+
+    def backward(self, top, propagate_down, bottom):
+        pass
+'''
+
+
+def test_a_python_layer_may_keep_its_own_value_in_self_phase(tmp_path, user_modules):
+    module = user_modules("own_phase", OWN_PHASE_LAYER)
+    model = tmp_path / "own_phase.prototxt"
+    model.write_text('''name: "own"
+layer { name: "data" type: "Python" top: "data"
+  python_param { module: "%s" layer: "SplitDataLayer" param_str: "{'phase': 'val'}" } }
+''' % module)
+    net = caffe.Net(str(model), caffe.TRAIN)
+    np.testing.assert_array_equal(net.forward()["data"], np.full((2, 3), 2.0))
+    layer = net.layer_dict["data"]
+    assert layer.net_phase == caffe.TRAIN and layer.phase == "val"
