@@ -166,6 +166,24 @@ def test_readers_of_one_path_share_a_handle(tmp_path):
     b.close()
 
 
+def test_a_database_the_program_holds_open_is_named_with_what_to_do(tmp_path):
+    """A script that counts entries with its own ``lmdb.open`` and then builds a net on the
+    same folder: the lmdb package refuses a second open in one process; the error says
+    which database and that the program's own handle must be closed first."""
+    _write_raw_lmdb(tmp_path / "db", [(b"k", b"v")])
+    own = lmdb.open(str(tmp_path / "db"), readonly=True)
+    try:
+        with pytest.raises(dbmod.DBError) as err:
+            dbmod.open_db(tmp_path / "db", "lmdb")
+        assert str(tmp_path / "db") in str(err.value)
+        assert "env.close()" in str(err.value)
+    finally:
+        own.close()
+    reader = dbmod.open_db(tmp_path / "db", "lmdb")
+    assert reader.cursor().value() == b"v"
+    reader.close()
+
+
 def test_wrong_backend_is_named(tmp_path):
     _write_raw_lmdb(tmp_path / "db", [(b"k", b"v")])
     with pytest.raises(dbmod.DBError, match="looks like a LMDB database, not LEVELDB: set "

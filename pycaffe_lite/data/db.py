@@ -375,7 +375,12 @@ class LMDB(DB):
                 self.env = lmdb.open(self.source, map_size=int(map_size), subdir=True,
                                      readonly=False, meminit=False, map_async=False)
         except lmdb.Error as exc:
-            raise DBError("cannot open LMDB database '%s': %s" % (self.source, exc)) from None
+            hint = ""
+            if "already open in this process" in str(exc):
+                hint = ("; the lmdb package opens a database once per process: close the"
+                        " lmdb.Environment this program opened on it (env.close()) first")
+            raise DBError("cannot open LMDB database '%s': %s%s"
+                          % (self.source, exc, hint)) from None
 
     def _open_read(self):
         lmdb = _import_lmdb()
