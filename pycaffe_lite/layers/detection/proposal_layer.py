@@ -60,12 +60,24 @@ def nms_pixels(boxes, scores, threshold, limit=-1):
     return order[greedy(boxes[order], threshold, pixel_overlaps, AT_MOST, limit=limit)]
 
 
+def _positive_numbers(layer, params, key, default):
+    """``params[key]`` (a number or a list of them, all positive), or ``default``."""
+    value = params.get(key, default)
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                             for v in values):
+        raise layer.error("python_param param_str '%s' must be positive numbers, got %r"
+                          % (key, value))
+    return tuple(float(v) for v in values)
+
+
 class ProposalLayer(Layer):
     """Region proposals from an RPN's scores and box deltas, as py-faster-rcnn (and R-FCN)
     compute them.
 
-    Anchors: the fork's ``generate_anchors`` (base 16, ratios 0.5, 1, 2, the given
-    ``scales``) shifted by ``feat_stride`` to every cell. Each anchor is moved by its deltas
+    Anchors: the fork's ``generate_anchors`` (base 16, the given ``ratios``, default 0.5, 1,
+    2, and ``scales``, default 8, 16, 32; PVANet's files give seven ratios and six scales)
+    shifted by ``feat_stride`` to every cell. Each anchor is moved by its deltas
     (``bbox_transform_inv``), clipped to the image (``0 .. width - 1``, ``0 .. height - 1``),
     dropped when a side is under ``16 * im_scale`` pixels; the best ``pre_nms_topN`` by
     foreground score go through NMS (overlap 0.7, areas counting end pixels), and the first
@@ -76,13 +88,17 @@ class ProposalLayer(Layer):
     scale). One image only, as in the fork.
     Tops: ``(R, 5)`` rows ``0, x1, y1, x2, y2``; optionally the scores ``(R, 1)``.
     Params: ``python_param { param_str: "'feat_stride': 16, 'scales': [8, 16, 32]" }``
-    (``feat_stride`` required).
+    (``feat_stride`` required; ``ratios`` as in sanghoon/pva-faster-rcnn's
+    ``lib/rpn/proposal_layer.py``).
     """
 
     def setup(self, bottom, top):
         params = feat_stride_params(self)
         self.feat_stride = float(params["feat_stride"])
-        self.anchors = generate_anchors(scales=tuple(params.get("scales", (8, 16, 32))))
+        self.anchors = generate_anchors(ratios=_positive_numbers(self, params, "ratios",
+                                                                 (0.5, 1, 2)),
+                                        scales=_positive_numbers(self, params, "scales",
+                                                                 (8, 16, 32)))
         if len(bottom) != 3 or len(top) not in (1, 2):
             raise self.error("the proposal layer takes 3 bottoms (scores, deltas, im_info) and "
                              "1 or 2 tops, got %d and %d" % (len(bottom), len(top)))
