@@ -227,8 +227,11 @@ def leaky_relu(c, node):
         channels = c.shape(x)[1] if len(c.shape(x)) > 1 else 1
         if gamma.size not in (1, channels):
             raise c.error("PReLU slopes of %d values for %d channels" % (gamma.size, channels))
-        lp = c.layer("PReLU", node.name, [x], [top], [gamma])
-        lp.prelu_param.channel_shared = gamma.size == 1 and channels != 1
+        shared = gamma.size == 1 and channels != 1
+        # one slope for every channel (Gluon's nn.PReLU() by default): Caffe's shared slope
+        # is a blob of no axes
+        lp = c.layer("PReLU", node.name, [x], [top], [gamma.reshape(()) if shared else gamma])
+        lp.prelu_param.channel_shared = shared
         c.configure(lp)
     elif act == "gelu":
         neuron(c, "GELU", x, top)

@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""Write the references of ``tests/test_mxnet_real.py``: pieces of published MXNet models,
+cut down.
+
+Needs MXNet 1.9.1 in a venv of its own (``pip install mxnet==1.9.1 "numpy<1.24"``) and runs
+without pycaffe-lite::
+
+    MXNET_SUBGRAPH_BACKEND=NONE python tools/mxnet_real_reference.py tests/fixtures/mxnet_real
+
+Each model case is built the way its source builds it (the file named in its note), narrowed
+to a few channels, with random parameters; MXNet writes ``NAME-symbol.json`` and
+``NAME-0000.params`` (Gluon's ``export()`` or ``save_checkpoint``) and its outputs from
+those files (a bound executor, inference). ``manifest.json`` lists each case: the inputs
+(float16-exact values, stored as float16), the output files and the source. Seeded:
+running it again writes the same files.
+"""
+
+import json
+import os
+import sys
+
+import mxnet as mx
+import numpy as np
+from mxnet.gluon import nn
+
+RNG = np.random.RandomState(31)
+
+
+def random_params(names_shapes):
+    """Random values by name: BatchNorm's statistics spread out, weights by fan-in."""
+    out = {}
+    for name, shape in names_shapes:
+        if name.endswith("gamma") and len(shape) == 1 and "prelu" not in name \
+                and "alpha" not in name:
+            v = RNG.uniform(0.5, 1.5, shape)
+        elif name.endswith(("beta", "bias", "mean")):
+            v = RNG.normal(0, 0.2, shape)
+        elif name.endswith("var"):
+            v = RNG.uniform(0.3, 1.5, shape)
+        elif len(shape) <= 1:  # PReLU slopes
+            v = RNG.uniform(0.05, 0.4, shape)
+        else:
+            v = RNG.normal(0, np.sqrt(2.0 / max(1, int(np.prod(shape[1:])))), shape)
+        out[name] = mx.nd.array(v.astype(np.float32))
+    return out
+
+
+def make_input(shape, scale=1.0):
+    return RNG.normal(0, scale, shape).astype(np.float16).astype(np.float32)
+
+
+class Writer:
+    def __init__(self, out):
+        self.out = out
+        self.manifest = {}
+        os.makedirs(out, exist_ok=True)
+
+    def path(self, name):
+        return os.path.join(self.out, name)
+
+    def run_files(self, name, inputs):
+        sym = mx.sym.load(self.path(name + "-symbol.json"))
+        saved = mx.nd.load(self.path(name + "-0000.params"))
+        args = {k[4:]: v for k, v in saved.items() if k.startswith("arg:")}
+        aux = {k[4:]: v for k, v in saved.items() if k.startswith("aux:")}
+        args.update({k: mx.nd.array(v) for k, v in inputs.items()})
+        args = {k: v for k, v in args.items() if k in sym.list_arguments()}
+        exe = sym.bind(mx.cpu(), args, aux_states={k: aux[k] for k in sym.list_auxiliary_states()},
+                       grad_req="null")
+        return [o.asnumpy() for o in exe.forward(is_train=False)]
+
+    def record(self, name, inputs, source):
+        entry = {"inputs": {}, "outputs": [], "source": source}
+        for key, arr in inputs.items():
+            fname = "%s-in-%s.npy" % (name, key)
+            np.save(self.path(fname), arr.astype(np.float16))
+            entry["inputs"][key] = {"shape": list(arr.shape), "file": fname}
+        for i, arr in enumerate(self.run_files(name, inputs)):
+            fname = "%s-out%d.npy" % (name, i)
+            np.save(self.path(fname), arr.astype(np.float32))
+            entry["outputs"].append(fname)
+        self.manifest[name] = entry
+        print("%-22s outputs %s" % (name, [tuple(np.load(self.path(f)).shape)
+                                          for f in entry["outputs"]]))
+
+    def gluon(self, name, net, inputs, source):
+        net.initialize()
+        net.hybridize()
+        arrays = [mx.nd.array(a) for a in inputs.values()]
+        net(*arrays)
+        params = net.collect_params()
+        values = random_params(sorted((k, p.shape) for k, p in params.items()))
+        for key, p in params.items():
+            p.set_data(values[key])
+        net(*arrays)
+        net.export(self.path(name))
+        self.record(name, inputs, source)
+
+    def symbol(self, name, sym, inputs, source):
+        arg_shapes, _, aux_shapes = sym.infer_shape(**{k: v.shape for k, v in inputs.items()})
+        args = random_params([(k, s) for k, s in zip(sym.list_arguments(), arg_shapes)
+                              if k not in inputs])
+        aux = random_params(list(zip(sym.list_auxiliary_states(), aux_shapes)))
+        mx.model.save_checkpoint(self.path(name), 0, sym, args, aux)
+        self.record(name, inputs, source)
+
+
+# ---- cases ------------------------------------------------------------------------------------
+def gluon_prelu(w):
+    """Gluon's ``nn.PReLU()``: one slope (shape (1,)) for every channel."""
+    net = nn.HybridSequential(prefix="mnas_")
+    with net.name_scope():
+        net.add(nn.Conv2D(6, 3, padding=1, use_bias=False), nn.BatchNorm(), nn.PReLU(),
+                nn.Conv2D(4, 1), nn.PReLU(alpha_initializer=mx.init.Constant(0.25)))
+    w.gluon("gluon_prelu_shared", net, {"data": make_input((1, 3, 7, 6), 2.0)},
+            "deepinsight/insightface recognition/arcface_mxnet/symbol/fmnasnet.py and "
+            "fdensenet.py: Conv2D, BatchNorm, nn.PReLU() (alpha of shape (1,)), exported")
+
+
+def main(argv):
+    out = argv[1] if len(argv) > 1 else os.path.join("tests", "fixtures", "mxnet_real")
+    if os.environ.get("MXNET_SUBGRAPH_BACKEND") != "NONE":
+        sys.exit("run with MXNET_SUBGRAPH_BACKEND=NONE (see tools/mxnet_reference.py)")
+    mx.random.seed(31)
+    w = Writer(out)
+    gluon_prelu(w)
+    with open(w.path("manifest.json"), "w") as f:
+        json.dump(w.manifest, f, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
