@@ -11,8 +11,10 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from pycaffe_lite import mxnet
+from pycaffe_lite.errors import CaffeError
 
 REAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "mxnet_real")
 with open(os.path.join(REAL, "manifest.json")) as _f:
@@ -47,3 +49,35 @@ def test_gluon_prelu_with_one_slope_for_all_channels():
     prelus = [layer for layer in net.layers if layer.type == "PReLU"]
     assert len(prelus) == 2
     assert all(tuple(layer.blobs[0].shape) == () for layer in prelus)
+
+
+def test_alexnet_lrn_is_caffes_lrn():
+    """apache/mxnet's example AlexNet: LRN(alpha, beta, knorm, nsize) across channels."""
+    net = _case("alexnet_lrn")
+    assert sum(layer.type == "LRN" for layer in net.layers) == 2
+
+
+def _lrn_symbol(tmp_path, nsize):
+    doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
+                     {"op": "LRN", "name": "norm1", "attrs": {"nsize": str(nsize)},
+                      "inputs": [[0, 0, 0]]}],
+           "arg_nodes": [0], "heads": [[1, 0, 0]]}
+    path = tmp_path / "lrn-symbol.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_lrn_with_an_even_window_names_the_node(tmp_path):
+    """MXNet's own LRN kernel accepts odd windows only (mshadow's chpool), as Caffe's does."""
+    with pytest.raises(CaffeError, match=r"'norm1' \(op LRN\): nsize=4"):
+        mxnet.convert(_lrn_symbol(tmp_path, 4), None, {"data": (1, 6, 3, 3)})
+    x = np.random.default_rng(0).normal(size=(1, 6, 2, 2)).astype(np.float32)
+    net = mxnet.load(_lrn_symbol(tmp_path, 3), None, {"data": x.shape})
+    net.blobs["data"].data[...] = x
+    net.forward()
+    # MXNet's defaults: alpha 1e-4, beta 0.75, knorm 2; the window: a channel and its two
+    # neighbours, clipped at the ends
+    sq = np.pad(x.astype(np.float64) ** 2, ((0, 0), (1, 1), (0, 0), (0, 0)))
+    window = sq[:, :-2] + sq[:, 1:-1] + sq[:, 2:]
+    want = x / (2.0 + 1e-4 / 3 * window) ** 0.75
+    np.testing.assert_allclose(net.blobs["norm1"].data, want, rtol=1e-6)

@@ -117,6 +117,21 @@ def gluon_prelu(w):
             "fdensenet.py: Conv2D, BatchNorm, nn.PReLU() (alpha of shape (1,)), exported")
 
 
+def alexnet_lrn(w):
+    """The LRN of apache/mxnet's AlexNet symbol, and one whose window and alpha show."""
+    S = mx.sym
+    data = S.var("data")
+    conv1 = S.Convolution(data, kernel=(5, 5), stride=(2, 2), num_filter=12, name="conv1")
+    relu1 = S.Activation(conv1, act_type="relu", name="relu1")
+    lrn1 = S.LRN(relu1, alpha=0.0001, beta=0.75, knorm=2, nsize=5, name="lrn1")
+    pool1 = S.Pooling(lrn1, pool_type="max", kernel=(3, 3), stride=(2, 2), name="pool1")
+    lrn2 = S.LRN(conv1, alpha=0.5, beta=0.6, knorm=1.5, nsize=3, name="lrn2")
+    w.symbol("alexnet_lrn", S.Group([pool1, lrn2]), {"data": make_input((1, 3, 27, 27), 20.0)},
+             "apache/mxnet example/image-classification/symbols/alexnet.py (v1.9.x): conv, "
+             "relu, LRN(alpha=0.0001, beta=0.75, knorm=2, nsize=5), max pool; and an LRN of "
+             "nsize 3 with a large alpha")
+
+
 def main(argv):
     out = argv[1] if len(argv) > 1 else os.path.join("tests", "fixtures", "mxnet_real")
     if os.environ.get("MXNET_SUBGRAPH_BACKEND") != "NONE":
@@ -124,6 +139,7 @@ def main(argv):
     mx.random.seed(31)
     w = Writer(out)
     gluon_prelu(w)
+    alexnet_lrn(w)
     with open(w.path("manifest.json"), "w") as f:
         json.dump(w.manifest, f, indent=1, sort_keys=True)
 

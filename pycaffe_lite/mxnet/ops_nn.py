@@ -356,6 +356,21 @@ def pooling(c, node):
 
 
 # -- fully connected, upsampling, normalisation ---------------------------------------------
+@converter("LRN")
+def lrn(c, node):
+    """x / (knorm + alpha / nsize * the sum of x^2 over nsize channels around it)^beta: Caffe's
+    LRN across channels, whose k is MXNet's knorm."""
+    a = c.attrs()
+    size = a.int("nsize")
+    if size is None or size < 1 or size % 2 == 0:
+        raise c.error("nsize=%s: a window of an odd number of channels converts (MXNet's own "
+                      "kernel accepts no other)" % a.str("nsize"))
+    neuron(c, "LRN", c.bottom(0), c.out(), lrn_param__local_size=size,
+           lrn_param__alpha=a.float("alpha", 1e-4), lrn_param__beta=a.float("beta", 0.75),
+           lrn_param__k=a.float("knorm", 2.0))
+    c.produce(c.out())
+
+
 @converter("FullyConnected")
 def fully_connected(c, node):
     a = c.attrs()
