@@ -1,4 +1,4 @@
-"""Pieces of published MXNet models, imported, against MXNet 1.9.1's outputs.
+"""Pieces of published MXNet models, and .params files as MXNet 1.9.1 writes them.
 
 The references under tests/fixtures/mxnet_real were written by MXNet 1.9.1
 (``tools/mxnet_real_reference.py``, in a venv of its own): each model case is cut down from
@@ -81,3 +81,21 @@ def test_lrn_with_an_even_window_names_the_node(tmp_path):
     window = sq[:, :-2] + sq[:, 1:-1] + sq[:, 2:]
     want = x / (2.0 + 1e-4 / 3 * window) ** 0.75
     np.testing.assert_allclose(net.blobs["norm1"].data, want, rtol=1e-6)
+
+
+def test_every_element_type_mxnet_writes_is_read():
+    """float32/16/64, bfloat16 (MXNet's AMP), bool and the integer types: the values MXNet
+    itself reads back from the file."""
+    with open(os.path.join(REAL, "params_types.params"), "rb") as f:
+        parsed = mxnet.parse_params(f.read(), "params_types.params")
+    with open(os.path.join(REAL, "params_types.json")) as f:
+        want = json.load(f)
+    assert sorted(parsed) == sorted(want)
+    for key, ref in want.items():
+        got = parsed[key]
+        assert list(got.shape) == ref["shape"], key
+        np.testing.assert_array_equal(got.astype(np.float64).ravel(), ref["values"], key)
+    assert parsed["arg:bfloat16"].dtype == np.float32
+    assert parsed["aux:bool"].dtype == np.bool_
+    args, aux = mxnet.read_params(os.path.join(REAL, "params_types.params"))
+    assert args["bfloat16"].dtype == np.float32 and aux["bool"].tolist() == [1.0, 0.0, 1.0]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Write the references of ``tests/test_mxnet_real.py``: pieces of published MXNet models,
-cut down.
+cut down, and a ``.params`` file with every element type MXNet 1.9.1 writes.
 
 Needs MXNet 1.9.1 in a venv of its own (``pip install mxnet==1.9.1 "numpy<1.24"``) and runs
 without pycaffe-lite::
@@ -11,8 +11,9 @@ Each model case is built the way its source builds it (the file named in its not
 to a few channels, with random parameters; MXNet writes ``NAME-symbol.json`` and
 ``NAME-0000.params`` (Gluon's ``export()`` or ``save_checkpoint``) and its outputs from
 those files (a bound executor, inference). ``manifest.json`` lists each case: the inputs
-(float16-exact values, stored as float16), the output files and the source. Seeded:
-running it again writes the same files.
+(float16-exact values, stored as float16), the output files and the source. The
+``params_types`` case is an NDArray file of one array per type MXNet writes, with the values
+MXNet reads back from it, as float64. Seeded: running it again writes the same files.
 """
 
 import json
@@ -132,6 +133,32 @@ def alexnet_lrn(w):
              "nsize 3 with a large alpha")
 
 
+def params_types(w):
+    """One array of each element type MXNet 1.9.1 writes, and what MXNet reads back."""
+    from mxnet.ndarray.ndarray import _DTYPE_NP_TO_MX
+    bfloat16 = [k for k, v in _DTYPE_NP_TO_MX.items() if v == 12][0]
+    base = np.array([[1.5, -2.25, 3.0e-3], [65504.0, 1e-20, -7.0]], np.float32)
+    arrays = {"arg:float32": mx.nd.array(base),
+              "arg:float16": mx.nd.array(base, dtype="float16"),
+              "arg:float64": mx.nd.array(base.astype(np.float64) / 3.0, dtype="float64"),
+              "arg:bfloat16": mx.nd.amp_cast(mx.nd.array(base), dtype=bfloat16),
+              "aux:uint8": mx.nd.array([0, 7, 255], dtype="uint8"),
+              "aux:int8": mx.nd.array([-128, 0, 127], dtype="int8"),
+              "aux:int32": mx.nd.array([-70000, 0, 70000], dtype="int32"),
+              "aux:int64": mx.nd.array([-5, 0, 2 ** 40], dtype="int64"),
+              "aux:bool": mx.nd.array([1, 0, 1], dtype="bool")}
+    mx.nd.save(w.path("params_types.params"), arrays)
+    back = mx.nd.load(w.path("params_types.params"))
+    values = {}
+    for key, arr in back.items():
+        f32 = mx.nd.amp_cast(arr, dtype="float32") if arr.dtype == bfloat16 else arr
+        values[key] = {"shape": list(arr.shape),
+                       "values": f32.asnumpy().astype(np.float64).ravel().tolist()}
+    with open(w.path("params_types.json"), "w") as f:
+        json.dump(values, f, indent=1, sort_keys=True)
+    print("params_types           %d arrays" % len(values))
+
+
 def main(argv):
     out = argv[1] if len(argv) > 1 else os.path.join("tests", "fixtures", "mxnet_real")
     if os.environ.get("MXNET_SUBGRAPH_BACKEND") != "NONE":
@@ -140,6 +167,7 @@ def main(argv):
     w = Writer(out)
     gluon_prelu(w)
     alexnet_lrn(w)
+    params_types(w)
     with open(w.path("manifest.json"), "w") as f:
         json.dump(w.manifest, f, indent=1, sort_keys=True)
 

@@ -13,7 +13,8 @@ One array, in its newer form (MXNet >= 0.12)::
     int32 storage type (0 dense; 1 row-sparse and 2 CSR are refused here)
     shape: int32 ndim, ndim x int64       (V2: ndim 0 = an empty array, nothing follows)
     context: int32 device type, int32 device id
-    int32 type flag (0 float32, 1 float64, 2 float16, 3 uint8, 4 int32, 5 int8, 6 int64)
+    int32 type flag (0 float32, 1 float64, 2 float16, 3 uint8, 4 int32, 5 int8, 6 int64,
+                     7 bool (one byte), 12 bfloat16 (the upper 16 bits of a float32))
     the values, C order
 
 and in the older ones: ``uint32 0xF993FAC8`` (V1) then the shape as above; or, in the oldest,
@@ -34,7 +35,8 @@ V2_MAGIC = 0xF993FAC9
 V3_MAGIC = 0xF993FACA
 
 DTYPES = {0: np.float32, 1: np.float64, 2: np.float16, 3: np.uint8, 4: np.int32, 5: np.int8,
-          6: np.int64}
+          6: np.int64, 7: np.bool_, 12: np.uint16}
+BFLOAT16 = 12  # stored as uint16 bits, given as float32
 MAX_NDIM = 32
 
 
@@ -111,11 +113,15 @@ def _array(r, index):
     flag = r.i32(what + " (its type flag)")
     if flag not in DTYPES:
         raise r.error("%s has type flag %d, which is not a type this reader knows (float32, "
-                      "float64, float16 and the integer types)" % (what, flag), flag_at)
+                      "float64, float16, bfloat16, bool and the integer types)"
+                      % (what, flag), flag_at)
     dtype = np.dtype(DTYPES[flag]).newbyteorder("<")
     count = math.prod(shape)  # Python integers: a corrupt size cannot wrap around
     raw = r.take(count * dtype.itemsize, "%s's %d values of shape %s" % (what, count, shape))
-    return np.frombuffer(raw, dtype).reshape(shape)
+    values = np.frombuffer(raw, dtype).reshape(shape)
+    if flag == BFLOAT16:
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    return values
 
 
 def parse_params(data, path="<params>"):
