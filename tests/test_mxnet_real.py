@@ -99,3 +99,30 @@ def test_every_element_type_mxnet_writes_is_read():
     assert parsed["aux:bool"].dtype == np.bool_
     args, aux = mxnet.read_params(os.path.join(REAL, "params_types.params"))
     assert args["bfloat16"].dtype == np.float32 and aux["bool"].tolist() == [1.0, 0.0, 1.0]
+
+
+def test_gluoncv_squeeze_excitation_by_adaptive_pooling():
+    """GluonCV's SE-ResNeXt / SENet-154 squeeze: contrib.AdaptiveAvgPooling2D to 1 x 1 (a
+    global average), and output sizes that divide the input (a plain average pooling)."""
+    net = _case("gluoncv_se_adaptive")
+    pools = [layer for layer in net.layers if layer.type == "Pooling"]
+    assert len(pools) == 3
+
+
+def test_adaptive_pooling_windows_of_different_sizes_name_the_node(tmp_path):
+    doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
+                     {"op": "_contrib_AdaptiveAvgPooling2D", "name": "squeeze",
+                      "attrs": {"output_size": "(3, 2)"}, "inputs": [[0, 0, 0]]}],
+           "arg_nodes": [0], "heads": [[1, 0, 0]]}
+    path = tmp_path / "adaptive-symbol.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(CaffeError, match=r"'squeeze' \(op _contrib_AdaptiveAvgPooling2D\): "
+                                         r"output_size \(3, 2\) from an input of 7 x 4"):
+        mxnet.convert(str(path), None, {"data": (1, 2, 7, 4)})
+    # 6 x 4 to 3 x 2: means of 2 x 2 blocks
+    x = np.arange(48, dtype=np.float32).reshape(1, 2, 6, 4)
+    net = mxnet.load(str(path), None, {"data": x.shape})
+    net.blobs["data"].data[...] = x
+    net.forward()
+    want = x.reshape(1, 2, 3, 2, 2, 2).mean(axis=(3, 5))
+    np.testing.assert_array_equal(net.blobs["squeeze"].data, want)

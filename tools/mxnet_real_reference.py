@@ -133,6 +133,36 @@ def alexnet_lrn(w):
              "nsize 3 with a large alpha")
 
 
+class SEBlock(nn.HybridBlock):
+    """GluonCV's ResNeXt block with ``use_se``: the squeeze by AdaptiveAvgPooling2D."""
+
+    def __init__(self, channels, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.conv = nn.Conv2D(channels, 3, padding=1, use_bias=False)
+            self.bn = nn.BatchNorm()
+            self.se = nn.HybridSequential(prefix="")
+            self.se.add(nn.Conv2D(channels // 4, kernel_size=1, padding=0))
+            self.se.add(nn.Activation("relu"))
+            self.se.add(nn.Conv2D(channels, kernel_size=1, padding=0))
+            self.se.add(nn.Activation("sigmoid"))
+
+    def hybrid_forward(self, F, x):
+        x = self.bn(self.conv(x))
+        w = F.contrib.AdaptiveAvgPooling2D(x, output_size=1)
+        x = F.broadcast_mul(x, self.se(w))
+        return x, F.contrib.AdaptiveAvgPooling2D(x, output_size=(2, 3)), \
+            F.contrib.AdaptiveAvgPooling2D(x, output_size=3)
+
+
+def gluoncv_se(w):
+    w.gluon("gluoncv_se_adaptive", SEBlock(8), {"data": make_input((1, 3, 6, 9))},
+            "dmlc/gluon-cv gluoncv/model_zoo/resnext.py (0.10.5), the block with use_se "
+            "(SE-ResNeXt; senet.py's SENet-154 squeezes the same way): "
+            "contrib.AdaptiveAvgPooling2D(x, output_size=1); and output sizes (2, 3) and 3 "
+            "that divide the 6 x 9 input")
+
+
 def params_types(w):
     """One array of each element type MXNet 1.9.1 writes, and what MXNet reads back."""
     from mxnet.ndarray.ndarray import _DTYPE_NP_TO_MX
@@ -168,6 +198,7 @@ def main(argv):
     gluon_prelu(w)
     alexnet_lrn(w)
     params_types(w)
+    gluoncv_se(w)
     with open(w.path("manifest.json"), "w") as f:
         json.dump(w.manifest, f, indent=1, sort_keys=True)
 

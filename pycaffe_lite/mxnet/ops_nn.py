@@ -355,6 +355,35 @@ def pooling(c, node):
     c.produce(blob)
 
 
+@converter("_contrib_AdaptiveAvgPooling2D")
+def adaptive_avg_pooling(c, node):
+    """MXNet averages rows floor(o * in / out) to ceil((o + 1) * in / out) for output o: one
+    global average for an output of 1 x 1 (GluonCV's squeeze-excitation blocks), Caffe's
+    average pooling with kernel = stride = in / out where out divides in."""
+    a = c.attrs()
+    x = c.bottom(0)
+    shape = c.shape(x)
+    if len(shape) != 4:
+        raise c.error("only 2-D pooling converts (input of shape %s)" % (shape,))
+    size = a.tuple("output_size") or (1,)
+    size = tuple(size) * 2 if len(size) == 1 else tuple(size)
+    if len(size) != 2 or any(not s or s < 1 for s in size):
+        raise c.error("output_size=%s is not one or two positive sizes" % a.str("output_size"))
+    lp = c.layer("Pooling", node.name, [x], [c.out()])
+    lp.pooling_param.pool = caffe_pb2.PoolingParameter.AVE
+    if size == (1, 1):
+        lp.pooling_param.global_pooling = True
+    elif all(n % s == 0 for n, s in zip(shape[2:], size)):
+        kernel = [n // s for n, s in zip(shape[2:], size)]
+        _pool_geometry(lp.pooling_param, kernel, kernel, [0, 0])
+    else:
+        raise c.error("output_size %s from an input of %s x %s: MXNet's windows differ in "
+                      "size, which Caffe's pooling cannot give (sizes that divide the input "
+                      "convert)" % (size, shape[2], shape[3]))
+    c.configure(lp)
+    c.produce(c.out())
+
+
 # -- fully connected, upsampling, normalisation ---------------------------------------------
 @converter("LRN")
 def lrn(c, node):
