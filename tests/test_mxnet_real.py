@@ -126,3 +126,20 @@ def test_adaptive_pooling_windows_of_different_sizes_name_the_node(tmp_path):
     net.forward()
     want = x.reshape(1, 2, 3, 2, 2, 2).mean(axis=(3, 5))
     np.testing.assert_array_equal(net.blobs["squeeze"].data, want)
+
+
+def test_3d_pooling_is_refused_as_3d_not_for_its_layout(tmp_path):
+    """GluonCV's I3D-ResNet (an exported model-symbol.json of i3d_resnet50_v1): its 3-D
+    convolutions convert; its pooling (layout NCDHW, channels-first like Caffe's blobs) is
+    refused because it is 3-D, and the message says so."""
+    doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
+                     {"op": "Pooling", "name": "pool0_fwd", "inputs": [[0, 0, 0]],
+                      "attrs": {"global_pool": "False", "kernel": "(1, 3, 3)",
+                                "layout": "NCDHW", "pad": "(0, 1, 1)", "pool_type": "max",
+                                "pooling_convention": "valid", "stride": "(2, 2, 2)"}}],
+           "arg_nodes": [0], "heads": [[1, 0, 0]]}
+    path = tmp_path / "i3d-symbol.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(CaffeError, match=r"'pool0_fwd' \(op Pooling\): only 2-D pooling "
+                                         r"converts \(input of shape \(1, 2, 4, 6, 6\)\)"):
+        mxnet.convert(str(path), None, {"data": (1, 2, 4, 6, 6)})

@@ -302,9 +302,10 @@ def pooling(c, node):
     mode = a.str("pool_type", "max")
     if mode not in ("max", "avg", "sum"):
         raise c.error("pool_type %s does not convert (max, avg and sum do)" % mode)
-    if a.str("layout") not in (None, "NCHW"):
-        raise c.error("layout %s does not convert" % a.str("layout"))
-    if len(shape) != 4:
+    if a.str("layout") not in (None, "NCW", "NCHW", "NCDHW"):
+        raise c.error("layout %s does not convert: Caffe's blobs are channels-first (NCHW)"
+                      % a.str("layout"))
+    if len(shape) != 4:  # (1-D and 3-D pooling: their layouts are channels-first too)
         raise c.error("only 2-D pooling converts (input of shape %s)" % (shape,))
     P = caffe_pb2.PoolingParameter
     top = c.out()
