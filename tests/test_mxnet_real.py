@@ -143,3 +143,16 @@ def test_3d_pooling_is_refused_as_3d_not_for_its_layout(tmp_path):
     with pytest.raises(CaffeError, match=r"'pool0_fwd' \(op Pooling\): only 2-D pooling "
                                          r"converts \(input of shape \(1, 2, 4, 6, 6\)\)"):
         mxnet.convert(str(path), None, {"data": (1, 2, 4, 6, 6)})
+
+
+def test_fcn_xs_deconvolution_with_adj_larger_than_pad():
+    """apache/mxnet's FCN-xs: Deconvolution(kernel 64, stride 32, adj 31, pad 0) and the
+    FCN-8s one (kernel 4, stride 2, adj 1): the adj rows past the full transposed
+    convolution, which no input reaches, hold the bias."""
+    net = _case("fcn_xs_deconv_adj")
+    ref = np.load(os.path.join(REAL, "fcn_xs_deconv_adj-out2.npy"))
+    # score2's last row and column: its bias, per channel
+    bias = ref[0, :, -1, -1]
+    np.testing.assert_allclose(ref[0, :, -1, :], bias[:, None] * np.ones((1, ref.shape[3])),
+                               rtol=1e-6)
+    assert net.blobs["score2"].data.shape == ref.shape

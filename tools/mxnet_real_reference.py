@@ -163,6 +163,30 @@ def gluoncv_se(w):
             "that divide the 6 x 9 input")
 
 
+def fcn_xs(w):
+    """FCN-xs upsampling: Deconvolution with adj larger than pad, then Crop to the data."""
+    S = mx.sym
+    data = S.var("data")
+    x = S.Convolution(data, kernel=(3, 3), pad=(1, 1), num_filter=4, name="conv1")
+    x = S.Activation(x, act_type="relu", name="relu1")
+    x = S.Pooling(x, pool_type="max", kernel=(2, 2), stride=(2, 2), name="pool1")
+    x = S.Pooling(x, pool_type="max", kernel=(2, 2), stride=(2, 2), name="pool2")
+    score = S.Convolution(x, kernel=(1, 1), num_filter=3, name="score")
+    big = S.Deconvolution(score, kernel=(8, 8), stride=(4, 4), adj=(3, 3), num_filter=3,
+                          no_bias=True, name="bigscore")
+    upscore = S.Crop(big, data, offset=(2, 2), name="upscore")
+    score2 = S.Deconvolution(score, kernel=(4, 4), stride=(2, 2), adj=(1, 1), num_filter=3,
+                             no_bias=False, name="score2")
+    rect = S.Deconvolution(score, kernel=(3, 2), stride=(2, 3), pad=(0, 1), adj=(1, 2),
+                           num_filter=2, no_bias=False, name="rect")
+    w.symbol("fcn_xs_deconv_adj", S.Group([upscore, big, score2, rect]),
+             {"data": make_input((1, 3, 21, 22))},
+             "apache/mxnet example/fcn-xs/symbol_fcnxs.py (v1.9.x): fcnxs_score's "
+             "Deconvolution(kernel 64, stride 32, adj 31) and Crop(bigscore, data, offset), "
+             "get_fcn8s_symbol's Deconvolution(kernel 4, stride 2, adj 1), scaled down; and a "
+             "rectangular one with a bias")
+
+
 def params_types(w):
     """One array of each element type MXNet 1.9.1 writes, and what MXNet reads back."""
     from mxnet.ndarray.ndarray import _DTYPE_NP_TO_MX
@@ -199,6 +223,7 @@ def main(argv):
     alexnet_lrn(w)
     params_types(w)
     gluoncv_se(w)
+    fcn_xs(w)
     with open(w.path("manifest.json"), "w") as f:
         json.dump(w.manifest, f, indent=1, sort_keys=True)
 

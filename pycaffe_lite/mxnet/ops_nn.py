@@ -75,10 +75,22 @@ def convolution(c, node):
 def deconv_layer(c, name, x, w, bias, top, kernel, stride, pad, adj, dilate, group,
                  num_output):
     """MXNet's Deconvolution: Caffe's with the pad lowered by ``adj`` and the first ``adj``
-    rows / columns cut off (``adj`` adds rows at the bottom / right, Caffe pads evenly)."""
-    if any(j > q for j, q in zip(adj, pad)):
-        raise c.error("adj %s larger than pad %s: the extra rows lie outside the full "
-                      "transposed convolution, which Caffe cannot give" % (adj, pad))
+    rows / columns cut off (``adj`` adds rows at the bottom / right, Caffe pads evenly).
+    Where ``adj`` is larger than ``pad`` the extra rows lie past the full transposed
+    convolution (no input reaches them: they hold the bias): the kernel grows by that many
+    zero taps at its end, which gives those rows, and then ``adj`` equals ``pad``."""
+    kernel, adj = list(kernel), list(adj)
+    for i, (j, q) in enumerate(zip(adj, pad)):
+        if j > q:
+            if dilate[i] != 1:
+                raise c.error("adj %s larger than pad %s with dilate %s: the extra rows lie "
+                              "outside the full transposed convolution, which Caffe cannot "
+                              "give" % (adj, pad, list(dilate)))
+            widths = [(0, 0)] * w.ndim
+            widths[2 + i] = (0, j - q)
+            w = np.pad(w, widths)
+            kernel[i] += j - q
+            adj[i] = q
     blobs = [w] if bias is None else [w, bias]
     caffe_pad = [q - j for q, j in zip(pad, adj)]
     mid = top if not any(adj) else c.blob_name(top + "/full")
