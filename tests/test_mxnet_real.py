@@ -156,3 +156,25 @@ def test_fcn_xs_deconvolution_with_adj_larger_than_pad():
     np.testing.assert_allclose(ref[0, :, -1, :], bias[:, None] * np.ones((1, ref.shape[3])),
                                rtol=1e-6)
     assert net.blobs["score2"].data.shape == ref.shape
+
+
+def test_gluoncv_pyramid_pooling_and_resizing():
+    """GluonCV's PSPNet pyramid (adaptive pooling to 1, 2, 3, 6 and BilinearResize2D back) and
+    its segmentation heads' resizing: Caffe's Interp (corners aligned, as MXNet's default);
+    to a size, by scales (MXNet's float32 product, truncated: 12 x 2.6 -> 31) and like an
+    input."""
+    net = _case("gluoncv_pyramid_resize")
+    assert sum(layer.type == "Interp" for layer in net.layers) == 7
+
+
+def test_resizing_with_half_pixel_sampling_names_the_node(tmp_path):
+    doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
+                     {"op": "_contrib_BilinearResize2D", "name": "up",
+                      "attrs": {"height": "8", "width": "8", "align_corners": "False"},
+                      "inputs": [[0, 0, 0]]}],
+           "arg_nodes": [0], "heads": [[1, 0, 0]]}
+    path = tmp_path / "resize-symbol.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(CaffeError, match=r"'up' \(op _contrib_BilinearResize2D\): "
+                                         r"align_corners=False"):
+        mxnet.convert(str(path), None, {"data": (1, 2, 4, 4)})

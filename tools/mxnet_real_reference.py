@@ -163,6 +163,38 @@ def gluoncv_se(w):
             "that divide the 6 x 9 input")
 
 
+class PyramidHead(nn.HybridBlock):
+    """GluonCV's PSPNet pyramid pooling and its segmentation heads' resizing."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.stem = nn.Conv2D(8, 3, padding=1)
+            self.branches = nn.HybridSequential()
+            for _ in range(4):
+                self.branches.add(nn.Conv2D(2, 1))
+            self.head = nn.Conv2D(3, 3, padding=1)
+
+    def hybrid_forward(self, F, x):
+        feat = self.stem(x)
+        pooled = [F.contrib.BilinearResize2D(branch(F.contrib.AdaptiveAvgPooling2D(
+            feat, output_size=size)), height=12, width=12)
+            for size, branch in zip((1, 2, 3, 6), self.branches)]
+        y = self.head(F.concat(feat, *pooled, dim=1))
+        return (F.contrib.BilinearResize2D(y, height=31, width=40),
+                F.contrib.BilinearResize2D(y, scale_height=1.5, scale_width=2.6),
+                F.contrib.BilinearResize2D(y, F.Pooling(x, kernel=(3, 3), stride=(3, 3)),
+                                           mode="like"))
+
+
+def gluoncv_segmentation(w):
+    w.gluon("gluoncv_pyramid_resize", PyramidHead(), {"data": make_input((1, 3, 12, 12))},
+            "dmlc/gluon-cv gluoncv/model_zoo/pspnet.py (0.10.5): _PyramidPooling "
+            "(AdaptiveAvgPooling2D to 1, 2, 3, 6, then contrib.BilinearResize2D(height, "
+            "width)) and the heads' resizing to the image (fcn.py, deeplabv3.py); scales and "
+            "mode like")
+
+
 def fcn_xs(w):
     """FCN-xs upsampling: Deconvolution with adj larger than pad, then Crop to the data."""
     S = mx.sym
@@ -224,6 +256,7 @@ def main(argv):
     params_types(w)
     gluoncv_se(w)
     fcn_xs(w)
+    gluoncv_segmentation(w)
     with open(w.path("manifest.json"), "w") as f:
         json.dump(w.manifest, f, indent=1, sort_keys=True)
 

@@ -461,6 +461,38 @@ def upsampling(c, node):
     c.produce(c.out())
 
 
+@converter("_contrib_BilinearResize2D")
+def bilinear_resize(c, node):
+    """Bilinear resizing with the corners aligned (MXNet's default, and the only sampling
+    Caffe's Interp has) to height x width, to scale x the input (mode size) or to the
+    second input's size (mode like)."""
+    a = c.attrs()
+    x = c.bottom(0)
+    shape = c.shape(x)
+    if len(shape) != 4:
+        raise c.error("only 2-D resizing converts (input of shape %s)" % (shape,))
+    if not a.bool("align_corners", True):
+        raise c.error("align_corners=False (half-pixel sampling) does not convert: Caffe's "
+                      "Interp aligns the corners")
+    mode = a.str("mode", "size")
+    if mode == "size" and a.has("scale_height"):
+        if not a.has("scale_width"):
+            raise c.error("scale_height without scale_width")
+        # (as MXNet: a float32 product, truncated)
+        h = int(np.float32(a.float("scale_height")) * np.float32(shape[2]))
+        w = int(np.float32(a.float("scale_width")) * np.float32(shape[3]))
+    elif mode == "size":
+        h, w = a.int("height", 1), a.int("width", 1)
+    elif mode == "like":
+        h, w = c.in_shape(1)[2:4]
+    else:
+        raise c.error("mode %s does not convert (size and like do)" % mode)
+    if h < 1 or w < 1:
+        raise c.error("an output of %d x %d" % (h, w))
+    neuron(c, "Interp", x, c.out(), interp_param__height=h, interp_param__width=w)
+    c.produce(c.out())
+
+
 @converter("L2Normalization")
 def l2_normalization(c, node):
     a = c.attrs()
