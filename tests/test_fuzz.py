@@ -378,6 +378,9 @@ NOT_IN_PALETTE = {
     "HDF5Output": "writes HDF5 files to disk; checked in its own tests",
     "MemoryData": "needs arrays handed over from Python (set_input_arrays) before forward",
     "Python": "imports a user module named in its parameters",
+    "Proposal": "needs RPN scores and deltas of 2A and 4A channels for its anchors and an "
+                "im_info bottom; its top's row count depends on the values; checked in "
+                "tests/test_proposal_layer_cpp.py",
     "YoloDetectionOutput": "a detection head: its input must be a YOLO head's channels and "
                            "its top's row count depends on the values; checked in "
                            "tests/layers/test_yolo_port_layers.py",

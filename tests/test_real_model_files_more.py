@@ -205,34 +205,9 @@ layer {
 }
 """
 
-# PVANet's C++ proposal layer: models/pvanet_obsolete/comp/test.pt lines 3135-3153
-# (sanghoon/pva-faster-rcnn at commit b0dc7d255da61188dda01e8760078b6991d6f7e2), with inputs;
 # caffe-yolov2's YOLOv2 DetectionOutput: examples/indoor/eval_detection/deploy_output.prototxt
 # lines 1086-1109, a tab made spaces (Ewenwan/caffe-yolov2, a copy of gklz1982/caffe-yolov2,
 # at commit 2dc710f77799267ca5e0d5aacee312cfd222853e), with an input.
-PVANET_PROPOSAL = """input: "rpn_cls_prob_reshape" input_shape { dim: 1 dim: 50 dim: 4 dim: 6 }
-input: "rpn_bbox_pred" input_shape { dim: 1 dim: 100 dim: 4 dim: 6 }
-input: "im_info" input_shape { dim: 1 dim: 6 }
-layer {
-  name: 'proposal'
-  type: 'Proposal'
-  bottom: 'rpn_cls_prob_reshape'
-  bottom: 'rpn_bbox_pred'
-  bottom: 'im_info'
-  top: 'rois'
-  top: 'scores'
-  proposal_param {
-    ratio: 0.5 ratio: 0.667 ratio: 1.0 ratio: 1.5 ratio: 2.0
-    scale: 3 scale: 6 scale: 9 scale: 16 scale: 32
-    base_size: 16
-    feat_stride: 16
-    pre_nms_topn: 12000
-    post_nms_topn: 200
-    nms_thresh: 0.7
-    min_size: 16
-  }
-}
-"""
 YOLOV2_DETECTION_OUTPUT = """input: "conv22" input_shape { dim: 1 dim: 70 dim: 13 dim: 13 }
 layer {
   name: "detection_out"
@@ -264,12 +239,11 @@ layer {
 @pytest.mark.parametrize("text, line, field, fork", [
     (FLOWNET_CORRELATION, 22, "correlation_param", "FlowNet 2.0"),
     (CRNN_RECURRENT, 6, "continuation_indicator_param", "CRNN (crnn.caffe)"),
-    (PVANET_PROPOSAL, 12, "proposal_param", "PVANet (pva-faster-rcnn)"),
     (YOLOV2_DETECTION_OUTPUT, 12, "coords", "caffe-yolov2 (gklz1982)")])
 def test_files_of_forks_not_provided_are_refused_naming_the_fork(tmp_path, text, line, field, fork):
     """FlowNet 2.0's layers (OpenCV's tests load its Correlation, FlowWarp, Resample,
-    DataAugmentation), the CRNN port's ContinuationIndicator, PVANet's C++ Proposal and
-    caffe-yolov2's YOLOv2 DetectionOutput (its own fields under SSD's type name) are not
+    DataAugmentation), the CRNN port's ContinuationIndicator and caffe-yolov2's YOLOv2
+    DetectionOutput (its own fields under SSD's type name) are not
     provided: the error names the file, the line and the fork that defines the field, as for
     the other forks' fields this schema lacks (it named only the field)."""
     path = tmp_path / "net.prototxt"

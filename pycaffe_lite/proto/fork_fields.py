@@ -195,11 +195,8 @@ FORK_FIELD_NAMES.update({("LayerParameter", name): "FlowNet 2.0" for name in (
     "lpq_loss_param", "flow_warp_param", "reshape_every_iter")})
 FORK_FIELD_NAMES.update({("LayerParameter", name): "CRNN (crnn.caffe)" for name in (
     "ctc_loss_param", "continuation_indicator_param", "labelsequence_accuracy_param")})
-# PVANet's C++ Proposal layer (sanghoon/pva-faster-rcnn's models/pvanet_obsolete/*/test.pt;
-# its newer files name the Python rpn.proposal_layer, which is built in) and caffe-yolov2's
-# DetectionOutput (gklz1982/caffe-yolov2: YOLOv2 decoding under SSD's type name, its fields in
-# DetectionOutputParameter) are not provided.
-FORK_FIELD_NAMES[("LayerParameter", "proposal_param")] = "PVANet (pva-faster-rcnn)"
+# caffe-yolov2's DetectionOutput (gklz1982/caffe-yolov2: YOLOv2 decoding under SSD's type
+# name, its fields in DetectionOutputParameter) is not provided.
 FORK_FIELD_NAMES.update({("DetectionOutputParameter", name): "caffe-yolov2 (gklz1982)"
                          for name in ("side", "num_box", "coords", "nms_threshold", "biases",
                                       "label_map_file")})

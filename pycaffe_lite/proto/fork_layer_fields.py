@@ -1,5 +1,5 @@
-"""Where SegNet, ENet, PSPNet's BN, DeepLab v2, the YOLO ports, R-FCN and CTPN put their
-layer fields, and where this schema puts them.
+"""Where SegNet, ENet, PSPNet's BN, DeepLab v2, the YOLO ports, R-FCN, CTPN and OpenCV (its
+Proposal layer) put their layer fields, and where this schema puts them.
 
 A prototxt names each field and reads unchanged. A binary file (a ``.caffemodel`` carries
 the layer parameters too) holds the fork's number, which here may be a BVLC field (SegNet's
@@ -55,6 +55,9 @@ LAYER_FIELDS = (
     ForkField("darknet2caffe (YOLOv4 ports)", ("Mish",), 150, LENGTH_DELIMITED, "mish_param"),
     # NVCaffe's trt_param and Intel Caffe's box_annotator_ohem_param elsewhere
     ForkField(PSPNET, ("BN",), 152, LENGTH_DELIMITED, "bn_param"),
+    # the SSD fork's multibox_loss_param 201; PVANet's number, 8266713, is this schema's
+    ForkField("OpenCV (opencv-caffe.proto)", ("Proposal",), 201, LENGTH_DELIMITED,
+              "proposal_param"),
 )
 
 # A fork's parameter message whose fields this schema numbers differently inside: when the

@@ -288,6 +288,10 @@ CASES = [
          'output_dim: 2 group_size: 2 }',
          [_u((2, 8, 5, 6)), np.array([[0, 1, 1, 9, 7], [1, 0, 2, 11, 9], [1, 4, 4, 4, 4]],
                                      np.float32)], down=[True, False], host_io=True),
+    case("Proposal", 'type: "Proposal" proposal_param { ratio: 0.5 ratio: 1 scale: 2 scale: 4 '
+         'post_nms_topn: 20 }', [_u((1, 8, 3, 4), 0, 0, 1), _u((1, 16, 3, 4), 1, -0.3, 0.3),
+                                 np.array([[50, 70, 1]], np.float32)],
+         down=[False] * 3, tops=2, host_io=True),
     case("YoloDetectionOutput", 'type: "YoloDetectionOutput" yolo_detection_output_param { '
          'num_classes: 2 num_box: 2 confidence_threshold: 0.1 biases: [1, 1.5, 2, 2.5] }',
          [_u((1, 14, 3, 3), 0, -3, 3)], down=[False], host_io=True),

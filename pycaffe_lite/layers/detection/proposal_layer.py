@@ -1,6 +1,6 @@
-"""py-faster-rcnn's region proposal layer (``rpn.proposal_layer.ProposalLayer``), built in.
+"""Faster R-CNN's region proposal layer, in its two spellings.
 
-Faster R-CNN and R-FCN nets name it as a Python layer::
+py-faster-rcnn (and R-FCN) name it as a Python layer (``rpn.proposal_layer.ProposalLayer``)::
 
     layer { name: "proposal" type: "Python"
             bottom: "rpn_cls_prob_reshape" bottom: "rpn_bbox_pred" bottom: "im_info"
@@ -8,14 +8,21 @@ Faster R-CNN and R-FCN nets name it as a Python layer::
             python_param { module: "rpn.proposal_layer" layer: "ProposalLayer"
                            param_str: "'feat_stride': 16" } }
 
-When no ``rpn`` package can be imported, the Python layer uses this class for that module
-and class (as OpenCV's dnn module does), so the fork's nets run without its Python tree.
+When no ``rpn`` package can be imported, the Python layer uses :class:`ProposalLayer` for that
+module and class (as OpenCV's dnn module does), so the fork's nets run without its Python tree.
+
+PVANet's Caffe (sanghoon/caffe, ``src/caffe/layers/proposal_layer.cpp``) and OpenCV's Faster
+R-CNN samples name the C++ layer, ``type: "Proposal"`` with ``proposal_param``:
+:class:`CppProposalLayer`. Both compute anchors, box decoding, clipping, top-N, NMS and top-N
+the same way (:func:`propose`); the C++ layer rounds the anchor sizes half up, scores a box
+under the minimum size 0 instead of dropping it, and takes its numbers from ``proposal_param``.
 """
 
 import numpy as np
 
 from ...backend import get_array_module, to_host
 from ...layer import Layer
+from ...registry import register_layer
 from ..common.python_param_str import feat_stride_params
 from .nms import AT_MOST, greedy, pixel_overlaps
 
@@ -24,21 +31,27 @@ from .nms import AT_MOST, greedy, pixel_overlaps
 SETTINGS = {"TRAIN": (12000, 2000, 0.7, 16), "TEST": (6000, 300, 0.7, 16)}
 
 
-def generate_anchors(base_size=16, ratios=(0.5, 1, 2), scales=(8, 16, 32)):
+def generate_anchors(base_size=16, ratios=(0.5, 1, 2), scales=(8, 16, 32), half_up=False):
     """The fork's reference anchors ``(len(ratios) * len(scales), 4)``: the square
     ``(0, 0, base_size - 1, base_size - 1)`` reshaped to each aspect ratio (height over
-    width; sizes rounded as NumPy rounds), then scaled, around the same centre."""
+    width; sizes rounded as NumPy rounds, half to even, or with ``half_up`` in float32 and
+    half up, as the C++ layer's ``(int)(x + 0.5)``), then scaled, around the same centre."""
     size = float(base_size)
     centre = (size - 1) / 2
     out = []
     for ratio in ratios:
-        w = np.round(np.sqrt(size * size / ratio))
-        h = np.round(w * ratio)
+        if half_up:
+            f32 = np.float32
+            w = float(np.floor(np.sqrt(f32(size * size) / f32(ratio)) + f32(0.5)))
+            h = float(np.floor(f32(w) * f32(ratio) + f32(0.5)))
+        else:
+            w = np.round(np.sqrt(size * size / ratio))
+            h = np.round(w * ratio)
         for scale in scales:
             sw, sh = w * scale, h * scale
             out.append([centre - (sw - 1) / 2, centre - (sh - 1) / 2,
                         centre + (sw - 1) / 2, centre + (sh - 1) / 2])
-    return np.asarray(out, dtype=np.float64)
+    return np.asarray(out, dtype=np.float64).reshape(-1, 4)
 
 
 def decode_boxes(anchors, deltas):
@@ -58,6 +71,50 @@ def nms_pixels(boxes, scores, threshold, limit=-1):
     box by at most ``threshold``. Memory linear in the boxes."""
     order = np.argsort(-scores, kind="stable")
     return order[greedy(boxes[order], threshold, pixel_overlaps, AT_MOST, limit=limit)]
+
+
+def propose(anchors, feat_stride, scores, deltas, image, min_side, pre_top, post_top,
+            threshold, small_score_zero=False):
+    """Proposals of one image: ``(boxes (R, 4), scores (R,))``, best first.
+
+    ``anchors`` ``(A, 4)`` are shifted by ``feat_stride`` to each cell of the foreground
+    ``scores`` ``(A, H, W)`` and moved by ``deltas`` ``(4A, H, W)``; the boxes are clipped to
+    ``image`` (height, width). A box whose width is under ``min_side[1]`` or height under
+    ``min_side[0]`` is dropped, or with ``small_score_zero`` kept with score 0 (the C++
+    layer). The best ``pre_top`` by score (equal scores in anchor order) go through the NMS
+    at ``threshold`` and the first ``post_top`` kept are returned."""
+    a, h, w = scores.shape
+    sx, sy = np.meshgrid(np.arange(w) * float(feat_stride), np.arange(h) * float(feat_stride))
+    shifts = np.stack([sx.ravel(), sy.ravel(), sx.ravel(), sy.ravel()], axis=1)
+    boxes = decode_boxes((anchors[None, :, :] + shifts[:, None, :]).reshape(-1, 4),
+                         deltas.reshape(a, 4, h, w).transpose(2, 3, 0, 1).reshape(-1, 4))
+    scores = scores.transpose(1, 2, 0).reshape(-1)
+    boxes[:, 0::2] = np.clip(boxes[:, 0::2], 0, image[1] - 1)
+    boxes[:, 1::2] = np.clip(boxes[:, 1::2], 0, image[0] - 1)
+    big = ((boxes[:, 2] - boxes[:, 0] + 1 >= min_side[1]) &
+           (boxes[:, 3] - boxes[:, 1] + 1 >= min_side[0]))
+    if small_score_zero:
+        scores = np.where(big, scores, 0.0)
+    else:
+        boxes, scores = boxes[big], scores[big]
+    order = np.argsort(-scores, kind="stable")[:max(pre_top, 0)]
+    boxes, scores = boxes[order], scores[order]
+    keep = nms_pixels(boxes, scores, threshold, post_top)
+    return boxes[keep], scores[keep]
+
+
+def _write_proposals(top, boxes, scores, score_shape):
+    """``top[0]`` ``(R, 5)`` rows ``0, x1, y1, x2, y2``; ``top[1]`` (if any) the scores in
+    ``score_shape(R)``."""
+    rois = np.zeros((len(boxes), 5))
+    rois[:, 1:] = boxes
+    top[0].reshape(*rois.shape)
+    y = top[0].write_data()
+    y[...] = get_array_module(y).asarray(rois)
+    if len(top) > 1:
+        top[1].reshape(*score_shape(len(boxes)))
+        s = top[1].write_data()
+        s[...] = get_array_module(s).asarray(scores.reshape(s.shape))
 
 
 def _positive_numbers(layer, params, key, default):
@@ -123,35 +180,94 @@ class ProposalLayer(Layer):
         pre_top, post_top, threshold, min_size = SETTINGS[
             "TRAIN" if self.phase == 0 else "TEST"]
         a = len(self.anchors)
-        scores = to_host(bottom[0].read_data()).astype(np.float64)[:, a:]
-        deltas = to_host(bottom[1].read_data()).astype(np.float64)
+        scores = to_host(bottom[0].read_data()).astype(np.float64)[0, a:]
+        deltas = to_host(bottom[1].read_data()).astype(np.float64)[0]
         info = to_host(bottom[2].read_data()).reshape(-1).astype(np.float64)
-        h, w = scores.shape[2:]
-        sx, sy = np.meshgrid(np.arange(w) * self.feat_stride, np.arange(h) * self.feat_stride)
-        shifts = np.stack([sx.ravel(), sy.ravel(), sx.ravel(), sy.ravel()], axis=1)
-        anchors = (self.anchors[None, :, :] + shifts[:, None, :]).reshape(-1, 4)
-        deltas = deltas.transpose(0, 2, 3, 1).reshape(-1, 4)
-        scores = scores.transpose(0, 2, 3, 1).reshape(-1)
-        boxes = decode_boxes(anchors, deltas)
-        boxes[:, 0::2] = np.clip(boxes[:, 0::2], 0, info[1] - 1)
-        boxes[:, 1::2] = np.clip(boxes[:, 1::2], 0, info[0] - 1)
         side = min_size * info[2]
-        keep = np.flatnonzero((boxes[:, 2] - boxes[:, 0] + 1 >= side) &
-                              (boxes[:, 3] - boxes[:, 1] + 1 >= side))
-        boxes, scores = boxes[keep], scores[keep]
-        order = np.argsort(-scores, kind="stable")[:pre_top]
-        boxes, scores = boxes[order], scores[order]
-        keep = nms_pixels(boxes, scores, threshold, post_top)
-        boxes, scores = boxes[keep], scores[keep]
-        rois = np.zeros((len(keep), 5))
-        rois[:, 1:] = boxes
-        top[0].reshape(*rois.shape)
-        y = top[0].write_data()
-        y[...] = get_array_module(y).asarray(rois)
-        if len(top) > 1:
-            top[1].reshape(len(keep), 1)
-            s = top[1].write_data()
-            s[...] = get_array_module(s).asarray(scores.reshape(-1, 1))
+        boxes, scores = propose(self.anchors, self.feat_stride, scores, deltas, info[:2],
+                                (side, side), pre_top, post_top, threshold)
+        _write_proposals(top, boxes, scores, lambda r: (r, 1))
 
     def backward(self, top, propagate_down, bottom):
         pass  # the fork's layer propagates no gradient
+
+
+@register_layer("Proposal")
+class CppProposalLayer(Layer):
+    """Region proposals as the C++ ``Proposal`` layer computes them: PVANet's Caffe
+    (sanghoon/caffe, branch dev_pvanet: ``proposal_layer.cpp``, ``util/nms.cpp``), the layer
+    of PVANet's ``models/pvanet_obsolete/*/test.pt`` and OpenCV's Faster R-CNN samples.
+
+    Anchors: ``base_size`` reshaped to each ``ratio`` (sizes rounded half up in float32, as
+    ``(int)(x + 0.5)``) times each ``scale``, ratio by ratio; shifted by ``feat_stride`` to
+    every cell. Each is moved by its deltas and clipped to the image; one narrower than
+    ``min_size * im_info[3]`` or lower than ``min_size * im_info[2]`` keeps its place with
+    score 0. The best ``pre_nms_topn`` by score (equal scores in anchor order; the fork's
+    quicksort leaves them in an order of its own) go through the NMS (IoU above
+    ``nms_thresh`` dropped, areas counting end pixels), and the first ``post_nms_topn`` kept
+    are the proposals.
+
+    Bottoms: scores ``(1, 2A, H, W)`` (the last A channels, foreground, are read), deltas
+    ``(1, 4A, H, W)``, im_info ``(1, >= 3)``: height, width, scale (PVANet's 4-value form:
+    the height's scale, then the width's; with three values the one scale is both).
+    Tops: ``(R, 5)`` rows ``0, x1, y1, x2, y2``; optionally the scores ``(R,)``.
+    Params: ``proposal_param { feat_stride base_size min_size ratio scale pre_nms_topn
+    post_nms_topn nms_thresh }``.
+    """
+
+    exact_num_bottom_blobs = 3
+    min_num_top_blobs = 1
+    max_num_top_blobs = 2
+
+    def setup(self, bottom, top):
+        p = self.layer_param.proposal_param
+        if not len(p.ratio) or not len(p.scale):
+            raise self.error("proposal_param needs at least one ratio and one scale (the "
+                             "anchors), got %d and %d" % (len(p.ratio), len(p.scale)))
+        bad = [v for v in list(p.ratio) + list(p.scale) if not v > 0]
+        if bad:
+            raise self.error("proposal_param ratio and scale must be positive, got %r"
+                             % bad[0])
+        if p.feat_stride <= 0 or p.base_size <= 0 or p.post_nms_topn <= 0:
+            raise self.error("proposal_param feat_stride, base_size and post_nms_topn must "
+                             "be positive, got %d, %d and %d"
+                             % (p.feat_stride, p.base_size, p.post_nms_topn))
+        self.param = p
+        self.anchors = generate_anchors(p.base_size, list(p.ratio), list(p.scale),
+                                        half_up=True)
+        top[0].reshape(p.post_nms_topn, 5)
+        if len(top) > 1:
+            top[1].reshape(p.post_nms_topn)
+
+    def reshape(self, bottom, top):
+        a = len(self.anchors)
+        scores, deltas, info = bottom
+        if scores.num_axes != 4 or scores.shape[1] != 2 * a:
+            raise self.error("scores (bottom 0) must be (1, %d, H, W) for %d anchors (%d "
+                             "ratios x %d scales), got %s"
+                             % (2 * a, a, len(self.param.ratio), len(self.param.scale),
+                                scores.shape))
+        if deltas.shape != (scores.shape[0], 4 * a) + scores.shape[2:]:
+            raise self.error("deltas (bottom 1) must be (1, %d, %d, %d), got %s"
+                             % ((4 * a,) + scores.shape[2:] + (deltas.shape,)))
+        if scores.shape[0] != 1:
+            raise self.error("only single-image batches are supported (as in the C++ "
+                             "layer), got %d images" % scores.shape[0])
+        if info.count < 3:
+            raise self.error("im_info (bottom 2) must hold the image's height, width and "
+                             "scale, got shape %s" % (info.shape,))
+
+    def forward(self, bottom, top):
+        p, a = self.param, len(self.anchors)
+        scores = to_host(bottom[0].read_data()).astype(np.float64)[0, a:]
+        deltas = to_host(bottom[1].read_data()).astype(np.float64)[0]
+        info = to_host(bottom[2].read_data()).reshape(-1).astype(np.float64)
+        scale_w = info[3] if len(info) > 3 else info[2]
+        boxes, scores = propose(self.anchors, p.feat_stride, scores, deltas, info[:2],
+                                (p.min_size * info[2], p.min_size * scale_w),
+                                p.pre_nms_topn, p.post_nms_topn, p.nms_thresh,
+                                small_score_zero=True)
+        _write_proposals(top, boxes, scores, lambda r: (r,))
+
+    def backward(self, top, propagate_down, bottom):
+        pass  # the C++ layer propagates no gradient
