@@ -22,24 +22,39 @@ import sys  # noqa: E402
 # command), and an explicit setting wins.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from .backend import set_device, set_mode_cpu, set_mode_gpu, set_random_seed  # noqa: E402
-from .blob import Blob  # noqa: E402
 from .errors import CaffeError  # noqa: E402
-from .layer import Layer  # noqa: E402
-from .net import TEST, TRAIN, Net  # noqa: E402
-from .proto import caffe_pb2  # noqa: E402
-from .registry import register_layer  # noqa: E402
-from . import io  # noqa: E402
-from . import net_spec  # noqa: E402
-from . import draw  # noqa: E402
-from .net_spec import NetSpec, params, to_proto  # noqa: E402
-from .classifier import Classifier  # noqa: E402
-from .detector import Detector  # noqa: E402
-from .profiling import Timer  # noqa: E402
+from . import _face  # noqa: E402
 
-# ``caffe.layers`` is pycaffe's net_spec pseudo-module; it also reaches the built-in layers'
-# package of the same name (its submodules and functions), which it shadows as an attribute.
-layers = net_spec.Layers(package=sys.modules[__name__ + ".layers"])
+# ``caffe.layers``: a property of the package's module class (see _face.Face)
+sys.modules[__name__].__class__ = _face.Face
+
+# The rest of the face loads on first use (PEP 562's module __getattr__): ``import
+# pycaffe_lite`` stays light for scripts and commands that never build a net. The names, and
+# the module each comes from:
+_LAZY = {
+    "set_device": ".backend", "set_mode_cpu": ".backend", "set_mode_gpu": ".backend",
+    "set_random_seed": ".backend", "Blob": ".blob", "Layer": ".layer", "Net": ".net",
+    "TEST": ".net", "TRAIN": ".net", "caffe_pb2": ".proto", "register_layer": ".registry",
+    "NetSpec": ".net_spec", "params": ".net_spec", "to_proto": ".net_spec",
+    "Classifier": ".classifier", "Detector": ".detector", "Timer": ".profiling",
+    "SGDSolver": ".solvers", "NesterovSolver": ".solvers", "AdaGradSolver": ".solvers",
+    "RMSPropSolver": ".solvers", "AdaDeltaSolver": ".solvers", "AdamSolver": ".solvers",
+    "get_solver": ".solvers", "NCCL": ".parallel", "set_multiprocess": ".parallel",
+    "set_solver_count": ".parallel", "set_solver_rank": ".parallel",
+    "solver_count": ".parallel", "solver_rank": ".parallel",
+}
+
+# A variable read when its module is imported, set to a value it ignores with a warning:
+# that module loads now, so the warning comes at ``import pycaffe_lite`` as it always did.
+_face.warn_now_for_ignored_settings()
+
+
+def __getattr__(name):
+    return _face.resolve(sys.modules[__name__], name, _LAZY)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | {"layers"} | set(_face.submodule_names(__path__)))
 
 
 def set_cuda_graph(flag):
@@ -116,14 +131,6 @@ __all__ = ["Net", "TRAIN", "TEST", "Blob", "Layer", "CaffeError", "caffe_pb2", "
            "io", "net_spec", "draw", "NetSpec", "layers", "params", "to_proto", "Classifier",
            "Detector", "SGDSolver", "NesterovSolver", "AdaGradSolver", "RMSPropSolver",
            "AdaDeltaSolver", "AdamSolver", "get_solver", "__version__"]
-
-# ---- solvers (pycaffe's caffe.SGDSolver & co., caffe.get_solver) --------------------------------
-from .solvers import (AdaDeltaSolver, AdaGradSolver, AdamSolver, NesterovSolver,  # noqa: E402
-                      RMSPropSolver, SGDSolver, get_solver)
-
-# ---- data-parallel training (pycaffe's caffe.NCCL, set_solver_count & co.) --------------------
-from .parallel import (NCCL, set_multiprocess, set_solver_count,  # noqa: E402
-                       set_solver_rank, solver_count, solver_rank)
 
 __all__ += ["NCCL", "set_multiprocess", "set_solver_count", "set_solver_rank", "solver_count",
             "solver_rank"]

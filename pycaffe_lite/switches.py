@@ -25,6 +25,23 @@ def switch(name, default=True):
     return default
 
 
+# The most threads a count in the environment may ask for: more is a typo (each thread is
+# started when a call is large enough to give it work, and reserves its own stack), and more
+# than a C int cannot reach OpenBLAS at all.
+MAX_THREADS = 1024
+
+
+def thread_count(name, value):
+    """The whole number of threads that the environment variable ``name`` holding ``value``
+    names (OpenMP's list form for ``OMP_NUM_THREADS``: its first value), or None where it is
+    not a whole number. Its reader ignores one under 1 or over :data:`MAX_THREADS`."""
+    value = value.strip()
+    try:
+        return int(value.split(",")[0] if name == "OMP_NUM_THREADS" else value)
+    except ValueError:
+        return None
+
+
 def flag(value, where, allow_none=False):
     """``value`` as the bool a switch function (``where``, e.g. ``set_cuda_graph``) sets: True or
     False, 1 or 0, NumPy's booleans; None too where ``allow_none`` (the automatic choice). Any

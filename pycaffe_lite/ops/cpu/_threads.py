@@ -29,6 +29,8 @@ import logging
 import os
 import threading
 
+from ...switches import MAX_THREADS, thread_count
+
 _state = {"pool": None, "threads": None, "blas": None}
 _lock = threading.Lock()
 
@@ -38,11 +40,6 @@ MIN_ELEMENTS_PER_THREAD = 1 << 15
 # Chunks per thread: enough that a thread missing for a while leaves work the others can take,
 # few enough that claiming one (a lock and a ctypes call) stays small beside its work.
 CHUNKS_PER_THREAD = 4
-
-# The most threads a count in the environment may ask for: more is a typo (each thread is
-# started when a call is large enough to give it work, and reserves its own stack), and more
-# than a C int cannot reach OpenBLAS at all.
-MAX_THREADS = 1024
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 PROC_CGROUP = "/proc/self/cgroup"
@@ -153,10 +150,7 @@ def _env_threads(name):
     value = os.environ.get(name, "").strip()
     if not value:
         return None
-    try:
-        n = int(value.split(",")[0] if name == "OMP_NUM_THREADS" else value)
-    except ValueError:
-        n = 0
+    n = thread_count(name, value) or 0
     if n < 1:
         logging.getLogger("pycaffe_lite").warning(
             "%s=%r is not a positive whole number of threads; it is ignored", name, value)
