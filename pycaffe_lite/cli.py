@@ -10,7 +10,7 @@ import os
 import sys
 
 from . import __version__, plugins, python_layers
-from .commands import all_commands
+from .commands import all_commands, commands_named
 from .errors import CaffeError
 from .tools_log import use_glog_format
 
@@ -39,14 +39,17 @@ def describe_os_error(exc):
     return reason
 
 
-def build_parser():
+def build_parser(command=None):
+    """The parser of every command, or of ``command`` alone where it is one (only its module
+    is imported then)."""
+    commands = commands_named(command) if command is not None else None
     parser = argparse.ArgumentParser(
         prog="pycaffe-lite",
         description="Caffe-compatible deep learning: train, test and time prototxt nets.")
     parser.add_argument("--version", action="version", version="pycaffe-lite " + __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.command_parsers = {}
-    for name, help_text, add_arguments, run in all_commands():
+    for name, help_text, add_arguments, run in commands or all_commands():
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(p)
         p.set_defaults(run=run)
@@ -71,7 +74,9 @@ def main(argv=None):
     argv = normalise_flags(sys.argv[1:] if argv is None else list(argv))
     logging.basicConfig(level=logging.INFO)
     use_glog_format()
-    parser = build_parser()
+    # `pycaffe-lite <command> ...`: that command's module alone; anything else (no command,
+    # --help, an unknown name) lists them all
+    parser = build_parser(argv[0] if argv else None)
     args = parse(parser, argv)
     saved = os.environ.get(python_layers.ENV)
     if getattr(args, "no_python_layers", False):

@@ -1,7 +1,7 @@
-"""``import pycaffe_lite`` loads only what it uses: the face's names load on first use, the
-heavy and optional parts (nets, solvers, importers, exporters, GPU code, NumPy itself) when
-something asks for them. Every name the face offered when it imported everything still
-resolves."""
+"""``import pycaffe_lite`` and ``pycaffe-lite <command>`` load only what they use: the face's
+names load on first use, the heavy and optional parts (nets, solvers, importers, exporters,
+GPU code, NumPy itself) when something asks for them, and a command imports its own module
+alone. Every name the face offered when it imported everything still resolves."""
 
 import json
 import os
@@ -12,6 +12,7 @@ import types
 import pytest
 
 import pycaffe_lite as caffe
+from pycaffe_lite import cli, commands
 
 # dir(pycaffe_lite) of the package that imported its whole face at once (public names)
 PUBLIC_NAMES = [
@@ -154,3 +155,70 @@ def test_good_settings_leave_the_import_light():
             "assert (c._enabled[0], c._gemm_split[0], c.threads(), g.enabled(), b._isa[0]) == "
             "(False, True, 2, True, 'avx2'), (c._enabled, c._gemm_split, c.threads(), b._isa)\n")
     loaded_after(code, env)
+
+
+# ---- the command line -----------------------------------------------------------------------
+
+def test_the_table_of_commands_matches_the_modules():
+    declared = {}
+    for stem in sorted(set(commands.MODULE_OF.values())
+                       | {m.rpartition(".")[2] for m in _command_modules()}):
+        module = __import__("pycaffe_lite.commands." + stem, fromlist=["COMMANDS"])
+        for entry in getattr(module, "COMMANDS", []):
+            declared[entry[0]] = stem
+    assert commands.MODULE_OF == declared
+
+
+def _command_modules():
+    import pkgutil
+
+    return ["pycaffe_lite.commands." + i.name for i in pkgutil.iter_modules(commands.__path__)]
+
+
+def test_one_commands_parser_is_the_same_as_in_the_whole_parser():
+    whole = cli.build_parser()
+    for name in commands.MODULE_OF:
+        alone = cli.build_parser(name)
+        assert list(alone.command_parsers) == [name]
+        assert alone.command_parsers[name].format_help() == \
+            whole.command_parsers[name].format_help(), name
+
+
+@pytest.mark.parametrize("argv, module", [
+    (["upgrade_net_proto_text", "--help"], "pycaffe_lite.commands.upgrade"),
+    (["device_query", "--help"], "pycaffe_lite.commands.device_query"),
+    (["train", "--help"], "pycaffe_lite.commands.train")])
+def test_a_command_imports_its_own_module_alone(argv, module):
+    code = ("from pycaffe_lite import cli\n"
+            "try:\n    cli.main(%r)\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+            % (argv,))
+    loaded, _ = loaded_after(code)
+    commands_loaded = [m for m in loaded if m.startswith("pycaffe_lite.commands.")]
+    assert commands_loaded in ([module], [module, "pycaffe_lite.commands.flags"])
+    for heavy in ("pycaffe_lite.onnx", "pycaffe_lite.pytorch", "pycaffe_lite.mxnet",
+                  "pycaffe_lite.darknet", "pycaffe_lite.quantization", "torch", "onnx",
+                  "onnxruntime", "cv2", "h5py"):
+        assert heavy not in loaded, heavy
+
+
+def test_upgrading_a_prototxt_loads_no_net_or_kernels(tmp_path):
+    source = tmp_path / "old.prototxt"
+    source.write_text('name: "n"\nlayers { name: "r" type: RELU bottom: "x" top: "x" }\n')
+    target = tmp_path / "new.prototxt"
+    code = ("from pycaffe_lite import cli\n"
+            "assert cli.main(['upgrade_net_proto_text', %r, %r]) == 0\n"
+            % (str(source), str(target)))
+    loaded, _ = loaded_after(code)
+    assert 'type: "ReLU"' in target.read_text()
+    for heavy in ("pycaffe_lite.net", "pycaffe_lite.ops", "pycaffe_lite.layers",
+                  "pycaffe_lite.solvers"):
+        assert heavy not in loaded, heavy
+
+
+def test_no_command_or_an_unknown_one_still_lists_them_all(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["no_such_command"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'no_such_command'" in err
+    for name in ("train", "upgrade_net_proto_text", "export_onnx"):
+        assert name in err

@@ -2,19 +2,50 @@
 
 Each module here defines ``COMMANDS``: a list of ``(name, help, add_arguments, run)`` where
 ``add_arguments(parser)`` declares the flags and ``run(args)`` returns an exit code. The CLI
-discovers the modules, so adding a command never touches the CLI itself.
+discovers the modules, so adding a command never touches the CLI itself; :data:`MODULE_OF`
+says which module holds each command, so that ``pycaffe-lite <command>`` imports that one
+module alone (tests/test_import_cost.py checks the table against the modules' ``COMMANDS``).
 """
 
 import importlib
 import pkgutil
 
+# {command: the module of this package that declares it}
+MODULE_OF = {
+    "compare": "compare", "compute_image_mean": "compute_image_mean",
+    "convert_annoset": "convert_annoset", "convert_cifar_data": "convert_example_data",
+    "convert_mnist_siamese_data": "convert_example_data",
+    "convert_imageset": "convert_imageset", "convert_mnist": "convert_mnist",
+    "convert_mnist_data": "convert_mnist", "darknet2caffe": "darknet2caffe",
+    "device_query": "device_query", "download_model": "download_model",
+    "draw_net": "draw_net", "evaluate": "evaluate", "export_onnx": "export_onnx",
+    "export_pytorch": "export_pytorch",
+    "extract_features": "extract_features", "import_mxnet": "import_mxnet",
+    "import_onnx": "import_onnx", "quantize": "quantize", "summary": "summary",
+    "test": "test", "time": "time", "train": "train",
+    "upgrade_net_proto_text": "upgrade", "upgrade_net_proto_binary": "upgrade",
+    "upgrade_solver_proto_text": "upgrade",
+}
+
 
 def all_commands():
+    """Every command of every module here, the modules in name order."""
     found = []
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         module = importlib.import_module(__name__ + "." + info.name)
         found.extend(getattr(module, "COMMANDS", []))
     return found
+
+
+def commands_named(name):
+    """The ``COMMANDS`` entry of the command ``name`` alone (only its module imported), or
+    None where :data:`MODULE_OF` does not know it."""
+    stem = MODULE_OF.get(name)
+    if stem is None:
+        return None
+    module = importlib.import_module(__name__ + "." + stem)
+    found = [entry for entry in getattr(module, "COMMANDS", []) if entry[0] == name]
+    return found or None
 
 
 def add_no_python_layers(p):
