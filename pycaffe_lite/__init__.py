@@ -5,8 +5,9 @@
 ``caffe.set_random_seed``, ``caffe.Layer`` for Python layers, ``caffe.layer_type_list()``,
 ``caffe.io`` (Transformer, load_image, ...), ``caffe.NetSpec`` / ``caffe.layers`` /
 ``caffe.params`` / ``caffe.to_proto``, ``caffe.Classifier``, ``caffe.Detector`` and
-``caffe.draw``. Optional packages (Pillow, SciPy, OpenCV, h5py, matplotlib) are imported only
-by the functions that use them.
+``caffe.draw``. Each of these loads its module the first time it is read (``import
+pycaffe_lite`` itself loads neither NumPy nor the net), and optional packages (Pillow, SciPy,
+OpenCV, h5py, matplotlib) are imported only by the functions that use them.
 """
 
 __version__ = "0.1.0"
