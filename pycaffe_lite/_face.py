@@ -72,7 +72,7 @@ class Face(types.ModuleType):
     def layers(self, value):
         # the import system binds the subpackage pycaffe_lite.layers here when it first loads;
         # the package stays in sys.modules and behind caffe.layers
-        if not isinstance(value, types.ModuleType):
+        if value is not sys.modules.get(self.__name__ + ".layers"):
             self.__dict__["_layers_face"] = value
 
 

@@ -107,6 +107,12 @@ def test_caffe_layers_stays_net_spec_layers_whatever_loads_first(first):
     loaded_after("import sys\n" + code)
 
 
+def test_caffe_layers_can_still_be_replaced(monkeypatch):
+    replacement = types.ModuleType("my_layers")
+    monkeypatch.setattr(caffe, "layers", replacement)
+    assert caffe.layers is replacement
+
+
 def test_registry_is_filled_before_it_is_read_in_a_fresh_process():
     # the layer modules register their types on import: reading the list loads them first
     code = ("import pycaffe_lite as caffe\n"
