@@ -132,6 +132,68 @@ def test_a_net_builds_in_a_fresh_process_that_only_imported_the_face(tmp_path):
     loaded_after(code)
 
 
+RELU_NET = ('input: "x" input_shape { dim: 1 dim: 3 }\n'
+            'layer { name: "r" type: "%s" bottom: "x" top: "y" }\n')
+
+
+def test_a_net_imports_only_the_layer_modules_of_its_types(tmp_path):
+    proto = tmp_path / "net.prototxt"
+    proto.write_text(RELU_NET % "ReLU")
+    code = ("import sys, pycaffe_lite as caffe\n"
+            "net = caffe.Net(%r, caffe.TEST)\n"
+            "assert 'pycaffe_lite.layers.neuron.relu_layer' in sys.modules\n"
+            "for m in ('pycaffe_lite.layers.detection.prior_box_layer',\n"
+            "          'pycaffe_lite.layers.recurrent.lstm_layer',\n"
+            "          'pycaffe_lite.layers.data.data_layer',\n"
+            "          'pycaffe_lite.layers.loss.multibox_loss_layer'):\n"
+            "    assert m not in sys.modules, m\n") % str(proto)
+    loaded_after(code)
+
+
+def test_the_modules_read_from_source_are_the_ones_that_register():
+    # the reference: each registered class's own module, once every module has loaded
+    code = ("import json, pycaffe_lite.layers as L\n"
+            "from pycaffe_lite.registry import LAYERS\n"
+            "read = L.built_in_modules()\n"
+            "L.load_all()\n"
+            "print(json.dumps([read, {n: c.__module__ for n, c in LAYERS.items()}]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=300)
+    read, registered = json.loads(done.stdout)
+    assert read == registered
+    assert read["Python"] == "pycaffe_lite.layers.common.python_layer"  # NAME = "Python"
+    assert read["ReLU"] == "pycaffe_lite.layers.neuron.relu_layer"
+
+
+def test_a_plugin_that_takes_a_built_in_types_name_is_still_refused(tmp_path):
+    # every built-in module used to load with the first net, and the clash was an error then,
+    # whichever types the net used
+    proto = tmp_path / "net.prototxt"
+    proto.write_text(RELU_NET % "ReLU")
+    code = ("import pycaffe_lite as caffe\n"
+            "@caffe.register_layer('PriorBox')\n"
+            "class Mine(caffe.Layer):\n    pass\n"
+            "try:\n    caffe.Net(%r, caffe.TEST)\n"
+            "except caffe.CaffeError as e:\n    print('refused:', e)\n") % str(proto)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=300)
+    assert "refused: layer type 'PriorBox' is already registered" in done.stdout
+
+
+def test_an_unknown_type_still_names_every_built_in_type(tmp_path):
+    proto = tmp_path / "net.prototxt"
+    proto.write_text(RELU_NET % "Relu")
+    code = ("import pycaffe_lite as caffe\n"
+            "try:\n    caffe.Net(%r, caffe.TEST)\n"
+            "except caffe.CaffeError as e:\n    print(e)\n") % str(proto)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=300)
+    assert "unknown layer type 'Relu'" in done.stdout and "did you mean 'ReLU'" in done.stdout
+    known = done.stdout.split("Known types: ")[1]
+    for name in ("PriorBox", "LSTM", "Data", "MultiBoxLoss", "Python", "Convolution"):
+        assert name in known, name
+
+
 @pytest.mark.parametrize("variable, value, message", [
     ("PYCAFFE_LITE_CPU_KERNELS", "maybe", "PYCAFFE_LITE_CPU_KERNELS='maybe' is none of"),
     ("PYCAFFE_LITE_GEMM_SPLIT", "2", "PYCAFFE_LITE_GEMM_SPLIT='2' is none of"),
