@@ -129,7 +129,13 @@ def test_a_net_builds_in_a_fresh_process_that_only_imported_the_face(tmp_path):
             "net = caffe.Net(%r, caffe.TEST)\n"
             "net.blobs['x'].data[...] = [[-1.0, 0.5, 2.0]]\n"
             "assert net.forward()['y'].tolist() == [[0.0, 0.5, 2.0]]\n") % str(proto)
-    loaded_after(code)
+    loaded, _ = loaded_after(code)
+    # a CPU net needs none of the optional packages, training, or the converters
+    assert [m for m in loaded if m.split(".")[0] != "pycaffe_lite" and m not in (
+        "numpy", "google.protobuf")] == []
+    for package in ("solvers", "parallel", "onnx", "pytorch", "mxnet", "darknet",
+                    "quantization", "tensorboard", "io", "draw"):
+        assert "pycaffe_lite." + package not in loaded, package
 
 
 RELU_NET = ('input: "x" input_shape { dim: 1 dim: 3 }\n'
