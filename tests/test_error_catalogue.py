@@ -960,7 +960,9 @@ def test_cli_turns_an_os_error_into_a_message(monkeypatch, capsys):
     def fail(args):
         raise PermissionError(errno.EACCES, "Permission denied", "/srv/out/train.log")
 
-    monkeypatch.setattr(cli, "all_commands", lambda: [("train", "train", lambda p: None, fail)])
+    entries = [("train", "train", lambda p: None, fail)]
+    monkeypatch.setattr(cli, "all_commands", lambda: entries)
+    monkeypatch.setattr(cli, "commands_named", lambda name: entries)
     assert cli.main(["train"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
