@@ -373,12 +373,18 @@ LAYER_CASES = [
      [True], ["lrn_forward", "lrn_backward"]),
     ('type: "SoftmaxWithLoss" loss_param { ignore_label: 1 }', [(4, 5, 3), "labels"],
      [True, False], ["softmax_loss_log_prob", "softmax_loss_backward"]),
+    ('type: "SoftmaxWithLoss" loss_param { ignore_label: 2 normalization: VALID }',
+     [(4, 5, 3), "labels"], [True, False], ["softmax_loss_log_prob", "softmax_loss_backward"]),
+    ('type: "Pooling" pooling_param { pool: AVE kernel_h: 3 kernel_w: 2 stride_h: 2 '
+     'stride_w: 3 pad_h: 1 pad_w: 1 }', [(2, 3, 8, 9)], [True],
+     ["ave_pool_forward", "ave_pool_backward"]),
     ('type: "BatchNorm"', [(3, 4, 5, 6)], [True],
      ["channel_sums", "bn_running", "bn_apply", "bn_backward"]),
     ('type: "BatchNorm" batch_norm_param { use_global_stats: true }', [(2, 3, 4, 5)], [True],
      ["bn_global", "bn_apply", "bn_backward"]),
     ('type: "Scale" scale_param { bias_term: true }', [(2, 3, 4, 5)], [True],
      ["scale_apply", "channel_sums"]),
+    ('type: "Scale"', [(2, 3, 4, 5)], [True], ["scale_apply", "channel_sums"]),
 ]
 LAYER_MODULES = (g_im2col, g_pool, g_lrn, g_sl, g_ch)
 
