@@ -17,7 +17,7 @@ import pytest
 from helpers.wire_bytes import fork_layer, length_delimited, tag, varint_field
 
 import pycaffe_lite as caffe
-from pycaffe_lite.errors import CaffeError, ProtoError
+from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.proto import caffe_pb2, protoio
 
 cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
@@ -429,9 +429,9 @@ def test_small_faster_rcnn_net_equals_opencv(tmp_path):
 
 
 def opencv_file(name, narrow):
-    """OpenCV's test net up to its post-processing (OpenCV's own DetectionOutput, with the
-    OpenCV-only normalized_bbox field), the fully connected layers narrowed to ``narrow``
-    outputs to keep the random weights small."""
+    """OpenCV's test net up to its post-processing (OpenCV's own DetectionOutput on pixel
+    boxes: tests/test_opencv_faster_rcnn.py), the fully connected layers narrowed to
+    ``narrow`` outputs to keep the random weights small."""
     with open(os.path.join(REAL, name)) as f:
         text = f.read()
     text = text.split("# ======== Postprocessing")[0]
@@ -454,17 +454,6 @@ def test_opencv_faster_rcnn_zf_file_equals_opencv(tmp_path):
         mine, theirs = outs[name]
         np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-5, err_msg=name)
 
-
-def test_opencv_post_processing_is_refused_naming_opencv():
-    """The whole file: its last layer is OpenCV's own DetectionOutput on pixel boxes
-    (normalized_bbox, OpenCV's field, not provided): the error names the file, the line and
-    OpenCV (it named only the field)."""
-    path = os.path.join(REAL, "opencv_faster_rcnn_zf.prototxt")
-    with pytest.raises(ProtoError) as exc:
-        caffe.Net(path, caffe.TEST)
-    message = str(exc.value)
-    assert "opencv_faster_rcnn_zf.prototxt:417:" in message and "normalized_bbox" in message
-    assert "(a field of the OpenCV (opencv-caffe.proto) fork, not supported here)" in message
 
 # ---- exporters -------------------------------------------------------------------------------
 @pytest.mark.parametrize("command, flag, engine", [("export_onnx", "--output", "ONNX"),

@@ -196,9 +196,7 @@ FORK_FIELD_NAMES.update({("LayerParameter", name): "FlowNet 2.0" for name in (
 FORK_FIELD_NAMES.update({("LayerParameter", name): "CRNN (crnn.caffe)" for name in (
     "ctc_loss_param", "continuation_indicator_param", "labelsequence_accuracy_param")})
 # caffe-yolov2's DetectionOutput (gklz1982/caffe-yolov2: YOLOv2 decoding under SSD's type
-# name, its fields in DetectionOutputParameter) is not provided, nor OpenCV's DetectionOutput
-# on pixel boxes (normalized_bbox: false, its Faster R-CNN nets' post-processing).
-FORK_FIELD_NAMES[("DetectionOutputParameter", "normalized_bbox")] = "OpenCV (opencv-caffe.proto)"
+# name, its fields in DetectionOutputParameter) is not provided.
 FORK_FIELD_NAMES.update({("DetectionOutputParameter", name): "caffe-yolov2 (gklz1982)"
                          for name in ("side", "num_box", "coords", "nms_threshold", "biases",
                                       "label_map_file")})

@@ -4,8 +4,10 @@ import numpy as np
 
 from ...layer import Layer
 from ...registry import register_layer
-from .bbox_util import CODE_NAMES, decode, nms_fast
+from .bbox_util import CENTER_SIZE, CODE_NAMES, CORNER, decode, nms_fast
 from .detection_output_files import ResultFiles
+from .pixel_boxes import decode as decode_pixels
+from .pixel_boxes import image_rows
 
 NO_THRESHOLD = -float(np.finfo(np.float32).max)
 
@@ -66,6 +68,11 @@ class DetectionOutputLayer(Layer):
     written: one row per image ``[i, -1, -1, -1, -1, -1, -1]``.
     Params: ``detection_output_param`` (the SSD fork's DetectionOutputParameter, plus
     OpenCV's ``clip``: decoded boxes clipped to [0, 1] before suppression);
+    OpenCV's ``normalized_bbox: false`` runs OpenCV's layer on pixel boxes instead (its
+    Faster R-CNN nets, the rois as priors): see :mod:`.pixel_boxes`; priors ``(1, 1, P * 4)``
+    with ``variance_encoded_in_target``, else boxes then variances; a fourth bottom, needed
+    with ``clip``, is the image whose size bounds the boxes; the top is
+    ``(1, 1, keep_top_k * N, 7)``;
     ``save_output_param`` writes the fork's VOC, COCO or ILSVRC result files (see
     :mod:`.detection_output_files`); ``visualize`` is not provided.
     """
@@ -88,6 +95,7 @@ class DetectionOutputLayer(Layer):
         self.code_type = p.code_type
         self.variance_encoded_in_target = bool(p.variance_encoded_in_target)
         self.clip = bool(p.clip)
+        self.normalized = bool(p.normalized_bbox)
         self.keep_top_k = int(p.keep_top_k)
         self.confidence_threshold = float(p.confidence_threshold) \
             if p.HasField("confidence_threshold") else NO_THRESHOLD
@@ -99,14 +107,44 @@ class DetectionOutputLayer(Layer):
             raise self.error("nms_param eta must be in (0, 1], got %g" % self.eta)
         self.top_k = int(p.nms_param.top_k) if p.nms_param.HasField("top_k") else -1
         self.objectness_score = float(np.float32(p.objectness_score))
-        if len(bottom) == 5 and not self.share_location:
+        if not self.normalized:
+            self.setup_pixels(p, bottom)
+        elif len(bottom) == 5 and not self.share_location:
             raise self.error("RefineDet's ARM offsets (a fifth bottom) need share_location")
         self.results = ResultFiles(self, p.save_output_param, self.num_classes,
                                    self.background_label_id)
         if p.visualize:
-            raise self.error("visualize is not supported; draw the top blob's boxes instead")
+            raise self.error("visualize is not supported; draw the top blob's boxes instead "
+                             "(from a binary file of OpenCV's: its normalized_bbox has this "
+                             "field's number, 10; take the parameters from its prototxt)")
+
+    def setup_pixels(self, p, bottom):
+        """OpenCV's form on pixel boxes: its limits, and its defaults where they differ."""
+        if len(bottom) > 4:
+            raise self.error("normalized_bbox: false takes 3 or 4 bottoms (loc, conf, priors, "
+                             "and the image for clip), not %d" % len(bottom))
+        if self.clip and len(bottom) < 4:
+            raise self.error("clip with normalized_bbox: false needs the image as a fourth "
+                             "bottom (its height and width bound the boxes)")
+        if self.code_type not in (CORNER, CENTER_SIZE):
+            raise self.error("normalized_bbox: false decodes CORNER or CENTER_SIZE, not %s"
+                             % CODE_NAMES[self.code_type])
+        if self.keep_top_k < 1:
+            raise self.error("normalized_bbox: false needs keep_top_k >= 1 (the top holds "
+                             "keep_top_k rows per image), got %d" % self.keep_top_k)
+        if not self.nms_threshold > 0:
+            raise self.error("normalized_bbox: false needs nms_threshold > 0, got %g"
+                             % self.nms_threshold)
+        if not p.HasField("confidence_threshold"):
+            self.confidence_threshold = 0.0
+        if p.save_output_param.output_directory:
+            raise self.error("save_output_param writes normalised boxes; it is not provided "
+                             "with normalized_bbox: false")
 
     def reshape(self, bottom, top):
+        if not self.normalized:
+            self.reshape_pixels(bottom, top)
+            return
         self.results.begin()          # as the fork's Reshape: a round's VOC files emptied
         self.num_priors = count_priors(self, *bottom[:3], self.num_loc_classes,
                                        self.num_classes)
@@ -116,6 +154,58 @@ class DetectionOutputLayer(Layer):
                 raise self.error("the %s bottom has %d values; %d images x %d priors x %d "
                                  "expected" % (name, bottom[blob].count, n, P, per_prior))
         top[0].reshape(1, 1, 1, 7)
+
+    def reshape_pixels(self, bottom, top):
+        loc, conf, prior = bottom[:3]
+        n = loc.shape[0]
+        if conf.shape[0] != n:
+            raise self.error("loc has %d images and conf %d" % (n, conf.shape[0]))
+        per_image = self.num_loc_classes * 4
+        if loc.count % (max(n, 1) * per_image):
+            raise self.error("loc has %d values per image, not a multiple of %d location "
+                             "classes x 4" % (loc.count // max(n, 1), self.num_loc_classes))
+        P = loc.count // max(n, 1) // per_image
+        if conf.count != n * P * self.num_classes:
+            raise self.error("conf has %d values per image; %d priors x %d classes = %d "
+                             "expected" % (conf.count // max(n, 1), P, self.num_classes,
+                                           P * self.num_classes))
+        per_prior = 4 if self.variance_encoded_in_target else 8
+        if prior.count != P * per_prior:
+            raise self.error(
+                "the prior blob holds %d values; %d priors x %d expected (%s)"
+                % (prior.count, P, per_prior, "boxes only, variance_encoded_in_target"
+                   if per_prior == 4 else "boxes then variances"))
+        if len(bottom) > 3 and bottom[3].num_axes != 4:
+            raise self.error("the image bottom (the fourth) has %d axes, not 4 (N x C x H x W)"
+                             % bottom[3].num_axes)
+        self.num_priors = P
+        top[0].reshape(1, 1, self.keep_top_k * n, 7)
+
+    def detect_pixels(self, loc, conf, prior, image=None):
+        """OpenCV's rows ``(keep_top_k * N, 7)`` on pixel boxes, zeros after each image's."""
+        num, P, C = loc.shape[0], self.num_priors, self.num_classes
+        dtype = np.result_type(loc.dtype, np.float32)     # OpenCV's float, or the net's
+        flat = np.asarray(prior, dtype=dtype).reshape(-1)
+        priors = flat[:P * 4].reshape(P, 4)
+        variances = None if self.variance_encoded_in_target else flat[P * 4:].reshape(P, 4)
+        loc = np.asarray(loc, dtype=dtype).reshape(num, P, self.num_loc_classes, 4)
+        conf = np.asarray(conf, dtype=dtype).reshape(num, P, C)
+        classes = [c for c in range(C) if c != self.background_label_id]
+        out = np.zeros((self.keep_top_k * num, 7), dtype=np.float64)
+        count = 0
+        for i in range(num):
+            boxes = decode_pixels(priors, variances, self.code_type == CENTER_SIZE,
+                                  loc[i].transpose(1, 0, 2))
+            if self.clip:
+                h, w = image.shape[2], image.shape[3]
+                bounds = np.array([w - 1, h - 1, w - 1, h - 1], dtype=dtype)
+                boxes = np.maximum(np.minimum(boxes, bounds), dtype.type(0))
+            rows = image_rows(boxes, conf[i], classes, self.confidence_threshold,
+                              self.nms_threshold, self.top_k, self.keep_top_k)
+            out[count:count + len(rows), 0] = i
+            out[count:count + len(rows), 1:] = rows
+            count += len(rows)
+        return out
 
     def detect(self, loc, conf, prior, arm_conf=None, arm_loc=None):
         """Rows ``(K, 7)`` for host arrays shaped as the bottoms."""
@@ -174,6 +264,10 @@ class DetectionOutputLayer(Layer):
         return np.concatenate(rows)
 
     def forward(self, bottom, top):
+        if not self.normalized:
+            top[0].data[...] = self.detect_pixels(*(b.cpu_data() for b in bottom)).reshape(
+                top[0].shape)
+            return
         rows = self.detect(*(b.cpu_data() for b in bottom))
         if self.results.enabled:
             for i in range(bottom[0].shape[0]):
