@@ -1,7 +1,7 @@
 """OpenCV's DetectionOutput on pixel boxes (``normalized_bbox: false``), the post-processing of
 OpenCV's Faster R-CNN nets: the schema field, the layer against OpenCV's
 ``modules/dnn/src/layers/detection_output_layer.cpp`` written out here and against cv2.dnn
-itself, and OpenCV's ``faster_rcnn_zf.prototxt`` run whole.
+itself, OpenCV's ``faster_rcnn_zf.prototxt`` run whole, and the exporters' refusal.
 
 Reference: OpenCV's ``DetectionOutputLayerImpl`` (``GetLocPredictions``,
 ``GetConfidenceScores``, ``GetPriorBBoxes``, ``DecodeBBox`` and ``BBoxSize`` with
@@ -318,3 +318,21 @@ def test_opencv_faster_rcnn_zf_file_runs_whole_as_cv2(tmp_path):
     assert (rows[:, 2] > 0).all() and len(np.unique(rows[:, 2])) == 100   # no ties, all kept
     assert len(np.unique(rows[:, 1])) > 5 and np.all(np.diff(rows[:, 2]) < 0)
     np.testing.assert_allclose(mine, det, rtol=1e-5, atol=1e-4)
+
+
+# ---- exporters -------------------------------------------------------------------------------
+@pytest.mark.parametrize("command, flag, engine", [("export_onnx", "--output", "ONNX"),
+                                                    ("export_pytorch", "--output-dir",
+                                                     "PyTorch")])
+def test_exporters_refuse_pixel_boxes_naming_the_layer(tmp_path, capsys, command, flag,
+                                                       engine):
+    from pycaffe_lite import cli
+
+    path = tmp_path / "det.prototxt"
+    path.write_text(NET % {"n": 1, "loc": 120, "conf": 30, "pc": 1, "p4": 40, "C": 3,
+                           "param": ZF_PARAM, "image": "", "image_bottom": ""})
+    rc = cli.main([command, "--model", str(path), "--random_weights", flag,
+                   str(tmp_path / "out")])
+    assert rc not in (0, None)
+    err = capsys.readouterr().err
+    assert "det" in err and "normalized_bbox: false" in err and engine in err

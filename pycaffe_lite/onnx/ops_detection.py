@@ -104,6 +104,9 @@ def _as_suppressed(ops, boxes):
 @register_converter("DetectionOutput")
 def detection_output(call):
     layer = call.layer
+    if not layer.normalized:
+        raise call.error("normalized_bbox: false (OpenCV's DetectionOutput on pixel boxes) is "
+                         "not converted to ONNX: only the normalised form is")
     # the threshold adapts (times eta after each kept box) only while it is above 0.5
     if layer.eta < 1.0 and layer.nms_threshold > 0.5:
         raise call.error("nms_param eta %g with nms_threshold %g (adaptive suppression) has "

@@ -114,6 +114,9 @@ class DetectionOutput(nn.Module):
 @register_generator("DetectionOutput")
 def detection_output(layer):
     lay = layer.layer
+    if not lay.normalized:
+        raise layer.error("normalized_bbox: false (OpenCV's DetectionOutput on pixel boxes) "
+                          "is not written as PyTorch code: only the normalised form is")
     if lay.code_type not in CODE_TYPES:
         raise layer.error("code_type %d has no PyTorch equivalent" % lay.code_type)
     if len(layer.in_shapes) > 3:
