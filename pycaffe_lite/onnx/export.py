@@ -54,10 +54,12 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
     shapes = [tuple(b.shape) for b in net._blobs]
     for n in names:
         g.reserve(n)
-    last_writer = {}
+    last_writer, fed = {}, set()
     for i, rec in enumerate(net.records):
         if is_dropped(rec.layer.type):
             continue
+        if rec.layer.type in DATA_TYPES:
+            fed.update(rec.top_ids)  # graph inputs: their names stay the inputs'
         for t in rec.top_ids:
             last_writer[t] = i
     batch = None if static_batch else "N"
@@ -91,8 +93,9 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
             bottoms.append(current[b])
             if b in available:
                 available.remove(b)
-        tops = [names[t] if last_writer.get(t) == i else g.fresh("%s/%s" % (lname, names[t]))
-                for t in rec.top_ids]
+        # a layer rewriting an input's blob in place gives a value of its own (SSA)
+        tops = [names[t] if last_writer.get(t) == i and t not in fed
+                else g.fresh("%s/%s" % (lname, names[t])) for t in rec.top_ids]
         call = Call(g, layer, bottoms, tops, [shapes[b] for b in rec.bottom_ids],
                     [shapes[t] for t in rec.top_ids])
         call.name = lname
@@ -116,9 +119,12 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
         if t not in order or t in seen:
             continue  # a data layer's blob that nothing reads (a label): not an output
         seen.add(t)
-        if current[t] != names[t]:
+        out_name = names[t]
+        if t in fed:
+            out_name = current[t]  # the input has the blob's name: the output keeps the value's
+        elif current[t] != names[t]:
             g.node("Identity", [current[t]], [names[t]], name=names[t] + "/output")
-        outputs.append(_value_info(onnx, names[t], shapes[t], batch, declared.get(t)))
+        outputs.append(_value_info(onnx, out_name, shapes[t], batch, declared.get(t)))
     used = {name for node in g.nodes for name in node.input}
     inputs = [v for v in inputs if v.name in used]
     graph = onnx.helper.make_graph(g.nodes, net.name or "net", inputs,
