@@ -89,3 +89,49 @@ def _param(text):
     text_format.Merge(text, param)
     param.state.phase = caffe_pb2.TEST
     return param
+
+
+class _MobileHead(torch.nn.Module):
+    """MobileNetV3's inverted block as torchvision writes it (Hardswish, a squeeze-excitation
+    gate by Hardsigmoid) and a half-pixel bilinear upsampling by 2 (LR-ASPP's head)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, 2, 1)
+        self.act = torch.nn.Hardswish()
+        self.fc1 = torch.nn.Conv2d(8, 4, 1)
+        self.fc2 = torch.nn.Conv2d(4, 8, 1)
+        self.gate = torch.nn.Hardsigmoid()
+
+    def forward(self, x):
+        y = self.act(self.conv(x))
+        s = self.gate(self.fc2(torch.relu(self.fc1(torch.nn.functional.adaptive_avg_pool2d(
+            y, 1)))))
+        return torch.nn.functional.interpolate(y * s, scale_factor=2, mode="bilinear",
+                                               align_corners=False)
+
+
+def test_net_written_by_the_onnx_importer_exports_and_imports_again(tmp_path):
+    """The importer's own nets (the gate as Reshape + Scale with two bottoms, Hardswish as
+    Power, ReLU6, Power, Eltwise, the edge-replicating Slice/Concat before a Deconvolution)
+    export, and the export imports again. That second import stopped with 'top blob
+    .../gate is produced by more than one layer': the exported graph names its values after
+    the blobs the first import made up, and the second import made up the same names."""
+    torch.manual_seed(0)
+    module = _MobileHead().eval()
+    x = np.random.default_rng(2).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
+    with torch.no_grad():
+        expected = module(torch.from_numpy(x)).numpy()
+    torch.onnx.export(module, (torch.from_numpy(x),), str(tmp_path / "torch.onnx"),
+                      dynamo=False, opset_version=13, input_names=["data"],
+                      output_names=["out"])
+    caffe_onnx.to_caffe(str(tmp_path / "torch.onnx"), str(tmp_path / "first"))
+    net = caffe.Net(str(tmp_path / "first.prototxt"), str(tmp_path / "first.caffemodel"),
+                    caffe.TEST)
+    assert {"Scale", "ReLU6", "Deconvolution"} <= {layer.type for layer in net.layers}
+    assert_close(expected, net.forward(data=x)["out"], "first import")
+    model, _ = caffe_onnx.export(net, tmp_path / "ours.onnx")
+    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
+    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
+    assert_close(expected, round_trip(tmp_path / "ours.onnx", tmp_path / "back",
+                                      {"data": x})["out"], "round trip")

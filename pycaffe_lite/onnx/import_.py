@@ -37,6 +37,12 @@ class ImportContext:
                           if o.domain in ("", "ai.onnx")] + [1])
         self.scales = {}  # an ONNX value -> the Scale layer (from a Mul) that writes it
         self.consumers = {}  # an ONNX value -> how many nodes (and outputs) read it
+        # every ONNX value's name: a blob a converter makes up must not take one of them
+        self.values = {v.name for v in graph.input} | set(self.consts) \
+            | {name for node in graph.node for name in node.output}
+        self.written = set()  # every top written so far
+        self.node = None  # the node being converted
+        self.renamed = {}  # its made-up blob names that were taken -> the names used instead
         for node in graph.node:
             for name in node.input:
                 self.consumers[name] = self.consumers.get(name, 0) + 1
@@ -52,7 +58,25 @@ class ImportContext:
     # -- values -------------------------------------------------------------------------
     def blob(self, name):
         """The Caffe blob carrying ONNX value ``name``."""
+        if name in self.renamed:
+            return self.renamed[name]
         return self.alias.get(name, name)
+
+    def _own_top(self, top, bottoms):
+        """``top``, or where the node being converted made up a name that another ONNX value
+        has (a graph this package exported names its values after the blobs an import made
+        up), a fresh one, used for that name for the rest of the node's conversion."""
+        node = self.node
+        if top in self.renamed:
+            return self.renamed[top]
+        if node is None or top in node.output or top in bottoms \
+                or (top not in self.values and top not in self.written):
+            return top
+        i = 1
+        while "%s_%d" % (top, i) in self.values or "%s_%d" % (top, i) in self.written:
+            i += 1
+        self.renamed[top] = "%s_%d" % (top, i)
+        return self.renamed[top]
 
     def shape(self, name, node):
         if name in self.consts:
@@ -90,6 +114,8 @@ class ImportContext:
                 self._constant_blob(b)
         lp = caffe_pb2.LayerParameter(name=name, type=type_)
         lp.bottom.extend(self.blob(b) for b in bottoms)
+        tops = [self._own_top(t, bottoms) for t in tops]
+        self.written.update(tops)
         lp.top.extend(tops)
         for arr in blobs:
             fill_blobproto(lp.blobs.add(), np.asarray(arr, dtype=np.float32))
@@ -248,7 +274,9 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         handler = import_ops.IMPORTERS.get(node.op_type)
         if handler is None or node.domain not in ("", "ai.onnx"):
             raise ctx.error(node, "this op has no Caffe equivalent")
+        ctx.node, ctx.renamed = node, {}
         handler(ctx, node)
+    ctx.node, ctx.renamed = None, {}
     for value, (_, _, _, pad_node) in ctx.padded.items():
         raise ctx.error(pad_node, "its output '%s' is read by no AveragePool (a Pad converts "
                                   "only as the pad of an AveragePool that alone reads it)"
