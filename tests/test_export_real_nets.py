@@ -135,3 +135,35 @@ def test_net_written_by_the_onnx_importer_exports_and_imports_again(tmp_path):
     assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
     assert_close(expected, round_trip(tmp_path / "ours.onnx", tmp_path / "back",
                                       {"data": x})["out"], "round trip")
+
+
+class _WithConstants(torch.nn.Module):
+    """Constants a layer reads as tensors (``torch.cat`` with a constant channel, a maximum
+    with a constant map): the ONNX importer writes them as Parameter layers."""
+
+    def forward(self, x):
+        floor = torch.linspace(-0.5, 0.5, 40).reshape(1, 2, 4, 5)
+        return torch.cat([torch.maximum(x, floor), torch.ones(1, 1, 4, 5)], 1)
+
+
+def test_parameter_layers_of_an_import_export_and_import_again(tmp_path):
+    """Both exporters refused the importer's Parameter layers ('has no ONNX equivalent',
+    'has no PyTorch equivalent'), so no net with a constant tensor went back out; the
+    blob is now a constant of the graph and a parameter of the module."""
+    module = _WithConstants().eval()
+    x = np.random.default_rng(3).normal(0, 1, (1, 2, 4, 5)).astype(np.float32)
+    with torch.no_grad():
+        expected = module(torch.from_numpy(x)).numpy()
+    torch.onnx.export(module, (torch.from_numpy(x),), str(tmp_path / "torch.onnx"),
+                      dynamo=False, opset_version=13, input_names=["data"],
+                      output_names=["out"])
+    caffe_onnx.to_caffe(str(tmp_path / "torch.onnx"), str(tmp_path / "first"))
+    net = caffe.Net(str(tmp_path / "first.prototxt"), str(tmp_path / "first.caffemodel"),
+                    caffe.TEST)
+    assert [layer.type for layer in net.layers].count("Parameter") == 2
+    assert_close(expected, net.forward(data=x)["out"], "first import")
+    model, _ = caffe_onnx.export(net, tmp_path / "ours.onnx")
+    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
+    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
+    assert_close(expected, round_trip(tmp_path / "ours.onnx", tmp_path / "back",
+                                      {"data": x})["out"], "round trip")

@@ -119,6 +119,9 @@ CASES = {
     "mvn_across": one("MVN", "mvn_param { across_channels: true eps: 0.01 }"),
     "embed": one("Embed", "embed_param { num_output: 6 input_dim: 10 }", {"data": (2, 5)}),
     "upsample": one("Upsample", "upsample_param { scale: 3 }"),
+    # what the ONNX importer writes for a constant a layer reads; no input
+    "parameter": ('layer { name: "layer" type: "Parameter" top: "out" '
+                  'parameter_param { shape { dim: 2 dim: 3 dim: 4 } } }', {}),
 }
 
 POSITIVE = {"stochastic_pool_test", "log", "log_e"}
@@ -158,7 +161,7 @@ def test_layer_exports_with_caffe_numbers(key, tmp_path):
     model = export_and_compare(key, text, shapes, tmp_path)
     # names come from the Caffe net: the layer's node and its top
     assert any(n.name.startswith("layer") for n in model.graph.node) or key in (
-        "split", "dropout")
+        "split", "dropout", "parameter")  # parameter: an initializer, no node
 
 
 @pytest.mark.parametrize("key", ["reduction_sum", "reduction_asum", "reduction_sumsq_all",

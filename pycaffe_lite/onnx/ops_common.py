@@ -1,5 +1,5 @@
 """Converters of Caffe's common layers: InnerProduct, BatchNorm, Scale, Bias, Softmax,
-Concat, Slice, Split, Flatten, Reshape, Eltwise, ArgMax, Reduction, Tile, MVN, Embed."""
+Concat, Slice, Split, Flatten, Reshape, Eltwise, ArgMax, Reduction, Tile, MVN, Embed, Parameter."""
 
 import numpy as np
 
@@ -259,3 +259,10 @@ def embed(call):
         return
     y = call.node("Gather", [call.const("weight", blobs[0]), idx], suffix="gather", axis=0)
     call.node("Add", [y, call.const("bias", blobs[1].reshape(-1))], call.outputs)
+
+
+@register_converter("Parameter")
+def parameter(call):
+    """The blob itself, a constant of the graph (of its own shape: no batch axis to vary)."""
+    call.out_dims = [[int(d) for d in call.out_shapes[0]]]
+    return [call.const("value", call.layer.blobs[0].data)]

@@ -1,5 +1,5 @@
 """PyTorch code for Caffe's common layers: InnerProduct, BatchNorm, Scale, Bias, Softmax,
-Concat, Slice, Flatten, Reshape, Eltwise, ArgMax, Reduction, Tile, MVN, Embed."""
+Concat, Slice, Flatten, Reshape, Eltwise, ArgMax, Reduction, Tile, MVN, Embed, Parameter."""
 
 from ..proto import caffe_pb2
 from .codegen import Module, helper, literal, register_generator
@@ -390,3 +390,22 @@ def embed(layer):
     return Module("Embed(%d, %d, %s)" % (blobs[0].shape[0], blobs[0].shape[1],
                                          literal(bool(p.bias_term))), weights, [EMBED])
 
+
+
+PARAMETER = helper("Parameter", '''
+class Parameter(nn.Module):
+    """Caffe's Parameter layer: no input; its one blob, learnt like a weight, is the output."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.value = nn.Parameter(torch.zeros(shape))
+
+    def forward(self):
+        return self.value.clone()  # not the parameter itself: a new tensor, as other layers give
+''')
+
+
+@register_generator("Parameter")
+def parameter(layer):
+    value = layer.blobs[0]
+    return Module("Parameter(%s)" % literal(tuple(value.shape)), {"value": value}, [PARAMETER])
