@@ -167,3 +167,48 @@ def test_parameter_layers_of_an_import_export_and_import_again(tmp_path):
     assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
     assert_close(expected, round_trip(tmp_path / "ours.onnx", tmp_path / "back",
                                       {"data": x})["out"], "round trip")
+
+
+def _dropout_net(params, shape):
+    return caffe.Net.from_param(_param(
+        'layer { name: "data" type: "Input" top: "data" input_param { shape { %s } } }\n'
+        'layer { name: "drop" type: "Dropout" bottom: "data" top: "out" dropout_param { %s } }'
+        % (" ".join("dim: %d" % d for d in shape), params)))
+
+
+def test_fast_rcnn_dropout_without_scale_train_scales_at_inference(tmp_path):
+    """The Fast R-CNN fork's scale_train: false keeps training's values unscaled and scales
+    by 1 - ratio at test (its dropout_layer.cpp: caffe_scal by 1 / scale_). The PyTorch
+    export wrote nn.Identity(), a silent factor of 1 / 0.6 here."""
+    net = _dropout_net("dropout_ratio: 0.4 scale_train: false", (2, 3, 4))
+    x = np.random.default_rng(4).normal(0, 1, (2, 3, 4)).astype(np.float32)
+    expected = x.astype(np.float64) * 0.6
+    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
+    model, _ = caffe_onnx.export(net)
+    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
+
+
+def _looks_like_dropout(y, ratio, kept_value):
+    """Each entry 0 or the kept value, about ``ratio`` of them 0 (2**18 entries: the fraction's
+    standard deviation is below 0.001), and not all alike."""
+    y = np.asarray(y)
+    zero = y == 0
+    assert np.all(zero | np.isclose(y, kept_value, rtol=1e-6))
+    assert abs(zero.mean() - ratio) < 0.01, zero.mean()
+
+
+@pytest.mark.parametrize("scale_train", [True, False])
+def test_bayesian_segnet_dropout_samples_at_inference_in_pytorch(tmp_path, scale_train):
+    """Bayesian SegNet's sample_weights_test: true (its deploy files, SegNet-Tutorial's model
+    zoo) draws a new mask at every test forward (Monte Carlo dropout, as our layer does). The
+    PyTorch export wrote nn.Identity(): the same deterministic output every run."""
+    params = "dropout_ratio: 0.3 sample_weights_test: true scale_train: %s" % (
+        "true" if scale_train else "false")
+    net = _dropout_net(params, (4, 256, 256))
+    x = np.ones((4, 256, 256), np.float32)
+    kept = 1 / 0.7 if scale_train else 1.0
+    first = run_torch(net, tmp_path / "pt", {"data": x})["out"]
+    second = run_torch(net, tmp_path / "pt2", {"data": x})["out"]
+    _looks_like_dropout(first, 0.3, kept)
+    _looks_like_dropout(second, 0.3, kept)
+    assert not np.array_equal(first, second)

@@ -148,9 +148,33 @@ def swish(layer):
     return Module("Swish(%s)" % literal(beta), helpers=[SWISH])
 
 
+CAFFE_DROPOUT = helper("CaffeDropout", '''
+class CaffeDropout(nn.Module):
+    """Caffe's Dropout where PyTorch's differs. scale_train False (the Fast R-CNN fork): in
+    training the kept values are not scaled up, at inference all are scaled by 1 - ratio.
+    sample (Bayesian SegNet's sample_weights_test): a new mask at inference too."""
+
+    def __init__(self, ratio, scale_train, sample, trainable):
+        super().__init__()
+        self.ratio, self.scale_train = ratio, scale_train
+        self.sample, self.trainable = sample, trainable
+
+    def forward(self, x):
+        if self.sample or (self.training and self.trainable):
+            mask = (torch.rand_like(x) >= self.ratio).to(x.dtype)
+            return x * mask / (1 - self.ratio) if self.scale_train else x * mask
+        return x if self.scale_train else x * (1 - self.ratio)
+''')
+
+
 @register_generator("Dropout")
 def dropout(layer):
-    ratio = float(layer.param.dropout_param.dropout_ratio)
+    p = layer.param.dropout_param
+    ratio = float(p.dropout_ratio)
+    if p.sample_weights_test or not p.scale_train:
+        return Module("CaffeDropout(%s, %s, %s, %s)" % (
+            literal(ratio), literal(bool(p.scale_train)), literal(bool(p.sample_weights_test)),
+            literal(bool(layer.train))), helpers=[CAFFE_DROPOUT])
     if layer.train:
         return Module("nn.Dropout(%s)" % literal(ratio))
     return Module("nn.Identity()", comment="Dropout (ratio %g): identity at inference" % ratio)
