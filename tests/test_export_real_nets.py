@@ -212,3 +212,22 @@ def test_bayesian_segnet_dropout_samples_at_inference_in_pytorch(tmp_path, scale
     _looks_like_dropout(first, 0.3, kept)
     _looks_like_dropout(second, 0.3, kept)
     assert not np.array_equal(first, second)
+
+
+@pytest.mark.parametrize("scale_train", [True, False])
+def test_bayesian_segnet_dropout_samples_at_inference_in_onnxruntime(scale_train):
+    """The same Monte Carlo dropout in the ONNX export: a Dropout node in training mode
+    (scaled by 1 / (1 - ratio), then by 1 - ratio where scale_train is false). The export was
+    an identity: every run the same, none of the entries dropped."""
+    params = "dropout_ratio: 0.3 sample_weights_test: true scale_train: %s" % (
+        "true" if scale_train else "false")
+    net = _dropout_net(params, (4, 256, 256))
+    x = np.ones((4, 256, 256), np.float32)
+    model, _ = caffe_onnx.export(net)
+    onnx.checker.check_model(model, full_check=True)
+    first = run_ort(model, {"data": x})["out"]
+    second = run_ort(model, {"data": x})["out"]
+    kept = 1 / 0.7 if scale_train else 1.0
+    _looks_like_dropout(first, 0.3, kept)
+    _looks_like_dropout(second, 0.3, kept)
+    assert not np.array_equal(first, second)

@@ -131,7 +131,16 @@ def swish(call):
 @register_converter("Dropout")
 def dropout(call):
     p = call.param.dropout_param
-    if getattr(p, "scale_train", True):  # a fork's field; BVLC always scales in training
-        return [call.inputs[0]]  # identity at inference: the top is the bottom's value
+    x = call.inputs[0]
     keep = np.float32(1.0 - float(p.dropout_ratio))
-    call.node("Mul", [call.inputs[0], call.const("keep", keep)], call.outputs)
+    if p.sample_weights_test:
+        # Bayesian SegNet's Monte Carlo dropout: a new mask at every run, as in training
+        ratio = call.const("ratio", np.float32(p.dropout_ratio))
+        sample = call.const("training_mode", np.array(True), np.bool_)
+        if p.scale_train:
+            call.node("Dropout", [x, ratio, sample], call.outputs)
+            return None
+        x = call.node("Dropout", [x, ratio, sample], suffix="sample")
+    elif p.scale_train:  # a fork's field; BVLC always scales in training
+        return [x]  # identity at inference: the top is the bottom's value
+    call.node("Mul", [x, call.const("keep", keep)], call.outputs)
