@@ -231,3 +231,35 @@ def test_bayesian_segnet_dropout_samples_at_inference_in_onnxruntime(scale_train
     _looks_like_dropout(first, 0.3, kept)
     _looks_like_dropout(second, 0.3, kept)
     assert not np.array_equal(first, second)
+
+
+def _pool_reference(x, kernel, stride, op):
+    """Windows from 0 without padding, as many as fit (the size rounded down)."""
+    n, c, h, w = x.shape
+    oh, ow = (h - kernel) // stride + 1, (w - kernel) // stride + 1
+    out = np.empty((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            win = x[:, :, i * stride:i * stride + kernel, j * stride:j * stride + kernel]
+            out[:, :, i, j] = op(win, axis=(2, 3))
+    return out
+
+
+@pytest.mark.parametrize("rounding", ["ceil_mode: false", "round_mode: FLOOR"])
+@pytest.mark.parametrize("pool,op", [("MAX", np.max), ("AVE", np.mean)])
+def test_pooling_rounded_down_exports_at_its_size(tmp_path, rounding, pool, op):
+    """Pooling that rounds its size down (BVLC pull request 3057's ceil_mode: false, as
+    OpenCV's Caffe importer reads it; NVCaffe's round_mode: FLOOR): 3 x 3 over 8 x 9 by
+    stride 2 gives 3 x 4 windows. The PyTorch export rounded up (nn.MaxPool2d with
+    ceil_mode=True): 4 x 4 windows, the last row one Caffe never computes."""
+    net = caffe.Net.from_param(_param(
+        'layer { name: "data" type: "Input" top: "data" '
+        'input_param { shape { dim: 1 dim: 2 dim: 8 dim: 9 } } }\n'
+        'layer { name: "pool" type: "Pooling" bottom: "data" top: "out" '
+        'pooling_param { pool: %s kernel_size: 3 stride: 2 %s } }' % (pool, rounding)))
+    x = np.random.default_rng(5).normal(0, 1, (1, 2, 8, 9)).astype(np.float32)
+    expected = _pool_reference(x.astype(np.float64), 3, 2, op)
+    assert expected.shape == (1, 2, 3, 4)
+    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
+    model, _ = caffe_onnx.export(net)
+    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")

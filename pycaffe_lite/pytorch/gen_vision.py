@@ -49,17 +49,20 @@ def convolution(layer):
 
 POOL = helper("CaffePool2d", '''
 class CaffePool2d(nn.Module):
-    """Caffe's pooling where PyTorch's has no equal: the output size rounded up, with the
-    last window clipped to start inside the input plus its front padding; MAX over the
-    window's part inside the input, AVE dividing by the window's overlap with the padded
-    input, STOCHASTIC (inference: sum(x^2) / sum(x), windows from 0, no padding)."""
+    """Caffe's pooling where PyTorch's has no equal: the output size rounded up (down where
+    ceil is False: round_mode FLOOR), with the last window clipped to start inside the
+    input plus its front padding; MAX over the window's part inside the input, AVE dividing
+    by the window's overlap with the padded input, STOCHASTIC (inference: sum(x^2) /
+    sum(x), windows from 0, no padding)."""
 
-    def __init__(self, mode, kernel, stride, pad):
+    def __init__(self, mode, kernel, stride, pad, ceil=True):
         super().__init__()
         self.mode, self.kernel, self.stride, self.pad = mode, kernel, stride, pad
+        self.ceil = ceil
 
     def _size(self, size, k, s, p):
-        out = -(-(size + 2 * p - k) // s) + 1
+        span = size + 2 * p - k
+        out = (-(-span // s) if self.ceil else span // s) + 1
         if p and (out - 1) * s >= size + p:
             out -= 1
         return out
@@ -88,8 +91,9 @@ class CaffePool2d(nn.Module):
 ''')
 
 
-def _caffe_size(size, k, s, p):
-    out = -(-(size + 2 * p - k) // s) + 1
+def _caffe_size(size, k, s, p, ceil=True):
+    span = size + 2 * p - k
+    out = (-(-span // s) if ceil else span // s) + 1
     if p and (out - 1) * s >= size + p:
         out -= 1
     return out
@@ -112,19 +116,22 @@ def pooling(layer):
     kernel, stride, pad = _pool_geometry(p)
     h, w = layer.in_shapes[0][2:]
     check_windows(layer, "PyTorch", (h, w), kernel, pad, stride, layer.out_shapes[0][2:])
+    ceil = bool(layer.layer.ceil_mode)  # round_mode FLOOR (or ceil_mode: false) rounds down
     native = (mode != "STOCHASTIC" and all(2 * q <= k for q, k in zip(pad, kernel))
-              and all(_caffe_size(size, k, s, q) == o for size, k, s, q, o in
+              and all(_caffe_size(size, k, s, q, ceil) == o for size, k, s, q, o in
                       zip((h, w), kernel, stride, pad, layer.out_shapes[0][2:])))
     if not native:
-        return Module("CaffePool2d(%r, %s, %s, %s)" % (mode, literal(tuple(kernel)),
-                                                       literal(tuple(stride)),
-                                                       literal(tuple(pad))), helpers=[POOL])
+        return Module("CaffePool2d(%r, %s, %s, %s%s)" % (
+            mode, literal(tuple(kernel)), literal(tuple(stride)), literal(tuple(pad)),
+            "" if ceil else ", ceil=False"), helpers=[POOL])
     args = [_tuple(kernel), "stride=%s" % _tuple(stride)]
     if any(pad):
         args.append("padding=%s" % _tuple(pad))
-    args.append("ceil_mode=True")
+    if ceil:
+        args.append("ceil_mode=True")
     cls = "nn.MaxPool2d" if mode == "MAX" else "nn.AvgPool2d"
-    return Module("%s(%s)" % (cls, ", ".join(args)), comment="Caffe rounds the size up")
+    return Module("%s(%s)" % (cls, ", ".join(args)),
+                  comment="Caffe rounds the size up" if ceil else "round_mode FLOOR")
 
 
 LRN_WITHIN = helper("LRNWithinChannel", '''
