@@ -263,3 +263,35 @@ def test_pooling_rounded_down_exports_at_its_size(tmp_path, rounding, pool, op):
     assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
     model, _ = caffe_onnx.export(net)
     assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
+
+
+def _caffe_top_k(values, k):
+    """Caffe's argmax_layer.cpp: (value, index) pairs partially sorted with std::greater,
+    so equal values rank the higher index first."""
+    return sorted(range(len(values)), key=lambda i: (values[i], i), reverse=True)[:k]
+
+
+@pytest.mark.parametrize("params", ["top_k: 1 axis: 1", "top_k: 3 axis: -1",
+                                    "top_k: 2 out_max_val: true", "top_k: 4"])
+def test_argmax_with_equal_scores_ranks_as_caffe(tmp_path, params):
+    """A class map's ArgMax where scores tie (a ReLU's zeros, a saturated softmax): Caffe
+    ranks the higher index first. ONNX TopK and torch.topk rank the lower one first, so the
+    exports gave other classes for those entries."""
+    net = caffe.Net.from_param(_param(
+        'layer { name: "data" type: "Input" top: "data" '
+        'input_param { shape { dim: 2 dim: 6 } } }\n'
+        'layer { name: "argmax" type: "ArgMax" bottom: "data" top: "out" '
+        'argmax_param { %s } }' % params))
+    x = np.array([[1, 2, 2, 0, 2, 1], [0, 0, 0, 0, 0, 0]], np.float32)
+    k = int(params.split()[1])
+    top = [_caffe_top_k(list(row), k) for row in x]
+    if "out_max_val" in params:  # no axis: (N, 2, top_k), indices then values
+        expected = np.array([[t, [row[i] for i in t]] for t, row in zip(top, x)])
+    elif "axis" in params:
+        expected = np.array(top, np.float64)
+    else:
+        expected = np.array(top, np.float64)[:, None, :]
+    assert_close(expected, net.forward(data=x)["out"], "ours")
+    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
+    model, _ = caffe_onnx.export(net)
+    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")

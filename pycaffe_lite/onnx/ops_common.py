@@ -179,25 +179,37 @@ def eltwise(call):
     call.node("Sum", terms, call.outputs)
 
 
+def _top_k(call, x, k, axis, size):
+    """TopK of ``x`` along ``axis`` (of ``size`` entries) with Caffe's order of equal values,
+    the higher index first (its partial sort of (value, index) pairs, decreasing): TopK of
+    the reversed axis, whose equal values come lower index first, indices mapped back."""
+    flipped = call.node("Slice", [x, call.ints("reverse/starts", [-1]),
+                                  call.ints("reverse/ends", [-(2 ** 63)]),
+                                  call.ints("reverse/axes", [axis]),
+                                  call.ints("reverse/steps", [-1])], suffix="reverse")
+    vals, idx = call.node("TopK", [flipped, call.ints("k", [k])],
+                          [call.g.fresh(call.name + "/values"),
+                           call.g.fresh(call.name + "/reversed_indices")],
+                          suffix="topk", axis=axis, largest=1, sorted=1)
+    idx = call.node("Sub", [call.ints("last", [size - 1]), idx], suffix="indices")
+    return vals, idx
+
+
 @register_converter("ArgMax")
 def argmax(call):
     p = call.param.argmax_param
-    k = call.ints("k", [int(p.top_k)])
     x = call.inputs[0]
+    shape = call.in_shapes[0]
     if p.HasField("axis"):
-        axis = _axis(p.axis, len(call.in_shapes[0]))
-        vals, idx = call.node("TopK", [x, k], [call.g.fresh(call.name + "/values"),
-                                              call.g.fresh(call.name + "/indices")],
-                              suffix="topk", axis=axis, largest=1, sorted=1)
+        axis = _axis(p.axis, len(shape))
+        vals, idx = _top_k(call, x, int(p.top_k), axis, int(shape[axis]))
         if p.out_max_val:
             call.node("Identity", [vals], call.outputs)
         else:
             call.node("Cast", [idx], call.outputs, to=1)
         return
     flat = call.reshape(x, [0, -1], suffix="flatten")
-    vals, idx = call.node("TopK", [flat, k], [call.g.fresh(call.name + "/values"),
-                                             call.g.fresh(call.name + "/indices")],
-                          suffix="topk", axis=1, largest=1, sorted=1)
+    vals, idx = _top_k(call, flat, int(p.top_k), 1, int(np.prod(shape[1:], dtype=np.int64)))
     idx = call.node("Cast", [idx], suffix="indices_float", to=1)
     parts = [call.reshape(idx, [0, 1, -1], suffix="indices_shape")]
     if p.out_max_val:

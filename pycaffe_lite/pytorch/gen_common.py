@@ -260,17 +260,25 @@ ARGMAX = helper("ArgMax", '''
 class ArgMax(nn.Module):
     """Caffe's ArgMax: the indices (as floats) of the top_k largest values along axis, or,
     with no axis, of each item's values flattened: (N, 1, top_k[, 1...]), the values after
-    the indices (N, 2, top_k) with out_max_val."""
+    the indices (N, 2, top_k) with out_max_val. Equal values rank the higher index first
+    (Caffe sorts (value, index) pairs in decreasing order)."""
 
     def __init__(self, top_k, out_max_val, axis):
         super().__init__()
         self.top_k, self.out_max_val, self.axis = top_k, out_max_val, axis
 
+    def _top(self, x, dim):
+        size = x.shape[dim]
+        values, order = torch.sort(x.flip(dim), dim=dim, descending=True, stable=True)
+        keep = torch.arange(self.top_k, device=x.device)
+        return (values.index_select(dim, keep),
+                (size - 1) - order.index_select(dim, keep))
+
     def forward(self, x):
         if self.axis is not None:
-            values, indices = torch.topk(x, self.top_k, self.axis)
+            values, indices = self._top(x, self.axis)
             return values if self.out_max_val else indices.to(x.dtype)
-        values, indices = torch.topk(x.flatten(1), self.top_k, 1)
+        values, indices = self._top(x.flatten(1), 1)
         parts = [indices.to(x.dtype)] + ([values] if self.out_max_val else [])
         y = torch.stack(parts, 1)
         return y.reshape(y.shape + (1,) * (x.dim() - 3))
