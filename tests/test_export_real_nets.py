@@ -295,3 +295,26 @@ def test_argmax_with_equal_scores_ranks_as_caffe(tmp_path, params):
     assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
     model, _ = caffe_onnx.export(net)
     assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
+
+
+@pytest.mark.parametrize("across", [False, True])
+def test_mvn_of_a_3d_blob_gives_caffes_4d_top(tmp_path, across):
+    """BVLC's MVNLayer::Reshape makes its top (num, channels, height, width): a (2, 3, 4)
+    bottom gives (2, 3, 4, 1). The ONNX export computed a 3-D value under the 4-D output our
+    net declares, and onnx.checker stopped it with a bare InferenceError; the PyTorch
+    export returned the 3-D shape."""
+    net = caffe.Net.from_param(_param(
+        'layer { name: "data" type: "Input" top: "data" '
+        'input_param { shape { dim: 2 dim: 3 dim: 4 } } }\n'
+        'layer { name: "mvn" type: "MVN" bottom: "data" top: "out" '
+        'mvn_param { across_channels: %s eps: 0.001 } }' % ("true" if across else "false")))
+    x = np.random.default_rng(6).normal(0, 1, (2, 3, 4)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    axes = (1, 2) if across else (2,)
+    centred = x64 - x64.mean(axis=axes, keepdims=True)
+    expected = (centred / (np.sqrt((centred ** 2).mean(axis=axes, keepdims=True)) + 0.001))
+    expected = expected[..., None]
+    model, _ = caffe_onnx.export(net)
+    onnx.checker.check_model(model, full_check=True)
+    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
+    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")

@@ -245,9 +245,11 @@ def tile(call):
 @register_converter("MVN")
 def mvn(call):
     p = call.param.mvn_param
-    rank = len(call.in_shapes[0])
-    axes = list(range(1 if p.across_channels else 2, rank))
     x = call.inputs[0]
+    rank = len(call.out_shapes[0])
+    if len(call.in_shapes[0]) < rank:  # Caffe's top is (num, channels, height, width)
+        x = call.reshape(x, keep_batch(call.out_shapes[0]), suffix="4d")
+    axes = list(range(1 if p.across_channels else 2, rank))
     mean = call.g.reduce("ReduceMean", x, axes, True, name=call.name + "/mean")
     if not p.normalize_variance:
         call.node("Sub", [x, mean], call.outputs)

@@ -347,7 +347,8 @@ class Tile(nn.Module):
 MVN = helper("MVN", '''
 class MVN(nn.Module):
     """Caffe's MVN: the mean subtracted per item and channel (or per item across channels),
-    then divided by the standard deviation plus eps where asked."""
+    then divided by the standard deviation plus eps where asked. The output has 4 axes, as
+    Caffe's (num, channels, height, width): trailing axes of 1 added to a smaller input."""
 
     def __init__(self, across_channels, normalize_variance, eps):
         super().__init__()
@@ -355,6 +356,8 @@ class MVN(nn.Module):
         self.normalize_variance, self.eps = normalize_variance, eps
 
     def forward(self, x):
+        if x.dim() < 4:
+            x = x.reshape(tuple(x.shape) + (1,) * (4 - x.dim()))
         axes = list(range(1 if self.across_channels else 2, x.dim()))
         centred = x - x.mean(axes, keepdim=True)
         if not self.normalize_variance:
