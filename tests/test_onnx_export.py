@@ -342,3 +342,21 @@ def test_export_command_refuses_to_export_fillers_without_being_told(tmp_path, c
     values = sorted(numpy_helper.to_array(t).ravel().tolist()
                     for t in onnx.load(str(out)).graph.initializer if t.dims)
     assert [0.5] * 6 in values and [-1.0, -1.0] in values  # the fillers', as asked
+
+
+def test_a_graph_the_checker_rejects_is_an_error_naming_the_node():
+    """A converter (here one of one's own) whose graph onnx.checker rejects: a CaffeError
+    with the checker's message, which names the node after its layer, not a bare
+    ValidationError or InferenceError from onnx."""
+    text = input_layers({"data": (2, 3)}) + """
+layer { name: "i2c" type: "Im2col" bottom: "data" top: "out"
+        convolution_param { kernel_size: 1 } }"""
+    try:
+        @caffe_onnx.register_converter("Im2col")
+        def wrong_rank(call):  # a 2-D value where the net declares 4 axes
+            call.reshape(call.inputs[0], [0, -1], call.outputs)
+        net = net_from_text(text.replace('dim: 2 dim: 3', 'dim: 2 dim: 3 dim: 1 dim: 1'))
+        with pytest.raises(CaffeError, match="fails onnx.checker.*i2c"):
+            caffe_onnx.export(net, None)
+    finally:
+        caffe_onnx.CONVERTERS.pop("Im2col", None)

@@ -133,7 +133,12 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
     model = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="pycaffe-lite")
     model.ir_version = onnx.helper.find_min_ir_version_for(opsets)
     if check:
-        onnx.checker.check_model(model, full_check=True)
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+            raise CaffeError("the ONNX graph written for net '%s' fails onnx.checker (its "
+                             "nodes are named after the Caffe layers): %s"
+                             % (net.name or "net", str(exc).strip())) from None
     if path is not None:
         onnx.save(model, str(path))
     report = {"inputs": [v.name for v in inputs], "outputs": [v.name for v in outputs],
