@@ -17,6 +17,8 @@ from helpers.onnx_runtime import assert_close, onnx, run_ort  # noqa: E402
 from pycaffe_lite import onnx as caffe_onnx  # noqa: E402
 from pycaffe_lite.pytorch import export as export_pytorch  # noqa: E402
 from pycaffe_lite.pytorch.compare import load_module  # noqa: E402
+from test_fork_pspnet_bn import (PSPNET_EXCERPT, excerpt_reference,  # noqa: E402
+                                 fill_bn_blobs)
 
 pytestmark = pytest.mark.torch
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -316,5 +318,55 @@ def test_mvn_of_a_3d_blob_gives_caffes_4d_top(tmp_path, across):
     expected = expected[..., None]
     model, _ = caffe_onnx.export(net)
     onnx.checker.check_model(model, full_check=True)
+    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
+    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
+
+
+def test_pspnet_excerpt_with_its_bn_exports_and_imports_again(tmp_path):
+    """PSPNet's own layout (test_fork_pspnet_bn.py's excerpt: conv + BN + ReLU, the pyramid
+    pooling, Interp, Concat, Interp by zoom_factor) against its NumPy forward. Both exporters
+    refused the BN layer ('has no ONNX/PyTorch equivalent'), so no PSPNet or ICNet file
+    exported; PSPNet's BN at test is BatchNormalization of its four blobs."""
+    path = tmp_path / "pspnet_excerpt.prototxt"
+    path.write_text(PSPNET_EXCERPT)
+    net = caffe.Net(str(path), caffe.TEST)
+    rng = np.random.default_rng(7)
+    fill_bn_blobs(net, rng)
+    for name in ("conv1_1_3x3_s2", "conv6"):
+        for blob in net.params[name]:
+            blob.data[...] = rng.normal(0, 0.3, blob.shape)
+    x = rng.normal(0, 1, (1, 3, 17, 17)).astype(np.float32)
+    expected = excerpt_reference(net, x.astype(np.float64))
+    model, _ = caffe_onnx.export(net, tmp_path / "psp.onnx")
+    assert "BatchNormalization" in {n.op_type for n in model.graph.node}
+    assert_close(expected, run_ort(model, {"data": x})["conv6_interp"], "onnxruntime")
+    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["conv6_interp"],
+                 "torch")
+    back = round_trip(tmp_path / "psp.onnx", tmp_path / "back", {"data": x})
+    assert_close(expected, back["conv6_interp"], "round trip")
+
+
+@pytest.mark.parametrize("mode", ["INFERENCE", "LEARN"])
+def test_segnet_bn_exports(tmp_path, mode):
+    """SegNet's and ENet's BN (bn_mode INFERENCE in their inference files: scale * x + shift;
+    LEARN: the batch's statistics, E[x^2] - E[x]^2 and eps 1e-9, in every phase) was
+    refused by both exporters."""
+    net = caffe.Net.from_param(_param(
+        'layer { name: "data" type: "Input" top: "data" '
+        'input_param { shape { dim: 2 dim: 3 dim: 4 dim: 5 } } }\n'
+        'layer { name: "bn" type: "BN" bottom: "data" top: "out" bn_param { bn_mode: %s } }'
+        % mode))
+    rng = np.random.default_rng(8)
+    scale, shift = rng.uniform(0.5, 1.5, 3), rng.normal(0, 1, 3)
+    net.params["bn"][0].data[...] = scale.reshape(1, 3, 1, 1)
+    net.params["bn"][1].data[...] = shift.reshape(1, 3, 1, 1)
+    x = rng.normal(0, 1, (2, 3, 4, 5)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    if mode == "LEARN":
+        mean = x64.mean(axis=(0, 2, 3), keepdims=True)
+        var = (x64 * x64).mean(axis=(0, 2, 3), keepdims=True) - mean * mean
+        x64 = (x64 - mean) / np.sqrt(var + 1e-9)
+    expected = x64 * scale.reshape(1, 3, 1, 1) + shift.reshape(1, 3, 1, 1)
+    model, _ = caffe_onnx.export(net)
     assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
     assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")

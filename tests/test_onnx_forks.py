@@ -68,6 +68,9 @@ CASES = {
                 ("a", "x", "y")),
     "axpy_2d_scale": one("Axpy", "", {"a": (2, 4), "x": (2, 4, 5, 3), "y": (2, 4, 5, 3)},
                          ("a", "x", "y")),
+    "bn_pspnet": one("BN", "bn_param { frozen: true eps: 0.001 }"),
+    "bn_segnet_inference": one("BN", "bn_param { bn_mode: INFERENCE }"),
+    "bn_segnet_learn": one("BN", "bn_param { bn_mode: LEARN }"),
 }
 
 # regions of interest: ends at exact halves after scaling (C's rounding sends them away from

@@ -1,6 +1,7 @@
 """Converters of the Caffe forks' layers: Permute, Normalize, PriorBox (SSD), Interp
 (DeepLab / PSPNet), ShuffleChannel (ShuffleNet), ROIPooling (Fast R-CNN),
-ConvolutionDepthwise / DepthwiseConvolution (MobileNet, ShuffleNet) and Axpy (SENet).
+ConvolutionDepthwise / DepthwiseConvolution (MobileNet, ShuffleNet), Axpy (SENet) and BN
+(PSPNet, SegNet, ENet).
 DetectionOutput is in :mod:`.ops_detection`."""
 
 from ..blob import Blob
@@ -126,3 +127,37 @@ def axpy(call):
     prod = call.node("Mul", [scale, x], suffix="ax")
     call.node("Add", [prod, y], call.outputs)
 
+
+
+@register_converter("BN")
+def fork_bn(call):
+    """The forks' BN layer. PSPNet's, with its running statistics (TEST, or ``frozen``):
+    BatchNormalization of its slope, bias, mean and variance. SegNet's and ENet's:
+    ``bn_mode: INFERENCE`` is ``scale * x + shift``; LEARN normalises by the batch's own
+    statistics in every phase (``E[x^2] - E[x]^2``, eps 1e-9), then scales and shifts."""
+    layer, x = call.layer, call.inputs[0]
+    blobs = [b.reshape(-1) for b in call.blobs]
+    if hasattr(layer, "uses_running_stats"):  # PSPNet's
+        if not layer.uses_running_stats:
+            raise call.error("PSPNet's BN in the TRAIN phase, not frozen, normalises by the "
+                             "batch's statistics; export the TEST net")
+        call.node("BatchNormalization", [x] + [call.const(n, b) for n, b in zip(
+            ("slope", "bias", "mean", "var"), blobs)], call.outputs, epsilon=float(layer.eps))
+        return
+    if len(call.outputs) > 1:
+        raise call.error("the batch mean and variance tops of bn_mode LEARN do not convert")
+    shape = [-1] + [1] * (len(call.in_shapes[0]) - 2)  # per channel, broadcast over the rest
+    scale = call.const("scale", blobs[0].reshape(shape))
+    shift = call.const("shift", blobs[1].reshape(shape))
+    if layer.learn:
+        axes = [0] + list(range(2, len(call.in_shapes[0])))
+        mean = call.g.reduce("ReduceMean", x, axes, True, name=call.name + "/mean")
+        square = call.node("Mul", [x, x], suffix="square")
+        mean_sq = call.g.reduce("ReduceMean", square, axes, True, name=call.name + "/mean_sq")
+        var = call.node("Sub", [mean_sq, call.node("Mul", [mean, mean], suffix="mean_2")],
+                        suffix="var")
+        std = call.node("Sqrt", [call.node("Add", [var, call.const("eps", 1e-9)],
+                                           suffix="var_eps")], suffix="std")
+        x = call.node("Div", [call.node("Sub", [x, mean], suffix="centre"), std],
+                      suffix="normalised")
+    call.node("Add", [call.node("Mul", [x, scale], suffix="scaled"), shift], call.outputs)

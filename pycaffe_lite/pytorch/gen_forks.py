@@ -1,5 +1,6 @@
 """PyTorch code for the Caffe forks' layers: Permute, Normalize, PriorBox (SSD), Interp
-(DeepLab / PSPNet), ShuffleChannel (ShuffleNet), ROIPooling (Fast R-CNN) and Axpy (SENet).
+(DeepLab / PSPNet), ShuffleChannel (ShuffleNet), ROIPooling (Fast R-CNN), Axpy (SENet) and BN
+(PSPNet, SegNet, ENet).
 The depthwise convolutions are in :mod:`.gen_vision`, DetectionOutput in
 :mod:`.gen_detection`."""
 
@@ -215,3 +216,58 @@ class Axpy(nn.Module):
 @register_generator("Axpy")
 def axpy(layer):
     return Module("Axpy()", helpers=[AXPY])
+
+
+FORK_BN = helper("ForkBN", '''
+class ForkBN(nn.Module):
+    """The forks' BN layer, a per-channel scale and shift in it. kind "running" (PSPNet's):
+    slope * (x - mean) / sqrt(var + eps) + bias from its stored statistics; "inference"
+    (SegNet's and ENet's bn_mode INFERENCE): scale * x + shift; "batch" (their LEARN):
+    normalised by the batch's statistics, E[x^2] - E[x]^2, in every mode."""
+
+    def __init__(self, channels, kind, eps):
+        super().__init__()
+        self.kind, self.eps = kind, eps
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+        if kind == "running":
+            self.register_buffer("mean", torch.zeros(channels))
+            self.register_buffer("variance", torch.ones(channels))
+
+    def forward(self, x):
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        weight, bias = self.weight.view(shape), self.bias.view(shape)
+        if self.kind == "inference":
+            return x * weight + bias
+        if self.kind == "running":
+            mean, var = self.mean.view(shape), self.variance.view(shape)
+        else:
+            axes = [0] + list(range(2, x.dim()))
+            mean = x.mean(axes, keepdim=True)
+            var = (x * x).mean(axes, keepdim=True) - mean * mean
+        return (x - mean) / torch.sqrt(var + self.eps) * weight + bias
+''')
+
+
+@register_generator("BN")
+def fork_bn(layer):
+    """PSPNet's BN (its running statistics), or SegNet's and ENet's (bn_mode INFERENCE, or
+    LEARN's batch statistics)."""
+    impl = layer.layer
+    blobs = [b.reshape(-1) for b in layer.blobs]
+    weights = {"weight": blobs[0], "bias": blobs[1]}
+    if hasattr(impl, "uses_running_stats"):  # PSPNet's
+        if not impl.uses_running_stats or (layer.train and not impl.frozen):
+            raise layer.error("PSPNet's BN trains with the batch's statistics, which the "
+                              "exported module does not compute; export the TEST net "
+                              "without --train, or freeze the layer (bn_param { frozen: "
+                              "true })")
+        weights.update(mean=blobs[2], variance=blobs[3])
+        kind, eps = "running", float(impl.eps)
+    else:
+        if len(layer.out_shapes) > 1:
+            raise layer.error("the batch mean and variance tops of bn_mode LEARN have no "
+                              "PyTorch equivalent")
+        kind, eps = ("batch" if impl.learn else "inference"), 1e-9
+    return Module("ForkBN(%d, %r, %s)" % (blobs[0].size, kind, literal(eps)), weights,
+                  [FORK_BN])

@@ -36,6 +36,8 @@ def fill_random(net, seed=0):
             if layer.type == "BatchNorm":
                 blob.data[...] = [rng.normal(0, 0.5, blob.shape), rng.uniform(0.5, 2.0, blob.shape),
                                   np.full(blob.shape, 0.5)][i]
+            elif layer.type == "BN" and i == 3:  # PSPNet's running variance
+                blob.data[...] = rng.uniform(0.5, 2.0, blob.shape)
             else:
                 blob.data[...] = rng.normal(0, 0.5, blob.shape)
     return rng
