@@ -17,6 +17,7 @@ from helpers.onnx_runtime import assert_close, onnx, run_ort  # noqa: E402
 from pycaffe_lite import onnx as caffe_onnx  # noqa: E402
 from pycaffe_lite.pytorch import export as export_pytorch  # noqa: E402
 from pycaffe_lite.pytorch.compare import load_module  # noqa: E402
+from test_importers_real_files import _darknet_reorg_cpu  # noqa: E402
 from test_fork_pspnet_bn import (PSPNET_EXCERPT, excerpt_reference,  # noqa: E402
                                  fill_bn_blobs)
 
@@ -370,3 +371,26 @@ def test_segnet_bn_exports(tmp_path, mode):
     model, _ = caffe_onnx.export(net)
     assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
     assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_yolov2_reorg_exports_in_darknets_order(tmp_path, reverse):
+    """caffe-yolov2's (and the Darknet importer's) Reorg, YOLOv2's passthrough: both
+    exporters refused it ('has no ONNX/PyTorch equivalent'). Against Darknet's reorg_cpu
+    index arithmetic, called with the input's sizes and forward=0 (reverse: forward=1)."""
+    shape = (2, 8, 3, 5) if reverse else (2, 8, 6, 4)
+    net = caffe.Net.from_param(_param(
+        'layer { name: "data" type: "Input" top: "data" input_param { shape { %s } } }\n'
+        'layer { name: "reorg" type: "Reorg" bottom: "data" top: "out" '
+        'reorg_param { stride: 2 reverse: %s } }'
+        % (" ".join("dim: %d" % d for d in shape), "true" if reverse else "false")))
+    x = np.random.default_rng(9).normal(0, 1, shape).astype(np.float32)
+    n, c, h, w = shape
+    out_shape = (n, c // 4, h * 2, w * 2) if reverse else (n, c * 4, h // 2, w // 2)
+    expected = np.stack([_darknet_reorg_cpu(x[i], w, h, c, 2, int(reverse))
+                         for i in range(n)]).reshape(out_shape)
+    model, _ = caffe_onnx.export(net, tmp_path / "reorg.onnx")
+    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
+    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
+    back = round_trip(tmp_path / "reorg.onnx", tmp_path / "back", {"data": x})
+    assert_close(expected, back["out"], "round trip")

@@ -71,6 +71,9 @@ CASES = {
     "bn_pspnet": one("BN", "bn_param { frozen: true eps: 0.001 }"),
     "bn_segnet_inference": one("BN", "bn_param { bn_mode: INFERENCE }"),
     "bn_segnet_learn": one("BN", "bn_param { bn_mode: LEARN }"),
+    "reorg": one("Reorg", "reorg_param { stride: 2 }", {"data": (2, 8, 6, 4)}),
+    "reorg_reverse": one("Reorg", "reorg_param { stride: 2 reverse: true }",
+                         {"data": (2, 8, 3, 5)}),
 }
 
 # regions of interest: ends at exact halves after scaling (C's rounding sends them away from

@@ -1,11 +1,11 @@
 """Converters of the Caffe forks' layers: Permute, Normalize, PriorBox (SSD), Interp
 (DeepLab / PSPNet), ShuffleChannel (ShuffleNet), ROIPooling (Fast R-CNN),
-ConvolutionDepthwise / DepthwiseConvolution (MobileNet, ShuffleNet), Axpy (SENet) and BN
-(PSPNet, SegNet, ENet).
+ConvolutionDepthwise / DepthwiseConvolution (MobileNet, ShuffleNet), Axpy (SENet), BN
+(PSPNet, SegNet, ENet) and Reorg (YOLOv2's ports).
 DetectionOutput is in :mod:`.ops_detection`."""
 
 from ..blob import Blob
-from .builder import register_converter
+from .builder import keep_batch, register_converter
 from .ops_vision import conv_geometry
 
 
@@ -161,3 +161,20 @@ def fork_bn(call):
         x = call.node("Div", [call.node("Sub", [x, mean], suffix="centre"), std],
                       suffix="normalised")
     call.node("Add", [call.node("Mul", [x, scale], suffix="scaled"), shift], call.outputs)
+
+
+@register_converter("Reorg")
+def reorg(call):
+    """Darknet's reorg (YOLOv2's passthrough) in its element order: the input's memory read
+    as ``(N, C / s^2, H, s, W, s)``, transposed, and read as the top's shape (see
+    :func:`pycaffe_lite.layers.vision.reorg_layer.darknet_reorg`); reverse: its inverse."""
+    layer = call.layer
+    s = layer.stride
+    _, c, h, w = (int(d) for d in call.in_shapes[0])
+    if layer.reverse:
+        view, perm = [0, s, s, c // (s * s), h, w], [0, 3, 4, 1, 5, 2]
+    else:
+        view, perm = [0, c // (s * s), h, s, w, s], [0, 3, 5, 1, 2, 4]
+    x = call.reshape(call.inputs[0], view, suffix="blocks")
+    x = call.node("Transpose", [x], suffix="order", perm=perm)
+    call.reshape(x, keep_batch(call.out_shapes[0]), call.outputs)

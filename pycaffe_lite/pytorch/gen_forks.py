@@ -1,6 +1,6 @@
 """PyTorch code for the Caffe forks' layers: Permute, Normalize, PriorBox (SSD), Interp
-(DeepLab / PSPNet), ShuffleChannel (ShuffleNet), ROIPooling (Fast R-CNN), Axpy (SENet) and BN
-(PSPNet, SegNet, ENet).
+(DeepLab / PSPNet), ShuffleChannel (ShuffleNet), ROIPooling (Fast R-CNN), Axpy (SENet), BN
+(PSPNet, SegNet, ENet) and Reorg (YOLOv2's ports).
 The depthwise convolutions are in :mod:`.gen_vision`, DetectionOutput in
 :mod:`.gen_detection`."""
 
@@ -271,3 +271,30 @@ def fork_bn(layer):
         kind, eps = ("batch" if impl.learn else "inference"), 1e-9
     return Module("ForkBN(%d, %r, %s)" % (blobs[0].size, kind, literal(eps)), weights,
                   [FORK_BN])
+
+
+REORG = helper("Reorg", '''
+class Reorg(nn.Module):
+    """Darknet's reorg (YOLOv2's passthrough) in its element order: the input's memory read
+    as (N, C / s^2, H, s, W, s), permuted, and read as (N, C * s^2, H / s, W / s); reverse:
+    the inverse, (N, s, s, C / s^2, H, W) permuted into (N, C / s^2, H * s, W * s)."""
+
+    def __init__(self, stride, reverse):
+        super().__init__()
+        self.stride, self.reverse = stride, reverse
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        s = self.stride
+        if self.reverse:
+            y = x.reshape(n, s, s, c // (s * s), h, w).permute(0, 3, 4, 1, 5, 2)
+            return y.reshape(n, c // (s * s), h * s, w * s)
+        y = x.reshape(n, c // (s * s), h, s, w, s).permute(0, 3, 5, 1, 2, 4)
+        return y.reshape(n, c * s * s, h // s, w // s)
+''')
+
+
+@register_generator("Reorg")
+def reorg(layer):
+    return Module("Reorg(%d, %s)" % (layer.layer.stride, literal(bool(layer.layer.reverse))),
+                  helpers=[REORG])
