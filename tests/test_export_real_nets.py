@@ -1,8 +1,10 @@
 """Published nets (cut down to the layers that show the point) through both exporters and
 back: the ONNX export runs in onnxruntime, the PyTorch export in torch, and
-``import_onnx`` of the export gives the net again; every output is checked against a NumPy
-forward written from the layers' definitions, to 1e-5 of its largest magnitude. A net an
-exporter cannot write is refused with an error naming the layer.
+``import_onnx`` of the export gives the net again; every output is checked, to 1e-5 of its
+largest magnitude, against a NumPy forward written from the layers' definitions (the forks'
+sources where they differ from BVLC Caffe) or, for nets the ONNX importer wrote, the PyTorch
+module the ONNX file came from. A net an exporter cannot write is refused with an error
+naming the layer.
 """
 
 import os
