@@ -196,6 +196,24 @@ def test_gpu_lists_start_one_process_per_gpu_under_mpiexec(monkeypatch):
     assert train_cmd.parse_gpus("0,1,2") == [0, 1, 2]
 
 
+def test_the_ranks_of_a_gpu_list_get_every_train_flag_given(monkeypatch):
+    """--gpu 0,1 starts the ranks with the command's own flags: each rank's parsed flags equal
+    the ones given to the launcher, --plugin modules included (without them the ranks could
+    not build a net with the plugin's layer types)."""
+    monkeypatch.setattr(launch, "find_mpiexec", lambda: "/venv/bin/mpiexec")
+    parser = cli.build_parser()
+    given = ["train", "--solver", "s.prototxt", "--gpu", "0,1", "--weights", "a.caffemodel",
+             "--level", "2", "--stage", "x,y", "--sigint_effect", "snapshot",
+             "--sighup_effect", "none", "--tensorboard", "runs", "--tensorboard_histograms",
+             "5", "--plugin", "my_layers", "--plugin", "more_layers", "--no_python_layers",
+             "--cuda_graph", "off", "--collective_timeout", "60"]
+    args = parser.parse_args(given)
+    command = launch.relaunch_command(2, train_cmd.relaunch_argv(args))
+    rank_args = parser.parse_args(command[6:])
+    assert rank_args.plugin == ["my_layers", "more_layers"]
+    assert vars(rank_args) == vars(args)
+
+
 def test_rank_r_takes_the_r_th_listed_gpu(monkeypatch):
     chosen = []
     monkeypatch.setattr(caffe.backend, "set_device", chosen.append)

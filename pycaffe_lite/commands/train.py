@@ -145,6 +145,8 @@ def relaunch_argv(args):
     for flag in ("weights", "snapshot", "stage"):
         if getattr(args, flag):
             argv += ["--" + flag, getattr(args, flag)]
+    for module in getattr(args, "plugin", None) or []:
+        argv += ["--plugin", module]
     if getattr(args, "no_python_layers", False):
         argv.append("--no_python_layers")
     if getattr(args, "tensorboard", ""):
