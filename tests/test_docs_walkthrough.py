@@ -1,0 +1,48 @@
+"""What the docs tell a newcomer, checked against what the code does: the lists of commands
+that take a flag, the numbers and defaults the prose states, the commands as written."""
+
+import argparse
+import os
+import re
+
+from pycaffe_lite import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _read(*parts):
+    with open(os.path.join(ROOT, *parts), encoding="utf-8") as f:
+        return f.read()
+
+
+def _commands_with_flag(flag):
+    """The CLI's commands whose parser takes ``flag``."""
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name for name, p in sub.choices.items()
+            if any(flag in a.option_strings for a in p._actions)}
+
+
+def _listed_commands(text, start):
+    """The backticked command names of the sentence (up to its full stop) that begins with
+    ``start``."""
+    i = text.index(start) + len(start)
+    sentence = re.split(r"\.(\s|$)", text[i:], maxsplit=1)[0]
+    commands = _commands_with_flag("--help")
+    return {name for name in re.findall(r"`([a-z_0-9]+)`", sentence) if name in commands}
+
+
+def test_the_commands_said_to_take_no_python_layers_are_those_that_do():
+    text = _read("docs", "training-tools.md")
+    listed = _listed_commands(text, "`--no_python_layers` is accepted by the commands that "
+                                    "build nets:")
+    assert listed == _commands_with_flag("--no_python_layers")
+
+
+def test_the_commands_said_to_load_plugins_are_those_that_do():
+    taking = _commands_with_flag("--plugin")
+    text = _read("docs", "custom-layers.md")
+    assert _listed_commands(text, "name it in one of three ways; every command that builds "
+                                  "a net") == taking
+    text = _read("docs", "command-line.md")
+    assert _listed_commands(text, "The commands that build nets") == taking
