@@ -46,3 +46,23 @@ def test_the_commands_said_to_load_plugins_are_those_that_do():
                                   "a net") == taking
     text = _read("docs", "command-line.md")
     assert _listed_commands(text, "The commands that build nets") == taking
+
+
+def test_the_lenet_readme_shows_each_command_it_announces():
+    """"Resume, fine-tune, score and time:" is followed by one command for each, and each
+    parses with the command line's own flags."""
+    text = _read("models", "lenet", "README.md")
+    start = text.index("Resume, fine-tune, score and time:")
+    block = re.search(r"```bash\n(.*?)```", text[start:], re.S).group(1)
+    parser = cli.build_parser()
+    seen = set()
+    for line in block.replace("\\\n", " ").splitlines():
+        argv = line.split()
+        assert argv[0] == "pycaffe-lite"
+        args = cli.parse(parser, cli.normalise_flags(argv[1:]))
+        if args.command == "train":
+            assert bool(args.snapshot) != bool(args.weights)
+            seen.add("resume" if args.snapshot else "fine-tune")
+        else:
+            seen.add({"test": "score", "time": "time"}[args.command])
+    assert seen == {"resume", "fine-tune", "score", "time"}
