@@ -228,3 +228,16 @@ def load_configured():
         if _configured or not python_layers.allowed():
             return False
         return bool(load())
+
+
+def refused():
+    """Why the variable's modules were not imported, for the error of a layer type nobody
+    registered: a sentence where ``PYCAFFE_LITE_PLUGINS`` names modules and Python layers are
+    turned off, "" otherwise."""
+    modules = env_modules()
+    if not modules or python_layers.allowed():
+        return ""
+    return ("%s=%s names plugin modules, but they were not imported: plugins are turned off "
+            "with Python layers (%s=%s); allow them only for modules you trust"
+            % (ENV, os.environ.get(ENV, ""), python_layers.ENV,
+               os.environ.get(python_layers.ENV, "")))

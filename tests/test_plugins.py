@@ -235,3 +235,24 @@ def test_no_python_layers_refuses_plugins_before_importing_them(plugins, how):
         assert "plugin entry points not loaded: layers = timesthree" in proc.stderr
     else:
         assert "plugin module 'timesthree'" in last and "turned off" in last, last
+
+
+def test_a_net_from_python_says_the_plugins_variable_was_refused(plugins, tmp_path):
+    """caffe.Net with PYCAFFE_LITE_PLUGINS set and Python layers turned off: the module is not
+    imported, and the unknown type's error says why, instead of asking for the variable that
+    is already set."""
+    plugins(["TimesThree"], "--version")  # writes the net
+    code = ("import pycaffe_lite as caffe\ncaffe.Net(%r, caffe.TEST)\n"
+            % str(tmp_path / "net.prototxt"))
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(plugins.folder)]),
+                   PYCAFFE_LITE_PLUGINS="timesthree", PYCAFFE_LITE_ALLOW_PYTHON_LAYERS="0")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=environ, timeout=300)
+    assert proc.returncode == 1
+    assert not (plugins.folder / "timesthree.imported").exists()  # never imported
+    last = proc.stderr.splitlines()[-1]
+    assert "unknown layer type 'TimesThree' (layer 'l0')" in last
+    assert last.endswith("PYCAFFE_LITE_PLUGINS=timesthree names plugin modules, but they were "
+                         "not imported: plugins are turned off with Python layers "
+                         "(PYCAFFE_LITE_ALLOW_PYTHON_LAYERS=0); allow them only for modules "
+                         "you trust"), last

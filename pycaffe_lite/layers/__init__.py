@@ -83,6 +83,6 @@ def create_layer(layer_param, dtype=np.float32):
         plugins.load_configured()  # PYCAFFE_LITE_PLUGINS and installed plugins, once
         if layer_param.type not in LAYERS:
             raise UnknownTypeError(LAYERS.unknown_message(layer_param.type, context)
-                                   + ". " + plugins.HOW)
+                                   + ". " + (plugins.refused() or plugins.HOW))
     cls = LAYERS.get(layer_param.type, context)
     return cls(layer_param, dtype=dtype)
