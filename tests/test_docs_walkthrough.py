@@ -66,3 +66,17 @@ def test_the_lenet_readme_shows_each_command_it_announces():
         else:
             seen.add({"test": "score", "time": "time"}[args.command])
     assert seen == {"resume", "fine-tune", "score", "time"}
+
+
+def test_the_tools_scripts_run_as_scripts():
+    """command-line.md: tools/ has the tools as scripts; each one that starts with a '#!' line
+    can be run as ./tools/NAME.py, as its siblings."""
+    folder = os.path.join(ROOT, "tools")
+    not_executable = []
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if name.endswith(".py"):
+            with open(path, "rb") as f:
+                if f.read(2) == b"#!" and not os.access(path, os.X_OK):
+                    not_executable.append(name)
+    assert not_executable == []
