@@ -80,3 +80,67 @@ def test_the_tools_scripts_run_as_scripts():
                 if f.read(2) == b"#!" and not os.access(path, os.X_OK):
                     not_executable.append(name)
     assert not_executable == []
+
+
+# performance.md's knobs: each variable, a value other than its default, and where the process
+# keeps its setting (module, attribute; a one-item list, or a function of no argument)
+KNOBS = {
+    "PYCAFFE_LITE_CPU_KERNELS": ("0", "pycaffe_lite.ops.cpu", "_enabled"),
+    "PYCAFFE_LITE_GEMM_SPLIT": ("0", "pycaffe_lite.ops.cpu", "_gemm_split"),
+    "PYCAFFE_LITE_BLOCKED_ISA": ("avx2", "pycaffe_lite.ops.cpu.blocked", "_isa"),
+    "PYCAFFE_LITE_CPU_THREADS": (None, "pycaffe_lite.ops.cpu", "threads"),
+    "PYCAFFE_LITE_WINOGRAD": ("0", "pycaffe_lite.ops.cpu.convolution", "_winograd"),
+    "PYCAFFE_LITE_POINTWISE": ("1", "pycaffe_lite.ops.pointwise", "_enabled"),
+}
+
+KNOBS_SCRIPT = r"""
+import importlib, json, os, sys
+import pycaffe_lite as caffe
+
+knobs = json.loads(sys.argv[1])
+for name, (value, _, _) in knobs.items():
+    if value is not None:
+        os.environ[name] = value
+caffe.Net(sys.argv[2], caffe.TEST)
+settings = {}
+for name, (value, module, attr) in knobs.items():
+    setting = getattr(importlib.import_module(module), attr)
+    settings[name] = str(setting() if callable(setting) else setting[0]).lower()
+print(json.dumps(settings))
+"""
+
+
+def test_the_knobs_are_read_when_performance_md_says(tmp_path):
+    """performance.md: `import pycaffe_lite` alone reads none of the thread, kernel and
+    convolution variables; they are read when their modules first load (with the first net).
+    Each variable set after the import, before the first net, takes effect."""
+    import json
+    import subprocess
+    import sys
+
+    text = " ".join(_read("docs", "performance.md").split())
+    assert "`import pycaffe_lite` alone loads none of them" in text
+    net = tmp_path / "conv.prototxt"
+    net.write_text('layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 '
+                   'dim: 2 dim: 5 dim: 5 } } }\nlayer { name: "c" type: "Convolution" bottom: '
+                   '"x" top: "c" convolution_param { num_output: 2 kernel_size: 3 } }\n')
+    env = {k: v for k, v in os.environ.items()
+           if k not in KNOBS and k != "OMP_NUM_THREADS"}
+    env["PYTHONPATH"] = ROOT
+
+    def settings(knobs):
+        proc = subprocess.run(
+            [sys.executable, "-c", KNOBS_SCRIPT,
+             json.dumps({k: list(v) for k, v in knobs.items()}), str(net)],
+            capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.splitlines()[-1])
+
+    unset = {k: (None,) + v[1:] for k, v in KNOBS.items()}
+    default = settings(unset)
+    knobs = dict(KNOBS)
+    knobs["PYCAFFE_LITE_CPU_THREADS"] = (
+        "1" if default["PYCAFFE_LITE_CPU_THREADS"] != "1" else "2",) + \
+        KNOBS["PYCAFFE_LITE_CPU_THREADS"][1:]
+    changed = settings(knobs)
+    assert {name for name in KNOBS if changed[name] != default[name]} == set(KNOBS)
