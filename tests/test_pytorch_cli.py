@@ -71,6 +71,43 @@ def test_export_command_checks_against_our_forward(small, tmp_path, capsys):
     assert "over the tolerance 0" in capsys.readouterr().out
 
 
+TRAIN_TEST = """name: "tt"
+layer { name: "mnist" type: "Data" top: "data" top: "label"
+        data_param { source: "%s" batch_size: 4 backend: LMDB } }
+layer { name: "ip" type: "InnerProduct" bottom: "data" top: "ip"
+        inner_product_param { num_output: 3 weight_filler { type: "xavier" }
+                              bias_filler { type: "uniform" } } }
+layer { name: "accuracy" type: "Accuracy" bottom: "ip" bottom: "label" top: "accuracy" }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+
+
+def test_export_command_takes_a_train_test_net(tmp_path, capsys):
+    """A train/test prototxt (a Data layer; the label read by Accuracy and the loss through a
+    Split): the module takes the images only and returns the scores, and the check runs."""
+    from helpers.mpi import make_lmdb
+
+    proto = tmp_path / "tt.prototxt"
+    proto.write_text(TRAIN_TEST % make_lmdb(tmp_path / "db", n=8, shape=(1, 2, 2)))
+    net = caffe.Net(str(proto), caffe.TEST)
+    weights = tmp_path / "tt.caffemodel"
+    net.save(str(weights))
+    w, b = (np.array(p.data, np.float64) for p in net.params["ip"])
+    net.close()
+    out = tmp_path / "out"
+    assert cli.main(["export_pytorch", "--model", str(proto), "--weights", str(weights),
+                     "--output-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "class tt: inputs data; outputs ip" in printed
+    assert "output ip: largest difference" in printed and "over the tolerance" not in printed
+    module = load_module(str(out)).load()
+    x = np.random.default_rng(3).normal(size=(5, 1, 2, 2)).astype(np.float32)
+    with torch.no_grad():
+        scores = module(torch.from_numpy(x)).numpy()  # the images alone
+    np.testing.assert_allclose(scores, x.reshape(5, 4).astype(np.float64) @ w.T + b,
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_export_command_errors(small, tmp_path, capsys, monkeypatch):
     proto, weights = small
     assert cli.main(["export_pytorch", "--model", str(proto), "--output-dir", str(tmp_path)]) == 1

@@ -41,11 +41,18 @@ def check(net, folder, report, tolerance, seed, say=print):
     largest magnitude)."""
     import torch
 
-    from ..pytorch.compare import difference, load_module
+    from ..pytorch.compare import _first_computed, difference, load_module
 
     module = load_module(folder).load()
     inputs = random_inputs(net, report["inputs"], seed)
-    ours = net.forward(**inputs)
+    for name, value in inputs.items():
+        net.blobs[name].data[...] = value
+    # from the first layer that computes (a Data layer would overwrite its tops), asking for
+    # the module's outputs (a train/test net's own outputs are its losses)
+    first = _first_computed(net)
+    if first < len(net.layer_names):
+        net.forward(start=net.layer_names[first])
+    ours = {name: net.blobs[name].data for name in report["outputs"]}
     with torch.no_grad():
         out = module(*[torch.from_numpy(inputs[n]) for n in report["inputs"]])
     if not isinstance(out, dict):

@@ -137,11 +137,15 @@ class Plan:
         self.blob_var = {}  # blob id -> the identifier that is its own variable
         self.current = {}  # blob id -> the variable that holds its value now
         self.writer = {}  # blob id -> index of the layer that last wrote it
-        self.read = set()  # blob ids some exported layer reads
+        self.read = set()  # blob ids some exported layer reads (a Split's copy: its blob too)
+        self.split_source = {}  # top of a Split -> the blob it copies (through Splits)
         self.inserted_split = {}  # top of a Split the net inserted -> the blob it copies
         self._walk()
-        # an input nothing reads (a label whose loss was left out) is not an argument
-        self.inputs = [(n, v) for n, v in self.inputs if self.names.index(n) in self.read]
+        # an input nothing reads (a label whose loss was left out) is not an argument; one
+        # that a Split passes out as it is, is
+        returned = {v for _, v in self.outputs()}
+        self.inputs = [(n, v) for n, v in self.inputs
+                       if self.names.index(n) in self.read or v in returned]
 
     def _own_var(self, b):
         if b not in self.blob_var:
@@ -164,7 +168,10 @@ class Plan:
                     self.inputs.append((self.names[t], self.current[t]))
                 continue
             bottoms = []
-            self.read.update(rec.bottom_ids)
+            if layer.type != "Split":  # a Split reads for the layers that read its copies
+                self.read.update(rec.bottom_ids)
+                self.read.update(self.split_source[b] for b in rec.bottom_ids
+                                 if b in self.split_source)
             for b in rec.bottom_ids:
                 if b not in self.current:
                     raise CaffeError("layer '%s' (type %s) reads blob '%s', which comes from a "
@@ -175,6 +182,8 @@ class Plan:
                 for t in rec.top_ids:
                     self.current[t] = bottoms[0]
                     self.writer[t] = i
+                    b = rec.bottom_ids[0]
+                    self.split_source[t] = self.split_source.get(b, b)
                     if lname.endswith("_split"):  # inserted by the net, not the user's
                         self.inserted_split[t] = rec.bottom_ids[0]
                 continue
@@ -207,14 +216,19 @@ class Plan:
     def outputs(self):
         """(Caffe name, variable) of the blobs nothing reads after their last writer, in the
         order of their writers (an unread data blob, such as a label, is not an output; a
-        Split's copy that only left-out layers read stands for the blob it copies)."""
-        read = set()
+        Split's copy that only left-out layers read stands for the blob it copies, unless
+        that is a data blob: the label of a left-out loss and accuracy)."""
+        read, read_by_dropped = set(), set()
         for i, rec in enumerate(self.net.records):
             if not is_dropped(rec.layer.type):
                 read.update(b for b in rec.bottom_ids if self.writer.get(b, i) < i)
+            else:
+                read_by_dropped.update(rec.bottom_ids)
         out, seen = [], set()
         for b, _ in sorted(self.writer.items(), key=lambda item: (item[1], item[0])):
             if b in read:
+                continue
+            if b in read_by_dropped and self.split_source.get(b, b) not in self.writer:
                 continue
             b = self.inserted_split.get(b, b)
             if b in seen:
