@@ -108,6 +108,20 @@ def test_export_command_takes_a_train_test_net(tmp_path, capsys):
                                rtol=1e-5, atol=1e-6)
 
 
+def test_compare_refuses_a_net_that_reads_its_own_data(tmp_path, capsys):
+    """compare gives every engine one input through Input layers: a train/test net (a Data
+    layer) is bad input, named, rather than three engines failing each in its own way."""
+    from helpers.mpi import make_lmdb
+
+    proto = tmp_path / "tt.prototxt"
+    proto.write_text(TRAIN_TEST % make_lmdb(tmp_path / "db", n=8, shape=(1, 2, 2)))
+    assert cli.main(["compare", "--model", str(proto), "--engines", "pytorch"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "pycaffe-lite compare: error: %s: layer 'mnist' (type Data) reads its own data, which "
+        "compare cannot give the other engines; compare the deploy net, whose inputs are "
+        "Input layers" % proto)
+
+
 def test_export_command_errors(small, tmp_path, capsys, monkeypatch):
     proto, weights = small
     assert cli.main(["export_pytorch", "--model", str(proto), "--output-dir", str(tmp_path)]) == 1

@@ -31,6 +31,18 @@ def add_arguments(p):
     add_net_flags(p)
 
 
+def check_inputs_only(net, model):
+    """A CaffeError naming the first data layer that is not an Input layer: the engines are
+    given one input, through the net's Input layers (the deploy net)."""
+    from ..onnx.export import DATA_TYPES
+
+    for name, layer in zip(net.layer_names, net.layers):
+        if layer.type in DATA_TYPES and layer.type != "Input":
+            raise CaffeError("%s: layer '%s' (type %s) reads its own data, which compare cannot "
+                             "give the other engines; compare the deploy net, whose inputs "
+                             "are Input layers" % (model, name, layer.type))
+
+
 def read_inputs(net, specs, seed):
     """{input name: array} from ``--input`` values; a CaffeError naming what is wrong."""
     names = list(net.inputs)
@@ -98,6 +110,7 @@ def run(args):
         if not args.tolerance >= 0:
             raise CaffeError("--tolerance must be >= 0, got %r" % args.tolerance)
         net = build_net(args.model, args.weights)
+        check_inputs_only(net, args.model)
         inputs = read_inputs(net, args.input, args.seed)
     except (CaffeError, OSError) as exc:
         print("pycaffe-lite compare: error: %s" % " ".join(str(exc).split()), file=sys.stderr)
