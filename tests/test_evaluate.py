@@ -212,3 +212,16 @@ def test_confusion_png_without_matplotlib_fails_before_the_run(tmp_path, capsys,
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["pycaffe-lite evaluate: error: --confusion_png needs matplotlib, which is "
                    "not installed: pip install 'pycaffe-lite[plot]' (or the tools extra)"]
+
+
+@pytest.mark.parametrize("flag", ["--json", "--confusion_png"])
+def test_an_output_in_a_missing_folder_fails_before_the_run(tmp_path, capsys, flag):
+    model, weights = write_set(tmp_path, {"x": SCORES, "label": LABELS}, CLASSIFY, "ip")
+    out = tmp_path / "no_such_folder" / "out.file"
+    assert cli.main(["evaluate", "--model", str(model), "--weights", str(weights),
+                     "--iterations", "2", flag, str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "samples:" not in captured.out  # nothing was run
+    assert captured.err.strip() == (
+        "pycaffe-lite evaluate: error: %s %s: the folder '%s' does not exist; create it or "
+        "write elsewhere" % (flag, out, tmp_path / "no_such_folder"))

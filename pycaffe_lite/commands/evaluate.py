@@ -42,6 +42,15 @@ def add_arguments(p):
     add_net_flags(p)
 
 
+def check_output_folder(flag, path):
+    """A CaffeError naming ``flag`` where the folder ``path`` would be written into is missing
+    (checked before the run, not after it)."""
+    folder = os.path.dirname(path)
+    if path and folder and not os.path.isdir(folder):
+        raise CaffeError("%s %s: the folder '%s' does not exist; create it or write elsewhere"
+                         % (flag, path, folder))
+
+
 def run(args):
     if not args.model:
         raise CaffeError("need a model definition to evaluate: --model path/to/net.prototxt")
@@ -49,6 +58,8 @@ def run(args):
         raise CaffeError("need model weights to evaluate: --weights path/to/weights.caffemodel")
     if args.confusion_png:
         need_matplotlib("--confusion_png")  # before the run, not after it
+    for flag, path in (("--json", args.json), ("--confusion_png", args.confusion_png)):
+        check_output_folder(flag, path)
     select_single_gpu(args.gpu)
     report = evaluate(args.model, args.weights, args.iterations, args.labels or None,
                       args.scores, args.label, args.ap_version, int8=int8_choice(args))
