@@ -9,11 +9,11 @@ sanghoon/pva-faster-rcnn) ``src/caffe/layers/proposal_layer.cpp`` (``generate_an
 (no minimum-size filter, its tops padded to ``post_nms_topn`` rows).
 """
 
-import math
 import os
 
 import numpy as np
 import pytest
+from helpers.rpn_proposals import decode_clip, grid_boxes
 from helpers.wire_bytes import fork_layer, length_delimited, tag, varint_field
 
 import pycaffe_lite as caffe
@@ -122,28 +122,17 @@ def fork_iou(a, b):
 
 def fork_forward(inputs, base, ratios, scales, stride, min_size, pre, post, thresh):
     """Forward_cpu for one image: (rois (R, 5), scores (R,))."""
-    anchors = fork_anchors(base, ratios, scales)
-    a = len(anchors)
-    fg, deltas = inputs["scores"][0, a:], inputs["deltas"][0]
     info = [float(v) for v in inputs["im_info"][0]]
     img_h, img_w, scale_h, scale_w = info[0], info[1], info[2], info[3]
     min_h, min_w = min_size * scale_h, min_size * scale_w
-    _, height, width = fg.shape
+    # enumerate_proposals_cpu: each cell's anchors (cell-major), transform_box (the deltas
+    # applied and the box clipped as in py-faster-rcnn), then the score times the size test
+    boxes, fg, deltas = grid_boxes(fork_anchors(base, ratios, scales), inputs["scores"],
+                                   inputs["deltas"], stride)
     items = []
-    for y in range(height):
-        for x in range(width):
-            for k in range(a):
-                box = [x * stride + anchors[k][0], y * stride + anchors[k][1],
-                       x * stride + anchors[k][2], y * stride + anchors[k][3]]
-                dx, dy, dw, dh = (float(deltas[4 * k + c, y, x]) for c in range(4))
-                bw, bh = box[2] - box[0] + 1, box[3] - box[1] + 1
-                cx, cy = box[0] + 0.5 * bw + dx * bw, box[1] + 0.5 * bh + dy * bh
-                pw, ph = math.exp(dw) * bw, math.exp(dh) * bh
-                box = [cx - 0.5 * pw, cy - 0.5 * ph, cx + 0.5 * pw, cy + 0.5 * ph]
-                box = [max(0.0, min(box[0], img_w - 1)), max(0.0, min(box[1], img_h - 1)),
-                       max(0.0, min(box[2], img_w - 1)), max(0.0, min(box[3], img_h - 1))]
-                ok = (box[2] - box[0] + 1 >= min_w) * (box[3] - box[1] + 1 >= min_h)
-                items.append(box + [ok * float(fg[k, y, x])])
+    for box, score in zip(decode_clip(boxes, deltas, img_h, img_w).tolist(), fg.tolist()):
+        ok = (box[2] - box[0] + 1 >= min_w) * (box[3] - box[1] + 1 >= min_h)
+        items.append(box + [ok * score])
     fork_sort_box(items, 0, len(items) - 1, pre)
     count = min(len(items), pre)
     dead = [False] * count

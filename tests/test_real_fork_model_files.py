@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers.rpn_proposals import py_faster_rcnn_proposals
 
 import pycaffe_lite as caffe
 
@@ -22,57 +23,6 @@ def _close(ours, reference, rtol=1e-5):
     assert ours.shape == reference.shape
     scale = max(float(np.abs(reference).max()), 1e-30)
     assert float(np.abs(ours - reference).max()) <= rtol * scale
-
-
-def _fork_anchors(scales, ratios=(0.5, 1, 2), base=16):
-    """py-faster-rcnn's generate_anchors: per ratio, a base box of the same area rounded to
-    whole widths and heights, then per scale that box scaled, all centred on (7.5, 7.5)."""
-    out = []
-    for ratio in ratios:
-        ws = np.round(np.sqrt(base * base / ratio))
-        hs = np.round(ws * ratio)
-        for s in scales:
-            w, h = ws * s, hs * s
-            out.append([7.5 - 0.5 * (w - 1), 7.5 - 0.5 * (h - 1),
-                        7.5 + 0.5 * (w - 1), 7.5 + 0.5 * (h - 1)])
-    return np.array(out)
-
-
-def _fork_proposals(prob, deltas, info, scales, stride=16, pre=6000, post=300, thresh=0.7):
-    """py-faster-rcnn's ProposalLayer.forward at TEST in float64: anchors shifted to every
-    cell (cell-major, anchor-minor), deltas applied (bbox_transform_inv, widths + 1),
-    boxes clipped to the image, boxes under 16 * im_scale dropped, the pre best, NMS
-    (py_cpu_nms, areas + 1), the post best."""
-    anchors = _fork_anchors(scales)
-    a = len(anchors)
-    h, w = prob.shape[2:]
-    ys, xs = np.meshgrid(np.arange(h) * stride, np.arange(w) * stride, indexing="ij")
-    shifts = np.stack([xs.ravel(), ys.ravel(), xs.ravel(), ys.ravel()], axis=1)
-    boxes = (shifts[:, None, :] + anchors[None]).reshape(-1, 4)
-    d = deltas[0].astype(np.float64).reshape(a, 4, h, w).transpose(2, 3, 0, 1).reshape(-1, 4)
-    scores = prob[0, a:].astype(np.float64).transpose(1, 2, 0).ravel()
-    bw, bh = boxes[:, 2] - boxes[:, 0] + 1, boxes[:, 3] - boxes[:, 1] + 1
-    cx, cy = boxes[:, 0] + 0.5 * bw + d[:, 0] * bw, boxes[:, 1] + 0.5 * bh + d[:, 1] * bh
-    pw, ph = np.exp(d[:, 2]) * bw, np.exp(d[:, 3]) * bh
-    b = np.stack([cx - 0.5 * pw, cy - 0.5 * ph, cx + 0.5 * pw, cy + 0.5 * ph], axis=1)
-    b[:, 0::2] = np.clip(b[:, 0::2], 0, info[0, 1] - 1)
-    b[:, 1::2] = np.clip(b[:, 1::2], 0, info[0, 0] - 1)
-    big = ((b[:, 2] - b[:, 0] + 1 >= 16 * info[0, 2]) & (b[:, 3] - b[:, 1] + 1 >= 16 * info[0, 2]))
-    b, scores = b[big], scores[big]
-    order = np.argsort(-scores, kind="stable")[:pre]
-    area = (b[:, 2] - b[:, 0] + 1) * (b[:, 3] - b[:, 1] + 1)
-    keep = []
-    for i in order:
-        if keep:
-            k = np.array(keep)
-            iw = np.maximum(0, np.minimum(b[i, 2], b[k, 2]) - np.maximum(b[i, 0], b[k, 0]) + 1)
-            ih = np.maximum(0, np.minimum(b[i, 3], b[k, 3]) - np.maximum(b[i, 1], b[k, 1]) + 1)
-            inter = iw * ih
-            if (inter / (area[i] + area[k] - inter) > thresh).any():
-                continue
-        keep.append(i)
-    keep = keep[:post]
-    return np.concatenate([np.zeros((len(keep), 1)), b[keep]], axis=1)
 
 
 def test_faster_rcnn_coco_proposal_param_str_with_a_yaml_tuple():
@@ -91,7 +41,7 @@ def test_faster_rcnn_coco_proposal_param_str_with_a_yaml_tuple():
                        im_info=info)["rois"].copy()
     e = np.exp(logits.astype(np.float64) - logits.max(axis=1, keepdims=True))
     prob = (e / e.sum(axis=1, keepdims=True)).reshape(1, 24, h, w)
-    reference = _fork_proposals(prob, deltas, info, scales=(4, 8, 16, 32))
+    reference, _ = py_faster_rcnn_proposals(prob, deltas, info, scales=(4, 8, 16, 32))
     assert len(reference) > 10
     _close(rois, reference)
 

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers.rpn_proposals import py_faster_rcnn_proposals
 
 import pycaffe_lite as caffe
 from pycaffe_lite.errors import ProtoError
@@ -255,55 +256,6 @@ def test_files_of_forks_not_provided_are_refused_naming_the_fork(tmp_path, text,
     assert "(a field of the %s fork, not supported here)" % fork in message
 
 
-def _pvanet_proposals(prob, deltas, info, ratios, scales, stride=16):
-    """sanghoon/pva-faster-rcnn's lib/rpn/proposal_layer.py at TEST with lib/fast_rcnn/
-    config.py's defaults (6000 before NMS, 300 after, overlap 0.7, sides of at least 16 *
-    im_info[2]), in float64. Anchors (lib/rpn/generate_anchors.py): the box (0, 0, 15, 15)
-    given each ratio's shape (width round(sqrt(256 / r)), height round(width * r)), then
-    each scale, centred on (7.5, 7.5); A = len(ratios) * len(scales), ratio-major."""
-    base = []
-    for r in ratios:
-        bw = np.round(np.sqrt(256.0 / r))
-        bh = np.round(bw * r)
-        for s in scales:
-            w, h = bw * s, bh * s
-            half_w, half_h = (w - 1) / 2, (h - 1) / 2
-            base.append([7.5 - half_w, 7.5 - half_h, 7.5 + half_w, 7.5 + half_h])
-    base = np.array(base)
-    a = len(base)
-    rows, cols = prob.shape[2:]
-    boxes, scores, d = [], [], []
-    for y in range(rows):
-        for x in range(cols):
-            for k in range(a):
-                boxes.append(base[k] + [x * stride, y * stride, x * stride, y * stride])
-                scores.append(prob[0, a + k, y, x])
-                d.append(deltas[0, 4 * k:4 * k + 4, y, x])
-    boxes, scores, d = np.array(boxes), np.array(scores, np.float64), np.array(d, np.float64)
-    bw, bh = boxes[:, 2] - boxes[:, 0] + 1, boxes[:, 3] - boxes[:, 1] + 1
-    cx, cy = boxes[:, 0] + 0.5 * bw + d[:, 0] * bw, boxes[:, 1] + 0.5 * bh + d[:, 1] * bh
-    pw, ph = np.exp(d[:, 2]) * bw, np.exp(d[:, 3]) * bh
-    b = np.stack([cx - 0.5 * pw, cy - 0.5 * ph, cx + 0.5 * pw, cy + 0.5 * ph], axis=1)
-    b[:, 0::2] = np.clip(b[:, 0::2], 0, info[0, 1] - 1)
-    b[:, 1::2] = np.clip(b[:, 1::2], 0, info[0, 0] - 1)
-    side = 16 * info[0, 2]
-    big = (b[:, 2] - b[:, 0] + 1 >= side) & (b[:, 3] - b[:, 1] + 1 >= side)
-    b, scores = b[big], scores[big]
-    order = np.argsort(-scores, kind="stable")[:6000]
-    area = (b[:, 2] - b[:, 0] + 1) * (b[:, 3] - b[:, 1] + 1)
-    keep = []
-    for i in order:
-        if keep:
-            k = np.array(keep)
-            iw = np.maximum(0, np.minimum(b[i, 2], b[k, 2]) - np.maximum(b[i, 0], b[k, 0]) + 1)
-            ih = np.maximum(0, np.minimum(b[i, 3], b[k, 3]) - np.maximum(b[i, 1], b[k, 1]) + 1)
-            if (iw * ih / (area[i] + area[k] - iw * ih) > 0.7).any():
-                continue
-        keep.append(i)
-    keep = keep[:300]
-    return np.concatenate([np.zeros((len(keep), 1)), b[keep]], axis=1), scores[keep]
-
-
 def test_pvanet_proposal_layer_reads_the_ratios_of_its_param_str():
     """PVANet's test nets (sanghoon/pva-faster-rcnn, models/pvanet/example_train/test.prototxt
     and pva9.1/*.pt; the layer is fixtures/real/pvanet_proposal.prototxt) give the Python
@@ -318,8 +270,10 @@ def test_pvanet_proposal_layer_reads_the_ratios_of_its_param_str():
     deltas = rng.normal(0, 0.3, (1, 4 * a, h, w)).astype(np.float32)
     info = np.array([[h * 16 - 7, w * 16 - 2, 0.8, 0.8, 0, 0]], np.float32)
     out = net.forward(rpn_cls_prob_reshape=prob, rpn_bbox_pred=deltas, im_info=info)
-    rois, scores = _pvanet_proposals(prob, deltas, info, (0.333, 0.5, 0.667, 1, 1.5, 2, 3),
-                                     (2, 3, 5, 9, 16, 32))
+    # sanghoon/pva-faster-rcnn's lib/rpn/proposal_layer.py is py-faster-rcnn's (the same
+    # defaults: 6000 before NMS, 300 after, overlap 0.7) with the ratios of its param_str
+    rois, scores = py_faster_rcnn_proposals(prob, deltas, info, scales=(2, 3, 5, 9, 16, 32),
+                                            ratios=(0.333, 0.5, 0.667, 1, 1.5, 2, 3))
     assert len(rois) > 20
     assert out["rois"].shape == rois.shape
     np.testing.assert_allclose(out["rois"], rois, rtol=1e-5, atol=1e-4)
