@@ -279,7 +279,7 @@ def test_bad_parameters_and_shapes_name_the_layer(tmp_path, param, inputs, messa
 
 # PVANet's C++ proposal layer: models/pvanet_obsolete/comp/test.pt lines 3135-3153
 # (sanghoon/pva-faster-rcnn at commit b0dc7d255da61188dda01e8760078b6991d6f7e2), with inputs
-# (its im_info has 6 values, as the file declares)
+# (its im_info has 6 values, as the file declares); its proposal_param is PVANET_PARAM
 PVANET_PROPOSAL = """input: "rpn_cls_prob_reshape" input_shape { dim: 1 dim: 50 dim: 4 dim: 6 }
 input: "rpn_bbox_pred" input_shape { dim: 1 dim: 100 dim: 4 dim: 6 }
 input: "im_info" input_shape { dim: 1 dim: 6 }
@@ -292,17 +292,10 @@ layer {
   top: 'rois'
   top: 'scores'
   proposal_param {
-    ratio: 0.5 ratio: 0.667 ratio: 1.0 ratio: 1.5 ratio: 2.0
-    scale: 3 scale: 6 scale: 9 scale: 16 scale: 32
-    base_size: 16
-    feat_stride: 16
-    pre_nms_topn: 12000
-    post_nms_topn: 200
-    nms_thresh: 0.7
-    min_size: 16
+    %s
   }
 }
-"""
+""" % PVANET_PARAM
 
 
 def test_pvanet_obsolete_proposal_layer_runs_as_the_fork(tmp_path):
