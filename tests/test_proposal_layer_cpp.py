@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers.opencv_rows import rows_beside_opencv
 from helpers.rpn_proposals import decode_clip, grid_boxes
 from helpers.wire_bytes import fork_layer, length_delimited, tag, varint_field
 
@@ -367,7 +368,8 @@ layer { name: "scores_copy" type: "Power" bottom: "roi_scores" top: "scores_copy
 
 def against_opencv(tmp_path, text, info, outputs, seed=0, randomize=False):
     """The net here and in OpenCV with the same (random) weights, on one random image: for
-    each output blob, our rows and OpenCV's first as many (OpenCV pads the proposals)."""
+    each output blob (blob -> OpenCV layer), our rows and OpenCV's first as many (OpenCV
+    pads the proposals)."""
     path = tmp_path / "net.prototxt"
     path.write_text(text)
     caffe.set_random_seed(seed)
@@ -384,15 +386,8 @@ def against_opencv(tmp_path, text, info, outputs, seed=0, randomize=False):
     data = rng.uniform(0, 1, net.blobs["data"].shape).astype(np.float32)
     info = np.array([info], np.float32)
     net.forward(data=data, im_info=info)
-    cvnet = cv2.dnn.readNetFromCaffe(str(path), str(weights))
-    cvnet.setInput(data, "data")
-    cvnet.setInput(info, "im_info")
-    theirs = cvnet.forward([layer for layer, _ in outputs.values()])
-    result = {}
-    for (blob, _), cv_out in zip(outputs.items(), theirs):
-        mine = net.blobs[blob].data.reshape(net.blobs[blob].shape[0], -1).copy()
-        result[blob] = (mine, cv_out.reshape(-1, mine.shape[1])[:len(mine)])
-    return result
+    return dict(zip(outputs, rows_beside_opencv(net, path, weights,
+                                                {"data": data, "im_info": info}, outputs)))
 
 
 def test_small_faster_rcnn_net_equals_opencv(tmp_path):
@@ -400,8 +395,8 @@ def test_small_faster_rcnn_net_equals_opencv(tmp_path):
     box heads: every output equals OpenCV's (an image large enough for no box to fall under
     the minimum size, which OpenCV does not apply)."""
     outs = against_opencv(tmp_path, SMALL_FASTER_RCNN, [640, 800, 1.0], {
-        "rois": ("proposal", 0), "scores_copy": ("scores_copy", 0),
-        "cls_prob": ("cls_prob", 0), "bbox_pred": ("bbox_pred", 0)})
+        "rois": "proposal", "scores_copy": "scores_copy", "cls_prob": "cls_prob",
+        "bbox_pred": "bbox_pred"})
     rois, cv_rois = outs["rois"]
     assert 10 < len(rois) < 100
     np.testing.assert_allclose(rois, cv_rois, rtol=1e-5, atol=1e-3)
@@ -425,9 +420,8 @@ def test_opencv_faster_rcnn_zf_file_equals_opencv(tmp_path):
     """OpenCV's faster_rcnn_zf.prototxt (testdata/dnn; fixtures/real/README.md) with random
     weights at 96 x 112: the proposals, class probabilities and box deltas equal OpenCV's."""
     outs = against_opencv(tmp_path, opencv_file("opencv_faster_rcnn_zf.prototxt", 32),
-                          [600, 900, 1.0], {"rois": ("proposal", 0),
-                                            "cls_prob": ("cls_prob", 0),
-                                            "bbox_pred": ("bbox_pred", 0)},
+                          [600, 900, 1.0], {"rois": "proposal", "cls_prob": "cls_prob",
+                                            "bbox_pred": "bbox_pred"},
                           seed=2, randomize=True)
     rois, cv_rois = outs["rois"]
     assert 10 < len(rois) < 300

@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers.opencv_rows import rows_beside_opencv
 
 import pycaffe_lite as caffe
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
@@ -253,15 +254,7 @@ def run_both(tmp_path, text, seed, outputs):
     feat = np.random.default_rng(seed + 1).uniform(-1, 1, (1, 4, 5, 6)).astype(np.float32)
     info = np.array([[700, 900, 1.0]], np.float32)  # no box under the minimum size
     net.forward(feat=feat, im_info=info)
-    cvnet = cv2.dnn.readNetFromCaffe(str(cv_path), str(weights))
-    cvnet.setInput(feat, "feat")
-    cvnet.setInput(info, "im_info")
-    theirs = cvnet.forward(list(outputs.values()))
-    result = []
-    for (blob, _), cv_out in zip(outputs.items(), theirs):
-        ours = net.blobs[blob].data.reshape(net.blobs[blob].shape[0], -1).copy()
-        result.append((ours, cv_out.reshape(-1, ours.shape[1])[:len(ours)]))
-    return result
+    return rows_beside_opencv(net, cv_path, weights, {"feat": feat, "im_info": info}, outputs)
 
 
 def test_faster_rcnn_net_equals_opencv(tmp_path):
