@@ -1,11 +1,13 @@
 """py-faster-rcnn's proposal layer (built in for rpn.proposal_layer) and R-FCN's PSROIPooling:
-the forks' formulas written out here, numerical gradients, and OpenCV's dnn module."""
+the forks' formulas written out (the proposals in tests/helpers/rpn_proposals.py), numerical
+gradients, and OpenCV's dnn module."""
 
 import sys
 
 import numpy as np
 import pytest
 from helpers.opencv_rows import rows_beside_opencv
+from helpers.rpn_proposals import py_faster_rcnn_proposals
 
 import pycaffe_lite as caffe
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
@@ -38,57 +40,6 @@ def rpn_inputs(h, w, seed=0, image=None, spread=0.3):
             "im_info": np.array([list(image) + [1.0]], np.float32)}
 
 
-def fork_anchors():
-    """generate_anchors() of the fork, step by step."""
-    out = []
-    for ratio in (0.5, 1, 2):
-        ws = np.round(np.sqrt(256 / ratio))
-        hs = np.round(ws * ratio)
-        for s in (8, 16, 32):
-            w, h = ws * s, hs * s
-            out.append([7.5 - 0.5 * (w - 1), 7.5 - 0.5 * (h - 1),
-                        7.5 + 0.5 * (w - 1), 7.5 + 0.5 * (h - 1)])
-    return np.array(out)
-
-
-def fork_proposals(inp):
-    """ProposalLayer.forward of the fork (TEST settings), one box at a time."""
-    scores, deltas, info = inp["scores"][0, 9:], inp["deltas"][0], inp["im_info"][0]
-    h, w = scores.shape[1:]
-    boxes, conf = [], []
-    for y in range(h):
-        for x in range(w):
-            for a, anchor in enumerate(fork_anchors()):
-                anc = anchor + [x * 16, y * 16, x * 16, y * 16]
-                aw, ah = anc[2] - anc[0] + 1, anc[3] - anc[1] + 1
-                dx, dy, dw, dh = deltas[4 * a:4 * a + 4, y, x].astype(np.float64)
-                cx, cy = anc[0] + 0.5 * aw + dx * aw, anc[1] + 0.5 * ah + dy * ah
-                pw, ph = np.exp(dw) * aw, np.exp(dh) * ah
-                b = [cx - 0.5 * pw, cy - 0.5 * ph, cx + 0.5 * pw, cy + 0.5 * ph]
-                b = [min(max(b[0], 0), info[1] - 1), min(max(b[1], 0), info[0] - 1),
-                     min(max(b[2], 0), info[1] - 1), min(max(b[3], 0), info[0] - 1)]
-                if b[2] - b[0] + 1 >= 16 * info[2] and b[3] - b[1] + 1 >= 16 * info[2]:
-                    boxes.append(b)
-                    conf.append(scores[a, y, x])
-    order = np.argsort(conf)[::-1][:6000]
-    keep = []
-    for i in order:
-        bi = boxes[i]
-        ok = True
-        for k in keep:
-            bk = boxes[k]
-            iw = max(0.0, min(bi[2], bk[2]) - max(bi[0], bk[0]) + 1)
-            ih = max(0.0, min(bi[3], bk[3]) - max(bi[1], bk[1]) + 1)
-            inter = iw * ih
-            area = lambda b: (b[2] - b[0] + 1) * (b[3] - b[1] + 1)  # noqa: E731
-            if inter / (area(bi) + area(bk) - inter) > 0.7:
-                ok = False
-                break
-        if ok:
-            keep.append(i)
-    return np.array([[0] + boxes[k] for k in keep[:300]])
-
-
 def run_net(tmp_path, layer, inputs, h, w):
     path = tmp_path / "rpn.prototxt"
     path.write_text(PROPOSAL % {"h": h, "w": w, "layer": layer})
@@ -99,7 +50,8 @@ def run_net(tmp_path, layer, inputs, h, w):
 def test_builtin_proposal_layer_against_the_forks_code(tmp_path):
     inputs = rpn_inputs(5, 6)
     ours, _ = run_net(tmp_path, FORK_LAYER, inputs, 5, 6)
-    expected = fork_proposals(inputs)
+    expected, _ = py_faster_rcnn_proposals(inputs["scores"], inputs["deltas"],
+                                           inputs["im_info"], scales=(8, 16, 32))
     assert 20 < len(expected) < 270  # NMS and the min-size filter removed some
     np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-3)
 
