@@ -46,6 +46,32 @@ def round_trip(path, prefix, feeds):
     return net.forward(**{k: v for k, v in feeds.items() if k in net.inputs})
 
 
+def exports_and_back(expected, net, x, folder, output="out"):
+    """The net's ONNX export in onnxruntime, its PyTorch export in torch and the ONNX export
+    imported back all give ``expected`` at ``output`` for the input 'data' = x; the ONNX
+    model is returned."""
+    model, _ = caffe_onnx.export(net, folder / "ours.onnx")
+    assert_close(expected, run_ort(model, {"data": x})[output], "onnxruntime")
+    assert_close(expected, run_torch(net, folder / "pt", {"data": x})[output], "torch")
+    assert_close(expected, round_trip(folder / "ours.onnx", folder / "back",
+                                      {"data": x})[output], "round trip")
+    return model
+
+
+def imported_from_torch(module, x, folder):
+    """The module's output for x, and the net the ONNX importer writes from the module's
+    torch.onnx export (input 'data', output 'out')."""
+    with torch.no_grad():
+        expected = module(torch.from_numpy(x)).numpy()
+    torch.onnx.export(module, (torch.from_numpy(x),), str(folder / "torch.onnx"),
+                      dynamo=False, opset_version=13, input_names=["data"],
+                      output_names=["out"])
+    caffe_onnx.to_caffe(str(folder / "torch.onnx"), str(folder / "first"))
+    net = caffe.Net(str(folder / "first.prototxt"), str(folder / "first.caffemodel"),
+                    caffe.TEST)
+    return expected, net
+
+
 def prelu(x, slope):
     return np.maximum(x, 0) + slope * np.minimum(x, 0)
 
@@ -125,21 +151,10 @@ def test_net_written_by_the_onnx_importer_exports_and_imports_again(tmp_path):
     torch.manual_seed(0)
     module = _MobileHead().eval()
     x = np.random.default_rng(2).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
-    with torch.no_grad():
-        expected = module(torch.from_numpy(x)).numpy()
-    torch.onnx.export(module, (torch.from_numpy(x),), str(tmp_path / "torch.onnx"),
-                      dynamo=False, opset_version=13, input_names=["data"],
-                      output_names=["out"])
-    caffe_onnx.to_caffe(str(tmp_path / "torch.onnx"), str(tmp_path / "first"))
-    net = caffe.Net(str(tmp_path / "first.prototxt"), str(tmp_path / "first.caffemodel"),
-                    caffe.TEST)
+    expected, net = imported_from_torch(module, x, tmp_path)
     assert {"Scale", "ReLU6", "Deconvolution"} <= {layer.type for layer in net.layers}
     assert_close(expected, net.forward(data=x)["out"], "first import")
-    model, _ = caffe_onnx.export(net, tmp_path / "ours.onnx")
-    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
-    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
-    assert_close(expected, round_trip(tmp_path / "ours.onnx", tmp_path / "back",
-                                      {"data": x})["out"], "round trip")
+    exports_and_back(expected, net, x, tmp_path)
 
 
 class _WithConstants(torch.nn.Module):
@@ -157,21 +172,10 @@ def test_parameter_layers_of_an_import_export_and_import_again(tmp_path):
     blob is now a constant of the graph and a parameter of the module."""
     module = _WithConstants().eval()
     x = np.random.default_rng(3).normal(0, 1, (1, 2, 4, 5)).astype(np.float32)
-    with torch.no_grad():
-        expected = module(torch.from_numpy(x)).numpy()
-    torch.onnx.export(module, (torch.from_numpy(x),), str(tmp_path / "torch.onnx"),
-                      dynamo=False, opset_version=13, input_names=["data"],
-                      output_names=["out"])
-    caffe_onnx.to_caffe(str(tmp_path / "torch.onnx"), str(tmp_path / "first"))
-    net = caffe.Net(str(tmp_path / "first.prototxt"), str(tmp_path / "first.caffemodel"),
-                    caffe.TEST)
+    expected, net = imported_from_torch(module, x, tmp_path)
     assert [layer.type for layer in net.layers].count("Parameter") == 2
     assert_close(expected, net.forward(data=x)["out"], "first import")
-    model, _ = caffe_onnx.export(net, tmp_path / "ours.onnx")
-    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
-    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
-    assert_close(expected, round_trip(tmp_path / "ours.onnx", tmp_path / "back",
-                                      {"data": x})["out"], "round trip")
+    exports_and_back(expected, net, x, tmp_path)
 
 
 def _dropout_net(params, shape):
@@ -340,13 +344,8 @@ def test_pspnet_excerpt_with_its_bn_exports_and_imports_again(tmp_path):
             blob.data[...] = rng.normal(0, 0.3, blob.shape)
     x = rng.normal(0, 1, (1, 3, 17, 17)).astype(np.float32)
     expected = excerpt_reference(net, x.astype(np.float64))
-    model, _ = caffe_onnx.export(net, tmp_path / "psp.onnx")
+    model = exports_and_back(expected, net, x, tmp_path, "conv6_interp")
     assert "BatchNormalization" in {n.op_type for n in model.graph.node}
-    assert_close(expected, run_ort(model, {"data": x})["conv6_interp"], "onnxruntime")
-    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["conv6_interp"],
-                 "torch")
-    back = round_trip(tmp_path / "psp.onnx", tmp_path / "back", {"data": x})
-    assert_close(expected, back["conv6_interp"], "round trip")
 
 
 @pytest.mark.parametrize("mode", ["INFERENCE", "LEARN"])
@@ -391,8 +390,4 @@ def test_yolov2_reorg_exports_in_darknets_order(tmp_path, reverse):
     out_shape = (n, c // 4, h * 2, w * 2) if reverse else (n, c * 4, h // 2, w // 2)
     expected = np.stack([_darknet_reorg_cpu(x[i], w, h, c, 2, int(reverse))
                          for i in range(n)]).reshape(out_shape)
-    model, _ = caffe_onnx.export(net, tmp_path / "reorg.onnx")
-    assert_close(expected, run_ort(model, {"data": x})["out"], "onnxruntime")
-    assert_close(expected, run_torch(net, tmp_path / "pt", {"data": x})["out"], "torch")
-    back = round_trip(tmp_path / "reorg.onnx", tmp_path / "back", {"data": x})
-    assert_close(expected, back["out"], "round trip")
+    exports_and_back(expected, net, x, tmp_path)
