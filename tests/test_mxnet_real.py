@@ -57,14 +57,19 @@ def test_alexnet_lrn_is_caffes_lrn():
     assert sum(layer.type == "LRN" for layer in net.layers) == 2
 
 
-def _lrn_symbol(tmp_path, nsize):
+def _one_node_symbol(tmp_path, prefix, op, name, attrs):
+    """A symbol file (``prefix``-symbol.json) of the input 'data' and one node on it, the
+    graph's output; its path."""
     doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
-                     {"op": "LRN", "name": "norm1", "attrs": {"nsize": str(nsize)},
-                      "inputs": [[0, 0, 0]]}],
+                     {"op": op, "name": name, "attrs": attrs, "inputs": [[0, 0, 0]]}],
            "arg_nodes": [0], "heads": [[1, 0, 0]]}
-    path = tmp_path / "lrn-symbol.json"
+    path = tmp_path / ("%s-symbol.json" % prefix)
     path.write_text(json.dumps(doc))
     return str(path)
+
+
+def _lrn_symbol(tmp_path, nsize):
+    return _one_node_symbol(tmp_path, "lrn", "LRN", "norm1", {"nsize": str(nsize)})
 
 
 def test_lrn_with_an_even_window_names_the_node(tmp_path):
@@ -110,18 +115,14 @@ def test_gluoncv_squeeze_excitation_by_adaptive_pooling():
 
 
 def test_adaptive_pooling_windows_of_different_sizes_name_the_node(tmp_path):
-    doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
-                     {"op": "_contrib_AdaptiveAvgPooling2D", "name": "squeeze",
-                      "attrs": {"output_size": "(3, 2)"}, "inputs": [[0, 0, 0]]}],
-           "arg_nodes": [0], "heads": [[1, 0, 0]]}
-    path = tmp_path / "adaptive-symbol.json"
-    path.write_text(json.dumps(doc))
+    path = _one_node_symbol(tmp_path, "adaptive", "_contrib_AdaptiveAvgPooling2D", "squeeze",
+                            {"output_size": "(3, 2)"})
     with pytest.raises(CaffeError, match=r"'squeeze' \(op _contrib_AdaptiveAvgPooling2D\): "
                                          r"output_size \(3, 2\) from an input of 7 x 4"):
-        mxnet.convert(str(path), None, {"data": (1, 2, 7, 4)})
+        mxnet.convert(path, None, {"data": (1, 2, 7, 4)})
     # 6 x 4 to 3 x 2: means of 2 x 2 blocks
     x = np.arange(48, dtype=np.float32).reshape(1, 2, 6, 4)
-    net = mxnet.load(str(path), None, {"data": x.shape})
+    net = mxnet.load(path, None, {"data": x.shape})
     net.blobs["data"].data[...] = x
     net.forward()
     want = x.reshape(1, 2, 3, 2, 2, 2).mean(axis=(3, 5))
@@ -132,17 +133,12 @@ def test_3d_pooling_is_refused_as_3d_not_for_its_layout(tmp_path):
     """GluonCV's I3D-ResNet (an exported model-symbol.json of i3d_resnet50_v1): its 3-D
     convolutions convert; its pooling (layout NCDHW, channels-first like Caffe's blobs) is
     refused because it is 3-D, and the message says so."""
-    doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
-                     {"op": "Pooling", "name": "pool0_fwd", "inputs": [[0, 0, 0]],
-                      "attrs": {"global_pool": "False", "kernel": "(1, 3, 3)",
-                                "layout": "NCDHW", "pad": "(0, 1, 1)", "pool_type": "max",
-                                "pooling_convention": "valid", "stride": "(2, 2, 2)"}}],
-           "arg_nodes": [0], "heads": [[1, 0, 0]]}
-    path = tmp_path / "i3d-symbol.json"
-    path.write_text(json.dumps(doc))
+    path = _one_node_symbol(tmp_path, "i3d", "Pooling", "pool0_fwd", {
+        "global_pool": "False", "kernel": "(1, 3, 3)", "layout": "NCDHW", "pad": "(0, 1, 1)",
+        "pool_type": "max", "pooling_convention": "valid", "stride": "(2, 2, 2)"})
     with pytest.raises(CaffeError, match=r"'pool0_fwd' \(op Pooling\): only 2-D pooling "
                                          r"converts \(input of shape \(1, 2, 4, 6, 6\)\)"):
-        mxnet.convert(str(path), None, {"data": (1, 2, 4, 6, 6)})
+        mxnet.convert(path, None, {"data": (1, 2, 4, 6, 6)})
 
 
 def test_fcn_xs_deconvolution_with_adj_larger_than_pad():
@@ -168,13 +164,8 @@ def test_gluoncv_pyramid_pooling_and_resizing():
 
 
 def test_resizing_with_half_pixel_sampling_names_the_node(tmp_path):
-    doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
-                     {"op": "_contrib_BilinearResize2D", "name": "up",
-                      "attrs": {"height": "8", "width": "8", "align_corners": "False"},
-                      "inputs": [[0, 0, 0]]}],
-           "arg_nodes": [0], "heads": [[1, 0, 0]]}
-    path = tmp_path / "resize-symbol.json"
-    path.write_text(json.dumps(doc))
+    path = _one_node_symbol(tmp_path, "resize", "_contrib_BilinearResize2D", "up",
+                            {"height": "8", "width": "8", "align_corners": "False"})
     with pytest.raises(CaffeError, match=r"'up' \(op _contrib_BilinearResize2D\): "
                                          r"align_corners=False"):
-        mxnet.convert(str(path), None, {"data": (1, 2, 4, 4)})
+        mxnet.convert(path, None, {"data": (1, 2, 4, 4)})
