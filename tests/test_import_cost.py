@@ -121,14 +121,29 @@ def test_registry_is_filled_before_it_is_read_in_a_fresh_process():
     loaded_after(code)
 
 
-def test_a_net_builds_in_a_fresh_process_that_only_imported_the_face(tmp_path):
+RELU_NET = ('input: "x" input_shape { dim: 1 dim: 3 }\n'
+            'layer { name: "r" type: "%s" bottom: "x" top: "y" }\n')
+
+
+def one_layer_net(tmp_path, layer_type):
+    """The path of RELU_NET with its layer of ``layer_type``."""
     proto = tmp_path / "net.prototxt"
-    proto.write_text('input: "x" input_shape { dim: 1 dim: 3 }\n'
-                     'layer { name: "r" type: "ReLU" bottom: "x" top: "y" }\n')
+    proto.write_text(RELU_NET % layer_type)
+    return str(proto)
+
+
+def stdout_of(code):
+    """What a fresh interpreter prints running ``code`` (which must exit 0)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=300).stdout
+
+
+def test_a_net_builds_in_a_fresh_process_that_only_imported_the_face(tmp_path):
+    proto = one_layer_net(tmp_path, "ReLU")
     code = ("import pycaffe_lite as caffe, numpy as np\n"
             "net = caffe.Net(%r, caffe.TEST)\n"
             "net.blobs['x'].data[...] = [[-1.0, 0.5, 2.0]]\n"
-            "assert net.forward()['y'].tolist() == [[0.0, 0.5, 2.0]]\n") % str(proto)
+            "assert net.forward()['y'].tolist() == [[0.0, 0.5, 2.0]]\n") % proto
     loaded, _ = loaded_after(code)
     # a CPU net needs none of the optional packages, training, or the converters
     assert [m for m in loaded if m.split(".")[0] != "pycaffe_lite" and m not in (
@@ -138,13 +153,8 @@ def test_a_net_builds_in_a_fresh_process_that_only_imported_the_face(tmp_path):
         assert "pycaffe_lite." + package not in loaded, package
 
 
-RELU_NET = ('input: "x" input_shape { dim: 1 dim: 3 }\n'
-            'layer { name: "r" type: "%s" bottom: "x" top: "y" }\n')
-
-
 def test_a_net_imports_only_the_layer_modules_of_its_types(tmp_path):
-    proto = tmp_path / "net.prototxt"
-    proto.write_text(RELU_NET % "ReLU")
+    proto = one_layer_net(tmp_path, "ReLU")
     code = ("import sys, pycaffe_lite as caffe\n"
             "net = caffe.Net(%r, caffe.TEST)\n"
             "assert 'pycaffe_lite.layers.neuron.relu_layer' in sys.modules\n"
@@ -152,7 +162,7 @@ def test_a_net_imports_only_the_layer_modules_of_its_types(tmp_path):
             "          'pycaffe_lite.layers.recurrent.lstm_layer',\n"
             "          'pycaffe_lite.layers.data.data_layer',\n"
             "          'pycaffe_lite.layers.loss.multibox_loss_layer'):\n"
-            "    assert m not in sys.modules, m\n") % str(proto)
+            "    assert m not in sys.modules, m\n") % proto
     loaded_after(code)
 
 
@@ -163,9 +173,7 @@ def test_the_modules_read_from_source_are_the_ones_that_register():
             "read = L.built_in_modules()\n"
             "L.load_all()\n"
             "print(json.dumps([read, {n: c.__module__ for n, c in LAYERS.items()}]))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=300)
-    read, registered = json.loads(done.stdout)
+    read, registered = json.loads(stdout_of(code))
     assert read == registered
     assert read["Python"] == "pycaffe_lite.layers.common.python_layer"  # NAME = "Python"
     assert read["ReLU"] == "pycaffe_lite.layers.neuron.relu_layer"
@@ -174,28 +182,24 @@ def test_the_modules_read_from_source_are_the_ones_that_register():
 def test_a_plugin_that_takes_a_built_in_types_name_is_still_refused(tmp_path):
     # every built-in module used to load with the first net, and the clash was an error then,
     # whichever types the net used
-    proto = tmp_path / "net.prototxt"
-    proto.write_text(RELU_NET % "ReLU")
+    proto = one_layer_net(tmp_path, "ReLU")
     code = ("import pycaffe_lite as caffe\n"
             "@caffe.register_layer('PriorBox')\n"
             "class Mine(caffe.Layer):\n    pass\n"
             "try:\n    caffe.Net(%r, caffe.TEST)\n"
-            "except caffe.CaffeError as e:\n    print('refused:', e)\n") % str(proto)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=300)
-    assert "refused: layer type 'PriorBox' is already registered" in done.stdout
+            "except caffe.CaffeError as e:\n    print('refused:', e)\n") % proto
+    out = stdout_of(code)
+    assert "refused: layer type 'PriorBox' is already registered" in out
 
 
 def test_an_unknown_type_still_names_every_built_in_type(tmp_path):
-    proto = tmp_path / "net.prototxt"
-    proto.write_text(RELU_NET % "Relu")
+    proto = one_layer_net(tmp_path, "Relu")
     code = ("import pycaffe_lite as caffe\n"
             "try:\n    caffe.Net(%r, caffe.TEST)\n"
-            "except caffe.CaffeError as e:\n    print(e)\n") % str(proto)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, timeout=300)
-    assert "unknown layer type 'Relu'" in done.stdout and "did you mean 'ReLU'" in done.stdout
-    known = done.stdout.split("Known types: ")[1]
+            "except caffe.CaffeError as e:\n    print(e)\n") % proto
+    out = stdout_of(code)
+    assert "unknown layer type 'Relu'" in out and "did you mean 'ReLU'" in out
+    known = out.split("Known types: ")[1]
     for name in ("PriorBox", "LSTM", "Data", "MultiBoxLoss", "Python", "Convolution"):
         assert name in known, name
 
