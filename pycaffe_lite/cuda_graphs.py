@@ -85,7 +85,8 @@ def layers_why_not(net, first, capturable):
     for rec in net.records[first:]:
         kind = rec.layer.type
         if kind not in capturable:
-            return "layer '%s' (%s) runs host code" % (rec.name, kind)
+            return ("layer '%s' (%s) is not of a type known to run on the device alone"
+                    " (cuda_graphs.CAPTURABLE)" % (rec.name, kind))
     return ""
 
 
