@@ -117,6 +117,32 @@ def _write_proposals(top, boxes, scores, score_shape):
         s[...] = get_array_module(s).asarray(scores.reshape(s.shape))
 
 
+def _check_rpn_bottoms(layer, bottom, anchors, which):
+    """The scores ``(1, 2A, H, W)`` and deltas ``(1, 4A, H, W)`` of ``anchors`` (A of them),
+    each wrong shape an error naming the layer; ``which``: what to add after the anchor
+    count, and whose rule the single image is."""
+    a = len(anchors)
+    scores, deltas = bottom[0], bottom[1]
+    if scores.num_axes != 4 or scores.shape[1] != 2 * a:
+        raise layer.error("scores (bottom 0) must be (1, %d, H, W) for %d anchors%s, got %s"
+                          % (2 * a, a, which[0], scores.shape))
+    if deltas.shape != (scores.shape[0], 4 * a) + scores.shape[2:]:
+        raise layer.error("deltas (bottom 1) must be (1, %d, %d, %d), got %s"
+                          % ((4 * a,) + scores.shape[2:] + (deltas.shape,)))
+    if scores.shape[0] != 1:
+        raise layer.error("only single-image batches are supported (as in the %s), got %d "
+                          "images" % (which[1], scores.shape[0]))
+
+
+def _read_rpn(bottom, a):
+    """The foreground scores ``(A, H, W)``, the deltas ``(4A, H, W)`` and im_info as a flat
+    float64 array, on the host."""
+    scores = to_host(bottom[0].read_data()).astype(np.float64)[0, a:]
+    deltas = to_host(bottom[1].read_data()).astype(np.float64)[0]
+    info = to_host(bottom[2].read_data()).reshape(-1).astype(np.float64)
+    return scores, deltas, info
+
+
 def _positive_numbers(layer, params, key, default):
     """``params[key]`` (a number or a list of them, all positive), or ``default``."""
     value = params.get(key, default)
@@ -164,25 +190,12 @@ class ProposalLayer(Layer):
             top[1].reshape(1, 1, 1, 1)
 
     def reshape(self, bottom, top):
-        a = len(self.anchors)
-        scores, deltas = bottom[0], bottom[1]
-        if scores.num_axes != 4 or scores.shape[1] != 2 * a:
-            raise self.error("scores (bottom 0) must be (1, %d, H, W) for %d anchors, got %s"
-                             % (2 * a, a, scores.shape))
-        if deltas.shape != (scores.shape[0], 4 * a) + scores.shape[2:]:
-            raise self.error("deltas (bottom 1) must be (1, %d, %d, %d), got %s"
-                             % ((4 * a,) + scores.shape[2:] + (deltas.shape,)))
-        if scores.shape[0] != 1:
-            raise self.error("only single-image batches are supported (as in the fork), got "
-                             "%d images" % scores.shape[0])
+        _check_rpn_bottoms(self, bottom, self.anchors, ("", "fork"))
 
     def forward(self, bottom, top):
         pre_top, post_top, threshold, min_size = SETTINGS[
             "TRAIN" if self.phase == 0 else "TEST"]
-        a = len(self.anchors)
-        scores = to_host(bottom[0].read_data()).astype(np.float64)[0, a:]
-        deltas = to_host(bottom[1].read_data()).astype(np.float64)[0]
-        info = to_host(bottom[2].read_data()).reshape(-1).astype(np.float64)
+        scores, deltas, info = _read_rpn(bottom, len(self.anchors))
         side = min_size * info[2]
         boxes, scores = propose(self.anchors, self.feat_stride, scores, deltas, info[:2],
                                 (side, side), pre_top, post_top, threshold)
@@ -240,28 +253,17 @@ class CppProposalLayer(Layer):
             top[1].reshape(p.post_nms_topn)
 
     def reshape(self, bottom, top):
-        a = len(self.anchors)
-        scores, deltas, info = bottom
-        if scores.num_axes != 4 or scores.shape[1] != 2 * a:
-            raise self.error("scores (bottom 0) must be (1, %d, H, W) for %d anchors (%d "
-                             "ratios x %d scales), got %s"
-                             % (2 * a, a, len(self.param.ratio), len(self.param.scale),
-                                scores.shape))
-        if deltas.shape != (scores.shape[0], 4 * a) + scores.shape[2:]:
-            raise self.error("deltas (bottom 1) must be (1, %d, %d, %d), got %s"
-                             % ((4 * a,) + scores.shape[2:] + (deltas.shape,)))
-        if scores.shape[0] != 1:
-            raise self.error("only single-image batches are supported (as in the C++ "
-                             "layer), got %d images" % scores.shape[0])
+        _check_rpn_bottoms(self, bottom, self.anchors,
+                           (" (%d ratios x %d scales)"
+                            % (len(self.param.ratio), len(self.param.scale)), "C++ layer"))
+        info = bottom[2]
         if info.count < 3:
             raise self.error("im_info (bottom 2) must hold the image's height, width and "
                              "scale, got shape %s" % (info.shape,))
 
     def forward(self, bottom, top):
-        p, a = self.param, len(self.anchors)
-        scores = to_host(bottom[0].read_data()).astype(np.float64)[0, a:]
-        deltas = to_host(bottom[1].read_data()).astype(np.float64)[0]
-        info = to_host(bottom[2].read_data()).reshape(-1).astype(np.float64)
+        p = self.param
+        scores, deltas, info = _read_rpn(bottom, len(self.anchors))
         scale_w = info[3] if len(info) > 3 else info[2]
         boxes, scores = propose(self.anchors, p.feat_stride, scores, deltas, info[:2],
                                 (p.min_size * info[2], p.min_size * scale_w),
