@@ -94,8 +94,10 @@ def _threads_ignored(name, value):
 
 
 def _isa_ignored(value):
-    # ops/cpu/blocked.py's ISAS
-    return value.strip().lower() not in ("", "avx512", "avx2")
+    from .switches import BLOCKED_ISAS
+
+    value = value.strip().lower()
+    return bool(value) and value not in BLOCKED_ISAS
 
 
 READ_AT_IMPORT = [

@@ -25,6 +25,11 @@ def switch(name, default=True):
     return default
 
 
+# The blocked kernels' instruction sets (``PYCAFFE_LITE_BLOCKED_ISA``) and the float32 lanes
+# of each; here, not in ops/cpu/blocked.py, so that a bad value is known without loading it.
+BLOCKED_ISAS = {"avx512": 16, "avx2": 8}
+
+
 # The most threads a count in the environment may ask for: more is a typo (each thread is
 # started when a call is large enough to give it work, and reserves its own stack), and more
 # than a C int cannot reach OpenBLAS at all.

@@ -25,10 +25,10 @@ import os
 
 import numpy as np
 
+from ...switches import BLOCKED_ISAS as ISAS
 from ._library import address as _address, load as _load
 from ._threads import grain as _grain, split as _split
 
-ISAS = {"avx512": 16, "avx2": 8}
 _ISA_BITS = {16: 2, 8: 1}
 _isa = [None]
 
