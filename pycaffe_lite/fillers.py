@@ -92,14 +92,16 @@ def fill_msra(blob, param, rng):
 
 @FILLERS.register("bilinear")
 def fill_bilinear(blob, param, rng):
-    """Weights of a bilinear upsampling kernel, for Deconvolution layers."""
+    """Weights of a bilinear upsampling kernel, for Deconvolution layers: for a K x K kernel,
+    ``f = ceil(K / 2)``, ``c = (K - 1) / (2 f)`` and ``w(x) = 1 - |x / f - c|`` (symmetric for
+    any K, as Caffe's filler since 2017)."""
     _no_sparse(param, "bilinear")
     if blob.num_axes != 4 or blob.shape[2] != blob.shape[3]:
         raise CaffeError("bilinear filler needs a 4-axis blob with square kernels, got shape %s"
                          % (blob.shape,))
     k = blob.shape[3]
     f = math.ceil(k / 2.0)
-    c = (2 * f - 1 - f % 2) / (2.0 * f)
+    c = (k - 1) / (2.0 * f)
     x = np.arange(k)
     w = 1 - np.abs(x / f - c)
     blob.data[...] = np.outer(w, w).astype(blob.dtype)

@@ -59,8 +59,8 @@ def test_msra_std(norm, n):
 
 def test_bilinear_kernel_by_hand():
     d = filled((1, 1, 3, 3), type="bilinear")
-    # k = 3: f = 2, c = (2*2 - 1 - 0) / 4 = 0.75; weights 1 - |x/2 - 0.75| = .25 .75 .75
-    w = np.array([0.25, 0.75, 0.75])
+    # k = 3: f = 2, c = (3 - 1) / 4 = 0.5; weights 1 - |x/2 - 0.5| = .5 1 .5
+    w = np.array([0.5, 1.0, 0.5])
     np.testing.assert_allclose(d[0, 0], np.outer(w, w))
     with pytest.raises(CaffeError, match="square"):
         filled((1, 1, 3, 4), type="bilinear")
