@@ -37,7 +37,7 @@ log = logging.getLogger("pycaffe_lite")
 DEFAULT_BUCKET_BYTES = 4 << 20
 
 #: data layers that, as in Caffe, read their source in full on every rank
-_SAME_RECORDS_ON_EVERY_RANK = ("ImageData", "HDF5Data", "WindowData", "MemoryData")
+_SAME_RECORDS_ON_EVERY_RANK = ("ImageData", "WindowData", "MemoryData")
 
 _ACTION_CODES = {SolverAction.NONE: 0, SolverAction.SNAPSHOT: 1, SolverAction.STOP: 2}
 _ACTIONS = {code: action for action, code in _ACTION_CODES.items()}
@@ -124,8 +124,9 @@ class DataParallel:
             for name, layer in zip(self.net.layer_names, self.net.layers):
                 if layer.type in _SAME_RECORDS_ON_EVERY_RANK:
                     log.warning("layer '%s' (%s) gives every rank the same records, as in "
-                                "Caffe: only Data layers share their records out by rank "
-                                "(record i to rank i mod %d)", name, layer.type, self.size)
+                                "Caffe: only Data and HDF5Data layers share their records out "
+                                "by rank (record i to rank i mod %d)", name, layer.type,
+                                self.size)
         self.attached = True
         return self
 

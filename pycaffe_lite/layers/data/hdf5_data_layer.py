@@ -6,6 +6,7 @@ import os
 import numpy as np
 
 from ...data.datum import DataError
+from ...ranks import data_ranks
 from ...registry import register_layer
 from .base_data_layer import BaseDataLayer, layer_rng
 
@@ -34,6 +35,10 @@ class HDF5DataLayer(BaseDataLayer):
     separated; relative names are tried from the working directory, then from the list
     file's folder), batch_size, shuffle (shuffle the files and the rows within each file at
     every pass) }``.
+
+    In TRAIN, N data-parallel solvers read the same stream of rows and rank r keeps the rows
+    r, r + N, r + 2N, ... (Caffe's ``HDF5DataLayer::Skip``); a batch covers N x batch_size
+    rows, so the stored position is the same on every rank.
     """
 
     min_num_top_blobs = 1
@@ -154,6 +159,15 @@ class HDF5DataLayer(BaseDataLayer):
         for t, arr in zip(top, self.arrays):
             t.reshape((self.batch_size,) + arr.shape[1:])
             outs.append(t.data)  # host: the rows come from host memory
+        count, rank = data_ranks(self.phase)
+        if count > 1:
+            for i in range(self.batch_size):
+                self._skip_rows(rank)
+                row = self.row_order[self.current_row]
+                for out, arr in zip(outs, self.arrays):
+                    out[i] = arr[row]
+                self._skip_rows(count - rank)  # this row, then the later ranks' rows
+            return
         filled = 0
         while filled < self.batch_size:
             k = min(self.batch_size - filled, self.rows - self.current_row)
@@ -162,6 +176,13 @@ class HDF5DataLayer(BaseDataLayer):
                 out[filled:filled + k] = arr[rows]
             filled += k
             self.current_row += k
+            if self.current_row == self.rows:
+                self._end_of_file()
+
+    def _skip_rows(self, n):
+        """Past ``n`` rows (across files, as Caffe's Next())."""
+        for _ in range(n):
+            self.current_row += 1
             if self.current_row == self.rows:
                 self._end_of_file()
 
