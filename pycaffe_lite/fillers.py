@@ -58,6 +58,9 @@ def fill_uniform(blob, param, rng):
 
 @FILLERS.register("gaussian")
 def fill_gaussian(blob, param, rng):
+    if param.sparse < -1:  # as Caffe's CHECK_GE(sparse, -1)
+        raise CaffeError("gaussian filler: sparse must be -1 (dense) or a number of non-zero "
+                         "inputs per output >= 0, got %d" % param.sparse)
     values = rng.normal(param.mean, param.std, blob.shape)
     if param.sparse >= 0:
         if blob.num_axes < 1:

@@ -9,6 +9,7 @@ import pytest
 
 from pycaffe_lite import ranks
 from pycaffe_lite.blob import Blob
+from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.fillers import fill
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.testing import empty_blobs, make_layer
@@ -35,6 +36,13 @@ def test_bilinear_filler_odd_and_even_kernels(k):
     d = _filled((1000, 2, k, k), type="bilinear")
     np.testing.assert_allclose(d, np.broadcast_to(np.outer(w, w), d.shape), atol=1e-6)
     np.testing.assert_allclose(d[0, 0], d[0, 0, ::-1, ::-1], atol=1e-6)
+
+
+def test_gaussian_filler_sparse_below_minus_one_is_refused():
+    # BVLC filler.hpp GaussianFiller: CHECK_GE(sparse, -1) (-1 is dense, the default)
+    with pytest.raises(CaffeError, match="gaussian filler: sparse must be -1 .* got -3"):
+        _filled((3, 4), type="gaussian", sparse=-3)
+    assert (_filled((3, 4), type="gaussian", sparse=-1) != 0).all()
 
 
 # ---- HDF5Data ---------------------------------------------------------------------------------
