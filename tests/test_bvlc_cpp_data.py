@@ -7,6 +7,7 @@ import math
 import lmdb
 import numpy as np
 import pytest
+from PIL import Image
 
 import pycaffe_lite
 from pycaffe_lite import ranks
@@ -231,12 +232,11 @@ def test_image_data_batch_of_one_follows_each_image_and_reads_grey_as_colour(tmp
     # BVLC test_image_data_layer.cpp TestReshape (cat.jpg 360 x 480, then fish-bike.jpg
     # 323 x 481, batch_size 1) and TestSpace ("cat gray.jpg 1": the name up to the last space,
     # a grey image read as 3 equal BGR channels since is_color defaults to true)
-    cv2 = pytest.importorskip("cv2")
     rng = np.random.default_rng(0)
-    colour = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)
+    colour = rng.integers(0, 256, (6, 8, 3), dtype=np.uint8)  # BGR
     grey = rng.integers(0, 256, (5, 9), dtype=np.uint8)
-    cv2.imwrite(str(tmp_path / "cat.png"), colour)
-    cv2.imwrite(str(tmp_path / "cat gray.png"), grey)
+    Image.fromarray(colour[:, :, ::-1].copy()).save(tmp_path / "cat.png")
+    Image.fromarray(grey).save(tmp_path / "cat gray.png")
     listing = tmp_path / "list.txt"
     listing.write_text("%s 0\n%s 1\n" % (tmp_path / "cat.png", tmp_path / "cat gray.png"))
     layer = make_layer('type: "ImageData" image_data_param { source: "%s" batch_size: 1 }'
