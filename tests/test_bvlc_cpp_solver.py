@@ -25,9 +25,12 @@ from google.protobuf import text_format
 
 import pycaffe_lite as caffe
 from pycaffe_lite import backend, cuda_graphs
+from pycaffe_lite.blob import Blob
 from pycaffe_lite.errors import CaffeError
+from pycaffe_lite.layer import Layer
 from pycaffe_lite.ops import solver_update
 from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite.registry import register_layer
 from pycaffe_lite.solvers import SGDSolver, get_solver
 from pycaffe_lite.solvers.lr_policy import get_policy, learning_rate
 from pycaffe_lite.testing.simdevice import simulated_device
@@ -91,7 +94,7 @@ layer { name: "data" type: "HDF5Data" top: "data" top: "targets"
                   'bottom: "targets" }'
 
 
-def least_squares_solver(source, rule, iters, share=False, iter_size=1, extra=""):
+def least_squares_solver(source, rule, iters, share=False, iter_size=1, extra="", more=""):
     """BVLC's RunLeastSquaresSolver setup (random seed 1701, lr_policy fixed)."""
     lr, decay, momentum = EVERYTHING[rule]
     param = caffe_pb2.SolverParameter()
@@ -100,7 +103,7 @@ def least_squares_solver(source, rule, iters, share=False, iter_size=1, extra=""
                       'snapshot_after_train: false random_seed: 1701 %s'
                       % (rule, lr, decay, momentum, iters, iter_size, RMS_DECAY, MOMENTUM2,
                          extra), param)
-    text_format.Merge(net_text(source, share, NUM // iter_size), param.net_param)
+    text_format.Merge(net_text(source, share, NUM // iter_size) + more, param.net_param)
     caffe.set_random_seed(1701)
     return get_solver(param)
 
@@ -157,11 +160,15 @@ def least_squares_reference(rule, x, y, w0, iters):
 
 def run_on_path(path, monkeypatch, body):
     """``body()`` with the solver update on ``path``: "host" (as it comes: one compiled pass
-    where the kernels are built), "numpy" (the per-parameter NumPy steps), "device" (GPU mode
+    where the kernels are built), "per_param" (one compiled kernel per parameter where one
+    takes the arrays, as where the params' arrays are not all of one kind), "numpy" (the
+    per-parameter NumPy steps), "device" (GPU mode
     on the simulated device, one update launch) or "graphs" (there, replayed CUDA graphs)."""
     if path == "numpy":
         monkeypatch.setattr(solver_update, "ONE_PASS_RULES", ())
-    if path in ("host", "numpy"):
+    if path == "per_param":
+        monkeypatch.setattr(solver_update, "takes_all", lambda *args: False)
+    if path in ("host", "numpy", "per_param"):
         return body()
     old = cuda_graphs.set_enabled(path == "graphs")
     try:
@@ -179,7 +186,7 @@ def run_on_path(path, monkeypatch, body):
 # ...WithEverythingShare (two InnerProducts sharing 'weights' and 'bias'), ...WithEverythingAccum
 # and ...WithEverythingAccumShare (iter_size 2 over half batches equals one whole batch): the
 # (K+1)th update, K = 0..4, against the least-squares formula.
-@pytest.mark.parametrize("path", ["host", "numpy", "device", "graphs"])
+@pytest.mark.parametrize("path", ["host", "per_param", "numpy", "device", "graphs"])
 @pytest.mark.parametrize("share,iter_size", [(False, 1), (True, 1), (False, 2), (True, 2)],
                          ids=["everything", "share", "accum", "accum_share"])
 @pytest.mark.parametrize("rule", sorted(EVERYTHING))
@@ -215,6 +222,46 @@ def test_least_squares_update_with_everything(samples, monkeypatch, rule, share,
             assert solver.train_graph is not None and solver.train_graph.replays > 0
 
     run_on_path(path, monkeypatch, body)
+
+
+@register_layer("BvlcSolverTestFloat64Param")
+class Float64ParamLayer(Layer):
+    """A layer of this test holding a float64 learnable param that takes no part in the loss
+    (a Python layer may hold one): the params' arrays are then not all of one float type."""
+
+    exact_num_bottom_blobs = 1
+    exact_num_top_blobs = 0
+
+    def setup(self, bottom, top):
+        if not len(self.blobs):
+            self.blobs.append(Blob((3,), np.float64))
+
+    def reshape(self, bottom, top):
+        pass
+
+    def forward(self, bottom, top):
+        pass
+
+    def backward(self, top, propagate_down, bottom):
+        pass
+
+
+# BVLC test_gradient_based_solver.cpp: <Rule>SolverTest TestLeastSquaresUpdateWithEverything,
+# in a net with a param of another float type beside the InnerProduct's (no one compiled pass
+# then, one kernel per param where one takes the arrays): each rule keeps its own update.
+@pytest.mark.parametrize("rule", sorted(EVERYTHING))
+def test_least_squares_update_beside_a_float64_param(samples, rule):
+    x, y, source = samples
+    solver = least_squares_solver(
+        source, rule, 3, more='layer { name: "idle" type: "BvlcSolverTestFloat64Param" '
+                              'bottom: "data" }')
+    assert [p.data.dtype for p in solver.net.learnable_params] == \
+        [np.float32, np.float32, np.float64]
+    reference = least_squares_reference(rule, x, y, weights_and_bias(solver), 3)
+    solver.step(3)
+    np.testing.assert_allclose(weights_and_bias(solver), reference[-1][0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(weights_and_bias(solver, "diff"), reference[-1][1], rtol=1e-2,
+                               atol=1e-7)
 
 
 # BVLC test_gradient_based_solver.cpp: <Rule>SolverTest TestSnapshotShare (and TestSnapshot

@@ -14,15 +14,23 @@ from . import cpu as _cpu
 from .gpu import solver_updates as _gpu
 
 
+#: the rules :func:`update` computes, one parameter at a time: SGD alone (Nesterov's and Adam's
+#: compiled update exists only for all the params at once, :func:`update_all`)
+PER_PARAM_RULES = ("SGD",)
+
+
 def takes(rule, data, diff, *state):
     """Whether a fused host kernel of ``rule`` computes the update of these arrays."""
-    return rule in ONE_PASS_RULES and _cpu.supported(data, diff, *state)
+    return rule in PER_PARAM_RULES and rule in ONE_PASS_RULES and \
+        _cpu.supported(data, diff, *state)
 
 
 def update(rule, data, diff, state, norm, decay, l1, rate, coefficients):
     """Run ``rule``'s fused kernel (after :func:`takes`): ``state`` the rule's history arrays
     (updated in place), ``coefficients`` its scalars in the kernel's order; ``diff`` becomes the
     update value (``Net.update`` then does ``data -= diff``)."""
+    if rule not in PER_PARAM_RULES:
+        raise ValueError("no per-parameter kernel computes the %s update" % rule)
     _cpu.sgd_update(diff, state[0], data, norm, decay, l1, rate, coefficients[0])
 
 

@@ -16,8 +16,8 @@ SGD: ``history = momentum * history + local_rate * diff; diff = history``.
 
 Everything runs in place on float32 arrays of the current mode (NumPy or CuPy): every param's
 update and ``data -= diff`` in one compiled call where the host kernels take the arrays (SGD,
-Nesterov, Adam), else one fused kernel per param (:mod:`pycaffe_lite.ops.solver_update`), else
-one vectorised operation at a time; the scratch buffers are allocated once, on first use.
+Nesterov, Adam), else (SGD) one fused kernel per param (:mod:`pycaffe_lite.ops.solver_update`),
+else one vectorised operation at a time; the scratch buffers are allocated once, on first use.
 """
 
 import logging
