@@ -3,6 +3,7 @@
 from ...backend import get_array_module
 from ...layer import NeuronLayer
 from ...registry import register_layer
+from .sigmoid_layer import sigmoid
 
 
 @register_layer("Swish")
@@ -13,8 +14,10 @@ class SwishLayer(NeuronLayer):
     top and the sigmoid kept from the forward pass, never the bottom).
     Params: ``swish_param { beta (1) }``.
 
-    s = sigmoid(beta * x), computed as 0.5 * tanh(0.5 * beta * x) + 0.5 (no overflow);
-    y = x * s. Backward: dx = dy * (beta * y + s * (1 - beta * y)).
+    s = sigmoid(beta * x): beta * x in the blob's type, then the Sigmoid layer's
+    0.5 * tanh(0.5 * .) + 0.5 in double precision, rounded to the blob's type (as Caffe, whose
+    Swish runs its Sigmoid on beta * x); y = x * s.
+    Backward: dx = dy * (beta * y + s * (1 - beta * y)).
     """
 
     def setup(self, bottom, top):
@@ -24,10 +27,7 @@ class SwishLayer(NeuronLayer):
     def forward(self, bottom, top):
         x = bottom[0].read_data()
         xp = get_array_module(x)
-        s = x * (0.5 * self.beta)
-        xp.tanh(s, out=s)
-        s *= 0.5
-        s += 0.5
+        s = sigmoid(xp.multiply(x, x.dtype.type(self.beta)), xp.empty_like(x))
         self.sigmoid = s
         xp.multiply(x, s, out=top[0].write_data())
 
