@@ -354,6 +354,7 @@ class Net(BatchedCalls):
     # -- forward / backward ----------------------------------------------------------------
     def forward_from_to(self, start=0, end=None):
         end = len(self.records) - 1 if end is None else end
+        self._check_range("forward", start, end, start, end)
         return cuda_graphs.forward(self, start, end, self._forward_layers)
 
     def _forward_layers(self, start, end):
@@ -372,6 +373,7 @@ class Net(BatchedCalls):
 
     def backward_from_to(self, start=None, end=0):
         start = len(self.records) - 1 if start is None else start
+        self._check_range("backward", start, end, end, start)
         hooks, fused = self._hooks, net_train_fuse.backwards(self, start, end)
         for i in range(start, end - 1, -1):
             for hook in hooks["before_backward"]:

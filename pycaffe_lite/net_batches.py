@@ -11,8 +11,8 @@ from .errors import NetError
 
 class BatchedCalls:
     """Mixin of :class:`~pycaffe_lite.net.Net` (needs ``forward``, ``backward``,
-    ``forward_from_to``, ``backward_from_to``, ``blobs``, ``inputs``, ``outputs`` and
-    ``layers``)."""
+    ``forward_from_to``, ``backward_from_to``, ``blobs``, ``inputs``, ``outputs``, ``layers``
+    and ``name``)."""
 
     def forward_all(self, blobs=None, **kwargs):
         """Forward any number of items in batches of the net's batch size (pycaffe's); the
@@ -98,6 +98,20 @@ class BatchedCalls:
 
     def _backward(self, start, end):
         self.backward_from_to(start, end)
+
+    def _check_range(self, step, start, end, first, last):
+        """Caffe's checks of ForwardFromTo (``first`` = start >= 0, ``last`` = end < the
+        number of layers) and BackwardFromTo (end >= 0, start < the number of layers); a
+        start past the end runs no layer."""
+        count = len(self.layers)
+        if not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+                   for i in (start, end)):
+            raise NetError("%s from layer %r to %r: layer indices must be integers"
+                           % (step, start, end))
+        if first < 0 or last >= count:
+            name = "'%s'" % self.name if self.name else "(unnamed)"
+            raise NetError("%s from layer %d to %d: net %s has layers 0 to %d"
+                           % (step, start, end, name, count - 1))
 
     def _batch(self, blobs):
         return self._batches(blobs)

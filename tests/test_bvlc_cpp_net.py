@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import pycaffe_lite as caffe
+from pycaffe_lite.errors import NetError
 from pycaffe_lite.net import Net
 from pycaffe_lite.net_graph import filter_net, insert_splits
 from pycaffe_lite.proto import caffe_pb2, protoio
@@ -389,6 +390,31 @@ def test_backward_in_pieces_gives_the_whole_backwards_diff():
         net.backward_from_to(last, i)
         net.backward_from_to(i - 1, 0)
         np.testing.assert_array_equal(net.blobs["data"].diff, whole)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda net: net._forward(-1, 2), r"forward from layer -1 to 2: net 'TinyTestNetwork' has "
+                                      r"layers 0 to 2"),
+    (lambda net: net._forward(0, 3), "forward from layer 0 to 3"),
+    (lambda net: net.forward_from_to(1, 5), "forward from layer 1 to 5"),
+    (lambda net: net._backward(3, 0), "backward from layer 3 to 0"),
+    (lambda net: net.backward_from_to(2, -1), "backward from layer 2 to -1"),
+    (lambda net: net._forward(0, 1.5), "layer indices must be integers"),
+], ids=["negative_start", "end_past_last", "forward_from_to", "start_past_last",
+        "negative_end", "float_end"])
+def test_a_layer_range_outside_the_net_is_refused(call, message):
+    """BVLC's ForwardFromTo checks start >= 0 and end < the number of layers, BackwardFromTo
+    end >= 0 and start < it (pycaffe's _forward / _backward): a negative index ran the last
+    layer first (Python's index from the end), one past the end ran part of the net and
+    stopped on a bare IndexError."""
+    net = _tiny_net()
+    ran = []
+    net.before_forward(ran.append)
+    net.before_backward(ran.append)
+    with pytest.raises(NetError, match=message):
+        call(net)
+    assert ran == []  # refused before any layer ran
+    assert net._forward(2, 1) == 0 and ran == []  # a start past the end runs nothing
 
 
 def _tiny_net():
