@@ -254,10 +254,7 @@ class Types:
                 master.write_data()[...] = values
             else:  # on the device, without reading anything back (BatchNorm's statistics
                 # move in every forward)
-                old = master.read_data()
-                xp = backend.get_array_module(values)
-                master.write_data()[...] = xp.where(values != old.astype(np.float16),
-                                                    values.astype(np.float32), old)
+                take_half(master.write_data(), values)
             self._versions[k] = half.synced_data.version
         return master
 
@@ -334,6 +331,17 @@ def user_hooks(net):
     own = types.hooks if types is not None else ()
     return any(all(hook is not o for o in own)
                for hooks in net._hooks.values() for hook in hooks)
+
+
+def take_half(master, values, ok=None):
+    """``master`` (float32) takes the float16 ``values`` where they are not its own values
+    rounded (written by something else), in place, on the device where they are; with ``ok``
+    (a 0-d device boolean) only where it is True."""
+    xp = backend.get_array_module(values)
+    taken = values != master.astype(np.float16)
+    if ok is not None:
+        taken &= ok
+    master[...] = xp.where(taken, values.astype(np.float32), master)
 
 
 @contextlib.contextmanager

@@ -97,9 +97,14 @@ def device_update_run(solver, update, ok=None):
     the masters and the history stay as they were where it is False."""
     (datas, diffs, state), halves = update
     xp = backend.get_array_module(datas[0])
-    for _, half_diff, _, master_diff in halves:
-        master_diff[...] = half_diff
     types = net_types.of(solver.net)
+    for half_data, half_diff, master_data, master_diff in halves:
+        # a float16 param the forward wrote (PSPNet's BN running statistics) gives its master
+        # the new values first, as master_weights does on entering an eager update (which
+        # params moved is not known inside a graph: every master takes its param's values
+        # where they are not its own rounded, which leaves the others as they are)
+        net_types.take_half(master_data, half_data, ok)
+        master_diff[...] = half_diff
     if types.adaptive or types.scale != 1:
         inverse = types.inverse_factor()
         if ok is not None:
