@@ -49,17 +49,27 @@ log = logging.getLogger("pycaffe_lite")
 _settings = {"enabled": switch("PYCAFFE_LITE_CUDA_GRAPH")}
 
 # Layer types whose TEST forward reads and writes device arrays only, draws no random numbers
-# and keeps no per-call host state.
+# and keeps no per-call host state. What they compute from shapes and params alone (PriorBox's
+# boxes, Interp's taps) is made at reshape when a shape changes and kept on the device; a
+# check that reads device values (Embed's indices, Upsample's mask) is deferred inside a
+# capture (layer.defer_check). Left out: the data layers (they run before a graph), Python
+# layers, and those that decide on the host from device values (DetectionOutput's and
+# Proposal's NMS, SegAccuracy's confusion counts, MultiBoxLoss's matching, ...).
 CAPTURABLE = frozenset([
     "Input", "Convolution", "Deconvolution", "DepthwiseConvolution", "ConvolutionDepthwise",
     "BatchNorm", "Scale", "Bias", "ReLU", "PReLU", "ELU", "Sigmoid", "TanH", "AbsVal", "Power",
     "Exp", "Log", "Clip", "ReLU6", "Swish", "Eltwise", "Concat", "Slice", "Split", "Pooling",
     "InnerProduct", "Softmax", "LRN", "Dropout", "Flatten", "Reshape", "Silence",
+    # the forks' and importers' layers (PSPNet, DeepLab, SegNet, FCN, SSD, YOLO, ...)
+    "BN", "Interp", "Permute", "Normalize", "PriorBox", "Reduction", "Parameter", "Crop",
+    "Upsample", "Reorg", "Axpy", "ShuffleChannel", "Tile", "Threshold", "BNLL", "MVN",
+    "Embed", "ArgMax",
 ])
 
 #: loss layers whose forward stays on the device (their label checks defer, their loss is a
-#: device scalar inside a capture)
-LOSSES = frozenset(["SoftmaxWithLoss", "EuclideanLoss", "Accuracy"])
+#: device scalar inside a capture; SigmoidCrossEntropyLoss's VALID count too)
+LOSSES = frozenset(["SoftmaxWithLoss", "EuclideanLoss", "Accuracy", "SigmoidCrossEntropyLoss",
+                    "SmoothL1Loss"])
 
 
 def first_captured(net, capturable):

@@ -38,7 +38,8 @@ copied into the float32 masters' diffs, every gradient times ``1 / global_grad_s
 constant), the update of the masters and the float32 params, the float16 weights rounded
 from the masters; none of it changes a weight, a master or the history where the verdict
 says no. Between iterations a master takes a value written into its float16 param (net
-surgery) before the launch.
+surgery) before the launch; inside the graph, before the update, each master takes its
+param's values where a forward wrote them (PSPNet's BN running averages).
 
 Iterations that display (they read the gradients before the update) or debug, solvers with
 callbacks (data-parallel reduction, pycaffe's ``add_callback``), gradient clipping (a host
@@ -60,7 +61,8 @@ log = logging.getLogger("pycaffe_lite")
 
 #: layer types whose TRAIN forward and backward read and write device arrays only and keep
 #: no per-call host state (the TEST net's, whose random draws come from the device's counter
-#: stream, see backend.random_uniform, and its losses)
+#: stream, see backend.random_uniform, and its losses; PSPNet's BN writes its running averages
+#: on the device; Embed's and Upsample's backwards use their forwards' checked indices)
 CAPTURABLE = cuda_graphs.CAPTURABLE | cuda_graphs.LOSSES
 
 

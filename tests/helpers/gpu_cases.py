@@ -308,7 +308,7 @@ CASES = [
          [_u((2, 3, 4, 5))]),
     case("PriorBox", 'type: "PriorBox" prior_box_param { min_size: 4 max_size: 9 '
          'aspect_ratio: 3 clip: true }', [_u((1, 2, 3, 4)), _u((1, 3, 12, 16))],
-         down=[False, False], host_io=True),
+         down=[False, False]),
     case("DetectionOutput", 'type: "DetectionOutput" detection_output_param { num_classes: 3 '
          'nms_param { nms_threshold: 0.45 top_k: 10 } code_type: CENTER_SIZE keep_top_k: 5 '
          'confidence_threshold: 0.2 }', [_u((2, 64), 1, -0.5, 0.5), _ssd_probs(2),

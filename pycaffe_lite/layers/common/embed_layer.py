@@ -1,7 +1,9 @@
 """Embed: look up learned vectors by integer index (a one-hot InnerProduct, done by lookup)."""
 
-from ...backend import get_array_module
-from ...layer import Layer
+import numpy as np
+
+from ...backend import get_array_module, to_host
+from ...layer import Layer, defer_check
 from ...registry import register_layer
 from .common_utils import setup_weight_and_bias
 
@@ -36,16 +38,32 @@ class EmbedLayer(Layer):
     def reshape(self, bottom, top):
         top[0].reshape(bottom[0].shape + (self.num_output,))
 
-    def _indices(self, bottom):
-        """The bottom's values as a flat integer index array, after checking them."""
+    def _indices(self, bottom, check=True):
+        """The bottom's values as a flat integer index array, after checking them (inside a
+        captured forward the check is deferred, :func:`defer_check`, and a bad value gathers
+        row 0 until it is read; the backward, whose forward checked the same values, does not
+        check again: a bad value is row 0 there too)."""
         x = bottom.read_data().reshape(-1)
         xp = get_array_module(x)
         bad = ~((x >= 0) & (x < self.input_dim) & (xp.floor(x) == x))
-        if x.size and bool(bad.any()):
+        if not x.size:
+            return x.astype(xp.intp)
+        if not check:
+            return xp.where(bad, 0, x).astype(xp.intp)
+        failed = bad.any()
+        if xp is not np and defer_check(failed, lambda: self._check_values(to_host(x))):
+            return xp.where(bad, 0, x).astype(xp.intp)
+        if bool(failed):
+            self._check_values(to_host(x))
+        return x.astype(xp.intp)
+
+    def _check_values(self, x):
+        """Raise the error for the first value of host ``x`` that is not an index."""
+        bad = ~((x >= 0) & (x < self.input_dim) & (np.floor(x) == x))
+        if bad.any():
             pos = int(bad.argmax())
             raise self.error("bottom value %r at flat position %d is not an integer index in "
                              "[0, input_dim=%d)" % (float(x[pos]), pos, self.input_dim))
-        return x.astype(xp.intp)
 
     def forward(self, bottom, top):
         idx = self._indices(bottom[0])
@@ -68,7 +86,7 @@ class EmbedLayer(Layer):
             return
         dy = top[0].read_diff().reshape(-1, self.num_output)
         if need_w:
-            idx = self._indices(bottom[0])
+            idx = self._indices(bottom[0], check=False)
             dw = self.blobs[0].write_diff()
             xp = get_array_module(dw)
             xp.add.at(dw, idx, dy)  # repeated indices accumulate

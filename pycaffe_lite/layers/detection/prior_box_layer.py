@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ... import backend
 from ...layer import Layer
 from ...registry import register_layer
 
@@ -24,9 +25,12 @@ class PriorBoxLayer(Layer):
     Tops: ``(1, 2, H * W * num_priors * 4)``: channel 0 the boxes (xmin, ymin, xmax, ymax per
     prior, cell by cell), channel 1 their variances (one value for all, or four).
     Params: ``prior_box_param`` (the SSD fork's PriorBoxParameter).
+
+    The boxes depend only on the shapes and the params: they are computed on the host at
+    reshape when a shape changes and kept in the current mode's array (on the GPU a device
+    copy), so that a forward is one device-to-device copy (a CUDA graph can hold it).
     """
 
-    host_only = True  # the priors are computed once, on the host
     exact_num_bottom_blobs = 2
     exact_num_top_blobs = 1
 
@@ -106,6 +110,18 @@ class PriorBoxLayer(Layer):
                              % (bottom[0].shape,))
         h, w = bottom[0].shape[2], bottom[0].shape[3]
         top[0].reshape(1, 2, h * w * self.num_priors * 4)
+        if self.img_h and self.img_w:
+            img_h, img_w = self.img_h, self.img_w
+        else:
+            if bottom[1].num_axes != 4:
+                raise self.error("the image bottom must have 4 axes; got shape %s"
+                                 % (bottom[1].shape,))
+            img_h, img_w = bottom[1].shape[2], bottom[1].shape[3]
+        xp = backend.xp()
+        key = (h, w, img_h, img_w, xp)
+        if key != self._cache_key:
+            self._priors = xp.asarray(self._compute(h, w, img_h, img_w))
+            self._cache_key = key
 
     def _cell_boxes(self):
         """Half widths and half heights of the priors of one cell, in pixels."""
@@ -125,19 +141,7 @@ class PriorBoxLayer(Layer):
         return np.asarray(sizes, dtype=np.float64) / 2.0
 
     def forward(self, bottom, top):
-        h, w = bottom[0].shape[2], bottom[0].shape[3]
-        if self.img_h and self.img_w:
-            img_h, img_w = self.img_h, self.img_w
-        else:
-            if bottom[1].num_axes != 4:
-                raise self.error("the image bottom must have 4 axes; got shape %s"
-                                 % (bottom[1].shape,))
-            img_h, img_w = bottom[1].shape[2], bottom[1].shape[3]
-        key = (h, w, img_h, img_w)
-        if key != self._cache_key:
-            self._priors = self._compute(h, w, img_h, img_w)
-            self._cache_key = key
-        top[0].data[...] = self._priors
+        top[0].write_data()[...] = self._priors
 
     def _compute(self, h, w, img_h, img_w):
         f32 = np.float32

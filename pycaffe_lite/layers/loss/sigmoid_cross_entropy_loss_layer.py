@@ -74,13 +74,16 @@ class SigmoidCrossEntropyLossLayer(LossLayer):
         if self.ignore_label is None:
             self.valid = None
             total = -per_item.sum()
-            valid_count = x.size
         else:
             self.valid = xp.trunc(t) != self.ignore_label
             total = -xp.where(self.valid, per_item, 0).sum()
-            valid_count = int(self.valid.sum())
-        self.normalizer = get_normalizer(self.normalization, self.outer_num, self.inner_num,
-                                         valid_count, layer=self)
+        if self.valid is not None and self.normalization == LossParameter.VALID:
+            # the count stays in the mode's array (on the GPU no host read: a CUDA graph
+            # can hold the forward), floored at 1 as get_normalizer does
+            self.normalizer = xp.maximum(self.valid.sum(), 1).astype(x.dtype)
+        else:
+            self.normalizer = get_normalizer(self.normalization, self.outer_num,
+                                             self.inner_num, layer=self)
         top[0].write_data()[...] = total / self.normalizer
 
     def backward(self, top, propagate_down, bottom):

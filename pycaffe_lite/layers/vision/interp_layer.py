@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ... import backend
 from ...backend import get_array_module
 from ...layer import Layer
 from ...registry import register_layer
@@ -110,22 +111,24 @@ class InterpLayer(Layer):
         h_out, w_out = self._output_size(h_in, w_in)
         if h_out <= 0 or w_out <= 0:
             raise self.error("output size must be positive, got %d x %d" % (h_out, w_out))
-        key = (h, w, h_out, w_out, x.dtype)
+        xp = backend.xp()
+        key = (h, w, h_out, w_out, x.dtype, xp)
         if self._taps is None or self._taps[0] != key:
+            # the taps depend on the shapes alone: made here, on the host, when a shape
+            # changes, and kept in the current mode's arrays (a forward uploads nothing)
             offset = -self.pad_beg
-            rows = axis_taps(h_in, h_out, offset)
-            cols = axis_taps(w_in, w_out, offset)
-            self._taps = (key, rows, cols, _matrix(*rows, h, x.dtype), _matrix(*cols, w, x.dtype))
+            (r0, r1, rw0, rw1), (c0, c1, cw0, cw1) = (axis_taps(h_in, h_out, offset),
+                                                      axis_taps(w_in, w_out, offset))
+            dtype = x.dtype
+            self._taps = (key,) + tuple(xp.asarray(a) for a in (
+                r0, r1, rw0.astype(dtype)[:, None], rw1.astype(dtype)[:, None], c0, c1,
+                cw0.astype(dtype), cw1.astype(dtype), _matrix(r0, r1, rw0, rw1, h, dtype),
+                _matrix(c0, c1, cw0, cw1, w, dtype)))
         top[0].reshape(n, c, h_out, w_out)
 
     def forward(self, bottom, top):
         x = bottom[0].read_data()
-        xp = get_array_module(x)
-        _, (r0, r1, rw0, rw1), (c0, c1, cw0, cw1), _, _ = self._taps
-        dtype = x.dtype
-        c0, c1, r0, r1 = (xp.asarray(a) for a in (c0, c1, r0, r1))
-        cw0, cw1 = xp.asarray(cw0.astype(dtype)), xp.asarray(cw1.astype(dtype))
-        rw0, rw1 = (xp.asarray(a.astype(dtype))[:, None] for a in (rw0, rw1))
+        r0, r1, rw0, rw1, c0, c1, cw0, cw1 = self._taps[1:9]
         # the fork's order of operations: h0 * (w0 * a + w1 * b) + h1 * (w0 * c + w1 * d)
         across = x[..., c0] * cw0 + x[..., c1] * cw1
         y = top[0].write_data()
@@ -136,5 +139,5 @@ class InterpLayer(Layer):
             return
         dy = top[0].read_diff()
         xp = get_array_module(dy)
-        rows, cols = (xp.asarray(m) for m in self._taps[3:])
+        rows, cols = self._taps[9:]
         bottom[0].write_diff()[...] = xp.matmul(xp.matmul(rows.T, dy), cols)

@@ -1,7 +1,10 @@
 """Upsample: nearest-neighbour upsampling (YOLO ports) or max-unpooling (SegNet, ENet)."""
 
+import numpy as np
+
+from ... import backend
 from ...backend import get_array_module
-from ...layer import Layer
+from ...layer import Layer, defer_check
 from ...registry import register_layer
 
 
@@ -91,19 +94,36 @@ class UpsampleLayer(Layer):
             out_w = w * self.factors[1] - self.pad_out[1]
         top[0].reshape(n, c, out_h, out_w)
 
-    def _indices(self, bottom, top):
-        """The mask as integer indices into each flattened top plane, checked."""
+    def _indices(self, bottom, top, check=True):
+        """The mask as integer indices into each flattened top plane, checked (``check``;
+        inside a captured forward the check is deferred, :func:`defer_check`, and an index
+        out of range is clipped into the plane until it is read) or clipped (the backward:
+        its forward checked the same mask)."""
         mask = bottom[1].read_data()
         xp = get_array_module(mask)
         n, c, h, w = bottom[0].shape
         plane = top[0].shape[2] * top[0].shape[3]
         idx = mask.reshape(n * c, h * w).astype(xp.int64)
-        if idx.size and (int(idx.max()) >= plane or int(idx.min()) < 0):
+        if not idx.size:
+            return idx, plane
+        if check:
+            failed = (idx.max() >= plane) | (idx.min() < 0)
+            if xp is not np and defer_check(
+                    failed, lambda: self._check_range(backend.to_host(idx), top)):
+                check = False
+            elif bool(failed):
+                self._check_range(backend.to_host(idx), top)
+        return (idx if check else xp.clip(idx, 0, plane - 1)), plane
+
+    def _check_range(self, idx, top):
+        """Raise the error for a mask index (host ``idx``) outside the top plane."""
+        plane = top[0].shape[2] * top[0].shape[3]
+        low, high = int(idx.min()), int(idx.max())
+        if high >= plane or low < 0:
             raise self.error("mask index %d is outside the %d x %d top plane: the scale or "
                              "upsample_h/upsample_w do not match the Pooling that made the "
-                             "mask" % (int(idx.max()) if int(idx.max()) >= plane
-                                       else int(idx.min()), top[0].shape[2], top[0].shape[3]))
-        return idx, plane
+                             "mask" % (high if high >= plane else low, top[0].shape[2],
+                                       top[0].shape[3]))
 
     def forward(self, bottom, top):
         x = bottom[0].read_data()
@@ -132,7 +152,7 @@ class UpsampleLayer(Layer):
             dy = top[0].read_diff().reshape(n, c, h, s, w, s)
             dy.sum(axis=(3, 5), out=dx)
             return
-        idx, plane = self._indices(bottom, top)
+        idx, plane = self._indices(bottom, top, check=False)
         xp = get_array_module(dx)
         dy = top[0].read_diff().reshape(-1, plane)
         dx[...] = xp.take_along_axis(dy, idx, axis=1).reshape(dx.shape)
