@@ -22,13 +22,16 @@ def split_priors(prior_data, num_priors):
 def count_priors(layer, loc, conf, prior, num_loc_classes, num_classes):
     """The number of priors in ``prior`` (a PriorBox top), after checking that the location
     (``num_loc_classes`` x 4 per prior) and confidence (``num_classes`` per prior) bottoms of
-    ``layer`` predict that many; a LayerError naming the numbers otherwise."""
-    if loc.shape[0] != conf.shape[0]:
-        raise layer.error("loc has %d images and conf %d" % (loc.shape[0], conf.shape[0]))
-    if prior.count % 8:
-        raise layer.error("the prior blob holds %d values, not boxes and variances (a "
-                          "multiple of 8)" % prior.count)
-    num_priors = prior.count // 8
+    ``layer`` predict that many; a LayerError naming the numbers otherwise.
+
+    A prior blob of three or more axes may hold several images' priors (``N x 2 x 4P``): as
+    the fork (which counts ``height / 4`` priors), the first image's are used."""
+    images = prior.shape[0] if prior.num_axes >= 3 and prior.shape[0] > 1 else 1
+    per_image = prior.count // images
+    if per_image % 8:
+        raise layer.error("the prior blob holds %d values%s, not boxes and variances (a "
+                          "multiple of 8)" % (per_image, " per image" if images > 1 else ""))
+    num_priors = per_image // 8
     n = max(loc.shape[0], 1)
     if loc.count // n != num_priors * num_loc_classes * 4:
         raise layer.error(
