@@ -3,10 +3,13 @@ inputs and expected values as data, checked against pycaffe-lite's box utilities
 Where a fork test computes its expectation with code, the expectation is written here as a
 hand formula."""
 
+import lmdb
 import numpy as np
 import pytest
 
+import pycaffe_lite as caffe
 from pycaffe_lite.layers.detection.multibox_util import MBL, conf_loss_per_prior
+from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.testing import empty_blobs, make_layer
 
 from helpers.ssd import blob_of, gt_rows
@@ -133,3 +136,105 @@ def test_multibox_loss_reads_the_first_images_priors():
     batched = np.concatenate([prior, rng.uniform(size=prior.shape)])
     _, first = run_layer(text, [blob_of(loc), blob_of(conf), blob_of(batched), gt])
     assert float(single) > 0 and float(first) == float(single)
+
+
+# SSD test_annotated_data_layer.cpp: record i has groups g = 0 .. i-1 (group_label g), group g
+# has g annotations (instance_id a, difficult a % 2) on box b * 0.1 .. min(b * 0.1 + 0.2, 1)
+# with b = a (unique_annotation) or g; the pixels are 0, 1, 2, ... (unique_pixel).
+def fork_record(i, height, width, unique_annotation, channels=2):
+    anno = caffe_pb2.AnnotatedDatum(type=caffe_pb2.AnnotatedDatum.BBOX)
+    anno.datum.channels, anno.datum.height, anno.datum.width = channels, height, width
+    anno.datum.data = bytes(range(channels * height * width))
+    for g in range(i):
+        group = anno.annotation_group.add(group_label=g)
+        for a in range(g):
+            b = a if unique_annotation else g
+            group.annotation.add(instance_id=a, bbox=caffe_pb2.NormalizedBBox(
+                xmin=b * 0.1, ymin=b * 0.1, xmax=min(b * 0.1 + 0.2, 1.0),
+                ymax=min(b * 0.1 + 0.2, 1.0), difficult=bool(a % 2)))
+    return anno
+
+
+def fork_rows(item, i, unique_annotation):
+    rows = []
+    for g in range(i):
+        for a in range(g):
+            b = a if unique_annotation else g
+            hi = min(b * 0.1 + 0.2, 1.0)
+            rows.append([item, g, a, b * 0.1, b * 0.1, hi, hi, a % 2])
+    return rows
+
+
+def annotated_net(tmp_path, records, batch, phase, transform=""):
+    path = tmp_path / "db"
+    env = lmdb.open(str(path), map_size=1 << 24)
+    with env.begin(write=True) as txn:
+        for i, r in enumerate(records):
+            txn.put(b"%d" % i, r.SerializeToString())
+    env.close()
+    proto = tmp_path / "net.prototxt"
+    proto.write_text('layer { name: "data" type: "AnnotatedData" top: "data" top: "label" '
+                     'transform_param { %s } data_param { source: "%s" batch_size: %d '
+                     'backend: LMDB prefetch: 0 } }' % (transform, path, batch))
+    return caffe.Net(str(proto), phase)
+
+
+def close(net):
+    for layer in net.layers:
+        if hasattr(layer, "close"):
+            layer.close()
+
+
+@pytest.mark.parametrize("unique_annotation", [False, True])
+def test_annotated_data_read(tmp_path, unique_annotation):
+    # TestRead: a batch of the 6 records (10 x 10), scale 3; one label row per box of the
+    # batch, item by item, groups and instances in record order
+    records = [fork_record(i, 10, 10, unique_annotation) for i in range(6)]
+    net = annotated_net(tmp_path, records, 6, caffe.TRAIN, "scale: 3")
+    try:
+        net.forward()
+        data, label = net.blobs["data"].data, net.blobs["label"].data
+        assert data.shape == (6, 2, 10, 10)
+        np.testing.assert_array_equal(data, np.broadcast_to(
+            3 * np.arange(200, dtype=np.float32).reshape(2, 10, 10), data.shape))
+        want = [r for i in range(6) for r in fork_rows(i, i, unique_annotation)]
+        assert label.shape == (1, 1, 20, 8)
+        np.testing.assert_allclose(label[0, 0], want, atol=1e-6)
+    finally:
+        close(net)
+
+
+@pytest.mark.parametrize("unique_annotation", [False, True])
+def test_annotated_data_reshape(tmp_path, unique_annotation):
+    # TestReshape: record i is (i % 2 + 1) x (i % 4 + 1); with batches of one record the
+    # data top takes each record's size (TEST phase); records 0 and 1 have no box (a row
+    # of -1), record 2 one box (group 1)
+    records = [fork_record(i, i % 2 + 1, i % 4 + 1, unique_annotation) for i in range(6)]
+    net = annotated_net(tmp_path, records, 1, caffe.TEST)
+    try:
+        for i in range(3):
+            net.forward()
+            data, label = net.blobs["data"].data, net.blobs["label"].data
+            shape = (1, 2, i % 2 + 1, i % 4 + 1)
+            assert data.shape == shape
+            np.testing.assert_array_equal(data.reshape(-1), np.arange(data.size))
+            want = fork_rows(0, i, unique_annotation) or [[-1] * 8]
+            assert label.shape == (1, 1, len(want), 8)
+            np.testing.assert_allclose(label[0, 0], want, atol=1e-6)
+    finally:
+        close(net)
+
+
+def test_annotated_data_test_phase_crop_is_centred(tmp_path):
+    # TestReadCrop(TEST): crop_size 1 of 10 x 10 images takes pixel (4, 4) of each channel
+    # ((ceil(10 / 2) - 1) * 10 + ceil(10 / 2) - 1 + 100 c), times the scale 3
+    records = [fork_record(i, 10, 10, False) for i in range(6)]
+    net = annotated_net(tmp_path, records, 6, caffe.TEST, "scale: 3 crop_size: 1")
+    try:
+        for _ in range(2):
+            net.forward()
+            data = net.blobs["data"].data
+            assert data.shape == (6, 2, 1, 1)
+            np.testing.assert_array_equal(data[:, :, 0, 0], [[3 * 44, 3 * 144]] * 6)
+    finally:
+        close(net)

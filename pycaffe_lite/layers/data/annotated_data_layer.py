@@ -39,12 +39,13 @@ class AnnotatedDataLayer(DataLayer):
     """Reads AnnotatedDatum records (SSD fork) and augments images and boxes together.
 
     Bottoms: none.
-    Tops: data (batch_size x C x H x W) and optionally label. With an annotation type (in the
-    records or ``annotated_data_param.anno_type``) the label is ``1 x 1 x num_boxes x 8``,
-    one row per box of the whole batch: ``[item_id, group_label, instance_id, xmin, ymin,
-    xmax, ymax, difficult]`` (normalized coordinates); a batch without any box gives one row
-    of -1. Without an annotation type the label is each record's ``datum.label``
-    (``batch_size``).
+    Tops: data (batch_size x C x H x W: each batch takes the size of its first record, as
+    in the fork, so batches of one record may differ in size) and optionally label. With an
+    annotation type (in the records or ``annotated_data_param.anno_type``) the label is
+    ``1 x 1 x num_boxes x 8``, one row per box of the whole batch: ``[item_id, group_label,
+    instance_id, xmin, ymin, xmax, ymax, difficult]`` (normalized coordinates); a batch
+    without any box gives one row of -1. Without an annotation type the label is each
+    record's ``datum.label`` (``batch_size``).
     Params: ``data_param { source, batch_size, backend, rand_skip, prefetch }``,
     ``annotated_data_param { batch_sampler, label_map_file, anno_type }`` and
     ``transform_param`` with the fork's ``resize_param`` (WARP), ``distort_param``,
@@ -140,10 +141,10 @@ class AnnotatedDataLayer(DataLayer):
             self._next()
         return records, self._batch_seed(True)
 
-    def augment(self, anno, where, rng, out):
-        """One record through the fork's pipeline into ``out`` (C, h, w); returns its boxes."""
+    def augment(self, anno, img, where, rng, out):
+        """One record (its image ``img``, H x W x C) through the fork's pipeline into ``out``
+        (C, h, w); returns its boxes."""
         tp = self.tparam
-        img = self._image(anno.datum, where)
         if img.shape[2] != self.channels:
             raise DataError("%s has %d channels, the first record %d"
                             % (where, img.shape[2], self.channels))
@@ -170,9 +171,10 @@ class AnnotatedDataLayer(DataLayer):
                 patch = patches[int(rng.integers(len(patches)))]
                 img, boxes = at.crop_to(img, boxes, patch, emit)
         h, w = at.output_size(tp, img.shape[0], img.shape[1])
-        if (h, w) != tuple(self.out_hw):
-            raise DataError("%s becomes %dx%d but the batch is %dx%d: use resize_param or "
-                            "records of one size" % (where, h, w, *self.out_hw))
+        if (h, w) != out.shape[1:]:
+            raise DataError("%s becomes %dx%d but the batch (as its first record) is %dx%d: "
+                            "use resize_param or batches of records of one size"
+                            % (where, h, w, *out.shape[1:]))
         return at.final_transform(img, boxes, tp, self.phase, self.mean, rng, out)
 
     def fill_batch(self, plan, blobs):
@@ -180,9 +182,6 @@ class AnnotatedDataLayer(DataLayer):
         rng = np.random.default_rng(seed)
         n = len(records)
         data = blobs[0]
-        shape = (n, self.channels) + tuple(self.out_hw)
-        if data.shape != shape:
-            data.reshape(shape)
         rows = []
         labels = []
         for item, (pos, key, value) in enumerate(records):
@@ -192,7 +191,15 @@ class AnnotatedDataLayer(DataLayer):
                     not self.layer_param.annotated_data_param.HasField("anno_type"):
                 raise DataError("%s has no annotation type but the first record has one"
                                 % where)
-            boxes = self.augment(anno, where, rng, data.data[item])
+            img = self._image(anno.datum, where)
+            if item == 0:
+                # as the fork: the batch takes the shape of its first record's image, so
+                # batches (of one record, say) may differ in size
+                shape = (n, self.channels) + tuple(
+                    at.output_size(self.tparam, img.shape[0], img.shape[1]))
+                if data.shape != shape:
+                    data.reshape(shape)
+            boxes = self.augment(anno, img, where, rng, data.data[item])
             if self.has_anno_type:
                 for j in range(len(boxes)):
                     rows.append((item, boxes.labels[j], boxes.instance[j], *boxes.boxes[j],
