@@ -4,7 +4,6 @@ formula and numerical gradients."""
 import numpy as np
 import pytest
 
-from pycaffe_lite.errors import LayerError
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
 
 
@@ -54,10 +53,3 @@ def test_weights_match_the_formula_and_gradient():
     a, b, inside, outside = (blob.data for blob in bottom)
     assert float(top[0].data) == pytest.approx(fork_loss(a, b, 3.0, inside, outside),
                                                rel=1e-10)
-
-
-def test_three_bottoms_is_an_error():
-    layer = make_layer('name: "l" type: "SmoothL1Loss"')
-    bottom = random_blobs([(2, 3)] * 3)
-    with pytest.raises(LayerError, match="inside and outside"):
-        layer.SetUp(bottom, empty_blobs(1))

@@ -15,7 +15,7 @@ from pycaffe_lite.layers.detection.multibox_util import (MBL, conf_loss_per_prio
                                                          read_ground_truth)
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.testing.gradient_check import GradientChecker
-from pycaffe_lite.testing import empty_blobs, make_layer
+from pycaffe_lite.testing import check_layer, empty_blobs, make_layer
 
 from helpers.ssd import blob_of, gt_rows
 
@@ -516,3 +516,15 @@ def test_multibox_loss_gradient_fork_cases(params, propagate):
     index = 0 if propagate[0] else 1
     checker.check_gradient_exhaustive(make_layer(multibox_text(params, propagate)), bottom,
                                       empty_blobs(1), check_bottom=[index])
+
+
+def test_smooth_l1_loss_with_the_ssd_forks_weight_bottom():
+    # SSD smooth_L1_loss_layer.cpp takes a third bottom, weights w: the loss is
+    # sum(f(w * (a - b))) / N with f(d) = 0.5 d^2 where |d| < 1, else |d| - 0.5
+    a = np.array([[0.2, -3.0, 1.0], [1.5, 0.0, 0.4]])
+    b = np.array([[0.0, 0.0, 0.0], [0.0, 0.1, -0.4]])
+    w = np.array([[1.0, 0.5, 0.0], [2.0, 1.0, 3.0]])
+    layer, bottom, top = check_layer('type: "SmoothL1Loss"', [a, b, w], check_bottom=[0, 1])
+    # w * d = 0.2, -1.5, 0, 3, -0.1, 2.4
+    want = (0.5 * 0.04 + 1.0 + 0 + 2.5 + 0.5 * 0.01 + 1.9) / 2
+    assert float(top[0].data) == pytest.approx(want, rel=1e-12)

@@ -1,4 +1,5 @@
-"""SmoothL1Loss: the Fast R-CNN fork's box-regression loss (also in Intel Caffe)."""
+"""SmoothL1Loss: the Fast R-CNN fork's box-regression loss (also in Intel Caffe and, with
+one weight bottom, the SSD fork)."""
 
 from ...backend import get_array_module
 from ...layer import LossLayer
@@ -12,11 +13,13 @@ class SmoothL1LossLayer(LossLayer):
     ``outside_weights``; the loss is their sum divided by the batch size N (the first axis).
 
     Bottoms: a (N, ...), b (same shape), and optionally inside_weights and outside_weights
-    (both, same shape). Tops: loss (scalar).
+    (same shape; the SSD fork's form: inside weights alone, outside weights 1).
+    Tops: loss (scalar).
     Params: ``smooth_l1_loss_param { sigma (1) }`` (the fork's number 8266712; Intel Caffe's
     148 is mapped on read).
     Backward, as the fork: ``da = +top_diff / N * outside * inside * f'(d)``, ``db = -da``,
-    with ``f'(d) = s2 * d`` where ``|d| < 1 / s2``, else ``sign(d)``.
+    with ``f'(d) = s2 * d`` where ``|d| < 1 / s2``, else ``sign(d)``. (The SSD fork leaves
+    the inside weights out of its gradient; here it is the exact one.)
     """
 
     exact_num_bottom_blobs = -1
@@ -27,9 +30,6 @@ class SmoothL1LossLayer(LossLayer):
         return bottom_index < 2
 
     def setup(self, bottom, top):
-        if len(bottom) == 3:
-            raise self.error("with weights, both inside and outside weights are needed (4 "
-                             "bottoms), got 3 bottoms")
         sigma = float(self.layer_param.smooth_l1_loss_param.sigma)
         self.sigma2 = sigma * sigma
         if self.sigma2 == 0:
@@ -46,7 +46,7 @@ class SmoothL1LossLayer(LossLayer):
     def forward(self, bottom, top):
         a = bottom[0].read_data()
         d = a - bottom[1].read_data().reshape(a.shape)
-        if len(bottom) == 4:
+        if len(bottom) >= 3:
             d = d * bottom[2].read_data().reshape(a.shape)
         xp = get_array_module(d)
         absd = xp.abs(d)
@@ -60,8 +60,10 @@ class SmoothL1LossLayer(LossLayer):
     def backward(self, top, propagate_down, bottom):
         shape = bottom[0].shape
         g = self.grad
+        if len(bottom) >= 3:
+            g = g * bottom[2].read_data().reshape(shape)
         if len(bottom) == 4:
-            g = g * bottom[3].read_data().reshape(shape) * bottom[2].read_data().reshape(shape)
+            g = g * bottom[3].read_data().reshape(shape)
         top_diff = top[0].read_diff()
         for i, sign in ((0, 1), (1, -1)):
             if propagate_down[i]:
