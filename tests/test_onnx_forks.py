@@ -143,9 +143,11 @@ DET = ("share_location: true background_label_id: 0 nms_param { nms_threshold: 0
 
 
 def detection_problem(params, num=2, P=60, C=4, shared=True, loc_scale=0.5, ties=False,
-                      seed=3):
+                      seed=3, prior_images=1):
     """A DetectionOutput net and its inputs: random priors inside the image, offsets, and
-    softmax scores (or scores on a coarse grid, so that many are equal)."""
+    softmax scores (or scores on a coarse grid, so that many are equal). ``prior_images`` > 1:
+    the prior blob holds that many images' priors (``N x 2 x 4P``), the first one's used, the
+    others shifted away from it."""
     rng = np.random.default_rng(seed)
     xy = rng.uniform(0, 0.8, (P, 2))
     prior = np.concatenate([xy, xy + rng.uniform(0.1, 0.3, (P, 2))], axis=1)
@@ -157,8 +159,10 @@ def detection_problem(params, num=2, P=60, C=4, shared=True, loc_scale=0.5, ties
     else:
         z = rng.normal(0, 1.5, (num, P, C))
         conf = np.exp(z) / np.exp(z).sum(axis=2, keepdims=True)
+    priors = np.stack([np.stack([prior.ravel() + 0.05 * i, var.ravel() * (i + 1)])
+                       for i in range(prior_images)])
     feeds = {"loc": loc, "conf": conf.reshape(num, -1).astype(np.float32),
-             "prior": np.stack([prior.ravel(), var.ravel()])[None].astype(np.float32)}
+             "prior": priors.astype(np.float32)}
     text = input_layers({k: v.shape for k, v in feeds.items()}) + (
         'layer { name: "det" type: "DetectionOutput" bottom: "loc" bottom: "conf" '
         'bottom: "prior" top: "det" detection_output_param { num_classes: %d %s } }'
@@ -183,6 +187,8 @@ DET_CASES = {
                             {"shared": False}),
     "no_threshold_no_limits": ("nms_param { nms_threshold: 0.3 }", {}),
     "one_image": (DET, {"num": 1}),
+    # SSD's own test feeds N x 2 x 4P priors: the first image's are used
+    "batched_priors": (DET, {"prior_images": 2}),
     # the layer's inverted boxes overlap nothing; ONNX would reorder their corners
     "corner_inverted_boxes": ("nms_param { nms_threshold: 0.3 top_k: 10 } code_type: CORNER "
                               "keep_top_k: 12 confidence_threshold: 0.1",

@@ -120,7 +120,10 @@ def detection_output(call):
                          "convert to ONNX")
     ops = _Ops(call)
     loc, conf, prior = call.inputs
-    P = int(np.prod(call.in_shapes[2])) // 8
+    # a prior blob of several images' priors (N x 2 x 4P): the first image's, as the layer
+    prior_shape = list(call.in_shapes[2])
+    images = prior_shape[0] if len(prior_shape) >= 3 and prior_shape[0] > 1 else 1
+    P = int(np.prod(prior_shape)) // images // 8
     C = layer.num_classes
     L = layer.num_loc_classes
     classes = [c for c in range(C) if c != layer.background_label_id]
@@ -134,7 +137,11 @@ def detection_output(call):
         return
 
     # priors and variances (1, P, 4); offsets (N, L, P, 4); boxes decoded (N, L, P, 4)
-    pri, var = ops.split(call.reshape(prior, [2, P, 4], suffix="prior"), 2, 0, "prior_var")
+    prior = call.reshape(prior, [2 * images, P, 4], suffix="prior")
+    if images > 1:
+        prior = ops("Slice", [prior, call.ints("prior/starts", [0]), call.ints("prior/ends", [2]),
+                              call.ints("prior/axes", [0])], "first_image_priors")
+    pri, var = ops.split(prior, 2, 0, "prior_var")
     offsets = call.reshape(loc, [0, P, L, 4], suffix="loc")
     offsets = ops("Transpose", [offsets], "loc_by_class", perm=[0, 2, 1, 3])
     boxes = _decode(ops, call, offsets, pri, var, layer)

@@ -75,7 +75,9 @@ class DetectionOutput(nn.Module):
         return order[kept]
 
     def forward(self, loc, conf, prior):
-        num, num_priors = loc.shape[0], prior.numel() // 8
+        # a prior blob of several images' priors (N x 2 x 4P): the first image's, as the layer
+        images = prior.shape[0] if prior.dim() >= 3 and prior.shape[0] > 1 else 1
+        num, num_priors = loc.shape[0], prior.numel() // images // 8
         priors = prior.reshape(-1)[:num_priors * 4].reshape(num_priors, 4)
         variances = prior.reshape(-1)[num_priors * 4:num_priors * 8].reshape(num_priors, 4)
         loc = loc.reshape(num, num_priors, -1, 4)
