@@ -429,15 +429,18 @@ def nvcaffe_resized_size(p, h, w, rng):
     unset), the longer side to ratio x the shorter with rand_resize_ratio_lower >= 1, each side
     stretched by its random factor, at least crop_size, at most the input without
     allow_upscale. Draws, in the fork's order: the length, the ratio (and a side on a square),
-    the vertical then the horizontal stretch."""
+    the vertical then the horizontal stretch. The sides are computed in float32, as the fork
+    computes them (a 480 x 720 image to 123: the long side is 184.5 in float32, so 185 as in
+    the fork, where float64 gives 184.49999999999997, so 184)."""
+    f32 = np.float32
     size = min(h, w)
     lo, hi = p.img_rand_resize_lower, p.img_rand_resize_upper
     if lo > 0 and hi > 0:
         size = lo + (int(rng.integers(0, hi - lo + 1)) if hi > lo else 0)
-    scale = size / h if w >= h else size / w
-    fh, fw = scale * h, scale * w
+    scale = f32(size) / f32(h) if w >= h else f32(size) / f32(w)
+    fh, fw = scale * f32(h), scale * f32(w)
     if p.rand_resize_ratio_lower >= 1 and p.rand_resize_ratio_upper > 1:
-        ratio = _uniform(rng, p.rand_resize_ratio_lower, p.rand_resize_ratio_upper)
+        ratio = f32(_uniform(rng, p.rand_resize_ratio_lower, p.rand_resize_ratio_upper))
         if fw > fh:
             fw = fh * ratio
         elif fw < fh:
@@ -447,11 +450,11 @@ def nvcaffe_resized_size(p, h, w, rng):
         else:
             fh = fw * ratio
     if p.vertical_stretch_lower > 0 and p.vertical_stretch_upper > 0:
-        fh *= _uniform(rng, p.vertical_stretch_lower, p.vertical_stretch_upper)
+        fh = fh * f32(_uniform(rng, p.vertical_stretch_lower, p.vertical_stretch_upper))
     if p.horizontal_stretch_lower > 0 and p.horizontal_stretch_upper > 0:
-        fw *= _uniform(rng, p.horizontal_stretch_lower, p.horizontal_stretch_upper)
-    h_new = max(int(p.crop_size), _round_half_away(fh))
-    w_new = max(int(p.crop_size), _round_half_away(fw))
+        fw = fw * f32(_uniform(rng, p.horizontal_stretch_lower, p.horizontal_stretch_upper))
+    h_new = max(int(p.crop_size), _round_half_away(float(fh)))
+    w_new = max(int(p.crop_size), _round_half_away(float(fw)))
     if not p.allow_upscale:
         h_new, w_new = min(h_new, h), min(w_new, w)
     return h_new, w_new
