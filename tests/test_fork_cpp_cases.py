@@ -43,3 +43,31 @@ def test_random_resize_sides_are_float32_products(h, w, size, expected):
     # the same products by hand in float32
     f = np.float32
     assert int(np.floor(f(size) / f(h) * f(w) + f(0.5))) == expected[1]
+
+
+# ---- the forks' options that are not run here: a text file using one names the fork ------
+@pytest.mark.parametrize("kind, text, fork", [
+    # NVCaffe caffe.proto SolverParameter: LARC (sgd_solver.cpp) and the rate's ramp-up
+    ("solver", "base_lr: 0.1 larc: true larc_policy: \"clip\"", "NVCaffe"),
+    ("solver", "base_lr: 0.1 rampup_interval: 100 rampup_lr: 0.01", "NVCaffe"),
+    # Intel Caffe caffe.proto SolverParameter: warm-up
+    ("solver", "base_lr: 0.1 warmup_iter: 10", "Intel Caffe"),
+    # NVCaffe elu_layer.cpp: y = lambda * ELU(x) (SELU)
+    ("net", 'layer { name: "e" type: "ELU" bottom: "x" top: "y" elu_param { lambda: 1.05 } }',
+     "NVCaffe"),
+    # NVCaffe softmax_loss_layer.cpp: label_smoothing
+    ("net", 'layer { name: "l" type: "SoftmaxWithLoss" bottom: "x" bottom: "t" top: "l" '
+     'loss_param { label_smoothing: 0.1 } }', "NVCaffe"),
+    # Intel Caffe mkldnn convolution: a ReLU fused into the convolution
+    ("net", 'layer { name: "c" type: "Convolution" bottom: "x" top: "y" convolution_param { '
+     'num_output: 1 kernel_size: 1 relu: true } }', "Intel Caffe"),
+])
+def test_unrun_fork_options_are_refused_naming_the_fork(tmp_path, kind, text, fork):
+    from pycaffe_lite.errors import ProtoError
+    from pycaffe_lite.proto import protoio
+
+    path = tmp_path / "f.prototxt"
+    path.write_text(text + "\n")
+    read = protoio.read_solver_param if kind == "solver" else protoio.read_net_param
+    with pytest.raises(ProtoError, match="a field of the %s" % fork):
+        read(str(path))

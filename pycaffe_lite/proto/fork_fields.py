@@ -151,8 +151,11 @@ FORK_NUMBERS = {
                             10004: ("CaffeOnSpark (dataframe_format)",)},
     "PoolingParameter": {40: ("NVCaffe (torch_pooling)",)},
     "DropoutParameter": {3: ("NVCaffe (random_seed)",)},
-    "ConvolutionParameter": {19: ("NVCaffe (cudnn_convolution_algo_seeker)",),
-                             20: ("NVCaffe (conv_algos_override)",)},
+    "ConvolutionParameter": {19: ("NVCaffe (cudnn_convolution_algo_seeker)",
+                                  "Intel Caffe (relu, a fused ReLU)"),
+                             20: ("NVCaffe (conv_algos_override)",
+                                  "Intel Caffe (negative_slope)"),
+                             24: ("Intel Caffe (fusion_type)",)},
 }
 for _message, _claims in [("LayerParameter", LAYER_CLAIMS)] + list(MESSAGE_CLAIMS.items()):
     for _c in _claims:
@@ -186,6 +189,43 @@ FORK_FIELD_NAMES = {
     ("MemoryDataParameter", "image_encoded"): "CaffeOnSpark",
     ("MemoryDataParameter", "dataframe_format"): "CaffeOnSpark",
 }
+# NVCaffe's and Intel Caffe's solver and layer options that change results and are not run
+# here (LARC, the momentum and weight decay policies, warm-up, fused ReLU, label smoothing,
+# SELU's lambda, ...): a text file using them stops naming the fork.
+FORK_FIELD_NAMES.update({("SolverParameter", name): "NVCaffe" for name in (
+    "rampup_interval", "rampup_lr", "min_lr", "momentum_policy", "max_momentum",
+    "momentum_power", "larc", "larc_policy", "larc_eta", "larc_turbo", "weight_decay_policy",
+    "weight_decay_power", "max_weight_decay", "test_and_snapshot_last_epochs")})
+FORK_FIELD_NAMES.update({("SolverParameter", name): "Intel Caffe" for name in (
+    "disabled_update", "engine", "warmup_iter", "warmup_start_lr", "local_lr_auto",
+    "local_gw_ratio", "test_offset", "stagelr", "stageiter")})
+FORK_FIELD_NAMES.update({
+    ("ELUParameter", "lambda"): "NVCaffe",
+    ("LossParameter", "label_smoothing"): "NVCaffe (and Intel Caffe)",
+    ("LossParameter", "pre_fixed_normalizer"): "Intel Caffe",
+    ("ImageDataParameter", "short_side"): "NVCaffe",
+    ("ImageDataParameter", "threads"): "NVCaffe",
+    ("ImageDataParameter", "cache"): "NVCaffe",
+    ("ImageDataParameter", "precache"): "NVCaffe",
+    ("ImageDataParameter", "dataset_share_per_node"): "NVCaffe",
+    ("ImageDataParameter", "min_height"): "Intel Caffe",
+    ("ImageDataParameter", "min_width"): "Intel Caffe",
+    ("ConvolutionParameter", "relu"): "Intel Caffe",
+    ("ConvolutionParameter", "negative_slope"): "Intel Caffe",
+    ("ConvolutionParameter", "conv_algorithm"): "Intel Caffe",
+    ("ConvolutionParameter", "fusion_type"): "Intel Caffe",
+    ("InnerProductParameter", "relu"): "Intel Caffe",
+    ("InnerProductParameter", "negative_slope"): "Intel Caffe",
+    ("InnerProductParameter", "engine"): "Intel Caffe",
+    ("EltwiseParameter", "engine"): "Intel Caffe",
+    ("ConcatParameter", "engine"): "Intel Caffe",
+    ("ReLUParameter", "fuse"): "Intel Caffe",
+    ("ROIPoolingParameter", "pooled_size"): "Intel Caffe",
+    ("FillerParameter", "scale"): "Intel Caffe",
+    ("PoolingParameter", "kernel_size_3d"): "Intel Caffe",
+    ("DataParameter", "side"): "Intel Caffe",
+    ("LayerParameter", "split_param"): "Intel Caffe",
+})
 # FlowNet 2.0 (lmb-freiburg/flownet2) and the CRNN port (yalecyu/crnn.caffe): their layers
 # (Correlation, FlowWarp, Resample, DataAugmentation, ...; ContinuationIndicator, CtcLoss)
 # are not provided.
