@@ -137,8 +137,12 @@ def apply_fork_options(param):
     the engine of the layer's own parameters where those leave it unset; the MKL engines run
     as DEFAULT. NVCaffe's storage and math types other than FLOAT run in the net's own type
     in CPU mode (a note says so once per net); in GPU mode FLOAT16 layers of a float32 net run
-    in float16 (:mod:`pycaffe_lite.net_types`). ``param`` is changed in place."""
+    in float16 (:mod:`pycaffe_lite.net_types`). Intel Caffe's net-wide
+    ``bn_stats_batch_size`` becomes every BatchNorm layer's ``stats_batch_size``, as the fork
+    sets it. ``param`` is changed in place."""
     for layer in param.layer:
+        if param.HasField("bn_stats_batch_size") and layer.type == "BatchNorm":
+            layer.batch_norm_param.stats_batch_size = param.bn_stats_batch_size
         if not layer.engine and param.engine:  # Intel's net-wide engine
             layer.engine = param.engine
         if not layer.engine:

@@ -302,7 +302,9 @@ def _starts_chain(rec):
     layer = rec.layer
     if layer.type != "BatchNorm" or len(rec.bottom_ids) != 1 or len(rec.top_ids) != 1:
         return False
-    return (not layer.loss(0) and rec.bottoms[0].num_axes >= 2
+    sub_batches = layer.layer_param.batch_norm_param.stats_batch_size and \
+        not layer.use_global_stats  # Intel Caffe's statistics per sub-batch: by layer
+    return (not layer.loss(0) and rec.bottoms[0].num_axes >= 2 and not sub_batches
             and not (layer.affine_blobs or layer.relu or layer.scale_bias))
 
 

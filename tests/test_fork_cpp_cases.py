@@ -71,3 +71,86 @@ def test_unrun_fork_options_are_refused_naming_the_fork(tmp_path, kind, text, fo
     read = protoio.read_solver_param if kind == "solver" else protoio.read_net_param
     with pytest.raises(ProtoError, match="a field of the %s" % fork):
         read(str(path))
+
+
+# ---- Intel Caffe: BatchNorm statistics per sub-batch (stats_batch_size) -------------------
+def _sub_batch_reference(x, size, eps=1e-5):
+    """Each run of ``size`` items normalised with its own mean and biased variance."""
+    out = np.empty_like(x)
+    for start in range(0, x.shape[0], size):
+        part = x[start:start + size]
+        mean = part.mean(axis=(0, 2, 3), keepdims=True)
+        var = ((part - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True)
+        out[start:start + size] = (part - mean) / np.sqrt(var + eps)
+    return out
+
+
+BN_SUB = 'type: "BatchNorm" batch_norm_param { stats_batch_size: 2 moving_average_fraction: 0.5 }'
+
+
+def test_batch_norm_statistics_per_sub_batch_and_their_running_sums():
+    # Intel Caffe batch_norm_layer.cpp (Reshape, ForwardStatsBatch_cpu): a batch of 6 with
+    # stats_batch_size 2 is three sub-batches, each normalised with its own statistics, each
+    # folded into the running sums in turn with m = 2 items x 6 values per channel
+    from pycaffe_lite.testing import empty_blobs, make_layer, random_blobs
+
+    x = np.random.default_rng(5).standard_normal((6, 3, 2, 3)) * 2 + 1
+    layer = make_layer(BN_SUB, np.float64)
+    bottom, top = random_blobs([x], dtype=np.float64), empty_blobs(1, np.float64)
+    layer.SetUp(bottom, top)
+    layer.Forward(bottom, top)
+    np.testing.assert_allclose(top[0].data, _sub_batch_reference(x, 2), rtol=1e-10, atol=1e-12)
+    f, m = 0.5, 12
+    s = mean_sum = var_sum = 0
+    for start in (0, 2, 4):
+        part = x[start:start + 2]
+        s = s * f + 1
+        mean_sum = mean_sum * f + part.mean(axis=(0, 2, 3))
+        var_sum = var_sum * f + part.var(axis=(0, 2, 3)) * m / (m - 1)
+    np.testing.assert_allclose(layer.blobs[2].data, [s])
+    np.testing.assert_allclose(layer.blobs[0].data, mean_sum, rtol=1e-12)
+    np.testing.assert_allclose(layer.blobs[1].data, var_sum, rtol=1e-12)
+
+
+def test_batch_norm_sub_batch_gradient():
+    # Intel Caffe batch_norm_layer.cpp BackwardStatsBatch_cpu: each sub-batch's own formula
+    from pycaffe_lite.testing import check_layer
+
+    check_layer(BN_SUB, [(4, 2, 3, 2)], reshape_batch=False)
+    # Intel's MKL layer with its scale and bias (use_weight_bias) takes the same statistics
+    check_layer('type: "BatchNorm" engine: "MKLDNN" batch_norm_param { stats_batch_size: 2 '
+                'filler { type: "uniform" min: 0.5 max: 2 } bias_filler { type: "uniform" } }',
+                [(4, 2, 3, 2)], reshape_batch=False)
+
+
+def test_net_bn_stats_batch_size_reaches_every_batch_norm():
+    # Intel Caffe net.cpp / apply_bn_stats_batch_size.cpp: the net's bn_stats_batch_size is
+    # set on every BatchNorm layer (Intel's ResNet-50 train_val: 32 with a batch of 128)
+    import pycaffe_lite as caffe
+    from google.protobuf import text_format
+
+    # conv -> BatchNorm -> Scale -> ReLU in place, the chain that otherwise runs fused
+    text = ('bn_stats_batch_size: 2 layer { name: "x" type: "Input" top: "x" input_param { '
+            'shape { dim: 4 dim: 3 dim: 2 dim: 2 } } } layer { name: "c" type: "Convolution" '
+            'bottom: "x" top: "y" convolution_param { num_output: 3 kernel_size: 1 '
+            'bias_term: false weight_filler { type: "constant" value: 0 } } } '
+            'layer { name: "bn" type: "BatchNorm" bottom: "y" top: "y" } '
+            'layer { name: "s" type: "Scale" bottom: "y" top: "y" scale_param { bias_term: true } }'
+            'layer { name: "r" type: "ReLU" bottom: "y" top: "y" }')
+    param = text_format.Parse(text, caffe_pb2.NetParameter())
+    net = caffe.Net(param, caffe.TRAIN)
+    x = np.random.default_rng(2).standard_normal((4, 3, 2, 2)).astype(np.float32)
+    net.params["c"][0].data[...] = np.eye(3).reshape(3, 3, 1, 1)
+    net.blobs["x"].data[...] = x
+    net.forward()
+    expected = np.maximum(_sub_batch_reference(x.astype(np.float64), 2), 0)
+    np.testing.assert_allclose(net.blobs["y"].data, expected, atol=2e-5)
+
+
+def test_a_batch_that_does_not_divide_into_sub_batches_is_an_error():
+    from pycaffe_lite.errors import LayerError
+    from pycaffe_lite.testing import empty_blobs, make_layer, random_blobs
+
+    layer = make_layer(BN_SUB, np.float64)
+    with pytest.raises(LayerError, match="batch of 5 does not divide .*stats_batch_size 2"):
+        layer.SetUp(random_blobs([(5, 2, 3)], dtype=np.float64), empty_blobs(1, np.float64))

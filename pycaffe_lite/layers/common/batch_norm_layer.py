@@ -40,6 +40,11 @@ class BatchNormLayer(Layer):
     string) with ``use_weight_bias`` (true) hold a scale (``filler``, default 1) and, with
     ``bias_term`` (true), a bias (``bias_filler``, default 0) after Caffe's three statistics
     blobs, learned with the layer's own ``param`` settings; ``relu`` applies a ReLU after.
+    Intel Caffe's ``stats_batch_size`` (set on every BatchNorm by the net's
+    ``bn_stats_batch_size``) splits a training batch into sub-batches of that many items, in
+    order: each is normalised with its own statistics, which are folded into the running sums
+    one sub-batch after another (m = the sub-batch's values per channel); the batch must
+    divide into them.
     """
 
     exact_num_bottom_blobs = 1
@@ -61,10 +66,6 @@ class BatchNormLayer(Layer):
         count = 3 + self.affine_blobs
         if self.scale_bias:
             self.eps = max(self.eps, 1e-5)
-        if self.affine_blobs and not self.use_global_stats and p.stats_batch_size and \
-                p.stats_batch_size != x.shape[0]:
-            raise self.error("stats_batch_size %d (statistics over sub-batches) is not "
-                             "supported; the batch has %d" % (p.stats_batch_size, x.shape[0]))
         if len(self.blobs) > 0:
             expected = [(self.channels,), (self.channels,), (1,)] + [(self.channels,)] * 2
             if len(self.blobs) != count:
@@ -134,6 +135,14 @@ class BatchNormLayer(Layer):
         top[0].reshape(x.shape)
         self.num = x.shape[0]
         self.spatial = x.count // (self.num * self.channels) if self.num * self.channels else 0
+        size = self.layer_param.batch_norm_param.stats_batch_size
+        self.sub_batches = 1
+        if size and not self.use_global_stats and self.num:
+            if self.num % size:
+                raise self.error("a batch of %d does not divide into sub-batches of "
+                                 "stats_batch_size %d (Intel Caffe's statistics per sub-batch)"
+                                 % (self.num, size))
+            self.sub_batches = self.num // size
 
     def _view(self, arr):
         return arr.reshape(self.num, self.channels, self.spatial)
@@ -141,7 +150,7 @@ class BatchNormLayer(Layer):
     def _on_gpu(self, x):
         """The GPU kernels (ops/gpu/channels.py) take Caffe's plain BatchNorm on CuPy arrays."""
         return not (self.affine_blobs or self.relu or self.scale_bias) and on_gpu(x) and \
-            kernel_dtype(x) is not None and x.size > 0
+            kernel_dtype(x) is not None and x.size > 0 and self.sub_batches == 1
 
     def _forward_gpu(self, x, y):
         xp = get_array_module(x)
@@ -191,6 +200,8 @@ class BatchNormLayer(Layer):
             return self._forward_gpu(x, self._view(top[0].write_data()))
         if self.use_global_stats:
             mean, var = self.global_stats()
+        elif self.sub_batches > 1:
+            return self._forward_sub_batches(x, top)
         else:
             mean = x.mean(axis=(0, 2))
             centred = x - mean[:, None]
@@ -198,6 +209,27 @@ class BatchNormLayer(Layer):
             self.update_running(mean, var)
         std = (var + self.eps) ** 0.5
         x_norm = (x - mean[:, None]) / std[:, None]
+        self._finish_forward(x_norm, std, top)
+
+    def _sub_view(self, arr):
+        """(sub-batches, items of one, C, spatial) view of an (N, C, spatial) array."""
+        return arr.reshape(self.sub_batches, -1, self.channels, self.spatial)
+
+    def _forward_sub_batches(self, x, top):
+        """Intel Caffe's stats_batch_size: each sub-batch normalised with its own statistics,
+        folded into the running sums in order; std has shape (sub-batches, C)."""
+        xs = self._sub_view(x)
+        mean = xs.mean(axis=(1, 3))
+        centred = xs - mean[:, None, :, None]
+        var = (centred * centred).mean(axis=(1, 3))
+        m = xs.shape[1] * self.spatial
+        for i in range(self.sub_batches):
+            self.update_running(mean[i], var[i], m)
+        std = (var + self.eps) ** 0.5
+        x_norm = (centred / std[:, None, :, None]).reshape(x.shape)
+        self._finish_forward(x_norm, std, top)
+
+    def _finish_forward(self, x_norm, std, top):
         # Kept for backward: a later in-place layer may overwrite the top.
         self.x_norm = x_norm
         self.std = std
@@ -218,12 +250,13 @@ class BatchNormLayer(Layer):
         factor = xp.where(s != 0, 1 / xp.where(s != 0, s, 1), 0).astype(s.dtype)
         return self.blobs[0].read_data() * factor, self.blobs[1].read_data() * factor
 
-    def update_running(self, mean, var):
-        """Fold a training batch's mean and (biased) variance into the stored statistics."""
+    def update_running(self, mean, var, m=None):
+        """Fold a training batch's mean and (biased) variance into the stored statistics
+        (``m`` values per channel: the batch's unless given)."""
         if self.scale_bias:
             return self._nvcaffe_update(mean, var)
         f = self.moving_average_fraction
-        m = self.num * self.spatial
+        m = self.num * self.spatial if m is None else m
         correction = m / (m - 1) if m > 1 else 1
         scale = self.blobs[2].write_data()
         scale *= f
@@ -264,12 +297,13 @@ class BatchNormLayer(Layer):
             dy = dy * self.blobs[3].read_data()[:, None]
         if not propagate_down[0]:
             return
-        std = self.std[:, None]
         if self.use_global_stats:
-            dx = dy / std
-        else:
-            y = self.x_norm
-            mean_dy = dy.mean(axis=(0, 2))[:, None]
-            mean_dy_y = (dy * y).mean(axis=(0, 2))[:, None]
-            dx = (dy - mean_dy - mean_dy_y * y) / std
-        self._view(bottom[0].write_diff())[...] = dx
+            dx = dy / self.std[:, None]
+        else:  # per sub-batch (one: the whole batch)
+            k = self.std.size // self.channels
+            dys, y = dy.reshape(k, -1, self.channels, self.spatial), \
+                self.x_norm.reshape(k, -1, self.channels, self.spatial)
+            mean_dy = dys.mean(axis=(1, 3), keepdims=True)
+            mean_dy_y = (dys * y).mean(axis=(1, 3), keepdims=True)
+            dx = (dys - mean_dy - mean_dy_y * y) / self.std.reshape(k, 1, self.channels, 1)
+        self._view(bottom[0].write_diff())[...] = dx.reshape(dy.shape)
