@@ -154,3 +154,32 @@ def test_a_batch_that_does_not_divide_into_sub_batches_is_an_error():
     layer = make_layer(BN_SUB, np.float64)
     with pytest.raises(LayerError, match="batch of 5 does not divide .*stats_batch_size 2"):
         layer.SetUp(random_blobs([(5, 2, 3)], dtype=np.float64), empty_blobs(1, np.float64))
+
+
+@pytest.mark.parametrize("engine, applied", [
+    ('engine: "MKLDNN"', True),
+    ('batch_norm_param { engine: MKLDNN }', True),
+    ('engine: "MKL2017"', False),
+    ('engine: "CAFFE"', False),
+    ('', False),
+    # the layer's own engine wins over the engine string (Intel's GetBatchNormLayer)
+    ('engine: "MKLDNN" batch_norm_param { engine: CAFFE }', False),
+])
+def test_batch_norm_relu_is_the_mkldnn_layers_only(engine, applied):
+    # Intel Caffe mkldnn_batch_norm_layer.cpp appends the ReLU post-op for relu: true;
+    # batch_norm_layer.cpp (CAFFE) and mkl_batch_norm_layer.cpp (MKL2017) never read relu
+    from google.protobuf import text_format
+    from pycaffe_lite.testing import empty_blobs, make_layer, random_blobs
+
+    param = text_format.Parse('type: "BatchNorm" ' + engine, caffe_pb2.LayerParameter())
+    param.batch_norm_param.relu = True
+    x = np.random.default_rng(3).standard_normal((4, 2, 3))
+    layer = make_layer(param, np.float64)
+    bottom, top = random_blobs([x], dtype=np.float64), empty_blobs(1, np.float64)
+    layer.SetUp(bottom, top)
+    layer.Forward(bottom, top)
+    x_hat = (x - x.mean(axis=(0, 2), keepdims=True)) / np.sqrt(
+        x.var(axis=(0, 2), keepdims=True) + float(np.float32(1e-5)))
+    np.testing.assert_allclose(top[0].data, np.maximum(x_hat, 0) if applied else x_hat,
+                               rtol=1e-9, atol=1e-12)
+

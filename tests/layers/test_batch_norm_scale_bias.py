@@ -130,7 +130,7 @@ def test_intel_global_forward_with_relu_by_hand():
 
 
 def test_intel_training_gradients_with_relu():
-    check_layer('type: "BatchNorm" engine: "MKL2017" batch_norm_param { relu: true '
+    check_layer('type: "BatchNorm" engine: "MKLDNN" batch_norm_param { relu: true '
                 'filler { type: "constant" value: 1.3 } bias_filler { type: "constant" '
                 'value: 0.4 } }', [(3, 2, 4)], reshape_batch=False, kink=0.0,
                 kink_range=1e-3)

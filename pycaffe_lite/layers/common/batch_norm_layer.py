@@ -1,6 +1,8 @@
 """BatchNorm: normalise each channel to zero mean and unit variance (and, NVCaffe's
 ``scale_bias``, scale and shift it)."""
 
+import logging
+
 from ...backend import get_array_module
 from ...fillers import fill
 from ...layer import Layer
@@ -9,6 +11,8 @@ from ...ops.gpu import on_gpu
 from ...ops.gpu._util import kernel_dtype
 from ...proto import caffe_pb2
 from ...registry import register_layer
+
+log = logging.getLogger(__name__)
 
 
 @register_layer("BatchNorm")
@@ -39,7 +43,8 @@ class BatchNormLayer(Layer):
     Intel Caffe's MKL layers (``engine: MKL2017 | MKLDNN`` here or in the layer's engine
     string) with ``use_weight_bias`` (true) hold a scale (``filler``, default 1) and, with
     ``bias_term`` (true), a bias (``bias_filler``, default 0) after Caffe's three statistics
-    blobs, learned with the layer's own ``param`` settings; ``relu`` applies a ReLU after.
+    blobs, learned with the layer's own ``param`` settings; ``relu`` applies a ReLU after
+    (the MKLDNN engine only: the fork's CAFFE and MKL2017 layers do not read it).
     Intel Caffe's ``stats_batch_size`` (set on every BatchNorm by the net's
     ``bn_stats_batch_size``) splits a training batch into sub-batches of that many items, in
     order: each is normalised with its own statistics, which are folded into the running sums
@@ -108,21 +113,30 @@ class BatchNormLayer(Layer):
 
     def _affine_mode(self, p):
         """(NVCaffe's scale_bias, how many scale/bias blobs, Intel's relu). Intel Caffe's MKL
-        layers (an MKL engine here or in the layer's engine string) with use_weight_bias hold
-        a scale and, with bias_term, a bias; NVCaffe's scale_bias (or either of its fillers)
-        both."""
+        layers (an MKL engine here, or in the layer's engine string where this one is
+        DEFAULT, as Intel's layer factory chooses) with use_weight_bias hold a scale and,
+        with bias_term, a bias; only its MKLDNN layer applies ``relu`` (its CAFFE and MKL2017
+        layers leave it unread); NVCaffe's scale_bias (or either of its fillers) both."""
         engine = self.layer_param.engine.split(":", 1)[0].strip().upper()
         PB = caffe_pb2.BatchNormParameter
-        if p.engine in (PB.MKL2017, PB.MKLDNN) or engine.startswith("MKL"):
+        kind = p.engine
+        if kind == PB.DEFAULT and engine.startswith("MKL"):
+            kind = PB.MKLDNN if engine.startswith("MKLDNN") else PB.MKL2017
+        relu = p.relu and kind == PB.MKLDNN
+        if p.relu and not relu:
+            log.warning("BatchNorm layer '%s': relu is applied by Intel Caffe's MKLDNN engine "
+                        "only; with this layer's engine the fork leaves it unread, and so does "
+                        "this one", self.layer_param.name)
+        if kind in (PB.MKL2017, PB.MKLDNN):
             if not p.use_weight_bias:
-                return False, 0, p.relu
-            return False, 2 if p.bias_term else 1, p.relu
+                return False, 0, relu
+            return False, 2 if p.bias_term else 1, relu
         intel = any(p.HasField(f) for f in ("use_weight_bias", "bias_term", "filler",
                                             "stats_batch_size", "relu"))
         if p.scale_bias or p.HasField("scale_filler") or (p.HasField("bias_filler") and
                                                           not intel):
             return True, 2, False
-        return False, 0, p.relu
+        return False, 0, relu
 
     def reshape(self, bottom, top):
         x = bottom[0]
