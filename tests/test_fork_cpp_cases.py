@@ -183,3 +183,62 @@ def test_batch_norm_relu_is_the_mkldnn_layers_only(engine, applied):
     np.testing.assert_allclose(top[0].data, np.maximum(x_hat, 0) if applied else x_hat,
                                rtol=1e-9, atol=1e-12)
 
+
+# ---- the forks' BatchNorm blobs in the PyTorch export -------------------------------------
+def _bn_net(text):
+    import pycaffe_lite as caffe
+    from google.protobuf import text_format
+
+    param = text_format.Parse('input: "x" input_shape { dim: 2 dim: 3 dim: 4 dim: 4 } '
+                              'layer { name: "bn" type: "BatchNorm" bottom: "x" top: "y" %s }'
+                              % text, caffe_pb2.NetParameter())
+    param.state.phase = caffe_pb2.TEST
+    return caffe.Net.from_param(param)
+
+
+@pytest.mark.parametrize("text, relu", [
+    # NVCaffe batch_norm_layer.cpp: y = x_hat * scale + bias, eps at least 1e-5
+    ("batch_norm_param { scale_bias: true eps: 1e-7 }", False),
+    # Intel Caffe mkldnn_batch_norm_layer.cpp: scale, bias and the ReLU post-op
+    ('engine: "MKLDNN" batch_norm_param { relu: true }', True),
+])
+def test_pytorch_export_keeps_the_forks_scale_bias_and_relu(tmp_path, text, relu):
+    torch = pytest.importorskip("torch")
+    from pycaffe_lite.pytorch.compare import PyTorch
+
+    net = _bn_net(text)
+    mean, var = np.array([0.1, 0.2, 0.3]), np.array([1.0, 2.0, 3.0])
+    scale, bias = np.array([2.0, -3.0, 4.0]), np.array([5.0, 6.0, -7.0])
+    for blob, value in zip(net.params["bn"], (mean, var, [1.0], scale, bias)):
+        blob.data[...] = value
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    c = (slice(None), None, None)  # per channel, over (N, C, H, W)
+    expected = (x - mean[c]) / np.sqrt(var[c] + float(np.float32(1e-5))) * scale[c] + bias[c]
+    if relu:
+        expected = np.maximum(expected, 0)
+    engine = PyTorch(None, None, net, folder=str(tmp_path))
+    with torch.no_grad():
+        out = engine.module(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_pytorch_export_refuses_the_forks_batch_statistics(tmp_path):
+    pytest.importorskip("torch")
+    from pycaffe_lite.errors import CaffeError
+    from pycaffe_lite.pytorch import export
+
+    for text in ("batch_norm_param { scale_bias: true use_global_stats: false }",
+                 "batch_norm_param { stats_batch_size: 1 use_global_stats: false }"):
+        with pytest.raises(CaffeError, match="layer 'bn' .*use_global_stats only"):
+            export(_bn_net(text), str(tmp_path))
+
+
+def test_onnx_export_refuses_intel_sub_batch_statistics():
+    # the export's batch statistics are the whole batch's, Intel's those of each sub-batch
+    pytest.importorskip("onnx")
+    from pycaffe_lite.errors import CaffeError
+    from pycaffe_lite.onnx import export
+
+    net = _bn_net("batch_norm_param { stats_batch_size: 1 use_global_stats: false }")
+    with pytest.raises(CaffeError, match="stats_batch_size"):
+        export(net)

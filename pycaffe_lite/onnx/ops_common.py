@@ -42,9 +42,10 @@ def batch_norm(call):
     x = call.inputs[0]
     channels = call.in_shapes[0][1] if len(call.in_shapes[0]) > 1 else 1
     affine = call.layer.affine_blobs  # NVCaffe's or Intel Caffe's scale (and bias) blobs
-    if (affine or call.layer.relu) and not call.layer.use_global_stats:
-        raise call.error("a BatchNorm with scale and bias blobs or a ReLU does not convert "
-                         "with batch statistics")
+    sub_batches = call.layer.layer_param.batch_norm_param.stats_batch_size  # Intel Caffe's
+    if (affine or call.layer.relu or sub_batches) and not call.layer.use_global_stats:
+        raise call.error("a BatchNorm with scale and bias blobs, a ReLU or stats_batch_size "
+                         "does not convert with batch statistics")
     if call.layer.use_global_stats:
         blobs = call.blobs
         s = float(blobs[2].reshape(-1)[0])

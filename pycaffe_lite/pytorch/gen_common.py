@@ -1,6 +1,7 @@
 """PyTorch code for Caffe's common layers: InnerProduct, BatchNorm, Scale, Bias, Softmax,
 Concat, Slice, Flatten, Reshape, Eltwise, ArgMax, Reduction, Tile, MVN, Embed, Parameter."""
 
+from ..errors import CaffeError
 from ..proto import caffe_pb2
 from .codegen import Module, helper, literal, register_generator
 
@@ -68,15 +69,39 @@ class BatchNorm(nn.Module):
 
 @register_generator("BatchNorm")
 def batch_norm(layer):
+    """Caffe's BatchNorm; with the forks' scale and bias blobs (NVCaffe's scale_bias, Intel
+    Caffe's use_weight_bias) and Intel's relu, a Sequential of it, a Scale and a ReLU, with
+    the stored statistics only (their batch statistics and running averages are the forks'
+    own, and Intel's sub-batches have no equivalent here)."""
     p = layer.param.batch_norm_param
+    bn = layer.layer
     blobs = layer.blobs
     channels = blobs[0].size
+    extra = bool(bn.affine_blobs or bn.relu or bn.scale_bias or
+                 (p.stats_batch_size and not bn.use_global_stats))
+    if extra and not bn.use_global_stats:
+        raise CaffeError("layer '%s' (BatchNorm): the NVCaffe / Intel Caffe options (scale "
+                         "and bias blobs, relu, stats_batch_size) convert with "
+                         "use_global_stats only" % layer.param.name)
     expr = "BatchNorm(%d, eps=%s, momentum=%s, use_global_stats=%s, trainable=%s)" % (
-        channels, literal(float(p.eps)), literal(float(p.moving_average_fraction)),
-        literal(bool(layer.layer.use_global_stats)), literal(bool(layer.train)))
+        channels, literal(float(bn.eps)), literal(float(p.moving_average_fraction)),
+        literal(bool(bn.use_global_stats)), literal(bool(layer.train)))
     weights = {"mean": blobs[0].reshape(-1), "variance": blobs[1].reshape(-1),
                "scale_factor": blobs[2].reshape(-1)[:1]}
-    return Module(expr, weights, [BATCH_NORM])
+    if not extra:
+        return Module(expr, weights, [BATCH_NORM])
+    parts = [expr]
+    weights = {"0." + k: v for k, v in weights.items()}
+    if bn.affine_blobs:
+        weights["1.weight"] = blobs[3].reshape(-1)
+        shapes = [literal((channels,))]
+        if bn.affine_blobs > 1:
+            weights["1.bias"] = blobs[4].reshape(-1)
+            shapes.append(literal((channels,)))
+        parts.append("Scale(1, %s)" % ", ".join(shapes))
+    if bn.relu:
+        parts.append("nn.ReLU()")
+    return Module("nn.Sequential(%s)" % ", ".join(parts), weights, [BATCH_NORM, SCALE])
 
 
 SCALE = helper("Scale", '''
