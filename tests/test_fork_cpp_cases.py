@@ -242,3 +242,15 @@ def test_onnx_export_refuses_intel_sub_batch_statistics():
     net = _bn_net("batch_norm_param { stats_batch_size: 1 use_global_stats: false }")
     with pytest.raises(CaffeError, match="stats_batch_size"):
         export(net)
+
+
+# ---- Intel Caffe: SmoothL1Loss -------------------------------------------------------------
+def test_smooth_l1_gradient_reaches_the_targets_too():
+    # Intel Caffe test_smooth_L1_loss_layer.cpp TestGradient: four (10, 5, 1, 1) bottoms
+    # (predictions, targets, inside and outside weights), sigma 2.4, loss_weight 3.7; the
+    # gradient is checked for the predictions and for the targets (bottom 1)
+    from pycaffe_lite.testing import check_layer
+
+    for bottom in (0, 1):
+        check_layer('type: "SmoothL1Loss" loss_weight: 3.7 smooth_l1_loss_param { sigma: 2.4 }',
+                    [(10, 5, 1, 1)] * 4, check_bottom=bottom, seed=1701)
