@@ -332,6 +332,9 @@ CASES = [
          down=[False, False], host_io=True),
     case("BatchNorm", 'type: "BatchNorm" batch_norm_param { scale_bias: true '
          'bias_filler { type: "constant" value: 0.5 } }', [_u((2, 3, 2, 2), 6)]),
+    # Intel Caffe's statistics per sub-batch
+    case("BatchNorm", 'type: "BatchNorm" batch_norm_param { stats_batch_size: 2 }',
+         [_u((6, 3, 2, 2), 7)]),
 ]
 
 SOURCE_TYPES = ("AnnotatedData", "Data", "DenseImageData", "HDF5Data", "HDF5Output", "ImageData",
