@@ -39,6 +39,14 @@ def _set_2d(param, field, values):
     return values[:1]
 
 
+def _read(ctx, node, i):
+    """Whether the node's output ``i`` is named and read (by a node or as a graph output): a
+    second output nothing reads (a Dropout's mask, a MaxPool's Indices, as the model zoo's
+    nets name them) is left out of the conversion."""
+    return len(node.output) > i and bool(node.output[i]) and \
+        ctx.consumers.get(node.output[i], 0) > 0
+
+
 def _symmetric_pads(ctx, node, a, n):
     pads = [int(p) for p in a.get("pads", [0] * (2 * n))]
     if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
@@ -164,8 +172,9 @@ def pool(ctx, node):
     shape = ctx.shape(x, node)
     if len(shape) != 4:
         raise ctx.error(node, "only 2-D pooling converts to Caffe (input %s)" % (shape,))
-    if len(node.output) > 1 and node.output[1]:
-        raise ctx.error(node, "the Indices output has no Caffe equivalent")
+    if _read(ctx, node, 1):
+        raise ctx.error(node, "its Indices output '%s' is read, and has no Caffe equivalent"
+                        % node.output[1])
     if any(d != 1 for d in a.get("dilations", [1, 1])) or a.get("storage_order", 0):
         raise ctx.error(node, "dilated pooling / storage_order have no Caffe equivalent")
     if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
@@ -327,8 +336,9 @@ def clip(ctx, node):
 
 @importer("Identity", "Dropout")
 def identity(ctx, node):
-    if len(node.output) > 1 and node.output[1]:
-        raise ctx.error(node, "the dropout mask output has no Caffe equivalent")
+    if _read(ctx, node, 1):
+        raise ctx.error(node, "its mask output '%s' is read, and the dropout mask has no Caffe "
+                              "equivalent" % node.output[1])
     if node.op_type == "Dropout":
         a = attrs(node)
         if ctx.opset < 7:  # is_test (default 0) chose the mode

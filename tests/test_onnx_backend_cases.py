@@ -1,0 +1,128 @@
+"""ONNX's own conformance cases (the node cases of ``onnx.backend.test.case.node`` and the
+models under ``onnx/backend/test/data`` in the installed package) through ``to_caffe``: each
+case either converts and our Net gives ONNX's expected outputs (computed by ONNX's NumPy
+reference), or is refused at import with an error naming the node, its op and what does not
+convert. The cases' inputs that the importer needs as constants (weights, scales, axes, ...)
+are given as initializers of the case's values; every other input is fed to the Net."""
+
+import functools
+import glob
+import os
+import re
+
+import numpy as np
+import pytest
+
+import onnx
+from onnx import numpy_helper
+
+import pycaffe_lite as caffe
+from pycaffe_lite import onnx as caffe_onnx
+from pycaffe_lite.errors import CaffeError
+
+DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+RTOL, ATOL = 1e-5, 1e-4
+
+
+@functools.lru_cache(maxsize=None)
+def _node_cases():
+    import warnings
+    from onnx.backend.test.case.node import collect_testcases
+    with warnings.catch_warnings():  # some cases' generators overflow casts on purpose
+        warnings.simplefilter("ignore")
+        return {c.name: c for c in collect_testcases(None)}
+
+
+def node_case(name):
+    """(model, inputs, expected outputs) of one of ONNX's node cases."""
+    case = _node_cases()[name]
+    inputs, outputs = case.data_sets[0]
+    return case.model, list(inputs), list(outputs)
+
+
+def _tensor(path):
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+def data_case(name):
+    """(model, inputs, expected outputs) of a model case under the package's data folder:
+    ``pytorch-converted/NAME`` etc. (test_data_set_0), or ``light/NAME`` (the zoo nets of
+    constant-of-shape weights, fed ``arange(n) / n`` as ONNX's runner feeds them)."""
+    kind, base = name.split("/")
+    if kind == "light":
+        model = onnx.load(os.path.join(DATA, "light", "light_%s.onnx" % base))
+        inits = {i.name for i in model.graph.initializer}
+        x = [v for v in model.graph.input if v.name not in inits][0]
+        shape = tuple(d.dim_value or 1 for d in x.type.tensor_type.shape.dim)
+        n = int(np.prod(shape))
+        inputs = [(np.arange(n).reshape(shape) / n).astype(np.float32)]
+        return model, inputs, [_tensor(os.path.join(DATA, "light", "light_%s_output_0.pb"
+                                                    % base))]
+    folder = os.path.join(DATA, kind, base)
+    model = onnx.load(os.path.join(folder, "model.onnx"))
+
+    def load(pattern):
+        files = glob.glob(os.path.join(folder, "test_data_set_0", pattern))
+        return [_tensor(f) for f in sorted(files, key=lambda p: int(re.findall(r"\d+", p)[-1]))]
+    return model, load("input_*.pb"), load("output_*.pb")
+
+
+def freeze(model, inputs, names):
+    """The model with the graph inputs ``names`` made initializers of the case's values, and
+    the inputs left to feed."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    inits = {i.name for i in m.graph.initializer}
+    graph_inputs = [v for v in m.graph.input if v.name not in inits]
+    values = {v.name: np.asarray(x) for v, x in zip(graph_inputs, inputs)}
+    unknown = set(names) - set(values)
+    assert not unknown, "not graph inputs: %s" % sorted(unknown)
+    kept = [v for v in m.graph.input if v.name not in names]
+    del m.graph.input[:]
+    m.graph.input.extend(kept)
+    for name in names:
+        m.graph.initializer.append(numpy_helper.from_array(values[name], name))
+    return m, [(v.name, values[v.name]) for v in kept if v.name in values]
+
+
+def convert(model, inputs, frozen, tmp_path, key):
+    """The case converted (``frozen`` inputs as initializers, the others' shapes given) and
+    loaded as a TEST Net; returns (net, feed, the ONNX outputs' blobs)."""
+    m, feed = freeze(model, inputs, frozen)
+    prefix = str(tmp_path / key)
+    _, _, outputs = caffe_onnx.to_caffe(m, prefix,
+                                         input_shapes={n: x.shape for n, x in feed})
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    return net, feed, [outputs[o.name] for o in m.graph.output]
+
+
+def check_match(model, inputs, expected, frozen, tmp_path, key, rtol=RTOL, atol=ATOL):
+    net, feed, blobs = convert(model, inputs, frozen, tmp_path, key)
+    net.forward(**{n: x.astype(np.float32) for n, x in feed})
+    for blob, want in zip(blobs, expected):
+        got = net.blobs[blob].data
+        want = np.asarray(want, dtype=np.float32)
+        assert got.shape == want.shape, (key, blob, got.shape, want.shape)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=key)
+
+
+def check_refused(model, inputs, frozen, pattern):
+    m, feed = freeze(model, inputs, frozen)
+    with pytest.raises(CaffeError, match=pattern):
+        caffe_onnx.to_caffe(m, None, input_shapes={n: x.shape for n, x in feed})
+
+
+# -- the defects these cases found ------------------------------------------------------------
+def test_zoo_nets_whose_dropout_names_an_unread_mask(tmp_path):
+    # the model zoo's SqueezeNet (as alexnet and vgg19) names the mask output of its Dropout
+    # (opset 3..6) and reads it nowhere: nothing to convert, the Dropout is the identity
+    model, inputs, expected = data_case("light/squeezenet")
+    assert any(len(n.output) > 1 for n in model.graph.node if n.op_type == "Dropout")
+    check_match(model, inputs, expected, [], tmp_path, "squeezenet")
+    # a mask that is read (here a graph output) is still refused, naming it
+    model, inputs, _ = node_case("test_dropout_default_mask")
+    check_refused(model, inputs, [], r"ONNX node 'y' \(op Dropout\): its mask output 'z' is "
+                                     r"read, and the dropout mask has no Caffe equivalent")
