@@ -126,3 +126,16 @@ def test_zoo_nets_whose_dropout_names_an_unread_mask(tmp_path):
     model, inputs, _ = node_case("test_dropout_default_mask")
     check_refused(model, inputs, [], r"ONNX node 'y' \(op Dropout\): its mask output 'z' is "
                                      r"read, and the dropout mask has no Caffe equivalent")
+
+
+def test_align_corners_resize_by_scales_of_fractional_lengths_is_refused(tmp_path):
+    # ONNX's align_corners maps x to x (in - 1) / (in * scale - 1): scales of 0.6 on 2 x 4
+    # give lengths 1.2 and 2.4, sampled so (ONNX's output [1, 3.142857]); Caffe's Interp
+    # samples by the rounded sizes (it gave [1, 4])
+    model, inputs, _ = node_case("test_resize_downsample_scales_linear_align_corners")
+    check_refused(model, inputs, ["scales"],
+                  r"ONNX node 'Y' \(op Resize\): scales \[0\.6.*, 0\.6.*\] give the fractional "
+                  r"output lengths \[1\.2.*, 2\.4.*\], which align_corners samples by")
+    # scales of whole lengths convert: ONNX's upsampling case
+    model, inputs, expected = node_case("test_resize_upsample_scales_linear_align_corners")
+    check_match(model, inputs, expected, ["scales"], tmp_path, "up_align")

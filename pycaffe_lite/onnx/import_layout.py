@@ -127,6 +127,15 @@ def resize(ctx, node):
     if mode == "linear" and coords == "align_corners":
         if int(a.get("antialias", 0)) and any(o < i for o, i in zip(out_shape, in_shape)):
             raise ctx.error(node, "an antialiased bilinear downscale has no Caffe equivalent")
+        scales = _resize_scales(ctx, node, in_shape, out_shape)
+        lengths = [i * s for i, s in zip(in_shape[2:], scales[2:])]
+        if any(abs(n - o) > 1e-4 for n, o in zip(lengths, out_shape[2:])):
+            # ONNX maps x to x (in - 1) / (in * scale - 1), by the unrounded length
+            raise ctx.error(node, "scales %s give the fractional output lengths %s, which "
+                                  "align_corners samples by (Caffe's Interp samples by the "
+                                  "rounded sizes %s; give sizes instead)"
+                            % (scales[2:], [float(np.float32(n)) for n in lengths],
+                               list(out_shape[2:])))
         lp = ctx.layer("Interp", _name(node), [x], [node.output[0]])
         lp.interp_param.height, lp.interp_param.width = out_shape[2], out_shape[3]
         return
