@@ -139,3 +139,12 @@ def test_align_corners_resize_by_scales_of_fractional_lengths_is_refused(tmp_pat
     # scales of whole lengths convert: ONNX's upsampling case
     model, inputs, expected = node_case("test_resize_upsample_scales_linear_align_corners")
     check_match(model, inputs, expected, ["scales"], tmp_path, "up_align")
+
+
+def test_flatten_of_a_one_axis_input(tmp_path):
+    # x.view(1, -1) of a 1-D tensor, exported as Flatten(axis=1): ONNX gives (n, 1); Caffe's
+    # Flatten layer refused the net ("axis 1 / end_axis -1 out of range for a bottom of
+    # shape (1,)") once imported
+    model, inputs, expected = data_case("pytorch-operator/test_operator_view")
+    assert inputs[0].ndim == 1
+    check_match(model, inputs, expected, [], tmp_path, "view")

@@ -514,7 +514,7 @@ def flatten(ctx, node):
     shape = ctx.shape(node.input[0], node)
     axis = int(attrs(node).get("axis", 1))
     axis = axis + len(shape) if axis < 0 else axis
-    if axis == 1:
+    if axis == 1 and len(shape) > 1:  # Caffe's Flatten needs the axis: not of a 1-D input
         ctx.layer("Flatten", _name(node), [node.input[0]], [node.output[0]])
         return
     _reshape_to(ctx, node, ctx.shape(node.output[0], node))
