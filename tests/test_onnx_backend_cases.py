@@ -148,3 +148,29 @@ def test_flatten_of_a_one_axis_input(tmp_path):
     model, inputs, expected = data_case("pytorch-operator/test_operator_view")
     assert inputs[0].ndim == 1
     check_match(model, inputs, expected, [], tmp_path, "view")
+
+
+def test_empty_tensors_are_refused_at_import():
+    # a Caffe blob cannot be empty: an input of size 0 was read as size 1 (the Reshape to
+    # (3, 4, 0) with allowzero then failed in the Net), a Split into a piece of size 0
+    # of an empty input imported and failed in the Net ("cannot slice axis 0 of size 1 into
+    # 3 tops")
+    model, inputs, _ = node_case("test_reshape_allowzero_reordered")
+    check_refused(model, inputs, ["shape"], r"ONNX input 'data' has an axis of size 0 "
+                                             r"\(shape \[0, 3, 4\]\); a Caffe blob cannot be "
+                                             r"empty")
+    for name in ("test_split_zero_size_splits_opset13", "test_split_zero_size_splits_opset18"):
+        model, inputs, _ = node_case(name)
+        check_refused(model, inputs, ["split"], r"ONNX input 'input' has an axis of size 0")
+    # an empty piece of a Split of a non-empty input (opset 18 allows sizes of 0)
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("Split", ["x", "sizes"], ["a", "b", "c"], name="split", axis=1)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "abc"],
+        initializer=[numpy_helper.from_array(np.array([2, 0, 1], np.int64), "sizes")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(CaffeError, match=r"ONNX node 'split' \(op Split\): its output 'b' "
+                                         r"has an axis of size 0 \(shape \(1, 0\)\); a Caffe "
+                                         r"blob cannot be empty"):
+        caffe_onnx.to_caffe(m, None)

@@ -152,8 +152,12 @@ def _static_inputs(onnx, model, input_shapes):
             for d, size in zip(dims, given):
                 d.Clear()
                 d.dim_value = int(size)
+        if any(d.HasField("dim_value") and d.dim_value == 0 for d in dims):
+            raise CaffeError("ONNX input '%s' has an axis of size 0 (shape %s); a Caffe blob "
+                             "cannot be empty" % (value.name, [d.dim_value if d.HasField(
+                                 "dim_value") else d.dim_param for d in dims]))
         for d in dims:
-            if not d.HasField("dim_value") or d.dim_value <= 0:
+            if not d.HasField("dim_value") or d.dim_value < 0:
                 d.Clear()
                 d.dim_value = 1
     return model
@@ -274,6 +278,10 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         handler = import_ops.IMPORTERS.get(node.op_type)
         if handler is None or node.domain not in ("", "ai.onnx"):
             raise ctx.error(node, "this op has no Caffe equivalent")
+        empty = [n for n in node.output if 0 in ctx.shapes.get(n, (1,))]
+        if empty:
+            raise ctx.error(node, "its output '%s' has an axis of size 0 (shape %s); a Caffe "
+                                  "blob cannot be empty" % (empty[0], ctx.shapes[empty[0]]))
         ctx.node, ctx.renamed = node, {}
         handler(ctx, node)
     ctx.node, ctx.renamed = None, {}
