@@ -174,3 +174,11 @@ def test_empty_tensors_are_refused_at_import():
                                          r"has an axis of size 0 \(shape \(1, 0\)\); a Caffe "
                                          r"blob cannot be empty"):
         caffe_onnx.to_caffe(m, None)
+
+
+def test_clip_of_min_above_max_is_refused_at_import():
+    # it imported as a Clip layer that the Net then refused (clip_param.min (2) must not be
+    # greater than clip_param.max (1))
+    model, inputs, _ = node_case("test_clip_min_greater_than_max")
+    check_refused(model, inputs, ["min", "max"], r"ONNX node 'y' \(op Clip\): min 2 is greater "
+                                                 r"than max 1 \(ONNX then gives max everywhere")

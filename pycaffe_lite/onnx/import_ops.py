@@ -327,6 +327,9 @@ def clip(ctx, node):
         float(ctx.const(node.input[2], node, "max"))
     lo = -3.4028234663852886e38 if lo is None else float(lo)
     hi = 3.4028234663852886e38 if hi is None else float(hi)
+    if lo > hi:
+        raise ctx.error(node, "min %g is greater than max %g (ONNX then gives max everywhere; "
+                              "Caffe's Clip needs min <= max)" % (lo, hi))
     if lo == 0.0 and hi == 6.0:
         ctx.layer("ReLU6", _name(node), [node.input[0]], [node.output[0]])
         return
