@@ -182,3 +182,27 @@ def test_clip_of_min_above_max_is_refused_at_import():
     model, inputs, _ = node_case("test_clip_min_greater_than_max")
     check_refused(model, inputs, ["min", "max"], r"ONNX node 'y' \(op Clip\): min 2 is greater "
                                                  r"than max 1 \(ONNX then gives max everywhere")
+
+
+def test_integer_and_non_tensor_inputs_are_refused():
+    # a uint8 Sub wraps in ONNX (1 - 2 = 255); fed to Caffe as floats it gave -1 silently
+    # (ONNX's own case happens to stay in range, so it matched)
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+    graph = helper.make_graph(
+        [helper.make_node("Sub", ["x", "y"], ["z"], name="sub")], "g",
+        [helper.make_tensor_value_info(n, TensorProto.UINT8, [1, 2]) for n in "xy"],
+        [helper.make_tensor_value_info("z", TensorProto.UINT8, [1, 2])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    x, y = np.array([[1, 5]], np.uint8), np.array([[2, 3]], np.uint8)
+    assert ReferenceEvaluator(m).run(None, {"x": x, "y": y})[0].tolist() == [[255, 2]]
+    with pytest.raises(CaffeError, match=r"ONNX input 'x' is of type uint8; a Caffe blob "
+                                         r"holds floats"):
+        caffe_onnx.to_caffe(m, None)
+    for name in ("test_sub_uint8", "test_add_int8", "test_max_int64"):
+        model, inputs, _ = node_case(name)
+        check_refused(model, inputs, [], r"ONNX input '\w+' is of type u?int(8|64)")
+    # a sequence: not a tensor (it was 'input_shapes['x'] has 5 axes; the ONNX input has 0')
+    model, _, _ = node_case("test_identity_sequence")
+    with pytest.raises(CaffeError, match=r"ONNX input 'x' is of type none \(not a tensor\)"):
+        caffe_onnx.to_caffe(model, None)

@@ -131,6 +131,10 @@ class ImportContext:
         lp.param.add(lr_mult=0, decay_mult=0)
 
 
+# FLOAT, FLOAT16, DOUBLE, BFLOAT16: a graph input of these types is fed as float32
+_FLOAT_TYPES = (1, 10, 11, 16)
+
+
 def _static_inputs(onnx, model, input_shapes):
     graph = model.graph
     inits = {i.name for i in graph.initializer}
@@ -143,6 +147,13 @@ def _static_inputs(onnx, model, input_shapes):
     for value in graph.input:
         if value.name in inits:
             continue
+        elem = value.type.tensor_type.elem_type
+        if elem not in _FLOAT_TYPES:
+            raise CaffeError("ONNX input '%s' is of type %s; a Caffe blob holds floats (the "
+                             "graph's integer or boolean arithmetic, wrapping and truncating, "
+                             "does not convert)"
+                             % (value.name, onnx.helper.tensor_dtype_to_np_dtype(elem).name
+                                if elem else "none (not a tensor)"))
         dims = value.type.tensor_type.shape.dim
         given = (input_shapes or {}).get(value.name)
         if given is not None:
