@@ -206,3 +206,25 @@ def test_integer_and_non_tensor_inputs_are_refused():
     model, _, _ = node_case("test_identity_sequence")
     with pytest.raises(CaffeError, match=r"ONNX input 'x' is of type none \(not a tensor\)"):
         caffe_onnx.to_caffe(model, None)
+
+
+@pytest.mark.parametrize("name", ["test_shape_start_1", "test_shape_end_negative_1",
+                                  "test_shape_clip_start", "test_shape_start_greater_than_end"])
+def test_shape_with_start_and_end_folds(tmp_path, name):
+    # Shape of a static shape with opset 15's start / end folds to ONNX's dims (it was left
+    # unfolded: 'this op has no Caffe equivalent'); a Reshape of a second input to them then
+    # converts
+    from onnx import TensorProto, helper
+    model, inputs, expected = node_case(name)
+    dims = [int(d) for d in expected[0]]
+    node = model.graph.node[0]
+    graph = helper.make_graph(
+        [node, helper.make_node("Concat", ["one", node.output[0]], ["target"], axis=0),
+         helper.make_node("Reshape", ["z", "target"], ["out"], name="reshape")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(inputs[0].shape)),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [1] + dims)],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.array([1], np.int64), "one")])
+    m = helper.make_model(graph, opset_imports=model.opset_import)
+    z = np.random.default_rng(0).normal(size=[1] + dims).astype(np.float32)
+    check_match(m, [inputs[0], z], [z], [], tmp_path, name)

@@ -179,8 +179,12 @@ def _fold(ctx, node):
     the model's opset), its outputs then being constants."""
     if node.domain not in ("", "ai.onnx"):
         return False
-    if node.op_type == "Shape" and node.input[0] in ctx.shapes and not node.attribute:
-        ctx.consts[node.output[0]] = np.asarray(ctx.shapes[node.input[0]], dtype=np.int64)
+    if node.op_type == "Shape" and node.input[0] in ctx.shapes:
+        # opset 15's start and end: Python's slice of the dims (negatives count from the end,
+        # both clamped to the rank)
+        a = {x.name: x.i for x in node.attribute}
+        dims = ctx.shapes[node.input[0]][a.get("start", 0):a.get("end", None)]
+        ctx.consts[node.output[0]] = np.asarray(dims, dtype=np.int64)
         return True
     names = [n for n in node.input if n]
     # an If's or a Loop's branches read values of the enclosing graph by name: those count
