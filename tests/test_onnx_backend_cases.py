@@ -228,3 +228,33 @@ def test_shape_with_start_and_end_folds(tmp_path, name):
     m = helper.make_model(graph, opset_imports=model.opset_import)
     z = np.random.default_rng(0).normal(size=[1] + dims).astype(np.float32)
     check_match(m, [inputs[0], z], [z], [], tmp_path, name)
+
+
+@pytest.mark.parametrize("name,frozen", [("test_conv_with_autopad_same", ["W"]),
+                                         ("test_maxpool_2d_same_lower", []),
+                                         ("test_maxpool_2d_precomputed_same_upper", [])])
+def test_auto_pad_same_of_even_pads(tmp_path, name, frozen):
+    # SAME_UPPER / SAME_LOWER on a static input: the pads they give, where Caffe can take
+    # them (these were refused: 'auto_pad SAME_LOWER has no Caffe equivalent')
+    model, inputs, expected = node_case(name)
+    check_match(model, inputs, expected, frozen, tmp_path, name)
+
+
+def test_auto_pad_same_of_uneven_pads_is_refused():
+    # a 2 x 2 kernel at stride 1: SAME pads one side only
+    model, inputs, _ = node_case("test_maxpool_2d_same_upper")
+    check_refused(model, inputs, [], r"ONNX node 'y' \(op MaxPool\): ONNX pools \[32, 32\] "
+                                     r"windows where Caffe's rounding gives \[31, 31\]")
+    model, inputs, _ = node_case("test_conv_with_autopad_same")
+    m, _ = freeze(model, inputs, ["W"])
+    m.graph.node[0].attribute[0].s = b"SAME_UPPER"
+    w = numpy_helper.to_array(m.graph.initializer[0])
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(w[:, :, :2, :2].copy(), "W"))
+    for att in m.graph.node[0].attribute:
+        if att.name == "kernel_shape":
+            att.ints[:] = [2, 2]
+        if att.name == "strides":
+            att.ints[:] = [1, 1]
+    with pytest.raises(CaffeError, match=r"ONNX node 'y' \(op Conv\): asymmetric pads "
+                                         r"\[0, 0, 1, 1\] have no Caffe equivalent"):
+        caffe_onnx.to_caffe(m, None)

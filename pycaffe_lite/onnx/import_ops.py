@@ -47,11 +47,32 @@ def _read(ctx, node, i):
         ctx.consumers.get(node.output[i], 0) > 0
 
 
-def _symmetric_pads(ctx, node, a, n):
-    pads = [int(p) for p in a.get("pads", [0] * (2 * n))]
-    if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
-        raise ctx.error(node, "auto_pad %s has no Caffe equivalent (give explicit pads)"
-                        % a["auto_pad"])
+def _pads(ctx, node, a, kernel, strides, dilations):
+    """The begin and end pads of a Conv or pool: ``pads``, or those ``auto_pad`` gives on the
+    input's static spatial sizes (SAME: ``ceil(size / stride)`` outputs, the odd pad at the
+    end for SAME_UPPER, at the beginning for SAME_LOWER; VALID: none)."""
+    n = len(kernel)
+    mode = a.get("auto_pad", b"NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode == "NOTSET":
+        return [int(p) for p in a.get("pads", [0] * (2 * n))]
+    if mode == "VALID":
+        return [0] * (2 * n)
+    if mode not in ("SAME_UPPER", "SAME_LOWER") or node.op_type == "ConvTranspose":
+        raise ctx.error(node, "auto_pad %s has no Caffe equivalent (give explicit pads)" % mode)
+    sizes = ctx.shape(node.input[0], node)[2:]
+    begin, end = [], []
+    for size, k, s, d in zip(sizes, kernel, strides, dilations):
+        total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
+        small = total // 2
+        begin.append(small if mode == "SAME_UPPER" else total - small)
+        end.append(total - begin[-1])
+    return begin + end
+
+
+def _symmetric_pads(ctx, node, a, kernel, strides, dilations):
+    n = len(kernel)
+    pads = _pads(ctx, node, a, kernel, strides, dilations)
     if pads[:n] != pads[n:]:
         raise ctx.error(node, "asymmetric pads %s have no Caffe equivalent" % pads)
     return pads[:n]
@@ -66,7 +87,9 @@ def conv(ctx, node):
     if node.op_type == "ConvTranspose" and (any(a.get("output_padding", [])) or
                                             "output_shape" in a):
         raise ctx.error(node, "output_padding / output_shape have no Caffe equivalent")
-    pads = _symmetric_pads(ctx, node, a, n)
+    pads = _symmetric_pads(ctx, node, a, list(w.shape[2:]),
+                           [int(s) for s in a.get("strides", [1] * n)],
+                           [int(d) for d in a.get("dilations", [1] * n)])
     group = int(a.get("group", 1))
     bias = len(node.input) > 2 and node.input[2]
     blobs = [w] + ([ctx.const(node.input[2], node, "bias")] if bias else [])
@@ -177,11 +200,9 @@ def pool(ctx, node):
                         % node.output[1])
     if any(d != 1 for d in a.get("dilations", [1, 1])) or a.get("storage_order", 0):
         raise ctx.error(node, "dilated pooling / storage_order have no Caffe equivalent")
-    if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
-        raise ctx.error(node, "auto_pad %s has no Caffe equivalent" % a["auto_pad"])
     kernel = [int(k) for k in a["kernel_shape"]]
     strides = [int(s) for s in a.get("strides", [1, 1])]
-    pads = [int(q) for q in a.get("pads", [0] * 4)]
+    pads = _pads(ctx, node, a, kernel, strides, [1, 1])
     begin, end = pads[:2], pads[2:]
     ceil_mode = int(a.get("ceil_mode", 0))
     is_max = node.op_type == "MaxPool"
