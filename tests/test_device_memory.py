@@ -10,12 +10,17 @@ through ``pycaffe-lite time --gpu 0``.
 
 import gc
 import logging
+import os
+import sys
 import threading
 import types
+import weakref
 
+import numpy as np
 import pytest
 
 from pycaffe_lite import backend
+from pycaffe_lite.testing.simdevice import simulated_device
 
 
 class StandInPool:
@@ -168,16 +173,137 @@ def test_nothing_is_measured_where_nothing_can_be(device, caplog):
     assert memory is None
 
 
-def test_the_simulated_device_has_no_pool_to_measure():
-    from pycaffe_lite.testing.simdevice import simulated_device
-    with simulated_device():
+# ---- the simulated device: its arrays counted as CuPy's pool counts them -------------------
+def _rounded(nbytes):
+    return -(-nbytes // 512) * 512
+
+
+def test_the_simulated_device_counts_its_arrays_in_pool_units():
+    """One block per buffer, in 512-byte units, held while any view of it lives."""
+    with simulated_device() as dev:
         backend.set_mode_gpu()
         try:
+            pool = dev.get_default_memory_pool()
+            kept = dev.zeros(100, np.float32)  # 400 -> 512, before the block
             with backend.track_device_memory() as memory:
-                pass
+                a = dev.empty((3, 1000), np.float32)  # 12000 -> 12288: 12800 in use
+                v, t = a[1:], a.T  # views: nothing
+                v.reshape(-1)
+                b = a * 2  # 12288: 25088
+                del a  # its views keep its buffer
+                c = dev.ones(10, np.float64)  # 80 -> 512: 25600
+                del b, c  # 12800
+                del v, t  # a's buffer goes: 512
+                d = dev.zeros(0, np.float32)  # nothing
+                e = dev.ones(40, np.float32)  # 160 -> 512: 1024
+            assert memory is not None
+            assert memory.peak == 25600 and memory.held == 25600
+            assert pool.used_bytes() == 1024
+            del kept, d, e
+            assert pool.used_bytes() == 0
         finally:
             backend.set_mode_cpu()
-    assert memory is None
+
+
+TINY = """
+layer { name: "data" type: "Input" top: "data"
+        input_param { shape { dim: 2 dim: 3 dim: 6 dim: 6 } } }
+layer { name: "label" type: "Input" top: "label" input_param { shape { dim: 2 } } }
+layer { name: "conv" type: "Convolution" bottom: "data" top: "conv"
+        convolution_param { num_output: 4 kernel_size: 3 pad: 1 bias_term: false
+                            weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "bn" type: "BatchNorm" bottom: "conv" top: "conv" }
+layer { name: "scale" type: "Scale" bottom: "conv" top: "conv" scale_param { bias_term: true } }
+layer { name: "relu" type: "ReLU" bottom: "conv" top: "conv" }
+layer { name: "fc" type: "InnerProduct" bottom: "conv" top: "fc"
+        inner_product_param { num_output: 5 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "fc" bottom: "label" top: "loss" }
+"""
+
+
+def _tiny_solver():
+    from google.protobuf import text_format
+
+    from pycaffe_lite.proto import caffe_pb2
+    from pycaffe_lite.solvers import get_solver
+    sp = caffe_pb2.SolverParameter()
+    text_format.Merge('type: "SGD" base_lr: 0.01 momentum: 0.9 weight_decay: 0.0005 '
+                      'lr_policy: "fixed" max_iter: 100 display: 0 random_seed: 0 '
+                      'snapshot_after_train: false', sp)
+    text_format.Merge(TINY, sp.net_param)
+    solver = get_solver(sp)
+    solver.net.blobs["data"].data[...] = np.linspace(-1, 1, 216).reshape(2, 3, 6, 6)
+    solver.net.blobs["label"].data[...] = [1, 3]
+    return solver
+
+
+def test_a_training_iteration_on_the_simulated_device_is_counted():
+    """GPU mode's captured iterations on the simulated device: what the pool has in use is
+    the buffers under every live device array (found through the garbage collector), and the
+    count script's parts are the arrays' sizes counted by hand."""
+    count_gpu_memory = _count_script()
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        try:
+            solver = _tiny_solver()
+            solver.step(1)
+            with backend.track_device_memory() as memory:
+                solver.step(2)  # the capture, a replay
+            assert solver.train_graph.captures == 1 and solver.train_graph.replays == 2
+            gc.collect()
+            roots = {}
+            for obj in gc.get_objects():
+                if type(obj) is dev.ndarray:
+                    root = obj._a
+                    while isinstance(root.base, np.ndarray):
+                        root = root.base
+                    roots[id(root)] = root
+            in_use = dev.get_default_memory_pool().used_bytes()
+            assert in_use == sum(_rounded(r.nbytes) for r in roots.values())
+            assert memory.peak >= in_use
+            labels = count_gpu_memory.label_roots(solver, dev)
+            parts = count_gpu_memory.breakdown(
+                [(key, weakref.ref(r), _rounded(r.nbytes), "?") for key, r in roots.items()],
+                labels)
+        finally:
+            backend.set_mode_cpu()
+    # conv 4x3x3x3 (432 bytes), Scale's gamma and beta (16 each), fc 5x144 (2880) and its
+    # bias (20): a block each
+    params = 512 + 512 + 512 + 3072 + 512
+    assert parts["params"] == params
+    assert parts["params' diffs"] == params
+    # a history for each learnable blob, BatchNorm's three included (as Caffe's solver)
+    assert parts["solver history (momentum)"] == params + 3 * 512
+    assert parts["BatchNorm statistics"] == 3 * 512
+    assert parts["fused BN chains: x_hat"] == _rounded(2 * 4 * 36 * 4)
+    # conv (288 floats), fc (10), loss (1)
+    assert parts["activations (blob data)"] == _rounded(288 * 4) + 512 + 512
+    assert parts["input batch (data, label)"] == _rounded(216 * 4) + 512
+    # conv's and fc's diffs are both in use at fc's backward: two buffers; the loss's its own
+    assert parts["activation diffs (after sharing)"] == _rounded(288 * 4) + 512 + 512
+
+
+def test_the_hand_account_of_pytorchs_twin():
+    """What PyTorch's twin keeps at the end of its forward, by hand: BatchNorm2d saves its
+    input (the convolution's output), the in-place ReLU its result (which the Linear saves
+    as its input too), log_softmax its output; the dict of tops holds the logits; params,
+    gradients and momentum one copy each."""
+    count_gpu_memory = _count_script()
+    solver = _tiny_solver()
+    parts = count_gpu_memory.torch_account(solver.net)
+    params = (108 + 4 + 4 + 720 + 5) * 4
+    assert parts["params"] == parts["param gradients"] == parts["momentum buffers"] == params
+    # the Convolution's input (data, 216), BatchNorm's input (288), the ReLU's result (288),
+    # the log-probabilities (10)
+    assert parts["saved for the backward"] == (216 + 288 + 288 + 10) * 4
+    assert parts["other tops the forward's dict holds"] == (10 + 1 + 2) * 4  # fc, loss, label
+    assert parts["running mean / var"] == 2 * 4 * 4
+
+
+def _count_script():
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(os.path.dirname(here), "benchmarks"))
+    return pytest.importorskip("count_gpu_memory")
 
 
 @pytest.mark.gpu

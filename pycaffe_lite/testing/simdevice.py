@@ -38,7 +38,7 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from .. import backend
-from . import simgraph
+from . import simgraph, simmemory
 
 TO_DEVICE = "to_device"
 TO_HOST = "to_host"
@@ -91,6 +91,7 @@ class DeviceArray(NDArrayOperatorsMixin):
         # internal: ``buffer`` (a NumPy array) becomes this array's device memory, uncopied
         object.__setattr__(self, "_a", buffer)
         object.__setattr__(self, "_dev", device)
+        device._memory.note(buffer)  # the memory pool's count (simmemory)
 
     # ---- plain attributes ----------------------------------------------------------------
     shape = property(lambda self: self._a.shape)
@@ -345,6 +346,7 @@ class SimulatedDevice:
         self._local = threading.local()  # forbid() applies to the thread that entered it
         self._cache = {}
         self.random = _DeviceRandom(self)
+        simmemory.attach(self)  # CuPy's memory pool and allocator hook
 
     def capture_graph(self, fn):
         """A CUDA graph's capture, simulated (see :mod:`.simgraph`)."""
