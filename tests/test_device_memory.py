@@ -253,7 +253,7 @@ def test_a_training_iteration_on_the_simulated_device_is_counted():
             gc.collect()
             roots = {}
             for obj in gc.get_objects():
-                if type(obj) is dev.ndarray:
+                if type(obj) is dev.ndarray and obj._dev is dev:
                     root = obj._a
                     while isinstance(root.base, np.ndarray):
                         root = root.base
