@@ -324,3 +324,74 @@ def test_the_peak_on_a_gpu_is_the_arrays_bytes(cupy_device):
     assert pool.used_bytes() == before
     assert cupy.cuda.get_allocator() == pool.malloc
 
+
+
+# ---- the fused BatchNorm chain's generic code: its full-size temporaries, counted ------------
+N, C, S = 4, 3, 1000  # a full-size array: 48000 bytes in float32, the per-channel ones 512
+
+
+def _chain_forward_reference(x, gamma, beta, relu):
+    """The layers' formulas, NumPy on the host, as BatchNorm, Scale and ReLU compute them."""
+    mean = x.mean(axis=(0, 2))
+    centred = x - mean[:, None]
+    var = (centred * centred).mean(axis=(0, 2))
+    std = (var + np.asarray(1e-5, x.dtype)) ** 0.5
+    xhat = (x - mean[:, None]) / std[:, None]
+    z = xhat * gamma[:, None] + beta[:, None]
+    return xhat, std, (np.maximum(z, 0) if relu else z)
+
+
+def _chain_backward_reference(dy, y, xhat, std, gamma, relu):
+    dz = dy * (y > 0) if relu else dy
+    dbeta, dgamma = dz.sum(axis=(0, 2)), (dz * xhat).sum(axis=(0, 2))
+    dxh = dz * gamma[:, None]
+    mean_dxh = dxh.mean(axis=(0, 2))[:, None]
+    mean_dxh_xhat = (dxh * xhat).mean(axis=(0, 2))[:, None]
+    return (dxh - mean_dxh - mean_dxh_xhat * xhat) / std[:, None], dgamma, dbeta
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("relu", [True, False])
+def test_the_fused_chains_generic_code_keeps_few_full_size_temporaries(dtype, relu):
+    """ops.train_fused's generic BatchNorm -> Scale -> ReLU (the simulated device's path, and
+    a GPU's with the kernels off): the forward holds one full-size temporary at a time beyond
+    its outputs (it held three: the centred values, kept to the end, and the normalisation's
+    two steps), the backward two (it held five), and their values are the layers' formulas',
+    bit for bit."""
+    from pycaffe_lite.ops import train_fused
+    rng = np.random.default_rng(3)
+    host = {k: rng.normal(size=(N, C, S)).astype(dtype) for k in ("x", "dy")}
+    gamma_h, beta_h = (rng.normal(size=C).astype(dtype) for _ in range(2))
+    full = _rounded(N * C * S * np.dtype(dtype).itemsize)
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        try:
+            x, dy = dev.asarray(host["x"]), dev.asarray(host["dy"])
+            gamma, beta = dev.asarray(gamma_h), dev.asarray(beta_h)
+            running = [dev.zeros(C, dtype), dev.zeros(C, dtype), dev.zeros(1, dtype)]
+            y, xhat, dx = (dev.empty((N, C, S), dtype) for _ in range(3))
+            dgamma, dbeta = dev.zeros(C, dtype), dev.zeros(C, dtype)
+            work = train_fused.Workspace()
+            train_fused.bn_forward(x, y, xhat, gamma, beta, running, False, 1e-5, 0.999, relu,
+                                   work)  # the workspace's per-channel buffers made
+            dgamma[...] = 0
+            pool = dev.get_default_memory_pool()
+            before = pool.used_bytes()
+            with backend.track_device_memory() as forward:
+                std = train_fused.bn_forward(x, y, xhat, gamma, beta, running, False, 1e-5,
+                                             0.999, relu, work)
+            with backend.track_device_memory() as backward:
+                train_fused.bn_backward(dy, y, xhat, std, gamma, dgamma, dbeta, dx, None,
+                                        False, relu, work)
+            assert pool.used_bytes() == before
+            got = [a.get() for a in (xhat, std, y, dx, dgamma, dbeta)]
+        finally:
+            backend.set_mode_cpu()
+    # beyond one (two) full-size arrays, a few per-channel ones of 512 bytes at most
+    assert full <= forward.peak - before <= full + 4 * 512
+    assert 2 * full <= backward.peak - before <= 2 * full + 4 * 512
+    xhat_r, std_r, y_r = _chain_forward_reference(host["x"], gamma_h, beta_h, relu)
+    dx_r, dgamma_r, dbeta_r = _chain_backward_reference(host["dy"], y_r, xhat_r, std_r,
+                                                        gamma_h, relu)
+    for a, b in zip(got, (xhat_r, std_r, y_r, dx_r, dgamma_r, dbeta_r)):
+        np.testing.assert_array_equal(a, b)

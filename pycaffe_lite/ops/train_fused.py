@@ -15,6 +15,8 @@ BatchNorm arrays are ``(N, C, S)`` views; the per-channel arrays are ``(C,)``. `
 ``beta`` (the Scale's blobs) may be None; so may the Scale's diffs where they are not learned.
 """
 
+import numpy as np
+
 from ..backend import get_array_module
 from .gpu import _util
 from .gpu import channels as _channels
@@ -37,6 +39,20 @@ class Workspace:
                 get_array_module(a) is not xp:
             a = self._arrays[name] = xp.empty(shape, dtype=dtype)
         return a
+
+
+def _same_type(out, *arrays):
+    """Whether an operation on ``arrays`` computes in ``out``'s element type (NumPy's and
+    CuPy's promotion), so that writing it into ``out`` rounds nothing more."""
+    return np.result_type(*(a.dtype for a in arrays)) == out.dtype
+
+
+def _in_place(ufunc, a, b):
+    """``ufunc(a, b)``, written into ``a`` (a temporary of the caller's own) where that is
+    the result's type: the same values without another full-size array."""
+    if _same_type(a, a, b):
+        return ufunc(a, b, out=a)
+    return ufunc(a, b)
 
 
 def _kernels(storage, wide=()):
@@ -91,7 +107,8 @@ def bn_forward(x, y, xhat, gamma, beta, running, global_stats, eps, fraction, re
     else:
         mean[...] = x.mean(axis=(0, 2))
         centred = x - mean[:, None]
-        var = (centred * centred).mean(axis=(0, 2))
+        var = _in_place(xp.multiply, centred, centred).mean(axis=(0, 2))
+        del centred  # full size: not kept while the rest runs
         weight *= fraction
         weight += 1
         mean_sum *= fraction
@@ -99,12 +116,16 @@ def bn_forward(x, y, xhat, gamma, beta, running, global_stats, eps, fraction, re
         var_sum *= fraction
         var_sum += correction * var
     std[...] = (var + eps) ** 0.5
-    xhat[...] = (x - mean[:, None]) / std[:, None]
+    if _same_type(xhat, x, mean, std):  # xhat's own buffer holds the steps
+        xp.subtract(x, mean[:, None], out=xhat)
+        xhat /= std[:, None]
+    else:
+        xhat[...] = (x - mean[:, None]) / std[:, None]
     z = xhat
     if gamma is not None:
         z = z * gamma[:, None]
     if beta is not None:
-        z = z + beta[:, None]
+        z = _in_place(xp.add, z, beta[:, None]) if z is not xhat else z + beta[:, None]
     if relu:
         xp.maximum(z, 0, out=y)
     else:
@@ -129,6 +150,7 @@ def bn_backward(dy, y, xhat, std, gamma, dgamma, dbeta, dx, dtop, global_stats, 
     if dgamma is not None:
         dgamma += (dz * xhat).sum(axis=(0, 2))
     dxh = dz * gamma[:, None] if gamma is not None else dz
+    del dz  # a full-size temporary (with the ReLU) that nothing reads any more
     if dtop is not None:
         dtop[...] = dxh
     if global_stats:
@@ -136,7 +158,16 @@ def bn_backward(dy, y, xhat, std, gamma, dgamma, dbeta, dx, dtop, global_stats, 
         return
     mean_dxh = dxh.mean(axis=(0, 2))[:, None]
     mean_dxh_xhat = (dxh * xhat).mean(axis=(0, 2))[:, None]
-    dx[...] = (dxh - mean_dxh - mean_dxh_xhat * xhat) / std[:, None]
+    # (dxh - mean_dxh - mean_dxh_xhat * xhat) / std, each step in place on the first
+    # difference where the types allow (the same operations, so the same values): two
+    # full-size temporaries at a time instead of five
+    t = dxh - mean_dxh
+    del dxh
+    t = _in_place(get_array_module(t).subtract, t, mean_dxh_xhat * xhat)
+    if _same_type(dx, t, std):
+        get_array_module(t).divide(t, std[:, None], out=dx)
+    else:
+        dx[...] = t / std[:, None]
 
 
 def sum_forward(xs, coeffs, y, relu):
