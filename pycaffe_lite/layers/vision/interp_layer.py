@@ -27,7 +27,9 @@ def axis_taps(size_in, size_out, offset):
     position = ratio * out.astype(np.float32)
     i0 = position.astype(np.int64)  # truncation, as the fork's int conversion
     w1 = (position - i0.astype(np.float32)).astype(np.float32)
-    w0 = (np.float32(1) - w1).astype(np.float32)
+    # 1 - w1 in the blob's type, as the fork's Dtype(1.) - lambda: exact in float64 here,
+    # and rounded once when cast to float32
+    w0 = 1.0 - w1.astype(np.float64)
     step = (i0 < size_in - 1).astype(np.int64)
     return i0 + offset, i0 + step + offset, w0, w1
 
