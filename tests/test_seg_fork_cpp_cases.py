@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 
 import pycaffe_lite as caffe
+from pycaffe_lite.data import anno_transform
+from pycaffe_lite.data.datum import resize_nearest
+from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
 
 cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
@@ -158,3 +161,118 @@ def test_interp_height_and_width_win_over_both_factors():
     top = empty_blobs(1, np.float32)
     layer.SetUp(random_blobs([(1, 1, 9, 9)], dtype=np.float32), top)
     assert top[0].shape == (1, 1, 4, 7)
+
+
+# ---- DenseImageData -------------------------------------------------------------------------
+DENSE = """
+name: "dense"
+layer { name: "data" type: "DenseImageData" top: "data" top: "label"
+        dense_image_data_param { source: "%s" root_folder: "%s/" batch_size: %d %s } }
+"""
+
+
+def dense_net(tmp_path, batch, params=""):
+    path = tmp_path / "net.prototxt"
+    path.write_text(DENSE % (tmp_path / "list.txt", tmp_path, batch, params))
+    return caffe.Net(str(path), caffe.TRAIN)
+
+
+def write_image(tmp_path, name, array):
+    cv2.imwrite(str(tmp_path / name), array)
+    return name
+
+
+def test_dense_pairs_on_one_line_read_in_order(tmp_path):
+    # SegNet test_dense_image_data_layer.cpp TestRead: five pairs written on one line (the
+    # fork reads the list word by word), batch 5, labels 0..2, read twice
+    rng = np.random.default_rng(1701)
+    words, labels = [], []
+    for i in range(5):
+        img = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)
+        lab = rng.integers(0, 3, (12, 16), dtype=np.uint8)
+        words += [write_image(tmp_path, "i%d.png" % i, img), write_image(tmp_path, "l%d.png" % i,
+                                                                          lab)]
+        labels.append(lab)
+    (tmp_path / "list.txt").write_text(" ".join(words) + " ")
+    net = dense_net(tmp_path, 5, "shuffle: false")
+    assert net.blobs["data"].shape == (5, 3, 12, 16)
+    assert net.blobs["label"].shape == (5, 1, 12, 16)
+    for _ in range(2):
+        net.forward()
+        label = net.blobs["label"].data
+        np.testing.assert_array_equal(label[:, 0], np.stack(labels))
+        assert label.min() == 0 and label.max() == 2
+        assert label.mean() == pytest.approx(np.mean(labels), abs=1e-6)
+
+
+def test_dense_resized_labels_pick_opencvs_nearest_rows(tmp_path):
+    # SegNet test_dense_image_data_layer.cpp TestResize: new_height/new_width resize the label
+    # with cv::resize INTER_NEAREST (labels stay 0..2). 6 x 9 to 34 x 51 is a size where
+    # floor(i * 6 / 34) and OpenCV's floor(i * (1 / (34 / 6))) differ (row 17)
+    lab = (np.arange(6)[:, None] + np.arange(9)[None, :]) % 3
+    lab = lab.astype(np.uint8)
+    img = np.random.default_rng(0).integers(0, 256, (6, 9, 3), dtype=np.uint8)
+    (tmp_path / "list.txt").write_text("%s %s\n" % (write_image(tmp_path, "i.png", img),
+                                                    write_image(tmp_path, "l.png", lab)))
+    net = dense_net(tmp_path, 2, "new_height: 34 new_width: 51")
+    net.forward()
+    assert net.blobs["data"].shape == (2, 3, 34, 51)
+    expected = cv2.resize(lab, (51, 34), interpolation=cv2.INTER_NEAREST)
+    np.testing.assert_array_equal(net.blobs["label"].data[:, 0], np.stack([expected] * 2))
+    assert set(np.unique(net.blobs["label"].data)) <= {0, 1, 2}
+
+
+def test_nearest_resize_is_opencvs_for_every_small_size():
+    # the rule behind DenseImageData's labels and the SSD fork's NEAREST warp
+    src = np.arange(40 * 40, dtype=np.uint16).reshape(40, 40)
+    for h, w in [(6, 9), (9, 10), (40, 40), (17, 23)]:
+        for out_h, out_w in [(34, 51), (74, 98), (3, 5), (h, w), (111, 148)]:
+            part = np.ascontiguousarray(src[:h, :w])
+            np.testing.assert_array_equal(
+                resize_nearest(part, out_h, out_w),
+                cv2.resize(part, (out_w, out_h), interpolation=cv2.INTER_NEAREST))
+    # the SSD fork's NEAREST warp (its im_transforms.cpp: cv::resize with INTER_NEAREST)
+    p = caffe_pb2.ResizeParameter(height=34, width=51,
+                                  interp_mode=[caffe_pb2.ResizeParameter.NEAREST])
+    img = np.random.default_rng(1).integers(0, 256, (6, 9, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(anno_transform.warp(img, p, np.random.default_rng(0)),
+                                  cv2.resize(img, (51, 34), interpolation=cv2.INTER_NEAREST))
+
+
+def test_dense_batch_of_one_reshapes_to_each_image(tmp_path):
+    # SegNet test_dense_image_data_layer.cpp TestReshape: batch 1, no resize or crop: each
+    # image keeps its size (the fork's cat 360 x 480, fish-bike 323 x 481; here 9 x 12, 7 x 13)
+    lines = []
+    for i, size in enumerate([(9, 12), (7, 13)]):
+        img = np.full(size + (3,), 10 * i, np.uint8)
+        lab = np.full(size, i + 1, np.uint8)
+        lines.append("%s %s" % (write_image(tmp_path, "i%d.png" % i, img),
+                                write_image(tmp_path, "l%d.png" % i, lab)))
+    (tmp_path / "list.txt").write_text("\n".join(lines) + "\n")
+    net = dense_net(tmp_path, 1)
+    for size, value in [((9, 12), 1), ((7, 13), 2), ((9, 12), 1)]:
+        net.forward()
+        assert net.blobs["data"].shape == (1, 3) + size
+        assert net.blobs["label"].shape == (1, 1) + size
+        assert (net.blobs["label"].data == value).all()
+
+
+def test_dense_shuffle_gives_every_pair_once_per_epoch(tmp_path):
+    # SegNet test_dense_image_data_layer.cpp TestShuffle (its value checks, commented out in
+    # the fork, made to hold here): batch 5 of 5 pairs, each pair once, image and label together
+    lines = []
+    for i in range(5):
+        lines.append("%s %s" % (write_image(tmp_path, "i%d.png" % i, np.full((4, 5, 3), 40 * i,
+                                                                          np.uint8)),
+                                write_image(tmp_path, "l%d.png" % i, np.full((4, 5), i, np.uint8))))
+    (tmp_path / "list.txt").write_text("\n".join(lines))
+    caffe.set_random_seed(1701)
+    net = dense_net(tmp_path, 5, "shuffle: true")
+    orders = []
+    for _ in range(4):
+        net.forward()
+        order = net.blobs["label"].data[:, 0, 0, 0].astype(int)
+        assert sorted(order) == [0, 1, 2, 3, 4]
+        np.testing.assert_array_equal(net.blobs["data"].data[:, 0, 0, 0], 40 * order)
+        orders.append(tuple(order))
+    assert any(order != (0, 1, 2, 3, 4) for order in orders)

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..proto import caffe_pb2
 from . import sampler
-from .datum import DataError, resize
+from .datum import DataError, resize, resize_nearest
 
 TRAIN = caffe_pb2.TRAIN
 RP = caffe_pb2.ResizeParameter
@@ -184,10 +184,7 @@ def warp(img, p, rng):
     if mode == RP.LINEAR:
         return resize(img, p.height, p.width)
     if mode == RP.NEAREST:
-        h, w = img.shape[:2]
-        ys = np.minimum((np.arange(p.height) * (h / p.height)).astype(np.int64), h - 1)
-        xs = np.minimum((np.arange(p.width) * (w / p.width)).astype(np.int64), w - 1)
-        return img[ys][:, xs]
+        return resize_nearest(img, int(p.height), int(p.width))
     cv2 = _cv2("resize_param interp_mode %s" % RP.Interp_mode.Name(mode))
     flag = {RP.AREA: cv2.INTER_AREA, RP.CUBIC: cv2.INTER_CUBIC,
             RP.LANCZOS4: cv2.INTER_LANCZOS4}[mode]

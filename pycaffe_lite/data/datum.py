@@ -353,6 +353,19 @@ def resize(img, height, width, window=None, axes=(0, 1)):
     return top + (np.take(horiz, y1, axis=ha) - top) * fyr
 
 
+
+def resize_nearest(img, height, width):
+    """Nearest-neighbour resize of an (H, W, ...) array to ``height`` x ``width``, picking the
+    source pixels as OpenCV's ``cv::resize`` with INTER_NEAREST does (SegNet's and ENet's label
+    images, the SSD fork's NEAREST warp): row ``i`` is ``floor(i * (1 / (height / H)))``, the
+    inverse of the scale taken in double, then capped at ``H - 1`` (and so for the columns).
+    ``i * H / height`` is not the same: at an exact multiple the inverse can round below it
+    (H = 6, height = 34: row 17 is 2, not 3). No new values appear (labels stay labels)."""
+    h, w = img.shape[:2]
+    rows = np.minimum(np.floor(np.arange(height) * (1.0 / (height / h))).astype(np.int64), h - 1)
+    cols = np.minimum(np.floor(np.arange(width) * (1.0 / (width / w))).astype(np.int64), w - 1)
+    return img[rows[:, None], cols[None, :]]
+
 # ---- files --------------------------------------------------------------------------------
 def read_file(path, what="image file"):
     try:

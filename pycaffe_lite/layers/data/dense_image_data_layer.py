@@ -2,20 +2,12 @@
 
 import numpy as np
 
-from ...data.datum import DataError, read_file, read_image
+from ...data.datum import DataError, read_file, read_image, resize_nearest
 from ...data.imageset import join_root
 from ...data.transformer import DataTransformer
 from ...registry import register_layer
 from .base_data_layer import check_pairs, check_source, default_threads
 from .image_data_layer import ImageDataLayer
-
-def resize_nearest(img, height, width):
-    """Nearest-neighbour resize of an (H, W) array as OpenCV's INTER_NEAREST picks source
-    pixels (``floor(i * H / height)``), for label images (no new label values appear)."""
-    h, w = img.shape[:2]
-    rows = np.minimum((np.arange(height) * (h / height)).astype(np.int64), h - 1)
-    cols = np.minimum((np.arange(width) * (w / width)).astype(np.int64), w - 1)
-    return img[rows[:, None], cols[None, :]]
 
 
 def read_pair_list(path):
