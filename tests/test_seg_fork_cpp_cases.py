@@ -6,13 +6,17 @@ package does not provide (test_bias_channel_layer.cpp, test_domain_transform*_la
 test_spatial_product_layer.cpp). References are hand formulas in NumPy, OpenCV, or numerical
 gradients."""
 
+import re
+
 import numpy as np
 import pytest
 
 import pycaffe_lite as caffe
 from pycaffe_lite.data import anno_transform
 from pycaffe_lite.data.datum import resize_nearest
+from pycaffe_lite.errors import ProtoError
 from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite.registry import UnknownTypeError
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
 
 cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
@@ -276,3 +280,43 @@ def test_dense_shuffle_gives_every_pair_once_per_epoch(tmp_path):
         np.testing.assert_array_equal(net.blobs["data"].data[:, 0, 0, 0], 40 * order)
         orders.append(tuple(order))
     assert any(order != (0, 1, 2, 3, 4) for order in orders)
+
+
+# ---- DeepLab v2's layers in PSPNet's fork: refused, naming the fork -------------------------
+NOT_PROVIDED = """
+name: "deeplab"
+input: "data" input_shape { dim: 1 dim: 3 dim: 4 dim: 4 }
+input: "more" input_shape { dim: 1 dim: 3 dim: 4 dim: 4 }
+layer { name: "odd_one" type: "%s" bottom: "data" bottom: "more" top: "out" %s }
+"""
+
+
+@pytest.mark.parametrize("layer_type", ["BiasChannel", "AdaptiveBiasChannel", "DomainTransform",
+                                        "DomainTransformForwardOnly", "SpatialProduct",
+                                        "UniqueLabel", "MatRead"])
+def test_deeplab_v2_layer_is_refused_naming_layer_type_and_fork(tmp_path, layer_type):
+    # PSPNet's test_bias_channel_layer.cpp, test_domain_transform_layer.cpp,
+    # test_domain_transform_forward_only_layer.cpp, test_spatial_product_layer.cpp (and the
+    # fork's other DeepLab v2 types): layers this package does not provide
+    path = tmp_path / "net.prototxt"
+    path.write_text(NOT_PROVIDED % (layer_type, ""))
+    with pytest.raises(UnknownTypeError) as info:
+        caffe.Net(str(path), caffe.TEST)
+    message = str(info.value)
+    assert "layer 'odd_one' has type %s" % layer_type in message
+    assert "DeepLab v2" in message and "does not implement" in message
+
+
+@pytest.mark.parametrize("field,types", [
+    ("bias_channel_param { bg_bias: 1 fg_bias: 2 }", "BiasChannel"),
+    ("domain_transform_param { num_iter: 3 spatial_sigma: 50 }",
+     "DomainTransform and DomainTransformForwardOnly layers"),
+])
+def test_deeplab_v2_parameters_in_a_prototxt_name_the_layer_types(tmp_path, field, types):
+    path = tmp_path / "net.prototxt"
+    path.write_text(NOT_PROVIDED % ("BiasChannel", field))
+    with pytest.raises(ProtoError) as info:
+        caffe.Net(str(path), caffe.TEST)
+    message = str(info.value)
+    assert re.search(r"net\.prototxt.*\b5\b", message)
+    assert types in message and "DeepLab v2" in message and "does not implement" in message

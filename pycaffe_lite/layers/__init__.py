@@ -82,6 +82,14 @@ def create_layer(layer_param, dtype=np.float32):
     if layer_param.type not in LAYERS:
         plugins.load_configured()  # PYCAFFE_LITE_PLUGINS and installed plugins, once
         if layer_param.type not in LAYERS:
+            from ..proto import fork_layer_fields
+
+            fork = fork_layer_fields.not_provided_message(layer_param.type)
+            if fork:
+                raise UnknownTypeError(
+                    "layer '%s' has type %s, %s. %s"
+                    % (layer_param.name, layer_param.type, fork,
+                       plugins.refused() or plugins.HOW))
             raise UnknownTypeError(LAYERS.unknown_message(layer_param.type, context)
                                    + ". " + (plugins.refused() or plugins.HOW))
     cls = LAYERS.get(layer_param.type, context)

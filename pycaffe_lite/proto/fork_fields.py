@@ -241,6 +241,10 @@ FORK_FIELD_NAMES.update({("DetectionOutputParameter", name): "caffe-yolov2 (gklz
                          for name in ("side", "num_box", "coords", "nms_threshold", "biases",
                                       "label_map_file")})
 
+# DeepLab v2's layers that are not provided (BiasChannel, DomainTransform, ...): their fields.
+FORK_FIELD_NAMES.update({("LayerParameter", field): fork for fork, field in
+                         fork_layer_fields.NOT_PROVIDED_TYPES.values() if field})
+
 
 def fork_of_field(message_name, field_name):
     """The fork that defines ``message_name.field_name`` where this schema lacks it, or None."""

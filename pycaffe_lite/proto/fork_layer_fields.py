@@ -118,3 +118,32 @@ def bn_kind(bn_param):
             "shift_filler; PSPNet: slope_filler, bias_filler, momentum, eps, frozen, engine)"
             % (", ".join(found[SEGNET_BN]), ", ".join(found[PSPNET_BN])))
     return PSPNET_BN if found[PSPNET_BN] else SEGNET_BN
+
+
+# Layer types of the forks that this package does not provide: type -> (the fork, the
+# LayerParameter field of its parameters, or None). A net that uses one is refused with the
+# layer, its type and the fork; a prototxt that sets the field, with the file, line and fork.
+DEEPLAB_IN_PSPNET = "DeepLab v2 (deeplab-public-ver2, also in PSPNet's hszhao/PSPNet)"
+NOT_PROVIDED_TYPES = {
+    "BiasChannel": (DEEPLAB_IN_PSPNET, "bias_channel_param"),
+    "AdaptiveBiasChannel": (DEEPLAB_IN_PSPNET, "adaptive_bias_channel_param"),
+    "DomainTransform": (DEEPLAB_IN_PSPNET, "domain_transform_param"),
+    "DomainTransformForwardOnly": (DEEPLAB_IN_PSPNET, "domain_transform_param"),
+    "SpatialProduct": (DEEPLAB_IN_PSPNET, None),
+    "UniqueLabel": (DEEPLAB_IN_PSPNET, "unique_label_param"),
+    "MatRead": (DEEPLAB_IN_PSPNET, "mat_read_param"),
+}
+
+
+def not_provided_message(layer_type):
+    """Why ``layer_type`` is refused where it is a known fork's layer not provided here, or
+    None."""
+    entry = NOT_PROVIDED_TYPES.get(layer_type)
+    if entry is None:
+        return None
+    return "a layer of %s that pycaffe-lite does not implement" % entry[0]
+
+
+def types_of_field(field_name):
+    """The not-provided layer types whose parameters ``field_name`` holds (sorted)."""
+    return sorted(t for t, (_, field) in NOT_PROVIDED_TYPES.items() if field == field_name)

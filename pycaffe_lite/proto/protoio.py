@@ -75,7 +75,13 @@ def _fork_hint(detail):
     """Where a Caffe fork defines a field that this schema lacks, say which."""
     m = _NO_FIELD.search(detail)
     fork = m and fork_fields.fork_of_field(m.group(1), m.group(2))
-    return " (a field of the %s fork, not supported here)" % fork if fork else ""
+    if not fork:
+        return ""
+    types = m.group(1) == "LayerParameter" and fork_layer_fields.types_of_field(m.group(2))
+    if types:
+        return (" (the parameters of the %s layer%s of %s, which pycaffe-lite does not "
+                "implement)" % (" and ".join(types), "s" if len(types) > 1 else "", fork))
+    return " (a field of the %s fork, not supported here)" % fork
 
 
 def _brace_hint(detail, message):
