@@ -198,15 +198,15 @@ def test_dense_pairs_on_one_line_read_in_order(tmp_path):
                                                                           lab)]
         labels.append(lab)
     (tmp_path / "list.txt").write_text(" ".join(words) + " ")
-    net = dense_net(tmp_path, 5, "shuffle: false")
-    assert net.blobs["data"].shape == (5, 3, 12, 16)
-    assert net.blobs["label"].shape == (5, 1, 12, 16)
-    for _ in range(2):
-        net.forward()
-        label = net.blobs["label"].data
-        np.testing.assert_array_equal(label[:, 0], np.stack(labels))
-        assert label.min() == 0 and label.max() == 2
-        assert label.mean() == pytest.approx(np.mean(labels), abs=1e-6)
+    with dense_net(tmp_path, 5, "shuffle: false") as net:
+        assert net.blobs["data"].shape == (5, 3, 12, 16)
+        assert net.blobs["label"].shape == (5, 1, 12, 16)
+        for _ in range(2):
+            net.forward()
+            label = net.blobs["label"].data
+            np.testing.assert_array_equal(label[:, 0], np.stack(labels))
+            assert label.min() == 0 and label.max() == 2
+            assert label.mean() == pytest.approx(np.mean(labels), abs=1e-6)
 
 
 def test_dense_resized_labels_pick_opencvs_nearest_rows(tmp_path):
@@ -218,12 +218,12 @@ def test_dense_resized_labels_pick_opencvs_nearest_rows(tmp_path):
     img = np.random.default_rng(0).integers(0, 256, (6, 9, 3), dtype=np.uint8)
     (tmp_path / "list.txt").write_text("%s %s\n" % (write_image(tmp_path, "i.png", img),
                                                     write_image(tmp_path, "l.png", lab)))
-    net = dense_net(tmp_path, 2, "new_height: 34 new_width: 51")
-    net.forward()
-    assert net.blobs["data"].shape == (2, 3, 34, 51)
-    expected = cv2.resize(lab, (51, 34), interpolation=cv2.INTER_NEAREST)
-    np.testing.assert_array_equal(net.blobs["label"].data[:, 0], np.stack([expected] * 2))
-    assert set(np.unique(net.blobs["label"].data)) <= {0, 1, 2}
+    with dense_net(tmp_path, 2, "new_height: 34 new_width: 51") as net:
+        net.forward()
+        assert net.blobs["data"].shape == (2, 3, 34, 51)
+        expected = cv2.resize(lab, (51, 34), interpolation=cv2.INTER_NEAREST)
+        np.testing.assert_array_equal(net.blobs["label"].data[:, 0], np.stack([expected] * 2))
+        assert set(np.unique(net.blobs["label"].data)) <= {0, 1, 2}
 
 
 def test_nearest_resize_is_opencvs_for_every_small_size():
@@ -253,12 +253,12 @@ def test_dense_batch_of_one_reshapes_to_each_image(tmp_path):
         lines.append("%s %s" % (write_image(tmp_path, "i%d.png" % i, img),
                                 write_image(tmp_path, "l%d.png" % i, lab)))
     (tmp_path / "list.txt").write_text("\n".join(lines) + "\n")
-    net = dense_net(tmp_path, 1)
-    for size, value in [((9, 12), 1), ((7, 13), 2), ((9, 12), 1)]:
-        net.forward()
-        assert net.blobs["data"].shape == (1, 3) + size
-        assert net.blobs["label"].shape == (1, 1) + size
-        assert (net.blobs["label"].data == value).all()
+    with dense_net(tmp_path, 1) as net:
+        for size, value in [((9, 12), 1), ((7, 13), 2), ((9, 12), 1)]:
+            net.forward()
+            assert net.blobs["data"].shape == (1, 3) + size
+            assert net.blobs["label"].shape == (1, 1) + size
+            assert (net.blobs["label"].data == value).all()
 
 
 def test_dense_shuffle_gives_every_pair_once_per_epoch(tmp_path):
@@ -271,15 +271,15 @@ def test_dense_shuffle_gives_every_pair_once_per_epoch(tmp_path):
                                 write_image(tmp_path, "l%d.png" % i, np.full((4, 5), i, np.uint8))))
     (tmp_path / "list.txt").write_text("\n".join(lines))
     caffe.set_random_seed(1701)
-    net = dense_net(tmp_path, 5, "shuffle: true")
-    orders = []
-    for _ in range(4):
-        net.forward()
-        order = net.blobs["label"].data[:, 0, 0, 0].astype(int)
-        assert sorted(order) == [0, 1, 2, 3, 4]
-        np.testing.assert_array_equal(net.blobs["data"].data[:, 0, 0, 0], 40 * order)
-        orders.append(tuple(order))
-    assert any(order != (0, 1, 2, 3, 4) for order in orders)
+    with dense_net(tmp_path, 5, "shuffle: true") as net:
+        orders = []
+        for _ in range(4):
+            net.forward()
+            order = net.blobs["label"].data[:, 0, 0, 0].astype(int)
+            assert sorted(order) == [0, 1, 2, 3, 4]
+            np.testing.assert_array_equal(net.blobs["data"].data[:, 0, 0, 0], 40 * order)
+            orders.append(tuple(order))
+        assert any(order != (0, 1, 2, 3, 4) for order in orders)
 
 
 # ---- DeepLab v2's layers in PSPNet's fork: refused, naming the fork -------------------------
