@@ -18,7 +18,9 @@ unless it is a finalizer or a loading thread (:func:`never_waits`).
 
 No lock of ours is held while a step runs: the steps are taken off the stack under the lock and
 run after it is released. A thread being joined by a step can therefore always finish, even
-when dropping its last reference to an owner runs that owner's finalizer there.
+when dropping its last reference to an owner runs that owner's finalizer there: in a loading
+or kernel thread, which may hold a lock of its own at that moment (a prefetcher's plan lock),
+the finalizer hands the release to a new thread and returns.
 
 A forked child (``multiprocessing``'s fork start method) inherits copies of the parent's
 stacks, but not the threads they join, and the locks that those threads held at the fork stay
@@ -115,7 +117,23 @@ class Resources:
 
     def _release_collected(self):
         """The finalizer's release: it may run in any thread, a joined one included, so
-        neither it nor anything it releases waits for another thread's release."""
+        neither it nor anything it releases waits for another thread's release.
+
+        In a loading or kernel thread (:func:`worker_thread`) it runs in a thread of its own
+        instead: the collection may have struck while that thread held a lock that the
+        threads the release joins are waiting for (a prefetcher's plan lock while it plans a
+        batch), and joining them there would wait for ever."""
+        if threading.current_thread() in _workers:
+            t = threading.Thread(target=self._release_collected_here, daemon=True,
+                                 name="pycaffe-lite release of %s" % self.what)
+            try:
+                t.start()
+                return
+            except RuntimeError:  # no new threads at interpreter shutdown: release here
+                pass
+        self._release_collected_here()
+
+    def _release_collected_here(self):
         _local.finalizing = getattr(_local, "finalizing", 0) + 1
         try:
             self.release()

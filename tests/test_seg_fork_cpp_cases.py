@@ -7,6 +7,8 @@ test_spatial_product_layer.cpp). References are hand formulas in NumPy, OpenCV, 
 gradients."""
 
 import re
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -14,7 +16,9 @@ import pytest
 import pycaffe_lite as caffe
 from pycaffe_lite.data import anno_transform
 from pycaffe_lite.data.datum import resize_nearest
+from pycaffe_lite.data.prefetch import Prefetcher
 from pycaffe_lite.errors import ProtoError
+from pycaffe_lite.lifecycle import Resources
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.registry import UnknownTypeError
 from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_blobs
@@ -320,3 +324,37 @@ def test_deeplab_v2_parameters_in_a_prototxt_name_the_layer_types(tmp_path, fiel
     message = str(info.value)
     assert re.search(r"net\.prototxt.*\b5\b", message)
     assert types in message and "DeepLab v2" in message and "does not implement" in message
+
+
+# ---- DenseImageData's loading threads: a net collected in one of them ----------------------
+class _Owner:
+    """Stands for a data layer that owns a prefetcher (its release closes it)."""
+
+
+def test_owner_collected_in_its_own_loading_thread_releases_without_deadlock():
+    # Found with the DenseImageData cases above: a dropped net's finalizer ran in one of its
+    # loading threads while that thread held the prefetcher's plan lock, and joined the other
+    # loading thread, which was waiting for that lock (the interpreter's exit then hung)
+    holder, planners = [], []
+
+    def plan():
+        planners.append(threading.current_thread())
+        if len(planners) == 1:
+            # the second thread has taken a batch: it now waits for the plan lock held here
+            while len(prefetcher._shared.free) > prefetcher.count - 1:
+                time.sleep(0.001)
+            holder.clear()  # the owner's last reference: its finalizer runs in this thread
+        return None, None
+
+    prefetcher = Prefetcher(plan, lambda plan, blobs: None, lambda: [], count=4, threads=2)
+    owner = _Owner()
+    owner.resources = Resources(owner, "a data layer")
+    owner.resources.push(prefetcher.close)
+    holder.append(owner)
+    del owner
+    prefetcher.start()
+    threads = prefetcher.worker_threads
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert prefetcher.closed
