@@ -269,7 +269,9 @@ MATCH = '''
 test_abs test_add test_averagepool_2d_precomputed_pads_count_include_pad
 test_averagepool_2d_precomputed_strides test_averagepool_2d_default
 test_averagepool_2d_pads_count_include_pad test_averagepool_2d_strides test_averagepool_2d_ceil
-test_averagepool_2d_ceil_last_window_starts_on_pad test_batchnorm_example
+test_averagepool_2d_ceil_last_window_starts_on_pad test_averagepool_2d_precomputed_pads
+test_averagepool_2d_precomputed_same_upper test_averagepool_2d_same_lower
+test_averagepool_2d_pads test_batchnorm_example
 test_batchnorm_epsilon test_causal_conv_with_state_with_past_state_expanded
 test_causal_conv_with_state_decode_step_expanded
 test_causal_conv_with_state_with_bias_and_past_state_expanded test_clip_example test_clip
@@ -363,7 +365,7 @@ pytorch-operator/test_operator_flatten pytorch-operator/test_operator_index
 pytorch-operator/test_operator_max pytorch-operator/test_operator_mm
 pytorch-operator/test_operator_permute2 pytorch-operator/test_operator_view
 simple/test_single_relu_model light/bvlc_alexnet light/densenet121 light/resnet50
-light/squeezenet
+light/squeezenet light/inception_v2 light/shufflenet
 '''.split()
 
 REFUSED = {
@@ -403,11 +405,6 @@ REFUSED = {
     '''.split(),
     r"ONNX node '[^']+' \(op AveragePool\): dilated pooling / storage_order have no Caffe": '''
         test_averagepool_2d_dilations
-    '''.split(),
-    r"ONNX node '[^']+' \(op AveragePool\): its average divides border windows by": '''
-        test_averagepool_2d_precomputed_pads test_averagepool_2d_precomputed_same_upper
-        test_averagepool_2d_same_lower test_averagepool_2d_pads light/inception_v2
-        light/shufflenet
     '''.split(),
     r"ONNX node '[^']+' \(op AveragePool\): only": '''
         test_averagepool_1d_default test_averagepool_3d_default

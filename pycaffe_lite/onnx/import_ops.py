@@ -226,23 +226,37 @@ def pool(ctx, node):
     if any(c < o for c, o in zip(caffe_out, onnx_out)):
         raise ctx.error(node, "ONNX pools %s windows where Caffe's rounding gives %s"
                         % (onnx_out, caffe_out))
-    if not is_max:
+    factors = None
+    if not is_max:  # ONNX's divisor over Caffe's, per output row and column
+        axes = []
         for i in range(2):
             onnx_clip = sizes[i] + end[i] if explicit is None else sizes[i] + caffe_pad[i]
             theirs = _divisors(sizes[i], kernel[i], strides[i], begin[i], onnx_out[i],
                                onnx_clip, include or explicit is not None)
             ours = _divisors(sizes[i], kernel[i], strides[i], caffe_pad[i], onnx_out[i],
                              sizes[i] + caffe_pad[i], True)
-            if theirs != ours:
-                raise ctx.error(node, "its average divides border windows by %s where "
-                                      "Caffe's AVE pooling divides by %s" % (theirs, ours))
-    top = node.output[0] if caffe_out == onnx_out else node.output[0] + "/caffe_pool"
+            if min(theirs) <= 0:
+                raise ctx.error(node, "a window of its average lies wholly in the padding "
+                                      "(ONNX divides by 0 there)")
+            axes.append(np.array(ours, np.float64) / np.array(theirs, np.float64))
+        factors = np.outer(axes[0], axes[1]).astype(np.float32)
+        if np.all(factors == 1.0):
+            factors = None
+    top = node.output[0] if caffe_out == onnx_out and factors is None else \
+        node.output[0] + "/caffe_pool"
     lp = ctx.layer("Pooling", _name(node), [x], [top])
     p = lp.pooling_param
     p.pool = caffe_pb2.PoolingParameter.MAX if is_max else caffe_pb2.PoolingParameter.AVE
     _pool_geometry(p, kernel, strides, caffe_pad)
     if caffe_out != onnx_out:
-        _drop_last_windows(ctx, node, top, caffe_out, onnx_out)
+        top = _drop_last_windows(ctx, node, top, caffe_out, onnx_out, factors is None)
+    if factors is not None:
+        # Caffe's AVE divides a border window by its extent in the padded input; ONNX by its
+        # extent in the input (count_include_pad 0) or in its own padding: a fixed Scale
+        # per position (not learnt) turns the one into the other
+        lp = ctx.layer("Scale", _name(node) + "/divisor", [top], [node.output[0]], [factors])
+        lp.scale_param.axis, lp.scale_param.num_axes = 2, 2
+        lp.param.add(lr_mult=0, decay_mult=0)
 
 
 def _pool_geometry(p, kernel, strides, pads):
@@ -261,15 +275,16 @@ def _pool_geometry(p, kernel, strides, pads):
         p.pad_h, p.pad_w = pads
 
 
-def _drop_last_windows(ctx, node, blob, caffe_out, onnx_out):
+def _drop_last_windows(ctx, node, blob, caffe_out, onnx_out, final=True):
     """Floor-mode pooling: Caffe rounds up, so its extra last row / column of windows is
-    sliced off (the windows before it are the same) and silenced."""
+    sliced off (the windows before it are the same) and silenced; the blob left (the node's
+    output when ``final``)."""
     spare = []
     for axis, (c, o) in enumerate(zip(caffe_out, onnx_out)):
         if c == o:
             continue
-        last = axis == 1 or caffe_out[1] == onnx_out[1]
-        top = node.output[0] if last else blob + "/rows"
+        last = final and (axis == 1 or caffe_out[1] == onnx_out[1])
+        top = node.output[0] if last else "%s/rows%d" % (blob, axis)
         extra = "%s/spare%d" % (blob, axis)
         lp = ctx.layer("Slice", _name(node) + "/floor%d" % axis, [blob], [top, extra])
         lp.slice_param.axis = axis + 2
@@ -277,6 +292,7 @@ def _drop_last_windows(ctx, node, blob, caffe_out, onnx_out):
         spare.append(extra)
         blob = top
     ctx.layer("Silence", _name(node) + "/spare", spare, [])
+    return blob
 
 
 @importer("GlobalMaxPool", "GlobalAveragePool")

@@ -1,0 +1,48 @@
+"""ONNX import of the ops that map exactly onto Caffe layers, each as a small torch module
+exported with ``torch.onnx.export``: the imported net's output against torch's own."""
+
+import io
+
+import numpy as np
+import pytest
+
+import pycaffe_lite as caffe
+from pycaffe_lite import onnx as caffe_onnx
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+nn = torch.nn
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
+                                        "ignore::UserWarning",
+                                        "ignore::torch.jit.TracerWarning")
+
+
+def check(module, shape, tmp_path, key, opset=17, low=-2.0, high=2.0):
+    """The module exported, imported, run: its output against torch's on the same input;
+    returns the deploy net's layer types."""
+    torch.manual_seed(0)
+    module = module.eval()
+    x = np.random.default_rng(5).uniform(low, high, shape).astype(np.float32)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x)).numpy()
+    buf = io.BytesIO()
+    torch.onnx.export(module, (torch.from_numpy(x),), buf, dynamo=False, opset_version=opset,
+                      input_names=["x"], output_names=["y"])
+    prefix = str(tmp_path / key)
+    deploy, _, outputs = caffe_onnx.to_caffe(onnx.load_from_string(buf.getvalue()), prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    got = net.blobs[outputs["y"]].data
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=key)
+    return [lp.type for lp in deploy.layer]
+
+
+@pytest.mark.parametrize("ceil", [False, True])
+def test_average_pool_excluding_its_padding(tmp_path, ceil):
+    # count_include_pad=False: ONNX divides border windows by their part inside the input,
+    # Caffe's AVE by their part inside the padded input (it was refused)
+    pool = nn.AvgPool2d((3, 2), stride=2, padding=1, ceil_mode=ceil, count_include_pad=False)
+    types = check(pool, (2, 3, 7, 8), tmp_path, "avg%d" % ceil)
+    assert "Pooling" in types and "Scale" in types
