@@ -285,6 +285,8 @@ test_basic_conv_with_padding test_basic_conv_without_padding test_conv_with_stri
 test_conv_with_strides_no_padding test_conv_with_strides_and_asymmetric_padding
 test_conv_with_autopad_same test_convtranspose test_convtranspose_1d test_convtranspose_3d
 test_convtranspose_pads test_convtranspose_dilations test_convtranspose_group_2
+test_convtranspose_output_shape test_convtranspose_pad test_convtranspose_kernel_shape
+test_convtranspose_autopad_same
 test_convtranspose_group_2_image_3 test_depthtospace_example_expanded
 test_depthtospace_crd_mode_example_expanded test_dropout_default test_dropout_default_ratio
 test_dropout_default_old test_dropout_random_old test_elu_example test_elu test_elu_default
@@ -349,6 +351,7 @@ pytorch-converted/test_Conv2d_strided pytorch-converted/test_Conv3d
 pytorch-converted/test_Conv3d_dilated pytorch-converted/test_Conv3d_dilated_strided
 pytorch-converted/test_Conv3d_groups pytorch-converted/test_Conv3d_no_bias
 pytorch-converted/test_Conv3d_stride pytorch-converted/test_Conv3d_stride_padding
+pytorch-converted/test_ConvTranspose2d pytorch-converted/test_ConvTranspose2d_no_bias
 pytorch-converted/test_ELU pytorch-converted/test_GLU pytorch-converted/test_GLU_dim
 pytorch-converted/test_LeakyReLU pytorch-converted/test_LeakyReLU_with_negval
 pytorch-converted/test_Linear pytorch-converted/test_Linear_no_bias
@@ -360,7 +363,8 @@ pytorch-converted/test_Softplus pytorch-converted/test_Tanh
 pytorch-converted/test_softmax_functional_dim3 pytorch-converted/test_softmax_lastdim
 pytorch-operator/test_operator_chunk
 pytorch-operator/test_operator_clip pytorch-operator/test_operator_concat2
-pytorch-operator/test_operator_conv pytorch-operator/test_operator_exp
+pytorch-operator/test_operator_conv pytorch-operator/test_operator_convtranspose
+pytorch-operator/test_operator_exp
 pytorch-operator/test_operator_flatten pytorch-operator/test_operator_index
 pytorch-operator/test_operator_max pytorch-operator/test_operator_mm
 pytorch-operator/test_operator_permute2 pytorch-operator/test_operator_view
@@ -421,14 +425,6 @@ REFUSED = {
     '''.split(),
     r"ONNX node '[^']+' \(op Clip\): min": '''
         test_clip_min_greater_than_max
-    '''.split(),
-    r"ONNX node '[^']+' \(op ConvTranspose\): auto_pad SAME_UPPER has no Caffe equivalent": '''
-        test_convtranspose_autopad_same
-    '''.split(),
-    r"ONNX node '[^']+' \(op ConvTranspose\): output_padding / output_shape have no Caffe": '''
-        test_convtranspose_output_shape test_convtranspose_pad test_convtranspose_kernel_shape
-        pytorch-converted/test_ConvTranspose2d pytorch-converted/test_ConvTranspose2d_no_bias
-        pytorch-operator/test_operator_convtranspose
     '''.split(),
     r"ONNX node '[^']+' \(op Div\): Div of two tensors converts only as Add/Sub/Mul of equal": '''
         test_div_example test_div test_div_bcast pytorch-converted/test_Softsign

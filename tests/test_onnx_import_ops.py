@@ -46,3 +46,25 @@ def test_average_pool_excluding_its_padding(tmp_path, ceil):
     pool = nn.AvgPool2d((3, 2), stride=2, padding=1, ceil_mode=ceil, count_include_pad=False)
     types = check(pool, (2, 3, 7, 8), tmp_path, "avg%d" % ceil)
     assert "Pooling" in types and "Scale" in types
+
+
+@pytest.mark.parametrize("kw", [dict(stride=2, padding=1, output_padding=1),
+                                dict(stride=3, padding=0, output_padding=2, dilation=1),
+                                dict(stride=(2, 3), padding=(2, 0), output_padding=(1, 2),
+                                     groups=2)])
+def test_conv_transpose_with_output_padding(tmp_path, kw):
+    # output_padding was refused; the rows past the full transposed convolution are its bias
+    conv = nn.ConvTranspose2d(4, 6, 3, **kw)
+    types = check(conv, (2, 4, 5, 4), tmp_path, "deconv")
+    assert "Deconvolution" in types
+
+
+def test_conv_transpose_to_an_output_size(tmp_path):
+    class Sized(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1)
+
+        def forward(self, x):
+            return self.conv(x, output_size=[10, 9])
+    assert "Deconvolution" in check(Sized(), (1, 3, 5, 5), tmp_path, "sized")

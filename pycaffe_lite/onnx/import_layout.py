@@ -1,11 +1,12 @@
 """ONNX ops of resizing and of axis layout -> Caffe layers: Resize / Upsample
 (nearest by an integer factor, bilinear with the corners aligned, or half-pixel bilinear by an
 integer factor), Transpose (the SSD fork's Permute), Slice (Caffe's Slice, the pieces not
-wanted silenced). Registered in :data:`.import_ops.IMPORTERS` as the other importers."""
+wanted silenced), ConvTranspose with output_padding / output_shape (a Deconvolution cut or
+extended). Registered in :data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
 
-from .import_ops import _name, _set_2d, attrs, importer
+from .import_ops import _name, _set_2d, attrs, conv, importer
 
 
 def _text(value):
@@ -255,16 +256,22 @@ def slice_(ctx, node):
     if not cuts:
         ctx.alias[node.output[0]] = ctx.blob(node.input[0])
         return
-    x, spare = node.input[0], []
+    _crop(ctx, node, node.input[0], shape, cuts, node.output[0])
+
+
+def _crop(ctx, node, x, shape, cuts, out):
+    """``x`` (of ``shape``) cut to ``[start, end)`` on each ``(axis, (start, end))`` of
+    ``cuts`` into ``out``: a Caffe Slice per axis, the pieces not kept silenced."""
+    spare = []
     for k, (axis, (start, end)) in enumerate(cuts):
-        top = node.output[0] if k == len(cuts) - 1 else "%s/axis%d" % (node.output[0], axis)
+        top = out if k == len(cuts) - 1 else "%s/axis%d" % (out, axis)
         tops, points = [], []
         if start > 0:
-            tops.append("%s/before%d" % (node.output[0], axis))
+            tops.append("%s/before%d" % (out, axis))
             points.append(start)
         tops.append(top)
         if end < shape[axis]:
-            tops.append("%s/after%d" % (node.output[0], axis))
+            tops.append("%s/after%d" % (out, axis))
             points.append(end)
         lp = ctx.layer("Slice", _name(node) if len(cuts) == 1 else
                        "%s/axis%d" % (_name(node), axis), [x], tops)
@@ -273,3 +280,82 @@ def slice_(ctx, node):
         spare += [t for t in tops if t != top]
         x = top
     ctx.layer("Silence", _name(node) + "/spare", spare, [])
+
+
+@importer("ConvTranspose")
+def conv_transpose(ctx, node):
+    """ConvTranspose; with ``output_padding`` or ``output_shape``, ONNX's output is the
+    window ``[begin, begin + out)`` of the full transposed convolution (``s (in - 1) +
+    d (k - 1) + 1`` long, zero past its end but for the bias): a Deconvolution padded by as
+    much as that window leaves on both sides, the bias rows past its end concatenated as a
+    constant, then the window sliced out."""
+    a = attrs(node)
+    mode = _text(a.get("auto_pad", b"NOTSET"))
+    if not any(a.get("output_padding", [])) and "output_shape" not in a and \
+            mode in ("NOTSET", "VALID"):
+        conv(ctx, node)
+        return
+    w = ctx.const(node.input[1], node, "weight")
+    x_shape = ctx.shape(node.input[0], node)
+    n = w.ndim - 2
+    if mode not in ("NOTSET", "SAME_UPPER", "SAME_LOWER"):
+        raise ctx.error(node, "auto_pad %s with output_padding / output_shape has no Caffe "
+                              "equivalent" % mode)
+    strides = [int(v) for v in a.get("strides", [1] * n)]
+    dil = [int(v) for v in a.get("dilations", [1] * n)]
+    pads = [int(v) for v in a.get("pads", [0] * (2 * n))]
+    extra = [int(v) for v in a.get("output_padding", [0] * n)]
+    full = [s * (i - 1) + d * (k - 1) + 1
+            for s, i, d, k in zip(strides, x_shape[2:], dil, w.shape[2:])]
+    begin = pads[:n]
+    if mode != "NOTSET":  # SAME: in * stride outputs unless output_shape says otherwise
+        out = [int(v) for v in a["output_shape"]][-n:] if "output_shape" in a else \
+            [i * s for i, s in zip(x_shape[2:], strides)]
+        total = [f + e - o for f, e, o in zip(full, extra, out)]
+        if min(total) < 0:
+            raise ctx.error(node, "auto_pad %s gives negative pads %s" % (mode, total))
+        begin = [t // 2 if mode == "SAME_UPPER" else t - t // 2 for t in total]
+    elif "output_shape" in a:
+        out = [int(v) for v in a["output_shape"]][-n:]
+        total = [f + e - o for f, e, o in zip(full, extra, out)]
+        if [t - t // 2 for t in total] != begin:
+            raise ctx.error(node, "output_shape %s puts the output at %s of the full "
+                                  "transposed convolution where its pads say %s"
+                            % (out, [t - t // 2 for t in total], begin))
+    else:
+        out = [f + e - b - q for f, e, b, q in zip(full, extra, begin, pads[n:])]
+    if min(out) < 1:
+        raise ctx.error(node, "its output would have no rows on an axis (sizes %s)" % out)
+    caffe_pad = [min(b, max(0, f - b - o)) for b, f, o in zip(begin, full, out)]
+    plain = ctx.onnx.NodeProto()
+    plain.CopyFrom(node)
+    del plain.attribute[:]
+    plain.attribute.extend(v for v in node.attribute
+                           if v.name not in ("pads", "output_padding", "output_shape",
+                                             "auto_pad"))
+    plain.attribute.append(ctx.onnx.helper.make_attribute("pads", caffe_pad + caffe_pad))
+    blob = plain.output[0] = node.output[0] + "/full"
+    conv(ctx, plain)
+    shape = list(x_shape[:1]) + [w.shape[1] * int(a.get("group", 1))] + \
+        [f - 2 * p for f, p in zip(full, caffe_pad)]
+    bias = ctx.const(node.input[2], node, "bias") if len(node.input) > 2 and node.input[2] \
+        else np.zeros(shape[1], np.float32)
+    cuts = []
+    for i in range(n):
+        start = begin[i] - caffe_pad[i]
+        past = start + out[i] - shape[2 + i]
+        if past > 0:  # past the full output: the bias alone
+            pad_shape = shape[:2 + i] + [past] + shape[3 + i:]
+            const = node.output[0] + "/bias%d" % i
+            ctx.consts[const] = np.broadcast_to(
+                bias.astype(np.float32).reshape([-1] + [1] * n), pad_shape).copy()
+            lp = ctx.layer("Concat", _name(node) + "/extend%d" % i, [blob, const],
+                           [node.output[0] + "/extended%d" % i])
+            lp.concat_param.axis = 2 + i
+            blob, shape[2 + i] = lp.top[0], shape[2 + i] + past
+        if (start, start + out[i]) != (0, shape[2 + i]):
+            cuts.append((2 + i, (start, start + out[i])))
+    if cuts:
+        _crop(ctx, node, blob, shape, cuts, node.output[0])
+    else:
+        ctx.alias[node.output[0]] = blob

@@ -79,14 +79,11 @@ def _symmetric_pads(ctx, node, a, kernel, strides, dilations):
 
 
 # -- convolution ---------------------------------------------------------------------------
-@importer("Conv", "ConvTranspose")
+@importer("Conv")
 def conv(ctx, node):
     a = attrs(node)
     w = ctx.const(node.input[1], node, "weight")
     n = w.ndim - 2
-    if node.op_type == "ConvTranspose" and (any(a.get("output_padding", [])) or
-                                            "output_shape" in a):
-        raise ctx.error(node, "output_padding / output_shape have no Caffe equivalent")
     pads = _symmetric_pads(ctx, node, a, list(w.shape[2:]),
                            [int(s) for s in a.get("strides", [1] * n)],
                            [int(d) for d in a.get("dilations", [1] * n)])
