@@ -370,6 +370,12 @@ pytorch-operator/test_operator_max pytorch-operator/test_operator_mm
 pytorch-operator/test_operator_permute2 pytorch-operator/test_operator_view
 simple/test_single_relu_model light/bvlc_alexnet light/densenet121 light/resnet50
 light/squeezenet light/inception_v2 light/shufflenet
+test_neg_example test_neg test_pow_bcast_scalar test_reciprocal_example test_reciprocal
+test_selu_example test_selu test_selu_default test_softsign_example test_softsign
+test_sqrt_example test_sqrt pytorch-converted/test_SELU pytorch-converted/test_Softmin
+pytorch-operator/test_operator_basic pytorch-operator/test_operator_params
+pytorch-operator/test_operator_selu pytorch-operator/test_operator_symbolic_override_nested
+pytorch-operator/test_operator_sqrt
 '''.split()
 
 REFUSED = {
@@ -390,6 +396,8 @@ REFUSED = {
         test_max_int64 test_mul_int8 test_mul_int16 test_edge_pad test_reflect_pad
         test_wrap_pad test_sub_int8 test_sub_int16 pytorch-converted/test_Embedding
         pytorch-converted/test_Embedding_sparse pytorch-operator/test_operator_non_float_params
+        test_pow_types_int64_float32 test_pow_types_int32_float32 test_pow_types_int64_int64
+        test_pow_types_int32_int32
     '''.split(),
     r"ONNX input '[^']+' is of type uint": '''
         test_add_uint8 test_add_uint16 test_add_uint32 test_add_uint64 test_div_uint8
@@ -462,6 +470,11 @@ REFUSED = {
         pytorch-converted/test_MaxPool1d_stride_padding_dilation
         pytorch-converted/test_MaxPool3d pytorch-converted/test_MaxPool3d_stride
         pytorch-converted/test_MaxPool3d_stride_padding pytorch-operator/test_operator_maxpool
+    '''.split(),
+    r"ONNX node '[^']+' \(op Pow\): an exponent of several values": '''
+        test_pow_example test_pow test_pow_bcast_array test_pow_types_float32_int64
+        test_pow_types_float32_int32 test_pow_types_float32_uint64
+        test_pow_types_float32_uint32 pytorch-operator/test_operator_pow
     '''.split(),
     r"ONNX node '[^']+' \(op PRelu\): slopes of shape": '''
         test_prelu_example test_prelu_broadcast pytorch-converted/test_PReLU_1d_multiparam

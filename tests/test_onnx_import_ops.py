@@ -68,3 +68,22 @@ def test_conv_transpose_to_an_output_size(tmp_path):
         def forward(self, x):
             return self.conv(x, output_size=[10, 9])
     assert "Deconvolution" in check(Sized(), (1, 3, 5, 5), tmp_path, "sized")
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+@pytest.mark.parametrize("key,fn", [
+    ("neg", lambda x: -x), ("reciprocal", lambda x: 1.0 / x),
+    ("sqrt", torch.sqrt), ("pow", lambda x: x ** 3), ("rsqrt_pow", lambda x: x ** -0.5),
+    ("selu", nn.SELU()),
+])
+def test_pointwise_power_family(tmp_path, key, fn):
+    # these ops had no importer ('this op has no Caffe equivalent')
+    check(Fn(fn), (2, 3, 4), tmp_path, key, low=0.5, high=3.0)

@@ -16,7 +16,7 @@ from ..blob import fill_blobproto
 from ..errors import CaffeError
 from ..proto import caffe_pb2
 from ._lib import require_onnx
-from . import import_gates, import_layout  # noqa: F401 (register their importers in import_ops)
+from . import import_gates, import_layout, import_math  # noqa: F401 (their importers)
 from . import import_ops
 
 

@@ -1,0 +1,66 @@
+"""ONNX element-wise and reduction ops that Caffe's layers compute exactly -> Caffe layers: Neg,
+Reciprocal, Sqrt and Pow by a constant exponent (Power), Selu (ELU, Power), Softsign (AbsVal,
+Power, Eltwise PROD). Registered in :data:`.import_ops.IMPORTERS` as the other importers."""
+
+import numpy as np
+
+from ..proto import caffe_pb2
+from .import_ops import _name, attrs, importer
+
+E = caffe_pb2.EltwiseParameter
+
+
+def _power(ctx, name, x, top, power=1.0, scale=1.0, shift=0.0):
+    lp = ctx.layer("Power", name, [x], [top])
+    p = lp.power_param
+    if power != 1.0:
+        p.power = power
+    if scale != 1.0:
+        p.scale = scale
+    if shift != 0.0:
+        p.shift = shift
+    return top
+
+
+# -- element-wise --------------------------------------------------------------------------
+@importer("Neg", "Reciprocal", "Sqrt")
+def neg_reciprocal_sqrt(ctx, node):
+    kw = {"Neg": dict(scale=-1.0), "Reciprocal": dict(power=-1.0),
+          "Sqrt": dict(power=0.5)}[node.op_type]
+    _power(ctx, _name(node), node.input[0], node.output[0], **kw)
+
+
+@importer("Pow")
+def pow_(ctx, node):
+    """``x ** y`` for a constant ``y`` of one value (Caffe's Power); a tensor exponent, or a
+    constant one that differs along an axis, has no Caffe layer."""
+    y = ctx.const(node.input[1], node, "exponent").astype(np.float64).reshape(-1)
+    if y.size == 0 or np.any(y != y[0]):
+        raise ctx.error(node, "an exponent of several values %s has no Caffe equivalent "
+                              "(Caffe's Power takes one)" % y.tolist())
+    x_shape = ctx.shape(node.input[0], node)
+    if len(ctx.shape(node.input[1], node)) > len(x_shape):
+        raise ctx.error(node, "the exponent gives the output more axes than the input's %s"
+                        % (x_shape,))
+    _power(ctx, _name(node), node.input[0], node.output[0], power=float(np.float32(y[0])))
+
+
+@importer("Selu")
+def selu(ctx, node):
+    a = attrs(node)
+    alpha = float(a.get("alpha", 1.67326319217681884765625))
+    gamma = float(a.get("gamma", 1.05070102214813232421875))
+    lp = ctx.layer("ELU", _name(node) + "/elu", [node.input[0]], [node.output[0] + "/elu"])
+    lp.elu_param.alpha = alpha
+    _power(ctx, _name(node), node.output[0] + "/elu", node.output[0], scale=gamma)
+
+
+@importer("Softsign")
+def softsign(ctx, node):
+    """``x / (1 + |x|)``: AbsVal, Power (``(1 + |x|) ^ -1``), Eltwise PROD by ``x``."""
+    x, top, name = node.input[0], node.output[0], _name(node)
+    ctx.layer("AbsVal", name + "/abs", [x], [top + "/abs"])
+    _power(ctx, name + "/reciprocal", top + "/abs", top + "/reciprocal", power=-1.0,
+           shift=1.0)
+    lp = ctx.layer("Eltwise", name, [x, top + "/reciprocal"], [top])
+    lp.eltwise_param.operation = E.PROD
