@@ -370,10 +370,12 @@ pytorch-operator/test_operator_max pytorch-operator/test_operator_mm
 pytorch-operator/test_operator_permute2 pytorch-operator/test_operator_view
 simple/test_single_relu_model light/bvlc_alexnet light/densenet121 light/resnet50
 light/squeezenet light/inception_v2 light/shufflenet
-test_neg_example test_neg test_pow_bcast_scalar test_reciprocal_example test_reciprocal
-test_selu_example test_selu test_selu_default test_softsign_example test_softsign
-test_sqrt_example test_sqrt pytorch-converted/test_SELU pytorch-converted/test_Softmin
-pytorch-operator/test_operator_basic pytorch-operator/test_operator_params
+test_mean_example test_mean_one_input test_mean_two_inputs test_min_example test_min_one_input
+test_min_two_inputs test_min_float16 test_min_float32 test_min_float64 test_neg_example
+test_neg test_pow_bcast_scalar test_reciprocal_example test_reciprocal test_selu_example
+test_selu test_selu_default test_softsign_example test_softsign test_sqrt_example test_sqrt
+pytorch-converted/test_SELU pytorch-converted/test_Softmin pytorch-operator/test_operator_basic
+pytorch-operator/test_operator_min pytorch-operator/test_operator_params
 pytorch-operator/test_operator_selu pytorch-operator/test_operator_symbolic_override_nested
 pytorch-operator/test_operator_sqrt
 '''.split()
@@ -396,8 +398,9 @@ REFUSED = {
         test_max_int64 test_mul_int8 test_mul_int16 test_edge_pad test_reflect_pad
         test_wrap_pad test_sub_int8 test_sub_int16 pytorch-converted/test_Embedding
         pytorch-converted/test_Embedding_sparse pytorch-operator/test_operator_non_float_params
-        test_pow_types_int64_float32 test_pow_types_int32_float32 test_pow_types_int64_int64
-        test_pow_types_int32_int32
+        test_min_int8 test_min_int16 test_min_int32 test_min_int64
+        test_pow_types_int64_float32 test_pow_types_int32_float32
+        test_pow_types_int64_int64 test_pow_types_int32_int32
     '''.split(),
     r"ONNX input '[^']+' is of type uint": '''
         test_add_uint8 test_add_uint16 test_add_uint32 test_add_uint64 test_div_uint8
@@ -405,6 +408,7 @@ REFUSED = {
         test_max_uint32 test_max_uint64 test_maxpool_2d_uint8 test_mul_uint8 test_mul_uint16
         test_mul_uint32 test_mul_uint64 test_sub_uint8 test_sub_uint16 test_sub_uint32
         test_sub_uint64
+        test_min_uint8 test_min_uint16 test_min_uint32 test_min_uint64
     '''.split(),
     r"ONNX node '[^']+' \(op Add\): Add of two tensors converts only as Add/Sub/Mul of equal": '''
         test_add_bcast pytorch-operator/test_operator_add_broadcast

@@ -87,3 +87,9 @@ class Fn(nn.Module):
 def test_pointwise_power_family(tmp_path, key, fn):
     # these ops had no importer ('this op has no Caffe equivalent')
     check(Fn(fn), (2, 3, 4), tmp_path, key, low=0.5, high=3.0)
+
+
+def test_min_of_tensors(tmp_path):
+    # torch writes no Mean op: its case is ONNX's own (test_mean_*)
+    fn = Fn(lambda x: torch.minimum(x, x * 0.5 + 0.3) - torch.minimum(x * x, -x))
+    check(fn, (2, 3, 5), tmp_path, "min")

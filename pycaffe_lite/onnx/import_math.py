@@ -1,6 +1,7 @@
 """ONNX element-wise and reduction ops that Caffe's layers compute exactly -> Caffe layers: Neg,
 Reciprocal, Sqrt and Pow by a constant exponent (Power), Selu (ELU, Power), Softsign (AbsVal,
-Power, Eltwise PROD). Registered in :data:`.import_ops.IMPORTERS` as the other importers."""
+Power, Eltwise PROD) and Min and Mean of equal shapes (Eltwise). Registered in
+:data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
 
@@ -64,3 +65,31 @@ def softsign(ctx, node):
            shift=1.0)
     lp = ctx.layer("Eltwise", name, [x, top + "/reciprocal"], [top])
     lp.eltwise_param.operation = E.PROD
+
+
+def _same_shapes(ctx, node):
+    shapes = {ctx.shape(n, node) for n in node.input}
+    if len(shapes) != 1:
+        raise ctx.error(node, "inputs of different shapes %s do not convert (Caffe's Eltwise "
+                              "does not broadcast)" % sorted(shapes))
+
+
+@importer("Min", "Mean")
+def min_mean(ctx, node):
+    """Mean: Eltwise SUM with coefficients ``1 / n``; Min: ``-max(-a, -b, ...)`` (Power by
+    -1 each side of an Eltwise MAX)."""
+    if len(node.input) == 1:
+        ctx.alias[node.output[0]] = ctx.blob(node.input[0])
+        return
+    _same_shapes(ctx, node)
+    name, top = _name(node), node.output[0]
+    if node.op_type == "Mean":
+        lp = ctx.layer("Eltwise", name, list(node.input), [top])
+        lp.eltwise_param.operation = E.SUM
+        lp.eltwise_param.coeff.extend([1.0 / len(node.input)] * len(node.input))
+        return
+    negated = [_power(ctx, "%s/neg%d" % (name, i), x, "%s/neg%d" % (top, i), scale=-1.0)
+               for i, x in enumerate(node.input)]
+    lp = ctx.layer("Eltwise", name + "/max", negated, [top + "/max"])
+    lp.eltwise_param.operation = E.MAX
+    _power(ctx, name, top + "/max", top, scale=-1.0)
