@@ -93,3 +93,12 @@ def test_min_of_tensors(tmp_path):
     # torch writes no Mean op: its case is ONNX's own (test_mean_*)
     fn = Fn(lambda x: torch.minimum(x, x * 0.5 + 0.3) - torch.minimum(x * x, -x))
     check(fn, (2, 3, 5), tmp_path, "min")
+
+
+@pytest.mark.parametrize("dim", [1, -1, 0])
+def test_log_softmax_shifted_by_its_maximum(tmp_path, dim):
+    # a spread of 200: softmax's smallest probabilities underflow float32, ONNX's (and
+    # torch's) log-softmax stays finite, and so does the conversion
+    types = check(nn.LogSoftmax(dim), (2, 4, 3, 5), tmp_path, "logsoftmax", low=-100.0,
+                  high=100.0)
+    assert "Softmax" not in types

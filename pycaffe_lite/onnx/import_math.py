@@ -1,6 +1,7 @@
 """ONNX element-wise and reduction ops that Caffe's layers compute exactly -> Caffe layers: Neg,
 Reciprocal, Sqrt and Pow by a constant exponent (Power), Selu (ELU, Power), Softsign (AbsVal,
-Power, Eltwise PROD) and Min and Mean of equal shapes (Eltwise). Registered in
+Power, Eltwise PROD), Min and Mean of equal shapes (Eltwise) and LogSoftmax (shifted by the
+maximum as ONNX computes it: Pooling MAX and AVE, Tile, Eltwise, Exp, Log). Registered in
 :data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
@@ -93,3 +94,60 @@ def min_mean(ctx, node):
     lp = ctx.layer("Eltwise", name + "/max", negated, [top + "/max"])
     lp.eltwise_param.operation = E.MAX
     _power(ctx, name, top + "/max", top, scale=-1.0)
+
+
+# -- LogSoftmax ----------------------------------------------------------------------------
+def _tile(ctx, name, x, top, axis, tiles):
+    lp = ctx.layer("Tile", name, [x], [top])
+    lp.tile_param.axis, lp.tile_param.tiles = axis, int(tiles)
+    return top
+
+
+@importer("LogSoftmax")
+def log_softmax(ctx, node):
+    """``x - max - log(sum(exp(x - max)))`` along the axis, as ONNX computes it (a Softmax
+    then Log would give -inf where a probability underflows): the input viewed as
+    ``(outer, 1, C, inner)``, the maximum and the mean of the exponentials by pooling over a
+    ``C x 1`` window, tiled back over the axis."""
+    shape = ctx.shape(node.input[0], node)
+    rank = len(shape)
+    axis = int(attrs(node).get("axis", 1 if ctx.opset < 13 else -1))
+    axis = axis + rank if axis < 0 else axis
+    if ctx.opset < 13:
+        big = [i for i in range(axis, rank) if shape[i] != 1]
+        if len(big) > 1:
+            raise ctx.error(node, "a LogSoftmax before opset 13 over axes %d.. (flattened, "
+                                  "of sizes %s) has no Caffe equivalent" % (axis, shape[axis:]))
+        axis = big[0] if big else axis
+    c = shape[axis]
+    outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
+    x, top, name = node.input[0], node.output[0], _name(node)
+    lp = ctx.layer("Reshape", name + "/view", [x], [top + "/view"])
+    lp.reshape_param.shape.dim.extend([outer, 1, c, inner])
+    P = caffe_pb2.PoolingParameter
+
+    def pool(kind, bottom, suffix):
+        lp = ctx.layer("Pooling", name + suffix, [bottom], [top + suffix])
+        lp.pooling_param.pool = kind
+        lp.pooling_param.kernel_h, lp.pooling_param.kernel_w = c, 1
+        return _tile(ctx, name + suffix + "/tile", top + suffix, top + suffix + "/tile", 2, c)
+
+    def minus(a, b, suffix, out):
+        lp = ctx.layer("Eltwise", name + suffix, [a, b], [out])
+        lp.eltwise_param.operation = E.SUM
+        lp.eltwise_param.coeff.extend([1.0, -1.0])
+        return out
+
+    shifted = minus(top + "/view", pool(P.MAX, top + "/view", "/max"), "/shifted",
+                    top + "/shifted")
+    ctx.layer("Exp", name + "/exp", [shifted], [top + "/exp"])
+    lp = ctx.layer("Pooling", name + "/mean", [top + "/exp"], [top + "/mean"])
+    lp.pooling_param.pool = P.AVE
+    lp.pooling_param.kernel_h, lp.pooling_param.kernel_w = c, 1
+    lp = ctx.layer("Log", name + "/log", [top + "/mean"], [top + "/log"])
+    if c != 1:
+        lp.log_param.scale = float(c)  # log(c * mean): log of the sum
+    log_sum = _tile(ctx, name + "/log/tile", top + "/log", top + "/log/tile", 2, c)
+    minus(shifted, log_sum, "/out", top + "/out")
+    lp = ctx.layer("Reshape", name, [top + "/out"], [top])
+    lp.reshape_param.shape.dim.extend(shape)
