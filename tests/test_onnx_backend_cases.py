@@ -375,19 +375,64 @@ test_logsoftmax_axis_1 test_logsoftmax_axis_2 test_logsoftmax_negative_axis
 test_logsoftmax_default_axis test_mean_example test_mean_one_input test_mean_two_inputs
 test_min_example test_min_one_input test_min_two_inputs test_min_float16 test_min_float32
 test_min_float64 test_neg_example test_neg test_pow_bcast_scalar test_reciprocal_example
-test_reciprocal test_selu_example test_selu test_selu_default test_softsign_example
-test_softsign test_sqrt_example test_sqrt pytorch-converted/test_LogSoftmax
-pytorch-converted/test_SELU pytorch-converted/test_Softmin
+test_reciprocal test_reduce_log_sum_desc_axes_expanded test_reduce_log_sum_asc_axes_expanded
+test_reduce_log_sum_default_expanded test_reduce_log_sum_negative_axes_expanded
+test_reduce_l1_do_not_keepdims_example test_reduce_l1_do_not_keepdims_example_expanded
+test_reduce_l1_do_not_keepdims_random test_reduce_l1_do_not_keepdims_random_expanded
+test_reduce_l1_keep_dims_example test_reduce_l1_keep_dims_example_expanded
+test_reduce_l1_keep_dims_random test_reduce_l1_keep_dims_random_expanded
+test_reduce_l1_default_axes_keepdims_example
+test_reduce_l1_default_axes_keepdims_example_expanded
+test_reduce_l1_default_axes_keepdims_random
+test_reduce_l1_default_axes_keepdims_random_expanded
+test_reduce_l1_negative_axes_keep_dims_example
+test_reduce_l1_negative_axes_keep_dims_example_expanded
+test_reduce_l1_negative_axes_keep_dims_random
+test_reduce_l1_negative_axes_keep_dims_random_expanded test_reduce_l2_do_not_keepdims_example
+test_reduce_l2_do_not_keepdims_random test_reduce_l2_keep_dims_example
+test_reduce_l2_keep_dims_random test_reduce_l2_default_axes_keepdims_example
+test_reduce_l2_default_axes_keepdims_random test_reduce_l2_negative_axes_keep_dims_example
+test_reduce_l2_negative_axes_keep_dims_random test_reduce_sum_do_not_keepdims_example
+test_reduce_sum_do_not_keepdims_random test_reduce_sum_keepdims_example
+test_reduce_sum_keepdims_random test_reduce_sum_default_axes_keepdims_example
+test_reduce_sum_default_axes_keepdims_random test_reduce_sum_negative_axes_keepdims_example
+test_reduce_sum_negative_axes_keepdims_random test_reduce_sum_empty_axes_input_noop_example
+test_reduce_sum_empty_axes_input_noop test_reduce_sum_square_do_not_keepdims_example
+test_reduce_sum_square_do_not_keepdims_example_expanded
+test_reduce_sum_square_do_not_keepdims_random
+test_reduce_sum_square_do_not_keepdims_random_expanded test_reduce_sum_square_keepdims_example
+test_reduce_sum_square_keepdims_example_expanded test_reduce_sum_square_keepdims_random
+test_reduce_sum_square_keepdims_random_expanded
+test_reduce_sum_square_default_axes_keepdims_example
+test_reduce_sum_square_default_axes_keepdims_example_expanded
+test_reduce_sum_square_default_axes_keepdims_random
+test_reduce_sum_square_default_axes_keepdims_random_expanded
+test_reduce_sum_square_negative_axes_keepdims_example
+test_reduce_sum_square_negative_axes_keepdims_example_expanded
+test_reduce_sum_square_negative_axes_keepdims_random
+test_reduce_sum_square_negative_axes_keepdims_random_expanded test_selu_example test_selu
+test_selu_default test_softsign_example test_softsign test_sqrt_example test_sqrt
+test_reduce_mean_do_not_keepdims_example test_reduce_mean_do_not_keepdims_random
+test_reduce_mean_keepdims_example test_reduce_mean_keepdims_random
+test_reduce_mean_negative_axes_keepdims_example test_reduce_mean_negative_axes_keepdims_random
+pytorch-converted/test_LogSoftmax pytorch-converted/test_SELU pytorch-converted/test_Softmin
 pytorch-converted/test_log_softmax_dim3 pytorch-converted/test_log_softmax_lastdim
 pytorch-operator/test_operator_basic pytorch-operator/test_operator_min
-pytorch-operator/test_operator_params pytorch-operator/test_operator_selu
-pytorch-operator/test_operator_symbolic_override_nested pytorch-operator/test_operator_sqrt
+pytorch-operator/test_operator_params pytorch-operator/test_operator_reduced_sum
+pytorch-operator/test_operator_reduced_sum_keepdim pytorch-operator/test_operator_selu
+pytorch-operator/test_operator_symbolic_override_nested
+pytorch-operator/test_operator_reduced_mean pytorch-operator/test_operator_reduced_mean_keepdim
+pytorch-operator/test_operator_sqrt
 '''.split()
 
 REFUSED = {
     r"ONNX input '[^']+' has an axis of size": '''
         test_reduce_max_empty_set test_reshape_allowzero_reordered
         test_split_zero_size_splits_opset13 test_split_zero_size_splits_opset18
+        test_reduce_log_sum_empty_set_expanded test_reduce_l1_empty_set
+        test_reduce_l1_empty_set_expanded test_reduce_l2_empty_set
+        test_reduce_sum_empty_set test_reduce_sum_empty_set_non_reduced_axis_zero
+        test_reduce_sum_square_empty_set test_reduce_sum_square_empty_set_expanded
     '''.split(),
     r"ONNX input '[^']+' is of type bool; a Caffe blob holds floats": '''
         test_training_dropout_default test_training_dropout_default_mask test_training_dropout
@@ -507,14 +552,6 @@ REFUSED = {
         test_reduce_max_default_axes_keepdims_random
         test_reduce_max_negative_axes_keepdims_example
         test_reduce_max_negative_axes_keepdims_random
-    '''.split(),
-    r"ONNX node '[^']+' \(op ReduceMean\): a ReduceMean over axes": '''
-        test_reduce_mean_do_not_keepdims_example test_reduce_mean_do_not_keepdims_random
-        test_reduce_mean_keepdims_example test_reduce_mean_keepdims_random
-        test_reduce_mean_negative_axes_keepdims_example
-        test_reduce_mean_negative_axes_keepdims_random
-        pytorch-operator/test_operator_reduced_mean
-        pytorch-operator/test_operator_reduced_mean_keepdim
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): bilinear resize with coordinate_transformation_mode": '''
         test_resize_downsample_scales_linear

@@ -102,3 +102,11 @@ def test_log_softmax_shifted_by_its_maximum(tmp_path, dim):
     types = check(nn.LogSoftmax(dim), (2, 4, 3, 5), tmp_path, "logsoftmax", low=-100.0,
                   high=100.0)
     assert "Softmax" not in types
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_reductions_over_any_axes(tmp_path, opset):
+    def fn(x):
+        return torch.cat([x.sum(1), (x * x).sum(1), x.abs().sum(1), x.norm(dim=1),
+                          x.mean(1), (x.sum([0, 2], keepdim=True) * x).sum(1)], 1)
+    check(Fn(fn), (2, 3, 4), tmp_path, "reduce%d" % opset, opset=opset)

@@ -165,13 +165,11 @@ def test_mean_over_trailing_axes_becomes_reduction(tmp_path):
     assert types(deploy).count("Reduction") == 2
 
 
-def test_a_mean_over_leading_axes_names_the_node():
+def test_a_mean_over_leading_axes_is_permuted_to_the_end(tmp_path):
+    # it was refused ('a ReduceMean over axes [1] of a 4-D input has no Caffe equivalent')
     model = export(Lambda(lambda x: x.mean(1), 4), (1, 4, 3, 5), 13)
-    node = [n for n in model.graph.node if n.op_type == "ReduceMean"][0]
-    with pytest.raises(CaffeError, match="ONNX node '%s' \\(op ReduceMean\\): a ReduceMean "
-                                         "over axes \\[1\\] of a 4-D input has no Caffe "
-                                         "equivalent" % node.name):
-        caffe_onnx.to_caffe(model, None)
+    deploy, _ = convert_and_compare(model, tmp_path, "lead", opencv=False)
+    assert types(deploy)[-2:] == ["Permute", "Reduction"]
 
 
 # -- ShuffleNetV2's block ------------------------------------------------------------------

@@ -1,13 +1,16 @@
 """ONNX element-wise and reduction ops that Caffe's layers compute exactly -> Caffe layers: Neg,
 Reciprocal, Sqrt and Pow by a constant exponent (Power), Selu (ELU, Power), Softsign (AbsVal,
-Power, Eltwise PROD), Min and Mean of equal shapes (Eltwise) and LogSoftmax (shifted by the
-maximum as ONNX computes it: Pooling MAX and AVE, Tile, Eltwise, Exp, Log). Registered in
-:data:`.import_ops.IMPORTERS` as the other importers."""
+Power, Eltwise PROD), Min and Mean of equal shapes (Eltwise), LogSoftmax (shifted by the
+maximum as ONNX computes it: Pooling MAX and AVE, Tile, Eltwise, Exp, Log) and ReduceSum /
+ReduceSumSquare / ReduceL1 / ReduceL2 / ReduceMean over any axes (Reduction, after a Permute
+where the axes are not the trailing ones). Registered in :data:`.import_ops.IMPORTERS` as the
+other importers."""
 
 import numpy as np
 
 from ..proto import caffe_pb2
-from .import_ops import _name, attrs, importer
+from .import_gates import _reduced_axes
+from .import_ops import IMPORTERS, _name, attrs, importer
 
 E = caffe_pb2.EltwiseParameter
 
@@ -151,3 +154,58 @@ def log_softmax(ctx, node):
     minus(shifted, log_sum, "/out", top + "/out")
     lp = ctx.layer("Reshape", name, [top + "/out"], [top])
     lp.reshape_param.shape.dim.extend(shape)
+
+
+# -- reductions ----------------------------------------------------------------------------
+_REDUCTIONS = {"ReduceSum": "SUM", "ReduceSumSquare": "SUMSQ", "ReduceL1": "ASUM",
+               "ReduceL2": "SUMSQ", "ReduceMean": "MEAN"}
+_reduce_mean_pooled = IMPORTERS["ReduceMean"]
+
+
+@importer(*_REDUCTIONS)
+def reduce_(ctx, node):
+    """Caffe's Reduction (SUM, SUMSQ, ASUM, MEAN; L2 the square root of SUMSQ by a Power)
+    over the trailing axes, the reduced axes moved there first by a Permute (the others keep
+    their order) where they are not, then a Reshape to ONNX's output shape (``keepdims``).
+    No axes with ``noop_with_empty_axes``: the input (ReduceSumSquare: its square, ReduceL1
+    and ReduceL2: ``|x|``, as ONNX gives them then). A ReduceMean over the spatial axes of
+    a 4-D input is global pooling (:func:`.import_gates.reduce_`)."""
+    shape = ctx.shape(node.input[0], node)
+    rank = len(shape)
+    axes = _reduced_axes(ctx, node, rank)
+    x, top, name = node.input[0], node.output[0], _name(node)
+    op = node.op_type
+    if op == "ReduceMean" and (not axes or rank == 4 and axes == [2, 3]):
+        _reduce_mean_pooled(ctx, node)
+        return
+    if not axes:
+        if op == "ReduceSum":
+            ctx.alias[top] = ctx.blob(x)
+        elif op == "ReduceSumSquare":
+            _power(ctx, name, x, top, power=2.0)
+        else:
+            ctx.layer("AbsVal", name, [x], [top])
+        return
+    out_shape = ctx.shape(top, node)
+    kept = [i for i in range(rank) if i not in axes]
+    steps = (["permute"] if kept + axes != list(range(rank)) else []) + ["reduce"] + \
+        (["sqrt"] if op == "ReduceL2" else []) + \
+        (["reshape"] if tuple(out_shape) != tuple(shape[i] for i in kept) else [])
+    blob = x
+    for i, step in enumerate(steps):
+        out = top if i == len(steps) - 1 else "%s/%s" % (top, step)
+        layer = name if out == top else "%s/%s" % (name, step)
+        if step == "permute":
+            lp = ctx.layer("Permute", layer, [blob], [out])
+            lp.permute_param.order.extend(kept + axes)
+        elif step == "reduce":
+            lp = ctx.layer("Reduction", layer, [blob], [out])
+            lp.reduction_param.operation = getattr(caffe_pb2.ReductionParameter,
+                                                   _REDUCTIONS[op])
+            lp.reduction_param.axis = len(kept)
+        elif step == "sqrt":
+            _power(ctx, layer, blob, out, power=0.5)
+        else:
+            lp = ctx.layer("Reshape", layer, [blob], [out])
+            lp.reshape_param.shape.dim.extend(out_shape)
+        blob = out
