@@ -110,3 +110,8 @@ def test_reductions_over_any_axes(tmp_path, opset):
         return torch.cat([x.sum(1), (x * x).sum(1), x.abs().sum(1), x.norm(dim=1),
                           x.mean(1), (x.sum([0, 2], keepdim=True) * x).sum(1)], 1)
     check(Fn(fn), (2, 3, 4), tmp_path, "reduce%d" % opset, opset=opset)
+
+
+def test_tile_and_expand(tmp_path):
+    fn = Fn(lambda x: x.repeat(1, 2, 3) + x[:, :1, :1].expand(2, 6, 12))
+    check(fn, (2, 3, 4), tmp_path, "tile")

@@ -1,10 +1,10 @@
 """ONNX element-wise and reduction ops that Caffe's layers compute exactly -> Caffe layers: Neg,
 Reciprocal, Sqrt and Pow by a constant exponent (Power), Selu (ELU, Power), Softsign (AbsVal,
 Power, Eltwise PROD), Min and Mean of equal shapes (Eltwise), LogSoftmax (shifted by the
-maximum as ONNX computes it: Pooling MAX and AVE, Tile, Eltwise, Exp, Log) and ReduceSum /
+maximum as ONNX computes it: Pooling MAX and AVE, Tile, Eltwise, Exp, Log), ReduceSum /
 ReduceSumSquare / ReduceL1 / ReduceL2 / ReduceMean over any axes (Reduction, after a Permute
-where the axes are not the trailing ones). Registered in :data:`.import_ops.IMPORTERS` as the
-other importers."""
+where the axes are not the trailing ones) and Tile (Caffe's Tile per axis), Expand (a Reshape
+and Tiles). Registered in :data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
 
@@ -209,3 +209,40 @@ def reduce_(ctx, node):
             lp = ctx.layer("Reshape", layer, [blob], [out])
             lp.reshape_param.shape.dim.extend(out_shape)
         blob = out
+
+
+# -- Tile, Expand --------------------------------------------------------------------------
+def _tiles(ctx, node, x, repeats, top):
+    """``x`` repeated ``repeats[i]`` times along each axis ``i``: one Tile layer per axis."""
+    todo = [(i, r) for i, r in enumerate(repeats) if r != 1]
+    if not todo:
+        ctx.alias[top] = ctx.blob(x)
+        return
+    for k, (axis, r) in enumerate(todo):
+        out = top if k == len(todo) - 1 else "%s/tile%d" % (top, axis)
+        _tile(ctx, _name(node) if len(todo) == 1 else "%s/tile%d" % (_name(node), axis),
+              x, out, axis, r)
+        x = out
+
+
+@importer("Tile")
+def tile(ctx, node):
+    repeats = [int(r) for r in ctx.const(node.input[1], node, "repeats").reshape(-1)]
+    if min(repeats, default=1) < 1:
+        raise ctx.error(node, "repeats %s: a Caffe blob cannot be empty" % repeats)
+    _tiles(ctx, node, node.input[0], repeats, node.output[0])
+
+
+@importer("Expand")
+def expand(ctx, node):
+    """A broadcast of ``x`` to the static output shape: a Reshape to the output's rank (1s
+    in front) where it has fewer axes, then a Tile of each axis of size 1 that grows."""
+    shape = ctx.shape(node.input[0], node)
+    out = ctx.shape(node.output[0], node)
+    full = (1,) * (len(out) - len(shape)) + tuple(shape)
+    x = node.input[0]
+    if len(full) != len(shape):
+        x = node.output[0] + "/view"
+        lp = ctx.layer("Reshape", _name(node) + "/view", [node.input[0]], [x])
+        lp.reshape_param.shape.dim.extend(full)
+    _tiles(ctx, node, x, [o // f for o, f in zip(out, full)], node.output[0])
