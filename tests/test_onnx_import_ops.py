@@ -115,3 +115,20 @@ def test_reductions_over_any_axes(tmp_path, opset):
 def test_tile_and_expand(tmp_path):
     fn = Fn(lambda x: x.repeat(1, 2, 3) + x[:, :1, :1].expand(2, 6, 12))
     check(fn, (2, 3, 4), tmp_path, "tile")
+
+
+def test_instance_norm(tmp_path):
+    # affine weights of their own; a channel of small variance (epsilon inside the root)
+    norm = nn.InstanceNorm2d(3, affine=True, eps=1e-3)
+    with torch.no_grad():
+        norm.weight.copy_(torch.tensor([0.5, 2.0, -1.0]))
+        norm.bias.copy_(torch.tensor([0.1, -0.3, 0.7]))
+
+    class Small(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = norm
+
+        def forward(self, x):
+            return self.norm(x * torch.tensor([1.0, 1e-2, 1.0]).view(1, 3, 1, 1))
+    check(Small(), (2, 3, 5, 4), tmp_path, "instancenorm")

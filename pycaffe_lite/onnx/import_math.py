@@ -3,8 +3,10 @@ Reciprocal, Sqrt and Pow by a constant exponent (Power), Selu (ELU, Power), Soft
 Power, Eltwise PROD), Min and Mean of equal shapes (Eltwise), LogSoftmax (shifted by the
 maximum as ONNX computes it: Pooling MAX and AVE, Tile, Eltwise, Exp, Log), ReduceSum /
 ReduceSumSquare / ReduceL1 / ReduceL2 / ReduceMean over any axes (Reduction, after a Permute
-where the axes are not the trailing ones) and Tile (Caffe's Tile per axis), Expand (a Reshape
-and Tiles). Registered in :data:`.import_ops.IMPORTERS` as the other importers."""
+where the axes are not the trailing ones), Tile (Caffe's Tile per axis), Expand (a Reshape and
+Tiles) and InstanceNormalization (Reduction, Bias and Scale by the per-sample statistics, Scale
+by the per-channel weights). Registered in :data:`.import_ops.IMPORTERS` as the other
+importers."""
 
 import numpy as np
 
@@ -246,3 +248,38 @@ def expand(ctx, node):
         lp = ctx.layer("Reshape", _name(node) + "/view", [node.input[0]], [x])
         lp.reshape_param.shape.dim.extend(full)
     _tiles(ctx, node, x, [o // f for o, f in zip(out, full)], node.output[0])
+
+
+# -- InstanceNormalization -----------------------------------------------------------------
+@importer("InstanceNormalization")
+def instance_norm(ctx, node):
+    """``scale (x - mean) / sqrt(var + epsilon) + B`` per sample and channel, the statistics
+    over the spatial axes as ONNX computes them (Caffe's MVN adds epsilon to the standard
+    deviation instead): Reduction MEAN, Bias by minus it, Power 2, Reduction MEAN,
+    Power ``(var + epsilon) ^ -0.5``, Scale by it, then Scale with bias by the weights."""
+    shape = ctx.shape(node.input[0], node)
+    if len(shape) < 3:
+        raise ctx.error(node, "an input of shape %s has no spatial axes" % (shape,))
+    gamma = ctx.const(node.input[1], node, "scale").astype(np.float32).reshape(-1)
+    beta = ctx.const(node.input[2], node, "B").astype(np.float32).reshape(-1)
+    eps = float(attrs(node).get("epsilon", 1e-5))
+    x, top, name = node.input[0], node.output[0], _name(node)
+    R = caffe_pb2.ReductionParameter
+
+    def mean(bottom, suffix):
+        lp = ctx.layer("Reduction", name + suffix, [bottom], [top + suffix])
+        lp.reduction_param.operation = R.MEAN
+        lp.reduction_param.axis = 2
+        return top + suffix
+
+    neg_mean = _power(ctx, name + "/neg_mean", mean(x, "/mean"), top + "/neg_mean", scale=-1.0)
+    lp = ctx.layer("Bias", name + "/centred", [x, neg_mean], [top + "/centred"])
+    lp.bias_param.axis = 0
+    square = _power(ctx, name + "/square", top + "/centred", top + "/square", power=2.0)
+    inv_std = _power(ctx, name + "/inv_std", mean(square, "/var"), top + "/inv_std",
+                     power=-0.5, shift=float(np.float32(eps)))
+    lp = ctx.layer("Scale", name + "/normalized", [top + "/centred", inv_std],
+                   [top + "/normalized"])
+    lp.scale_param.axis = 0
+    lp = ctx.layer("Scale", name, [top + "/normalized"], [top], [gamma, beta])
+    lp.scale_param.axis, lp.scale_param.bias_term = 1, True
