@@ -275,6 +275,12 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         except Exception as exc:  # protobuf's DecodeError, or an unreadable file
             raise CaffeError("%s: cannot read as an ONNX model (%s: %s)"
                              % (path, type(exc).__name__, exc)) from None
+        if not model.ir_version or not model.HasField("graph"):
+            # protobuf reads an empty file, and many other binary files, as a ModelProto
+            # with nothing set: every ONNX file states its IR version and holds a graph
+            raise CaffeError("%s: not an ONNX model (%s)" % (
+                path, "the file is empty" if not os.path.getsize(path)
+                else "no IR version or graph in it: is it another kind of file?"))
     else:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)

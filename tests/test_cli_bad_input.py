@@ -1,0 +1,105 @@
+"""The command line against bad input a user really gives it: files of the wrong kind, empty
+or missing files, outputs that cannot be written, flags with bad values. Each must end in one
+line naming the file or flag and exit status 1 (2 for usage errors), never a traceback, a
+silently wrong result or a half-written set of outputs."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import pycaffe_lite as caffe
+from pycaffe_lite import cli
+
+DEPLOY = """\
+name: "dep"
+layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 1 dim: 3 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "z"
+        inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "prob" type: "Softmax" bottom: "z" top: "prob" }
+"""
+
+EVAL_NET = """\
+name: "ev"
+layer { name: "data" type: "DummyData" top: "x" top: "label"
+        dummy_data_param { shape { dim: 8 dim: 3 } shape { dim: 8 }
+                           data_filler { type: "gaussian" }
+                           data_filler { type: "constant" value: 1 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "z"
+        inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "z" bottom: "label" top: "loss" }
+layer { name: "acc" type: "Accuracy" bottom: "z" bottom: "label" top: "acc" }
+"""
+
+TINY_CFG = """\
+[net]
+width=8
+height=8
+channels=3
+
+[convolutional]
+filters=2
+size=3
+stride=1
+pad=1
+activation=leaky
+"""
+
+# the first bytes of a JPEG file (SOI, APP0 JFIF): binary, not UTF-8
+JPEG_BYTES = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00\xff\xdb"
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    """A folder (the working directory) with a deploy net, its weights, a TEST net with
+    DummyData, a tiny Darknet cfg, an empty file, a text file and a JPEG."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deploy.prototxt").write_text(DEPLOY)
+    (tmp_path / "eval.prototxt").write_text(EVAL_NET)
+    (tmp_path / "tiny.cfg").write_text(TINY_CFG)
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "text.txt").write_text("hello world\nnot a model\n")
+    (tmp_path / "img.jpg").write_bytes(JPEG_BYTES)
+    (tmp_path / "adir").mkdir()
+    caffe.Net(str(tmp_path / "deploy.prototxt"), caffe.TEST).save(str(tmp_path / "w.caffemodel"))
+    return tmp_path
+
+
+def run_main(argv, capsys):
+    """``(exit status, the error line)`` of ``cli.main(argv)`` in this process; an exception
+    escaping it fails the test (the user would see a traceback)."""
+    capsys.readouterr()
+    try:
+        rc = cli.main(argv)
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("pycaffe-lite ")]
+    return rc, (lines[-1] if lines else "")
+
+
+def run_process(argv, cwd):
+    """``(exit status, stderr)`` of ``python -m pycaffe_lite.cli argv`` as its own process."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(caffe.__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run([sys.executable, "-m", "pycaffe_lite.cli"] + list(argv), cwd=cwd,
+                            capture_output=True, text=True, timeout=600, env=env)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, result.stderr
+
+
+# ---- import_onnx -------------------------------------------------------------------------
+@pytest.mark.parametrize("name, needle", [("empty.txt", "the file is empty"),
+                                          ("w.caffemodel", "no IR version or graph")])
+def test_import_onnx_refuses_a_file_that_is_not_onnx(files, capsys, name, needle):
+    """protobuf reads an empty file or a caffemodel as an empty ModelProto: that was written
+    out as a net of no layers, exit status 0."""
+    pytest.importorskip("onnx")
+    rc, line = run_main(["import_onnx", name, "--output-prefix", "out"], capsys)
+    assert rc == 1
+    assert line.startswith("pycaffe-lite import_onnx: error: %s: not an ONNX model" % name)
+    assert needle in line
+    assert not os.path.exists("out.prototxt") and not os.path.exists("out.caffemodel")
