@@ -49,6 +49,9 @@ def read_labels(path):
     except OSError as exc:
         raise CaffeError("cannot read the labels file %s: %s" % (path, exc.strerror or exc)) \
             from None
+    except UnicodeDecodeError as exc:
+        raise CaffeError("cannot read the labels file %s: byte %d is not UTF-8 text (class "
+                         "names, one per line, saved as UTF-8)" % (path, exc.start)) from None
     while names and not names[-1]:
         names.pop()
     return names

@@ -103,3 +103,25 @@ def test_import_onnx_refuses_a_file_that_is_not_onnx(files, capsys, name, needle
     assert line.startswith("pycaffe-lite import_onnx: error: %s: not an ONNX model" % name)
     assert needle in line
     assert not os.path.exists("out.prototxt") and not os.path.exists("out.caffemodel")
+
+
+# ---- evaluate ----------------------------------------------------------------------------
+def test_evaluate_labels_file_that_is_not_text(files, capsys):
+    """A binary file given as --labels raised UnicodeDecodeError (a traceback)."""
+    rc, line = run_main(["evaluate", "--model", "eval.prototxt", "--weights", "w.caffemodel",
+                         "--iterations", "1", "--labels", "img.jpg"], capsys)
+    assert rc == 1
+    assert line.startswith("pycaffe-lite evaluate: error: cannot read the labels file img.jpg")
+    assert "not UTF-8" in line
+
+
+def test_evaluate_json_that_is_a_directory(files, capsys):
+    """--json naming a folder: refused before the run, and no stray 'adir.tmp' is left."""
+    rc, line = run_main(["evaluate", "--model", "eval.prototxt", "--weights", "w.caffemodel",
+                         "--iterations", "1", "--json", "adir"], capsys)
+    assert rc == 1
+    assert line == ("pycaffe-lite evaluate: error: --json adir: is a directory; give the name "
+                    "of a file to write")
+    assert sorted(os.listdir(files)) == sorted(["adir", "deploy.prototxt", "empty.txt",
+                                                "eval.prototxt", "img.jpg", "text.txt",
+                                                "tiny.cfg", "w.caffemodel"])

@@ -15,6 +15,7 @@ import os
 from ..errors import CaffeError
 from ..evaluate import evaluate, format_report, need_matplotlib, plot_confusion
 from ..layers.detection.average_precision import AP_VERSIONS
+from ..proto.protoio import atomic_write
 from . import add_int8_flag, add_net_flags, int8_choice
 from .time import select_single_gpu
 
@@ -49,6 +50,8 @@ def check_output_folder(flag, path):
     if path and folder and not os.path.isdir(folder):
         raise CaffeError("%s %s: the folder '%s' does not exist; create it or write elsewhere"
                          % (flag, path, folder))
+    if path and os.path.isdir(path):
+        raise CaffeError("%s %s: is a directory; give the name of a file to write" % (flag, path))
 
 
 def run(args):
@@ -65,10 +68,7 @@ def run(args):
                       args.scores, args.label, args.ap_version, int8=int8_choice(args))
     print(format_report(report))
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=1)
-        os.replace(tmp, args.json)
+        atomic_write(args.json, json.dumps(report, indent=1).encode("utf-8"), "the JSON report")
         print("wrote %s" % args.json)
     if args.confusion_png:
         if report["kind"] == "detection":
