@@ -125,3 +125,48 @@ def test_evaluate_json_that_is_a_directory(files, capsys):
     assert sorted(os.listdir(files)) == sorted(["adir", "deploy.prototxt", "empty.txt",
                                                 "eval.prototxt", "img.jpg", "text.txt",
                                                 "tiny.cfg", "w.caffemodel"])
+
+
+# ---- converters writing a prototxt and a caffemodel: all of them or none ------------------
+def _left_alone(folder):
+    """out.prototxt still holds what it held, and no temporary file is left in ``folder``."""
+    assert (folder / "out.prototxt").read_text() == "KEEP"
+    assert not [n for n in os.listdir(folder) if ".tmp" in n]
+
+
+def test_darknet2caffe_writes_no_output_when_one_cannot_be_written(files, capsys):
+    """The prototxt was replaced before the solver's missing folder failed the run."""
+    (files / "out.prototxt").write_text("KEEP")
+    rc, line = run_main(["darknet2caffe", "tiny.cfg", "out.prototxt", "--solver",
+                         "nodir/s.prototxt"], capsys)
+    assert rc == 1
+    assert line.startswith("pycaffe-lite darknet2caffe: error: nodir/s.prototxt: cannot write")
+    _left_alone(files)
+
+
+def test_import_onnx_writes_no_output_when_one_cannot_be_written(files, capsys):
+    """PREFIX.caffemodel a folder: PREFIX.prototxt was replaced all the same."""
+    pytest.importorskip("onnx")
+    assert run_main(["export_onnx", "--model", "deploy.prototxt", "--weights", "w.caffemodel",
+                     "--output", "m.onnx"], capsys)[0] == 0
+    (files / "out.prototxt").write_text("KEEP")
+    (files / "out.caffemodel").mkdir()
+    rc, line = run_main(["import_onnx", "m.onnx", "--output-prefix", "out"], capsys)
+    assert rc == 1
+    assert line.startswith("pycaffe-lite import_onnx: error: out.caffemodel: cannot write")
+    assert "is a directory" in line
+    _left_alone(files)
+
+
+def test_import_mxnet_writes_no_output_when_one_cannot_be_written(files, capsys):
+    (files / "m-symbol.json").write_text(
+        '{"nodes": [{"op": "null", "name": "data", "inputs": []}, {"op": "Activation", '
+        '"name": "relu1", "attrs": {"act_type": "relu"}, "inputs": [[0, 0, 0]]}], '
+        '"arg_nodes": [0], "heads": [[1, 0, 0]]}')
+    (files / "out.prototxt").write_text("KEEP")
+    (files / "out.caffemodel").mkdir()
+    rc, line = run_main(["import_mxnet", "--symbol", "m-symbol.json", "--params", "empty.txt",
+                         "--output-prefix", "out", "--input-shape", "data=1,3"], capsys)
+    assert rc == 1
+    assert line.startswith("pycaffe-lite import_mxnet: error: out.caffemodel: cannot write")
+    _left_alone(files)

@@ -342,12 +342,15 @@ def darknet2caffe(cfg, weights=None, prototxt=None, caffemodel=None, solver=None
                                    os.path.dirname(os.path.abspath(solver)))
     result = convert(cfg, weights, batch_size=batch_size, bn_variant=bn_variant,
                      net_path=net_path)
+    outputs = []  # written together: a failure leaves none of them
     if prototxt is not None:
-        protoio.write_text(result.net_param, prototxt)
+        outputs.append((prototxt, protoio.text_bytes(result.net_param), "the prototxt"))
     if caffemodel is not None:
-        protoio.write_binary(result.weights_param, caffemodel)
+        outputs.append((caffemodel, protoio.binary_bytes(result.weights_param),
+                        "the caffemodel"))
     if solver is not None:
-        protoio.atomic_write(solver, result.solver_text().encode("utf-8"))
+        outputs.append((solver, result.solver_text().encode("utf-8"), "the solver"))
+    protoio.atomic_write_all(outputs)
     return result
 
 

@@ -60,13 +60,13 @@ def to_caffe(symbol_path, params_path, prefix, input_shapes=None):
     ``input_shapes``: a dict variable name -> shape tuple (needed where the symbol file does
     not give a variable's shape, as Gluon's exports do not). Returns ``(prototxt path,
     caffemodel path, output blob names)``."""
-    from ..proto.protoio import write_binary, write_text
+    from ..proto.protoio import atomic_write_all, binary_bytes, text_bytes
 
     net, weights, outputs = _convert(symbol_path, params_path, input_shapes)
     prototxt = os.fspath(prefix) + ".prototxt"
     caffemodel = os.fspath(prefix) + ".caffemodel"
-    write_text(net, prototxt)
-    write_binary(fill_weights(net, weights), caffemodel)
+    atomic_write_all([(prototxt, text_bytes(net), "the prototxt"),
+                      (caffemodel, binary_bytes(fill_weights(net, weights)), "the caffemodel")])
     return prototxt, caffemodel, outputs
 
 

@@ -321,7 +321,8 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
     for layer in deploy.layer:
         del layer.blobs[:]
     if output_prefix is not None:
-        from ..proto.protoio import write_binary, write_text
-        write_text(deploy, str(output_prefix) + ".prototxt")
-        write_binary(weights, str(output_prefix) + ".caffemodel")
+        from ..proto.protoio import atomic_write_all, binary_bytes, text_bytes
+        atomic_write_all([(str(output_prefix) + ".prototxt", text_bytes(deploy), "the prototxt"),
+                          (str(output_prefix) + ".caffemodel", binary_bytes(weights),
+                           "the caffemodel")])
     return deploy, weights, {out.name: ctx.blob(out.name) for out in graph.output}

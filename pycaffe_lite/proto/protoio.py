@@ -207,13 +207,24 @@ def _read_bytes(path):
         raise ProtoError("cannot read file: %s" % exc.strerror, path) from None
 
 
+def text_bytes(message):
+    """``message`` as prototxt, UTF-8 encoded (what :func:`write_text` writes)."""
+    return text_format.MessageToString(message).encode("utf-8")
+
+
+def binary_bytes(message):
+    """``message`` in binary form, fields kept unread on reading unchanged (what
+    :func:`write_binary` writes)."""
+    return tolerant.serialize(message)
+
+
 def write_text(message, path):
-    atomic_write(path, text_format.MessageToString(message).encode("utf-8"))
+    atomic_write(path, text_bytes(message))
 
 
 def write_binary(message, path):
     """Write ``message`` in binary form; fields kept unread on reading go back unchanged."""
-    atomic_write(path, tolerant.serialize(message))
+    atomic_write(path, binary_bytes(message))
 
 
 #: errno values meaning "no room left": a full disk, a quota, a file size limit
@@ -293,6 +304,41 @@ def atomic_write(path, data, what="file"):
         except OSError:
             pass
         raise write_error(exc, path, what) from None
+
+
+def atomic_write_all(files):
+    """Write several files that belong together (a prototxt and its caffemodel), all of them or
+    none: ``files`` is a list of ``(path, data, what)``. Every one is written to its temporary
+    first, and only when all are complete are they renamed into place; a failure (a missing
+    folder, a full disk, an output that is a directory) leaves every previous file untouched
+    and no new one."""
+    for path, _, what in files:
+        if os.path.isdir(path):
+            raise ProtoError("cannot write %s: is a directory; nothing was written" % what, path)
+    temporaries = []
+    try:
+        for path, data, what in files:
+            tmp = temporary_name(path)
+            try:
+                with open(tmp, "wb") as f:
+                    temporaries.append(tmp)
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                raise write_error(exc, path, what) from None
+        for (path, _, what), tmp in zip(files, temporaries):
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise write_error(exc, path, what) from None
+    finally:
+        for tmp in temporaries:
+            if os.path.lexists(tmp):
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
 
 
 # Control bytes that never occur in a prototxt but always early in a binary message (tags and
