@@ -80,13 +80,18 @@ def run_main(argv, capsys):
     return rc, (lines[-1] if lines else "")
 
 
-def run_process(argv, cwd):
-    """``(exit status, stderr)`` of ``python -m pycaffe_lite.cli argv`` as its own process."""
-    env = dict(os.environ)
+def process_env():
+    """The environment of a child Python that imports this package (the tree under test)."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     root = os.path.dirname(os.path.dirname(os.path.abspath(caffe.__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def run_process(argv, cwd):
+    """``(exit status, stderr)`` of ``python -m pycaffe_lite.cli argv`` as its own process."""
     result = subprocess.run([sys.executable, "-m", "pycaffe_lite.cli"] + list(argv), cwd=cwd,
-                            capture_output=True, text=True, timeout=600, env=env)
+                            capture_output=True, text=True, timeout=600, env=process_env())
     assert "Traceback" not in result.stderr, result.stderr
     return result.returncode, result.stderr
 
@@ -170,3 +175,31 @@ def test_import_mxnet_writes_no_output_when_one_cannot_be_written(files, capsys)
     assert rc == 1
     assert line.startswith("pycaffe-lite import_mxnet: error: out.caffemodel: cannot write")
     _left_alone(files)
+
+
+# ---- export_onnx: a failed write keeps the previous file ----------------------------------
+FILE_SIZE_LIMITED = """
+import resource, signal, sys
+from pycaffe_lite import cli
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.RLIM_INFINITY))
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_export_onnx_that_cannot_be_written_keeps_the_previous_file(files):
+    """The file size limit stops the write (a full disk): the model was saved straight into
+    the output, truncating the previous one to the first 64 bytes of the new."""
+    pytest.importorskip("onnx")
+    previous = b"previous model " * 40
+    (files / "m.onnx").write_bytes(previous)
+    result = subprocess.run(
+        [sys.executable, "-c", FILE_SIZE_LIMITED, "export_onnx", "--model", "deploy.prototxt",
+         "--weights", "w.caffemodel", "--output", "m.onnx"], cwd=files, capture_output=True,
+        text=True, timeout=600, env=process_env())
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "pycaffe-lite export_onnx: error: m.onnx: cannot write the ONNX model: no space " \
+           "left" in result.stderr
+    assert (files / "m.onnx").read_bytes() == previous
+    assert not [n for n in os.listdir(files) if ".tmp" in n]

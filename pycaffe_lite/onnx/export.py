@@ -140,7 +140,9 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
                              "nodes are named after the Caffe layers): %s"
                              % (net.name or "net", str(exc).strip())) from None
     if path is not None:
-        onnx.save(model, str(path))
+        # through a temporary and a rename: a failed write leaves a previous file whole
+        from ..proto.protoio import atomic_write
+        atomic_write(str(path), model.SerializeToString(), "the ONNX model")
     report = {"inputs": [v.name for v in inputs], "outputs": [v.name for v in outputs],
               "dropped": dropped, "values": values}
     return model, report
