@@ -203,3 +203,29 @@ def test_export_onnx_that_cannot_be_written_keeps_the_previous_file(files):
            "left" in result.stderr
     assert (files / "m.onnx").read_bytes() == previous
     assert not [n for n in os.listdir(files) if ".tmp" in n]
+
+
+# ---- flags with bad values ---------------------------------------------------------------
+@pytest.mark.parametrize("flag", ["abc", "-1", "0,x"])
+def test_device_query_refuses_a_bad_gpu_flag(files, flag):
+    """Without a GPU any --gpu value was accepted (exit 0, 'no CUDA device'): a typo in a
+    script went unnoticed until it ran on a GPU machine."""
+    rc, err = run_process(["device_query", "--gpu=" + flag], files)
+    assert rc == 1
+    assert err.startswith("pycaffe-lite device_query: error: --gpu")
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["convert_imageset", "--resize_width=-5", "--resize_height=3"], "--resize_width"),
+    (["convert_imageset", "--resize_width=4", "--resize_height=-4"], "--resize_height"),
+    (["convert_annoset", "--min_dim=-3"], "--min_dim"),
+    (["convert_annoset", "--max_dim=-1"], "--max_dim"),
+])
+def test_negative_image_sizes_are_usage_errors(files, capsys, argv, flag):
+    """A negative size was taken as 'not set' (the images were stored unresized, exit 0)."""
+    (files / "list.txt").write_text("img.jpg 0\n")
+    rc, line = run_main(argv + [str(files) + "/", "list.txt", "db"], capsys)
+    assert rc == 2
+    assert line.startswith("pycaffe-lite %s: error: argument %s: a size in pixels >= 0"
+                           % (argv[0], flag))
+    assert not os.path.exists("db")

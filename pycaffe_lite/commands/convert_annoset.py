@@ -3,7 +3,7 @@ labels or annotation files (VOC XML, COCO-style JSON) to a database of Annotated
 the SSD fork's flags."""
 
 from ..data.annoset import ANNO_TYPES, LABEL_TYPES, convert_annoset
-from .flags import add_backend_flag, add_bool_flag, add_image_flags
+from .flags import add_backend_flag, add_bool_flag, add_image_flags, pixels
 
 
 def add_arguments(p):
@@ -20,9 +20,9 @@ def add_arguments(p):
     p.add_argument("--label_map_file", default="",
                    help="LabelMap prototxt mapping object names to labels")
     add_bool_flag(p, "check_label", "fail when the label map lists a name twice")
-    p.add_argument("--min_dim", type=int, default=0,
+    p.add_argument("--min_dim", type=pixels, default=0,
                    help="resize so that the short side is at least this (keeps the aspect)")
-    p.add_argument("--max_dim", type=int, default=0,
+    p.add_argument("--max_dim", type=pixels, default=0,
                    help="resize so that the long side is at most this (keeps the aspect)")
     add_image_flags(p)
 

@@ -25,15 +25,20 @@ def _print(props):
 
 
 def run(args):
+    from ..errors import CaffeError
+    from .train import parse_gpus
+
+    flag = str(args.gpu).strip()
+    if flag != "all":  # a bad --gpu is an error with a GPU or without one
+        ids = parse_gpus(flag) or [0]
+        negative = [i for i in ids if i < 0]
+        if negative:
+            raise CaffeError("--gpu: device id must be >= 0, got %d" % negative[0])
     if not backend.gpu_available():
         print("No CUDA device available (CuPy missing or no GPU): pycaffe-lite runs on the CPU.")
         return 0
-    flag = str(args.gpu).strip()
     if flag == "all":
         ids = list(range(backend.device_count()))
-    else:
-        from .train import parse_gpus
-        ids = parse_gpus(flag) or [0]
     for i, dev_id in enumerate(ids):
         if i:
             print()

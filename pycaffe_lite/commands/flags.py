@@ -16,12 +16,23 @@ def add_backend_flag(parser):
                         type=str.lower, help="the database format (default lmdb)")
 
 
+def pixels(value):
+    """An argparse type: a size in pixels, 0 or more (0: the flag is off)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError("a size in pixels >= 0 (0: off), got %r" % value)
+    return number
+
+
 def add_image_flags(parser):
     """The image flags shared by convert_imageset and convert_annoset: resize, size check,
     encoding."""
-    parser.add_argument("--resize_width", type=int, default=0,
+    parser.add_argument("--resize_width", type=pixels, default=0,
                         help="width images are resized to (with --resize_height)")
-    parser.add_argument("--resize_height", type=int, default=0,
+    parser.add_argument("--resize_height", type=pixels, default=0,
                         help="height images are resized to (with --resize_width)")
     add_bool_flag(parser, "check_size", "check that all the datums have the same size")
     add_bool_flag(parser, "encoded", "store the images encoded (compressed) in the datums")
