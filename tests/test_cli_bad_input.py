@@ -229,3 +229,24 @@ def test_negative_image_sizes_are_usage_errors(files, capsys, argv, flag):
     assert line.startswith("pycaffe-lite %s: error: argument %s: a size in pixels >= 0"
                            % (argv[0], flag))
     assert not os.path.exists("db")
+
+
+@pytest.mark.parametrize("argv", [
+    ["test", "--model", "eval.prototxt", "--iterations", "1"],
+    ["evaluate", "--model", "eval.prototxt", "--iterations", "1"],
+    ["train", "--solver", "solver.prototxt"],
+])
+def test_weights_flag_naming_no_file(files, capsys, argv):
+    """``--weights ,`` (an unset variable in 'a.caffemodel,$B'): test scored the fillers'
+    random weights and train started from scratch, both with exit 0; evaluate said
+    'weights file not found' naming no file."""
+    (files / "snaps").mkdir()
+    (files / "solver.prototxt").write_text('net: "eval.prototxt"\nbase_lr: 0.01\n'
+                                           'lr_policy: "fixed"\nmax_iter: 1\n'
+                                           'snapshot_prefix: "snaps/run"\n'
+                                           'snapshot_after_train: false\n')
+    rc, line = run_main(argv + ["--weights", ","], capsys)
+    assert rc == 1
+    assert line == ("pycaffe-lite %s: error: --weights ',' names no weights file (give file "
+                    "names separated by ',')" % argv[0])
+    assert os.listdir("snaps") == []

@@ -82,6 +82,18 @@ def int8_choice(args):
     return None if args.int8 is None else args.int8 == "on"
 
 
+def weight_files(value):
+    """The file names of a ``--weights`` flag (separated by ','); a CaffeError where the
+    flag is given but names none (``--weights ,``), which would leave the fillers' weights."""
+    from ..errors import CaffeError
+
+    files = [name for name in (value or "").split(",") if name.strip()]
+    if value and not files:
+        raise CaffeError("--weights %r names no weights file (give file names separated by "
+                         "',')" % value)
+    return files
+
+
 def check_weights_flags(args, what):
     """``--weights`` or ``--random_weights``, exactly one, for the export commands: ``what``
     names what would hold the fillers' values (a CaffeError otherwise)."""

@@ -16,7 +16,7 @@ from ..errors import CaffeError
 from ..evaluate import evaluate, format_report, need_matplotlib, plot_confusion
 from ..layers.detection.average_precision import AP_VERSIONS
 from ..proto.protoio import atomic_write
-from . import add_int8_flag, add_net_flags, int8_choice
+from . import add_int8_flag, add_net_flags, int8_choice, weight_files
 from .time import select_single_gpu
 
 
@@ -59,6 +59,7 @@ def run(args):
         raise CaffeError("need a model definition to evaluate: --model path/to/net.prototxt")
     if not args.weights:
         raise CaffeError("need model weights to evaluate: --weights path/to/weights.caffemodel")
+    weight_files(args.weights)
     if args.confusion_png:
         need_matplotlib("--confusion_png")  # before the run, not after it
     for flag, path in (("--json", args.json), ("--confusion_png", args.confusion_png)):

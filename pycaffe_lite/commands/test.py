@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import CaffeError
 from ..tools_log import use_glog_format
+from . import weight_files
 from .time import add_net_arguments, open_net
 
 log = logging.getLogger("pycaffe_lite")
@@ -34,8 +35,8 @@ def run(args):
         raise CaffeError("need a model definition to score: --model path/to/net.prototxt")
     if not args.weights:
         raise CaffeError("need model weights to score: --weights path/to/weights.caffemodel")
+    files = weight_files(args.weights)
     net = open_net(args, "TEST")
-    files = [w for w in args.weights.split(",") if w]
     for name in files:
         net.copy_from(name, warn_unfilled=len(files) == 1)
     log.info("Running for %d iterations.", args.iterations)

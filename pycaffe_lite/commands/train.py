@@ -33,7 +33,7 @@ from ..parallel import launch
 from ..parallel.watchdog import DEFAULT_TIMEOUT_S
 from ..signals import SignalHandler, SolverAction
 from ..tools_log import use_glog_format
-from . import add_net_flags
+from . import add_net_flags, weight_files
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -163,6 +163,7 @@ def run(args):
     if args.snapshot and args.weights:
         raise CaffeError("give a snapshot to resume training or weights to fine-tune, but not "
                          "both (--snapshot and --weights)")
+    weight_files(args.weights)
     if args.tensorboard_histograms and not args.tensorboard:
         raise CaffeError("--tensorboard_histograms needs --tensorboard DIR")
     if args.tensorboard_histograms < 0:
