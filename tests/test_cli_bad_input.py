@@ -250,3 +250,54 @@ def test_weights_flag_naming_no_file(files, capsys, argv):
     assert line == ("pycaffe-lite %s: error: --weights ',' names no weights file (give file "
                     "names separated by ',')" % argv[0])
     assert os.listdir("snaps") == []
+
+
+# ---- every command as its own process: one bad input each, one line, the right status -----
+MATRIX = [
+    (["compare", "--model", "nope.prototxt"], 2, "nope.prototxt: file not found"),
+    (["compute_image_mean", "img.jpg", "out.binaryproto"], 1, "'img.jpg' is not a LMDB"),
+    (["convert_annoset", "./", "nope.txt", "db"], 1, "list file 'nope.txt' not found"),
+    (["convert_cifar_data", "adir", "out", "lmdb"], 1, "'adir/data_batch_1.bin' not found"),
+    (["convert_imageset", "./", "adir", "db"], 1, "list file 'adir': Is a directory"),
+    (["convert_mnist", "text.txt", "text.txt", "db"], 1, "magic in 'text.txt'"),
+    (["convert_mnist_data", "empty.txt", "empty.txt", "db"], 1, "'empty.txt' is too short"),
+    (["convert_mnist_siamese_data", "img.jpg", "img.jpg", "db"], 1, "magic in 'img.jpg'"),
+    (["darknet2caffe", "text.txt", "out.prototxt"], 1, "text.txt:1: option 'hello world'"),
+    (["device_query", "--gpu", "x"], 1, "--gpu takes device ids"),
+    (["download_model", "text.txt"], 1, "cannot read text.txt/readme.md"),
+    (["draw_net", "text.txt", "out.dot"], 1, "text.txt:1:1: cannot parse"),
+    (["evaluate", "--model", "eval.prototxt", "--weights", "text.txt"], 1,
+     "text.txt: this is a text file"),
+    (["export_onnx", "--model", "deploy.prototxt", "--weights", "w.caffemodel", "--output",
+      "adir"], 1, "adir: cannot write the ONNX model"),
+    (["export_pytorch", "--model", "deploy.prototxt", "--weights", "img.jpg", "--output-dir",
+      "pt"], 1, "img.jpg: cannot decode"),
+    (["extract_features", "w.caffemodel", "deploy.prototxt", "prob", "db", "x", "lmdb"], 1,
+     "num_mini_batches must be an integer, got 'x'"),
+    (["import_mxnet", "--symbol", "img.jpg", "--params", "empty.txt", "--output-prefix", "o"],
+     1, "img.jpg: byte offset 0: not UTF-8"),
+    (["import_onnx", "text.txt", "--output-prefix", "o"], 1, "text.txt: cannot read as an ONNX"),
+    (["quantize", "--model", "eval.prototxt", "--weights", "w.caffemodel",
+      "--calibration_iterations", "1", "--output_dir", "text.txt"], 1, "text.txt: File exists"),
+    (["summary", "--model", "empty.txt"], 1, "empty.txt: file is empty"),
+    (["test", "--model", "eval.prototxt", "--weights", "adir"], 1, "adir: is a directory"),
+    (["time", "--model", "w.caffemodel", "--iterations", "0"], 1, "--iterations must be >= 1"),
+    (["train", "--solver", "deploy.prototxt"], 1, "deploy.prototxt:1:1: cannot parse"),
+    (["upgrade_net_proto_binary", "text.txt", "out.caffemodel"], 2, "text.txt: cannot decode"),
+    (["upgrade_net_proto_text", "img.jpg", "out.prototxt"], 2, "img.jpg:1:1: cannot parse"),
+    (["upgrade_solver_proto_text", "deploy.prototxt", "out.prototxt"], 2,
+     "deploy.prototxt:1:1: cannot parse"),
+]
+
+
+@pytest.mark.parametrize("argv, status, needle", MATRIX, ids=[m[0][0] for m in MATRIX])
+def test_every_command_in_a_process(files, argv, status, needle):
+    rc, err = run_process(argv, files)
+    assert rc == status, err
+    assert needle in err, err
+    assert not [n for n in os.listdir(files) if n.startswith(("out", "db", "pt", "o."))]
+
+
+def test_the_matrix_covers_every_command():
+    from pycaffe_lite.commands import MODULE_OF
+    assert sorted(m[0][0] for m in MATRIX) == sorted(MODULE_OF)
