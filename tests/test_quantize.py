@@ -127,6 +127,17 @@ def test_quantize_reports_bad_input(random_lenet, tmp_path, capsys):
     assert "--calibration_iterations" in capsys.readouterr().err
 
 
+def test_a_report_that_cannot_be_written_leaves_no_temporary(random_lenet, tmp_path, capsys):
+    proto, weights = random_lenet
+    (tmp_path / "report.json").mkdir()    # the report's name is taken by a folder
+    assert cli.main(["quantize", "--model", str(proto), "--weights", str(weights),
+                     "--calibration_iterations", "1", "--output_dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "report.json" in err and "cannot write the quantization report" in err, err
+    assert "Traceback" not in err
+    assert not [p.name for p in tmp_path.iterdir() if "tmp" in p.name]
+
+
 def test_calibration_without_data_or_with_non_finite_values_is_refused(random_lenet,
                                                                         tmp_path, capsys):
     # no batch reaching the net would calibrate on whatever the input blob holds: refused

@@ -12,7 +12,7 @@ from ..net import Net
 from ..onnx import export
 from ..onnx.export import DATA_TYPES
 from ..onnx._lib import require_onnx
-from ..proto import caffe_pb2
+from ..proto import caffe_pb2, protoio
 from . import calibrate, intel, qdq
 
 log = logging.getLogger("pycaffe_lite")
@@ -285,10 +285,8 @@ def quantize(model, weights, calibration_iterations, output_dir, method="entropy
         "files": {"onnx": onnx_path, "prototxt": proto_path,
                   "report": os.path.join(output_dir, "report.json")},
     }
-    tmp = result["files"]["report"] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(tmp, result["files"]["report"])
+    protoio.atomic_write(result["files"]["report"],
+                         json.dumps(result, indent=1).encode("utf-8"), "the quantization report")
     return result
 
 
