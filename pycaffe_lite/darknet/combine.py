@@ -164,8 +164,8 @@ class CombiningSections:
         """AlexeyAB's ``[sam]``: the ``from`` layer's output times the previous layer's,
         element by element (``Eltwise`` PROD), then the activation."""
         name = "sam%d" % i
-        src = self._from_layer(sec)
-        if (src.c, src.h, src.w) != (prev.c, prev.h, prev.w) or src.flat != prev.flat:
+        src, prev = self.same_form(name, [self._from_layer(sec), prev])
+        if (src.c, src.h, src.w) != (prev.c, prev.h, prev.w):
             raise sec.error("the from layer gives %dx%dx%d and the previous layer %dx%dx%d; "
                             "[sam] multiplies outputs of the same shape"
                             % (src.c, src.h, src.w, prev.c, prev.h, prev.w), "from")

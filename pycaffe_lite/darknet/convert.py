@@ -201,6 +201,22 @@ class _Converter(CombiningSections, SectionConverters):
         lp.reshape_param.shape.dim.extend([0, -1, 1, 1])
         return _Out(name + "_input", prev.c, 1, 1)
 
+    def same_form(self, name, outs):
+        """``outs`` with the flat (2-axis) ones reshaped to ``(N, C, 1, 1)`` where they are
+        mixed with 4-axis blobs: Darknet's [connected] output is ``C x 1 x 1`` like an
+        [avgpool]'s, and [route], [shortcut] and [sam] combine the two."""
+        if all(o.flat for o in outs) or not any(o.flat for o in outs):
+            return list(outs)
+        shaped = []
+        for k, o in enumerate(outs):
+            if o.flat:
+                blob = "%s_input%d" % (name, k)
+                lp = self.layer("%s_reshape%d" % (name, k), "Reshape", [o.blob], [blob])
+                lp.reshape_param.shape.dim.extend([0, -1, 1, 1])
+                o = _Out(blob, o.c, 1, 1)
+            shaped.append(o)
+        return shaped
+
     def source(self, sec, key, value):
         """A Darknet layer reference (negative: relative to this layer) as an index."""
         index = value + sec.index if value < 0 else value

@@ -315,7 +315,7 @@ class SectionConverters:
         refs = sec.get_ints("layers")
         if not refs:
             raise sec.error("layers is required (the layers to route)", "layers")
-        srcs = [self.outs[self.source(sec, "layers", r)] for r in refs]
+        srcs = self.same_form(name, [self.outs[self.source(sec, "layers", r)] for r in refs])
         groups = sec.get_int("groups", 1)
         group_id = sec.get_int("group_id", 0)
         if groups < 1 or not 0 <= group_id < groups:
@@ -370,6 +370,7 @@ class SectionConverters:
         alpha = sec.get_float("alpha", 1.0)
         beta = sec.get_float("beta", 1.0)
         srcs = [self.outs[self.source(sec, "from", r)] for r in refs]
+        prev, *srcs = self.same_form(name, [prev] + srcs)
         if len(srcs) == 1 and srcs[0].c != prev.c and not prev.flat and \
                 (srcs[0].h, srcs[0].w, srcs[0].flat) == (prev.h, prev.w, prev.flat):
             self._shortcut_channels(name, prev, srcs[0], alpha, beta)
