@@ -87,3 +87,15 @@ def test_connected_output_with_a_one_by_one_map(tmp_path, section, keys):
         expected = avg * fc
     got = out[2]
     close(got.reshape(got.shape[0], -1)[0], expected)
+
+
+@pytest.mark.parametrize("act", ["mish", "swish", "relu6"])
+def test_activation_section_refuses_what_darknet_does_not_compute(act):
+    # [activation] runs activate_array, whose activate() has no case for these (it returns 0:
+    # the layer's output would be zeros), where a [convolutional] computes them
+    from pycaffe_lite.darknet import DarknetError
+    cfg_text = "[net]\nwidth=3\nheight=2\nchannels=2\n\n[activation]\nactivation=%s\n" % act
+    with pytest.raises(DarknetError, match=r"<string>:7: layer 0 \[activation\]: activation=%s: "
+                                           r"Darknet's \[activation\] does not compute it" % act):
+        convert(cfg_text)
+    convert(cfg_text.replace("[activation]", "[convolutional]\nfilters=2\nsize=1"))

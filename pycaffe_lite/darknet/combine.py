@@ -5,14 +5,9 @@ passthrough), ``[reorg3d]`` (AlexeyAB's space-to-depth), ``[scale_channels]``
 """
 
 from ..proto import caffe_pb2
-from .sections import _Out
+from .sections import _Out, refuse_unapplied
 
 EP = caffe_pb2.EltwiseParameter
-
-# Activations Darknet's [scale_channels] and [sam] do not compute: AlexeyAB's parser prints
-# "doesn't support SWISH or MISH activations", and activate_array's activate() returns 0 for
-# those (and for relu6), so the layer's output would be zeros.
-UNAPPLIED = ("swish", "mish", "relu6")
 
 
 class CombiningSections:
@@ -115,11 +110,7 @@ class CombiningSections:
         return self.outs[self.source(sec, "from", sec.get_int("from"))]
 
     def _product_activation(self, sec, name):
-        act = sec.get_str("activation", "linear")
-        if act in UNAPPLIED:
-            raise sec.error("activation=%s: Darknet's %s does not compute it (its output would "
-                            "be zeros); use linear, leaky, relu, logistic, tanh or elu"
-                            % (act, "[%s]" % sec.header), "activation")
+        refuse_unapplied(sec)
         self.activation(sec, name, name)
 
     def scale_channels(self, sec, prev, i):

@@ -26,6 +26,19 @@ ACTIVATIONS = {
     "relu6": ("ReLU6", None),
 }
 
+# Activations that Darknet's activate_array does not compute: its activate() returns 0 for
+# them (AlexeyAB's fork; on the GPU for swish and mish), so [activation], [scale_channels]
+# and [sam] sections, which apply it, give zeros; pjreddie's Darknet does not know them.
+UNAPPLIED = ("swish", "mish", "relu6")
+
+
+def refuse_unapplied(sec):
+    act = sec.get_str("activation", "linear")
+    if act in UNAPPLIED:
+        raise sec.error("activation=%s: Darknet's [%s] does not compute it (its output would "
+                        "be zeros); use linear, leaky, relu, logistic, tanh or elu"
+                        % (act, sec.header), "activation")
+
 
 class _Out:
     """A Darknet layer's output: its Caffe blob and Darknet's (c, h, w); ``flat`` when the
@@ -267,6 +280,7 @@ class SectionConverters:
 
     def activation_section(self, sec, prev, i):
         name = "activation%d" % i
+        refuse_unapplied(sec)
         act = sec.get_str("activation", "linear")
         if act not in ACTIVATIONS:
             raise sec.error("activation=%s cannot be converted; supported: %s"
