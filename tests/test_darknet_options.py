@@ -89,13 +89,17 @@ def test_connected_output_with_a_one_by_one_map(tmp_path, section, keys):
     close(got.reshape(got.shape[0], -1)[0], expected)
 
 
-@pytest.mark.parametrize("act", ["mish", "swish", "relu6"])
-def test_activation_section_refuses_what_darknet_does_not_compute(act):
-    # [activation] runs activate_array, whose activate() has no case for these (it returns 0:
-    # the layer's output would be zeros), where a [convolutional] computes them
+@pytest.mark.parametrize("section", ["activation", "connected"])
+@pytest.mark.parametrize("act,why", [
+    ("mish", "does not compute it"), ("swish", "does not compute it"),
+    ("relu6", r"computes it in GPU builds only \(on the CPU its output would be zeros\)")])
+def test_activations_that_darknet_does_not_compute_there_are_refused(section, act, why):
+    # [activation] and [connected] run activate_array, whose activate() has no case for these
+    # (it returns 0: the layer's output would be zeros; the GPU build computes relu6), where a
+    # [convolutional] computes them
     from pycaffe_lite.darknet import DarknetError
-    cfg_text = "[net]\nwidth=3\nheight=2\nchannels=2\n\n[activation]\nactivation=%s\n" % act
-    with pytest.raises(DarknetError, match=r"<string>:7: layer 0 \[activation\]: activation=%s: "
-                                           r"Darknet's \[activation\] does not compute it" % act):
+    cfg_text = "[net]\nwidth=3\nheight=2\nchannels=2\n\n[%s]\nactivation=%s\n" % (section, act)
+    with pytest.raises(DarknetError, match=r"<string>:7: layer 0 \[%s\]: activation=%s: "
+                                           r"Darknet's \[%s\] %s" % (section, act, section, why)):
         convert(cfg_text)
-    convert(cfg_text.replace("[activation]", "[convolutional]\nfilters=2\nsize=1"))
+    convert(cfg_text.replace("[%s]" % section, "[convolutional]\nfilters=2\nsize=1"))

@@ -26,18 +26,24 @@ ACTIVATIONS = {
     "relu6": ("ReLU6", None),
 }
 
-# Activations that Darknet's activate_array does not compute: its activate() returns 0 for
-# them (AlexeyAB's fork; on the GPU for swish and mish), so [activation], [scale_channels]
-# and [sam] sections, which apply it, give zeros; pjreddie's Darknet does not know them.
+# Activations that Darknet's activate_array does not compute: its activate() has no case for
+# them and returns 0 (AlexeyAB's fork; pjreddie's does not know them), so [activation],
+# [connected], [scale_channels] and [sam] sections, which apply it, give zeros; relu6 only on
+# the CPU (the GPU builds' activate_array_ongpu computes it).
 UNAPPLIED = ("swish", "mish", "relu6")
 
 
-def refuse_unapplied(sec):
-    act = sec.get_str("activation", "linear")
-    if act in UNAPPLIED:
-        raise sec.error("activation=%s: Darknet's [%s] does not compute it (its output would "
-                        "be zeros); use linear, leaky, relu, logistic, tanh or elu"
-                        % (act, sec.header), "activation")
+def refuse_unapplied(sec, default="linear"):
+    act = sec.get_str("activation", default)
+    if act not in UNAPPLIED:
+        return
+    if act == "relu6":
+        why = ("computes it in GPU builds only (on the CPU its output would be zeros), so the "
+               "result depends on the build")
+    else:
+        why = "does not compute it (its output would be zeros)"
+    raise sec.error("activation=%s: Darknet's [%s] %s; use linear, leaky, relu, logistic, tanh "
+                    "or elu" % (act, sec.header, why), "activation")
 
 
 class _Out:
@@ -252,6 +258,7 @@ class SectionConverters:
             def assign(a, name=name):
                 self.blobs[name] = [weights(a[1]), a[0]]
         self.loads.append((sec, what, assign))
+        refuse_unapplied(sec, "logistic")
         self.activation(sec, name, name, default="logistic")
         return _Out(name, n, 1, 1, flat=True)
 
