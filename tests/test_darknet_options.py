@@ -246,6 +246,56 @@ def test_convolution_options_follow_darknet(tmp_path, keys, act, stride, pad):
         assert (got == 6).any() and (got == 0).any()
 
 
+def dilated_conv(x, arrays, size, stride, pad, dilation):
+    """Darknet's dilated convolution (im2col_cpu_ext with padding pad * dilation) on one
+    image, for the output size Darknet gives it, (h + 2 pad - size) / stride + 1."""
+    b, w = arrays
+    w = w.reshape(b.size, x.shape[0], size, size).astype(np.float64)
+    c, h, wd = x.shape
+    p = pad * dilation
+    xp = np.zeros((c, h + 2 * p, wd + 2 * p))
+    xp[:, p:p + h, p:p + wd] = x
+    oh, ow = (h + 2 * pad - size) // stride + 1, (wd + 2 * pad - size) // stride + 1
+    out = np.empty((b.size, oh, ow))
+    span = dilation * (size - 1) + 1
+    for i in range(oh):
+        for j in range(ow):
+            r, q = i * stride, j * stride
+            patch = xp[:, r:r + span:dilation, q:q + span:dilation]
+            out[:, i, j] = (w * patch[None]).sum(axis=(1, 2, 3)) + b
+    return out
+
+
+@pytest.mark.parametrize("size,stride,dilation", [(3, 1, 2), (3, 2, 2), (5, 1, 3), (3, 1, 4)])
+def test_dilation(tmp_path, size, stride, dilation):
+    # im2col_cpu_ext with padding pad * dilation (OpenCV's importer ignores dilation)
+    cfg_text = net(9, 8, 2) + conv(3, size, "pad=1\nstride=%d\ndilation=%d" % (stride, dilation))
+    rng = np.random.default_rng(size + dilation)
+    arrays = [rand(rng, 3), rand(rng, 3 * 2 * size * size)]
+    x = rng.uniform(-1, 1, (1, 2, 8, 9)).astype(np.float32)
+    close(run_ours(tmp_path, cfg_text, arrays, x)[0][0],
+          dilated_conv(x[0], arrays, size, stride, size // 2, dilation))
+
+
+def test_dilation_where_darknets_sizes_disagree_is_refused():
+    # without pad, Darknet's output is (h - size) / stride + 1, but its dilated im2col fills a
+    # smaller map, which the product then reads with the wrong row length
+    from pycaffe_lite.darknet import DarknetError
+    with pytest.raises(DarknetError, match=r"<string>:10: layer 0 \[convolutional\]: "
+                                           r"dilation=2 with size=3 and padding 0"):
+        convert(net(9, 8, 2) + conv(3, 3, "dilation=2"))
+
+
+def test_dilation_of_a_one_by_one_kernel_is_ignored(tmp_path, recwarn):
+    # parse_convolutional: if (size == 1) dilation = 1; Darknet reads the key (no warning)
+    cfg_text = net(5, 4, 3) + conv(2, 1, "dilation=2")
+    rng = np.random.default_rng(5)
+    arrays = [rand(rng, 2), rand(rng, 6)]
+    x = rng.uniform(-1, 1, (1, 3, 4, 5)).astype(np.float32)
+    close(run_ours(tmp_path, cfg_text, arrays, x)[0][0], darknet_conv(x[0], arrays))
+    assert not [w for w in recwarn if "dilation" in str(w.message)]
+
+
 def darknet_maxpool(x, size, stride_y, stride_x, padding):
     """forward_maxpool_layer's loops over one image (c, h, w)."""
     c, h, w = x.shape

@@ -82,15 +82,16 @@ class SectionConverters:
         for key in ("binary", "xnor", "bin_output", "flipped", "sway", "rotate", "stretch",
                     "stretch_sway", "antialiasing", "cbn", "deform"):
             self.refuse(sec, key)
-        if size > 1:  # Darknet ignores the dilation of a 1x1 kernel
-            self.refuse(sec, "dilation", 1)
+        dilation = sec.get_int("dilation", 1)
+        dilation = 1 if size == 1 else dilation  # as parse_convolutional
         if sec.has("share_index"):
             raise sec.error("share_index (weights shared with another layer) cannot be "
                             "converted", "share_index")
-        if n < 1 or size < 1 or sx < 1 or sy < 1 or groups < 1 or padding < 0:
-            raise sec.error("filters, size, stride and groups must be positive and padding "
-                            "non-negative (got filters=%d size=%d stride=%dx%d groups=%d "
-                            "padding=%d)" % (n, size, sx, sy, groups, padding))
+        if n < 1 or size < 1 or sx < 1 or sy < 1 or groups < 1 or padding < 0 or dilation < 1:
+            raise sec.error("filters, size, stride, groups and dilation must be positive and "
+                            "padding non-negative (got filters=%d size=%d stride=%dx%d groups=%d"
+                            " padding=%d dilation=%d)" % (n, size, sx, sy, groups, padding,
+                                                          dilation))
         if prev.c % groups or n % groups:
             raise sec.error("groups=%d must divide the input channels (%d) and filters (%d)"
                             % (groups, prev.c, n), "groups")
@@ -99,6 +100,14 @@ class SectionConverters:
         if oh < 1 or ow < 1:
             raise sec.error("a %dx%d kernel with padding %d does not fit the %dx%d input"
                             % (size, size, padding, prev.h, prev.w))
+        # Darknet sizes the output as without dilation, but convolves with padding * dilation
+        span = dilation * (size - 1) + 1
+        if ((prev.h + 2 * padding * dilation - span) // sy + 1,
+                (prev.w + 2 * padding * dilation - span) // sx + 1) != (oh, ow):
+            raise sec.error("dilation=%d with size=%d and padding %d: Darknet's output is %dx%d "
+                            "but its dilated im2col fills another size, so its result mixes "
+                            "rows; no Caffe layer does the same" % (dilation, size, padding,
+                                                                      oh, ow), "dilation")
         lp = self.layer(name, "Convolution", [prev.blob], [name])
         cp = lp.convolution_param
         cp.num_output = n
@@ -109,7 +118,9 @@ class SectionConverters:
         else:
             cp.stride_h, cp.stride_w = sy, sx
         if padding:
-            cp.pad.append(padding)
+            cp.pad.append(padding * dilation)
+        if dilation > 1:
+            cp.dilation.append(dilation)
         if groups > 1:
             cp.group = groups
         cp.bias_term = not bn
@@ -199,12 +210,10 @@ class SectionConverters:
 
     def _rename_top(self, old, new):
         for lp in self.net.layer:
-            for k, t in enumerate(lp.top):
-                if t == old:
-                    lp.top[k] = new
-            for k, b in enumerate(lp.bottom):
-                if b == old:
-                    lp.bottom[k] = new
+            for blobs in (lp.top, lp.bottom):
+                for k, b in enumerate(blobs):
+                    if b == old:
+                        blobs[k] = new
 
     def avgpool(self, sec, prev, i):
         name = "avgpool%d" % i
