@@ -263,8 +263,8 @@ def test_unknown_key_warns_with_line():
 
 
 @pytest.mark.parametrize("body,pattern", [
-    ("[convolutional]\nfilters=2\nsize=1\nactivation=selu\n",
-     r":10: layer 0 \[convolutional\]: activation=selu cannot be converted"),
+    ("[convolutional]\nfilters=2\nsize=1\nactivation=gelu\n",
+     r":10: layer 0 \[convolutional\]: activation=gelu cannot be converted"),
     ("[convolutional]\nfilters=2\nsize=3\nbinary=1\n",
      r":10: layer 0 \[convolutional\]: binary=1 cannot be converted"),
     ("[convolutional]\nfilters=2\nsize=1\ndontload=1\n",

@@ -223,6 +223,10 @@ ACTIVATIONS = {   # activations.h
     "relu6": lambda x: np.minimum(np.maximum(x, 0), 6),
     "elu": lambda x: (x >= 0) * x + (x < 0) * (np.exp(x) - 1),
     "leaky": lambda x: np.where(x > 0, x, 0.1 * x),
+    "ramp": lambda x: x * (x > 0) + 0.1 * x,
+    "relie": lambda x: np.where(x > 0, x, 0.01 * x),
+    "loggy": lambda x: 2 / (1 + np.exp(-x)) - 1,
+    "selu": lambda x: (x >= 0) * 1.0507 * x + (x < 0) * 1.0507 * 1.6732 * (np.exp(x) - 1),
 }
 
 
@@ -371,3 +375,24 @@ def test_scale_channels_scale_wh(tmp_path):
     src = darknet_conv(x[0], arrays[:2])
     scale = ACTIVATIONS["logistic"](darknet_conv(src, arrays[2:]))
     close(out[2][0], (src.ravel() * scale.ravel()[np.arange(src.size) % 12]).reshape(src.shape))
+
+
+@pytest.mark.parametrize("act", ["ramp", "relie", "loggy", "selu"])
+@pytest.mark.parametrize("section", ["convolutional", "activation", "shortcut"])
+def test_more_of_darknets_activations(tmp_path, act, section):
+    # activations.h's ramp (pjreddie's strided.cfg), relie, loggy and selu, which
+    # activate() computes for [convolutional], [activation] and [shortcut] alike
+    first = conv(3, 1, "", "linear")
+    cfg_text = net(4, 3, 2) + {
+        "convolutional": conv(3, 1, "", act),
+        "activation": first + "[activation]\nactivation=%s\n" % act,
+        "shortcut": first + "[shortcut]\nfrom=-1\nactivation=%s\n" % act}[section]
+    rng = np.random.default_rng(9)
+    arrays = [rand(rng, 3), rand(rng, 6) * 3]
+    x = rng.uniform(-1, 1, (1, 2, 3, 4)).astype(np.float32)
+    out = run_ours(tmp_path, cfg_text, arrays, x)
+    before = darknet_conv(x[0], arrays)
+    if section == "shortcut":
+        before = before + before
+    assert (before < 0).any() and (before > 0).any()
+    close(out[max(out)][0], ACTIVATIONS[act](before))

@@ -1,6 +1,7 @@
 """The Darknet sections that move or combine feature maps: ``[reorg]`` (YOLOv2's
 passthrough), ``[reorg3d]`` (AlexeyAB's space-to-depth), ``[scale_channels]``
-(EfficientNet's squeeze-and-excitation) and ``[sam]`` (spatial attention); a mixin of
+(EfficientNet's squeeze-and-excitation), ``[sam]`` (spatial attention) and ``[activation]``
+(an activation on its own); a mixin of
 :class:`~.convert._Converter`, as :mod:`.sections` is.
 """
 
@@ -11,7 +12,8 @@ EP = caffe_pb2.EltwiseParameter
 
 
 class CombiningSections:
-    """``[reorg]``, ``[reorg3d]``, ``[scale_channels]`` and ``[sam]`` (a mixin of the converter)."""
+    """``[reorg]``, ``[reorg3d]``, ``[scale_channels]``, ``[sam]`` and ``[activation]`` (a mixin
+    of the converter)."""
 
     @staticmethod
     def _stride_and_reverse(sec):
@@ -165,4 +167,12 @@ class CombiningSections:
         self._product_activation(sec, name)
         return _Out(name, prev.c, prev.h, prev.w, prev.flat)
 
-    HANDLERS = {"reorg": reorg, "reorg3d": reorg3d, "scale_channels": scale_channels, "sam": sam}
+    def activation_section(self, sec, prev, i):
+        name = "activation%d" % i
+        refuse_unapplied(sec)
+        if self.activation(sec, name, prev.blob, top=name) == prev.blob:
+            return prev
+        return _Out(name, prev.c, prev.h, prev.w, prev.flat)
+
+    HANDLERS = {"reorg": reorg, "reorg3d": reorg3d, "scale_channels": scale_channels, "sam": sam,
+                "activation": activation_section}

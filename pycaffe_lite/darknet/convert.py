@@ -144,17 +144,21 @@ class _Converter(CombiningSections, SectionConverters):
             spec.lr_mult = lr
             spec.decay_mult = d
 
-    def activation(self, sec, name, blob, key="activation", default="linear"):
+    def activation(self, sec, name, blob, key="activation", default="linear", top=None):
+        """The layers of the activation ``key`` on ``blob``, in place or (``top``) into a new
+        blob, the first layer then named ``top``; returns the output blob."""
         act = sec.get_str(key, default)
         if act not in ACTIVATIONS:
             raise sec.error("activation=%s cannot be converted; supported: %s"
                             % (act, ", ".join(sorted(ACTIVATIONS))), key)
-        spec = ACTIVATIONS[act]
-        if spec is None:
-            return
-        lp = self.layer("%s_%s" % (name, act), spec[0], [blob], [blob])
-        if spec[1]:
-            spec[1](lp)
+        spec = ACTIVATIONS[act] or ()
+        for k in range(0, len(spec), 2):
+            layer_name = top if top and not k else "%s_%s%s" % (name, act, k // 2 or "")
+            lp = self.layer(layer_name, spec[k], [blob], [top or blob])
+            blob = top or blob
+            if spec[k + 1]:
+                spec[k + 1](lp)
+        return blob
 
     def batch_norm(self, sec, name, blob):
         """BatchNorm + Scale in place on ``blob``; returns the two layers' names."""

@@ -13,16 +13,27 @@ from ..proto import caffe_pb2
 PP = caffe_pb2.PoolingParameter
 EP = caffe_pb2.EltwiseParameter
 
-# Darknet activation name -> (Caffe layer type, parameter setter) or None for linear.
+
+def _set(field, **values):
+    return lambda lp: [setattr(getattr(lp, field), k, v) for k, v in values.items()]
+
+
+# Darknet activation name (activations.h) -> Caffe layers applied in turn, as pairs (layer
+# type, parameter setter); None for linear.
 ACTIVATIONS = {
     "linear": None,
-    "leaky": ("ReLU", lambda lp: setattr(lp.relu_param, "negative_slope", 0.1)),
+    "leaky": ("ReLU", _set("relu_param", negative_slope=0.1)),
+    "relie": ("ReLU", _set("relu_param", negative_slope=0.01)),
+    "ramp": ("ReLU", _set("relu_param", negative_slope=1 / 11),     # x > 0: 1.1 x; else 0.1 x
+             "Power", _set("power_param", scale=1.1)),
     "relu": ("ReLU", None),
     "logistic": ("Sigmoid", None),
+    "loggy": ("Sigmoid", None, "Power", _set("power_param", scale=2.0, shift=-1.0)),
     "tanh": ("TanH", None),
     "mish": ("Mish", None),
     "swish": ("Swish", None),
     "elu": ("ELU", None),
+    "selu": ("ELU", _set("elu_param", alpha=1.6732), "Power", _set("power_param", scale=1.0507)),
     "relu6": ("ReLU6", None),
 }
 
@@ -294,21 +305,6 @@ class SectionConverters:
         self.loads.append((sec, what, assign))
         return _Out(name, prev.c, prev.h, prev.w, prev.flat)
 
-    def activation_section(self, sec, prev, i):
-        name = "activation%d" % i
-        refuse_unapplied(sec)
-        act = sec.get_str("activation", "linear")
-        if act not in ACTIVATIONS:
-            raise sec.error("activation=%s cannot be converted; supported: %s"
-                            % (act, ", ".join(sorted(ACTIVATIONS))), "activation")
-        spec = ACTIVATIONS[act]
-        if spec is None:
-            return prev
-        lp = self.layer(name, spec[0], [prev.blob], [name])
-        if spec[1]:
-            spec[1](lp)
-        return _Out(name, prev.c, prev.h, prev.w, prev.flat)
-
     def softmax(self, sec, prev, i):
         name = "softmax%d" % i
         groups = sec.get_int("groups", 1)
@@ -570,7 +566,7 @@ class SectionConverters:
         "convolutional": convolutional, "maxpool": maxpool, "avgpool": avgpool,
         "dropout": dropout, "connected": connected, "softmax": softmax, "route": route,
         "shortcut": shortcut, "upsample": upsample, "yolo": yolo, "region": region,
-        "batchnorm": batchnorm, "activation": activation_section,
+        "batchnorm": batchnorm,
     }
 
 
