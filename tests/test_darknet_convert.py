@@ -279,7 +279,7 @@ def test_unknown_key_warns_with_line():
      r"and classes=1 needs 6"),
     ("[convolutional]\nfilters=6\nsize=1\n\n[yolo]\nmask=0,3\nclasses=1\nnum=2\n",
      r":12: layer 1 \[yolo\]: mask \[0, 3\] refers to anchors \[3\]"),
-    ("[upsample]\nstride=-2\n", r":8: layer 0 \[upsample\]: stride=-2"),
+    ("[upsample]\nstride=0\n", r":8: layer 0 \[upsample\]: stride=0 gives an empty output"),
     ("[convolutional]\nfilters=two\n", r":8: layer 0 \[convolutional\]: filters=two: expected "
                                        r"an integer"),
     ("[softmax]\ntree=data/9k.tree\n", r":8: layer 0 \[softmax\]: tree"),

@@ -396,3 +396,20 @@ def test_more_of_darknets_activations(tmp_path, act, section):
         before = before + before
     assert (before < 0).any() and (before > 0).any()
     close(out[max(out)][0], ACTIVATIONS[act](before))
+
+
+@pytest.mark.parametrize("keys,s,scale", [("stride=-2", 2, 1.0), ("stride=-3\nscale=0.5", 3, 0.5)])
+def test_negative_upsample_stride_sums_blocks(tmp_path, keys, s, scale):
+    # upsample_cpu with forward=0: out[c, y, x] += scale * in[c, y s + dy, x s + dx]
+    cfg_text = net(12, 6, 2) + "[upsample]\n%s\n" % keys
+    x = np.random.default_rng(s).uniform(-1, 1, (1, 2, 6, 12)).astype(np.float32)
+    out = run_ours(tmp_path, cfg_text, [], x)[0]
+    expected = scale * x[0].astype(np.float64).reshape(2, 6 // s, s, 12 // s, s).sum(axis=(2, 4))
+    close(out[0], expected)
+
+
+def test_negative_upsample_stride_needs_whole_blocks():
+    from pycaffe_lite.darknet import DarknetError
+    with pytest.raises(DarknetError, match=r"<string>:7: layer 0 \[upsample\]: stride=-2 needs "
+                                           r"the input's height and width \(5x6\) to divide"):
+        convert(net(6, 5, 2) + "[upsample]\nstride=-2\n")

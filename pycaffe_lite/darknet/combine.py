@@ -9,6 +9,7 @@ from ..proto import caffe_pb2
 from .sections import _Out, refuse_unapplied
 
 EP = caffe_pb2.EltwiseParameter
+PP = caffe_pb2.PoolingParameter
 
 
 class CombiningSections:
@@ -166,6 +167,24 @@ class CombiningSections:
         lp.eltwise_param.operation = EP.PROD
         self._product_activation(sec, name)
         return _Out(name, prev.c, prev.h, prev.w, prev.flat)
+
+    def downsample(self, sec, prev, name, s, scale):
+        """Darknet's ``[upsample]`` with a negative stride ``-s`` (its reverse upsample,
+        ``upsample_cpu`` with forward=0): output ``(h / s, w / s)``, each value ``scale``
+        times the sum of an ``s x s`` block of the input (``Pooling`` AVE, ``Power``). It
+        indexes the input as ``(h / s * s, w / s * s)`` (rounded down), so a height or width
+        that does not divide by ``s`` would mix rows: refused."""
+        if prev.h % s or prev.w % s:
+            raise sec.error("stride=-%d needs the input's height and width (%dx%d) to divide "
+                            "by %d: Darknet's reverse upsample reads the input with the row "
+                            "length of the rounded-down size, mixing rows"
+                            % (s, prev.h, prev.w, s), "stride")
+        lp = self.layer(name, "Pooling", [prev.blob], [name])
+        lp.pooling_param.pool = PP.AVE
+        lp.pooling_param.kernel_size = lp.pooling_param.stride = s
+        pw = self.layer(name + "_scale", "Power", [name], [name])
+        pw.power_param.scale = s * s * scale
+        return _Out(name, prev.c, prev.h // s, prev.w // s)
 
     def activation_section(self, sec, prev, i):
         name = "activation%d" % i

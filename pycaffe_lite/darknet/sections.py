@@ -451,9 +451,10 @@ class SectionConverters:
         prev = self.image_input(sec, prev, name)
         stride = sec.get_int("stride", 2)
         scale = sec.get_float("scale", 1.0)
-        if stride < 1:
-            raise sec.error("stride=%d: a negative stride (Darknet's reverse upsample, a "
-                            "down-sampling sum) cannot be converted" % stride, "stride")
+        if stride < 0:
+            return self.downsample(sec, prev, name, -stride, scale)
+        if stride == 0:
+            raise sec.error("stride=0 gives an empty output", "stride")
         lp = self.layer(name, "Upsample", [prev.blob], [name])
         lp.upsample_param.scale = stride
         if scale != 1:
