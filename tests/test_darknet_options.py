@@ -413,3 +413,56 @@ def test_negative_upsample_stride_needs_whole_blocks():
     with pytest.raises(DarknetError, match=r"<string>:7: layer 0 \[upsample\]: stride=-2 needs "
                                            r"the input's height and width \(5x6\) to divide"):
         convert(net(6, 5, 2) + "[upsample]\nstride=-2\n")
+
+
+def darknet_weighted_sum(inputs, weights, per_channel, normalization):
+    """shortcut_multilayer_cpu with weights: inputs[0] is the previous layer's output, the
+    others the from layers' (each (c, h, w)); ``weights`` as stored, (n + 1) or (n + 1) * c."""
+    n1, c = len(inputs), inputs[0].shape[0]
+    w = np.asarray(weights, np.float64).reshape(n1, c if per_channel else 1)
+    if normalization in ("relu", "avg_relu"):   # parse_shortcut reads avg_relu as relu
+        w = np.maximum(w, 0) / (0.0001 + np.maximum(w, 0).sum(axis=0))
+    elif normalization == "softmax":
+        e = np.exp(w - w.max(axis=0))
+        w = e / (0.0001 + e.sum(axis=0))
+    w = np.broadcast_to(w, (n1, c))
+    return sum(w[k][:, None, None] * inputs[k] for k in range(n1))
+
+
+@pytest.mark.parametrize("weights_type,normalization,froms", [
+    ("per_feature", None, "-2"), ("per_channel", "relu", "-2"),
+    ("per_feature", "softmax", "-2,-3"), ("per_channel", "softmax", "0,-2"),
+    ("per_layer", "avg_relu", "-3"),
+])
+def test_weighted_shortcut(tmp_path, weights_type, normalization, froms):
+    # AlexeyAB's weights_type / weights_normalization (BiFPN-style fusions); OpenCV's importer
+    # does not read them
+    keys = "from=%s\nweights_type=%s\nactivation=leaky\n" % (froms, weights_type)
+    if normalization:
+        keys += "weights_normalization=%s\n" % normalization
+    cfg_text = net(4, 3, 2) + conv(3, 1) + conv(3, 1) + conv(3, 1) + "[shortcut]\n" + keys
+    rng = np.random.default_rng(10)
+    arrays = [rand(rng, 3), rand(rng, 6), rand(rng, 3), rand(rng, 9), rand(rng, 3), rand(rng, 9)]
+    n1 = 1 + len(froms.split(","))
+    weights = rand(rng, n1 * (3 if weights_type == "per_channel" else 1))
+    x = rng.uniform(-1, 1, (1, 2, 3, 4)).astype(np.float32)
+    out = run_ours(tmp_path, cfg_text, arrays + [weights], x)
+    convs = [darknet_conv(x[0], arrays[0:2])]
+    convs.append(darknet_conv(convs[0], arrays[2:4]))
+    convs.append(darknet_conv(convs[1], arrays[4:6]))
+    froms = [convs[int(f) + 3 if int(f) < 0 else int(f)] for f in froms.split(",")]
+    total = darknet_weighted_sum([convs[2]] + froms, weights,
+                                 weights_type == "per_channel", normalization)
+    close(out[3][0], ACTIVATIONS["leaky"](total))
+
+
+@pytest.mark.parametrize("keys,message", [
+    ("weights_type=per_pixel", r":15: layer 1 \[shortcut\]: weights_type=per_pixel: Darknet "
+                               r"knows none"),
+    ("weights_type=per_channel\nweights_normalization=max",
+     r":16: layer 1 \[shortcut\]: weights_normalization=max: Darknet knows"),
+])
+def test_weighted_shortcut_errors_name_the_line(keys, message):
+    from pycaffe_lite.darknet import DarknetError
+    with pytest.raises(DarknetError, match=message):
+        convert(net(4, 3, 2) + conv(2, 1) + "[shortcut]\nfrom=0\n" + keys + "\n")

@@ -5,6 +5,8 @@ passthrough), ``[reorg3d]`` (AlexeyAB's space-to-depth), ``[scale_channels]``
 :class:`~.convert._Converter`, as :mod:`.sections` is.
 """
 
+import numpy as np
+
 from ..proto import caffe_pb2
 from .sections import _Out, refuse_unapplied
 
@@ -166,6 +168,53 @@ class CombiningSections:
         lp = self.layer(name, "Eltwise", [src.blob, prev.blob], [name])
         lp.eltwise_param.operation = EP.PROD
         self._product_activation(sec, name)
+        return _Out(name, prev.c, prev.h, prev.w, prev.flat)
+
+    def weighted_shortcut(self, sec, name, prev, srcs, refs):
+        """AlexeyAB's ``[shortcut]`` with ``weights_type`` (``shortcut_multilayer_cpu``): the
+        previous layer and each ``from`` layer times its weight (``per_feature`` /
+        ``per_layer``: one per input; ``per_channel``: one per input and channel), summed,
+        then the activation. ``weights_normalization`` ``relu`` (``avg_relu``) divides the
+        weights' ReLU by their sum + 0.0001, ``softmax`` is their softmax with 0.0001 added
+        to the denominator. ``Scale`` per input with the normalised weights, ``Eltwise``."""
+        kind = sec.get_str("weights_type")
+        norm = sec.get_str("weights_normalization", "none")
+        if kind not in ("per_feature", "per_layer", "per_channel"):
+            raise sec.error("weights_type=%s: Darknet knows none, per_feature (per_layer) and "
+                            "per_channel" % kind, "weights_type")
+        if norm not in ("none", "relu", "avg_relu", "softmax"):
+            raise sec.error("weights_normalization=%s: Darknet knows none, relu (avg_relu) and "
+                            "softmax" % norm, "weights_normalization")
+        for r, src in zip(refs, srcs):
+            if (src.c, src.h, src.w) != (prev.c, prev.h, prev.w):
+                raise sec.error("weights_type=%s: layer %d gives %dx%dx%d but the previous "
+                                "layer %dx%dx%d; weighted shortcuts convert between equal "
+                                "shapes" % (kind, r if r >= 0 else r + sec.index, src.c, src.h,
+                                            src.w, prev.c, prev.h, prev.w), "from")
+        inputs = [prev] + srcs
+        per = prev.c if kind == "per_channel" else 1
+        scaled = []
+        for k, out in enumerate(inputs):
+            lp = self.layer("%s_w%d" % (name, k), "Scale", [out.blob], ["%s_w%d" % (name, k)])
+            lp.scale_param.axis = 1
+            lp.scale_param.num_axes = 1
+            self.params(lp, self.lr_scale(sec), (1,))
+            scaled.append(lp.name)
+        sum_ = self.layer(name, "Eltwise", scaled, [name])
+        sum_.eltwise_param.operation = EP.SUM
+
+        def assign(a, name=name, n=len(inputs), c=prev.c):
+            w = a[0].reshape(n, per).astype(np.float64)
+            if norm in ("relu", "avg_relu"):
+                w = np.maximum(w, 0) / (1e-4 + np.maximum(w, 0).sum(axis=0))
+            elif norm == "softmax":
+                e = np.exp(w - w.max(axis=0))
+                w = e / (1e-4 + e.sum(axis=0))
+            for k in range(n):
+                self.blobs["%s_w%d" % (name, k)] = [
+                    np.broadcast_to(w[k], (c,)).astype(np.float32)]
+        self.loads.append((sec, [("weights", len(inputs) * per)], assign))
+        self.activation(sec, name, name)
         return _Out(name, prev.c, prev.h, prev.w, prev.flat)
 
     def downsample(self, sec, prev, name, s, scale):

@@ -389,14 +389,12 @@ class SectionConverters:
         refs = sec.get_ints("from")
         if not refs:
             raise sec.error("from is required (the layer to add)", "from")
-        weights_type = sec.get_str("weights_type", "none")
-        if weights_type != "none":
-            raise sec.error("weights_type=%s (a weighted shortcut) cannot be converted"
-                            % weights_type, "weights_type")
         alpha = sec.get_float("alpha", 1.0)
         beta = sec.get_float("beta", 1.0)
         srcs = [self.outs[self.source(sec, "from", r)] for r in refs]
         prev, *srcs = self.same_form(name, [prev] + srcs)
+        if sec.get_str("weights_type", "none") != "none":
+            return self.weighted_shortcut(sec, name, prev, srcs, refs)
         if len(srcs) == 1 and srcs[0].c != prev.c and not prev.flat and \
                 (srcs[0].h, srcs[0].w, srcs[0].flat) == (prev.h, prev.w, prev.flat):
             self._shortcut_channels(name, prev, srcs[0], alpha, beta)
