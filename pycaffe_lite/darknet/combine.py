@@ -1,7 +1,8 @@
 """The Darknet sections that move or combine feature maps: ``[reorg]`` (YOLOv2's
 passthrough), ``[reorg3d]`` (AlexeyAB's space-to-depth), ``[scale_channels]``
-(EfficientNet's squeeze-and-excitation), ``[sam]`` (spatial attention) and ``[activation]``
-(an activation on its own); a mixin of
+(EfficientNet's squeeze-and-excitation), ``[sam]`` (spatial attention), ``[activation]``
+(an activation on its own), and for :mod:`.sections`' ``[shortcut]`` and ``[upsample]`` the
+weighted shortcut and the reverse (negative stride) upsample; a mixin of
 :class:`~.convert._Converter`, as :mod:`.sections` is.
 """
 
