@@ -21,6 +21,7 @@ import pytest
 
 from pycaffe_lite import backend
 from pycaffe_lite.testing.simdevice import simulated_device
+from pycaffe_lite.testing.simgraph import device_buffers
 
 
 class StandInPool:
@@ -251,19 +252,13 @@ def test_a_training_iteration_on_the_simulated_device_is_counted():
                 solver.step(2)  # the capture, a replay
             assert solver.train_graph.captures == 1 and solver.train_graph.replays == 2
             gc.collect()
-            roots = {}
-            for obj in gc.get_objects():
-                if type(obj) is dev.ndarray and obj._dev is dev:
-                    root = obj._a
-                    while isinstance(root.base, np.ndarray):
-                        root = root.base
-                    roots[id(root)] = root
+            roots = device_buffers(dev)
             in_use = dev.get_default_memory_pool().used_bytes()
-            assert in_use == sum(_rounded(r.nbytes) for r in roots.values())
+            assert in_use == sum(_rounded(r.nbytes) for r in roots)
             assert memory.peak >= in_use
             labels = count_gpu_memory.label_roots(solver, dev)
             parts = count_gpu_memory.breakdown(
-                [(key, weakref.ref(r), _rounded(r.nbytes), "?") for key, r in roots.items()],
+                [(id(r), weakref.ref(r), _rounded(r.nbytes), "?") for r in roots],
                 labels)
         finally:
             backend.set_mode_cpu()

@@ -21,7 +21,7 @@ from pycaffe_lite.net import Net
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.registry import register_layer
 from pycaffe_lite.solvers import get_solver
-from pycaffe_lite.testing.simdevice import simulated_device
+from test_gpu_sim_new_layers import in_gpu_mode as _gpu
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -171,20 +171,6 @@ def _feeds(net, k):
         else:
             feeds[name] = rng.uniform(-1, 1, shape).astype(np.float32)
     return feeds
-
-
-def _gpu(work, graphs=True):
-    """``work(device)`` in GPU mode on a fresh simulated device, CUDA graphs on or off."""
-    old = cuda_graphs.set_enabled(graphs)
-    try:
-        with simulated_device() as dev:
-            backend.set_mode_gpu()
-            try:
-                return work(dev)
-            finally:
-                backend.set_mode_cpu()
-    finally:
-        cuda_graphs.set_enabled(old)
 
 
 def _weights(net):

@@ -113,8 +113,9 @@ def operation(dev, name):
         scalars.op(name)
 
 
-def _device_memory(dev):
-    """``[(buffer, copy)]`` of the memory under every live device array of ``dev``."""
+def device_buffers(dev):
+    """The host buffers under every live device array of ``dev``, each once (the arrays' bases:
+    views share their base's buffer)."""
     roots = {}
     for obj in gc.get_objects():
         if type(obj) is dev.ndarray and obj._dev is dev:
@@ -122,7 +123,12 @@ def _device_memory(dev):
             while isinstance(root.base, np.ndarray):
                 root = root.base
             roots[id(root)] = root
-    return [(root, root.copy()) for root in roots.values() if root.flags.writeable]
+    return list(roots.values())
+
+
+def _device_memory(dev):
+    """``[(buffer, copy)]`` of the memory under every live device array of ``dev``."""
+    return [(root, root.copy()) for root in device_buffers(dev) if root.flags.writeable]
 
 
 def _synced_arrays():
