@@ -427,7 +427,15 @@ pytorch-operator/test_operator_symbolic_override
 pytorch-operator/test_operator_symbolic_override_nested simple/test_expand_shape_model1
 simple/test_expand_shape_model2 simple/test_expand_shape_model3 simple/test_expand_shape_model4
 pytorch-operator/test_operator_reduced_mean pytorch-operator/test_operator_reduced_mean_keepdim
-pytorch-operator/test_operator_sqrt
+pytorch-operator/test_operator_sqrt test_reduce_max_do_not_keepdims_example
+test_reduce_max_do_not_keepdims_random test_reduce_max_keepdims_example
+test_reduce_max_keepdims_random test_reduce_max_default_axes_keepdim_example
+test_reduce_max_default_axes_keepdims_random test_reduce_max_negative_axes_keepdims_example
+test_reduce_max_negative_axes_keepdims_random test_reduce_min_do_not_keepdims_example
+test_reduce_min_do_not_keepdims_random test_reduce_min_keepdims_example
+test_reduce_min_keepdims_random test_reduce_min_default_axes_keepdims_example
+test_reduce_min_default_axes_keepdims_random test_reduce_min_negative_axes_keepdims_example
+test_reduce_min_negative_axes_keepdims_random
 '''.split()
 
 REFUSED = {
@@ -438,12 +446,13 @@ REFUSED = {
         test_reduce_l1_empty_set_expanded test_reduce_l2_empty_set
         test_reduce_sum_empty_set test_reduce_sum_empty_set_non_reduced_axis_zero
         test_reduce_sum_square_empty_set test_reduce_sum_square_empty_set_expanded
+        test_reduce_min_empty_set
     '''.split(),
     r"ONNX input '[^']+' is of type bool; a Caffe blob holds floats": '''
         test_training_dropout_default test_training_dropout_default_mask test_training_dropout
         test_training_dropout_mask test_training_dropout_zero_ratio
         test_training_dropout_zero_ratio_mask test_reduce_max_bool_inputs
-        test_reduce_max_empty_set_bool
+        test_reduce_max_empty_set_bool test_reduce_min_bool_inputs
     '''.split(),
     r"ONNX input '[^']+' is of type int": '''
         test_add_int8 test_add_int16 test_clip_default_int8_min test_clip_default_int8_max
@@ -549,14 +558,6 @@ REFUSED = {
         test_constant_pad_negative_axes pytorch-converted/test_ConstantPad2d
         pytorch-converted/test_ReflectionPad2d pytorch-converted/test_ReplicationPad2d
         pytorch-operator/test_operator_pad
-    '''.split(),
-    r"ONNX node '[^']+' \(op ReduceMax\): a ReduceMax over axes": '''
-        test_reduce_max_do_not_keepdims_example test_reduce_max_do_not_keepdims_random
-        test_reduce_max_keepdims_example test_reduce_max_keepdims_random
-        test_reduce_max_default_axes_keepdim_example
-        test_reduce_max_default_axes_keepdims_random
-        test_reduce_max_negative_axes_keepdims_example
-        test_reduce_max_negative_axes_keepdims_random
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): bilinear resize with coordinate_transformation_mode": '''
         test_resize_downsample_scales_linear

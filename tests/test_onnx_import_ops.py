@@ -18,12 +18,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning",
                                         "ignore::torch.jit.TracerWarning")
 
 
-def check(module, shape, tmp_path, key, opset=17, low=-2.0, high=2.0):
-    """The module exported, imported, run: its output against torch's on the same input;
-    returns the deploy net's layer types."""
+def check(module, shape, tmp_path, key, opset=17, low=-2.0, high=2.0, x=None):
+    """The module exported, imported, run: its output against torch's on the same input
+    (``x``, or uniform in ``[low, high)``); returns the deploy net's layer types."""
     torch.manual_seed(0)
     module = module.eval()
-    x = np.random.default_rng(5).uniform(low, high, shape).astype(np.float32)
+    if x is None:
+        x = np.random.default_rng(5).uniform(low, high, shape).astype(np.float32)
     with torch.no_grad():
         want = module(torch.from_numpy(x)).numpy()
     buf = io.BytesIO()
@@ -132,3 +133,14 @@ def test_instance_norm(tmp_path):
         def forward(self, x):
             return self.norm(x * torch.tensor([1.0, 1e-2, 1.0]).view(1, 3, 1, 1))
     check(Small(), (2, 3, 5, 4), tmp_path, "instancenorm")
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_reduce_max_and_min_over_any_axes(tmp_path, opset):
+    # only ReduceMax over the spatial axes of a 4-D input converted ('a ReduceMax over axes
+    # [0, 2] ... has no Caffe equivalent'); ReduceMin had no importer
+    def fn(x):
+        return torch.cat([x.amax(1), x.amin(1), (x * x.amax([0, 2], keepdim=True)).amin(2),
+                          x.amax(-1)], 1)
+    types = check(Fn(fn), (2, 3, 4), tmp_path, "extrema%d" % opset, opset=opset)
+    assert "ArgMax" in types

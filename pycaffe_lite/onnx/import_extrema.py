@@ -1,0 +1,67 @@
+"""ONNX ops that pick extremes -> Caffe layers: ReduceMax / ReduceMin over any axes (the axes
+moved to the end by a Permute, the input viewed as ``(outer, K)``, Caffe's ArgMax with
+``out_max_val`` along the second axis; Min by negation). Registered in
+:data:`.import_ops.IMPORTERS` as the other importers."""
+
+import numpy as np
+
+from .import_gates import _reduced_axes
+from .import_math import _power
+from .import_ops import IMPORTERS, _name, importer
+
+_reduce_max_pooled = IMPORTERS["ReduceMax"]
+
+
+def _argmax(ctx, name, x, top, axis, values=False):
+    lp = ctx.layer("ArgMax", name, [x], [top])
+    lp.argmax_param.axis = axis
+    if values:
+        lp.argmax_param.out_max_val = True
+    return top
+
+
+def _reshape(ctx, name, x, top, shape):
+    lp = ctx.layer("Reshape", name, [x], [top])
+    lp.reshape_param.shape.dim.extend([int(d) for d in shape])
+    return top
+
+
+def _permute(ctx, name, x, top, order):
+    lp = ctx.layer("Permute", name, [x], [top])
+    lp.permute_param.order.extend(order)
+    return top
+
+
+@importer("ReduceMax", "ReduceMin")
+def reduce_extreme(ctx, node):
+    """The reduced axes moved to the end (a Permute, where they are not there), the input
+    viewed as ``(outer, K)``, Caffe's ArgMax with ``out_max_val`` along axis 1 (the maximum
+    itself, -inf included), a Reshape to ONNX's output shape; ReduceMin as ``-max(-x)``
+    (Power by -1 before and after). A ReduceMax over the spatial axes of a 4-D input stays
+    global pooling (:func:`.import_gates.reduce_`); no axes with ``noop_with_empty_axes``:
+    the input."""
+    shape = ctx.shape(node.input[0], node)
+    rank = len(shape)
+    axes = _reduced_axes(ctx, node, rank)
+    x, top, name = node.input[0], node.output[0], _name(node)
+    is_min = node.op_type == "ReduceMin"
+    if not axes:
+        ctx.alias[top] = ctx.blob(x)
+        return
+    if not is_min and rank == 4 and axes == [2, 3]:
+        _reduce_max_pooled(ctx, node)
+        return
+    kept = [i for i in range(rank) if i not in axes]
+    blob = x
+    if is_min:
+        blob = _power(ctx, name + "/neg", blob, top + "/neg", scale=-1.0)
+    if kept + axes != list(range(rank)):
+        blob = _permute(ctx, name + "/permute", blob, top + "/permute", kept + axes)
+    outer = int(np.prod([shape[i] for i in kept]))
+    k = int(np.prod([shape[i] for i in axes]))
+    blob = _reshape(ctx, name + "/view", blob, top + "/view", [outer, k])
+    blob = _argmax(ctx, name + ("/max" if is_min else ""), blob, top + "/max", 1, True)
+    if is_min:
+        blob = _power(ctx, name, blob, top + "/min", scale=-1.0)
+    _reshape(ctx, name + "/shape", blob, top, ctx.shape(top, node))
+
