@@ -144,3 +144,14 @@ def test_reduce_max_and_min_over_any_axes(tmp_path, opset):
                           x.amax(-1)], 1)
     types = check(Fn(fn), (2, 3, 4), tmp_path, "extrema%d" % opset, opset=opset)
     assert "ArgMax" in types
+
+
+@pytest.mark.parametrize("dim,keep", [(1, False), (-1, True), (0, True)])
+def test_argmax_and_argmin_take_the_first_of_equal_values(tmp_path, dim, keep):
+    # they had no importer; whole numbers in 0..2 tie often: torch (as ONNX) gives the first
+    # index of equal values, Caffe's ArgMax the last
+    x = np.random.default_rng(3).integers(0, 3, (3, 4, 5)).astype(np.float32)
+    fn = Fn(lambda x: torch.cat([x.argmax(dim, keepdim=keep), x.argmin(dim, keepdim=keep)],
+                                -1))
+    types = check(fn, x.shape, tmp_path, "argmax", x=x)
+    assert "ArgMax" in types

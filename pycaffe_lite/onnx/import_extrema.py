@@ -1,13 +1,15 @@
 """ONNX ops that pick extremes -> Caffe layers: ReduceMax / ReduceMin over any axes (the axes
 moved to the end by a Permute, the input viewed as ``(outer, K)``, Caffe's ArgMax with
-``out_max_val`` along the second axis; Min by negation). Registered in
-:data:`.import_ops.IMPORTERS` as the other importers."""
+``out_max_val`` along the second axis; Min by negation) and ArgMax / ArgMin (Caffe's ArgMax
+along the axis; ONNX's first index of equal values by the reversed axis, since Caffe's ranks
+the higher index first). Registered in :data:`.import_ops.IMPORTERS` as the other
+importers."""
 
 import numpy as np
 
 from .import_gates import _reduced_axes
 from .import_math import _power
-from .import_ops import IMPORTERS, _name, importer
+from .import_ops import IMPORTERS, _name, attrs, importer
 
 _reduce_max_pooled = IMPORTERS["ReduceMax"]
 
@@ -65,3 +67,38 @@ def reduce_extreme(ctx, node):
         blob = _power(ctx, name, blob, top + "/min", scale=-1.0)
     _reshape(ctx, name + "/shape", blob, top, ctx.shape(top, node))
 
+def _first_index(ctx, node, x, shape, axis, top):
+    """The index along ``axis`` of the first maximum of ``x`` (ONNX's rule for equal values):
+    Caffe's ArgMax ranks the higher index first, so it runs on the axis reversed, and
+    ``n - 1 - i`` turns its index back (a Power)."""
+    name, n = _name(node), shape[axis]
+    lp = ctx.layer("Reverse", name + "/reverse", [x], [top + "/reverse"])
+    lp.reverse_param.axis = axis
+    _argmax(ctx, name + "/argmax", top + "/reverse", top + "/reversed_index", axis)
+    return _power(ctx, name + "/index", top + "/reversed_index", top, scale=-1.0,
+                  shift=float(n - 1))
+
+
+@importer("ArgMax", "ArgMin")
+def arg_extreme(ctx, node):
+    """Caffe's ArgMax along ``axis`` (ArgMin: of ``-x``, a Power by -1). Equal values: ONNX
+    takes the first index, or the last with ``select_last_index``; Caffe's ArgMax ranks the
+    higher index first, so the first is found on the reversed axis. ``keepdims`` 0: a
+    Reshape dropping the axis. The indices are floats in the Caffe blob."""
+    shape = ctx.shape(node.input[0], node)
+    rank = len(shape)
+    a = attrs(node)
+    axis = int(a.get("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    keep = int(a.get("keepdims", 1))
+    last = int(a.get("select_last_index", 0))
+    x, top, name = node.input[0], node.output[0], _name(node)
+    if node.op_type == "ArgMin":
+        x = _power(ctx, name + "/neg", x, top + "/neg", scale=-1.0)
+    out = top if keep else top + "/kept"
+    if last:
+        _argmax(ctx, name, x, out, axis)
+    else:
+        _first_index(ctx, node, x, shape, axis, out)
+    if not keep:
+        _reshape(ctx, name + "/squeeze", out, top, ctx.shape(top, node))
