@@ -455,6 +455,8 @@ test_argmin_default_axis_random_select_last_index test_argmin_negative_axis_keep
 test_argmin_negative_axis_keepdims_example_select_last_index
 test_argmin_negative_axis_keepdims_random
 test_argmin_negative_axis_keepdims_random_select_last_index
+test_maxpool_1d_default test_averagepool_1d_default pytorch-converted/test_MaxPool1d
+pytorch-converted/test_MaxPool1d_stride pytorch-operator/test_operator_maxpool
 '''.split()
 
 REFUSED = {
@@ -505,7 +507,7 @@ REFUSED = {
         test_averagepool_2d_dilations
     '''.split(),
     r"ONNX node '[^']+' \(op AveragePool\): only": '''
-        test_averagepool_1d_default test_averagepool_3d_default
+        test_averagepool_3d_default
         test_averagepool_3d_dilations_small
         test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True
         test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False
@@ -544,18 +546,17 @@ REFUSED = {
     '''.split(),
     r"ONNX node '[^']+' \(op MaxPool\): dilated pooling / storage_order have no Caffe": '''
         test_maxpool_2d_dilations pytorch-converted/test_MaxPool2d_stride_padding_dilation
+        pytorch-converted/test_MaxPool1d_stride_padding_dilation
     '''.split(),
     r"ONNX node '[^']+' \(op MaxPool\): its Indices output": '''
         test_maxpool_with_argmax_2d_precomputed_pads
         test_maxpool_with_argmax_2d_precomputed_strides
     '''.split(),
     r"ONNX node '[^']+' \(op MaxPool\): only": '''
-        test_maxpool_1d_default test_maxpool_3d_default test_maxpool_3d_dilations
+        test_maxpool_3d_default test_maxpool_3d_dilations
         test_maxpool_3d_dilations_use_ref_impl test_maxpool_3d_dilations_use_ref_impl_large
-        pytorch-converted/test_MaxPool1d pytorch-converted/test_MaxPool1d_stride
-        pytorch-converted/test_MaxPool1d_stride_padding_dilation
         pytorch-converted/test_MaxPool3d pytorch-converted/test_MaxPool3d_stride
-        pytorch-converted/test_MaxPool3d_stride_padding pytorch-operator/test_operator_maxpool
+        pytorch-converted/test_MaxPool3d_stride_padding
     '''.split(),
     r"ONNX node '[^']+' \(op Pow\): an exponent of several values": '''
         test_pow_example test_pow test_pow_bcast_array test_pow_types_float32_int64

@@ -155,3 +155,35 @@ def test_argmax_and_argmin_take_the_first_of_equal_values(tmp_path, dim, keep):
                                 -1))
     types = check(fn, x.shape, tmp_path, "argmax", x=x)
     assert "ArgMax" in types
+
+
+@pytest.mark.parametrize("pool", [
+    nn.MaxPool1d(3, stride=2, padding=1, ceil_mode=True), nn.MaxPool1d(4, stride=3),
+    nn.AvgPool1d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+    nn.AvgPool1d(2, stride=2, padding=1), nn.AdaptiveAvgPool1d(1), nn.AdaptiveMaxPool1d(1)],
+    ids=["max_ceil", "max_floor", "avg_exclude_pad", "avg_include_pad", "global_avg",
+         "global_max"])
+def test_1d_pooling(tmp_path, pool):
+    # pooling of N x C x L was refused ('only 2-D pooling converts to Caffe')
+    types = check(pool, (2, 3, 10), tmp_path, "pool1d")
+    assert "Pooling" in types
+
+
+@pytest.mark.parametrize("op,shape", [("GlobalMaxPool", (2, 3, 5)),
+                                      ("GlobalAveragePool", (2, 3, 2, 3, 4))])
+def test_global_pooling_of_other_ranks(tmp_path, op, shape):
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], name="pool")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+    spatial = tuple(range(2, len(shape)))
+    want = x.max(spatial, keepdims=True) if op == "GlobalMaxPool" else \
+        x.mean(spatial, keepdims=True)
+    prefix = str(tmp_path / "global")
+    _, _, outputs = caffe_onnx.to_caffe(m, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    np.testing.assert_allclose(net.blobs[outputs["y"]].data, want, rtol=1e-5, atol=1e-6)

@@ -17,7 +17,7 @@ from ..errors import CaffeError
 from ..proto import caffe_pb2
 from ._lib import require_onnx
 from . import import_gates, import_layout, import_math  # noqa: F401 (their importers)
-from . import import_extrema  # noqa: F401 (after import_gates: ReduceMax)
+from . import import_extrema, import_pools  # noqa: F401 (after import_gates, import_ops)
 from . import import_ops
 
 

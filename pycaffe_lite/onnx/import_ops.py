@@ -191,7 +191,7 @@ def pool(ctx, node):
         x = explicit[0]
     shape = ctx.shape(x, node)
     if len(shape) != 4:
-        raise ctx.error(node, "only 2-D pooling converts to Caffe (input %s)" % (shape,))
+        raise ctx.error(node, "only 1-D and 2-D pooling convert to Caffe (input %s)" % (shape,))
     if _read(ctx, node, 1):
         raise ctx.error(node, "its Indices output '%s' is read, and has no Caffe equivalent"
                         % node.output[1])
