@@ -457,6 +457,7 @@ test_argmin_negative_axis_keepdims_random
 test_argmin_negative_axis_keepdims_random_select_last_index
 test_maxpool_1d_default test_averagepool_1d_default pytorch-converted/test_MaxPool1d
 pytorch-converted/test_MaxPool1d_stride pytorch-operator/test_operator_maxpool
+test_sign simple/test_sign_model
 '''.split()
 
 REFUSED = {

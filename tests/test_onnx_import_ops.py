@@ -187,3 +187,11 @@ def test_global_pooling_of_other_ranks(tmp_path, op, shape):
     net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
     net.forward(x=x)
     np.testing.assert_allclose(net.blobs[outputs["y"]].data, want, rtol=1e-5, atol=1e-6)
+
+
+def test_sign(tmp_path):
+    # it had no importer; zeros included (sign 0)
+    x = np.random.default_rng(2).integers(-2, 3, (2, 3, 5)).astype(np.float32) * 0.75
+    assert (x == 0).any() and (x > 0).any() and (x < 0).any()
+    types = check(Fn(torch.sign), x.shape, tmp_path, "sign", x=x)
+    assert "Threshold" in types

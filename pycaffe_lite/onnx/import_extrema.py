@@ -1,9 +1,9 @@
-"""ONNX ops that pick extremes -> Caffe layers: ReduceMax / ReduceMin over any axes (the axes
-moved to the end by a Permute, the input viewed as ``(outer, K)``, Caffe's ArgMax with
-``out_max_val`` along the second axis; Min by negation) and ArgMax / ArgMin (Caffe's ArgMax
+"""ONNX ops that pick extremes and signs -> Caffe layers: ReduceMax / ReduceMin over any axes
+(the axes moved to the end by a Permute, the input viewed as ``(outer, K)``, Caffe's ArgMax
+with ``out_max_val`` along the second axis; Min by negation), ArgMax / ArgMin (Caffe's ArgMax
 along the axis; ONNX's first index of equal values by the reversed axis, since Caffe's ranks
-the higher index first). Registered in :data:`.import_ops.IMPORTERS` as the other
-importers."""
+the higher index first) and Sign (Threshold layers: ``[x > 0] - [-x > 0]``). Registered in
+:data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
 
@@ -102,3 +102,15 @@ def arg_extreme(ctx, node):
         _first_index(ctx, node, x, shape, axis, out)
     if not keep:
         _reshape(ctx, name + "/squeeze", out, top, ctx.shape(top, node))
+
+@importer("Sign")
+def sign(ctx, node):
+    """``[x > 0] - [-x > 0]``: a Threshold of ``x`` and one of ``-x`` (a Power by -1), both
+    at 0, and an Eltwise SUM with coefficients 1 and -1 (0 at 0)."""
+    x, top, name = node.input[0], node.output[0], _name(node)
+    ctx.layer("Threshold", name + "/positive", [x], [top + "/positive"])
+    _power(ctx, name + "/neg", x, top + "/neg", scale=-1.0)
+    ctx.layer("Threshold", name + "/negative", [top + "/neg"], [top + "/negative"])
+    lp = ctx.layer("Eltwise", name, [top + "/positive", top + "/negative"], [top])
+    lp.eltwise_param.operation = lp.eltwise_param.SUM
+    lp.eltwise_param.coeff.extend([1.0, -1.0])
