@@ -458,6 +458,8 @@ test_argmin_negative_axis_keepdims_random_select_last_index
 test_maxpool_1d_default test_averagepool_1d_default pytorch-converted/test_MaxPool1d
 pytorch-converted/test_MaxPool1d_stride pytorch-operator/test_operator_maxpool
 test_sign simple/test_sign_model
+test_hardmax_example test_hardmax_one_hot test_hardmax_axis_0 test_hardmax_axis_1
+test_hardmax_axis_2 test_hardmax_negative_axis test_hardmax_default_axis
 '''.split()
 
 REFUSED = {

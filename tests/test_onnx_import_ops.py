@@ -195,3 +195,28 @@ def test_sign(tmp_path):
     assert (x == 0).any() and (x > 0).any() and (x < 0).any()
     types = check(Fn(torch.sign), x.shape, tmp_path, "sign", x=x)
     assert "Threshold" in types
+
+
+@pytest.mark.parametrize("opset,axis", [(11, 1), (11, 2), (13, 1), (13, 0)])
+def test_hardmax_marks_the_first_maximum(tmp_path, opset, axis):
+    # it had no importer (torch has no Hardmax: the reference is NumPy's argmax, whose first
+    # index of equal values is ONNX's); before opset 13 the axes from `axis` on are one
+    from onnx import TensorProto, helper
+    shape = (2, 3, 4)
+    graph = helper.make_graph(
+        [helper.make_node("Hardmax", ["x"], ["y"], name="hardmax", axis=axis)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    x = np.random.default_rng(4).integers(0, 3, shape).astype(np.float32)
+    if opset < 13:
+        flat = x.reshape(int(np.prod(shape[:axis])), -1)
+        want = np.eye(flat.shape[1], dtype=np.float32)[flat.argmax(1)].reshape(shape)
+    else:
+        moved = np.moveaxis(x, axis, -1)
+        want = np.moveaxis(np.eye(shape[axis], dtype=np.float32)[moved.argmax(-1)], -1, axis)
+    prefix = str(tmp_path / "hardmax")
+    _, _, outputs = caffe_onnx.to_caffe(m, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    np.testing.assert_array_equal(net.blobs[outputs["y"]].data, want)

@@ -2,7 +2,8 @@
 (the axes moved to the end by a Permute, the input viewed as ``(outer, K)``, Caffe's ArgMax
 with ``out_max_val`` along the second axis; Min by negation), ArgMax / ArgMin (Caffe's ArgMax
 along the axis; ONNX's first index of equal values by the reversed axis, since Caffe's ranks
-the higher index first) and Sign (Threshold layers: ``[x > 0] - [-x > 0]``). Registered in
+the higher index first), Hardmax (that first index, one-hot by an Embed of fixed identity
+weights) and Sign (Threshold layers: ``[x > 0] - [-x > 0]``). Registered in
 :data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
@@ -102,6 +103,43 @@ def arg_extreme(ctx, node):
         _first_index(ctx, node, x, shape, axis, out)
     if not keep:
         _reshape(ctx, name + "/squeeze", out, top, ctx.shape(top, node))
+
+@importer("Hardmax")
+def hardmax(ctx, node):
+    """1 at the first maximum along ``axis`` (from opset 13; before it, of the input
+    flattened to 2-D at ``axis``), 0 elsewhere: the axis moved to the end (Permute), the
+    first index of its maximum (:func:`_first_index`), one-hot by an Embed of the fixed
+    identity matrix (not learnt), the axis moved back."""
+    shape = ctx.shape(node.input[0], node)
+    rank = len(shape)
+    axis = int(attrs(node).get("axis", 1 if ctx.opset < 13 else -1))
+    axis = axis + rank if axis < 0 else axis
+    x, top, name = node.input[0], node.output[0], _name(node)
+    if ctx.opset < 13:  # the trailing axes from ``axis`` on are one
+        order = list(range(rank))
+        view = list(shape[:axis]) + [int(np.prod(shape[axis:]))]
+    else:
+        order = [i for i in range(rank) if i != axis] + [axis]
+        view = [shape[i] for i in order]
+    blob = x
+    if order != list(range(rank)):
+        blob = _permute(ctx, name + "/permute", blob, top + "/permute", order)
+    if len(view) != rank:
+        blob = _reshape(ctx, name + "/view", blob, top + "/view", view)
+    n = view[-1]
+    index = _first_index(ctx, node, blob, view, len(view) - 1, top + "/index")
+    lp = ctx.layer("Embed", name + "/one_hot", [index], [top + "/one_hot"],
+                   [np.eye(n, dtype=np.float32)])
+    lp.embed_param.num_output, lp.embed_param.input_dim = n, n
+    lp.embed_param.bias_term = False
+    lp.param.add(lr_mult=0, decay_mult=0)
+    # the Embed's top is the index's shape (the axis of size 1) and the one-hot axis
+    if order == list(range(rank)):
+        _reshape(ctx, name, top + "/one_hot", top, shape)
+        return
+    _reshape(ctx, name + "/drop", top + "/one_hot", top + "/hot", view)
+    _permute(ctx, name, top + "/hot", top, [order.index(i) for i in range(rank)])
+
 
 @importer("Sign")
 def sign(ctx, node):
