@@ -460,6 +460,10 @@ pytorch-converted/test_MaxPool1d_stride pytorch-operator/test_operator_maxpool
 test_sign simple/test_sign_model
 test_hardmax_example test_hardmax_one_hot test_hardmax_axis_0 test_hardmax_axis_1
 test_hardmax_axis_2 test_hardmax_negative_axis test_hardmax_default_axis
+test_add_bcast test_sub_bcast pytorch-operator/test_operator_add_broadcast
+pytorch-operator/test_operator_add_size1_broadcast
+pytorch-operator/test_operator_add_size1_right_broadcast
+pytorch-operator/test_operator_add_size1_singleton_broadcast
 '''.split()
 
 REFUSED = {
@@ -496,12 +500,6 @@ REFUSED = {
         test_mul_uint32 test_mul_uint64 test_sub_uint8 test_sub_uint16 test_sub_uint32
         test_sub_uint64
         test_min_uint8 test_min_uint16 test_min_uint32 test_min_uint64
-    '''.split(),
-    r"ONNX node '[^']+' \(op Add\): Add of two tensors converts only as Add/Sub/Mul of equal": '''
-        test_add_bcast pytorch-operator/test_operator_add_broadcast
-        pytorch-operator/test_operator_add_size1_broadcast
-        pytorch-operator/test_operator_add_size1_right_broadcast
-        pytorch-operator/test_operator_add_size1_singleton_broadcast
     '''.split(),
     r"ONNX node '[^']+' \(op AveragePool\): ONNX pools": '''
         test_averagepool_2d_same_upper light/inception_v1
@@ -628,9 +626,6 @@ REFUSED = {
     '''.split(),
     r"ONNX node '[^']+' \(op Slice\): steps": '''
         test_slice_neg_steps
-    '''.split(),
-    r"ONNX node '[^']+' \(op Sub\): Sub of two tensors converts only as Add/Sub/Mul of equal": '''
-        test_sub_bcast
     '''.split(),
     r"ONNX output '[^']+' is a constant; a Caffe net cannot output a constant": '''
         test_constant test_shape_example test_shape test_shape_start_1 test_shape_end_1

@@ -220,3 +220,11 @@ def test_hardmax_marks_the_first_maximum(tmp_path, opset, axis):
     net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
     net.forward(x=x)
     np.testing.assert_array_equal(net.blobs[outputs["y"]].data, want)
+
+
+def test_add_and_sub_of_tensors_that_broadcast(tmp_path):
+    # refused ('Add of two tensors converts only as Add/Sub/Mul of equal shapes'): one side
+    # broadcast, the other or both
+    fn = Fn(lambda x: (x + x[0]) - x[:, :, :1] + (x[:, :1, :] - x[:, :, 1:2]))
+    types = check(fn, (2, 3, 4), tmp_path, "bcast")
+    assert "Tile" in types and "Eltwise" in types

@@ -4,7 +4,8 @@ Power, Eltwise PROD), Min and Mean of equal shapes (Eltwise), LogSoftmax (shifte
 maximum as ONNX computes it: Pooling MAX and AVE, Tile, Eltwise, Exp, Log), ReduceSum /
 ReduceSumSquare / ReduceL1 / ReduceL2 / ReduceMean over any axes (Reduction, after a Permute
 where the axes are not the trailing ones), Tile (Caffe's Tile per axis), Expand (a Reshape and
-Tiles) and InstanceNormalization (Reduction, Bias and Scale by the per-sample statistics, Scale
+Tiles), Add / Sub of two tensors that broadcast (each expanded so, then Eltwise SUM) and
+InstanceNormalization (Reduction, Bias and Scale by the per-sample statistics, Scale
 by the per-channel weights). Registered in :data:`.import_ops.IMPORTERS` as the other
 importers."""
 
@@ -249,6 +250,43 @@ def expand(ctx, node):
         lp.reshape_param.shape.dim.extend(full)
     _tiles(ctx, node, x, [o // f for o, f in zip(out, full)], node.output[0])
 
+
+
+_plain_arithmetic = IMPORTERS["Add"]
+
+
+def _broadcast(ctx, node, x, shape, out, top):
+    """``x`` of ``shape`` broadcast to ``out`` as ONNX does: a Reshape to the output's rank
+    (1s in front) where it has fewer axes, then a Tile of each axis of size 1 that grows."""
+    full = (1,) * (len(out) - len(shape)) + tuple(shape)
+    if len(full) != len(shape):
+        lp = ctx.layer("Reshape", _name(node) + "/view", [x], [top + "/view"])
+        lp.reshape_param.shape.dim.extend(full)
+        x = top + "/view"
+    _tiles(ctx, node, x, [o // f for o, f in zip(out, full)], top)
+    return top
+
+
+@importer("Add", "Sub")
+def add_sub(ctx, node):
+    """Of two tensors of different shapes: each input that has not the output's shape
+    broadcast to it (:func:`_broadcast`: copies, no arithmetic), then an Eltwise SUM (Sub:
+    with coefficients 1 and -1). Anything else: :func:`.import_ops.arithmetic`."""
+    a, b = node.input[0], node.input[1]
+    if a in ctx.consts or b in ctx.consts or ctx.shape(a, node) == ctx.shape(b, node):
+        _plain_arithmetic(ctx, node)
+        return
+    out = tuple(ctx.shape(node.output[0], node))
+    top = node.output[0]
+    bottoms = []
+    for i, x in enumerate((a, b)):
+        shape = tuple(ctx.shape(x, node))
+        bottoms.append(x if shape == out else
+                       _broadcast(ctx, node, x, shape, out, "%s/broadcast%d" % (top, i)))
+    lp = ctx.layer("Eltwise", _name(node), bottoms, [top])
+    lp.eltwise_param.operation = E.SUM
+    if node.op_type == "Sub":
+        lp.eltwise_param.coeff.extend([1.0, -1.0])
 
 # -- InstanceNormalization -----------------------------------------------------------------
 @importer("InstanceNormalization")
