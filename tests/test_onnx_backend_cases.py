@@ -463,7 +463,7 @@ test_hardmax_axis_2 test_hardmax_negative_axis test_hardmax_default_axis
 test_add_bcast test_sub_bcast pytorch-operator/test_operator_add_broadcast
 pytorch-operator/test_operator_add_size1_broadcast
 pytorch-operator/test_operator_add_size1_right_broadcast
-pytorch-operator/test_operator_add_size1_singleton_broadcast
+pytorch-operator/test_operator_add_size1_singleton_broadcast test_prelu_example test_prelu_broadcast
 '''.split()
 
 REFUSED = {
@@ -565,7 +565,7 @@ REFUSED = {
         test_pow_types_float32_uint32 pytorch-operator/test_operator_pow
     '''.split(),
     r"ONNX node '[^']+' \(op PRelu\): slopes of shape": '''
-        test_prelu_example test_prelu_broadcast pytorch-converted/test_PReLU_1d_multiparam
+        pytorch-converted/test_PReLU_1d_multiparam
         pytorch-converted/test_PReLU_2d_multiparam pytorch-converted/test_PReLU_3d_multiparam
     '''.split(),
     r"ONNX node '[^']+' \(op Pad\): its output": '''

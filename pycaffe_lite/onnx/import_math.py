@@ -4,16 +4,16 @@ Power, Eltwise PROD), Min and Mean of equal shapes (Eltwise), LogSoftmax (shifte
 maximum as ONNX computes it: Pooling MAX and AVE, Tile, Eltwise, Exp, Log), ReduceSum /
 ReduceSumSquare / ReduceL1 / ReduceL2 / ReduceMean over any axes (Reduction, after a Permute
 where the axes are not the trailing ones), Tile (Caffe's Tile per axis), Expand (a Reshape and
-Tiles), Add / Sub of two tensors that broadcast (each expanded so, then Eltwise SUM) and
-InstanceNormalization (Reduction, Bias and Scale by the per-sample statistics, Scale
-by the per-channel weights). Registered in :data:`.import_ops.IMPORTERS` as the other
-importers."""
+Tiles), Add / Sub of two tensors that broadcast (each expanded so, then Eltwise SUM), PRelu of
+slopes that are not per channel (ReLU, Scale, Eltwise) and InstanceNormalization (Reduction,
+Bias and Scale by the per-sample statistics, Scale by the per-channel weights). Registered in
+:data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
 
 from ..proto import caffe_pb2
 from .import_gates import _reduced_axes
-from .import_ops import IMPORTERS, _name, attrs, importer
+from .import_ops import IMPORTERS, _broadcast_param, _name, attrs, importer
 
 E = caffe_pb2.EltwiseParameter
 
@@ -287,6 +287,37 @@ def add_sub(ctx, node):
     lp.eltwise_param.operation = E.SUM
     if node.op_type == "Sub":
         lp.eltwise_param.coeff.extend([1.0, -1.0])
+
+
+_channel_prelu = IMPORTERS["PRelu"]
+
+
+@importer("PRelu")
+def prelu(ctx, node):
+    """Constant slopes that broadcast onto the input (ONNX aligns them with its last axes)
+    but are not one per channel: ``relu(x) + (-slope) relu(-x)`` (Power by -1, ReLU, a Scale
+    by the fixed negated slopes, not learnt, an Eltwise SUM; one of the two terms is 0, so
+    the sum is exact). Shared or per-channel slopes: Caffe's PReLU
+    (:func:`.import_ops.prelu`)."""
+    slope = ctx.const(node.input[1], node, "slope")
+    shape = tuple(ctx.shape(node.input[0], node))
+    full = (1,) * (len(shape) - slope.ndim) + tuple(slope.shape)
+    channel = slope.size == 1 or len(shape) >= 2 and full[1] == shape[1] and \
+        slope.size == shape[1]
+    if channel or slope.ndim > len(shape) or \
+            any(f not in (1, d) for f, d in zip(full, shape)):
+        _channel_prelu(ctx, node)
+        return
+    x, top, name = node.input[0], node.output[0], _name(node)
+    ctx.layer("ReLU", name + "/positive", [x], [top + "/positive"])
+    _power(ctx, name + "/neg", x, top + "/neg", scale=-1.0)
+    ctx.layer("ReLU", name + "/negative", [top + "/neg"], [top + "/negative"])
+    axis, param = _broadcast_param(ctx, node, shape, -slope.astype(np.float32))
+    lp = ctx.layer("Scale", name + "/slope", [top + "/negative"], [top + "/sloped"], [param])
+    lp.scale_param.axis, lp.scale_param.num_axes = axis, param.ndim
+    lp.param.add(lr_mult=0, decay_mult=0)
+    lp = ctx.layer("Eltwise", name, [top + "/positive", top + "/sloped"], [top])
+    lp.eltwise_param.operation = E.SUM
 
 # -- InstanceNormalization -----------------------------------------------------------------
 @importer("InstanceNormalization")
