@@ -464,6 +464,8 @@ test_add_bcast test_sub_bcast pytorch-operator/test_operator_add_broadcast
 pytorch-operator/test_operator_add_size1_broadcast
 pytorch-operator/test_operator_add_size1_right_broadcast
 pytorch-operator/test_operator_add_size1_singleton_broadcast test_prelu_example test_prelu_broadcast
+pytorch-converted/test_PReLU_1d_multiparam pytorch-converted/test_PReLU_2d_multiparam
+pytorch-converted/test_PReLU_3d_multiparam
 '''.split()
 
 REFUSED = {
@@ -563,10 +565,6 @@ REFUSED = {
         test_pow_example test_pow test_pow_bcast_array test_pow_types_float32_int64
         test_pow_types_float32_int32 test_pow_types_float32_uint64
         test_pow_types_float32_uint32 pytorch-operator/test_operator_pow
-    '''.split(),
-    r"ONNX node '[^']+' \(op PRelu\): slopes of shape": '''
-        pytorch-converted/test_PReLU_1d_multiparam
-        pytorch-converted/test_PReLU_2d_multiparam pytorch-converted/test_PReLU_3d_multiparam
     '''.split(),
     r"ONNX node '[^']+' \(op Pad\): its output": '''
         pytorch-converted/test_ZeroPad2d

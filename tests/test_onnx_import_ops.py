@@ -230,23 +230,26 @@ def test_add_and_sub_of_tensors_that_broadcast(tmp_path):
     assert "Tile" in types and "Eltwise" in types
 
 
-@pytest.mark.parametrize("slope_shape", [(4,), (3, 1), (2, 3, 4), (1, 1, 4)])
-def test_prelu_of_slopes_that_are_not_per_channel(tmp_path, slope_shape):
-    # slopes ONNX aligns with the last axes were refused ('are not per channel'); torch's
-    # PReLU writes one slope per channel only, so the graph is made here and NumPy's
-    # max(0, x) + slope min(0, x) is the reference
+@pytest.mark.parametrize("slope_shape,opset", [((4,), 16), ((3, 1), 16), ((2, 3, 4), 16),
+                                               ((1, 1, 4), 16), ((3,), 6)])
+def test_prelu_of_slopes_that_are_not_per_channel(tmp_path, slope_shape, opset):
+    # slopes ONNX aligns with the last axes were refused ('are not per channel'), as were C
+    # slopes before opset 7, which are one per channel there; torch's PReLU writes one slope
+    # per channel only, so the graph is made here and NumPy's max(0, x) + slope min(0, x)
+    # is the reference
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(6)
     slope = rng.uniform(-1.0, 1.0, slope_shape).astype(np.float32)
+    ref = slope.reshape(3, 1) if opset < 7 else slope
     graph = helper.make_graph(
         [helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu")], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         initializer=[numpy_helper.from_array(slope, "slope")])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     x = rng.normal(size=(2, 3, 4)).astype(np.float32)
     x[0, 0, 0] = 0.0
-    want = np.maximum(x, 0) + slope * np.minimum(x, 0)
+    want = np.maximum(x, 0) + ref * np.minimum(x, 0)
     prefix = str(tmp_path / "prelu")
     _, _, outputs = caffe_onnx.to_caffe(m, prefix)
     net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)

@@ -298,10 +298,16 @@ def prelu(ctx, node):
     but are not one per channel: ``relu(x) + (-slope) relu(-x)`` (Power by -1, ReLU, a Scale
     by the fixed negated slopes, not learnt, an Eltwise SUM; one of the two terms is 0, so
     the sum is exact). Shared or per-channel slopes: Caffe's PReLU
-    (:func:`.import_ops.prelu`)."""
+    (:func:`.import_ops.prelu`), as is a slope of C values before opset 7 (broadcast
+    came with opset 7; before it the slopes were per channel)."""
     slope = ctx.const(node.input[1], node, "slope")
     shape = tuple(ctx.shape(node.input[0], node))
     full = (1,) * (len(shape) - slope.ndim) + tuple(slope.shape)
+    if ctx.opset < 7 and len(shape) >= 2 and slope.size == shape[1] != 1:
+        # before opset 7 a slope of C values is one per channel, whatever its shape
+        ctx.layer("PReLU", _name(node), [node.input[0]], [node.output[0]],
+                  [slope.reshape(-1)])
+        return
     channel = slope.size == 1 or len(shape) >= 2 and full[1] == shape[1] and \
         slope.size == shape[1]
     if channel or slope.ndim > len(shape) or \
