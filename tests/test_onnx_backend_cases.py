@@ -466,6 +466,7 @@ pytorch-operator/test_operator_add_size1_right_broadcast
 pytorch-operator/test_operator_add_size1_singleton_broadcast test_prelu_example test_prelu_broadcast
 pytorch-converted/test_PReLU_1d_multiparam pytorch-converted/test_PReLU_2d_multiparam
 pytorch-converted/test_PReLU_3d_multiparam
+test_gemm_default_matrix_bias test_gemm_transposeA test_gemm_all_attributes
 '''.split()
 
 REFUSED = {
@@ -531,14 +532,8 @@ REFUSED = {
     r"ONNX node '[^']+' \(op Dropout\): its mask output": '''
         test_dropout_default_mask test_dropout_default_mask_ratio
     '''.split(),
-    r"ONNX node '[^']+' \(op Gemm\): C of shape": '''
-        test_gemm_default_matrix_bias
-    '''.split(),
-    r"ONNX node '[^']+' \(op Gemm\): its C": '''
+    r"ONNX node '[^']+' \(op Gemm\): the shape of '3' is unknown": '''
         pytorch-operator/test_operator_addmm
-    '''.split(),
-    r"ONNX node '[^']+' \(op Gemm\): transA has no Caffe equivalent": '''
-        test_gemm_transposeA test_gemm_all_attributes
     '''.split(),
     r"ONNX node '[^']+' \(op MatMul\): only a MatMul by a constant": '''
         test_matmul_2d test_matmul_3d test_matmul_4d test_matmul_bcast test_matmul_1d_3d

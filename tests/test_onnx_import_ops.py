@@ -255,3 +255,28 @@ def test_prelu_of_slopes_that_are_not_per_channel(tmp_path, slope_shape, opset):
     net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
     net.forward(x=x)
     np.testing.assert_array_equal(net.blobs[outputs["y"]].data, want)
+
+
+class Gemm(nn.Module):
+    """``alpha x' W + beta C``, through torch.addmm (exported as Gemm) of x transposed."""
+
+    def __init__(self, c_shape, transposed):
+        super().__init__()
+        gen = torch.Generator().manual_seed(7)
+        self.w = nn.Parameter(torch.randn(3, 4, generator=gen))
+        self.c = nn.Parameter(torch.randn(*c_shape, generator=gen))
+        self.transposed = transposed
+
+    def forward(self, x):
+        a = x.t() if self.transposed else x
+        return torch.addmm(self.c, a, self.w, beta=0.5, alpha=2.0)
+
+
+@pytest.mark.parametrize("c_shape,transposed", [((5, 4), True), ((5, 1), False),
+                                                ((4,), True)])
+def test_gemm_of_a_transposed_or_a_matrix_bias(tmp_path, c_shape, transposed):
+    # transA ('transA has no Caffe equivalent') and a C of several rows ('C of shape (5, 4)
+    # is not a per-output bias') were refused
+    shape = (3, 5) if transposed else (5, 3)
+    types = check(Gemm(c_shape, transposed), shape, tmp_path, "gemm")
+    assert "InnerProduct" in types

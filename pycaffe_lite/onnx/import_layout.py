@@ -2,11 +2,14 @@
 (nearest by an integer factor, bilinear with the corners aligned, or half-pixel bilinear by an
 integer factor), Transpose (the SSD fork's Permute), Slice (Caffe's Slice, the pieces not
 wanted silenced), ConvTranspose with output_padding / output_shape (a Deconvolution cut or
-extended). Registered in :data:`.import_ops.IMPORTERS` as the other importers."""
+extended), Gemm with ``transA`` (A transposed by a Permute first) or a C of more than one
+row (a fixed Scale by ones with C as its bias after the InnerProduct). Registered in
+:data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
 
-from .import_ops import _name, _set_2d, attrs, conv, importer
+from .import_math import _broadcast
+from .import_ops import IMPORTERS, _broadcast_param, _name, _set_2d, attrs, conv, importer
 
 
 def _text(value):
@@ -359,3 +362,56 @@ def conv_transpose(ctx, node):
         _crop(ctx, node, blob, shape, cuts, node.output[0])
     else:
         ctx.alias[node.output[0]] = blob
+
+
+_plain_gemm = IMPORTERS["Gemm"]
+
+
+@importer("Gemm")
+def gemm(ctx, node):
+    """``alpha A' B' + beta C``: with ``transA``, A transposed by a Permute first; a constant
+    C that is not one bias per output column (a matrix, or a column) added after the
+    InnerProduct as the bias of a fixed Scale by ones (not learnt); a C computed by the graph
+    broadcast to the output (Reshape, Tile) and added by an Eltwise SUM with coefficients 1
+    and beta. Otherwise :func:`.import_ops.gemm` (an InnerProduct, C its bias)."""
+    a = attrs(node)
+    c_name = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    c = ctx.consts[c_name].astype(np.float32) if c_name in ctx.consts else None
+    w = ctx.const(node.input[1], node, "B").astype(np.float32)
+    n = w.shape[0] if a.get("transB", 0) else w.shape[1]
+    beta = np.float32(a.get("beta", 1.0))
+    row_bias = c_name is None or c is not None and c.size in (1, n) and \
+        not (c.ndim == 2 and c.shape[0] != 1)
+    if not a.get("transA", 0) and row_bias:
+        _plain_gemm(ctx, node)
+        return
+    x, top, name = node.input[0], node.output[0], _name(node)
+    if a.get("transA", 0):
+        lp = ctx.layer("Permute", name + "/transpose", [x], [top + "/a_t"])
+        lp.permute_param.order.extend([1, 0])
+        x = top + "/a_t"
+    w = (w if a.get("transB", 0) else w.T) * np.float32(a.get("alpha", 1.0))
+    blobs = [w]
+    if c_name is not None and row_bias:
+        blobs.append(np.broadcast_to((c * beta).reshape(-1), (n,)))
+    out = top if row_bias else top + "/product"
+    lp = ctx.layer("InnerProduct", name, [x], [out], blobs)
+    lp.inner_product_param.num_output = n
+    lp.inner_product_param.bias_term = len(blobs) > 1
+    if out == top:
+        return
+    m = ctx.shape(node.input[0], node)[1 if a.get("transA", 0) else 0]
+    if c is None:  # a tensor
+        shape = tuple(ctx.shape(c_name, node))
+        if shape != (m, n):
+            c_name = _broadcast(ctx, node, c_name, shape, (m, n), top + "/c")
+        lp = ctx.layer("Eltwise", name + "/c", [out, c_name], [top])
+        lp.eltwise_param.operation = lp.eltwise_param.SUM
+        lp.eltwise_param.coeff.extend([1.0, float(beta)])
+        return
+    axis, bias = _broadcast_param(ctx, node, (m, n), c * beta)
+    lp = ctx.layer("Scale", name + "/c", [out], [top], [np.ones(bias.shape, np.float32), bias])
+    lp.scale_param.axis, lp.scale_param.num_axes = axis, bias.ndim
+    lp.scale_param.bias_term = True
+    lp.param.add(lr_mult=0, decay_mult=0)
+    lp.param.add(lr_mult=0, decay_mult=0)
