@@ -241,10 +241,15 @@ def test_auto_pad_same_of_even_pads(tmp_path, name, frozen):
 
 
 def test_auto_pad_same_of_uneven_pads_is_refused():
-    # a 2 x 2 kernel at stride 1: SAME pads one side only
-    model, inputs, _ = node_case("test_maxpool_2d_same_upper")
-    check_refused(model, inputs, [], r"ONNX node 'y' \(op MaxPool\): ONNX pools \[32, 32\] "
-                                     r"windows where Caffe's rounding gives \[31, 31\]")
+    # uneven pads convert as the pool of even pads, its extra windows sliced off (the table's
+    # test_maxpool_2d_same_upper, light/inception_v1), but not for an average that counts the
+    # padding: ONNX counts one pad, the even pool two
+    model, inputs, _ = node_case("test_averagepool_2d_same_upper")
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.node[0].attribute.append(onnx.helper.make_attribute("count_include_pad", 1))
+    check_refused(m, inputs, [], r"ONNX node 'y' \(op AveragePool\): ONNX pools \[32, 32\] "
+                                 r"windows where Caffe's rounding gives \[31, 31\]")
     model, inputs, _ = node_case("test_conv_with_autopad_same")
     m, _ = freeze(model, inputs, ["W"])
     m.graph.node[0].attribute[0].s = b"SAME_UPPER"
@@ -467,6 +472,7 @@ pytorch-operator/test_operator_add_size1_singleton_broadcast test_prelu_example 
 pytorch-converted/test_PReLU_1d_multiparam pytorch-converted/test_PReLU_2d_multiparam
 pytorch-converted/test_PReLU_3d_multiparam
 test_gemm_default_matrix_bias test_gemm_transposeA test_gemm_all_attributes
+test_averagepool_2d_same_upper test_maxpool_2d_same_upper light/inception_v1
 '''.split()
 
 REFUSED = {
@@ -504,9 +510,6 @@ REFUSED = {
         test_sub_uint64
         test_min_uint8 test_min_uint16 test_min_uint32 test_min_uint64
     '''.split(),
-    r"ONNX node '[^']+' \(op AveragePool\): ONNX pools": '''
-        test_averagepool_2d_same_upper light/inception_v1
-    '''.split(),
     r"ONNX node '[^']+' \(op AveragePool\): dilated pooling / storage_order have no Caffe": '''
         test_averagepool_2d_dilations
     '''.split(),
@@ -538,9 +541,6 @@ REFUSED = {
     r"ONNX node '[^']+' \(op MatMul\): only a MatMul by a constant": '''
         test_matmul_2d test_matmul_3d test_matmul_4d test_matmul_bcast test_matmul_1d_3d
         test_matmul_4d_1d test_matmul_1d_1d
-    '''.split(),
-    r"ONNX node '[^']+' \(op MaxPool\): ONNX pools": '''
-        test_maxpool_2d_same_upper
     '''.split(),
     r"ONNX node '[^']+' \(op MaxPool\): dilated pooling / storage_order have no Caffe": '''
         test_maxpool_2d_dilations pytorch-converted/test_MaxPool2d_stride_padding_dilation

@@ -280,3 +280,31 @@ def test_gemm_of_a_transposed_or_a_matrix_bias(tmp_path, c_shape, transposed):
     shape = (3, 5) if transposed else (5, 3)
     types = check(Gemm(c_shape, transposed), shape, tmp_path, "gemm")
     assert "InnerProduct" in types
+
+
+@pytest.mark.parametrize("op,shape,kw", [
+    ("MaxPool", (2, 3, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 2], pads=[0, 1, 2, 0])),
+    ("AveragePool", (2, 3, 7, 6), dict(kernel_shape=[3, 3], strides=[2, 1], pads=[1, 0, 0, 2])),
+    ("AveragePool", (1, 2, 5, 5), dict(kernel_shape=[2, 2], auto_pad="SAME_UPPER")),
+    ("MaxPool", (2, 3, 9), dict(kernel_shape=[3], strides=[2], pads=[0, 2])),
+])
+def test_pools_of_uneven_pads(tmp_path, op, shape, kw):
+    # begin and end pads that differ were refused ('ONNX pools [..] windows where Caffe's
+    # rounding gives [..]'); onnxruntime is the reference
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], name="pool", **kw)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(8).normal(size=shape).astype(np.float32)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    prefix = str(tmp_path / "uneven")
+    _, _, outputs = caffe_onnx.to_caffe(m, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    got = net.blobs[outputs["y"]].data
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

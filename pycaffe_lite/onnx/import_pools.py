@@ -1,13 +1,16 @@
-"""ONNX pooling of other ranks than 2-D -> Caffe's 2-D Pooling: a 1-D MaxPool / AveragePool
-(``N x C x L``) is the 2-D one of ``N x C x L x 1`` with a ``K x 1`` window (a Reshape before
-and after; :func:`.import_ops.pool` checks its windows, pads and ``ceil_mode`` and corrects
-its divisors), a GlobalMaxPool / GlobalAveragePool of any rank the global pooling of
-``N x C x (all spatial values) x 1``. Registered in :data:`.import_ops.IMPORTERS` as the
-other importers; 2-D pooling stays with :func:`.import_ops.pool`."""
+"""ONNX pooling that Caffe's 2-D Pooling does not take as it is -> Caffe layers: a 1-D
+MaxPool / AveragePool (``N x C x L``) is the 2-D one of ``N x C x L x 1`` with a ``K x 1``
+window (a Reshape before and after; :func:`.import_ops.pool` checks its windows, pads and
+``ceil_mode`` and corrects its divisors), a pool whose begin and end pads differ (SAME_UPPER /
+SAME_LOWER of an even kernel, a pad at one end) the pool of pads equal on both sides, its extra
+windows sliced off (a MaxPool, an AveragePool that counts no padding), a GlobalMaxPool /
+GlobalAveragePool of any rank the global pooling of ``N x C x (all spatial values) x 1``.
+Registered in :data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
 
-from .import_ops import IMPORTERS, _name, attrs, importer
+from .import_layout import _crop
+from .import_ops import IMPORTERS, _name, _onnx_pooled, _pads, attrs, importer
 
 _pool_2d = IMPORTERS["MaxPool"]
 _global_pool_2d = IMPORTERS["GlobalMaxPool"]
@@ -38,19 +41,62 @@ def _as_2d(ctx, node):
                             name=_name(node), **two)
 
 
+def _pool_uneven(ctx, node):
+    """A 2-D pool whose begin and end pads differ, floor mode, as the pool of pads ``p`` on
+    both sides, ``p`` the larger pad (the smaller where a window offset of it would not be a
+    whole number of strides: then the begin pad plus the end's excess rounded up to
+    strides), and its windows that ONNX's pads give sliced out: the same windows, whose
+    maximum, or average of the values inside the input (``count_include_pad`` 0), is the
+    same. Other pools: :func:`.import_ops.pool`."""
+    a = attrs(node)
+    shape = ctx.shape(node.input[0], node)
+    if len(shape) != 4 or node.input[0] in ctx.padded or "kernel_shape" not in a or \
+            int(a.get("ceil_mode", 0)) or any(int(d) != 1 for d in a.get("dilations", [])) or \
+            node.op_type == "AveragePool" and int(a.get("count_include_pad", 0)):
+        _pool_2d(ctx, node)
+        return
+    kernel = [int(k) for k in a["kernel_shape"]]
+    strides = [int(q) for q in a.get("strides", [1, 1])]
+    pads = _pads(ctx, node, a, kernel, strides, [1, 1])
+    begin, end = pads[:2], pads[2:]
+    even = [b if b >= e else b + -(-(e - b) // q) * q for b, e, q in zip(begin, end, strides)]
+    if begin == end or any(p >= k for p, k in zip(even, kernel)):
+        _pool_2d(ctx, node)
+        return
+    sizes = shape[2:]
+    sym_out = [_onnx_pooled(n, k, q, p, p, 0) for n, k, q, p in zip(sizes, kernel, strides, even)]
+    onnx_out = [_onnx_pooled(n, k, q, b, e, 0)
+                for n, k, q, b, e in zip(sizes, kernel, strides, begin, end)]
+    cuts = []
+    for axis in range(2):
+        start = (even[axis] - begin[axis]) // strides[axis]
+        if (start, start + onnx_out[axis]) != (0, sym_out[axis]):
+            cuts.append((axis + 2, (start, start + onnx_out[axis])))
+    two = dict(a)
+    two.pop("auto_pad", None)
+    two["pads"] = even + even
+    top = node.output[0]
+    sym = ctx.onnx.helper.make_node(node.op_type, list(node.input),
+                                    [top + "/even_pads" if cuts else top] +
+                                    list(node.output[1:]), name=_name(node), **two)
+    _pool_2d(ctx, sym)
+    if cuts:
+        _crop(ctx, node, sym.output[0], list(shape[:2]) + sym_out, cuts, top)
+
+
 @importer("MaxPool", "AveragePool")
 def pool(ctx, node):
     """1-D pooling as 2-D pooling of the input viewed as ``N x C x L x 1``, the output
     reshaped back; other ranks go to :func:`.import_ops.pool` (2-D; 3-D is refused there)."""
     shape = ctx.shape(node.input[0], node)
     if len(shape) != 3 or node.input[0] in ctx.padded or "kernel_shape" not in attrs(node):
-        _pool_2d(ctx, node)
+        _pool_uneven(ctx, node)
         return
     x, top, name = node.input[0], node.output[0], _name(node)
     two = _as_2d(ctx, node)
     ctx.shapes[two.input[0]] = tuple(shape) + (1,)
     _reshape(ctx, name + "/view2d", x, two.input[0], tuple(shape) + (1,))
-    _pool_2d(ctx, two)
+    _pool_uneven(ctx, two)
     _reshape(ctx, name + "/view1d", two.output[0], top, ctx.shape(top, node))
 
 
