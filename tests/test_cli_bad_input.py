@@ -290,6 +290,7 @@ MATRIX = [
 ]
 
 
+@pytest.mark.slow   # a Python process per command
 @pytest.mark.parametrize("argv, status, needle", MATRIX, ids=[m[0][0] for m in MATRIX])
 def test_every_command_in_a_process(files, argv, status, needle):
     rc, err = run_process(argv, files)

@@ -116,6 +116,7 @@ def check_refused(model, inputs, frozen, pattern):
 
 
 # -- the defects these cases found ------------------------------------------------------------
+@pytest.mark.slow   # three zoo nets, about 5 s
 def test_zoo_nets_whose_dropout_names_an_unread_mask(tmp_path):
     # the model zoo's SqueezeNet (as alexnet and vgg19) names the mask output of its Dropout
     # (opset 3..6) and reads it nowhere: nothing to convert, the Dropout is the identity
@@ -649,6 +650,7 @@ def _needs_constant(model, message):
     return None
 
 
+@pytest.mark.slow   # the whole table: about 20 s on 2 cores
 @pytest.mark.parametrize("name,refusal", CASES, ids=[c[0] for c in CASES])
 def test_backend_case(tmp_path, name, refusal):
     model, inputs, expected = _load(name)
