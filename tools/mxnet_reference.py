@@ -135,9 +135,26 @@ class Writer:
                        grad_req="null")
         return [o.asnumpy() for o in exe.forward(is_train=False)]
 
-    def record(self, name, inputs, outputs=None, note="", expect_error=None):
+    def run_native(self, name, inputs):
+        """:meth:`run_files` in a second process with MXNet's own kernels
+        (``MXNET_MKLDNN_ENABLED=0``, read once per process: the kernels its GPU build mirrors)."""
+        given = os.path.join(self.out, "_native-in.npz")
+        got = os.path.join(self.out, "_native-out.npz")
+        np.savez(given, **{"in_" + k: v for k, v in inputs.items()})  # (savez drops 'like')
+        try:
+            env = dict(os.environ, MXNET_MKLDNN_ENABLED="0")
+            subprocess.run([sys.executable, os.path.abspath(__file__), self.out, "--run-native",
+                            name], env=env, check=True)
+            with np.load(got) as z:
+                return [z["arr_%d" % i] for i in range(len(z.files))]
+        finally:
+            for path in (given, got):
+                if os.path.exists(path):
+                    os.remove(path)
+
+    def record(self, name, inputs, outputs=None, note="", expect_error=None, native=False):
         if outputs is None:
-            outputs = self.run_files(name, inputs)
+            outputs = (self.run_native if native else self.run_files)(name, inputs)
         files = []
         for i, arr in enumerate(outputs):
             fname = "%s-out%d.npy" % (name, i)
@@ -160,8 +177,9 @@ class Writer:
         self.record(name, inputs, note=note)
 
     def symbol(self, name, sym, inputs, shapes=None, extra_params=None, note="",
-               expect_error=None, label_shapes=None):
-        """A symbol-API model with random parameters, saved by ``save_checkpoint``."""
+               expect_error=None, label_shapes=None, native=False):
+        """A symbol-API model with random parameters, saved by ``save_checkpoint``;
+        ``native``: its outputs from MXNet's own kernels (:meth:`run_native`)."""
         shapes = dict(shapes or {k: v.shape for k, v in inputs.items()})
         shapes.update(label_shapes or {})
         arg_shapes, _, aux_shapes = sym.infer_shape(**shapes)
@@ -174,7 +192,7 @@ class Writer:
         for key, shape in (extra_params or {}).items():
             args[key] = mx.nd.array(self._param(key, shape))
         mx.model.save_checkpoint(os.path.join(self.out, name), 0, sym, args, aux)
-        self.record(name, inputs, note=note, expect_error=expect_error)
+        self.record(name, inputs, note=note, expect_error=expect_error, native=native)
 
     @staticmethod
     def _param(key, shape):
@@ -539,6 +557,12 @@ def main(argv):
         sys.exit("run with MXNET_SUBGRAPH_BACKEND=NONE (see the docstring)")
     mx.random.seed(23)
     w = Writer(out)
+    if "--run-native" in argv:  # (a process of Writer.run_native)
+        name = argv[argv.index("--run-native") + 1]
+        with np.load(os.path.join(out, "_native-in.npz")) as z:
+            given = {k[3:]: z[k] for k in z.files}
+        np.savez(os.path.join(out, "_native-out.npz"), *w.run_files(name, given))
+        return
     if "--full" in argv:
         zoo_full(w)
         w.save_manifest()

@@ -1,0 +1,78 @@
+"""MXNet operators, attribute by attribute, against real MXNet.
+
+The references under tests/fixtures/mxnet_ops were written by MXNet 1.9.1's own CPU kernels
+(``tools/mxnet_op_reference.py``, run in the venv of tools/mxnet_reference.py): per case a
+symbol and params file, the inputs and MXNet's outputs. Each case imports and matches MXNet's
+outputs to 1e-4 relative (with an absolute floor of 1e-4 times the output's largest
+magnitude), or, where MXNet runs something Caffe cannot express, is refused at import by an
+error naming the node, the op and the attribute.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import pycaffe_lite
+from pycaffe_lite import mxnet
+from pycaffe_lite.errors import CaffeError
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "mxnet_ops")
+with open(os.path.join(FIXTURES, "manifest.json")) as _f:
+    MANIFEST = json.load(_f)
+CASES = sorted(k for k, v in MANIFEST.items() if "expect_error" not in v)
+ERROR_CASES = sorted(k for k, v in MANIFEST.items() if "expect_error" in v)
+RTOL = 1e-4
+
+
+def files(case):
+    return (os.path.join(FIXTURES, case + "-symbol.json"),
+            os.path.join(FIXTURES, case + "-0000.params"))
+
+
+def inputs(case):
+    return {k: np.load(os.path.join(FIXTURES, v["file"])).astype(np.float32)
+            for k, v in MANIFEST[case]["inputs"].items()}
+
+
+def references(case):
+    return [np.load(os.path.join(FIXTURES, f)) for f in MANIFEST[case]["outputs"]]
+
+
+def shapes(case):
+    return {k: tuple(v.shape) for k, v in inputs(case).items()}
+
+
+def run_case(case, tmp_path):
+    prototxt, caffemodel, outputs = mxnet.to_caffe(*files(case), str(tmp_path / case),
+                                                   shapes(case))
+    net = pycaffe_lite.Net(prototxt, caffemodel, pycaffe_lite.TEST)
+    for name, arr in inputs(case).items():
+        net.blobs[name].data[...] = arr
+    net.forward()
+    return [net.blobs[b].data.copy() for b in outputs], outputs
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_op_gives_mxnets_outputs(case, tmp_path):
+    got, blobs = run_case(case, tmp_path)
+    refs = references(case)
+    assert len(got) == len(refs)
+    for blob, out, ref in zip(blobs, got, refs):
+        what = "%s: %s" % (case, blob)
+        assert out.shape == ref.shape, "%s: shape %s, MXNet %s" % (what, out.shape, ref.shape)
+        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        np.testing.assert_allclose(out, ref, rtol=RTOL, atol=RTOL * scale, err_msg=what)
+
+
+@pytest.mark.parametrize("case", ERROR_CASES)
+def test_what_caffe_cannot_express_names_node_op_and_attribute(case, tmp_path):
+    entry = MANIFEST[case]
+    with pytest.raises(CaffeError) as info:
+        mxnet.to_caffe(*files(case), str(tmp_path / case), shapes(case))
+    message = str(info.value)
+    assert "'%s'" % entry["expect_error"] in message
+    for word in entry["error_words"]:
+        assert word in message, (word, message)
+    assert not os.path.exists(str(tmp_path / case) + ".prototxt")
