@@ -238,6 +238,10 @@ def arithmetic(w):
             S._internal._maximum(d, d * -1.0, name="maximum")]
     w.symbol("arith_attrs", S.Group(outs), {"data": x_((2, 3, 4, 5)), "other": x_((1, 3, 1, 1))},
              note="powers, negative scalars, broadcasts of a (1, C, 1, 1) input")
+    w.symbol("broadcast_2d", S.Group([
+        S.broadcast_add(d, o, name="bc_add_2d"), S.broadcast_add(o, d, name="bc_add_2d_rev"),
+        S.broadcast_mul(d, o, name="bc_mul_2d")]),
+        {"data": x_((3, 5)), "other": x_((1, 5))}, note="an (N, C) blob and a (1, C) operand")
     w.symbol("broadcast_spatial", S.broadcast_mul(d, o, name="bc_mul_spatial"),
              {"data": x_((2, 3, 4, 5)), "other": x_((2, 1, 4, 5))},
              note="a spatial attention map (N, 1, H, W): no Caffe broadcast",

@@ -125,9 +125,9 @@ def add(c, node):
     if _eltwise(c, node, blobs, E.SUM):
         return
     if len(blobs) == 2 and node.op.startswith("broadcast"):
-        small = 1 if c.shape(blobs[1])[2:] and set(c.shape(blobs[1])[2:]) == {1} else 0
-        if _broadcast_channels(c, node, blobs[1 - small], blobs[small], "Bias"):
-            return
+        for big, small in ((0, 1), (1, 0)):  # either operand may be the per-channel one
+            if _broadcast_channels(c, node, blobs[big], blobs[small], "Bias"):
+                return
     raise c.error("inputs of shapes %s do not convert (equal shapes do, and a per-channel "
                   "N x C x 1 x 1 operand)" % [c.shape(b) for b in blobs])
 
