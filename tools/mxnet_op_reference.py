@@ -151,6 +151,10 @@ def softmaxes(w):
             S.SoftmaxActivation(d, mode="channel", name="softmax_act_channel")]
     w.symbol("softmax_axes", S.Group(outs), {"data": x_((2, 3, 4, 5), 2.0)},
              note="softmax along axes 0 and 2 with temperatures, log_softmax along axis 1")
+    w.symbol("log_softmax_wide", S.Group([
+        S.log_softmax(d, name="log_softmax_last"),
+        S.log_softmax(d, axis=1, name="log_softmax_c")]), {"data": x_((2, 4, 3, 6), 40.0)},
+        note="log_softmax of logits far apart: MXNet's values stay finite")
     w.symbol("softmax_output_2d", S.Group([
         S.SoftmaxOutput(d, S.var("label"), name="softmax_2d"),
         S.SoftmaxActivation(d, name="softmax_act_2d")]),

@@ -49,6 +49,38 @@ def _softmax(c, x, axis, top, name=None):
     return c.configure(lp)
 
 
+def _log_softmax(c, x, axis, top):
+    """log(softmax(x)) as MXNet computes it, finite however far apart the values are (a Log of
+    the Softmax gives -inf where the probability underflows): z = x - max(x) and
+    z + log(max(softmax(z))), as the largest probability is 1 / sum(exp(z)) >= 1 / n."""
+    name = c.node.name
+    rank = len(c.shape(x))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        raise c.error("axis %d is out of range for shape %s" % (axis, c.shape(x)))
+    n = c.shape(x)[axis]
+
+    def spread(blob, what):
+        """max along the axis, repeated along it to x's shape"""
+        m = neuron(c, "ArgMax", blob, c.blob_name("%s/%s" % (top, what)),
+                   "%s/%s" % (name, what), argmax_param__out_max_val=True,
+                   argmax_param__axis=axis).top[0]
+        if what == "pmax":
+            m = neuron(c, "Log", m, c.blob_name(top + "/logpmax"), name + "/logpmax").top[0]
+        return neuron(c, "Tile", m, c.blob_name(m + "/tiled"), "%s/%s_tiled" % (name, what),
+                      tile_param__axis=axis, tile_param__tiles=n).top[0]
+
+    z = c.layer("Eltwise", name + "/shifted", [x, spread(x, "max")],
+                [c.blob_name(top + "/shifted")])
+    z.eltwise_param.operation = E.SUM
+    z.eltwise_param.coeff.extend([1.0, -1.0])
+    c.configure(z)
+    p = _softmax(c, z.top[0], axis, c.blob_name(top + "/p"), name + "/softmax")
+    lp = c.layer("Eltwise", name, [z.top[0], spread(p.top[0], "pmax")], [top])
+    lp.eltwise_param.operation = E.SUM
+    c.configure(lp)
+
+
 @converter("softmax", "log_softmax")
 def softmax(c, node):
     a = c.attrs()
@@ -61,8 +93,7 @@ def softmax(c, node):
         x = neuron(c, "Power", x, c.blob_name(top + "/tempered"), node.name + "/temperature",
                    power_param__scale=1.0 / temperature).top[0]
     if node.op == "log_softmax":
-        p = _softmax(c, x, a.int("axis", -1), c.blob_name(top + "/p"), node.name + "/softmax")
-        neuron(c, "Log", p.top[0], top)
+        _log_softmax(c, x, a.int("axis", -1), top)
     else:
         _softmax(c, x, a.int("axis", -1), top)
     c.produce(top)
