@@ -155,6 +155,10 @@ def softmaxes(w):
         S.log_softmax(d, name="log_softmax_last"),
         S.log_softmax(d, axis=1, name="log_softmax_c")]), {"data": x_((2, 4, 3, 6), 40.0)},
         note="log_softmax of logits far apart: MXNet's values stay finite")
+    w.symbol("softmax_output_4d", S.SoftmaxOutput(d, S.var("label"), name="softmax_flat"),
+             {"data": x_((2, 3, 4, 5), 2.0)}, label_shapes={"label": (2, 3, 4)}, native=True,
+             note="SoftmaxOutput of a 4-D blob without multi_output / preserve_shape: over "
+                  "each item's C x H x W values")
     w.symbol("softmax_output_2d", S.Group([
         S.SoftmaxOutput(d, S.var("label"), name="softmax_2d"),
         S.SoftmaxActivation(d, name="softmax_act_2d")]),

@@ -405,6 +405,7 @@ def ops(w):
             S.SoftmaxOutput(d, S.var("label3"), preserve_shape=True, name="softmax_keep")]
     w.symbol("softmaxes", S.Group(outs), {"data": make_input((2, 3, 4, 5), 2.0)},
              label_shapes={"label": (2, 4, 5), "label2": (2, 3, 4), "label3": (2, 3, 4)},
+             native=True,  # (oneDNN's SoftmaxOutput of a 4-D blob softmaxes the last axis)
              note="softmax axis -1 by default, SoftmaxActivation modes, SoftmaxOutput")
 
     b = S.var("other")

@@ -114,9 +114,21 @@ def softmax_activation(c, node):
 def softmax_output(c, node):
     a = c.attrs()
     x = c.bottom(0)
-    # multi_output: over axis 1 at every position; else over the last axis
-    _softmax(c, x, 1 if a.bool("multi_output", False) else -1, c.out())
-    c.produce(c.out())
+    shape = c.shape(x)
+    top = c.out()
+    # multi_output: over axis 1 at every position; preserve_shape: over the last axis; else
+    # over each item's values (flattened to (N, -1), as MXNet documents it and its own CPU
+    # and GPU kernels compute; oneDNN's kernel softmaxes the last axis instead)
+    if a.bool("multi_output", False):
+        _softmax(c, x, 1, top)
+    elif a.bool("preserve_shape", False) or len(shape) <= 2:
+        _softmax(c, x, -1, top)
+    else:
+        flat = c.reshape(x, [shape[0], int(np.prod(shape[1:]))], node.name + "/flat",
+                         c.blob_name(top + "/flat"))
+        p = _softmax(c, flat, 1, c.blob_name(top + "/flat_p"))
+        top = c.reshape(p.top[0], shape, node.name + "/unflat", top)
+    c.produce(top)
 
 
 # -- element-wise ------------------------------------------------------------------------------
