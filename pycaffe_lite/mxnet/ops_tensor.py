@@ -371,6 +371,19 @@ def slice_axis(c, node):
     c.produce(top)
 
 
+def _clamped(c, axis, size, begin, end):
+    """``slice``'s bounds as MXNet takes them: negative ones count from the end, then both are
+    clamped to the axis (as Python's slices; slice_axis refuses such bounds instead)."""
+    b = 0 if begin is None else begin
+    e = size if end is None else end
+    b, e = (b + size if b < 0 else b), (e + size if e < 0 else e)
+    b, e = min(max(b, 0), size), min(max(e, 0), size)
+    if e <= b:
+        raise c.error("begin %s, end %s leave axis %d (of size %d) empty: Caffe has no blob "
+                      "of no values" % (begin, end, axis, size))
+    return b, e
+
+
 @converter("slice", "crop")
 def slice_(c, node):
     a = c.attrs()
@@ -380,7 +393,7 @@ def slice_(c, node):
     steps = a.tuple("step", ()) or ()
     if any(s not in (None, 1) for s in steps):
         raise c.error("a slice with steps %s does not convert" % (steps,))
-    cuts = [(axis,) + _range(c, shape[axis], b, e)
+    cuts = [(axis,) + _clamped(c, axis, shape[axis], b, e)
             for axis, (b, e) in enumerate(zip(begins, ends))]
     cuts = [cut for cut in cuts if cut[1:] != (0, shape[cut[0]])]
     blob = x
