@@ -102,6 +102,20 @@ def poolings(w):
     w.symbol("pooling_1d", S.Pooling(d, kernel=(3,), stride=(2,), pool_type="max",
                                      name="p_1d"),
              {"data": x_((1, 2, 9))}, note="1-D pooling", expect_error=["p_1d", "Pooling", "2-D"])
+    w.symbol("pooling_v1", S.Group([
+        S.Pooling_v1(d, kernel=(3, 3), stride=(2, 2), pool_type="avg",
+                     pooling_convention="full", name="p1_avg_full"),
+        S.Pooling_v1(d, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg",
+                     pooling_convention="full", name="p1_avg_pad_full"),
+        S.Pooling_v1(d, kernel=(3, 2), stride=(2, 2), pad=(1, 1), pool_type="avg",
+                     name="p1_avg_pad"),
+        S.Pooling_v1(d, kernel=(3, 3), stride=(2, 2), pool_type="max",
+                     pooling_convention="full", name="p1_max_full"),
+        S.Pooling_v1(d, kernel=(3, 3), stride=(2, 2), pool_type="sum",
+                     pooling_convention="full", name="p1_sum_full")]),
+        {"data": x_((1, 2, 10, 11))},
+        note="the old Pooling_v1: its average divides by the whole kernel, also where the "
+             "window runs past the padded input")
 
 
 def batchnorms(w):

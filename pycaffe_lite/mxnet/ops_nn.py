@@ -276,14 +276,18 @@ def _divisor(start, k, lo, hi):
 def _pool_factors(out, size, kernel, stride, pad, mode, include):
     """Per output position, what MXNet's result is over Caffe's AVE result: Caffe divides by
     the window clipped to the padded input; MXNet's avg divides by that too
-    (count_include_pad) or by the window clipped to the input, its sum by nothing."""
+    (count_include_pad: ``include`` True), by the window clipped to the input (False) or,
+    Pooling_v1's, by the whole kernel (``include`` "kernel"); its sum by nothing."""
     axes = []
     for i in range(2):
         caffe, mx = [], []
         for o in range(out[i]):
             start = o * stride[i] - pad[i]
             caffe.append(_divisor(start, kernel[i], -pad[i], size[i] + pad[i]))
-            mx.append(caffe[-1] if include else _divisor(start, kernel[i], 0, size[i]))
+            if include == "kernel":
+                mx.append(kernel[i])
+            else:
+                mx.append(caffe[-1] if include else _divisor(start, kernel[i], 0, size[i]))
         axes.append((np.array(caffe, np.float64), np.array(mx, np.float64)))
     caffe = np.outer(axes[0][0], axes[1][0])
     if mode == "sum":
@@ -347,7 +351,8 @@ def pooling(c, node):
         raise c.error("MXNet pools %s windows (pooling_convention full keeps a last window "
                       "that starts in the padding) where Caffe gives %s; Caffe cannot "
                       "express this pooling" % (want, got))
-    include = a.bool("count_include_pad", True)
+    # (Pooling_v1 has no count_include_pad: its average divides by the whole kernel)
+    include = "kernel" if node.op == "Pooling_v1" else a.bool("count_include_pad", True)
     factors = None
     if mode != "max":
         factors = _pool_factors(want, size, kernel, stride, pad, mode, include)
