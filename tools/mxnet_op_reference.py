@@ -129,6 +129,9 @@ def batchnorms(w):
     w.symbol("bn_axis_last", S.BatchNorm(d, fix_gamma=False, axis=3, name="bn_nhwc"),
              {"data": x_((1, 3, 4, 5))}, note="BatchNorm over the last axis (channels-last)",
              expect_error=["bn_nhwc", "BatchNorm", "axis"])
+    w.symbol("bn_v1", S.Group([S.BatchNorm_v1(d, name="bn_v1_defaults"),
+                               S.BatchNorm_v1(d, fix_gamma=False, eps=1e-4, name="bn_v1_free")]),
+             {"data": x_((2, 3, 4, 5))}, note="the old BatchNorm_v1")
 
 
 def dense(w):
@@ -236,6 +239,12 @@ def shapes(w):
     w.symbol("slice_empty", S.slice(d, begin=(None, 3), end=(None, 1), name="slice_empty"),
              {"data": x_((2, 4, 3))}, note="an empty slice (MXNet gives a blob of no values)",
              expect_error=["slice_empty", "slice", "empty"])
+    w.symbol("reshape_target_shape", S.Group([
+        S.Reshape(d, target_shape=(0, 12), name="rt_infer_first"),
+        S.Reshape(d, target_shape=(6, 0, 2), name="rt_infer_mid"),
+        S.Reshape(d, target_shape=(9, 0), keep_highest=True, name="rt_keep_highest")]),
+        {"data": x_((2, 3, 4, 5))},
+        note="the deprecated target_shape (one 0 inferred) and keep_highest of old files")
 
 
 def reductions(w):

@@ -285,13 +285,32 @@ def mxnet_reshape(c, shape, spec, reverse):
     return out
 
 
+def _target_shape(c, shape, target, keep_highest):
+    """The deprecated ``target_shape`` of old files (used where ``shape`` is not given): the
+    one 0 in it inferred; ``keep_highest``: its first size is the input's."""
+    if keep_highest:
+        target[0] = shape[0]
+    zeros = [i for i, v in enumerate(target) if v == 0]
+    total = int(np.prod(shape))
+    if len(zeros) > 1 or any(v is None or v < 0 for v in target):
+        raise c.error("target_shape %s: one size may be 0 (inferred), none negative" % target)
+    if zeros:
+        known = int(np.prod([v for v in target if v]))
+        target[zeros[0]] = total // known if known else 0
+    if int(np.prod(target)) != total:
+        raise c.error("target_shape %s does not fit the input's shape %s" % (target, shape))
+    return target
+
+
 @converter("Reshape", "reshape")
 def reshape(c, node):
     a = c.attrs()
-    if a.has("target_shape") and any(a.tuple("target_shape")):
-        raise c.error("the deprecated target_shape does not convert; use shape")
     x = c.bottom(0)
-    out = mxnet_reshape(c, c.shape(x), a.tuple("shape", ()), a.bool("reverse", False))
+    target = a.tuple("target_shape") or ()
+    if not a.tuple("shape") and any(target):
+        out = _target_shape(c, c.shape(x), list(target), a.bool("keep_highest", False))
+    else:
+        out = mxnet_reshape(c, c.shape(x), a.tuple("shape", ()), a.bool("reverse", False))
     top = c.reshape(x, out, node.name, c.out())
     c.produce(top)
 
