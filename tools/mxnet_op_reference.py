@@ -373,6 +373,29 @@ class OpWriter(ref.Writer):
             self.manifest[name]["error_words"] = list(expect_error[1:])
 
 
+def without_caffe_ops(w):
+    """Ops of models that have no Caffe conversion: refused naming the op and the node."""
+    d = S.var("data")
+    w.symbol("refused_embedding", S.Embedding(d, input_dim=10, output_dim=4, name="emb"),
+             {"data": np.array([[1, 3], [0, 9]], np.float32)}, note="Embedding",
+             expect_error=["emb", "Embedding"])
+    w.symbol("refused_instancenorm", S.InstanceNorm(d, eps=1e-5, name="inorm"),
+             {"data": x_((2, 3, 4, 5))}, note="InstanceNorm",
+             expect_error=["inorm", "InstanceNorm"])
+    for mode in ("constant", "edge", "reflect"):
+        w.symbol("refused_pad_" + mode, S.Pad(d, mode=mode, pad_width=(0, 0, 0, 0, 1, 1, 2, 2),
+                                              name="pad_" + mode),
+                 {"data": x_((1, 2, 4, 5))}, note="Pad, mode " + mode,
+                 expect_error=["pad_" + mode, "Pad"])
+    w.symbol("refused_max", S.max(d, axis=(2, 3), name="max_hw"), {"data": x_((1, 2, 4, 5))},
+             note="max over an axis", expect_error=["max_hw", "max"])
+    w.symbol("refused_zeros_like", S.zeros_like(d, name="zeros") + d,
+             {"data": x_((1, 2, 3))}, note="zeros_like", expect_error=["zeros", "zeros_like"])
+    w.symbol("refused_broadcast_div", S.broadcast_div(d, S.var("other"), name="bc_div"),
+             {"data": x_((1, 2, 3)), "other": x_((1, 2, 3))}, note="broadcast_div",
+             expect_error=["bc_div", "broadcast_div"])
+
+
 def main(argv):
     out = argv[1] if len(argv) > 1 else os.path.join("tests", "fixtures", "mxnet_ops")
     if os.environ.get("MXNET_SUBGRAPH_BACKEND") != "NONE":
@@ -380,7 +403,8 @@ def main(argv):
     mx.random.seed(29)
     w = OpWriter(out)
     for part in (convolutions, deconvolutions, poolings, batchnorms, dense, activations,
-                 softmaxes, shapes, reductions, arithmetic, normalisations, passthrough):
+                 softmaxes, shapes, reductions, arithmetic, normalisations, passthrough,
+                 without_caffe_ops):
         # each part's numbers of their own, so that a case added changes no other part's
         ref.RNG = np.random.RandomState(zlib.crc32(part.__name__.encode()))
         part(w)
