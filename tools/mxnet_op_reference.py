@@ -373,6 +373,25 @@ class OpWriter(ref.Writer):
             self.manifest[name]["error_words"] = list(expect_error[1:])
 
 
+def edges(w):
+    """Sizes at the edges: windows as large as the input, an LRN window over all channels,
+    one-input Concat, bilinear UpSampling by an even scale."""
+    d = S.var("data")
+    w.symbol("edge_sizes", S.Group([
+        S.Pooling(d, kernel=(4, 5), pool_type="avg", name="p_whole"),
+        S.Pooling(d, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="sum",
+                  pooling_convention="full", name="p_sum_pad_full"),
+        S.LRN(d, nsize=3, alpha=0.1, beta=0.75, knorm=1.5, name="lrn_all_channels"),
+        S.Concat(d, dim=1, num_args=1, name="concat_one"),
+        S.UpSampling(d, scale=4, sample_type="bilinear", num_filter=3, name="up_bilinear4"),
+        S.softmax(S.Flatten(d), axis=0, name="softmax_2d_axis0"),
+        S.SoftmaxOutput(S.Reshape(d, shape=(0, 0, -1)), S.var("label"), preserve_shape=True,
+                        name="softmax_keep_3d")]),
+        {"data": x_((2, 3, 4, 5), 2.0)}, label_shapes={"label": (2, 3)},
+        note="pooling windows the size of the input, LRN nsize = the channel count, "
+             "Concat of one input, bilinear UpSampling by 4, softmaxes of 2-D and 3-D blobs")
+
+
 def without_caffe_ops(w):
     """Ops of models that have no Caffe conversion: refused naming the op and the node."""
     d = S.var("data")
@@ -404,7 +423,7 @@ def main(argv):
     w = OpWriter(out)
     for part in (convolutions, deconvolutions, poolings, batchnorms, dense, activations,
                  softmaxes, shapes, reductions, arithmetic, normalisations, passthrough,
-                 without_caffe_ops):
+                 without_caffe_ops, edges):
         # each part's numbers of their own, so that a case added changes no other part's
         ref.RNG = np.random.RandomState(zlib.crc32(part.__name__.encode()))
         part(w)
