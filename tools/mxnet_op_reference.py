@@ -392,6 +392,24 @@ def edges(w):
              "Concat of one input, bilinear UpSampling by 4, softmaxes of 2-D and 3-D blobs")
 
 
+def more_geometry(w):
+    """Deconvolution's target_shape with groups (MXNet's own kernels: oneDNN refuses
+    target_shape geometries, see tools/mxnet_reference.py; not dilated, where MXNet's own CPU
+    kernel is wrong), fractional resize scales (MXNet truncates the float32 product) and
+    scales given beside height and width."""
+    d = S.var("data")
+    w.symbol("deconv_target_group", S.Deconvolution(
+        d, num_filter=4, kernel=(3, 3), stride=(2, 2), num_group=2, target_shape=(10, 12),
+        no_bias=False, name="deconv_tg"), {"data": x_((1, 4, 5, 6))},
+        native=True, note="target_shape with num_group 2 and a bias")
+    w.symbol("resize_fractional", S.Group([
+        S.contrib.BilinearResize2D(d, scale_height=0.35, scale_width=1.15, name="resize_frac"),
+        S.contrib.BilinearResize2D(d, height=7, width=9, scale_height=2.0, scale_width=2.0,
+                                   name="resize_scale_wins")]),
+        {"data": x_((1, 2, 10, 10))},
+        note="scales 0.35 and 1.15 of 10 (3 and 11 rows), scales beside height / width")
+
+
 def without_caffe_ops(w):
     """Ops of models that have no Caffe conversion: refused naming the op and the node."""
     d = S.var("data")
@@ -423,7 +441,7 @@ def main(argv):
     w = OpWriter(out)
     for part in (convolutions, deconvolutions, poolings, batchnorms, dense, activations,
                  softmaxes, shapes, reductions, arithmetic, normalisations, passthrough,
-                 without_caffe_ops, edges):
+                 without_caffe_ops, edges, more_geometry):
         # each part's numbers of their own, so that a case added changes no other part's
         ref.RNG = np.random.RandomState(zlib.crc32(part.__name__.encode()))
         part(w)
