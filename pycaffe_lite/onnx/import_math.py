@@ -13,7 +13,7 @@ import numpy as np
 
 from ..proto import caffe_pb2
 from .import_gates import _reduced_axes
-from .import_ops import IMPORTERS, _broadcast_param, _name, attrs, importer
+from .import_ops import IMPORTERS, _broadcast_param, _name, attrs, importer, softmax_axis
 
 E = caffe_pb2.EltwiseParameter
 
@@ -116,15 +116,7 @@ def log_softmax(ctx, node):
     ``(outer, 1, C, inner)``, the maximum and the mean of the exponentials by pooling over a
     ``C x 1`` window, tiled back over the axis."""
     shape = ctx.shape(node.input[0], node)
-    rank = len(shape)
-    axis = int(attrs(node).get("axis", 1 if ctx.opset < 13 else -1))
-    axis = axis + rank if axis < 0 else axis
-    if ctx.opset < 13:
-        big = [i for i in range(axis, rank) if shape[i] != 1]
-        if len(big) > 1:
-            raise ctx.error(node, "a LogSoftmax before opset 13 over axes %d.. (flattened, "
-                                  "of sizes %s) has no Caffe equivalent" % (axis, shape[axis:]))
-        axis = big[0] if big else axis
+    axis = softmax_axis(ctx, node, shape)
     c = shape[axis]
     outer, inner = int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1:]))
     x, top, name = node.input[0], node.output[0], _name(node)

@@ -391,20 +391,27 @@ def identity(ctx, node):
     ctx.alias[node.output[0]] = ctx.blob(node.input[0])
 
 
-@importer("Softmax")
-def softmax(ctx, node):
-    a = attrs(node)
-    shape = ctx.shape(node.input[0], node)
+def softmax_axis(ctx, node, shape):
+    """The one axis a Softmax-like ``node`` (Softmax, LogSoftmax) works along, in an input of
+    ``shape``: its ``axis`` (ONNX's default changed at opset 13); before opset 13 the axes
+    from ``axis`` on, flattened, which is one Caffe axis when the others there are of size 1
+    (else an error naming the node)."""
     rank = len(shape)
-    axis = int(a.get("axis", 1 if ctx.opset < 13 else -1))  # ONNX's default changed at 13
+    axis = int(attrs(node).get("axis", 1 if ctx.opset < 13 else -1))
     axis = axis + rank if axis < 0 else axis
     if ctx.opset < 13:
-        # over axes axis.. flattened: one Caffe axis when the others there are of size 1
         big = [i for i in range(axis, rank) if shape[i] != 1]
         if len(big) > 1:
-            raise ctx.error(node, "a Softmax before opset 13 over axes %d.. (flattened, of "
-                                  "sizes %s) has no Caffe equivalent" % (axis, shape[axis:]))
+            raise ctx.error(node, "a %s before opset 13 over axes %d.. (flattened, of sizes "
+                                  "%s) has no Caffe equivalent" % (node.op_type, axis,
+                                                                   shape[axis:]))
         axis = big[0] if big else axis
+    return axis
+
+
+@importer("Softmax")
+def softmax(ctx, node):
+    axis = softmax_axis(ctx, node, ctx.shape(node.input[0], node))
     lp = ctx.layer("Softmax", _name(node), [node.input[0]], [node.output[0]])
     lp.softmax_param.axis = axis
 
