@@ -11,6 +11,9 @@ from pycaffe_lite.net import Net
 from pycaffe_lite.net_graph import filter_net, insert_splits
 from pycaffe_lite.proto import caffe_pb2, protoio
 
+# BVLC's cases as a reference table: the slow tier (CI), not the everyday one
+pytestmark = pytest.mark.slow
+
 
 def param(text):
     return protoio.parse_text(text, caffe_pb2.NetParameter())

@@ -35,6 +35,9 @@ from pycaffe_lite.solvers import SGDSolver, get_solver
 from pycaffe_lite.solvers.lr_policy import get_policy, learning_rate
 from pycaffe_lite.testing.simdevice import simulated_device
 
+# BVLC's cases as a reference table: the slow tier (CI), not the everyday one
+pytestmark = pytest.mark.slow
+
 h5py = pytest.importorskip("h5py", reason="h5py is a test dependency (and the hdf5 extra)")
 
 NUM, CHANNELS, HEIGHT, WIDTH = 4, 3, 10, 10
