@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..onnx.import_ops import _caffe_pooled, _pool_geometry
+from ..ops.pooling import window_extents
 from ..proto import caffe_pb2
 from .context import converter
 
@@ -269,10 +270,6 @@ def _mxnet_pooled(size, k, s, p, full):
     return (-(-span // s) if full else span // s) + 1
 
 
-def _divisor(start, k, lo, hi):
-    return min(start + k, hi) - max(start, lo)
-
-
 def _pool_factors(out, size, kernel, stride, pad, mode, include):
     """Per output position, what MXNet's result is over Caffe's AVE result: Caffe divides by
     the window clipped to the padded input; MXNet's avg divides by that too
@@ -280,15 +277,13 @@ def _pool_factors(out, size, kernel, stride, pad, mode, include):
     Pooling_v1's, by the whole kernel (``include`` "kernel"); its sum by nothing."""
     axes = []
     for i in range(2):
-        caffe, mx = [], []
-        for o in range(out[i]):
-            start = o * stride[i] - pad[i]
-            caffe.append(_divisor(start, kernel[i], -pad[i], size[i] + pad[i]))
-            if include == "kernel":
-                mx.append(kernel[i])
-            else:
-                mx.append(caffe[-1] if include else _divisor(start, kernel[i], 0, size[i]))
-        axes.append((np.array(caffe, np.float64), np.array(mx, np.float64)))
+        caffe = window_extents(out[i], kernel[i], stride[i], pad[i], -pad[i], size[i] + pad[i])
+        if include == "kernel":
+            mx = np.full(out[i], kernel[i])
+        else:
+            mx = caffe if include else window_extents(out[i], kernel[i], stride[i], pad[i], 0,
+                                                      size[i])
+        axes.append((caffe.astype(np.float64), mx.astype(np.float64)))
     caffe = np.outer(axes[0][0], axes[1][0])
     if mode == "sum":
         return caffe

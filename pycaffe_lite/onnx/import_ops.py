@@ -5,6 +5,7 @@ exactly are accepted; anything else is an error naming the node."""
 import numpy as np
 
 from ..blob import fill_blobproto
+from ..ops.pooling import window_extents
 from ..proto import caffe_pb2
 
 IMPORTERS = {}
@@ -145,19 +146,6 @@ def _onnx_pooled(size, k, s, begin, end, ceil_mode):
     return out
 
 
-def _divisors(size, k, s, begin, count, clip_end, include_pad):
-    """The AVE divisor of each of ``count`` windows along one axis: the window clipped to
-    ``[-begin, clip_end)`` when padding counts, else to the input ``[0, size)``."""
-    out = []
-    for i in range(count):
-        start = i * s - begin
-        if include_pad:
-            out.append(min(start + k, clip_end) - start)
-        else:
-            out.append(min(start + k, size) - max(start, 0))
-    return out
-
-
 @importer("Pad")
 def pad(ctx, node):
     """A zero Pad of the spatial axes that only an AveragePool reads: the pool takes it as
@@ -228,14 +216,16 @@ def pool(ctx, node):
         axes = []
         for i in range(2):
             onnx_clip = sizes[i] + end[i] if explicit is None else sizes[i] + caffe_pad[i]
-            theirs = _divisors(sizes[i], kernel[i], strides[i], begin[i], onnx_out[i],
-                               onnx_clip, include or explicit is not None)
-            ours = _divisors(sizes[i], kernel[i], strides[i], caffe_pad[i], onnx_out[i],
-                             sizes[i] + caffe_pad[i], True)
+            # ONNX clips a window to its own padding when that counts, else to the input
+            lo, hi = (-begin[i], onnx_clip) if include or explicit is not None else \
+                (0, sizes[i])
+            theirs = window_extents(onnx_out[i], kernel[i], strides[i], begin[i], lo, hi)
+            ours = window_extents(onnx_out[i], kernel[i], strides[i], caffe_pad[i],
+                                  -caffe_pad[i], sizes[i] + caffe_pad[i])
             if min(theirs) <= 0:
                 raise ctx.error(node, "a window of its average lies wholly in the padding "
                                       "(ONNX divides by 0 there)")
-            axes.append(np.array(ours, np.float64) / np.array(theirs, np.float64))
+            axes.append(ours.astype(np.float64) / theirs.astype(np.float64))
         factors = np.outer(axes[0], axes[1]).astype(np.float32)
         if np.all(factors == 1.0):
             factors = None

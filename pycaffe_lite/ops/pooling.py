@@ -84,15 +84,23 @@ def pool_divisors(height, width, kernel, pad, stride, pooled, xp=np, dtype=np.fl
     get divisor 1, so their output is 0."""
     def axis(n, k, p, s, m):
         start = np.arange(m) * s - p
-        end = np.minimum(start + k, n + p)
-        empty = np.minimum(end, n) <= np.maximum(start, 0)
-        return end - start, empty
+        empty = np.minimum(start + k, n) <= np.maximum(start, 0)
+        return window_extents(m, k, s, p, -p, n + p), empty
 
     sh, eh = axis(height, kernel[0], pad[0], stride[0], pooled[0])
     sw, ew = axis(width, kernel[1], pad[1], stride[1], pooled[1])
     div = np.outer(sh, sw)
     div[eh[:, None] | ew[None, :]] = 1
     return xp.asarray(div.astype(dtype))
+
+
+def window_extents(count, kernel, stride, pad, lo, hi):
+    """Along one axis, the extent of each of ``count`` pooling windows (window ``o`` starts at
+    ``o * stride - pad``) clipped to ``[lo, hi)``: Caffe's AVE divisor with ``[-pad, size +
+    pad)``; the importers also clip to the input ``[0, size)`` or to another framework's
+    padding to find how its average differs from Caffe's."""
+    start = np.arange(count) * stride - pad
+    return np.minimum(start + kernel, hi) - np.maximum(start, lo)
 
 
 def empty_window(sizes, kernel, pad, stride, pooled):
