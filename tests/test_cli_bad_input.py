@@ -205,6 +205,39 @@ def test_export_onnx_that_cannot_be_written_keeps_the_previous_file(files):
     assert not [n for n in os.listdir(files) if ".tmp" in n]
 
 
+BIG_DEPLOY = """\
+name: "big"
+input: "x"
+input_shape { dim: 1 dim: 64 }
+layer { name: "ip" type: "InnerProduct" bottom: "x" top: "z"
+        inner_product_param { num_output: 64 weight_filler { type: "gaussian" std: 0.1 } } }
+"""
+
+
+def test_export_pytorch_that_cannot_write_its_weights_keeps_the_previous_pair(files):
+    """model.py and weights.pt belong together: with room for the module's source (about 900
+    bytes) but not for its weights (about 17 KB), the new model.py replaced the old one beside
+    the old weights.pt, a pair that no longer loads. Now neither file is replaced."""
+    (files / "big.prototxt").write_text(BIG_DEPLOY)
+    caffe.Net(str(files / "big.prototxt"), caffe.TEST).save(str(files / "big.caffemodel"))
+    out = files / "out"
+    out.mkdir()
+    (out / "model.py").write_text("# the previous module\n")
+    (out / "weights.pt").write_bytes(b"previous weights")
+    limited = FILE_SIZE_LIMITED.replace("(64,", "(4096,")
+    result = subprocess.run(
+        [sys.executable, "-c", limited, "export_pytorch", "--model", "big.prototxt",
+         "--weights", "big.caffemodel", "--output-dir", "out"], cwd=files,
+        capture_output=True, text=True, timeout=600, env=process_env())
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "pycaffe-lite export_pytorch: error: " in result.stderr
+    assert "weights.pt: cannot write" in result.stderr and "no space left" in result.stderr
+    assert (out / "model.py").read_text() == "# the previous module\n"
+    assert (out / "weights.pt").read_bytes() == b"previous weights"
+    assert sorted(os.listdir(out)) == ["model.py", "weights.pt"]
+
+
 # ---- flags with bad values ---------------------------------------------------------------
 @pytest.mark.parametrize("flag", ["abc", "-1", "0,x"])
 def test_device_query_refuses_a_bad_gpu_flag(files, flag):

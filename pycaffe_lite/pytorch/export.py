@@ -5,10 +5,11 @@ import logging
 import os
 
 from ..errors import CaffeError
+from ..proto.protoio import atomic_write_all
 from .codegen import FILE_NAMES, HELPERS, Plan, class_identifier, source
 # imported for their register_generator side effect
 from . import gen_common, gen_detection, gen_forks, gen_neuron, gen_vision  # noqa: F401
-from .weights_file import save_state_dict
+from .weights_file import state_dict_bytes
 
 log = logging.getLogger(__name__)
 
@@ -20,13 +21,6 @@ def check_class_name(name):
                          "that is not a keyword, nor one of %s)"
                          % (name, ", ".join(sorted(FILE_NAMES | set(HELPERS)))))
     return name
-
-
-def _write_text(path, text):
-    tmp = "%s.tmp%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def generate(net, class_name=None, train=False, source_name=None):
@@ -52,8 +46,11 @@ def export(net, output_dir, class_name=None, train=False, source_name=None):
     for name, type_ in report["dropped"]:
         log.info("PyTorch export: dropped layer '%s' (type %s), it only trains", name, type_)
     os.makedirs(output_dir, exist_ok=True)
-    _write_text(os.path.join(output_dir, "model.py"), text)
-    save_state_dict(weights, os.path.join(output_dir, "weights.pt"))
+    # the module and its weights are one pair: both files replaced, or neither
+    atomic_write_all([(os.path.join(output_dir, "model.py"), text.encode("utf-8"),
+                       "the PyTorch module"),
+                      (os.path.join(output_dir, "weights.pt"), state_dict_bytes(weights),
+                       "its weights")])
     return report
 
 

@@ -8,11 +8,13 @@ to ``torch._utils._rebuild_tensor_v2(storage, 0, size, stride, False, OrderedDic
 names only globals that ``torch.load(..., weights_only=True)`` accepts.
 """
 
-import os
+import io
 import struct
 import zipfile
 
 import numpy as np
+
+from ..proto.protoio import atomic_write
 
 FOLDER = "weights"
 
@@ -58,9 +60,9 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
-def save_state_dict(weights, path):
-    """Writes ``weights`` (name -> array, in order) to ``path`` as ``torch.save`` would write
-    a state_dict of float32 tensors; through a temporary file, renamed into place."""
+def state_dict_bytes(weights):
+    """The bytes of ``weights`` (name -> array, in order) as ``torch.save`` writes a
+    state_dict of float32 tensors."""
     p = _Pickle()
     p.empty_ordered_dict()
     arrays = []
@@ -85,15 +87,17 @@ def save_state_dict(weights, path):
         p.empty_ordered_dict()
         p.out += b"tR"
     p.out += b"u."
-    tmp = "%s.tmp%d" % (path, os.getpid())
-    try:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
-            z.writestr(FOLDER + "/data.pkl", bytes(p.out))
-            z.writestr(FOLDER + "/byteorder", "little")
-            for key, array in enumerate(arrays):
-                z.writestr("%s/data/%d" % (FOLDER, key), array.tobytes())
-            z.writestr(FOLDER + "/version", "3\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(FOLDER + "/data.pkl", bytes(p.out))
+        z.writestr(FOLDER + "/byteorder", "little")
+        for key, array in enumerate(arrays):
+            z.writestr("%s/data/%d" % (FOLDER, key), array.tobytes())
+        z.writestr(FOLDER + "/version", "3\n")
+    return buffer.getvalue()
+
+
+def save_state_dict(weights, path):
+    """Writes :func:`state_dict_bytes` of ``weights`` to ``path`` through a temporary file,
+    renamed into place (a failed write leaves a previous file unchanged)."""
+    atomic_write(path, state_dict_bytes(weights), "the PyTorch weights")
