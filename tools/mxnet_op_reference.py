@@ -411,26 +411,100 @@ def more_geometry(w):
 
 
 def without_caffe_ops(w):
-    """Ops of models that have no Caffe conversion: refused naming the op and the node."""
+    """Ops of models that have no Caffe conversion: refused naming the op and the node (and,
+    for the divisions, why)."""
     d = S.var("data")
-    w.symbol("refused_embedding", S.Embedding(d, input_dim=10, output_dim=4, name="emb"),
-             {"data": np.array([[1, 3], [0, 9]], np.float32)}, note="Embedding",
-             expect_error=["emb", "Embedding"])
-    w.symbol("refused_instancenorm", S.InstanceNorm(d, eps=1e-5, name="inorm"),
-             {"data": x_((2, 3, 4, 5))}, note="InstanceNorm",
-             expect_error=["inorm", "InstanceNorm"])
-    for mode in ("constant", "edge", "reflect"):
-        w.symbol("refused_pad_" + mode, S.Pad(d, mode=mode, pad_width=(0, 0, 0, 0, 1, 1, 2, 2),
-                                              name="pad_" + mode),
-                 {"data": x_((1, 2, 4, 5))}, note="Pad, mode " + mode,
-                 expect_error=["pad_" + mode, "Pad"])
-    w.symbol("refused_max", S.max(d, axis=(2, 3), name="max_hw"), {"data": x_((1, 2, 4, 5))},
-             note="max over an axis", expect_error=["max_hw", "max"])
     w.symbol("refused_zeros_like", S.zeros_like(d, name="zeros") + d,
              {"data": x_((1, 2, 3))}, note="zeros_like", expect_error=["zeros", "zeros_like"])
     w.symbol("refused_broadcast_div", S.broadcast_div(d, S.var("other"), name="bc_div"),
              {"data": x_((1, 2, 3)), "other": x_((1, 2, 3))}, note="broadcast_div",
-             expect_error=["bc_div", "broadcast_div"])
+             expect_error=["bc_div", "broadcast_div", "divides", "Power"])
+    w.symbol("refused_elemwise_div", S.elemwise_div(d, S.var("other"), name="el_div"),
+             {"data": x_((2, 3)), "other": x_((2, 3))}, note="elemwise_div",
+             expect_error=["el_div", "elemwise_div", "divides", "Power"])
+
+
+def indices(shape, input_dim):
+    """Integer indices (as floats) that take in the first and the last row."""
+    v = ref.RNG.randint(0, input_dim, shape).astype(np.float32).reshape(-1)
+    v[0], v[-1] = 0, input_dim - 1
+    return v.reshape(shape)
+
+
+def embeddings(w):
+    """Embedding of indices of 1 to 3 axes (the first and the last row among them)."""
+    d = S.var("data")
+    w.symbol("embedding_2d", S.Embedding(d, input_dim=10, output_dim=4, name="emb_2d"),
+             {"data": indices((2, 3), 10)}, note="Embedding of (N, T) indices")
+    w.symbol("embedding_1d", S.Group([
+        S.Embedding(d, input_dim=7, output_dim=3, name="emb_1d"),
+        S.Embedding(d, input_dim=7, output_dim=1, name="emb_1d_width1")]),
+        {"data": indices((9,), 7)}, note="Embedding of a vector of indices (repeated ones), "
+                                         "output_dim 1")
+    w.symbol("embedding_3d", S.Embedding(d, input_dim=6, output_dim=5, name="emb_3d"),
+             {"data": indices((2, 2, 3), 6)}, note="Embedding of (N, A, B) indices")
+
+
+def instance_norms(w):
+    """InstanceNorm of 3-D to 5-D blobs; a plane of one value (variance 0: beta)."""
+    d = S.var("data")
+    w.symbol("instance_norm_4d", S.Group([
+        S.InstanceNorm(d, name="inorm_default_eps"),
+        S.InstanceNorm(d, eps=1e-5, name="inorm_eps")]), {"data": x_((2, 3, 4, 5), 2.0)},
+        note="InstanceNorm of an NCHW blob, MXNet's eps 1e-3 and 1e-5")
+    w.symbol("instance_norm_3d", S.InstanceNorm(d, eps=0.1, name="inorm_3d"),
+             {"data": x_((2, 4, 6))}, note="InstanceNorm of an (N, C, L) blob, eps 0.1")
+    w.symbol("instance_norm_5d", S.InstanceNorm(d, name="inorm_5d"),
+             {"data": x_((1, 2, 3, 4, 2), 3.0)}, note="InstanceNorm of an NCDHW blob")
+    w.symbol("instance_norm_one_value", S.InstanceNorm(d, name="inorm_one"),
+             {"data": x_((2, 3, 1, 1))}, note="planes of one value: the output is beta")
+
+
+def pads(w):
+    """Pad in its three modes, pads that differ before and after, 4-D and 5-D; reflect as
+    wide as the input allows."""
+    d = S.var("data")
+    w.symbol("pad_4d", S.Group([
+        S.Pad(d, mode="constant", pad_width=(0, 0, 0, 0, 1, 2, 0, 3), name="pad_zero"),
+        S.Pad(d, mode="constant", constant_value=-2.5, pad_width=(0, 0, 0, 0, 2, 1, 1, 1),
+              name="pad_value"),
+        S.Pad(d, mode="edge", pad_width=(0, 0, 0, 0, 3, 1, 2, 0), name="pad_edge"),
+        S.Pad(d, mode="reflect", pad_width=(0, 0, 0, 0, 1, 3, 2, 1), name="pad_reflect"),
+        S.Pad(d, mode="reflect", pad_width=(0, 0, 0, 0, 0, 0, 1, 0), name="pad_reflect_one"),
+        S.Pad(d, mode="edge", pad_width=(0, 0, 0, 0, 0, 0, 0, 0), name="pad_none")]),
+        {"data": x_((2, 3, 4, 5))},
+        note="constant (0 and -2.5), edge and reflect pads, uneven, one side only, none")
+    w.symbol("pad_5d", S.Group([
+        S.Pad(d, mode="constant", constant_value=0.75, pad_width=(0, 0, 0, 0, 1, 0, 0, 2, 1, 1),
+              name="pad5_value"),
+        S.Pad(d, mode="edge", pad_width=(0, 0, 0, 0, 2, 1, 1, 0, 0, 3), name="pad5_edge"),
+        S.Pad(d, mode="reflect", pad_width=(0, 0, 0, 0, 1, 1, 2, 0, 0, 4), name="pad5_reflect")]),
+        {"data": x_((1, 2, 3, 4, 5))}, note="Pad of an NCDHW blob in the three modes")
+    w.symbol("pad_reflect_widest", S.Pad(d, mode="reflect", pad_width=(0, 0, 0, 0, 3, 3, 4, 4),
+                                         name="pad_reflect_widest"),
+             {"data": x_((1, 2, 4, 5))}, note="reflect pads of the input's size less one")
+
+
+def max_reductions(w):
+    """max over one axis, over several (next to each other or not), over all; keepdims,
+    exclude, max_axis; values with ties."""
+    d = S.var("data")
+    ties = np.round(x_((2, 3, 4, 5), 2.0))
+    w.symbol("max_axes", S.Group([
+        S.max(d, axis=(2, 3), name="max_hw"),
+        S.max(d, axis=1, keepdims=True, name="max_c_keep"),
+        S.max(d, name="max_all"),
+        S.max(d, keepdims=True, name="max_all_keep"),
+        S.max(d, axis=-1, name="max_last"),
+        S.max(d, axis=(1, 3), name="max_c_w"),
+        S.max(d, axis=(0, 1), exclude=True, keepdims=True, name="max_exclude"),
+        S.max(d, axis=0, name="max_batch"),
+        S.max_axis(d, axis=2, name="max_axis_h")]), {"data": ties},
+        note="max over axes (with ties): spatial, channels, all, last, apart, exclude, batch")
+    negative = (x_((3, 5), 3.0) - 10.0).astype(np.float16).astype(np.float32)
+    w.symbol("max_2d", S.Group([S.max(d, axis=0, name="max_rows"),
+                                S.max(d, axis=1, keepdims=True, name="max_cols_keep")]),
+             {"data": negative}, note="max of an (N, C) blob of negative values")
 
 
 def main(argv):
@@ -441,7 +515,8 @@ def main(argv):
     w = OpWriter(out)
     for part in (convolutions, deconvolutions, poolings, batchnorms, dense, activations,
                  softmaxes, shapes, reductions, arithmetic, normalisations, passthrough,
-                 without_caffe_ops, edges, more_geometry):
+                 without_caffe_ops, edges, more_geometry, embeddings, instance_norms, pads,
+                 max_reductions):
         # each part's numbers of their own, so that a case added changes no other part's
         ref.RNG = np.random.RandomState(zlib.crc32(part.__name__.encode()))
         part(w)

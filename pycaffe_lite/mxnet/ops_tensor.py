@@ -501,3 +501,46 @@ def reduce_(c, node):
         lp.reshape_param.shape.dim.extend(out or [1])
         c.configure(lp)
     c.produce(c.out())
+
+
+@converter("max", "max_axis")
+def reduce_max(c, node):
+    """One ArgMax (out_max_val, along the axis) per reduced axis longer than 1: a maximum of
+    maxima is the maximum, so the axes may go in any order; then the shape MXNet gives."""
+    a = c.attrs()
+    x = c.bottom(0)
+    shape = c.shape(x)
+    rank = len(shape)
+    axes = a.tuple("axis")
+    if axes and any(v is None or not -rank <= v < rank for v in axes):
+        raise c.error("axis %s is out of range for shape %s" % (a.str("axis"), shape))
+    axes = set(range(rank)) if not axes else {v + rank if v < 0 else v for v in axes}
+    if a.bool("exclude", False):
+        axes = set(range(rank)) - axes
+    keep = a.bool("keepdims", False)
+    out = [1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes] or [1]
+    blob = x
+    long_axes = sorted(i for i in axes if shape[i] > 1)
+    for axis in long_axes:
+        # (the node's blob is the last ArgMax's top when that has MXNet's shape)
+        last = axis == long_axes[-1] and [1 if i in axes else d
+                                          for i, d in enumerate(shape)] == out
+        top = c.out() if last else c.blob_name("%s/max%d" % (c.out(), axis))
+        blob = neuron(c, "ArgMax", blob, top, "%s/max%d" % (node.name, axis),
+                      argmax_param__out_max_val=True, argmax_param__axis=axis).top[0]
+    if list(c.shape(blob)) != out:
+        lp = c.layer("Reshape", node.name + "/shape", [blob], [c.out()])
+        lp.reshape_param.shape.dim.extend(out)
+        blob = c.configure(lp).top[0]
+    if blob == x:
+        c.alias(x)
+        return
+    c.produce(blob)
+
+
+@converter("broadcast_div", "elemwise_div", "_div", "_Div")
+def divide(c, node):
+    raise c.error("a division of one blob by another does not convert: no Caffe layer divides "
+                  "blobs, and x times y^-1 (a Power then a product) rounds twice and gives inf "
+                  "or 0 where y^-1 overflows or underflows though x / y is finite (inputs of "
+                  "shapes %s)" % [c.in_shape(i) for i in range(len(node.inputs))])
