@@ -7,7 +7,7 @@ converters of :mod:`.ops_nn` and :mod:`.ops_tensor` (through :class:`.context.Co
 from ..blob import fill_blobproto
 from ..errors import CaffeError
 from ..proto import caffe_pb2
-from . import ops_nn, ops_tensor  # noqa: F401  (they register the converters)
+from . import ops_extra, ops_nn, ops_tensor  # noqa: F401  (they register the converters)
 from .context import CONVERTERS, LABEL_INPUTS, Converter
 
 
