@@ -1,7 +1,11 @@
-"""Converters of MXNet ops without a Caffe layer of their own (Embedding),
+"""Converters of MXNet ops without a Caffe layer of their own (Embedding, InstanceNorm),
 each built from BVLC Caffe's layers that compute the same values."""
 
+from ..proto import caffe_pb2
 from .context import converter
+from .ops_nn import neuron
+
+R = caffe_pb2.ReductionParameter
 
 
 @converter("Embedding")
@@ -24,3 +28,47 @@ def embedding(c, node):
     lp.embed_param.bias_term = False
     c.configure(lp)
     c.produce(c.out())
+
+
+@converter("InstanceNorm")
+def instance_norm(c, node):
+    """``gamma * (x - mean) / sqrt(var + eps) + beta`` per item and channel over the other
+    axes, as MXNet computes it (eps under the root; Caffe's MVN adds it to the standard
+    deviation instead): Reduction means, a negated mean as a Bias, the variance's
+    (var + eps)^-0.5 by Power as a Scale, then gamma and beta."""
+    a = c.attrs()
+    x = c.bottom(0)
+    shape = c.shape(x)
+    if len(shape) < 3:
+        raise c.error("it normalises over the axes after the channels; the input of shape %s "
+                      "has none" % (shape,))
+    gamma, beta = c.param(1), c.param(2)
+    eps = a.float("eps", 1e-3)
+    name, top = node.name, c.out()
+
+    def blob(what):
+        return c.blob_name("%s/%s" % (top, what))
+
+    def mean(src, what):
+        lp = c.layer("Reduction", "%s/%s" % (name, what), [src], [blob(what)])
+        lp.reduction_param.operation = R.MEAN
+        lp.reduction_param.axis = 2
+        return c.configure(lp).top[0]
+
+    neg = neuron(c, "Power", mean(x, "mean"), blob("neg_mean"), name + "/neg_mean",
+                 power_param__scale=-1.0).top[0]
+    lp = c.layer("Bias", name + "/centre", [x, neg], [blob("centred")])
+    lp.bias_param.axis = 0
+    centred = c.configure(lp).top[0]
+    sq = neuron(c, "Power", centred, blob("square"), name + "/square",
+                power_param__power=2.0).top[0]
+    inv = neuron(c, "Power", mean(sq, "var"), blob("inv_std"), name + "/inv_std",
+                 power_param__shift=eps, power_param__power=-0.5).top[0]
+    lp = c.layer("Scale", name + "/normalise", [centred, inv], [blob("normalised")])
+    lp.scale_param.axis = 0
+    normalised = c.configure(lp).top[0]
+    lp = c.layer("Scale", name, [normalised], [top], [gamma, beta])
+    lp.scale_param.axis = 1
+    lp.scale_param.bias_term = True
+    c.configure(lp)
+    c.produce(top)
