@@ -6,7 +6,7 @@ symbol and params file, the inputs and MXNet's outputs. Each case imports and ma
 outputs to 1e-4 relative (with an absolute floor of 1e-4 times the output's largest
 magnitude), or, where MXNet runs something Caffe cannot express, is refused at import by an
 error naming the node, the op and the attribute. The ops whose conversion only picks or
-copies values (Embedding's rows, max) give MXNet's outputs bit for bit.
+copies values (Embedding's rows, Pad, max) give MXNet's outputs bit for bit.
 """
 
 import json
@@ -79,7 +79,7 @@ def test_ops_that_copy_values_give_mxnets_bits(case, tmp_path):
 
 def test_the_exact_cases_are_there():
     # (renamed fixtures would empty EXACT, and its test would pass by running nothing)
-    assert {k.split("_")[0] for k in EXACT} == {"embedding", "max"}, EXACT
+    assert {k.split("_")[0] for k in EXACT} == {"embedding", "pad", "max"}, EXACT
 
 
 @pytest.mark.parametrize("case", ERROR_CASES)
@@ -92,3 +92,30 @@ def test_what_caffe_cannot_express_names_node_op_and_attribute(case, tmp_path):
     for word in entry["error_words"]:
         assert word in message, (word, message)
     assert not os.path.exists(str(tmp_path / case) + ".prototxt")
+
+
+@pytest.mark.parametrize("attrs, shape, words", [
+    # MXNet 1.9.1 itself refuses these (its messages: "reflection padding only supports
+    # padding sizes smaller than the input size", "expects padding on the first two axes to
+    # be zero"); a file that holds one is refused naming the node and the reason
+    ({"mode": "reflect", "pad_width": "(0, 0, 0, 0, 3, 0, 0, 0)"}, (1, 1, 3, 4),
+     ["reflect pads 3, 0 of axis 2 (of size 3)", "smaller than the axis"]),
+    ({"mode": "constant", "pad_width": "(0, 0, 1, 0, 0, 0, 0, 0)"}, (1, 1, 3, 4),
+     ["pads the batch or channel axis"]),
+    ({"mode": "edge", "pad_width": "(0, 0, 0, 0, 1, 1)"}, (1, 2, 3),
+     ["4-D and 5-D"]),
+    ({"mode": "symmetric", "pad_width": "(0, 0, 0, 0, 1, 1, 1, 1)"}, (1, 1, 3, 4),
+     ["mode symmetric"]),
+])
+def test_pads_mxnet_refuses_too_are_refused_naming_the_node(tmp_path, attrs, shape, words):
+    doc = {"nodes": [{"op": "null", "name": "data", "inputs": []},
+                     {"op": "Pad", "name": "pad0", "attrs": attrs, "inputs": [[0, 0, 0]]}],
+           "arg_nodes": [0], "heads": [[1, 0, 0]]}
+    path = tmp_path / "pad-symbol.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(CaffeError) as info:
+        mxnet.convert(str(path), None, {"data": shape})
+    message = str(info.value)
+    assert "MXNet node 'pad0' (op Pad)" in message
+    for word in words:
+        assert word in message, (word, message)
