@@ -21,6 +21,7 @@ from ..proto import protoio
 from ..proto import caffe_pb2
 from .cfg import INT_MAX, DarknetCfg, DarknetError, parse_cfg, read_cfg, warn
 from .combine import CombiningSections
+from .pools import PoolingSections
 from .sections import ACTIVATIONS, SectionConverters, _Out
 from .solver import solver_from_cfg
 from .weights import DarknetWeights, read_weights
@@ -104,11 +105,12 @@ class Conversion:
         return "\n".join(lines) + "\n" + text_format.MessageToString(self.solver_param)
 
 
-class _Converter(CombiningSections, SectionConverters):
-    """Builds the Caffe net section by section (the converters are in :mod:`.sections` and
-    :mod:`.combine`)."""
+class _Converter(CombiningSections, PoolingSections, SectionConverters):
+    """Builds the Caffe net section by section (the converters are in :mod:`.sections`,
+    :mod:`.combine` and :mod:`.pools`)."""
 
-    HANDLERS = dict(SectionConverters.HANDLERS, **CombiningSections.HANDLERS)
+    HANDLERS = dict(SectionConverters.HANDLERS, **CombiningSections.HANDLERS,
+                    **PoolingSections.HANDLERS)
 
     def __init__(self, cfg, batch_size, bn_variant):
         if bn_variant not in BN_VARIANTS:
