@@ -51,6 +51,7 @@ COMMON_REFUSED_KEYS = ("dontload", "dontloadscales", "numload")
 TRAINING_KEYS = {
     "convolutional": {"angle", "assisted_excitation", "dot"},
     "maxpool": set(),
+    "local_avgpool": set(),
     "avgpool": set(),
     "dropout": {"dropblock", "dropblock_size_rel", "dropblock_size_abs"},
     "connected": set(),
