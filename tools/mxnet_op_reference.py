@@ -6,7 +6,8 @@ carry that the whole-model cases of ``tools/mxnet_reference.py`` leave out: 1-D 
 convolutions, Deconvolution groups / dilation / target_shape with adj, pooling with a stride
 over the kernel, BatchNorm on 2-D and 3-D blobs, PReLU on 2-D, softmaxes along other axes and
 of large logits, Reshape codes, squeeze / expand_dims, reductions with ``exclude``, LRN,
-BilinearResize2D and AdaptiveAvgPooling2D sizes, ... Needs MXNet 1.9.1 (the venv of
+BilinearResize2D and AdaptiveAvgPooling2D sizes, ``max`` over any axes, Embedding, InstanceNorm
+and Pad, ... Needs MXNet 1.9.1 (the venv of
 ``tools/mxnet_reference.py``) and runs without pycaffe-lite::
 
     MXNET_SUBGRAPH_BACKEND=NONE python tools/mxnet_op_reference.py tests/fixtures/mxnet_ops
