@@ -8,7 +8,7 @@ by hand from ``forward_local_avgpool_layer`` and ``forward_maxpool_layer`` (src/
 local_avgpool's window ``(i, j)`` starts at ``(i stride_y - padding / 2, j stride_x - padding /
 2)`` and its sum over the cells inside the input is divided by their count; with
 maxpool_depth output channel ``g`` is the maximum over input channels ``g, g + out_channels,
-...``.
+...``; without maxpool_depth ``out_channels`` is read and not used.
 """
 
 import glob
@@ -39,7 +39,7 @@ def net(w, h, c):
 
 def test_the_darknet_cases_are_there():
     # (a moved fixture folder would leave the next test nothing to run)
-    assert len(CASES) == 13 and sum(c.startswith("avg_") for c in CASES) == 8, CASES
+    assert len(CASES) == 14 and sum(c.startswith("avg_") for c in CASES) == 8, CASES
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -50,7 +50,7 @@ def test_darknets_outputs(case):
         x, y = ref["x"], ref["y"]
     got, _ = run(cfg_text, x)
     assert got.shape == y.shape
-    if case.startswith("depth_"):
+    if case.startswith(("depth_", "max_")):
         np.testing.assert_array_equal(got, y)  # a maximum: Darknet's values themselves
     else:
         # Caffe's average times (its divisor / Darknet's count): one rounding more

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write the outputs of AlexeyAB's Darknet for ``[local_avgpool]`` and ``[maxpool]
-maxpool_depth`` cases, which ``tests/test_darknet_pools.py`` reads (OpenCV's Darknet importer
-does not read ``[local_avgpool]`` and ignores ``maxpool_depth``).
+maxpool_depth`` cases (and ``out_channels`` without it), which ``tests/test_darknet_pools.py``
+reads (OpenCV's Darknet importer does not read ``[local_avgpool]`` and ignores
+``maxpool_depth``).
 
 Needs Darknet's shared library, built on the CPU from AlexeyAB/darknet's source
 (``make GPU=0 CUDNN=0 OPENCV=0 LIBSO=1``); no pycaffe-lite, only NumPy::
@@ -36,6 +37,7 @@ CASES = [
     ("depth_out3_uneven", 4, 3, 7, "[maxpool]\nmaxpool_depth=1\nout_channels=3\n"),
     ("depth_out4_of_5", 4, 3, 5, "[maxpool]\nmaxpool_depth=1\nout_channels=4\n"),
     ("depth_out_all", 3, 3, 4, "[maxpool]\nmaxpool_depth=1\nout_channels=4\n"),
+    ("max_out_channels_unused", 6, 5, 3, "[maxpool]\nsize=2\nstride=2\nout_channels=2\n"),
 ]
 
 

@@ -27,7 +27,7 @@ class PoolingSections:
             self.refuse(sec, key)
         if sec.get_int("maxpool_depth", 0):
             return self._maxpool_depth(sec, prev, name)
-        self.refuse(sec, "out_channels", 1)
+        sec.get_int("out_channels", 1)  # (read by parse_maxpool; used with maxpool_depth only)
         return self._window_pool(sec, prev, name, PP.MAX)
 
     def local_avgpool(self, sec, prev, i):
