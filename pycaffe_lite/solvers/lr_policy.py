@@ -18,6 +18,14 @@ pycaffe-lite additions (SolverParameter fields from 1000 up):
                is base_lr * (it / burn_in) ^ burn_in_power (Darknet's default power: 4),
                and the policy takes over from iteration burn_in
 
+NVCaffe's (its SolverParameter fields):
+
+    rampup_interval, rampup_lr   a warm-up: while it < rampup_interval the rate is
+               rampup_lr + (base_lr - rampup_lr) * (it / rampup_interval) ^ 2 (the policy
+               is not consulted), then the policy's
+    min_lr     poly decays to it, (base_lr - min_lr) * (1 - it / max_iter) ^ power + min_lr,
+               and every rate (ramp-up included) is at least min_lr
+
 Each policy is registered in :data:`pycaffe_lite.registry.LR_POLICIES` as an object with
 ``check(param, where)`` (raise a :class:`~pycaffe_lite.errors.CaffeError` for settings it cannot
 use) and ``rate(param, it, state)``; ``state.current_step`` is the counter Caffe keeps (and
@@ -139,12 +147,17 @@ class Poly(LRPolicy):
     def check(self, param, where):
         self._need(param.max_iter > 0, where, "lr_policy \"poly\" needs max_iter > 0 (got %d)"
                    % param.max_iter)
+        self._need(param.base_lr >= param.min_lr, where, "lr_policy \"poly\" decays from "
+                   "base_lr to min_lr: base_lr (%g) must be >= min_lr (%g)"
+                   % (param.base_lr, param.min_lr))
 
     def rate(self, param, it, state):
         frac = f32(1.0 - f32(f32(it) / f32(param.max_iter)))
         if frac < 0 and not float(param.power).is_integer():
-            return 0.0  # past max_iter with a fractional power (Caffe's pow gives NaN)
-        return f32(param.base_lr * f32(frac ** param.power))
+            return f32(param.min_lr)  # past max_iter, a fractional power (Caffe's pow: NaN)
+        # NVCaffe: (base_lr - min_lr) * (...)^power + min_lr; min_lr is 0 elsewhere
+        return f32(f32(f32(param.base_lr - param.min_lr) * f32(frac ** param.power)) +
+                   param.min_lr)
 
 
 @register
@@ -201,14 +214,27 @@ def get_policy(param, where="solver"):
     policy.check(param, where)
     if param.burn_in < 0:
         raise CaffeError("%s: burn_in must be >= 0 (got %d)" % (where, param.burn_in))
+    if not param.min_lr >= 0:
+        raise CaffeError("%s: min_lr must be >= 0 (got %g)" % (where, param.min_lr))
+    if param.rampup_interval < 0:
+        raise CaffeError("%s: rampup_interval must be >= 0 (got %d)"
+                         % (where, param.rampup_interval))
+    if param.rampup_interval > 0 and param.burn_in > 0:
+        raise CaffeError("%s: burn_in and rampup_interval are two warm-ups of the learning "
+                         "rate; keep one" % where)
     return policy
 
 
 def learning_rate(param, it, state, policy=None):
-    """The learning rate at iteration ``it``, warm-up included."""
+    """The learning rate at iteration ``it``, warm-up and min_lr included."""
     policy = policy or get_policy(param)
-    rate = policy.rate(param, it, state)  # also keeps the policy's step counter current
+    if it < param.rampup_interval:  # NVCaffe's ramp-up: the policy is not consulted
+        alpha = f32(f32(it) / f32(param.rampup_interval))
+        rate = f32(param.rampup_lr + f32(f32(f32(param.base_lr - param.rampup_lr) * alpha) *
+                                         alpha))
+    else:
+        rate = policy.rate(param, it, state)  # also keeps the policy's step counter current
     if param.burn_in > 0 and it < param.burn_in:
         rate = f32(param.base_lr * f32(f32(f32(it) / f32(param.burn_in)) **
                                         param.burn_in_power))
-    return rate
+    return max(rate, f32(param.min_lr))

@@ -1,0 +1,247 @@
+"""NVCaffe's (NVIDIA/caffe 0.17) solver options: the learning rate's ramp-up and min_lr, the
+momentum and weight decay policies, LARC (scale, clip, turbo), each against a hand computation
+of a few iterations of a tiny linear net, written here in float64 NumPy from the formulas of
+the fork's src/caffe/solvers/sgd_solver.cpp (GetLearningRate, GetMomentum, GetWeightDecay,
+GetLocalRate, ComputeUpdateValue) and sgd_solver.cu (the fused update: history = momentum *
+history + local_rate * (g + decay * w)); the fork's published solver files; bad values."""
+
+import math
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+
+from pycaffe_lite import backend
+from pycaffe_lite.errors import CaffeError
+from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite.solvers import get_solver
+
+
+# x (4 x 3) -> ip1 (2 outputs) -> ip2 (1 output) -> EuclideanLoss against y. ip1's bias has
+# lr_mult 2 and no decay, ip2's weight lr_mult 0.5, ip2's bias is frozen (lr_mult 0).
+NET = """
+name: "tiny"
+layer { name: "data" type: "MemoryData" top: "data" top: "label"
+        memory_data_param { batch_size: 4 channels: 3 height: 1 width: 1 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "data" top: "ip1"
+        param { lr_mult: 1 decay_mult: 1 } param { lr_mult: 2 decay_mult: 0 }
+        inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.7 }
+                              bias_filler { type: "uniform" min: -0.5 max: 0.5 } } }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+        param { lr_mult: 0.5 decay_mult: 1 } param { lr_mult: 0 decay_mult: 1 }
+        inner_product_param { num_output: 1 weight_filler { type: "gaussian" std: 0.7 }
+                              bias_filler { type: "constant" value: 0.3 } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "ip2" bottom: "label" top: "loss" }
+"""
+LR_MULTS = (1.0, 2.0, 0.5, 0.0)
+DECAY_MULTS = (1.0, 0.0, 1.0, 1.0)
+X = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.5], [-1.0, 0.75, 1.0], [0.2, -0.3, 0.4]])
+Y = np.array([1.0, -2.0, 0.5, 3.0])
+
+
+def make_solver(tmp_path, settings, kind="SGD"):
+    param = caffe_pb2.SolverParameter()
+    text_format.Merge('type: "%s" random_seed: 3 display: 0 snapshot_after_train: false '
+                      'snapshot_prefix: "%s" ' % (kind, tmp_path / "snap") + settings, param)
+    text_format.Merge(NET, param.net_param)
+    path = tmp_path / "solver.prototxt"
+    path.write_text(text_format.MessageToString(param))
+    solver = get_solver(str(path))
+    solver.net.set_input_arrays(X.reshape(4, 3, 1, 1).astype(np.float32),
+                                Y.astype(np.float32))
+    return solver
+
+
+def weights(solver):
+    return [p.data.astype(np.float64).copy() for p in solver.net.learnable_params]
+
+
+def history(solver):
+    return [backend.to_host(h).astype(np.float64).copy() for h in solver.history]
+
+
+# ---- the reference: the fork's formulas in float64 ------------------------------------------
+def gradients(w):
+    """dLoss/dparam of the tiny net, loss = sum((out - y)^2) / (2 N)."""
+    w1, b1, w2, b2 = w
+    n = X.shape[0]
+    h = X @ w1.T + b1
+    out = (h @ w2.T + b2)[:, 0]
+    d_out = ((out - Y) / n)[:, None]
+    dh = d_out @ w2
+    return [dh.T @ X, dh.sum(0), d_out.T @ h, d_out.sum(0)]
+
+
+def field(s, name, default):
+    return s.get(name, default)
+
+
+def ref_rate(s, it):
+    base, min_lr = s["base_lr"], field(s, "min_lr", 0.0)
+    if it < field(s, "rampup_interval", 0):
+        alpha = it / s["rampup_interval"]
+        rate = field(s, "rampup_lr", 0.0) + (base - field(s, "rampup_lr", 0.0)) * alpha ** 2
+    elif s["lr_policy"] == "fixed":
+        rate = base
+    elif s["lr_policy"] == "step":
+        rate = base * s["gamma"] ** (it // s["stepsize"])
+    elif s["lr_policy"] == "poly":
+        rate = (base - min_lr) * (1 - it / s["max_iter"]) ** s["power"] + min_lr
+    else:
+        raise AssertionError(s["lr_policy"])
+    return max(rate, min_lr)
+
+
+def ref_momentum(s, it, rate):
+    m = field(s, "momentum", 0.0)
+    policy = field(s, "momentum_policy", "fixed")
+    if policy == "poly":
+        return m + (field(s, "max_momentum", 0.99) - m) * \
+            (it / s["max_iter"]) ** field(s, "momentum_power", 1.0)
+    if policy == "opt":
+        m = (1 - 0.5 * math.sqrt(rate)) ** 2
+        return min(m, s["max_momentum"]) if "max_momentum" in s else m
+    return m
+
+
+def ref_decay(s, it):
+    wd = field(s, "weight_decay", 0.0)
+    if field(s, "weight_decay_policy", "fixed") == "poly":
+        return wd + (field(s, "max_weight_decay", 0.0) - wd) * \
+            (it / s["max_iter"]) ** field(s, "weight_decay_power", 1.0)
+    return wd
+
+
+def reference(s, w, iters, it0=0, hist=None, corr=None):
+    """``(weights, histories, correlations)`` after ``iters`` iterations from ``w``."""
+    w = [a.copy() for a in w]
+    hist = [np.zeros_like(a) for a in w] if hist is None else [a.copy() for a in hist]
+    corr = [0.0] * len(w) if corr is None else list(corr)
+    for it in range(it0, it0 + iters):
+        rate = ref_rate(s, it)
+        m = ref_momentum(s, it, rate)
+        wd = ref_decay(s, it)
+        for i, g in enumerate(gradients(w)):
+            local = LR_MULTS[i]
+            if s.get("larc"):
+                g_norm, w_norm = np.linalg.norm(g), np.linalg.norm(w[i])
+                larc = 1.0
+                if g_norm > 0 and w_norm > 0:
+                    larc = (1 - m) * s.get("larc_eta", 0.001) * w_norm / g_norm
+                if s.get("larc_turbo"):
+                    h_norm = np.linalg.norm(hist[i])
+                    c = 0.0
+                    if g_norm > 0 and h_norm > 0:
+                        c = float(np.sum(g * hist[i])) / (g_norm * h_norm)
+                    corr[i] = 0.95 * corr[i] + 0.05 * c
+                    larc -= 0.9 * corr[i]
+                if local > 0:
+                    local = larc
+                if s.get("larc_policy", "scale") == "clip":
+                    local = min(rate, local)
+                else:
+                    local = rate * local
+            else:
+                local = rate * local
+            hist[i] = m * hist[i] + local * (g + wd * DECAY_MULTS[i] * w[i])
+            w[i] = w[i] - hist[i]
+    return w, hist, corr
+
+
+def settings_text(s):
+    out = []
+    for k, v in s.items():
+        if isinstance(v, str):
+            out.append('%s: "%s"' % (k, v))
+        elif isinstance(v, bool):
+            out.append("%s: %s" % (k, "true" if v else "false"))
+        else:
+            out.append("%s: %r" % (k, v))
+    return " ".join(out)
+
+
+def assert_close(got, expected, rtol=2e-5, atol=1e-7):
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a.ravel(), b.ravel(), rtol=rtol, atol=atol)
+
+
+def run_against_reference(tmp_path, s, iters=5):
+    solver = make_solver(tmp_path, settings_text(s))
+    w0 = weights(solver)
+    solver.step(iters)
+    w, hist, corr = reference(s, w0, iters)
+    assert_close(weights(solver), w)
+    assert_close(history(solver), hist)
+    return solver, w0, corr
+
+
+# ---- the learning rate ----------------------------------------------------------------------
+@pytest.mark.parametrize("s", [
+    # ramp-up from rampup_lr, then poly down to min_lr
+    dict(base_lr=0.4, lr_policy="poly", power=2.0, max_iter=10, min_lr=0.05,
+         rampup_interval=4, rampup_lr=0.1),
+    # ramp-up from 0 (rampup_lr unset) is raised to min_lr at iteration 0
+    dict(base_lr=0.3, lr_policy="fixed", min_lr=0.02, rampup_interval=5),
+    # step falls below min_lr and stays there
+    dict(base_lr=0.5, lr_policy="step", gamma=0.1, stepsize=3, min_lr=0.01),
+])
+def test_learning_rate_rampup_and_min_lr(tmp_path, s):
+    solver = make_solver(tmp_path, settings_text(s))
+    rates = []
+    for it in range(12):
+        solver.iter = it
+        rates.append(solver.lr)
+    np.testing.assert_allclose(rates, [ref_rate(s, it) for it in range(12)], rtol=1e-6)
+    assert min(rates) == pytest.approx(s["min_lr"], rel=1e-6)
+
+
+def test_rampup_and_min_lr_train_as_the_reference(tmp_path):
+    run_against_reference(tmp_path, dict(base_lr=0.2, lr_policy="poly", power=1.0,
+                                         max_iter=6, min_lr=0.05, rampup_interval=3,
+                                         rampup_lr=0.02, momentum=0.9, weight_decay=0.01))
+
+
+def test_poly_rate_by_hand():
+    # base_lr 1, min_lr 0.2, power 2, max_iter 10, iteration 5: 0.8 * 0.5^2 + 0.2 = 0.4
+    from pycaffe_lite.solvers.lr_policy import learning_rate
+    p = caffe_pb2.SolverParameter(base_lr=1.0, lr_policy="poly", power=2.0, max_iter=10,
+                                  min_lr=0.2)
+    assert learning_rate(p, 5, type("S", (), {"current_step": 0})()) == pytest.approx(0.4)
+
+
+# ---- bad values -----------------------------------------------------------------------------
+F = 'lr_policy: "fixed" max_iter: 10 '
+
+
+@pytest.mark.parametrize("settings, kind, match", [
+    (F + 'min_lr: -0.1', "SGD", r"min_lr must be >= 0"),
+    ('lr_policy: "poly" power: 1 max_iter: 10 min_lr: 0.5', "SGD",
+     r"base_lr \(0.1\) must be >= min_lr \(0.5\)"),
+    (F + 'rampup_interval: -3', "SGD", r"rampup_interval must be >= 0"),
+    (F + 'rampup_interval: 3 burn_in: 2', "SGD", r"two warm-ups"),
+
+])
+def test_bad_values_are_refused(tmp_path, settings, kind, match):
+    with pytest.raises(CaffeError, match=match):
+        make_solver(tmp_path, "base_lr: 0.1 " + settings, kind)
+
+
+def test_the_error_names_the_file(tmp_path):
+    path = tmp_path / "s.prototxt"
+    net = caffe_pb2.NetParameter()
+    text_format.Merge(NET, net)
+    path.write_text('base_lr: 0.1\nlr_policy: "fixed"\nmin_lr: -1\nnet_param {\n%s}\n'
+                    % text_format.MessageToString(net))
+    with pytest.raises(CaffeError) as info:
+        get_solver(str(path))
+    assert str(info.value).startswith('%s: min_lr must be >= 0 (got -1)' % path)
+
+
+def test_options_the_solver_reads_pass_for_every_type(tmp_path):
+    """Ramp-up and min_lr are read by every NVCaffe solver (its GetLearningRate)."""
+    for kind in ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"):
+        extra = "momentum: 0.9" if kind in ("Nesterov", "AdaDelta", "Adam") else ""
+        solver = make_solver(tmp_path, 'base_lr: 0.1 lr_policy: "fixed" max_iter: 10 '
+                             'min_lr: 0.01 rampup_interval: 2 ' + extra, kind)
+        assert solver.lr == pytest.approx(0.01)  # the ramp-up's 0, raised to min_lr
