@@ -15,6 +15,7 @@ from pycaffe_lite import backend
 from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.proto import caffe_pb2
 from pycaffe_lite.solvers import get_solver
+from pycaffe_lite.testing.simdevice import simulated_device
 
 
 # x (4 x 3) -> ip1 (2 outputs) -> ip2 (1 output) -> EuclideanLoss against y. ip1's bias has
@@ -210,11 +211,81 @@ def test_poly_rate_by_hand():
     assert learning_rate(p, 5, type("S", (), {"current_step": 0})()) == pytest.approx(0.4)
 
 
+# ---- momentum and weight decay policies -----------------------------------------------------
+@pytest.mark.parametrize("s", [
+    dict(base_lr=0.1, lr_policy="fixed", max_iter=8, momentum=0.5, momentum_policy="poly",
+         max_momentum=0.95, momentum_power=2.0, weight_decay=0.01),
+    dict(base_lr=0.09, lr_policy="step", gamma=0.5, stepsize=2, momentum_policy="opt",
+         weight_decay=0.001),
+    dict(base_lr=0.09, lr_policy="fixed", momentum_policy="opt", max_momentum=0.6),
+], ids=["poly", "opt", "opt_max"])
+def test_momentum_policy_trains_as_the_reference(tmp_path, s):
+    solver, _, _ = run_against_reference(tmp_path, s)
+    # opt at rate 0.09: (1 - 0.15)^2 = 0.7225; capped at 0.6 where max_momentum is set
+    solver.iter = 0
+    expected = 0.6 if "max_momentum" in s and s["momentum_policy"] == "opt" else \
+        ref_momentum(s, 0, s["base_lr"])
+    assert solver.momentum(solver.lr) == pytest.approx(expected, rel=1e-6)
+
+
+def test_weight_decay_poly_trains_as_the_reference(tmp_path):
+    s = dict(base_lr=0.1, lr_policy="fixed", max_iter=5, momentum=0.8, weight_decay=0.01,
+             weight_decay_policy="poly", max_weight_decay=0.5, weight_decay_power=1.5)
+    solver, _, _ = run_against_reference(tmp_path, s)
+    solver.iter = 4  # 0.01 + 0.49 * 0.8^1.5
+    assert solver.weight_decay() == pytest.approx(0.01 + 0.49 * 0.8 ** 1.5, rel=1e-6)
+
+
+# ---- on the simulated GPU, CUDA graphs on ------------------------------------------------
+def _graph_run(tmp_path, s, graphs):
+    from pycaffe_lite import cuda_graphs
+    old = cuda_graphs.set_enabled(graphs)
+    try:
+        with simulated_device() as dev:
+            backend.set_mode_gpu()
+            solver = make_solver(tmp_path, settings_text(s))
+            solver.step(6)
+            return weights(solver), history(solver), dev
+    finally:
+        cuda_graphs.set_enabled(old)
+
+
+def test_momentum_poly_replays_in_a_cuda_graph_with_each_iterations_momentum(tmp_path):
+    s = dict(base_lr=0.1, lr_policy="fixed", max_iter=6, momentum=0.5,
+             momentum_policy="poly", max_momentum=0.99, weight_decay=0.01)
+    eager, eager_hist, _ = _graph_run(tmp_path, s, graphs=False)
+    got, hist, dev = _graph_run(tmp_path, s, graphs=True)
+    assert dev.graph_captures == 1 and dev.graph_launches == 5  # iteration 0 warms up
+    assert_close(got, eager, rtol=0, atol=0)
+    assert_close(hist, eager_hist, rtol=0, atol=0)
+    solver = make_solver(tmp_path, settings_text(s))
+    w, h, _ = reference(s, weights(solver), 6)
+    assert_close(got, w)
+
+
+def test_weight_decay_poly_on_the_simulated_gpu_is_eager_and_matches(tmp_path):
+    s = dict(base_lr=0.1, lr_policy="fixed", max_iter=6, momentum=0.9, weight_decay=0.0,
+             weight_decay_policy="poly", max_weight_decay=0.3)
+    got, _, dev = _graph_run(tmp_path, s, graphs=True)
+    assert dev.graph_captures == 0
+    solver = make_solver(tmp_path, settings_text(s))
+    w, _, _ = reference(s, weights(solver), 6)
+    assert_close(got, w)
+
+
 # ---- bad values -----------------------------------------------------------------------------
 F = 'lr_policy: "fixed" max_iter: 10 '
 
 
 @pytest.mark.parametrize("settings, kind, match", [
+    (F + 'momentum_policy: "cosine"', "SGD", r":\d+: momentum_policy: unknown policy \"cosine\""),
+    (F + 'momentum_policy: "poly" momentum: 0.9', "Nesterov",
+     r":\d+: momentum_policy: .*SGD solver only.*type: \"Nesterov\""),
+    ('lr_policy: "fixed" momentum_policy: "poly"', "SGD",
+     r"momentum_policy: \"poly\" needs max_iter > 0"),
+    (F + 'weight_decay_policy: "step"', "SGD", r":\d+: weight_decay_policy: unknown policy"),
+    ('lr_policy: "fixed" weight_decay_policy: "poly"', "AdaGrad",
+     r"weight_decay_policy: \"poly\" needs max_iter > 0"),
     (F + 'min_lr: -0.1', "SGD", r"min_lr must be >= 0"),
     ('lr_policy: "poly" power: 1 max_iter: 10 min_lr: 0.5', "SGD",
      r"base_lr \(0.1\) must be >= min_lr \(0.5\)"),
@@ -239,9 +310,14 @@ def test_the_error_names_the_file(tmp_path):
 
 
 def test_options_the_solver_reads_pass_for_every_type(tmp_path):
-    """Ramp-up and min_lr are read by every NVCaffe solver (its GetLearningRate)."""
+    """Ramp-up, min_lr and the weight decay policy are read by every NVCaffe solver (its
+    GetLearningRate and local_decay); momentum_policy "fixed" too."""
     for kind in ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"):
         extra = "momentum: 0.9" if kind in ("Nesterov", "AdaDelta", "Adam") else ""
         solver = make_solver(tmp_path, 'base_lr: 0.1 lr_policy: "fixed" max_iter: 10 '
-                             'min_lr: 0.01 rampup_interval: 2 ' + extra, kind)
+                             'min_lr: 0.01 rampup_interval: 2 weight_decay: 0.1 '
+                             'weight_decay_policy: "poly" max_weight_decay: 0.2 '
+                             'momentum_policy: "fixed" ' + extra, kind)
         assert solver.lr == pytest.approx(0.01)  # the ramp-up's 0, raised to min_lr
+        solver.iter = 5
+        assert solver.weight_decay() == pytest.approx(0.15)

@@ -2,7 +2,7 @@
 
 One iteration's update (Caffe's ``SGDSolver::ApplyUpdate``)::
 
-    rate = lr_policy(iter)                  (with the optional burn_in warm-up)
+    rate = lr_policy(iter)                  (with the optional warm-up and min_lr)
     clip_gradients: if ||all diffs||_2 > clip_gradients >= 0, scale every diff down to it
     per learnable param:
         normalize:  diff /= iter_size
@@ -12,7 +12,9 @@ One iteration's update (Caffe's ``SGDSolver::ApplyUpdate``)::
         compute_update_value(rate * lr_mult)          (the rule; SGD below)
     data -= diff
 
-SGD: ``history = momentum * history + local_rate * diff; diff = history``.
+SGD: ``history = momentum * history + local_rate * diff; diff = history``. NVCaffe's
+``momentum_policy`` and ``weight_decay_policy`` make momentum and weight_decay change with
+the iteration (:mod:`pycaffe_lite.solvers.nvcaffe`).
 
 Everything runs in place on float32 arrays of the current mode (NumPy or CuPy): every param's
 update and ``data -= diff`` in one compiled call where the host kernels take the arrays (SGD,
@@ -30,6 +32,7 @@ from .. import backend
 from ..errors import CaffeError
 from ..ops import solver_update
 from ..registry import SOLVERS
+from . import nvcaffe
 from .lr_policy import f32, learning_rate
 from .solver import Solver, _fmt
 
@@ -62,6 +65,7 @@ class SGDSolver(Solver):
         if param.weight_decay and param.regularization_type not in ("L2", "L1"):
             raise CaffeError("%s: unknown regularization_type \"%s\"; use \"L2\" or \"L1\""
                              % (self.where, param.regularization_type))
+        nvcaffe.check(param, self.where, self.type)
 
     def presolve(self):
         xp = backend.xp()
@@ -100,6 +104,16 @@ class SGDSolver(Solver):
         state = types.SimpleNamespace(current_step=self.current_step)
         return learning_rate(self.param, self.iter, state, self.policy)
 
+    def momentum(self, rate):
+        """The momentum of the current iteration (NVCaffe's momentum_policy; ``rate``: the
+        iteration's learning rate)."""
+        return nvcaffe.momentum(self.param, self.iter, rate)
+
+    def weight_decay(self):
+        """The weight decay of the current iteration (NVCaffe's weight_decay_policy), before
+        each param's decay_mult."""
+        return nvcaffe.weight_decay(self.param, self.iter)
+
     # -- the update ------------------------------------------------------------------------
     def apply_update(self):
         """Turn the accumulated gradients into the update and apply it (``data -= diff``)."""
@@ -137,7 +151,7 @@ class SGDSolver(Solver):
         if not solver_update.device_takes(rule, datas, diffs, state):
             return None
         tables = self.device_tables
-        decay = self.param.weight_decay  # the tables hold every param's decay
+        decay = self.weight_decay()  # the tables hold every param's decay
         if tables is None or tables.key != solver_update.device_tables_key(datas, diffs, state) \
                 or self._tables_decay != decay:
             decays = [f32(decay * d) for d in self.net.params_weight_decay]
@@ -171,7 +185,7 @@ class SGDSolver(Solver):
     def fused_args(self, i, rate):
         """``(rate, coefficients)`` of the rule's kernel, computed as the NumPy steps do.
         Param ``i`` counts only through its ``lr_mult`` (see :meth:`fused_args_all`)."""
-        return self.local_rate(i, rate), [f32(self.param.momentum)]
+        return self.local_rate(i, rate), [self.momentum(rate)]
 
     def fused_args_all(self, rate):
         """``(rates, coefficients)``: every param's kernel rate, and the coefficients (the
@@ -199,7 +213,7 @@ class SGDSolver(Solver):
         if not solver_update.takes(rule, data, diff, *state):
             return False
         norm = 1 if param.iter_size == 1 else f32(1.0 / param.iter_size)
-        decay = f32(param.weight_decay * self.net.params_weight_decay[i])
+        decay = f32(self.weight_decay() * self.net.params_weight_decay[i])
         kernel_rate, coefficients = self.fused_args(i, rate)
         solver_update.update(rule, data, diff, state, norm, decay,
                              param.regularization_type == "L1", kernel_rate, coefficients)
@@ -220,7 +234,8 @@ class SGDSolver(Solver):
             return False
         param = self.param
         norm = 1 if param.iter_size == 1 else f32(1.0 / param.iter_size)
-        decays = [f32(param.weight_decay * d) for d in self.net.params_weight_decay]
+        decay = self.weight_decay()
+        decays = [f32(decay * d) for d in self.net.params_weight_decay]
         rates, coefficients = self.fused_args_all(rate)
         solver_update.update_all(self.fused_rule, datas, diffs, state, norm, decays,
                                  param.regularization_type == "L1", rates, coefficients)
@@ -251,7 +266,7 @@ class SGDSolver(Solver):
 
     def regularize(self, i):
         param = self.param
-        local_decay = f32(param.weight_decay * self.net.params_weight_decay[i])
+        local_decay = f32(self.weight_decay() * self.net.params_weight_decay[i])
         if not local_decay:
             return
         blob = self.net.learnable_params[i]
@@ -269,7 +284,7 @@ class SGDSolver(Solver):
         return f32(rate * self.net.params_lr[i])
 
     def compute_update_value(self, i, rate):
-        momentum = f32(self.param.momentum)
+        momentum = self.momentum(rate)
         local_rate = self.local_rate(i, rate)
         diff = self.net.learnable_params[i].write_diff()
         history = self.history[i]

@@ -43,9 +43,11 @@ param's values where a forward wrote them (PSPNet's BN running averages).
 
 Iterations that display (they read the gradients before the update) or debug, solvers with
 callbacks (data-parallel reduction, pycaffe's ``add_callback``), gradient clipping (a host
-decision each iteration), hooks of one's own on the net, and nets with a layer outside
-:data:`CAPTURABLE` run eagerly; ``caffe.set_cuda_graph(False)``, ``--cuda_graph off`` or
-``PYCAFFE_LITE_CUDA_GRAPH=0`` turn graphs off.
+decision each iteration), NVCaffe's ``weight_decay_policy: "poly"`` (a decay that changes
+each iteration; one log line says so),
+hooks of one's own on the net, and nets with a layer outside :data:`CAPTURABLE` run eagerly;
+``caffe.set_cuda_graph(False)``, ``--cuda_graph off`` or ``PYCAFFE_LITE_CUDA_GRAPH=0`` turn
+graphs off.
 """
 
 import collections
@@ -55,7 +57,7 @@ import math
 from .. import backend, cuda_graphs, net_types
 from ..layer import deferred_checks
 from ..syncedmem import upload_host_writes
-from . import mixed
+from . import mixed, nvcaffe
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -105,6 +107,7 @@ class TrainGraph:
         self.first = self._first_captured()
         self.parts = self.key = self.warm_key = self.buffers = None
         self.captures = self.replays = 0
+        self.told = ""  # the solver option that keeps iterations eager, once logged
 
     def _first_captured(self):
         """The index of the first layer the graph holds: the layers before it are the data
@@ -130,7 +133,12 @@ class TrainGraph:
             return "the net has hooks"
         if getattr(solver, "fused_rule", None) is None:
             return "the solver's rule has no device update"
-        return ""
+        reason = nvcaffe.why_eager(param)
+        if reason and reason != self.told:
+            log.info("Net '%s': training iterations run layer by layer, not in a CUDA graph: "
+                     "%s", self.net.name, reason)
+            self.told = reason
+        return reason
 
     def iteration(self):
         """Run one iteration (``iter_size`` forward/backward passes, the update) and return
