@@ -855,6 +855,19 @@ def nvcaffe_float16_master_weights(tmp, monkeypatch):
     get_solver(solver_project(tmp, SOLVER + "solver_data_type: FLOAT16\n"))
 
 
+@case(CaffeError, "solver.prototxt:10: larc_policy", 'unknown LARC policy "none"',
+      '"scale" and "clip"')
+def nvcaffe_unknown_larc_policy(tmp, monkeypatch):
+    monkeypatch.chdir(tmp)
+    get_solver(solver_project(tmp, SOLVER + 'larc: true\nlarc_policy: "none"\n'))
+
+
+@case(CaffeError, "solver.prototxt:9: momentum_policy", 'type: "Adam"', 'use type: "SGD"')
+def nvcaffe_momentum_policy_of_another_solver(tmp, monkeypatch):
+    monkeypatch.chdir(tmp)
+    get_solver(solver_project(tmp, SOLVER + 'momentum_policy: "opt"\ntype: "Adam"\n'))
+
+
 # -- snapshots
 @case(CaffeError, "solver.prototxt", "snapshot prefix 'gone/run'", "Create the folder")
 def snapshot_folder_missing(tmp, monkeypatch):

@@ -47,9 +47,9 @@ def test_random_resize_sides_are_float32_products(h, w, size, expected):
 
 # ---- the forks' options that are not run here: a text file using one names the fork ------
 @pytest.mark.parametrize("kind, text, fork", [
-    # NVCaffe caffe.proto SolverParameter: LARC (sgd_solver.cpp); its ramp-up runs
-    # (tests/test_nvcaffe_solver.py)
-    ("solver", "base_lr: 0.1 larc: true larc_policy: \"clip\"", "NVCaffe"),
+    # NVCaffe caffe.proto SolverParameter: testing and snapshots in the last epochs
+    # (solver.cpp); its LARC, ramp-up and policies run (tests/test_nvcaffe_solver.py)
+    ("solver", "base_lr: 0.1 test_and_snapshot_last_epochs: 2", "NVCaffe"),
     # Intel Caffe caffe.proto SolverParameter: warm-up
     ("solver", "base_lr: 0.1 warmup_iter: 10", "Intel Caffe"),
     # NVCaffe elu_layer.cpp: y = lambda * ELU(x) (SELU)

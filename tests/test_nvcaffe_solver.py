@@ -5,7 +5,9 @@ the fork's src/caffe/solvers/sgd_solver.cpp (GetLearningRate, GetMomentum, GetWe
 GetLocalRate, ComputeUpdateValue) and sgd_solver.cu (the fused update: history = momentum *
 history + local_rate * (g + decay * w)); the fork's published solver files; bad values."""
 
+import logging
 import math
+import os
 
 import numpy as np
 import pytest
@@ -13,10 +15,12 @@ from google.protobuf import text_format
 
 from pycaffe_lite import backend
 from pycaffe_lite.errors import CaffeError
-from pycaffe_lite.proto import caffe_pb2
+from pycaffe_lite.proto import caffe_pb2, protoio
 from pycaffe_lite.solvers import get_solver
 from pycaffe_lite.testing.simdevice import simulated_device
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+REAL = os.path.join(HERE, "fixtures", "real")
 
 # x (4 x 3) -> ip1 (2 outputs) -> ip2 (1 output) -> EuclideanLoss against y. ip1's bias has
 # lr_mult 2 and no decay, ip2's weight lr_mult 0.5, ip2's bias is frozen (lr_mult 0).
@@ -236,7 +240,82 @@ def test_weight_decay_poly_trains_as_the_reference(tmp_path):
     assert solver.weight_decay() == pytest.approx(0.01 + 0.49 * 0.8 ** 1.5, rel=1e-6)
 
 
-# ---- on the simulated GPU, CUDA graphs on ------------------------------------------------
+# ---- LARC -----------------------------------------------------------------------------------
+LARC = {
+    "scale": dict(base_lr=0.5, lr_policy="fixed", momentum=0.9, weight_decay=0.01, larc=True,
+                  larc_policy="scale", larc_eta=0.02),
+    # clip: the LARC rate where it is below base_lr, base_lr elsewhere (eta 5: both happen)
+    "clip": dict(base_lr=0.05, lr_policy="poly", power=2.0, max_iter=50, momentum=0.9,
+                 weight_decay=0.0005, larc=True, larc_policy="clip", larc_eta=5.0),
+    "turbo": dict(base_lr=0.3, lr_policy="fixed", momentum=0.9, weight_decay=0.001,
+                  larc=True, larc_turbo=True, larc_policy="scale", larc_eta=0.05),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LARC))
+def test_larc_trains_as_the_reference(tmp_path, name):
+    solver, w0, corr = run_against_reference(tmp_path, LARC[name])
+    if name == "turbo":
+        np.testing.assert_allclose(solver.larc_corr, corr, rtol=1e-4, atol=1e-7)
+
+
+def test_larc_turbo_correlation_after_two_iterations(tmp_path):
+    """Iteration 0 has no history (correlation term 0); at iteration 1 the history is the
+    first step, along nearly the same gradient: c = 0.95 * 0 + 0.05 * cos ~ 0.05; the frozen
+    param (no gradient) keeps 0."""
+    solver = make_solver(tmp_path, settings_text(LARC["turbo"]))
+    solver.step(1)
+    assert solver.larc_corr == [0.0] * 4
+    solver.step(1)
+    assert all(0.049 < c <= 0.05 for c in solver.larc_corr[:3])
+    assert solver.larc_corr[3] == 0.0
+
+
+def test_larc_clip_takes_both_branches(tmp_path):
+    """The clip case above is not decided by one side alone: at iteration 0 some param's
+    LARC rate is below base_lr and some above."""
+    s = LARC["clip"]
+    w = make_solver(tmp_path, settings_text(s)).net.learnable_params
+    w0 = [p.data.astype(np.float64) for p in w]
+    rates = [(1 - 0.9) * 5.0 * np.linalg.norm(a) / np.linalg.norm(g)
+             for a, g in zip(w0[:3], gradients(w0)[:3])]
+    assert min(rates) < s["base_lr"] < max(rates)
+
+
+def test_larc_rate_replaces_lr_mult(tmp_path):
+    """lr_mult 1 and 2 on the same weights give the same LARC step (the fork sets local_lr to
+    the LARC rate, not times it); lr_mult 0 stays frozen."""
+    s = dict(base_lr=0.5, lr_policy="fixed", larc=True, larc_policy="scale", larc_eta=0.1)
+    solver = make_solver(tmp_path, settings_text(s))
+    w0 = weights(solver)
+    solver.step(1)
+    g = gradients(w0)
+    for i in (0, 1, 2):
+        expected = 0.5 * 0.1 * np.linalg.norm(w0[i]) / np.linalg.norm(g[i]) * g[i]
+        np.testing.assert_allclose(w0[i] - weights(solver)[i], expected, rtol=2e-5)
+    np.testing.assert_array_equal(weights(solver)[3], w0[3])
+
+
+def test_larc_on_the_simulated_gpu_runs_layer_by_layer_and_matches_the_cpu(tmp_path, caplog):
+    s = LARC["turbo"]
+    cpu = make_solver(tmp_path, settings_text(s))
+    cpu.step(5)
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        gpu = make_solver(tmp_path, settings_text(s))
+        with caplog.at_level(logging.INFO, logger="pycaffe_lite"):
+            gpu.step(5)
+        assert dev.graph_captures == 0
+        assert gpu.train_graph.why_not() == \
+            "LARC computes each param's rate from its norms on the host"
+        got, hist = weights(gpu), history(gpu)
+    told = [r for r in caplog.records if "not in a CUDA graph" in r.getMessage()]
+    assert len(told) == 1 and "LARC" in told[0].getMessage()
+    assert_close(got, weights(cpu), rtol=1e-6, atol=1e-8)
+    assert_close(hist, history(cpu), rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(gpu.larc_corr, cpu.larc_corr, rtol=1e-5, atol=1e-8)
+
+
 def _graph_run(tmp_path, s, graphs):
     from pycaffe_lite import cuda_graphs
     old = cuda_graphs.set_enabled(graphs)
@@ -273,6 +352,83 @@ def test_weight_decay_poly_on_the_simulated_gpu_is_eager_and_matches(tmp_path):
     assert_close(got, w)
 
 
+# ---- snapshots ------------------------------------------------------------------------------
+def test_restore_keeps_the_history_and_starts_larc_turbo_from_zero(tmp_path):
+    """NVCaffe's .solverstate holds the history only (SnapshotSolverStateToBinaryProto); its
+    running correlations start again from 0 in a solver that restores one (PreSolve)."""
+    s = dict(LARC["turbo"], snapshot=2)
+    solver = make_solver(tmp_path, settings_text(s))
+    w0 = weights(solver)
+    solver.step(2)
+    w2, h2, corr2 = reference(s, w0, 2)
+    assert min(corr2[:3]) > 0.04
+    state = str(tmp_path / "snap_iter_2.solverstate")
+    resumed = make_solver(tmp_path, settings_text(s))
+    resumed.restore(state)
+    assert resumed.iter == 2 and resumed.larc_corr == [0.0] * 4
+    resumed.step(2)
+    w, hist, _ = reference(s, w2, 2, it0=2, hist=h2, corr=None)
+    assert_close(weights(resumed), w)
+    assert_close(history(resumed), hist)
+    # and not the uninterrupted run's (its correlations carried on)
+    w_on, _, _ = reference(s, w2, 2, it0=2, hist=h2, corr=corr2)
+    assert max(np.abs(a - b).max() for a, b in zip(w, w_on)) > 1e-4
+
+
+# ---- NVCaffe's own solver files ---------------------------------------------------------------
+def _fork_file(name, tmp_path, drop=()):
+    param = protoio.read_solver_param(os.path.join(REAL, name))
+    param.ClearField("net")
+    param.ClearField("test_iter")
+    param.ClearField("test_interval")
+    for f in drop:
+        param.ClearField(f)
+    param.snapshot_prefix = str(tmp_path / "snap")
+    text_format.Merge(NET, param.net_param)
+    return param
+
+
+def _settings_of(param):
+    s = {k: getattr(param, k) for k in (
+        "base_lr", "lr_policy", "power", "max_iter", "momentum", "weight_decay")}
+    for k in ("min_lr", "rampup_interval", "rampup_lr", "momentum_policy", "max_momentum",
+              "momentum_power", "larc", "larc_policy", "larc_eta", "larc_turbo"):
+        if param.HasField(k):
+            s[k] = getattr(param, k)
+    return s
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("nvcaffe_resnet50_solver.prototxt",
+     dict(larc=True, larc_policy="clip", lr_policy="poly", max_iter=500000)),
+    ("nvcaffe_alexnet_bn_solver_8K.prototxt",
+     dict(larc=True, rampup_interval=600, rampup_lr=1.0, base_lr=10.0)),
+    ("nvcaffe_alexnet_solver_larc_turbo.prototxt",
+     dict(larc_turbo=True, momentum_policy="poly", max_momentum=0.95, min_lr=1e-5,
+          larc_eta=0.05)),
+])
+def test_the_forks_solver_files_train_as_the_reference(tmp_path, name, expected):
+    drop = ("solver_data_type",) if "turbo" in name else ()  # FLOAT16: refused (below)
+    param = _fork_file(name, tmp_path, drop)
+    s = _settings_of(param)
+    for k, v in expected.items():
+        assert s[k] == pytest.approx(v) if isinstance(v, float) else s[k] == v
+    solver = get_solver(param)
+    solver.net.set_input_arrays(X.reshape(4, 3, 1, 1).astype(np.float32),
+                                Y.astype(np.float32))
+    w0 = weights(solver)
+    solver.step(3)
+    w, hist, _ = reference(s, w0, 3)
+    assert_close(history(solver), hist, rtol=1e-4, atol=1e-10)
+    assert_close(weights(solver), w)
+
+
+def test_the_larc_turbo_file_as_published_stops_at_its_float16_solver_type(tmp_path):
+    param = _fork_file("nvcaffe_alexnet_solver_larc_turbo.prototxt", tmp_path)
+    with pytest.raises(CaffeError, match="solver_data_type: FLOAT16"):
+        get_solver(param)
+
+
 # ---- bad values -----------------------------------------------------------------------------
 F = 'lr_policy: "fixed" max_iter: 10 '
 
@@ -283,6 +439,11 @@ F = 'lr_policy: "fixed" max_iter: 10 '
      r":\d+: momentum_policy: .*SGD solver only.*type: \"Nesterov\""),
     ('lr_policy: "fixed" momentum_policy: "poly"', "SGD",
      r"momentum_policy: \"poly\" needs max_iter > 0"),
+    (F + 'larc: true', "Adam", r":\d+: larc: .*SGD solver only.*type: \"Adam\""),
+    (F + 'larc: true momentum: 0.9', "Nesterov", r":\d+: larc: .*type: \"Nesterov\""),
+    (F + 'larc: true larc_policy: "clamp"', "SGD",
+     r":\d+: larc_policy: unknown LARC policy \"clamp\""),
+    (F + 'larc: true larc_eta: 0', "SGD", r":\d+: larc_eta: must be > 0"),
     (F + 'weight_decay_policy: "step"', "SGD", r":\d+: weight_decay_policy: unknown policy"),
     ('lr_policy: "fixed" weight_decay_policy: "poly"', "AdaGrad",
      r"weight_decay_policy: \"poly\" needs max_iter > 0"),
@@ -291,11 +452,21 @@ F = 'lr_policy: "fixed" max_iter: 10 '
      r"base_lr \(0.1\) must be >= min_lr \(0.5\)"),
     (F + 'rampup_interval: -3', "SGD", r"rampup_interval must be >= 0"),
     (F + 'rampup_interval: 3 burn_in: 2', "SGD", r"two warm-ups"),
-
 ])
 def test_bad_values_are_refused(tmp_path, settings, kind, match):
     with pytest.raises(CaffeError, match=match):
         make_solver(tmp_path, "base_lr: 0.1 " + settings, kind)
+
+
+def test_the_error_names_the_file_and_the_line(tmp_path):
+    path = tmp_path / "s.prototxt"
+    net = caffe_pb2.NetParameter()
+    text_format.Merge(NET, net)
+    path.write_text('base_lr: 0.1\nlr_policy: "fixed"\n# larc_policy: "scale"\nlarc: true\n'
+                    'larc_policy: "none"\nnet_param {\n%s}\n' % text_format.MessageToString(net))
+    with pytest.raises(CaffeError) as info:
+        get_solver(str(path))
+    assert str(info.value).startswith('%s:5: larc_policy: unknown LARC policy "none"' % path)
 
 
 def test_the_error_names_the_file(tmp_path):
@@ -311,13 +482,13 @@ def test_the_error_names_the_file(tmp_path):
 
 def test_options_the_solver_reads_pass_for_every_type(tmp_path):
     """Ramp-up, min_lr and the weight decay policy are read by every NVCaffe solver (its
-    GetLearningRate and local_decay); momentum_policy "fixed" too."""
+    GetLearningRate and local_decay); momentum_policy "fixed" and larc: false too."""
     for kind in ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam"):
         extra = "momentum: 0.9" if kind in ("Nesterov", "AdaDelta", "Adam") else ""
         solver = make_solver(tmp_path, 'base_lr: 0.1 lr_policy: "fixed" max_iter: 10 '
                              'min_lr: 0.01 rampup_interval: 2 weight_decay: 0.1 '
                              'weight_decay_policy: "poly" max_weight_decay: 0.2 '
-                             'momentum_policy: "fixed" ' + extra, kind)
+                             'momentum_policy: "fixed" larc: false ' + extra, kind)
         assert solver.lr == pytest.approx(0.01)  # the ramp-up's 0, raised to min_lr
         solver.iter = 5
         assert solver.weight_decay() == pytest.approx(0.15)

@@ -18,21 +18,41 @@ The weight decay (``weight_decay_policy``, every solver type)::
     fixed  weight_decay
     poly   weight_decay + (max_weight_decay - weight_decay) * (it / max_iter)^weight_decay_power
 
+LARC (``larc: true``; SGD only), for each param, from its weights ``w`` and its gradient
+``g`` (after ``iter_size``'s normalisation and gradient clipping, before the weight decay)::
+
+    r = (1 - momentum) * larc_eta * ||w|| / ||g||    (1 where a norm is 0)
+    larc_turbo:  c = 0.95 * c + 0.05 * (g . h) / (||g|| ||h||)   (h the momentum history,
+                 c a running value per param, 0 at the start; the term is 0 where a norm is 0)
+                 r -= 0.9 * c
+    local rate = r where the param's lr_mult > 0 (the lr_mult itself is not applied), else
+                 its lr_mult; then larc_policy "scale": rate * local rate, "clip":
+                 min(rate, local rate)
+
 The update itself is the fork's GPU kernel's: ``history = momentum * history + local_rate *
 (g + decay * w)`` with ``decay`` the policy's weight decay times the param's decay_mult (the
-fork's CPU mode adds the fixed ``weight_decay``; NVCaffe trains on GPUs, so its GPU arithmetic
-is the one followed here, on the CPU and the GPU alike).
+fork's CPU mode adds the fixed ``weight_decay`` to ``g`` before LARC's norms; NVCaffe trains on
+GPUs, so its GPU arithmetic is the one followed here, on the CPU and the GPU alike). The
+running values ``c`` are not in a ``.solverstate`` (the fork's holds only the history): a
+solver that restores one starts them from 0, as the fork's does.
 """
 
 import math
 import os
 import re
 
+import numpy as np
+
+from .. import backend
 from ..errors import CaffeError
 from .lr_policy import f32
 
 MOMENTUM_POLICIES = ("fixed", "poly", "opt")
 WEIGHT_DECAY_POLICIES = ("fixed", "poly")
+LARC_POLICIES = ("scale", "clip")
+#: larc_turbo: the running correlation's decay, and its weight taken off the rate
+LARC_BETA = 0.95
+LARC_TURBO = 0.9
 
 
 def _line_of(where, field):
@@ -77,11 +97,26 @@ def check(param, where, solver_type):
         if param.max_weight_decay and param.regularization_type not in ("L2", "L1"):
             raise CaffeError("%s: unknown regularization_type \"%s\"; use \"L2\" or \"L1\""
                              % (where, param.regularization_type))
+    if not param.larc:
+        return
+    if solver_type != "SGD":
+        _refuse(where, "larc", "LARC is read by NVCaffe's SGD solver only, and this solver "
+                "is type: \"%s\" (the fork's %s update ignores it); use type: \"SGD\" or "
+                "remove larc" % (solver_type, solver_type))
+    if param.larc_policy not in LARC_POLICIES:
+        _refuse(where, "larc_policy", "unknown LARC policy \"%s\"; NVCaffe's are \"scale\" "
+                "and \"clip\"" % param.larc_policy)
+    if not param.larc_eta > 0:
+        _refuse(where, "larc_eta", "must be > 0 (got %g): LARC's rate is proportional to it"
+                % param.larc_eta)
 
 
 def why_eager(param):
     """Why a training iteration cannot be captured in a CUDA graph under these options ("" where
-    it can): a decay that changes each iteration lives in the update's constant tables."""
+    it can): LARC's rates come from norms read on the host, and a decay that changes each
+    iteration lives in the update's constant tables."""
+    if param.larc:
+        return "LARC computes each param's rate from its norms on the host"
     if param.weight_decay_policy == "poly":
         return "weight_decay_policy \"poly\" changes the update's decays every iteration"
     return ""
@@ -115,3 +150,42 @@ def weight_decay(param, it):
                               _fraction(it, param, param.weight_decay_power)))
     return base
 
+
+def _host(value):
+    """A float from a reduction's result (a NumPy scalar, or a 0-d device array)."""
+    if isinstance(value, (float, np.generic)):
+        return float(value)
+    return float(backend.to_host(value))
+
+
+def larc_rates(solver, rate, moment):
+    """Every param's rate under LARC for this iteration (``rate``: the learning rate,
+    ``moment``: the momentum), updating the solver's running correlations (larc_turbo)."""
+    param = solver.param
+    norm = 1.0 if param.iter_size == 1 else f32(1.0 / param.iter_size)
+    eta = f32(param.larc_eta)
+    rates = []
+    for i, blob in enumerate(solver.net.learnable_params):
+        diff = blob.read_diff().ravel()
+        g_norm = f32(math.sqrt(_host(diff.dot(diff))) * norm)
+        w_norm = f32(math.sqrt(blob.sumsq_data()))
+        local = 1.0
+        if w_norm > 0 and g_norm > 0:
+            local = f32(f32(f32(f32(1.0 - moment) * eta) * w_norm) / g_norm)
+        if param.larc_turbo:
+            history = solver.history[i].ravel()
+            h_norm = f32(math.sqrt(_host(history.dot(history))))
+            corr = 0.0
+            if g_norm > 0 and h_norm > 0:
+                corr = f32(f32(_host(diff.dot(history)) * norm) / f32(g_norm * h_norm))
+            solver.larc_corr[i] = f32(f32(LARC_BETA * solver.larc_corr[i]) +
+                                      f32(f32(1.0 - LARC_BETA) * corr))
+            local = f32(local - f32(LARC_TURBO * solver.larc_corr[i]))
+        lr_mult = f32(solver.net.params_lr[i])
+        if lr_mult > 0:
+            lr_mult = local
+        if param.larc_policy == "clip":
+            rates.append(min(f32(rate), lr_mult))
+        else:
+            rates.append(f32(rate * lr_mult))
+    return rates

@@ -4,6 +4,7 @@ One iteration's update (Caffe's ``SGDSolver::ApplyUpdate``)::
 
     rate = lr_policy(iter)                  (with the optional warm-up and min_lr)
     clip_gradients: if ||all diffs||_2 > clip_gradients >= 0, scale every diff down to it
+    LARC (NVCaffe, SGD): every param's local rate from its norms (nvcaffe.larc_rates)
     per learnable param:
         normalize:  diff /= iter_size
         regularize: diff += local_decay * data        (L2)
@@ -14,7 +15,7 @@ One iteration's update (Caffe's ``SGDSolver::ApplyUpdate``)::
 
 SGD: ``history = momentum * history + local_rate * diff; diff = history``. NVCaffe's
 ``momentum_policy`` and ``weight_decay_policy`` make momentum and weight_decay change with
-the iteration (:mod:`pycaffe_lite.solvers.nvcaffe`).
+the iteration, and LARC replaces ``rate * lr_mult`` (:mod:`pycaffe_lite.solvers.nvcaffe`).
 
 Everything runs in place on float32 arrays of the current mode (NumPy or CuPy): every param's
 update and ``data -= diff`` in one compiled call where the host kernels take the arrays (SGD,
@@ -77,6 +78,8 @@ class SGDSolver(Solver):
         self._state_xp = xp
         self.device_tables = None
         self._tables_decay = None
+        self.larc_corr = [0.0] * len(params)  # larc_turbo's running correlations
+        self._larc_rates = None
 
     def _buffer(self, buffers, i):
         buf = buffers[i]
@@ -123,15 +126,20 @@ class SGDSolver(Solver):
         if param.display and self.iter % param.display == 0:
             log.info("Iteration %d, lr = %s", self.iter, _fmt(rate))
         self.clip_gradients()
-        if self._device_update(rate) or self._one_pass_update(rate):
-            return
-        for i in range(len(self.net.learnable_params)):
-            if self._fused_update(i, rate):  # one kernel per param, where one takes the arrays
-                continue
-            self.normalize(i)
-            self.regularize(i)
-            self.compute_update_value(i, rate)
-        self.net.update()
+        if param.larc:  # the norms before the update, the gradients normalised, not decayed
+            self._larc_rates = nvcaffe.larc_rates(self, rate, self.momentum(rate))
+        try:
+            if self._device_update(rate) or self._one_pass_update(rate):
+                return
+            for i in range(len(self.net.learnable_params)):
+                if self._fused_update(i, rate):  # one kernel per param, where one takes them
+                    continue
+                self.normalize(i)
+                self.regularize(i)
+                self.compute_update_value(i, rate)
+            self.net.update()
+        finally:
+            self._larc_rates = None
 
     # -- the update on the device (ops/gpu/solver_updates.py) ----------------------------------
     def device_update_prepare(self, rate):
@@ -192,6 +200,9 @@ class SGDSolver(Solver):
         same for all), :meth:`fused_args` computed once per distinct ``lr_mult`` (a net's
         hundreds of params have one or two)."""
         lrs = self.net.params_lr
+        if self._larc_rates is not None:  # a rate of each param's own
+            coefficients = self.fused_args(0, rate)[1] if lrs else []
+            return [self.local_rate(i, rate) for i in range(len(lrs))], coefficients
         first = {}
         for i, lr in enumerate(lrs):
             first.setdefault(lr, i)
@@ -281,6 +292,8 @@ class SGDSolver(Solver):
         diff += temp
 
     def local_rate(self, i, rate):
+        if self._larc_rates is not None:
+            return self._larc_rates[i]
         return f32(rate * self.net.params_lr[i])
 
     def compute_update_value(self, i, rate):

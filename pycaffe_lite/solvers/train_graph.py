@@ -43,8 +43,8 @@ param's values where a forward wrote them (PSPNet's BN running averages).
 
 Iterations that display (they read the gradients before the update) or debug, solvers with
 callbacks (data-parallel reduction, pycaffe's ``add_callback``), gradient clipping (a host
-decision each iteration), NVCaffe's ``weight_decay_policy: "poly"`` (a decay that changes
-each iteration; one log line says so),
+decision each iteration), NVCaffe's LARC (each param's rate from norms read on the host) and
+``weight_decay_policy: "poly"`` (a decay that changes each iteration; one log line says so),
 hooks of one's own on the net, and nets with a layer outside :data:`CAPTURABLE` run eagerly;
 ``caffe.set_cuda_graph(False)``, ``--cuda_graph off`` or ``PYCAFFE_LITE_CUDA_GRAPH=0`` turn
 graphs off.
