@@ -18,7 +18,7 @@ pycaffe-lite additions (SolverParameter fields from 1000 up):
                is base_lr * (it / burn_in) ^ burn_in_power (Darknet's default power: 4),
                and the policy takes over from iteration burn_in
 
-NVCaffe's (its SolverParameter fields):
+NVCaffe's (its SolverParameter fields; see :mod:`pycaffe_lite.solvers.nvcaffe`):
 
     rampup_interval, rampup_lr   a warm-up: while it < rampup_interval the rate is
                rampup_lr + (base_lr - rampup_lr) * (it / rampup_interval) ^ 2 (the policy
