@@ -7,7 +7,10 @@
 - ``scale_out = 255 / t_out`` when the int8 engine fuses the ReLU after it (u8; see
   :func:`pycaffe_lite.net_int8.fused_relu`), ``127 / t_out`` otherwise; a convolution whose
   top goes to a layer outside Intel Caffe's int8 set (Convolution, ReLU, Split, Concat,
-  Pooling, Eltwise) writes float: ``bw_layer_out: 32``, ``scale_out: 1``;
+  Pooling, Eltwise) writes float: ``bw_layer_out: 32``, ``scale_out: 1``, as the
+  calibrator's last step (``force_fp32_opt``) decides it: float when no layer reading the top
+  is in that set, or one computing in place on it is not, and always for the net's last
+  Convolution (a Split this engine inserts counts as the layers it feeds);
 - ``scale_params = 127 / max |w|``, one value, or one per output channel with
   ``per_channel`` (0 where the weights are all zero),
 
@@ -18,6 +21,7 @@ keep it in float).
 
 import numpy as np
 
+from ..net_graph import split_layer_name
 from ..net_int8 import fused_relu
 from ..proto import protoio
 from ..proto import caffe_pb2
@@ -36,16 +40,43 @@ def _current_values(net, tops):
     return before
 
 
-def _consumers_int8(net, tid, start):
-    for rec in net.records[start:]:
-        if tid in rec.bottom_ids and rec.layer.type not in INT8_LAYERS:
-            return False
-    return True
+def _readers(net, producer, tid):
+    """The records after record ``producer`` that read blob ``tid``, as the prototxt has
+    them: a Split this engine inserted (Caffe's InsertSplits) stands for the layers it
+    feeds."""
+    blob = net._blob_names[tid]
+    auto = split_layer_name(net.records[producer].name, blob, 0)
+    out = []
+    for k in range(producer + 1, len(net.records)):
+        rec = net.records[k]
+        if tid not in rec.bottom_ids:
+            continue
+        if rec.layer.type == "Split" and rec.name == auto:
+            for t in rec.top_ids:
+                out.extend(_readers(net, k, t))
+        else:
+            out.append(rec)
+    return out
+
+
+def _output_int8(net, producer, tid):
+    """The calibrator's ``force_fp32_opt`` for a convolution whose (fused) output is blob
+    ``tid`` of record ``producer``: int8 when a reader is in Intel Caffe's int8 set and no
+    reader that computes in place on it is outside it."""
+    eight = False
+    for rec in _readers(net, producer, tid):
+        if rec.layer.type not in INT8_LAYERS:
+            if tid in rec.top_ids:  # in place: the value itself turns float
+                return False
+            continue
+        eight = True
+    return eight
 
 
 def conv_params(net, tops, stats, thresholds, skip, per_channel):
     """{layer name: the quantization_param fields} for the TEST net's convolutions."""
     before = _current_values(net, tops)
+    convs = [i for i, rec in enumerate(net.records) if rec.layer.type == "Convolution"]
     out = {}
     for i, rec in enumerate(net.records):
         if rec.layer.type != "Convolution" or rec.name in skip:
@@ -61,7 +92,8 @@ def conv_params(net, tops, stats, thresholds, skip, per_channel):
         t_in, t_out = thresholds[src], thresholds[dst]
         w = np.abs(np.asarray(rec.layer.blobs[0].data, np.float64))
         wmax = w.reshape(w.shape[0], -1).max(axis=1) if per_channel else np.array([w.max()])
-        eight = _consumers_int8(net, net.records[last].top_ids[0], last + 1)
+        out_rec = net.records[last]
+        eight = i != convs[-1] and _output_int8(net, last, out_rec.top_ids[0])
         out[rec.name] = {
             "name": rec.name, "is_negative_input": bool(signed),
             "scale_in": (127.0 if signed else 255.0) / t_in if t_in > 0 else 1.0,

@@ -1,0 +1,254 @@
+"""int8 calibration against the int8 tools' own definitions: onnxruntime's quantization
+tooling (``onnxruntime.quantization.quantize_static``, QDQ, MinMax, symmetric) on the same
+float model and the same batches; Intel Caffe's calibrator (``scripts/calibrator.py``:
+``transform_convolutions`` and ``force_fp32_opt``) on hand cases; and the errors of bad
+input."""
+
+import os
+
+import numpy as np
+import pytest
+
+from helpers.onnx_runtime import onnx, ort
+
+import pycaffe_lite as caffe
+from pycaffe_lite.onnx import export
+from pycaffe_lite.proto import protoio
+from pycaffe_lite.quantization import intel, qdq
+from pycaffe_lite.quantization.run import qdq_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LENET = os.path.join(ROOT, "models", "lenet")
+
+
+def _mnist_batches(n, size):
+    from pycaffe_lite.data.mnist import read_idx_images
+    px = read_idx_images(os.path.join(LENET, "mnist5k", "t10k-images-idx3-ubyte.gz"))
+    x = (px[:n * size, None] * np.float32(0.00390625)).astype(np.float32)
+    return [{"data": x[k * size:(k + 1) * size]} for k in range(n)]
+
+
+@pytest.fixture(scope="module")
+def lenet_logits(tmp_path_factory):
+    """LeNet's deploy net up to ip2 (the Softmax left out, which onnxruntime's tool would
+    quantize too), seeded random weights, its float ONNX and two batches of MNIST digits."""
+    tmp = tmp_path_factory.mktemp("int8ref")
+    param = protoio.read_net_param(os.path.join(LENET, "lenet.prototxt"))
+    assert param.layer[-1].name == "prob"
+    del param.layer[-1]
+    proto = tmp / "lenet_logits.prototxt"
+    protoio.write_text(param, str(proto))
+    caffe.set_random_seed(5)
+    net = caffe.Net(str(proto), caffe.TEST, fold=False)
+    model, _ = export(net, None, opset=17)
+    path = tmp / "float.onnx"
+    onnx.save(model, str(path))
+    yield net, path, _mnist_batches(2, 64), tmp
+    net.close()
+
+
+def _ort_quantized(path, batches, per_channel, out):
+    oq = pytest.importorskip("onnxruntime.quantization")
+
+    class Reader(oq.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(batches)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    oq.quantize_static(str(path), str(out), Reader(), quant_format=oq.QuantFormat.QDQ,
+                       per_channel=per_channel, activation_type=oq.QuantType.QInt8,
+                       weight_type=oq.QuantType.QInt8,
+                       calibrate_method=oq.CalibrationMethod.MinMax,
+                       extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    return onnx.load(str(out))
+
+
+def _inits(model):
+    return {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def _optimized_ops(model, path):
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(path)
+    so.log_severity_level = 3
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return [n.op_type for n in onnx.load(str(path)).graph.node]
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_minmax_scales_weights_and_biases_are_onnxruntimes(lenet_logits, per_channel):
+    """onnxruntime's MinMax with symmetric activations: scale = max |x| / 127 (its int8 range
+    -127..127 when symmetric); weights: max |w| / 127 per tensor or per output channel,
+    round half to even; bias: int32 at input scale x weight scale. Ours, from the same batches,
+    must be the same numbers."""
+    net, path, batches, tmp = lenet_logits
+    tag = "pc" if per_channel else "pt"
+    ref = _ort_quantized(path, batches, per_channel, tmp / ("ort_%s.onnx" % tag))
+    ours = qdq_model(net, batches, method="minmax", per_channel=per_channel)["model"]
+    io, ir = _inits(ours), _inits(ref)
+    # activations computed alike by both engines: identical scales
+    for value in ("data", "conv1", "conv2", "ip1/ip1", "ip1"):
+        assert io[value + "/scale"] == ir[value + "_scale"], value
+        assert io[value + "/zero_point"] == ir[value + "_zero_point"] == 0, value
+    # ip2 is a float Gemm over 500 products in each engine, summed in another order
+    assert io["ip2/scale"] == pytest.approx(float(ir["ip2_scale"]), rel=1e-6)
+    for layer in ("conv1", "conv2", "ip1", "ip2"):
+        np.testing.assert_array_equal(io[layer + "/weight/scale"].ravel(),
+                                      ir[layer + "/weight_scale"].ravel(), err_msg=layer)
+        np.testing.assert_array_equal(io[layer + "/weight/int8"],
+                                      ir[layer + "/weight_quantized"], err_msg=layer)
+        np.testing.assert_array_equal(io[layer + "/bias/scale"].ravel(),
+                                      ir[layer + "/bias_quantized_scale"].ravel(), err_msg=layer)
+        np.testing.assert_array_equal(io[layer + "/bias/int32"],
+                                      ir[layer + "/bias_quantized"], err_msg=layer)
+        assert io[layer + "/bias/int32"].dtype == ir[layer + "/bias_quantized"].dtype == np.int32
+    # onnxruntime runs both as int8 kernels, not as float between Q and DQ
+    for model, name in ((ours, "ours"), (ref, "ort")):
+        ops = _optimized_ops(model, tmp / ("opt_%s_%s.onnx" % (name, tag)))
+        assert ops.count("QLinearConv") == 2 and ops.count("QGemm") == 2, (name, ops)
+        assert "Conv" not in ops and "Gemm" not in ops, (name, ops)
+    # and both give the same int8 logits: equal steps of ip2's grid
+    x = np.concatenate([b["data"] for b in batches])
+    yo = ort.InferenceSession(ours.SerializeToString(),
+                              providers=["CPUExecutionProvider"]).run(None, {"data": x})[0]
+    yr = ort.InferenceSession(ref.SerializeToString(),
+                              providers=["CPUExecutionProvider"]).run(None, {"data": x})[0]
+    np.testing.assert_array_equal(np.rint(yo / io["ip2/scale"]),
+                                  np.rint(yr / ir["ip2_scale"]))
+    np.testing.assert_allclose(yo, yr, rtol=1e-6, atol=0)
+
+
+def test_uint8_activations_are_the_int8_grid_shifted_by_128(lenet_logits):
+    """uint8 with zero point 128 at max |x| / 127: every activation pair is uint8 / 128,
+    onnxruntime still runs QLinearConv and QGemm, and the outputs are the int8 model's."""
+    net, _, batches, tmp = lenet_logits
+    m8 = qdq_model(net, batches, method="minmax")["model"]
+    mu = qdq_model(net, batches, method="minmax", activation_type="uint8")["model"]
+    iu = _inits(mu)
+    for node in mu.graph.node:
+        if node.op_type == "QuantizeLinear":
+            zp = iu[node.input[2]]
+            assert zp.dtype == np.uint8 and zp == 128, node.name
+    ops = _optimized_ops(mu, tmp / "opt_uint8.onnx")
+    assert ops.count("QLinearConv") == 2 and ops.count("QGemm") == 2, ops
+    x = np.concatenate([b["data"] for b in batches])
+    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+           .run(None, {"data": x})[0] for m in (m8, mu)]
+    np.testing.assert_array_equal(run[0], run[1])
+
+
+def test_weight_and_bias_ties_round_to_even_and_saturate():
+    """ONNX QuantizeLinear's rule, by hand: ties to the even integer, saturation at the int8
+    range. max |w| = 127 gives scale 1."""
+    w = np.array([127.0, 2.5, 3.5, -0.5, -126.5, 1.5], np.float32)
+    s = qdq.weight_scales(w, 0, False)
+    assert s == np.float32(1.0)
+    np.testing.assert_array_equal(qdq.quantize_weights(w, s, 0), [127, 2, 4, 0, -126, 2])
+    # per channel: each row's own max; a row of zeros gets scale 1 (not 0)
+    w2 = np.array([[2.0, -1.0], [0.0, 0.0], [-254.0, 127.0]], np.float32)
+    np.testing.assert_array_equal(qdq.weight_scales(w2, 0, True),
+                                  np.float32([2 / 127, 1.0, 2.0]))
+    np.testing.assert_array_equal(
+        qdq.quantize_weights(w2, qdq.weight_scales(w2, 0, True), 0),
+        [[127, -64], [0, 0], [-127, 64]])   # -1 * 127 / 2 = -63.5 -> -64; 63.5 -> 64
+
+
+# ---- Intel Caffe's calibrator on hand cases -------------------------------------------------
+def _intel_net(body, tmp_path, shape=(2, 2, 8, 8)):
+    text = ('name: "t" layer { name: "data" type: "Input" top: "data" input_param { shape { '
+            + " ".join("dim: %d" % d for d in shape) + " } } }\n" + body)
+    path = tmp_path / "net.prototxt"
+    path.write_text(text)
+    net = caffe.Net(str(path), caffe.TEST, fold=False)
+    rng = np.random.default_rng(3)
+    for layer in net.layers:
+        for blob in layer.blobs:
+            blob.data[...] = rng.normal(0, 0.4, blob.shape)
+    return net, path, rng
+
+
+def _conv(name, bottom, top, n=3):
+    return ('layer { name: "%s" type: "Convolution" bottom: "%s" top: "%s" convolution_param '
+            '{ num_output: %d kernel_size: 3 pad: 1 } }\n' % (name, bottom, top, n))
+
+
+def _intel_params(net, path, batches, tmp_path, per_channel=False, skip=()):
+    q = qdq_model(net, batches, method="minmax", per_channel=per_channel, skip=skip)
+    out = tmp_path / "quantized.prototxt"
+    written = intel.write_quantized_prototxt(str(path), net, q["tops"], q["stats"],
+                                             q["thresholds"], set(skip), per_channel, str(out))
+    return {p["name"]: p for p in written}, protoio.read_net_param(str(out))
+
+
+def _float_blobs(net, batches):
+    """max |x| and min of every blob over the batches, from float forward passes."""
+    amax, amin = {}, {}
+    for feed in batches:
+        net.forward(**feed)
+        for name, blob in net.blobs.items():
+            v = blob.cpu_data()
+            amax[name] = max(amax.get(name, 0.0), float(np.abs(v).max()))
+            amin[name] = min(amin.get(name, np.inf), float(v.min()))
+    return amax, amin
+
+
+def test_calibrator_scales_and_the_last_convolution_writes_float(tmp_path):
+    """conv1 + ReLU (fused) -> pool -> conv2 -> pool. transform_convolutions: scale_in 127/t
+    with is_negative_input for an input with negative values, 255/t for the fused conv's u8
+    output read by conv2; scale_out 255/t after a fused ReLU; scale_params 127 / max |w|.
+    force_fp32_opt: the net's last Convolution always writes float (bw_layer_out 32,
+    scale_out 1), even though a Pooling reads it."""
+    body = (_conv("conv1", "data", "conv1")
+            + 'layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }\n'
+            + 'layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1" '
+              'pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n'
+            + _conv("conv2", "pool1", "conv2", 4)
+            + 'layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2" '
+              'pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n')
+    net, path, rng = _intel_net(body, tmp_path)
+    batches = [{"data": rng.normal(0, 1, (2, 2, 8, 8)).astype(np.float32)} for _ in range(2)]
+    params, written = _intel_params(net, path, batches, tmp_path)
+    amax, amin = _float_blobs(net, batches)
+    w1 = np.abs(net.params["conv1"][0].data).max()
+    w2 = np.abs(net.params["conv2"][0].data).max()
+    assert amin["data"] < 0 and amin["pool1"] >= 0
+    c1, c2 = params["conv1"], params["conv2"]
+    assert c1["is_negative_input"] and c1["scale_in"] == pytest.approx(127 / amax["data"])
+    assert c1["fused_relu"] and c1["bw_layer_out"] == 8
+    assert c1["scale_out"] == pytest.approx(255 / amax["conv1"])
+    assert c1["scale_params"] == [pytest.approx(127 / w1)]
+    assert not c2["is_negative_input"] and c2["scale_in"] == pytest.approx(255 / amax["pool1"])
+    assert c2["bw_layer_out"] == 32 and c2["scale_out"] == 1.0
+    assert c2["scale_params"] == [pytest.approx(127 / w2)]
+    q2 = [lp for lp in written.layer if lp.name == "conv2"][0].quantization_param
+    assert q2.bw_layer_out == 32 and list(q2.scale_out) == [1.0]
+
+
+POOL = ('layer { name: "%s" type: "Pooling" bottom: "conv1" top: "%s" '
+        'pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n')
+IP = ('layer { name: "ip" type: "InnerProduct" bottom: "conv1" top: "ip" '
+      'inner_product_param { num_output: 2 } }\n')
+
+
+@pytest.mark.parametrize("readers, expected", [
+    # a reader in the int8 set (Pooling) beside one outside it (InnerProduct): int8
+    (IP + POOL % ("pool", "pool"), 8),
+    # a float layer computing in place on the value, an int8 one after it: float
+    ('layer { name: "drop" type: "Dropout" bottom: "conv1" top: "conv1" }\n'
+     + POOL % ("pool", "pool"), 32),
+    # no reader in the int8 set: float
+    (IP + 'layer { name: "prob" type: "Softmax" bottom: "conv1" top: "prob" }\n', 32),
+])
+def test_calibrator_output_width_follows_its_readers(tmp_path, readers, expected):
+    """force_fp32_opt on a convolution that is not the net's last."""
+    body = _conv("conv1", "data", "conv1") + readers + _conv("conv_last", "data", "conv_last")
+    net, path, rng = _intel_net(body, tmp_path)
+    batches = [{"data": rng.normal(0, 1, (2, 2, 8, 8)).astype(np.float32)}]
+    params, _ = _intel_params(net, path, batches, tmp_path)
+    amax, _ = _float_blobs(net, batches)
+    c = params["conv1"]
+    assert c["bw_layer_out"] == expected
+    assert c["scale_out"] == (pytest.approx(127 / amax["conv1"]) if expected == 8 else 1.0)
+    assert params["conv_last"]["bw_layer_out"] == 32
