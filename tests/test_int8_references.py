@@ -12,6 +12,7 @@ import pytest
 from helpers.onnx_runtime import onnx, ort
 
 import pycaffe_lite as caffe
+from pycaffe_lite import cli
 from pycaffe_lite.onnx import export
 from pycaffe_lite.proto import protoio
 from pycaffe_lite.quantization import intel, qdq
@@ -252,3 +253,59 @@ def test_calibrator_output_width_follows_its_readers(tmp_path, readers, expected
     assert c["bw_layer_out"] == expected
     assert c["scale_out"] == (pytest.approx(127 / amax["conv1"]) if expected == 8 else 1.0)
     assert params["conv_last"]["bw_layer_out"] == 32
+
+
+# ---- bad input ---------------------------------------------------------------------------
+TINY = """name: "tiny"
+layer { name: "data" type: "DummyData" top: "data" top: "label"
+  dummy_data_param { shape { dim: 4 dim: 2 dim: 6 dim: 6 } shape { dim: 4 }
+    data_filler { type: "uniform" min: -1 max: 1 } data_filler { type: "constant" value: 1 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 3 kernel_size: 3 weight_filler { type: "%s" } } }
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "conv2" type: "Convolution" bottom: "conv1" top: "conv2"
+  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" } } }
+layer { name: "ip" type: "InnerProduct" bottom: "conv2" top: "ip"
+  inner_product_param { num_output: 3 weight_filler { type: "xavier" } } }
+"""
+
+
+def _tiny(tmp_path, filler="xavier"):
+    proto = tmp_path / ("tiny_%s.prototxt" % filler)
+    proto.write_text(TINY % filler)
+    caffe.set_random_seed(1)
+    net = caffe.Net(str(proto), caffe.TEST)
+    weights = tmp_path / ("tiny_%s.caffemodel" % filler)
+    net.save(str(weights))
+    net.close()
+    return str(proto), str(weights)
+
+
+def _quantize(proto, weights, out, *extra):
+    return cli.main(["quantize", "--model", proto, "--weights", weights,
+                     "--calibration_iterations", "2", "--output_dir", str(out),
+                     "--method", "minmax", *extra])
+
+
+def test_an_activation_that_is_always_zero_is_refused_naming_it(tmp_path, capsys):
+    """conv1's weights are all zero: its top is 0 in every batch. A scale of 0 (or a
+    stand-in 1) would make an int8 layer that cannot hold other values: an error names the
+    blob and the layer, and nothing is written."""
+    proto, weights = _tiny(tmp_path, "constant")
+    out = tmp_path / "q"
+    assert _quantize(proto, weights, out, "--eval_iterations", "0") == 1
+    err = capsys.readouterr().err
+    assert "blob 'conv1' (top of layer 'conv1') is 0 in every calibration batch" in err, err
+    assert "--skip conv1" in err and "Traceback" not in err
+    assert not out.exists()
+    # the Intel prototxt's own check, where the QDQ graph has no such value: conv1's fused
+    # ReLU gives 0 everywhere (every sum negative), read by conv2, which is kept in float
+    net, path, rng = _intel_net(_conv("conv1", "data", "conv1")
+                                + 'layer { name: "relu1" type: "ReLU" bottom: "conv1" '
+                                  'top: "r1" }\n' + _conv("conv2", "r1", "conv2"), tmp_path)
+    net.params["conv1"][0].data[...] = np.abs(net.params["conv1"][0].data)
+    net.params["conv1"][1].data[...] = -1.0
+    batches = [{"data": -np.abs(rng.normal(0, 1, (2, 2, 8, 8))).astype(np.float32)}]
+    with pytest.raises(caffe.CaffeError, match="blob 'r1' \\(top of layer 'relu1'\\) is 0 in "
+                                               "every calibration batch.*--skip conv1"):
+        _intel_params(net, path, batches, tmp_path, skip=("conv2",))

@@ -145,6 +145,15 @@ def entropy_threshold(hist, levels=LEVELS):
     return min((best_i + 0.5) * hist.width, hist.amax)
 
 
+def zero_range_error(what, layer):
+    """The error for an activation that calibration saw only as 0: its int8 scale would be 0
+    (``what`` names the blob)."""
+    return CaffeError("calibration: %s is 0 in every calibration batch, so its int8 scale "
+                      "would be 0 and int8 layer '%s' could not represent any other value; "
+                      "calibrate on batches that reach it, or --skip %s"
+                      % (what, layer, layer))
+
+
 def threshold(hist, method, percentile=99.99):
     """The threshold of ``method`` (``entropy``, ``percentile`` or ``minmax``)."""
     if method == "minmax":

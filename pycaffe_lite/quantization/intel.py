@@ -25,6 +25,7 @@ from ..net_graph import split_layer_name
 from ..net_int8 import fused_relu
 from ..proto import protoio
 from ..proto import caffe_pb2
+from . import calibrate
 
 INT8_LAYERS = ("Convolution", "ReLU", "Split", "Concat", "Pooling", "Eltwise")
 
@@ -90,16 +91,21 @@ def conv_params(net, tops, stats, thresholds, skip, per_channel):
             continue
         signed = stats[src].min < 0
         t_in, t_out = thresholds[src], thresholds[dst]
+        if t_in <= 0:
+            raise calibrate.zero_range_error("blob '%s' (the input of layer '%s')" % (
+                net._blob_names[rec.bottom_ids[0]], rec.name), rec.name)
         w = np.abs(np.asarray(rec.layer.blobs[0].data, np.float64))
         wmax = w.reshape(w.shape[0], -1).max(axis=1) if per_channel else np.array([w.max()])
         out_rec = net.records[last]
         eight = i != convs[-1] and _output_int8(net, last, out_rec.top_ids[0])
+        if eight and t_out <= 0:
+            raise calibrate.zero_range_error("blob '%s' (top of layer '%s')" % (
+                net._blob_names[out_rec.top_ids[0]], out_rec.name), rec.name)
         out[rec.name] = {
             "name": rec.name, "is_negative_input": bool(signed),
-            "scale_in": (127.0 if signed else 255.0) / t_in if t_in > 0 else 1.0,
+            "scale_in": (127.0 if signed else 255.0) / t_in,
             "bw_layer_out": 8 if eight else 32, "fused_relu": bool(fused),
-            "scale_out": ((255.0 if fused else 127.0) / t_out if t_out > 0 else 1.0)
-            if eight else 1.0,
+            "scale_out": (255.0 if fused else 127.0) / t_out if eight else 1.0,
             "scale_params": [127.0 / m if m > 0 else 0.0 for m in wmax]}
     return out
 

@@ -107,8 +107,16 @@ def _collect(net, tops, batches, bins):
     return stats
 
 
-def _plan(model, thresholds, layer_names, skip, per_channel, activation_type):
-    """Quantize the graph of ``model`` in place; returns {layer: entry of the report}."""
+def _plan(model, thresholds, layer_names, skip, per_channel, activation_type, names=None):
+    """Quantize the graph of ``model`` in place; returns {layer: entry of the report}.
+    ``names``: {ONNX value: how errors name it (its blob and layer)}."""
+    names = names or {}
+
+    def scale(value, lname):
+        if thresholds[value] > 0:
+            return thresholds[value] / 127.0
+        raise calibrate.zero_range_error(names.get(value, "ONNX value '%s'" % value), lname)
+
     g = qdq.QDQGraph(model, activation_type)
     layers = {}
     for node in list(model.graph.node):
@@ -131,10 +139,10 @@ def _plan(model, thresholds, layer_names, skip, per_channel, activation_type):
             continue
         x, y = node.input[0], node.output[0]
         g.quantize_activation(x, qdq.upstream_scale(x, g.producers, g.done)
-                              or thresholds[src] / 127.0 or 1.0)
+                              or scale(src, lname))
         w_scales = g.quantize_node(node, g.done[x], per_channel)
         if y in thresholds:
-            g.quantize_activation(y, thresholds[y] / 127.0 or 1.0)
+            g.quantize_activation(y, scale(y, lname))
         entry.update(precision="int8", input=x, input_scale=g.done[x],
                      output_scale=g.done.get(y),
                      weight_scales=[float(s) for s in np.ravel(w_scales)])
@@ -232,8 +240,11 @@ def qdq_model(net, batches, method="entropy", per_channel=False, skip=(), percen
     stats = _collect(net, tops, batches, 0 if method == "minmax" else calibrate.BINS)
     thresholds = {v: calibrate.threshold(h, method, percentile) for v, h in stats.items()
                   if h.count}
+    names = {v: "blob '%s' (top of layer '%s')" % (net._blob_names[net.records[i].top_ids[j]],
+                                                    net.records[i].name)
+             for (i, j), v in tops.items()}
     layers = _plan(model, thresholds, net.layer_names, set(skip), per_channel,
-                   activation_type)
+                   activation_type, names)
     onnx.checker.check_model(model, full_check=True)
     return {"model": model, "layers": layers, "thresholds": thresholds, "stats": stats,
             "tops": tops}
