@@ -309,3 +309,24 @@ def test_an_activation_that_is_always_zero_is_refused_naming_it(tmp_path, capsys
     with pytest.raises(caffe.CaffeError, match="blob 'r1' \\(top of layer 'relu1'\\) is 0 in "
                                                "every calibration batch.*--skip conv1"):
         _intel_params(net, path, batches, tmp_path, skip=("conv2",))
+
+
+def test_an_output_dir_that_is_a_file_is_refused_before_calibrating(tmp_path, capsys):
+    proto, weights = _tiny(tmp_path)
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    assert _quantize(proto, weights, taken) == 1
+    err = capsys.readouterr().err
+    assert "--output_dir %s is a file, not a folder" % taken in err, err
+    assert taken.read_text() == "x"
+
+
+def test_a_net_without_accuracy_says_its_accuracy_is_not_measured(tmp_path, capsys):
+    proto, weights = _tiny(tmp_path)
+    out = tmp_path / "q"
+    assert _quantize(proto, weights, out, "--eval_iterations", "2") == 0
+    printed = capsys.readouterr().out
+    assert "accuracy not measured: the TEST net of %s has no Accuracy layer" % proto \
+        in printed, printed
+    assert sorted(p.name for p in out.iterdir()) == ["model.int8.onnx", "quantized.prototxt",
+                                                     "report.json"]

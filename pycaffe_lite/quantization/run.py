@@ -264,6 +264,9 @@ def quantize(model, weights, calibration_iterations, output_dir, method="entropy
                          % calibration_iterations)
     if eval_iterations < 0:
         raise CaffeError("--eval_iterations must be >= 0 (got %d)" % eval_iterations)
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise CaffeError("--output_dir %s is a file, not a folder: the three files of quantize "
+                         "go into a folder" % os.fspath(output_dir))
     onnx = require_onnx()
     if eval_iterations:
         _require_ort()
@@ -305,6 +308,9 @@ def format_report(report):
     """The printed table: accuracy per Accuracy top, then each layer's precision and scales."""
     lines = []
     acc = report["accuracy"]
+    if not acc and report["eval_iterations"]:
+        lines.append("accuracy not measured: the TEST net of %s has no Accuracy layer"
+                     % report["model"])
     if acc:
         lines.append("accuracy over %d TEST batches   float     int8      change"
                      % report["eval_iterations"])
