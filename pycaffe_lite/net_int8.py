@@ -11,8 +11,10 @@ for every output channel, or one per channel)::
     b_q = round(b[c] * s_in * s_w[c])          int32
     acc = conv(x_q, w_q) + b_q                 exact integer sums
     y   = acc * s_out / (s_in * s_w[c])        (s_out alone where s_w[c] is 0)
-    y   = max(y, 0)                            a ReLU fused into the convolution
-    y_q = saturate(round(y))                   bw_layer_out 8: u8 after a fused ReLU, else s8
+    y   = y > 0 ? y : slope * y                a ReLU fused into the convolution (its
+                                               negative_slope; 0: max(y, 0))
+    y_q = saturate(round(y))                   bw_layer_out 8: u8 after a fused ReLU of
+                                               slope 0, else s8
 
 and the layers after it read ``y_q / s_out`` (``y / s_out`` when ``bw_layer_out`` is not 8, a
 float output, where the calibrator writes ``scale_out: 1``). Every product of a value and a
@@ -20,10 +22,12 @@ scale, and the scales ``s_in * s_w[c]`` and ``s_out / (s_in * s_w[c])`` themselv
 computed in float32 as the engine computes them (a float64 product rounds the other way
 where the float32 one lands on a tie: ``0.1 * 25``). As in Intel Caffe, a
 ``quantization_param`` on a convolution is all it takes (its input and weight widths are not
-read). Rounding is to the nearest, ties to even. A ReLU with ``negative_slope: 0`` that is
-the first layer to read the convolution's top (in place or not; a Split comes first where
-several layers read it) counts as fused, as Intel Caffe's net compiler fuses it, except
-after a convolution with a dilation over 1, which its engine leaves unfused. This module
+read). Rounding is to the nearest, ties to even. A ReLU that is the first layer to
+read the convolution's top (in place or not; a Split comes first where several layers read
+it) counts as fused, as Intel Caffe's net compiler fuses it (whatever its negative slope: a
+leaky one becomes the engine's ReLU post-op with that slope, applied before the rounding),
+except after a convolution with a dilation over 1, which its engine leaves unfused; the
+fused ReLU layer then passes the values on unchanged. This module
 runs that computation, in exact integer arithmetic, instead of the float convolution; every
 other layer computes in float (Intel Caffe's max pooling, ReLU and Split on int8 data give the
 same values; its int8 average pooling rounds the mean, which the float layer here does not).
@@ -55,7 +59,7 @@ def enabled_by_default():
 class Int8Conv:
     """The scales of one quantized convolution, read from its ``quantization_param``."""
 
-    def __init__(self, lp, fused_relu):
+    def __init__(self, lp, fused_relu, slope=0.0):
         q = lp.quantization_param
         where = "layer '%s' (type %s): quantization_param" % (lp.name, lp.type)
         if not q.scale_in or not q.scale_out or not q.scale_params:
@@ -77,6 +81,7 @@ class Int8Conv:
         self.signed_in = q.is_negative_input
         self.out_bits = q.bw_layer_out
         self.fused_relu = fused_relu
+        self.slope = float(slope)
 
     def forward(self, layer, bottom, top):
         layer.reshape(bottom, top)
@@ -104,10 +109,13 @@ class Int8Conv:
         safe = np.where(sw == 0, f32(1), in_and_params)
         mult = np.where(sw == 0, s_out, s_out / safe)
         y = acc.astype(f32) * mult.astype(f32)[:, None]
-        if self.fused_relu:
-            y = np.maximum(y, np.float32(0))
+        unsigned = self.fused_relu and self.slope == 0
+        if unsigned:
+            y = np.maximum(y, f32(0))
+        elif self.fused_relu:  # the engine's ReLU post-op: slope * y below 0, in float32
+            y = np.where(y > 0, y, y * f32(self.slope))
         if self.out_bits == 8:
-            lo, hi = (0, 255) if self.fused_relu else (-128, 127)
+            lo, hi = (0, 255) if unsigned else (-128, 127)
             y = np.clip(np.rint(y), lo, hi)
         top[0].data[...] = (y / s_out).reshape(top[0].shape)
         return 0.0
@@ -116,7 +124,7 @@ class Int8Conv:
 def fused_relu(net, i):
     """The index of the ReLU that Intel Caffe's net compiler fuses into convolution ``i`` of
     ``net`` (a record index), or None: the first layer reading the convolution's top (a Split
-    where several read it) is a ReLU of negative_slope 0, in place or not, and the
+    where several read it) is a ReLU (any negative_slope), in place or not, and the
     convolution has no dilation over 1 (its engine fuses none then)."""
     rec = net.records[i]
     lp = rec.layer.layer_param
@@ -126,9 +134,15 @@ def fused_relu(net, i):
     for j in range(i + 1, len(net.records)):
         reader = net.records[j]
         if rec.top_ids[0] in reader.bottom_ids:
-            relu = reader.layer.layer_param
-            return j if relu.type == "ReLU" and relu.relu_param.negative_slope == 0 else None
+            return j if reader.layer.layer_param.type == "ReLU" else None
     return None
+
+
+def _pass_on(bottom, top):
+    if top[0] is not bottom[0]:
+        top[0].reshape_like(bottom[0])
+        top[0].data[...] = bottom[0].cpu_data()
+    return 0.0
 
 
 def attach(net, enabled=None):
@@ -146,8 +160,8 @@ def attach(net, enabled=None):
                  "kept; the layers compute in float (%s)", name, len(marked),
                  "int8 turned off" if not enabled else "int8 runs in the TEST phase only")
         return []
-    fused = {net.records[i].name for i in range(len(net.records))
-             if fused_relu(net, i) is not None}
+    fused = {net.records[i].name: j for i in range(len(net.records))
+             for j in [fused_relu(net, i)] if j is not None}
     for rec in marked:
         lp = rec.layer.layer_param
         if lp.type not in QUANTIZED_TYPES:
@@ -155,8 +169,13 @@ def attach(net, enabled=None):
                      "in float (Intel Caffe's int8 engine quantizes convolutions)", name,
                      lp.name, lp.type)
             continue
-        conv = Int8Conv(lp, lp.name in fused)
+        relu = fused.get(lp.name)
+        slope = net.records[relu].layer.layer_param.relu_param.negative_slope \
+            if relu is not None else 0.0
+        conv = Int8Conv(lp, relu is not None, slope)
         rec.layer.Forward = (lambda c, lay: lambda b, t: c.forward(lay, b, t))(conv, rec.layer)
+        if slope:  # the convolution applied it: the ReLU layer passes its values on
+            net.records[relu].layer.Forward = _pass_on
         net.int8_layers.append(lp.name)
     if net.int8_layers:
         log.info("Net %s: Intel Caffe's int8 calibration (quantization_param): %d "

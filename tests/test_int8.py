@@ -90,7 +90,7 @@ def _filled(net, seed):
 
 
 def _intel_int8_conv(x, w, b, scale_in, scale_out, scale_params, signed=False, relu=True,
-                     out_bits=8, dilation=1):
+                     out_bits=8, dilation=1, slope=0.0):
     """Intel Caffe's int8 convolution, in integers: 3x3, stride 1, no padding; u8 input (s8
     when ``signed``), a fused ReLU or not, an 8-bit (u8 after the ReLU, else s8) or float
     output; returns what the next layer reads (y_q / scale_out). The scales are floats, and
@@ -113,10 +113,11 @@ def _intel_int8_conv(x, w, b, scale_in, scale_out, scale_params, signed=False, r
     acc += np.rint(b * (scale_in * sp)).astype(np.int64)[None, :, None, None]
     mult = scale_out / (scale_in * sp)
     y = acc.astype(np.float32) * mult[None, :, None, None]
-    if relu:
-        y = np.maximum(y, 0)
+    if relu:  # MKL-DNN's ReLU post-op: y, or negative_slope * y below 0
+        y = np.where(y > 0, y, y * np.float32(slope))
+    unsigned = relu and slope == 0
     if out_bits == 8:
-        y = np.clip(np.rint(y), 0 if relu else -128, 255 if relu else 127)
+        y = np.clip(np.rint(y), 0 if unsigned else -128, 255 if unsigned else 127)
     return y / np.float32(scale_out)
 
 
@@ -162,8 +163,8 @@ def test_signed_input_without_relu_and_both_output_widths(bw_out, scale_out):
         'dim: 6 } } } layer { name: "c" type: "Convolution" bottom: "d" top: "c" '
         'convolution_param { num_output: 3 kernel_size: 3 } quantization_param { '
         'bw_layer_in: 8 bw_layer_out: %d bw_params: 8 scale_in: 50 scale_out: %g '
-        'scale_params: 90 is_negative_input: true } } layer { name: "r" type: "ReLU" '
-        'bottom: "c" top: "r" relu_param { negative_slope: 0.1 } }' % (bw_out, scale_out),
+        'scale_params: 90 is_negative_input: true } } layer { name: "r" type: "TanH" '
+        'bottom: "c" top: "r" }' % (bw_out, scale_out),
         caffe.TEST)
     assert net.int8_layers == ["c"]
     rng = _filled(net, 7)
@@ -175,7 +176,7 @@ def test_signed_input_without_relu_and_both_output_widths(bw_out, scale_out):
                                 out_bits=bw_out)
     np.testing.assert_array_equal(net.blobs["c"].data, expected)
     if bw_out == 8:
-        assert (expected * scale_out).min() < 0  # signed output (a leaky ReLU is not fused)
+        assert (expected * scale_out).min() < 0  # signed output (its reader is no ReLU)
 
 
 @pytest.mark.parametrize("case", ["input", "weight", "bias"])
@@ -230,6 +231,35 @@ def test_the_relu_intel_caffe_fuses(in_place, dilation, fused):
         np.testing.assert_array_equal(net.blobs["c"].data, expected)
     np.testing.assert_array_equal(net.blobs[top].data, np.maximum(expected, 0))
     assert expected.max() == (255 if fused else 127) / np.float32(80)  # saturated
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_a_leaky_relu_is_fused_as_the_engines_post_op(in_place):
+    # Intel Caffe's net compiler fuses any ReLU that first reads the convolution's top
+    # (CompilationRuleConvReluFusion copies its negative_slope into the convolution); the
+    # engine applies slope * y below 0 to the rescaled sums, then rounds to s8 (u8 only for
+    # slope 0). The ReLU layer itself is gone, so nothing applies the slope a second time.
+    top = "c" if in_place else "r"
+    net = caffe.Net(
+        'layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 1 dim: 2 dim: 9 '
+        'dim: 9 } } } layer { name: "c" type: "Convolution" bottom: "d" top: "c" '
+        'convolution_param { num_output: 3 kernel_size: 3 } quantization_param { '
+        'bw_layer_in: 8 bw_layer_out: 8 bw_params: 8 scale_in: 20 scale_out: 80 '
+        'scale_params: 50 } } layer { name: "r" type: "ReLU" bottom: "c" top: "%s" '
+        'relu_param { negative_slope: 0.1 } }' % top, caffe.TEST)
+    rng = _filled(net, 5)
+    x = rng.uniform(0, 12, (1, 2, 9, 9)).astype(np.float32)
+    net.forward(d=x)
+    w = np.asarray(net.params["c"][0].data, np.float64)
+    b = np.asarray(net.params["c"][1].data, np.float64)
+    expected = _intel_int8_conv(x, w, b, 20.0, 80.0, [50.0], relu=True, slope=0.1)
+    np.testing.assert_array_equal(net.blobs[top].data, expected)
+    if not in_place:  # the compiled net has no pre-ReLU blob: the fused values
+        np.testing.assert_array_equal(net.blobs["c"].data, expected)
+    assert expected.min() < 0 and expected.max() == 127 / np.float32(80)  # s8, saturated
+    # rounding before the slope (an unfused s8 output, then the float ReLU) differs
+    unfused = _intel_int8_conv(x, w, b, 20.0, 80.0, [50.0], relu=False)
+    assert (np.where(unfused > 0, unfused, unfused * np.float32(0.1)) != expected).any()
 
 
 def test_int8_off_on_the_command_line_and_in_the_environment(caplog, monkeypatch, tmp_path):

@@ -227,6 +227,25 @@ def test_calibrator_scales_and_the_last_convolution_writes_float(tmp_path):
     assert q2.bw_layer_out == 32 and list(q2.scale_out) == [1.0]
 
 
+def test_a_leaky_relu_is_fused_but_its_output_is_s8(tmp_path):
+    """Intel Caffe fuses a leaky ReLU into the convolution too, but only a slope of 0 makes
+    the output u8 (analyze_conv_output_with_relu): scale_out 127 / t of the leaky output, and
+    the next convolution's input is s8 (is_negative_input, 127 / t)."""
+    body = (_conv("conv1", "data", "conv1")
+            + 'layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" '
+              'relu_param { negative_slope: 0.1 } }\n'
+            + _conv("conv2", "conv1", "conv2") + _conv("conv3", "conv2", "conv3"))
+    net, path, rng = _intel_net(body, tmp_path)
+    batches = [{"data": rng.normal(0, 1, (2, 2, 8, 8)).astype(np.float32)}]
+    params, _ = _intel_params(net, path, batches, tmp_path)
+    amax, amin = _float_blobs(net, batches)   # conv1 holds the leaky ReLU's output
+    assert amin["conv1"] < 0
+    c1, c2 = params["conv1"], params["conv2"]
+    assert c1["fused_relu"] and c1["bw_layer_out"] == 8
+    assert c1["scale_out"] == pytest.approx(127 / amax["conv1"])
+    assert c2["is_negative_input"] and c2["scale_in"] == pytest.approx(127 / amax["conv1"])
+
+
 POOL = ('layer { name: "%s" type: "Pooling" bottom: "conv1" top: "%s" '
         'pooling_param { pool: MAX kernel_size: 2 stride: 2 } }\n')
 IP = ('layer { name: "ip" type: "InnerProduct" bottom: "conv1" top: "ip" '

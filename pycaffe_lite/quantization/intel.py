@@ -4,8 +4,9 @@
 
 - ``scale_in = 255 / t_in`` for a non-negative input (u8), ``127 / t_in`` with
   ``is_negative_input: true`` for an input with negative values (s8);
-- ``scale_out = 255 / t_out`` when the int8 engine fuses the ReLU after it (u8; see
-  :func:`pycaffe_lite.net_int8.fused_relu`), ``127 / t_out`` otherwise; a convolution whose
+- ``scale_out = 255 / t_out`` when the int8 engine fuses the ReLU after it and its negative
+  slope is 0 (u8; see :func:`pycaffe_lite.net_int8.fused_relu`), ``127 / t_out`` otherwise
+  (s8: a leaky ReLU's output has negative values); a convolution whose
   top goes to a layer outside Intel Caffe's int8 set (Convolution, ReLU, Split, Concat,
   Pooling, Eltwise) writes float: ``bw_layer_out: 32``, ``scale_out: 1``, as the
   calibrator's last step (``force_fp32_opt``) decides it: float when no layer reading the top
@@ -86,6 +87,8 @@ def conv_params(net, tops, stats, thresholds, skip, per_channel):
         relu = fused_relu(net, i)  # the ReLU the int8 engine fuses (net_int8's rule)
         fused = relu is not None
         last = relu if fused else i
+        # u8 after a fused ReLU of slope 0 (the calibrator's analyze_conv_output_with_relu)
+        unsigned = fused and net.records[relu].layer.layer_param.relu_param.negative_slope == 0
         dst = tops.get((last, 0))
         if src not in thresholds or dst not in thresholds:
             continue
@@ -105,7 +108,7 @@ def conv_params(net, tops, stats, thresholds, skip, per_channel):
             "name": rec.name, "is_negative_input": bool(signed),
             "scale_in": (127.0 if signed else 255.0) / t_in,
             "bw_layer_out": 8 if eight else 32, "fused_relu": bool(fused),
-            "scale_out": (255.0 if fused else 127.0) / t_out if eight else 1.0,
+            "scale_out": (255.0 if unsigned else 127.0) / t_out if eight else 1.0,
             "scale_params": [127.0 / m if m > 0 else 0.0 for m in wmax]}
     return out
 
