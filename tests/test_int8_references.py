@@ -8,13 +8,14 @@ import os
 
 import numpy as np
 import pytest
+from google.protobuf import text_format
 
 from helpers.onnx_runtime import onnx, ort
 
 import pycaffe_lite as caffe
 from pycaffe_lite import cli
 from pycaffe_lite.onnx import export
-from pycaffe_lite.proto import protoio
+from pycaffe_lite.proto import caffe_pb2, protoio
 from pycaffe_lite.quantization import intel, qdq
 from pycaffe_lite.quantization.run import qdq_model
 
@@ -90,9 +91,15 @@ def test_minmax_scales_weights_and_biases_are_onnxruntimes(lenet_logits, per_cha
     ours = qdq_model(net, batches, method="minmax", per_channel=per_channel)["model"]
     io, ir = _inits(ours), _inits(ref)
     # activations computed alike by both engines: identical scales
-    for value in ("data", "conv1", "conv2", "ip1/ip1", "ip1"):
+    for value in ("data", "conv1", "conv2", "ip1/ip1"):
         assert io[value + "/scale"] == ir[value + "_scale"], value
         assert io[value + "/zero_point"] == ir[value + "_zero_point"] == 0, value
+    # a MaxPool's output: both re-quantize it at its input's scale
+    qpool = {n.input[0]: n.input[1] for n in ref.graph.node if n.op_type == "QuantizeLinear"}
+    assert qpool["pool1"] == "conv1_scale" and io["pool1/scale"] == ir["conv1_scale"]
+    # relu1's output ip1: ours keeps ip1/ip1's scale (a ReLU keeps the int8 grid), onnxruntime
+    # calibrates it; the same here, where ip1/ip1's largest magnitude is a positive value
+    assert io["ip1/scale"] == io["ip1/ip1/scale"] == ir["ip1_scale"]
     # ip2 is a float Gemm over 500 products in each engine, summed in another order
     assert io["ip2/scale"] == pytest.approx(float(ir["ip2_scale"]), rel=1e-6)
     for layer in ("conv1", "conv2", "ip1", "ip2"):
@@ -119,6 +126,83 @@ def test_minmax_scales_weights_and_biases_are_onnxruntimes(lenet_logits, per_cha
     np.testing.assert_array_equal(np.rint(yo / io["ip2/scale"]),
                                   np.rint(yr / ir["ip2_scale"]))
     np.testing.assert_allclose(yo, yr, rtol=1e-6, atol=0)
+
+
+BRANCHY = """
+layer { name: "data" type: "Input" top: "data"
+  input_param { shape { dim: 4 dim: 4 dim: 10 dim: 10 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 8 kernel_size: 3 pad: 1 } }
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "conv2a" type: "Convolution" bottom: "conv1" top: "conv2a"
+  convolution_param { num_output: 4 kernel_size: 3 pad: 1 group: 2 } }
+layer { name: "conv2b" type: "Convolution" bottom: "conv1" top: "conv2b"
+  convolution_param { num_output: 4 kernel_size: 1 } }
+layer { name: "cat" type: "Concat" bottom: "conv2a" bottom: "conv2b" top: "cat" }
+layer { name: "conv3" type: "Convolution" bottom: "cat" top: "conv3"
+  convolution_param { num_output: 8 kernel_size: 3 pad: 1 stride: 2 } }
+layer { name: "ave" type: "Pooling" bottom: "conv3" top: "ave"
+  pooling_param { pool: AVE kernel_size: 2 stride: 2 } }
+layer { name: "sig" type: "Sigmoid" bottom: "ave" top: "sig" }
+layer { name: "conv4" type: "Convolution" bottom: "sig" top: "conv4"
+  convolution_param { num_output: 6 kernel_size: 1 } }
+layer { name: "ip" type: "InnerProduct" bottom: "conv4" top: "ip"
+  inner_product_param { num_output: 5 } }
+"""
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_branching_net_has_onnxruntimes_scales(tmp_path, per_channel):
+    """Groups, padding, stride, a Concat, an average pool and a Sigmoid between the int8
+    layers, and conv1's output read only by an in-place ReLU whose largest magnitude is
+    negative: onnxruntime ranges that output as the ReLU's (adjust_tensor_ranges), and so
+    must quantize; every scale, int8 weight and int32 bias equal to onnxruntime's."""
+    param = caffe_pb2.NetParameter()
+    text_format.Merge(BRANCHY, param)
+    param.state.phase = caffe.TEST
+    net = caffe.Net.from_param(param)
+    rng = np.random.default_rng(0)
+    for layer in net.layers:
+        for blob in layer.blobs:
+            blob.data[...] = rng.normal(0, 0.4, blob.shape)
+    batches = [{"data": rng.normal(0, 1, (4, 4, 10, 10)).astype(np.float32)}
+               for _ in range(3)]
+    model, _ = export(net, None, opset=17)
+    onnx.save(model, str(tmp_path / "float.onnx"))
+    ref = _ort_quantized(tmp_path / "float.onnx", batches, per_channel, tmp_path / "ort.onnx")
+    ours = qdq_model(net, batches, method="minmax", per_channel=per_channel)["model"]
+    io, ir = _inits(ours), _inits(ref)
+    so = {n.input[0].replace("/float", ""): float(io[n.input[1]])
+          for n in ours.graph.node if n.op_type == "QuantizeLinear"}
+    sr = {n.input[0]: float(ir[n.input[1]])
+          for n in ref.graph.node if n.op_type == "QuantizeLinear"}
+    conv_min, relu_max = 0.0, 0.0
+    for feed in batches:  # conv1's float output, then the in-place ReLU's
+        net.forward(end="conv1", **feed)
+        conv_min = min(conv_min, float(net.blobs["conv1"].data.min()))
+        net.forward(end="relu1", **feed)
+        relu_max = max(relu_max, float(net.blobs["conv1"].data.max()))
+    assert -conv_min > relu_max  # conv1's largest magnitude is negative: ReLU's range differs
+    assert so["conv1/conv1"] == sr["conv1/conv1"] == so["conv1"] == sr["conv1"] \
+        == np.float32(relu_max / 127.0)
+    for value in ("data", "conv2a", "conv2b", "cat", "conv3", "sig"):
+        assert so[value] == sr[value], value
+    # after the Sigmoid both engines' float sums differ in the last bit
+    assert so["conv4"] == pytest.approx(sr["conv4"], rel=1e-6)
+    assert so["ip"] == pytest.approx(sr["ip_QuantizeLinear_Input"], rel=1e-6)
+    for layer in ("conv1", "conv2a", "conv2b", "conv3", "conv4", "ip"):
+        np.testing.assert_array_equal(io[layer + "/weight/int8"],
+                                      ir[layer + "/weight_quantized"], err_msg=layer)
+        np.testing.assert_array_equal(io[layer + "/weight/scale"].ravel(),
+                                      ir[layer + "/weight_scale"].ravel(), err_msg=layer)
+        np.testing.assert_array_equal(io[layer + "/bias/int32"],
+                                      ir[layer + "/bias_quantized"], err_msg=layer)
+    # onnxruntime fuses the same nodes into int8 kernels in both (conv2a and conv2b, behind
+    # the ReLU, stay float convolutions between DequantizeLinear and QuantizeLinear in both)
+    ops = [_optimized_ops(m, tmp_path / ("opt%d.onnx" % k)) for k, m in enumerate((ours, ref))]
+    for op in ("QLinearConv", "QGemm", "QLinearConcat", "Conv"):
+        assert ops[0].count(op) == ops[1].count(op), (op, ops)
+    assert ops[0].count("QLinearConv") == 3 and ops[0].count("QGemm") == 1, ops[0]
 
 
 def test_uint8_activations_are_the_int8_grid_shifted_by_128(lenet_logits):
@@ -314,7 +398,8 @@ def test_an_activation_that_is_always_zero_is_refused_naming_it(tmp_path, capsys
     out = tmp_path / "q"
     assert _quantize(proto, weights, out, "--eval_iterations", "0") == 1
     err = capsys.readouterr().err
-    assert "blob 'conv1' (top of layer 'conv1') is 0 in every calibration batch" in err, err
+    # conv1's output takes the range of its in-place ReLU's, the blob of the same name
+    assert "blob 'conv1' (top of layer 'relu1') is 0 in every calibration batch" in err, err
     assert "--skip conv1" in err and "Traceback" not in err
     assert not out.exists()
     # the Intel prototxt's own check, where the QDQ graph has no such value: conv1's fused

@@ -12,7 +12,9 @@ pair at the calibrated scale (``threshold / 127``, zero point 0; or as uint8 wit
 float computation on the dequantized values; shape-only nodes (Flatten, Reshape, ...) take
 the statistics of the value they reshape. An input that is a quantized output passed through
 shape-only nodes, MaxPool or Relu (which keep its values on its int8 grid) is quantized at
-that output's scale: exactly, and so that a runtime can run those nodes in int8.
+that output's scale: exactly, and so that a runtime can run those nodes in int8. An output
+whose only reader is a Relu or Clip is quantized at the scale of that node's output (as
+onnxruntime's quantizer ranges it): the values the clamp removes need no steps of the grid.
 """
 
 import numpy as np
@@ -23,6 +25,7 @@ QUANTIZED_OPS = ("Conv", "Gemm", "MatMul")
 ACTIVATION_TYPES = ("int8", "uint8")
 SHAPE_OPS = ("Flatten", "Reshape", "Identity", "Squeeze", "Unsqueeze", "Transpose")
 GRID_OPS = SHAPE_OPS + ("MaxPool", "Relu")
+CLAMP_OPS = ("Relu", "Clip")
 
 
 def layer_of_node(node_name, layer_names):
@@ -57,6 +60,17 @@ def upstream_scale(value, producers, done):
             return None
         value = node.input[0]
     return done[value]
+
+
+def clamped_by(value, readers, graph_outputs):
+    """The output of the Relu or Clip node that is the only reader of ``value`` (and
+    ``value`` no graph output), or None. Its range is the one ``value`` needs: what the clamp
+    cuts off saturates in int8 to the same result, so ``value`` takes that output's scale,
+    as onnxruntime's quantizer sets it (``adjust_tensor_ranges``)."""
+    nodes = readers.get(value, ())
+    if len(nodes) != 1 or value in graph_outputs or nodes[0].op_type not in CLAMP_OPS:
+        return None
+    return nodes[0].output[0]
 
 
 def weight_axis(node, weight):

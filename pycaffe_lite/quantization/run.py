@@ -118,6 +118,11 @@ def _plan(model, thresholds, layer_names, skip, per_channel, activation_type, na
         raise calibrate.zero_range_error(names.get(value, "ONNX value '%s'" % value), lname)
 
     g = qdq.QDQGraph(model, activation_type)
+    readers = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in model.graph.output}
     layers = {}
     for node in list(model.graph.node):
         lname = qdq.layer_of_node(node.name, layer_names)
@@ -141,7 +146,10 @@ def _plan(model, thresholds, layer_names, skip, per_channel, activation_type, na
         g.quantize_activation(x, qdq.upstream_scale(x, g.producers, g.done)
                               or scale(src, lname))
         w_scales = g.quantize_node(node, g.done[x], per_channel)
-        if y in thresholds:
+        clamped = qdq.clamped_by(y, readers, outputs)
+        if clamped in thresholds:  # a ReLU's range: its negative side needs no steps
+            g.quantize_activation(y, scale(clamped, lname))
+        elif y in thresholds:
             g.quantize_activation(y, scale(y, lname))
         entry.update(precision="int8", input=x, input_scale=g.done[x],
                      output_scale=g.done.get(y),
