@@ -240,6 +240,23 @@ def test_weight_and_bias_ties_round_to_even_and_saturate():
         [[127, -64], [0, 0], [-127, 64]])   # -1 * 127 / 2 = -63.5 -> -64; 63.5 -> 64
 
 
+# ---- entropy (TensorRT's KL calibration) on a hand case -------------------------------------
+def test_kl_spreads_the_candidate_over_the_references_non_empty_bins():
+    """counts [2, 0, 1, 0, 3], a threshold after i = 4 bins, 2 levels of 2 bins. The
+    reference P: [2, 0, 1, 0 + 3] / 6 (the outlier in the last bin). The candidate merges
+    [2, 0] -> 2 and [1, 0] -> 1 and spreads each level over the bins where P is not empty,
+    as Intel Caffe's calibrator (expand_quantized_bins over the reference bins) and
+    onnxruntime's (nonzeros of p) do: [2, 0, 0.5, 0.5] / 3. Smoothing: the one empty bin of
+    each gets eps, the three others give eps / 3."""
+    from pycaffe_lite.quantization import calibrate
+    e = 1e-4
+    p = [2 / 6 - e / 3, e, 1 / 6 - e / 3, 3 / 6 - e / 3]
+    q = [2 / 3 - e / 3, e, 0.5 / 3 - e / 3, 0.5 / 3 - e / 3]
+    expected = sum(a * np.log(a / b) for a, b in zip(p, q))
+    assert calibrate.kl_divergence([2, 0, 1, 0, 3], 4, levels=2) == \
+        pytest.approx(expected, rel=1e-12)
+
+
 # ---- Intel Caffe's calibrator on hand cases -------------------------------------------------
 def _intel_net(body, tmp_path, shape=(2, 2, 8, 8)):
     text = ('name: "t" layer { name: "data" type: "Input" top: "data" input_param { shape { '

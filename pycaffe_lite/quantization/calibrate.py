@@ -10,7 +10,9 @@ Every method gives a threshold ``t`` on ``|x|``; the symmetric int8 scale is ``t
   ``[0, max |x|]``; for every ``i`` in 128..2048 the reference ``P`` is the first ``i`` bins
   with the count of every later bin added to bin ``i - 1``; the candidate ``Q`` merges the
   first ``i`` bins into 128 levels (``i // 128`` bins a level, the last level also takes the
-  remainder) and spreads each level's count evenly over that level's non-empty bins. Both
+  remainder) and spreads each level's count evenly over that level's bins where ``P`` is not
+  empty (the last one too when only the outliers fill it: Intel Caffe's and onnxruntime's
+  calibrators, which follow the same TensorRT talk, expand by ``P``'s non-empty bins). Both
   are normalised and smoothed (every empty bin gets ``eps = 1e-4``, taken evenly from the
   non-empty ones) and ``KL(P || Q) = sum P log(P / Q)`` is computed; the ``i`` of the least
   divergence gives ``t = (i + 0.5) * bin width`` (at most ``max |x|``).
@@ -104,9 +106,8 @@ def _smooth(p, eps=EPS):
     return out
 
 
-def _spread(groups):
-    """Each row's sum spread evenly over its non-zero entries."""
-    used = groups != 0
+def _spread(groups, used):
+    """Each row's sum spread evenly over its entries where ``used``."""
     n = used.sum(axis=1, keepdims=True)
     return np.where(used, groups.sum(axis=1, keepdims=True) / np.maximum(n, 1), 0.0)
 
@@ -121,9 +122,11 @@ def kl_divergence(counts, i, levels=LEVELS):
     p = counts[:i].copy()
     p[i - 1] += counts[i:].sum()
     per = i // levels
-    head = counts[:(levels - 1) * per].reshape(levels - 1, per)
-    tail = counts[(levels - 1) * per:i]
-    q = np.concatenate([_spread(head).ravel(), _spread(tail[None])[0]])
+    split = (levels - 1) * per
+    used = p != 0  # the reference's non-empty bins, its last one holding the outliers
+    head = counts[:split].reshape(levels - 1, per)
+    q = np.concatenate([_spread(head, used[:split].reshape(levels - 1, per)).ravel(),
+                        _spread(counts[split:i][None], used[split:][None])[0]])
     if p.sum() == 0 or q.sum() == 0:
         return np.inf
     p, q = _smooth(p / p.sum()), _smooth(q / q.sum())
