@@ -1,5 +1,5 @@
 """Intel Caffe's int8 calibration honoured at run time: the ``quantization_param`` of a
-Convolution layer in a TEST net.
+Convolution or InnerProduct layer in a TEST net.
 
 Intel Caffe's int8 convolution (its MKL-DNN engine, TEST phase only) computes, with
 ``s_in = scale_in[0]``, ``s_out = scale_out[0]`` and ``s_w[c] = scale_params[c]`` (one value
@@ -27,10 +27,19 @@ read the convolution's top (in place or not; a Split comes first where several l
 it) counts as fused, as Intel Caffe's net compiler fuses it (whatever its negative slope: a
 leaky one becomes the engine's ReLU post-op with that slope, applied before the rounding),
 except after a convolution with a dilation over 1, which its engine leaves unfused; the
-fused ReLU layer then passes the values on unchanged. This module
-runs that computation, in exact integer arithmetic, instead of the float convolution; every
-other layer computes in float (Intel Caffe's max pooling, ReLU and Split on int8 data give the
-same values; its int8 average pooling rounds the mean, which the float layer here does not).
+fused ReLU layer then passes the values on unchanged.
+
+An InnerProduct with a ``quantization_param`` (Intel Caffe's calibrator writes them with
+``--fc_int8``) computes the same way (``MKLDNNInnerProductLayer``), the sums a matrix
+product, with two differences of its engine: it reads ``bw_layer_in`` (8 is what it
+quantizes; another width is refused here) and its 8-bit output is u8 after any fused ReLU,
+leaky or not (a leaky ReLU's negative values then saturate to 0).
+
+This module runs that computation, in exact integer arithmetic, instead of the float layer;
+every other layer computes in float (Intel Caffe's max pooling, ReLU and Split on int8 data
+give the same values; its int8 average pooling rounds the mean, and its convolution with an
+Eltwise sum fused into it (``CompilationRuleConvSumFusion``, ResNet's shortcuts) rounds the
+sum once, neither of which the float layers here reproduce).
 
 ``Net(..., int8=False)``, ``--int8 off`` on the commands that run nets, or the environment
 variable ``PYCAFFE_LITE_INT8=0`` turn it off: the layers then compute in float.
@@ -48,7 +57,7 @@ from .switches import switch
 log = logging.getLogger("pycaffe_lite")
 
 ENV_VAR = "PYCAFFE_LITE_INT8"
-QUANTIZED_TYPES = ("Convolution",)
+QUANTIZED_TYPES = ("Convolution", "InnerProduct")
 
 
 def enabled_by_default():
@@ -57,7 +66,8 @@ def enabled_by_default():
 
 
 class Int8Conv:
-    """The scales of one quantized convolution, read from its ``quantization_param``."""
+    """The scales of one quantized convolution or inner product, read from its
+    ``quantization_param``."""
 
     def __init__(self, lp, fused_relu, slope=0.0):
         q = lp.quantization_param
@@ -74,19 +84,38 @@ class Int8Conv:
                            "scale_params from %g to %g)"
                            % (where, self.scale_in, self.scale_out, self.scale_params.min(),
                               self.scale_params.max()))
-        num_output = lp.convolution_param.num_output
+        inner = lp.type == "InnerProduct"
+        num_output = (lp.inner_product_param if inner else lp.convolution_param).num_output
         if len(self.scale_params) not in (1, num_output):
             raise NetError("%s: %d scale_params for %d output channels (give one, or one per "
                            "channel)" % (where, len(self.scale_params), num_output))
+        if inner and (q.bw_layer_in != 8 or lp.inner_product_param.transpose):
+            raise NetError("%s: Intel Caffe's int8 inner product reads its input as 8 bits "
+                           "(bw_layer_in: 8, got %d) and weights of num_output rows (no "
+                           "transpose)" % (where, q.bw_layer_in))
         self.signed_in = q.is_negative_input
         self.out_bits = q.bw_layer_out
         self.fused_relu = fused_relu
         self.slope = float(slope)
+        # u8 output after a fused ReLU: for a convolution only when its slope is 0; the
+        # inner product takes u8 after any fused ReLU (MKLDNNInnerProductLayer)
+        self.unsigned_out = fused_relu and (inner or self.slope == 0)
+
+    def _sums(self, layer, xq, wq):
+        """The integer sums, (batch, output channel, positions)."""
+        if layer.layer_param.type == "InnerProduct":
+            return np.matmul(xq.reshape(layer.M, layer.K), wq.reshape(wq.shape[0], -1).T)[
+                :, :, None]
+        if len(layer.kernel_shape) != 2:
+            raise layer.error("int8 (quantization_param) runs 2-D convolutions only")
+        cols = im2col(xq, layer.kernel_shape, layer.pad, layer.stride, layer.dilation)
+        g, nout = layer.group, wq.shape[0]
+        cols = cols.reshape(g, cols.shape[0] // g, cols.shape[1])
+        acc = np.matmul(wq.reshape(g, nout // g, -1), cols).reshape(nout, xq.shape[0], -1)
+        return acc.transpose(1, 0, 2)
 
     def forward(self, layer, bottom, top):
         layer.reshape(bottom, top)
-        if len(layer.kernel_shape) != 2:
-            raise layer.error("int8 (quantization_param) runs 2-D convolutions only")
         f32 = np.float32
         s_in, s_out = f32(self.scale_in), f32(self.scale_out)
         x = np.asarray(bottom[0].cpu_data(), f32)
@@ -95,40 +124,31 @@ class Int8Conv:
         w = np.asarray(layer.blobs[0].cpu_data(), f32)
         sw = np.broadcast_to(self.scale_params.astype(f32), (w.shape[0],))
         wq = np.clip(np.rint(w * sw.reshape((-1,) + (1,) * (w.ndim - 1))), -128, 127)
-        cols = im2col(xq, layer.kernel_shape, layer.pad, layer.stride, layer.dilation)
-        g, nout = layer.group, w.shape[0]
-        cols = cols.reshape(g, cols.shape[0] // g, cols.shape[1])
-        acc = np.matmul(wq.astype(np.float64).reshape(g, nout // g, -1), cols)
-        acc = acc.reshape(nout, -1)
+        acc = self._sums(layer, xq, wq.astype(np.float64))
         in_and_params = s_in * sw  # float32 products, as the engine's scales are floats
         if layer.bias_term:
             b = np.asarray(layer.blobs[1].cpu_data(), f32).reshape(-1)
-            acc += np.rint(b * np.where(sw == 0, f32(1), in_and_params))[:, None]
-        nb = x.shape[0]
-        acc = acc.reshape(nout, nb, -1).transpose(1, 0, 2)
+            acc = acc + np.rint(b * np.where(sw == 0, f32(1), in_and_params))[:, None]
         safe = np.where(sw == 0, f32(1), in_and_params)
         mult = np.where(sw == 0, s_out, s_out / safe)
         y = acc.astype(f32) * mult.astype(f32)[:, None]
-        unsigned = self.fused_relu and self.slope == 0
-        if unsigned:
-            y = np.maximum(y, f32(0))
-        elif self.fused_relu:  # the engine's ReLU post-op: slope * y below 0, in float32
-            y = np.where(y > 0, y, y * f32(self.slope))
+        if self.fused_relu:  # the engine's ReLU post-op: slope * y below 0, in float32
+            y = np.where(y > 0, y, y * f32(self.slope)) if self.slope else np.maximum(y, f32(0))
         if self.out_bits == 8:
-            lo, hi = (0, 255) if unsigned else (-128, 127)
+            lo, hi = (0, 255) if self.unsigned_out else (-128, 127)
             y = np.clip(np.rint(y), lo, hi)
         top[0].data[...] = (y / s_out).reshape(top[0].shape)
         return 0.0
 
 
 def fused_relu(net, i):
-    """The index of the ReLU that Intel Caffe's net compiler fuses into convolution ``i`` of
-    ``net`` (a record index), or None: the first layer reading the convolution's top (a Split
-    where several read it) is a ReLU (any negative_slope), in place or not, and the
+    """The index of the ReLU that Intel Caffe's net compiler fuses into convolution or inner
+    product ``i`` of ``net`` (a record index), or None: the first layer reading its top (a
+    Split where several read it) is a ReLU (any negative_slope), in place or not, and a
     convolution has no dilation over 1 (its engine fuses none then)."""
     rec = net.records[i]
     lp = rec.layer.layer_param
-    if lp.type != "Convolution" or not rec.top_ids or \
+    if lp.type not in QUANTIZED_TYPES or not rec.top_ids or \
             any(d > 1 for d in lp.convolution_param.dilation):
         return None
     for j in range(i + 1, len(net.records)):
@@ -146,7 +166,8 @@ def _pass_on(bottom, top):
 
 
 def attach(net, enabled=None):
-    """Run the quantized convolutions of ``net`` (a TEST net) in int8. Returns the names of
+    """Run the quantized convolutions and inner products of ``net`` (a TEST net) in int8.
+    Returns the names of
     the layers that now do; ``enabled`` False (or None with ``PYCAFFE_LITE_INT8=0``) leaves
     them in float."""
     marked = [rec for rec in net.records if rec.layer.layer_param.HasField("quantization_param")]
@@ -166,7 +187,8 @@ def attach(net, enabled=None):
         lp = rec.layer.layer_param
         if lp.type not in QUANTIZED_TYPES:
             log.info("Net %s: layer '%s' (type %s) keeps its quantization_param and computes "
-                     "in float (Intel Caffe's int8 engine quantizes convolutions)", name,
+                     "in float (Intel Caffe's int8 engine quantizes convolutions and inner "
+                     "products)", name,
                      lp.name, lp.type)
             continue
         relu = fused.get(lp.name)
@@ -179,6 +201,6 @@ def attach(net, enabled=None):
         net.int8_layers.append(lp.name)
     if net.int8_layers:
         log.info("Net %s: Intel Caffe's int8 calibration (quantization_param): %d "
-                 "convolutions compute in int8 (%s)", name, len(net.int8_layers),
+                 "of its layers compute in int8 (%s)", name, len(net.int8_layers),
                  ", ".join(net.int8_layers))
     return net.int8_layers

@@ -125,7 +125,7 @@ def test_intel_quantized_convolution_runs_as_its_int8_engine_computes(caplog):
     with caplog.at_level(logging.INFO):
         net = caffe.Net(INTEL, caffe.TEST)
     assert net.int8_layers == ["conv1"]
-    assert "1 convolutions compute in int8 (conv1)" in caplog.text
+    assert "1 of its layers compute in int8 (conv1)" in caplog.text
     rng = _filled(net, 3)
     flt = caffe.Net(INTEL, caffe.TEST, int8=False)
     assert flt.int8_layers == []
@@ -260,6 +260,67 @@ def test_a_leaky_relu_is_fused_as_the_engines_post_op(in_place):
     # rounding before the slope (an unfused s8 output, then the float ReLU) differs
     unfused = _intel_int8_conv(x, w, b, 20.0, 80.0, [50.0], relu=False)
     assert (np.where(unfused > 0, unfused, unfused * np.float32(0.1)) != expected).any()
+
+
+def _intel_int8_inner_product(x, w, b, scale_in, scale_out, scale_params, relu, slope,
+                              out_bits):
+    """MKLDNNInnerProductLayer in int8, in integers: u8 input, s8 weights, int32 bias, the
+    output scale per channel, the fused ReLU post-op (slope below 0) and, for an 8-bit
+    output, u8 after any fused ReLU (s8 without one)."""
+    f32 = np.float32
+    s_in, s_out = f32(scale_in), f32(scale_out)
+    sp = np.asarray(scale_params, f32)
+    xq = np.clip(np.rint(np.asarray(x, f32) * s_in), 0, 255).astype(np.int64)
+    wq = np.clip(np.rint(np.asarray(w, f32) * sp[:, None]), -128, 127).astype(np.int64)
+    acc = xq.reshape(len(x), -1) @ wq.T + np.rint(np.asarray(b, f32) * (s_in * sp)).astype(
+        np.int64)
+    y = acc.astype(f32) * (s_out / (s_in * sp))
+    if relu:
+        y = np.where(y > 0, y, y * f32(slope))
+    if out_bits == 8:
+        y = np.clip(np.rint(y), 0 if relu else -128, 255 if relu else 127)
+    return y / s_out
+
+
+@pytest.mark.parametrize("relu, bw_out", [(True, 8), (True, 32), (False, 8)])
+def test_intel_quantized_inner_product_runs_as_its_int8_engine_computes(relu, bw_out):
+    # Intel Caffe runs an InnerProduct with a quantization_param in int8 too (the calibrator's
+    # --fc_int8), fusing the ReLU that reads it (CompilationRuleFuseFCRelu; a leaky one here)
+    text = (
+        'layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 2 dim: 3 dim: 2 '
+        'dim: 2 } } } layer { name: "fc" type: "InnerProduct" bottom: "d" top: "fc" '
+        'inner_product_param { num_output: 4 } quantization_param { bw_layer_in: 8 '
+        'bw_layer_out: %d bw_params: 8 scale_in: 30 scale_out: 40 scale_params: 60 '
+        'scale_params: 75 scale_params: 90 scale_params: 50 } }' % bw_out)
+    if relu:
+        text += (' layer { name: "r" type: "ReLU" bottom: "fc" top: "r" relu_param { '
+                 'negative_slope: 0.2 } }')
+    net = caffe.Net(text, caffe.TEST)
+    assert net.int8_layers == ["fc"]
+    rng = _filled(net, 11)
+    x = rng.uniform(0, 10, (2, 3, 2, 2)).astype(np.float32)  # some beyond 255 / 30
+    net.forward(d=x)
+    w = np.asarray(net.params["fc"][0].data, np.float64)
+    b = np.asarray(net.params["fc"][1].data, np.float64)
+    expected = _intel_int8_inner_product(x, w, b, 30.0, 40.0, [60.0, 75.0, 90.0, 50.0], relu,
+                                         0.2, bw_out)
+    np.testing.assert_array_equal(net.blobs["fc"].data, expected)
+    if relu:  # fused: the ReLU layer passes the values on
+        np.testing.assert_array_equal(net.blobs["r"].data, expected)
+    assert (expected < 0).any() == (not relu or bw_out == 32)  # u8 after a fused ReLU
+    flt = caffe.Net(text, caffe.TEST, int8=False)
+    for a, c in zip(flt.params["fc"], net.params["fc"]):
+        a.data[...] = c.data
+    assert not np.array_equal(flt.forward(d=x)["fc" if not relu else "r"], expected)
+
+
+def test_an_int8_inner_product_needs_8_bit_input():
+    with pytest.raises(NetError, match=r"layer 'fc' \(type InnerProduct\).*bw_layer_in: 8, "
+                                       r"got 32"):
+        caffe.Net('layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 1 '
+                  'dim: 3 } } } layer { name: "fc" type: "InnerProduct" bottom: "d" top: "fc" '
+                  'inner_product_param { num_output: 2 } quantization_param { bw_layer_in: 32 '
+                  'scale_in: 3 scale_out: 4 scale_params: 5 } }', caffe.TEST)
 
 
 def test_int8_off_on_the_command_line_and_in_the_environment(caplog, monkeypatch, tmp_path):
