@@ -224,6 +224,31 @@ def test_uint8_activations_are_the_int8_grid_shifted_by_128(lenet_logits):
     np.testing.assert_array_equal(run[0], run[1])
 
 
+@pytest.mark.parametrize("activation_type", ["int8", "uint8"])
+def test_activation_pairs_round_half_to_even_and_saturate_in_onnxruntime(lenet_logits,
+                                                                        activation_type):
+    """The input's pair at scale 1/128 (calibrated on max |x| = 127/128): ONNX QuantizeLinear
+    rounds x / scale half to even and saturates (int8 at -128..127; uint8 at 0..255 around
+    zero point 128, the same steps). x = k / 256 makes every tie exact."""
+    net, _, batches, _ = lenet_logits
+    calib = np.zeros_like(batches[0]["data"])
+    calib.flat[0] = 127 / 128
+    q = qdq_model(net, [{"data": calib}], method="minmax", activation_type=activation_type)
+    model = q["model"]
+    assert _inits(model)["data/scale"] == np.float32(1 / 128)
+    model.graph.output.append(onnx.helper.make_tensor_value_info(
+        "data/dequantized", onnx.TensorProto.FLOAT, None))
+    steps = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5, 130, -127.5, -128.5,
+                      -140], np.float32)
+    x = np.zeros_like(calib)
+    x.flat[:steps.size] = steps / 128
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    got = dict(zip(names, session.run(None, {"data": x})))["data/dequantized"]
+    np.testing.assert_array_equal(got.flat[:steps.size] * 128,
+                                  [0, 2, 2, -0, -2, -2, 126, 127, 127, -128, -128, -128])
+
+
 def test_weight_and_bias_ties_round_to_even_and_saturate():
     """ONNX QuantizeLinear's rule, by hand: ties to the even integer, saturation at the int8
     range. max |w| = 127 gives scale 1."""
