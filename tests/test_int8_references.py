@@ -476,3 +476,16 @@ def test_a_net_without_accuracy_says_its_accuracy_is_not_measured(tmp_path, caps
         in printed, printed
     assert sorted(p.name for p in out.iterdir()) == ["model.int8.onnx", "quantized.prototxt",
                                                      "report.json"]
+
+
+def test_non_finite_values_from_the_weights_are_blamed_on_the_weights(tmp_path, capsys):
+    proto, weights = _tiny(tmp_path)
+    net = caffe.Net(proto, weights, caffe.TEST)
+    net.params["conv2"][0].data[0, 0, 0, 0] = np.nan
+    bad = str(tmp_path / "nan.caffemodel")
+    net.save(bad)
+    net.close()
+    assert _quantize(proto, bad, tmp_path / "q") == 1
+    err = capsys.readouterr().err
+    assert "top 'conv2' of layer 'conv2' holds NaN or infinite values; its inputs are " \
+        "finite: check the layer's weights" in err, err

@@ -90,9 +90,12 @@ def _collect(net, tops, batches, bins):
                 continue
             values = blob.cpu_data()
             if not np.isfinite(values).all():
-                raise CaffeError("calibration batch %d: top '%s' of layer '%s' holds NaN or "
-                                 "infinite values; calibrate with finite inputs"
-                                 % (done[0], net._blob_names[rec.top_ids[j]], rec.name))
+                clean = all(np.isfinite(b.cpu_data()).all() for b in rec.bottoms)
+                raise CaffeError(
+                    "calibration batch %d: top '%s' of layer '%s' holds NaN or infinite values"
+                    "; %s" % (done[0], net._blob_names[rec.top_ids[j]], rec.name,
+                              "its inputs are finite: check the layer's weights"
+                              if clean and rec.bottoms else "calibrate with finite inputs"))
             stats[v].add(values)
 
     net.after_forward(record)
