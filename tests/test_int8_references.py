@@ -205,6 +205,53 @@ def test_a_branching_net_has_onnxruntimes_scales(tmp_path, per_channel):
     assert ops[0].count("QLinearConv") == 3 and ops[0].count("QGemm") == 1, ops[0]
 
 
+INNER = """
+layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 4 dim: 6 } } }
+layer { name: "ipt" type: "InnerProduct" bottom: "data" top: "ipt"
+  inner_product_param { num_output: 5 transpose: true } }
+layer { name: "ip3" type: "InnerProduct" bottom: "ipt" top: "ip3"
+  inner_product_param { num_output: 3 } }
+layer { name: "r" type: "Reshape" bottom: "ip3" top: "r"
+  reshape_param { shape { dim: 4 dim: 3 dim: 1 } } }
+layer { name: "ipa" type: "InnerProduct" bottom: "r" top: "ipa"
+  inner_product_param { num_output: 2 axis: 2 } }
+"""
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_inner_products_of_every_export_form_match_onnxruntime(tmp_path, per_channel):
+    """InnerProduct as Gemm with transB 0 (transpose: true) and 1, and as MatMul + Add (axis
+    2): weights per tensor or per output channel (axis 1, 0 and the last) as onnxruntime
+    quantizes them, and the MatMul's output, which is no Caffe blob, at onnxruntime's scale,
+    so that onnxruntime runs it as QLinearMatMul instead of a float Gemm between
+    DequantizeLinear nodes."""
+    param = caffe_pb2.NetParameter()
+    text_format.Merge(INNER, param)
+    param.state.phase = caffe.TEST
+    net = caffe.Net.from_param(param)
+    rng = np.random.default_rng(0)
+    for layer in net.layers:
+        for blob in layer.blobs:
+            blob.data[...] = rng.normal(0, 0.4, blob.shape)
+    batches = [{"data": rng.normal(0, 1, (4, 6)).astype(np.float32)} for _ in range(3)]
+    model, _ = export(net, None, opset=17)
+    assert [n.op_type for n in model.graph.node if n.op_type in ("Gemm", "MatMul")] == \
+        ["Gemm", "Gemm", "MatMul"]
+    onnx.save(model, str(tmp_path / "float.onnx"))
+    ref = _ort_quantized(tmp_path / "float.onnx", batches, per_channel, tmp_path / "ort.onnx")
+    ours = qdq_model(net, batches, method="minmax", per_channel=per_channel)["model"]
+    io, ir = _inits(ours), _inits(ref)
+    for w in ("ipt/weight", "ip3/weight", "ipa/weight"):
+        np.testing.assert_array_equal(io[w + "/scale"], ir[w + "_scale"], err_msg=w)
+        np.testing.assert_array_equal(io[w + "/int8"], ir[w + "_quantized"], err_msg=w)
+    for value in ("data", "ipt", "ip3"):
+        assert io[value + "/scale"] == ir[value + "_scale"], value
+    assert io["ipa/matmul/scale"] == ir["ipa/matmul_scale"]
+    ops = _optimized_ops(ours, tmp_path / "opt.onnx")
+    assert ops.count("QGemm") == 2 and ops.count("QLinearMatMul") == 1, ops
+    assert "Gemm" not in ops and "MatMul" not in ops, ops
+
+
 def test_uint8_activations_are_the_int8_grid_shifted_by_128(lenet_logits):
     """uint8 with zero point 128 at max |x| / 127: every activation pair is uint8 / 128,
     onnxruntime still runs QLinearConv and QGemm, and the outputs are the int8 model's."""

@@ -76,10 +76,37 @@ def _feeds(net, batches):
         yield feed
 
 
-def _collect(net, tops, batches, bins):
+def _before_bias(model, tops):
+    """{ONNX value of a top: (the MatMul output its bias Add reads, the bias)} for the inner
+    products exported as MatMul + Add (an axis other than 1): that MatMul output is no Caffe
+    blob, and its statistics are those of the top less the bias, so that it gets its own
+    QDQ pair and runs as an int8 MatMul."""
+    onnx = require_onnx()
+    inits = {t.name: t for t in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    reads = {}
+    for node in model.graph.node:
+        for name in node.input:
+            reads[name] = reads.get(name, 0) + 1
+    tracked = set(tops.values())
+    out = {}
+    for node in model.graph.node:
+        if node.op_type != "Add" or node.output[0] not in tracked or node.input[1] not in inits:
+            continue
+        mm = producers.get(node.input[0])
+        if mm is not None and mm.op_type == "MatMul" and reads[mm.output[0]] == 1:
+            out[node.output[0]] = (mm.output[0],
+                                   onnx.numpy_helper.to_array(inits[node.input[1]]))
+    return out
+
+
+def _collect(net, tops, batches, bins, before_bias=None):
     """Run the batches (a count of the data layers' batches, or feed dicts) and return
-    {ONNX value: Histogram}; an activation that is not finite, or no batch, is an error."""
+    {ONNX value: Histogram}; an activation that is not finite, or no batch, is an error.
+    ``before_bias``: {top value: (value before its bias, bias)}, statistics of both."""
+    before_bias = before_bias or {}
     stats = {v: calibrate.Histogram(bins) for v in tops.values()}
+    stats.update((mv, calibrate.Histogram(bins)) for mv, _ in before_bias.values())
     done = [0]
 
     def record(i):
@@ -97,6 +124,9 @@ def _collect(net, tops, batches, bins):
                               "its inputs are finite: check the layer's weights"
                               if clean and rec.bottoms else "calibrate with finite inputs"))
             stats[v].add(values)
+            if v in before_bias:
+                mv, bias = before_bias[v]
+                stats[mv].add(values - bias)
 
     net.after_forward(record)
     try:
@@ -248,7 +278,8 @@ def qdq_model(net, batches, method="entropy", per_channel=False, skip=(), percen
                             ", ".join(net.layer_names)))
     model, report = export(net, None, opset=DEFAULT_OPSET if opset is None else opset)
     tops = _blob_values(net, report)
-    stats = _collect(net, tops, batches, 0 if method == "minmax" else calibrate.BINS)
+    stats = _collect(net, tops, batches, 0 if method == "minmax" else calibrate.BINS,
+                     _before_bias(model, tops))
     thresholds = {v: calibrate.threshold(h, method, percentile) for v, h in stats.items()
                   if h.count}
     names = {v: "blob '%s' (top of layer '%s')" % (net._blob_names[net.records[i].top_ids[j]],
