@@ -35,6 +35,8 @@ float, so the schedule matches Caffe's to the last bit in the common cases.
 
 import logging
 import math
+import os
+import re
 
 import numpy as np
 
@@ -47,6 +49,23 @@ log = logging.getLogger("pycaffe_lite")
 def f32(x):
     """``x`` rounded to float32 (returned as a Python float)."""
     return float(np.float32(x))
+
+
+def line_of(where, field):
+    """``where`` with the line of the solver file that sets ``field`` (where it is a file)."""
+    if not os.path.isfile(where):
+        return where
+    pattern = re.compile(r"^\s*%s\s*:" % re.escape(field))
+    with open(where, errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if pattern.match(line.split("#", 1)[0]):
+                return "%s:%d" % (where, number)
+    return where
+
+
+def refuse(where, field, message):
+    """Raise a CaffeError naming the solver file, the line that sets ``field``, and ``field``."""
+    raise CaffeError("%s: %s: %s" % (line_of(where, field), field, message))
 
 
 class LRPolicy:

@@ -38,14 +38,11 @@ solver that restores one starts them from 0, as the fork's does.
 """
 
 import math
-import os
-import re
 
-import numpy as np
-
-from .. import backend
 from ..errors import CaffeError
+from . import local_rates
 from .lr_policy import f32
+from .lr_policy import refuse as _refuse
 
 MOMENTUM_POLICIES = ("fixed", "poly", "opt")
 WEIGHT_DECAY_POLICIES = ("fixed", "poly")
@@ -53,22 +50,6 @@ LARC_POLICIES = ("scale", "clip")
 #: larc_turbo: the running correlation's decay, and its weight taken off the rate
 LARC_BETA = 0.95
 LARC_TURBO = 0.9
-
-
-def _line_of(where, field):
-    """``where`` with the line of the solver file that sets ``field`` (where it is a file)."""
-    if not os.path.isfile(where):
-        return where
-    pattern = re.compile(r"^\s*%s\s*:" % re.escape(field))
-    with open(where, errors="replace") as f:
-        for number, line in enumerate(f, 1):
-            if pattern.match(line.split("#", 1)[0]):
-                return "%s:%d" % (where, number)
-    return where
-
-
-def _refuse(where, field, message):
-    raise CaffeError("%s: %s: %s" % (_line_of(where, field), field, message))
 
 
 def check(param, where, solver_type):
@@ -151,39 +132,27 @@ def weight_decay(param, it):
     return base
 
 
-def _host(value):
-    """A float from a reduction's result (a NumPy scalar, or a 0-d device array)."""
-    if isinstance(value, (float, np.generic)):
-        return float(value)
-    return float(backend.to_host(value))
-
-
 def larc_rates(solver, rate, moment):
     """Every param's rate under LARC for this iteration (``rate``: the learning rate,
     ``moment``: the momentum), updating the solver's running correlations (larc_turbo)."""
     param = solver.param
-    norm = 1.0 if param.iter_size == 1 else f32(1.0 / param.iter_size)
     eta = f32(param.larc_eta)
     rates = []
-    for i, blob in enumerate(solver.net.learnable_params):
-        diff = blob.read_diff().ravel()
-        g_norm = f32(math.sqrt(_host(diff.dot(diff))) * norm)
-        w_norm = f32(math.sqrt(blob.sumsq_data()))
+    for i, diff, scale, g_norm, w_norm in local_rates.norms(solver):
         local = 1.0
         if w_norm > 0 and g_norm > 0:
             local = f32(f32(f32(f32(1.0 - moment) * eta) * w_norm) / g_norm)
         if param.larc_turbo:
             history = solver.history[i].ravel()
-            h_norm = f32(math.sqrt(_host(history.dot(history))))
+            h_norm = f32(math.sqrt(local_rates.host(history.dot(history))))
             corr = 0.0
             if g_norm > 0 and h_norm > 0:
-                corr = f32(f32(_host(diff.dot(history)) * norm) / f32(g_norm * h_norm))
+                corr = f32(f32(local_rates.host(diff.dot(history)) * scale) /
+                           f32(g_norm * h_norm))
             solver.larc_corr[i] = f32(f32(LARC_BETA * solver.larc_corr[i]) +
                                       f32(f32(1.0 - LARC_BETA) * corr))
             local = f32(local - f32(LARC_TURBO * solver.larc_corr[i]))
-        lr_mult = f32(solver.net.params_lr[i])
-        if lr_mult > 0:
-            lr_mult = local
+        lr_mult = local_rates.instead_of_lr_mult(solver, i, local)
         if param.larc_policy == "clip":
             rates.append(min(f32(rate), lr_mult))
         else:
