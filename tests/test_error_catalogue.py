@@ -868,6 +868,21 @@ def nvcaffe_momentum_policy_of_another_solver(tmp, monkeypatch):
     get_solver(solver_project(tmp, SOLVER + 'momentum_policy: "opt"\ntype: "Adam"\n'))
 
 
+# -- Intel Caffe's solver options
+@case(CaffeError, "solver.prototxt:9: local_lr_auto", 'type: "Nesterov"', 'use type: "SGD"')
+def intel_lars_of_another_solver(tmp, monkeypatch):
+    monkeypatch.chdir(tmp)
+    get_solver(solver_project(tmp, SOLVER + 'local_lr_auto: true\ntype: "Nesterov"\n'))
+
+
+@case(CaffeError, "solver.prototxt:10: stageiter", 'lr_policy "multifixed"',
+      "one stageiter per stagelr (2 stagelr, 1 stageiter)")
+def intel_multifixed_stages_unpaired(tmp, monkeypatch):
+    monkeypatch.chdir(tmp)
+    get_solver(solver_project(tmp, SOLVER.replace('"fixed"', '"multifixed"') +
+                              "stagelr: 0.01\nstageiter: 100\nstagelr: 0.001\n"))
+
+
 # -- snapshots
 @case(CaffeError, "solver.prototxt", "snapshot prefix 'gone/run'", "Create the folder")
 def snapshot_folder_missing(tmp, monkeypatch):

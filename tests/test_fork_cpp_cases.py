@@ -48,10 +48,12 @@ def test_random_resize_sides_are_float32_products(h, w, size, expected):
 # ---- the forks' options that are not run here: a text file using one names the fork ------
 @pytest.mark.parametrize("kind, text, fork", [
     # NVCaffe caffe.proto SolverParameter: testing and snapshots in the last epochs
-    # (solver.cpp); its LARC, ramp-up and policies run (tests/test_nvcaffe_solver.py)
+    # (solver.cpp); its LARC, ramp-up and policies run (tests/test_nvcaffe_solver.py), as
+    # Intel Caffe's solver options do (tests/test_intel_solver.py)
     ("solver", "base_lr: 0.1 test_and_snapshot_last_epochs: 2", "NVCaffe"),
-    # Intel Caffe caffe.proto SolverParameter: warm-up
-    ("solver", "base_lr: 0.1 warmup_iter: 10", "Intel Caffe"),
+    # Intel Caffe's loss normalisation by a fixed number (loss_layer.cpp)
+    ("net", 'layer { name: "l" type: "SoftmaxWithLoss" bottom: "x" bottom: "t" top: "l" '
+     'loss_param { pre_fixed_normalizer: 2 } }', "Intel Caffe"),
     # NVCaffe elu_layer.cpp: y = lambda * ELU(x) (SELU)
     ("net", 'layer { name: "e" type: "ELU" bottom: "x" top: "y" elu_param { lambda: 1.05 } }',
      "NVCaffe"),

@@ -190,14 +190,11 @@ FORK_FIELD_NAMES = {
     ("MemoryDataParameter", "dataframe_format"): "CaffeOnSpark",
 }
 # NVCaffe's and Intel Caffe's solver and layer options that change results and are not run
-# here (NVCaffe's testing and snapshots of the last epochs, Intel's warm-up, fused ReLU, label
+# here (NVCaffe's testing and snapshots of the last epochs, Intel's fused ReLU, label
 # smoothing, SELU's lambda, ...): a text file using them stops naming the fork. (NVCaffe's
-# LARC, ramp-up, min_lr and momentum and weight decay policies are in the schema and run:
-# pycaffe_lite/solvers/nvcaffe.py.)
+# LARC, ramp-up, min_lr and momentum and weight decay policies, and Intel Caffe's solver
+# options, are in the schema and run: pycaffe_lite/solvers/nvcaffe.py and intel.py.)
 FORK_FIELD_NAMES[("SolverParameter", "test_and_snapshot_last_epochs")] = "NVCaffe"
-FORK_FIELD_NAMES.update({("SolverParameter", name): "Intel Caffe" for name in (
-    "disabled_update", "engine", "warmup_iter", "warmup_start_lr", "local_lr_auto",
-    "local_gw_ratio", "test_offset", "stagelr", "stageiter")})
 FORK_FIELD_NAMES.update({
     ("ELUParameter", "lambda"): "NVCaffe",
     ("LossParameter", "label_smoothing"): "NVCaffe (and Intel Caffe)",

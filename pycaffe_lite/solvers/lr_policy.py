@@ -26,6 +26,14 @@ NVCaffe's (its SolverParameter fields; see :mod:`pycaffe_lite.solvers.nvcaffe`):
     min_lr     poly decays to it, (base_lr - min_lr) * (1 - it / max_iter) ^ power + min_lr,
                and every rate (ramp-up included) is at least min_lr
 
+Intel Caffe's (its SolverParameter fields; see :mod:`pycaffe_lite.solvers.intel`):
+
+    warmup_iter, warmup_start_lr   a linear warm-up: while it < warmup_iter the rate is
+               (it * base_lr + (warmup_iter - it) * warmup_start_lr) / warmup_iter (the policy
+               is not consulted), then the policy's
+    multifixed stagelr[k] for the first k with it <= stageiter[k], the last stagelr after the
+               last stageiter (base_lr is not read)
+
 Each policy is registered in :data:`pycaffe_lite.registry.LR_POLICIES` as an object with
 ``check(param, where)`` (raise a :class:`~pycaffe_lite.errors.CaffeError` for settings it cannot
 use) and ``rate(param, it, state)``; ``state.current_step`` is the counter Caffe keeps (and
@@ -223,6 +231,50 @@ class Steps(LRPolicy):
         return rate
 
 
+@register
+class MultiFixed(LRPolicy):
+    """Intel Caffe's ``multifixed``: a fixed rate per stage (``stagelr``), each stage up to and
+    including its ``stageiter``."""
+
+    name = "multifixed"
+
+    def check(self, param, where):
+        lrs, iters = list(param.stagelr), list(param.stageiter)
+        if not lrs:
+            refuse(where, "stagelr", "lr_policy \"multifixed\" needs at least one stage "
+                   "(stagelr: RATE with stageiter: ITER)")
+        if len(lrs) != len(iters):
+            refuse(where, "stageiter", "lr_policy \"multifixed\" needs one stageiter per "
+                   "stagelr (%d stagelr, %d stageiter)" % (len(lrs), len(iters)))
+        if iters != sorted(iters):
+            refuse(where, "stageiter", "lr_policy \"multifixed\" needs increasing stageiter "
+                   "entries (got %s)" % iters)
+        if not min(lrs) >= 0:
+            refuse(where, "stagelr", "must be >= 0 (got %g): a negative learning rate climbs "
+                   "the loss" % min(lrs))
+
+    def rate(self, param, it, state):
+        stage = 0
+        while stage < len(param.stageiter) - 1 and it > param.stageiter[stage]:
+            stage += 1
+        state.current_step = stage
+        return f32(param.stagelr[stage])
+
+
+def _check_warmup(param, where):
+    """Intel Caffe's warm-up: values that cannot train, and two warm-ups at once."""
+    if param.warmup_iter < 0:
+        refuse(where, "warmup_iter", "must be >= 0 (got %d)" % param.warmup_iter)
+    if param.warmup_iter > 0:
+        if not param.warmup_start_lr >= 0:
+            refuse(where, "warmup_start_lr", "must be >= 0 (got %g): a negative learning rate "
+                   "climbs the loss" % param.warmup_start_lr)
+        for other in ("rampup_interval", "burn_in"):
+            if getattr(param, other) > 0:
+                refuse(where, "warmup_iter", "warmup_iter and %s are two warm-ups of the "
+                       "learning rate; keep one" % other)
+
+
 def get_policy(param, where="solver"):
     """The registered policy for ``param.lr_policy``, checked against ``param``."""
     name = param.lr_policy
@@ -241,13 +293,18 @@ def get_policy(param, where="solver"):
     if param.rampup_interval > 0 and param.burn_in > 0:
         raise CaffeError("%s: burn_in and rampup_interval are two warm-ups of the learning "
                          "rate; keep one" % where)
+    _check_warmup(param, where)
     return policy
 
 
 def learning_rate(param, it, state, policy=None):
     """The learning rate at iteration ``it``, warm-up and min_lr included."""
     policy = policy or get_policy(param)
-    if it < param.rampup_interval:  # NVCaffe's ramp-up: the policy is not consulted
+    warmup = param.warmup_iter
+    if it < warmup:  # Intel Caffe's warm-up: a straight line, the policy is not consulted
+        rate = f32(f32(f32(f32(it) * param.base_lr) + f32(f32(warmup - it) *
+                                                          param.warmup_start_lr)) / f32(warmup))
+    elif it < param.rampup_interval:  # NVCaffe's ramp-up: the policy is not consulted
         alpha = f32(f32(it) / f32(param.rampup_interval))
         rate = f32(param.rampup_lr + f32(f32(f32(param.base_lr - param.rampup_lr) * alpha) *
                                          alpha))

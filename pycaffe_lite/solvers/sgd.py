@@ -2,9 +2,11 @@
 
 One iteration's update (Caffe's ``SGDSolver::ApplyUpdate``)::
 
-    rate = lr_policy(iter)                  (with the optional warm-up and min_lr)
+    rate = lr_policy(iter)                  (with the optional warm-ups and min_lr)
+    disabled_update (Intel Caffe): stop here
     clip_gradients: if ||all diffs||_2 > clip_gradients >= 0, scale every diff down to it
-    LARC (NVCaffe, SGD): every param's local rate from its norms (nvcaffe.larc_rates)
+    LARC (NVCaffe, SGD) or LARS (Intel Caffe, SGD): every param's local rate from its norms
+        (nvcaffe.larc_rates, intel.lars_rates)
     per learnable param:
         normalize:  diff /= iter_size
         regularize: diff += local_decay * data        (L2)
@@ -15,7 +17,8 @@ One iteration's update (Caffe's ``SGDSolver::ApplyUpdate``)::
 
 SGD: ``history = momentum * history + local_rate * diff; diff = history``. NVCaffe's
 ``momentum_policy`` and ``weight_decay_policy`` make momentum and weight_decay change with
-the iteration, and LARC replaces ``rate * lr_mult`` (:mod:`pycaffe_lite.solvers.nvcaffe`).
+the iteration, and LARC replaces ``rate * lr_mult`` (:mod:`pycaffe_lite.solvers.nvcaffe`), as
+Intel Caffe's LARS does (:mod:`pycaffe_lite.solvers.intel`).
 
 Everything runs in place on float32 arrays of the current mode (NumPy or CuPy): every param's
 update and ``data -= diff`` in one compiled call where the host kernels take the arrays (SGD,
@@ -33,7 +36,7 @@ from .. import backend
 from ..errors import CaffeError
 from ..ops import solver_update
 from ..registry import SOLVERS
-from . import nvcaffe
+from . import intel, nvcaffe
 from .lr_policy import f32, learning_rate
 from .solver import Solver, _fmt
 
@@ -67,6 +70,7 @@ class SGDSolver(Solver):
             raise CaffeError("%s: unknown regularization_type \"%s\"; use \"L2\" or \"L1\""
                              % (self.where, param.regularization_type))
         nvcaffe.check(param, self.where, self.type)
+        intel.check(param, self.where, self.type)
 
     def presolve(self):
         xp = backend.xp()
@@ -79,7 +83,7 @@ class SGDSolver(Solver):
         self.device_tables = None
         self._tables_decay = None
         self.larc_corr = [0.0] * len(params)  # larc_turbo's running correlations
-        self._larc_rates = None
+        self._local_rates = None  # LARC's or LARS's rates of this iteration's update
 
     def _buffer(self, buffers, i):
         buf = buffers[i]
@@ -125,9 +129,14 @@ class SGDSolver(Solver):
         rate = self.get_learning_rate()
         if param.display and self.iter % param.display == 0:
             log.info("Iteration %d, lr = %s", self.iter, _fmt(rate))
+        if param.disabled_update:  # Intel Caffe: the rate logged, nothing updated
+            return
         self.clip_gradients()
-        if param.larc:  # the norms before the update, the gradients normalised, not decayed
-            self._larc_rates = nvcaffe.larc_rates(self, rate, self.momentum(rate))
+        # the norms before the update, the gradients normalised, not decayed
+        if param.larc:
+            self._local_rates = nvcaffe.larc_rates(self, rate, self.momentum(rate))
+        elif param.local_lr_auto:
+            self._local_rates = intel.lars_rates(self, rate)
         try:
             if self._device_update(rate) or self._one_pass_update(rate):
                 return
@@ -139,7 +148,7 @@ class SGDSolver(Solver):
                 self.compute_update_value(i, rate)
             self.net.update()
         finally:
-            self._larc_rates = None
+            self._local_rates = None
 
     # -- the update on the device (ops/gpu/solver_updates.py) ----------------------------------
     def device_update_prepare(self, rate):
@@ -200,7 +209,7 @@ class SGDSolver(Solver):
         same for all), :meth:`fused_args` computed once per distinct ``lr_mult`` (a net's
         hundreds of params have one or two)."""
         lrs = self.net.params_lr
-        if self._larc_rates is not None:  # a rate of each param's own
+        if self._local_rates is not None:  # a rate of each param's own
             coefficients = self.fused_args(0, rate)[1] if lrs else []
             return [self.local_rate(i, rate) for i in range(len(lrs))], coefficients
         first = {}
@@ -292,8 +301,8 @@ class SGDSolver(Solver):
         diff += temp
 
     def local_rate(self, i, rate):
-        if self._larc_rates is not None:
-            return self._larc_rates[i]
+        if self._local_rates is not None:
+            return self._local_rates[i]
         return f32(rate * self.net.params_lr[i])
 
     def compute_update_value(self, i, rate):

@@ -27,7 +27,7 @@ from ..errors import CaffeError
 from ..net import LAYER_FAILURES, Net
 from ..proto import caffe_pb2
 from ..signals import SolverAction
-from . import debug_info, mixed, paths, train_graph
+from . import debug_info, intel, mixed, paths, train_graph
 from . import snapshot as snapshot_io
 from .debug_info import fmt as _fmt
 from .detection_test import test_detection
@@ -177,6 +177,7 @@ class Solver:
         if extra_state is not None:
             state.MergeFrom(extra_state)
         net_param.state.CopyFrom(state)
+        intel.apply_engine(self.param, net_param)
         paths.resolve_sources(net_param, [d for d in (net_dir, self.base_dir) if d])
         return net_param
 
@@ -336,8 +337,7 @@ class Solver:
         if self.progress is not None:
             self.progress.start(self.iter)
         while self.iter < stop_iter:
-            if param.test_interval and self.iter % param.test_interval == 0 and \
-                    (self.iter > 0 or param.test_initialization):
+            if intel.test_due(param, self.iter) and (self.iter > 0 or param.test_initialization):
                 self.test_all()
                 if self.requested_early_exit:
                     break
@@ -414,7 +414,7 @@ class Solver:
             self._update_smoothed_loss(loss, start_iter, param.average_loss)
             log.info("Iteration %d, loss = %s", self.iter, _fmt(self.smoothed_loss))
             self._notify("on_display", True)
-        if param.test_interval and self.iter % param.test_interval == 0:
+        if intel.test_due(param, self.iter):  # Intel Caffe's test_offset shifts the tests
             self.test_all()
         log.info("Optimization Done.")
 

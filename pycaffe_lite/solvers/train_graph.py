@@ -57,7 +57,7 @@ import math
 from .. import backend, cuda_graphs, net_types
 from ..layer import deferred_checks
 from ..syncedmem import upload_host_writes
-from . import mixed, nvcaffe
+from . import intel, mixed, nvcaffe
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -133,7 +133,7 @@ class TrainGraph:
             return "the net has hooks"
         if getattr(solver, "fused_rule", None) is None:
             return "the solver's rule has no device update"
-        reason = nvcaffe.why_eager(param)
+        reason = nvcaffe.why_eager(param) or intel.why_eager(param)
         if reason and reason != self.told:
             log.info("Net '%s': training iterations run layer by layer, not in a CUDA graph: "
                      "%s", self.net.name, reason)
