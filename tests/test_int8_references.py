@@ -536,3 +536,33 @@ def test_non_finite_values_from_the_weights_are_blamed_on_the_weights(tmp_path, 
     err = capsys.readouterr().err
     assert "top 'conv2' of layer 'conv2' holds NaN or infinite values; its inputs are " \
         "finite: check the layer's weights" in err, err
+
+
+TRAIN_ONLY_DATA = """\
+name: "train_only"
+layer { name: "data" type: "DummyData" top: "data" top: "label" include { phase: TRAIN }
+        dummy_data_param { shape { dim: 4 dim: 3 dim: 8 dim: 8 } shape { dim: 4 } } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+        convolution_param { num_output: 2 kernel_size: 3
+                            weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "conv1" top: "ip"
+        inner_product_param { num_output: 2 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip" bottom: "label" top: "loss" }
+"""
+
+
+def test_a_net_whose_data_layers_are_train_only_is_told_what_is_missing(tmp_path, capsys):
+    """Calibration runs the TEST phase: with data layers that only TRAIN includes, the error
+    was the net builder's 'unknown bottom blob data', which does not say that quantize needs
+    a TEST data layer; it now says so, naming the file and the TRAIN-only layer."""
+    proto = tmp_path / "train_only.prototxt"
+    proto.write_text(TRAIN_ONLY_DATA)
+    weights = tmp_path / "w.caffemodel"
+    caffe.Net(str(proto), caffe.TRAIN).save(str(weights))
+    out = tmp_path / "q"
+    assert _quantize(str(proto), str(weights), out) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "%s: the TEST phase has no data layer" % proto in err, err
+    assert "'data' (DummyData) is included in TRAIN only" in err, err
+    assert not out.exists()

@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from ..errors import CaffeError
+from .. import net_graph
 from ..net import Net
 from ..onnx import export
 from ..onnx.export import DATA_TYPES
@@ -292,6 +293,30 @@ def qdq_model(net, batches, method="entropy", per_channel=False, skip=(), percen
             "tops": tops}
 
 
+def _test_net(model, weights):
+    """The TEST net of ``model``, unfolded and in float; where it cannot be built because no
+    layer of the TEST phase gives data, an error that says so (calibration runs TEST
+    batches), naming the data layers that other phases include."""
+    try:
+        return Net(model, caffe_pb2.TEST, weights=weights, fold=False, int8=False)
+    except CaffeError as exc:
+        param = protoio.read_net_param(model)
+        if param.input:
+            raise
+        param.state.phase = caffe_pb2.TEST
+        if any(layer.type in DATA_TYPES for layer in net_graph.filter_net(param).layer):
+            raise
+        elsewhere = ["'%s' (%s) is included in %s only" % (
+            layer.name, layer.type, " and ".join(sorted({caffe_pb2.Phase.Name(r.phase)
+                                                        for r in layer.include})))
+            for layer in param.layer if layer.type in DATA_TYPES and layer.include]
+        raise CaffeError(
+            "%s: the TEST phase has no data layer, and quantize calibrates on TEST batches%s: "
+            "add a data layer for TEST (include { phase: TEST }) that reads calibration "
+            "images (%s)" % (model, " (%s)" % "; ".join(elsewhere) if elsewhere else "",
+                             exc)) from None
+
+
 def quantize(model, weights, calibration_iterations, output_dir, method="entropy",
              per_channel=False, eval_iterations=50, skip=(), percentile=99.99, opset=None,
              activation_type="int8"):
@@ -312,7 +337,7 @@ def quantize(model, weights, calibration_iterations, output_dir, method="entropy
     onnx = require_onnx()
     if eval_iterations:
         _require_ort()
-    net = Net(model, caffe_pb2.TEST, weights=weights, fold=False, int8=False)
+    net = _test_net(model, weights)
     try:
         q = qdq_model(net, calibration_iterations, method, per_channel, skip, percentile,
                       opset, activation_type, where=model)
