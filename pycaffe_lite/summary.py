@@ -5,9 +5,10 @@ layer its type, top shapes, parameter count, multiply-accumulates and activation
 
 - ``params``: the elements of the layer's parameter blobs (weights, biases, BatchNorm's
   statistics); a blob shared by name (``param { name }``) counts once, at its owner.
-- ``macs``: multiply-accumulates of Convolution (top elements x input channels per group x
-  kernel volume), Deconvolution (bottom elements x output channels per group x kernel volume)
-  and InnerProduct (rows x weight elements), for the whole batch.
+- ``macs``: multiply-accumulates of Convolution and the forks' depthwise convolutions
+  (ConvolutionDepthwise, DepthwiseConvolution: one input channel per output) (top elements x
+  input channels per group x kernel volume), Deconvolution (bottom elements x output channels
+  per group x kernel volume) and InnerProduct (rows x weight elements), for the whole batch.
 - ``element_ops``: the other layers' element operations, a separate and rougher figure: the
   elements they write (times the window size for Pooling); data layers count none.
 - ``activation_bytes``: the memory of the layer's new top blobs (a top computed in place adds
@@ -19,7 +20,9 @@ import numpy as np
 from .net import Net
 from .proto import caffe_pb2
 
-MAC_TYPES = ("Convolution", "Deconvolution", "InnerProduct")
+#: the convolutions: a weight blob of (outputs, input channels per group, kernel...)
+CONVOLUTION_TYPES = ("Convolution", "ConvolutionDepthwise", "DepthwiseConvolution")
+MAC_TYPES = CONVOLUTION_TYPES + ("Deconvolution", "InnerProduct")
 
 
 def _pooling_window(layer, bottom):
@@ -32,14 +35,14 @@ def _pooling_window(layer, bottom):
 
 
 def layer_macs(layer, bottoms, tops):
-    """Multiply-accumulates of one Convolution, Deconvolution or InnerProduct layer (0 for the
-    other types)."""
+    """Multiply-accumulates of one convolution (the depthwise fork types included),
+    Deconvolution or InnerProduct layer (0 for the other types)."""
     kind = layer.type
     if kind not in MAC_TYPES or not layer.blobs:
         return 0
     weight = layer.blobs[0]
     per_output = int(np.prod(weight.shape[1:]))
-    if kind == "Convolution":
+    if kind in CONVOLUTION_TYPES:
         return sum(t.count for t in tops) * per_output
     if kind == "Deconvolution":
         return sum(b.count for b in bottoms) * per_output

@@ -110,3 +110,21 @@ def test_the_command_line_and_python_build_the_same_phase(tmp_path, capsys):
     train = json.loads(capsys.readouterr().out)
     assert [e["name"] for e in train["layers"]] == ["data", "ip", "train_only"]
     assert train == summarize(str(model), phase=0)
+
+
+@pytest.mark.parametrize("kind", ["ConvolutionDepthwise", "DepthwiseConvolution"])
+def test_the_forks_depthwise_types_count_as_convolutions(kind, capsys, tmp_path):
+    """A depthwise convolution of a fork's type (MobileNet ports, soeaver's Xception) costs
+    what the same layer as a grouped Convolution does: 8 channels, 3 x 3, 10 x 10 out."""
+    text = ('layer { name: "data" type: "Input" top: "data" '
+            'input_param { shape { dim: 2 dim: 8 dim: 10 dim: 10 } } }\n'
+            'layer { name: "dw" type: "%s" bottom: "data" top: "dw" '
+            'convolution_param { num_output: 8 group: 8 kernel_size: 3 pad: 1 } }\n')
+    (tmp_path / "fork.prototxt").write_text(text % kind)
+    (tmp_path / "bvlc.prototxt").write_text(text % "Convolution")
+    params, macs = conv(8, 8, 3, 10, group=8, batch=2)
+    for name in ("fork", "bvlc"):
+        assert cli.main(["summary", "--model", str(tmp_path / (name + ".prototxt")),
+                         "--json"]) == 0
+        row = json.loads(capsys.readouterr().out)["layers"][1]
+        assert (row["params"], row["macs"], row["element_ops"]) == (params, macs, 0), name
