@@ -26,8 +26,10 @@ LAYER_STYLE_DEFAULT = {"shape": "record", "fillcolor": "#6495ED", "style": "fill
 NEURON_LAYER_STYLE = {"shape": "record", "fillcolor": "#90EE90", "style": "filled"}
 BLOB_STYLE = {"shape": "octagon", "fillcolor": "#E0E0E0", "style": "filled"}
 
-_TYPE_COLOURS = {"Convolution": "#FF5050", "Deconvolution": "#FF5050",
-                 "Pooling": "#FF9900", "InnerProduct": "#CC33FF"}
+#: the layers with a convolution_param, drawn alike: BVLC's two and the forks' depthwise types
+_CONVOLUTIONS = ("Convolution", "Deconvolution", "ConvolutionDepthwise", "DepthwiseConvolution")
+_TYPE_COLOURS = dict({kind: "#FF5050" for kind in _CONVOLUTIONS},
+                     Pooling="#FF9900", InnerProduct="#CC33FF")
 _DATA_PARAMS = {"Data": "data_param", "ImageData": "image_data_param",
                 "HDF5Data": "hdf5_data_param", "MemoryData": "memory_data_param",
                 "WindowData": "window_data_param"}
@@ -52,13 +54,13 @@ def get_pooling_types_dict():
             caffe_pb2.PoolingParameter.PoolMethod.DESCRIPTOR.values_by_name.items()}
 
 
-_LR_MULT_TYPES = ("Convolution", "Deconvolution", "InnerProduct")
+_LR_MULT_TYPES = _CONVOLUTIONS + ("InnerProduct",)
 
 
 def get_layer_lr_mult(layer):
-    """(weights' lr_mult, bias's lr_mult) of a Convolution, Deconvolution or InnerProduct
-    LayerParameter, as pycaffe's: a ``param`` not given counts as lr_mult 1; a ValueError
-    for another type or for more than two ``param``."""
+    """(weights' lr_mult, bias's lr_mult) of a convolution (the forks' depthwise types too),
+    Deconvolution or InnerProduct LayerParameter, as pycaffe's: a ``param`` not given counts
+    as lr_mult 1; a ValueError for another type or for more than two ``param``."""
     if layer.type not in _LR_MULT_TYPES:
         raise ValueError("layer '%s': %s layers have no learning rate multipliers (only %s)"
                          % (layer.name, layer.type, ", ".join(_LR_MULT_TYPES)))
@@ -78,7 +80,7 @@ def get_edge_label(layer):
     field = _DATA_PARAMS.get(layer.type)
     if field is not None:
         return "Batch %d" % getattr(layer, field).batch_size
-    if layer.type in ("Convolution", "Deconvolution"):
+    if layer.type in _CONVOLUTIONS:
         return str(layer.convolution_param.num_output)
     if layer.type == "InnerProduct":
         return str(layer.inner_product_param.num_output)
@@ -97,7 +99,7 @@ def get_layer_label(layer, rankdir="LR", display_lrm=False):
     size, stride and pad (one item per line in LR/RL drawings, space-separated in TB/BT)."""
     sep = " " if rankdir in ("TB", "BT") else "\n"
     parts = [layer.name, "(%s)" % layer.type]
-    if layer.type in ("Convolution", "Deconvolution"):
+    if layer.type in _CONVOLUTIONS:
         kernel, stride, pad = _conv_geometry(layer.convolution_param)
         parts += ["kernel size: %d" % kernel, "stride: %d" % stride, "pad: %d" % pad]
     elif layer.type == "Pooling":

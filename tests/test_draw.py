@@ -209,3 +209,19 @@ def test_draw_net_tool_script(tmp_path):
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "rankdir=BT;" in out.read_text()
+
+
+@pytest.mark.parametrize("kind", ["ConvolutionDepthwise", "DepthwiseConvolution"])
+def test_the_forks_depthwise_types_are_drawn_as_convolutions(kind):
+    """A depthwise convolution of a fork's type (soeaver's Xception, the MobileNet ports) is
+    drawn as the same layer typed Convolution: red, with its kernel size, stride and pad, and
+    its output count on the edge out."""
+    param = net_param()
+    param.layer[1].type = kind
+    param.layer[1].convolution_param.group = 6
+    found = nodes(draw.get_dot_graph(param))
+    node = "conv1_%s" % kind
+    assert 'label="conv1\\n(%s)\\nkernel size: 5\\nstride: 1\\npad: 2"' % kind in found[node]
+    assert 'fillcolor="#FF5050"' in found[node]
+    assert (node, "conv1_blob", "6") in edges(draw.get_dot_graph(param))
+    assert draw.get_layer_lr_mult(param.layer[1]) == (1.0, 1.0)
