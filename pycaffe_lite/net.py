@@ -107,7 +107,7 @@ class Net(BatchedCalls):
     # -- construction ------------------------------------------------------------------------
     def _init(self, in_param, allow_python_layers=None, where=None):
         self.phase = in_param.state.phase
-        param = apply_fork_options(insert_splits(filter_net(in_param)))
+        param = apply_fork_options(insert_splits(filter_net(in_param), in_param))
         python_layers.refuse(param, allow_python_layers, where)
         net_types.check_types(param)
         types = self._types = (net_types.Types(param) if net_types.wants_float16(

@@ -14,6 +14,8 @@
 import collections
 import logging
 
+from google.protobuf import text_format
+
 from . import backend
 from .errors import NetError
 from .proto import caffe_pb2
@@ -43,17 +45,21 @@ def filter_net(param):
     out.CopyFrom(param)
     del out.layer[:]
     for layer in param.layer:
-        if layer.include and layer.exclude:
-            raise NetError("layer '%s': specify either include rules or exclude rules, not both"
-                           % layer.name)
-        included = not layer.include
-        if any(state_meets_rule(param.state, r) for r in layer.exclude):
-            included = False
-        if any(state_meets_rule(param.state, r) for r in layer.include):
-            included = True
-        if included:
+        if _included(layer, param.state):
             out.layer.add().CopyFrom(layer)
     return out
+
+
+def _included(layer, state):
+    if layer.include and layer.exclude:
+        raise NetError("layer '%s': specify either include rules or exclude rules, not both"
+                       % layer.name)
+    included = not layer.include
+    if any(state_meets_rule(state, r) for r in layer.exclude):
+        included = False
+    if any(state_meets_rule(state, r) for r in layer.include):
+        included = True
+    return included
 
 
 # ---- Split insertion ---------------------------------------------------------------------
@@ -67,9 +73,37 @@ def split_blob_name(layer_name, blob_name, blob_idx, split_idx):
     return "%s_%s_%d_split_%d" % (blob_name, layer_name, blob_idx, split_idx)
 
 
-def insert_splits(param):
+def _rules_text(layer):
+    rules = [("include", r) for r in layer.include] + [("exclude", r) for r in layer.exclude]
+    return " ".join("%s { %s }" % (kind, text_format.MessageToString(r, as_one_line=True))
+                    for kind, r in rules)
+
+
+def _state_text(state):
+    stages = ", ".join('"%s"' % s for s in state.stage)
+    return "phase %s, level %d, %s" % (caffe_pb2.Phase.Name(state.phase), state.level,
+                                        "stages %s" % stages if stages else "no stage")
+
+
+def _left_out_producers(source, blob):
+    """The layers of the unfiltered ``source`` writing ``blob`` that its state leaves out, as
+    an explanation to add to an unknown-bottom error ('' when there are none)."""
+    if source is None:
+        return ""
+    left = ["'%s' (%s)" % (layer.name, _rules_text(layer)) for layer in source.layer
+            if blob in layer.top and not _included(layer, source.state)]
+    if not left:
+        return ""
+    return ("; the layers that write it, %s, are left out by the net state (%s): give the "
+            "phase and stages they need (Net(..., phase, stages=[...]), --stage)"
+            % (", ".join(left), _state_text(source.state)))
+
+
+def insert_splits(param, source=None):
     """Caffe's InsertSplits: a Split layer after every top consumed more than once
-    (a use as a loss counts as a consumer)."""
+    (a use as a loss counts as a consumer). ``source``: the NetParameter before
+    :func:`filter_net`, to name in an unknown-bottom error the layers that write the blob but
+    that the net state leaves out."""
     last_top = {}
     bottom_source = {}
     consumers = collections.Counter()
@@ -78,7 +112,8 @@ def insert_splits(param):
         for j, name in enumerate(layer.bottom):
             if name not in last_top:
                 raise NetError("unknown bottom blob '%s' (layer '%s', bottom index %d): no "
-                               "earlier layer produces it" % (name, layer.name, j))
+                               "earlier layer produces it%s" % (name, layer.name, j,
+                                                                _left_out_producers(source, name)))
             bottom_source[(i, j)] = last_top[name]
             consumers[last_top[name]] += 1
         for j, name in enumerate(layer.top):

@@ -19,6 +19,7 @@ import pytest
 from test_model_zoo import close, fill_random
 
 import pycaffe_lite as caffe
+from pycaffe_lite.errors import LayerError, NetError
 from pycaffe_lite import draw
 from pycaffe_lite.summary import summarize
 
@@ -383,3 +384,43 @@ def test_command_line_tools_on_a_published_file(tmp_path, capsys):
     assert cli.main(["draw_net", path("mtcnn_rnet"), str(tmp_path / "rnet.dot")]) == 0
     dot = (tmp_path / "rnet.dot").read_text()
     assert dot.startswith('digraph "RNet"') and '"conv5-2_InnerProduct"' in dot
+
+
+# DIGITS' standard networks are one file for training, validation and deployment, chosen by
+# stage ("train", "val", "deploy"); DIGITS writes the deploy net's input and the last layer's
+# num_output itself.
+DIGITS_LENET = os.path.join(REAL, "digits_lenet.prototxt")
+
+
+def test_digits_lenet_without_a_stage_names_the_layers_its_state_leaves_out():
+    with pytest.raises(NetError) as info:
+        caffe.Net(DIGITS_LENET, caffe.TEST)
+    message = str(info.value)
+    assert "unknown bottom blob 'scaled' (layer 'conv1', bottom index 0)" in message
+    assert "'train-data' (include { stage: \"train\" })" in message
+    assert "'val-data' (include { stage: \"val\" })" in message
+    assert "'scale' (include { stage: \"deploy\" })" in message
+    assert "phase TEST, level 0, no stage" in message
+
+
+def test_digits_lenet_deploy_stage(tmp_path):
+    # no layer at all writes the deploy stage's 'data': the message says only that
+    with pytest.raises(NetError, match="unknown bottom blob 'data' \\(layer 'scale', "
+                       "bottom index 0\\): no earlier layer produces it$"):
+        caffe.Net(DIGITS_LENET, caffe.TEST, stages=["deploy"])
+    deploy = tmp_path / "deploy.prototxt"
+    deploy.write_text('input: "data" input_shape { dim: 2 dim: 1 dim: 28 dim: 28 }\n'
+                      + open(DIGITS_LENET).read())
+    with pytest.raises(LayerError, match="layer 'ip2' \\(type InnerProduct\\): "
+                       "inner_product_param.num_output must be > 0, got 0"):
+        caffe.Net(str(deploy), caffe.TEST, stages=["deploy"])
+    deploy.write_text(deploy.read_text().replace("#num_output: 10", "num_output: 10"))
+    net = caffe.Net(str(deploy), caffe.TEST, stages=["deploy"])
+    assert [layer.type for layer in net.layers] == [
+        "Input", "Power", "Convolution", "Pooling", "Convolution", "Pooling", "InnerProduct",
+        "ReLU", "InnerProduct", "Softmax"]
+    x = np.random.default_rng(2).uniform(0, 255, (2, 1, 28, 28)).astype(np.float32)
+    out = net.forward(data=x)["softmax"]
+    np.testing.assert_allclose(net.blobs["scaled"].data, x * np.float32(0.0125), rtol=1e-6)
+    assert out.shape == (2, 10)
+    np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-5)
