@@ -55,8 +55,9 @@ def _spatial_args(fn, nested):
 
 
 def conv_params(fn):
-    """``(axis, stride, kernel extent, pad)`` of a Convolution, Deconvolution, Im2col or
-    Pooling layer's arguments; the kernel extent counts the dilation."""
+    """``(axis, stride, kernel extent, pad)`` of a Convolution (the forks' depthwise types
+    too), Deconvolution, Im2col or Pooling layer's arguments; the kernel extent counts the
+    dilation."""
     nested = "pooling_param" if fn.type_name == "Pooling" else "convolution_param"
     args = _spatial_args(fn, nested)
     legacy = sorted({"kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w"}
@@ -83,7 +84,8 @@ def coord_map(fn):
     """The map ``(axis, a, b)`` from a layer's bottom coordinates to its top's; an
     :class:`UndefinedMapException` for layers without one."""
     kind = fn.type_name
-    if kind in ("Convolution", "Pooling", "Im2col"):
+    if kind in ("Convolution", "ConvolutionDepthwise", "DepthwiseConvolution", "Pooling",
+                "Im2col"):
         axis, stride, extent, pad = conv_params(fn)
         # output i looks at inputs stride * i - pad .. + extent - 1, centred on the middle
         return axis, 1 / stride, (pad - (extent - 1) / 2) / stride
@@ -147,7 +149,7 @@ def coord_map_from_to(top_from, top_to):
     common, to_maps = _walk(top_to, found=from_maps)
     if common is None:
         raise CoordMapError("Could not compute map between tops; are they connected by "
-                            "spatial layers? (no top reached from both through Convolution, "
+                            "spatial layers? (no top reached from both through convolution, "
                             "Pooling, Deconvolution, Crop or pointwise layers)")
     return compose(to_maps[common], inverse(from_maps[common]))
 

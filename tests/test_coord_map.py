@@ -117,3 +117,26 @@ def test_crop_refuses_what_cannot_be_cropped():
         crop(m.deconv, m.data)
     with pytest.raises(caffe.CaffeError, match="_h/_w"):
         coord_map_from_to(L.Convolution(n.data, kernel_h=3, kernel_w=3), n.data)
+
+
+@pytest.mark.parametrize("kind", ["ConvolutionDepthwise", "DepthwiseConvolution"])
+def test_crop_through_the_forks_depthwise_convolutions(kind, tmp_path):
+    # a depthwise convolution of a fork's type (MobileNet ports, soeaver's Xception) maps
+    # coordinates as Convolution does: 3 x 3, stride 2, pad 1 centres output i on input 2 i
+    # (x / 2); the 3 x 3 stride-2 deconvolution writes its input i to 2 i + 1, so the score
+    # is the image moved by one: crop offset 1, and with centre taps the even rows and
+    # columns of the image, zeros between
+    n = caffe.NetSpec()
+    n.data = L.Input(shape=dict(dim=[1, 2, 11, 9]))
+    n.dw = getattr(L, kind)(n.data, convolution_param=dict(num_output=2, group=2, kernel_size=3,
+                                                           stride=2, pad=1))
+    ax, a, b = coord_map_from_to(n.dw, n.data)
+    assert ax == 1 and np.all(a == 2) and np.all(b == 0)  # from dw back to data: 2 y
+    n.up = L.Deconvolution(n.dw, convolution_param=dict(num_output=2, group=2, kernel_size=3,
+                                                        stride=2))
+    n.score = crop(n.up, n.data)
+    assert "offset: 1" in str(n.to_proto())
+    image, score = run(n, "score", tmp_path)
+    expected = np.zeros_like(image)
+    expected[:, :, ::2, ::2] = image[:, :, ::2, ::2]
+    np.testing.assert_array_equal(score, expected)
