@@ -467,12 +467,9 @@ class Net(BatchedCalls):
             raise NetError("input '%s': cannot use a %s as blob data (%s); pass a numeric array "
                            "of shape %s" % (name, type(value).__name__, exc, blob.shape)) \
                 from None
-        if value.shape != blob.shape:
-            if value.ndim != blob.num_axes or (blob.num_axes and value.shape[0] != blob.shape[0]):
-                raise ShapeError("input '%s' has shape %s, the net expects %s (reshape the blob "
-                                 "and call net.reshape() first)" % (name, value.shape, blob.shape))
-            raise ShapeError("input '%s' has shape %s, the net expects %s"
-                             % (name, value.shape, blob.shape))
+        if value.shape != blob.shape:  # another batch or image size: the net is reshaped
+            raise ShapeError("input '%s' has shape %s, the net expects %s (reshape the blob "
+                             "and call net.reshape() first)" % (name, value.shape, blob.shape))
         blob.data[...] = value
 
     def reshape(self):

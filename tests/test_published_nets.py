@@ -22,7 +22,7 @@ import pytest
 from test_model_zoo import close, fill_random
 
 import pycaffe_lite as caffe
-from pycaffe_lite.errors import LayerError, NetError
+from pycaffe_lite.errors import LayerError, NetError, ShapeError
 from pycaffe_lite import draw
 from pycaffe_lite.summary import summarize
 
@@ -436,3 +436,18 @@ def test_digits_lenet_deploy_stage(tmp_path):
     np.testing.assert_allclose(net.blobs["scaled"].data, x * np.float32(0.0125), rtol=1e-6)
     assert out.shape == (2, 10)
     np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_mtcnn_pnet_on_a_larger_image_says_to_reshape_first():
+    """MTCNN runs P-Net over an image pyramid: an image larger than the file's 12 x 12 is
+    refused with the way to run it, which then gives the map of (30 - 2) / 2 - 4 = 10 x 10
+    positions."""
+    net = build("mtcnn_pnet")
+    image = np.zeros((1, 3, 30, 30), np.float32)
+    with pytest.raises(ShapeError, match=r"input 'data' has shape \(1, 3, 30, 30\), the "
+                       r"net expects \(1, 3, 12, 12\) \(reshape the blob and call "
+                       r"net.reshape\(\) first\)"):
+        net.forward(data=image)
+    net.blobs["data"].reshape(*image.shape)
+    net.reshape()
+    assert net.forward(data=image)["prob1"].shape == (1, 2, 10, 10)
