@@ -93,6 +93,13 @@ def _threads_ignored(name, value):
     return bool(value.strip()) and not (n is not None and 1 <= n <= MAX_THREADS)
 
 
+def _blas_threads_ignored(name, value):
+    from .switches import thread_count
+
+    n = thread_count(name, value)
+    return bool(value.strip()) and not (n is not None and n >= 1)
+
+
 def _isa_ignored(value):
     from .switches import BLOCKED_ISAS
 
@@ -107,6 +114,10 @@ READ_AT_IMPORT = [
     ("PYCAFFE_LITE_CPU_THREADS",
      lambda v: _threads_ignored("PYCAFFE_LITE_CPU_THREADS", v), ".ops.cpu"),
     ("OMP_NUM_THREADS", lambda v: _threads_ignored("OMP_NUM_THREADS", v), ".ops.cpu"),
+    # OpenBLAS's own counts: any positive whole number is its choice (OpenBLAS caps it)
+    ("OPENBLAS_NUM_THREADS", lambda v: _blas_threads_ignored("OPENBLAS_NUM_THREADS", v),
+     ".ops.cpu"),
+    ("GOTO_NUM_THREADS", lambda v: _blas_threads_ignored("GOTO_NUM_THREADS", v), ".ops.cpu"),
     ("PYCAFFE_LITE_BLOCKED_ISA", _isa_ignored, ".ops.cpu.blocked"),
     ("PYCAFFE_LITE_GPU_KERNELS", _switch_ignored, ".ops.gpu._util"),
     ("PYCAFFE_LITE_CUDA_GRAPH", _switch_ignored, ".cuda_graphs"),

@@ -20,9 +20,9 @@ else the CPUs this process may use: its affinity mask, bounded by the CPU quota 
 and the cgroups above it (``cpu.max`` of cgroup v2, ``cpu.cfs_quota_us / cpu.cfs_period_us``
 of v1), rounded up.
 NumPy's OpenBLAS gets the same budget (:func:`match_blas`) unless ``OPENBLAS_NUM_THREADS`` or
-``GOTO_NUM_THREADS`` chose its own, so its threads and the kernels' never ask for more cores
-than the process has. A forked child forgets the parent's pool (whose threads it does not
-have) and starts its own on its first call that splits.
+``GOTO_NUM_THREADS`` chose its own (a positive whole number), so its threads and the
+kernels' never ask for more cores than the process has. A forked child forgets the parent's
+pool (whose threads it does not have) and starts its own on its first call that splits.
 """
 
 import logging
@@ -186,13 +186,31 @@ def match_blas(n):
     """Give NumPy's OpenBLAS ``n`` threads (the kernels' budget), unless the environment set
     its own (``OPENBLAS_NUM_THREADS``, ``GOTO_NUM_THREADS``) or NumPy has not loaded it.
     Returns the number set, or None."""
-    if os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("GOTO_NUM_THREADS"):
+    if _blas_env_threads() is not None:
         return None
     if not blas_controllable():
         return None
     _blas_functions()[0](int(n))
     _state["blas"] = int(n)
     return int(n)
+
+
+def _blas_env_threads():
+    """The count that ``OPENBLAS_NUM_THREADS`` (else ``GOTO_NUM_THREADS``) gives OpenBLAS, or
+    None where neither holds one. A value that is not a positive whole number is named in a
+    warning and does not count as a choice: OpenBLAS reads it as 0 (or as the digits it
+    starts with) and would otherwise run a thread per CPU beside the kernels' budget."""
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if not value:
+            continue
+        n = thread_count(name, value)
+        if n is not None and n >= 1:
+            return n
+        logging.getLogger("pycaffe_lite").warning(
+            "%s=%r is not a positive whole number of threads; it is ignored, and OpenBLAS "
+            "gets the kernels' thread count", name, os.environ[name])
+    return None
 
 
 def _blas_functions():
