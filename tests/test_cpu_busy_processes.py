@@ -3,6 +3,7 @@ a busy machine"): the thread budget that the environment, ``taskset`` and OpenBL
 variables leave, and two training processes sharing the cores with the results each gets
 alone."""
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -61,3 +62,128 @@ def test_a_real_openblas_count_is_left_as_set():
     assert kernels == 1 and blas == min(2, cpus)  # OpenBLAS caps its count at the CPUs
     assert "OPENBLAS_NUM_THREADS" not in stderr
 
+
+# ---- training: any thread count, pinned, two processes at once ----------------------------------
+NET = """
+layer { name: "data" type: "DummyData" top: "x" top: "y"
+  dummy_data_param { shape { dim: 8 dim: 8 dim: 24 dim: 24 } shape { dim: 8 dim: 10 }
+    data_filler { type: "gaussian" std: 1 } data_filler { type: "gaussian" std: 1 } } }
+layer { name: "c1" type: "Convolution" bottom: "x" top: "c1"
+  convolution_param { num_output: 32 kernel_size: 3 pad: 1 weight_filler { type: "xavier" } } }
+layer { name: "r1" type: "ReLU" bottom: "c1" top: "c1" }
+layer { name: "p1" type: "Pooling" bottom: "c1" top: "p1"
+  pooling_param { pool: MAX kernel_size: 2 stride: 2 } }
+layer { name: "c2" type: "Convolution" bottom: "p1" top: "c2"
+  convolution_param { num_output: 32 kernel_size: 3 pad: 1 group: 2
+                      weight_filler { type: "xavier" } } }
+layer { name: "ip" type: "InnerProduct" bottom: "c2" top: "ip"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "loss" type: "EuclideanLoss" bottom: "ip" bottom: "y" top: "loss" }
+"""
+SOLVER = """net: "net.prototxt"
+base_lr: 0.00005 momentum: 0.9 weight_decay: 0.0005 lr_policy: "fixed"
+max_iter: 100 display: 0 random_seed: 7 snapshot_after_train: false
+"""
+ITERATIONS = 20
+
+# Builds the solver, says "ready" and waits for a line on stdin (the start signal: both
+# processes then train at once), trains, and prints its thread budget and its weights' bytes.
+TRAIN = r"""
+import sys
+import numpy as np
+import pycaffe_lite as caffe
+from pycaffe_lite.ops import cpu
+
+solver = caffe.get_solver(sys.argv[1])
+print("ready", flush=True)
+sys.stdin.readline()
+solver.step(int(sys.argv[2]))
+np.save(sys.argv[3], np.concatenate([p.data.ravel() for ps in solver.net.params.values()
+                                     for p in ps]))
+print("threads", cpu.threads(), flush=True)
+"""
+
+
+@pytest.fixture
+def solver_file(tmp_path):
+    (tmp_path / "net.prototxt").write_text(NET)
+    (tmp_path / "solver.prototxt").write_text(SOLVER)
+    return tmp_path / "solver.prototxt"
+
+
+def _start(solver, out, prefix=(), **settings):
+    return subprocess.Popen(
+        list(prefix) + [sys.executable, "-c", TRAIN, str(solver), str(ITERATIONS), str(out)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=_env(**settings), cwd=str(solver.parent))
+
+
+def _run_together(processes):
+    """Wait until every process has built its solver, start them all at once, and return each
+    one's thread budget."""
+    for proc in processes:
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", proc.communicate(timeout=HANG)[1][-2000:]
+    for proc in processes:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    budgets = []
+    for proc in processes:
+        out, err = proc.communicate(timeout=HANG)
+        assert proc.returncode == 0, err[-2000:]
+        budgets.append(int(out.split()[-1]))
+    return budgets
+
+
+def _weights(path):
+    import numpy as np
+
+    data = np.load(path)
+    return hashlib.sha1(data.tobytes()).hexdigest(), data
+
+
+@pytest.mark.slow
+def test_training_gives_the_same_weights_on_any_thread_setting_and_two_at_once(
+        solver_file, tmp_path):
+    """performance.md: the kernels' results do not depend on the thread count, and training
+    on another count agrees to float rounding (OpenBLAS's weight-gradient products may sum in
+    another order); a process pinned to one CPU, or whose settings are nonsense (ignored with
+    a warning), trains as the others do. Two processes training at once on the same cores
+    (each with the machine's budget, or 64 threads each) end at the very weights that the same
+    setting reaches alone."""
+    import numpy as np
+
+    def alone(name, **settings):
+        out = tmp_path / (name + ".npy")
+        budgets = _run_together([_start(solver_file, out, **settings)])
+        return budgets[0], _weights(out)
+
+    budget, (_, reference) = alone("one", PYCAFFE_LITE_CPU_THREADS="1")
+    assert budget == 1 and np.isfinite(reference).all()
+    assert np.abs(reference).max() > 0.01  # the weights moved from zero-mean fillers
+
+    runs = {"two": (2, dict(PYCAFFE_LITE_CPU_THREADS="2")),
+            "omp3": (3, dict(OMP_NUM_THREADS="3")),
+            "nonsense": (None, dict(PYCAFFE_LITE_CPU_THREADS="abc", OMP_NUM_THREADS="-1",
+                                    OPENBLAS_NUM_THREADS="0"))}
+    for name, (expected, settings) in runs.items():
+        budget, (_, data) = alone(name, **settings)
+        assert expected is None or budget == expected
+        np.testing.assert_allclose(data, reference, rtol=1e-4, atol=1e-6, err_msg=name)
+    if hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2:
+        cpu = sorted(os.sched_getaffinity(0))[0]
+        out = tmp_path / "pinned.npy"
+        pinned = _start(solver_file, out, prefix=(
+            sys.executable, "-c", "import os, sys; os.sched_setaffinity(0, {%d}); "
+            "os.execv(sys.executable, sys.argv[1:])" % cpu))
+        assert _run_together([pinned]) == [1]  # the budget follows the affinity
+        np.testing.assert_allclose(np.load(out), reference, rtol=1e-4, atol=1e-6)
+
+    for threads in (None, "64"):
+        settings = {} if threads is None else {"PYCAFFE_LITE_CPU_THREADS": threads}
+        budget, (expected, _) = alone("alone-%s" % threads, **settings)
+        outs = [tmp_path / ("together-%s-%d.npy" % (threads, i)) for i in range(2)]
+        budgets = _run_together([_start(solver_file, out, **settings) for out in outs])
+        assert budgets == [budget, budget]
+        assert threads is None or budget == 64
+        assert [_weights(out)[0] for out in outs] == [expected, expected], threads
