@@ -80,7 +80,7 @@ def main(argv=None):
     args = parse(parser, argv)
     saved = os.environ.get(python_layers.ENV)
     if getattr(args, "no_python_layers", False):
-        os.environ[python_layers.ENV] = "0"  # also reaches ranks started by mpiexec
+        python_layers.turn_off_for_command()  # the variable, which mpiexec's ranks see too
     try:
         if hasattr(args, "plugin"):  # a command that builds nets: its layers first
             plugins.load(args.plugin)
@@ -98,6 +98,7 @@ def main(argv=None):
         print("pycaffe-lite %s: interrupted" % args.command, file=sys.stderr)
         return 130
     finally:
+        python_layers.forget_command()
         if saved is None:
             os.environ.pop(python_layers.ENV, None)
         else:

@@ -200,9 +200,7 @@ def load(modules=(), flag="--plugin"):
             name, where = named[0]
             raise PluginError("plugin module '%s' (named by %s) would import and run that "
                               "module's code, and plugins are turned off with Python layers "
-                              "(%s=%s, --no_python_layers)"
-                              % (name, where, python_layers.ENV,
-                                 os.environ.get(python_layers.ENV, "")))
+                              "(%s)" % (name, where, python_layers.turned_off_by()))
         points = entry_points()
         if points:
             log.warning("Python layers are turned off: plugin entry points not loaded: %s",
@@ -238,6 +236,5 @@ def refused():
     if not modules or python_layers.allowed():
         return ""
     return ("%s=%s names plugin modules, but they were not imported: plugins are turned off "
-            "with Python layers (%s=%s); allow them only for modules you trust"
-            % (ENV, os.environ.get(ENV, ""), python_layers.ENV,
-               os.environ.get(python_layers.ENV, "")))
+            "with Python layers (%s); allow them only for modules you trust"
+            % (ENV, os.environ.get(ENV, ""), python_layers.turned_off_by()))

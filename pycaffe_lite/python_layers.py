@@ -23,6 +23,31 @@ def allowed(override=None):
     return switch(ENV)
 
 
+# The command-line flag that turned Python layers off in this process, where one did (the
+# command line sets the variable for it, which also reaches the ranks mpiexec starts).
+_flag = []
+
+
+def turn_off_for_command(flag="--no_python_layers"):
+    """Turn Python layers off for a command given ``flag``; its refusals name the flag."""
+    os.environ[ENV] = "0"
+    _flag[:] = [flag]
+
+
+def forget_command():
+    """The command is over: its flag no longer explains the variable."""
+    _flag[:] = []
+
+
+def turned_off_by():
+    """What turned Python layers off, as a refusal names it: the command's flag, else the
+    variable and its value."""
+    value = os.environ.get(ENV, "")
+    if _flag and value == "0":
+        return _flag[0]
+    return "%s=%s" % (ENV, value)
+
+
 def python_layers(net_param):
     """``[(layer name, module, class)]`` of the ``Python`` layers in a NetParameter, in every
     phase (V1 layers have no Python type)."""
@@ -39,8 +64,7 @@ def refuse(net_param, allow=None, where=None):
     if not layers:
         return
     name, module, cls = layers[0]
-    how = ("allow_python_layers=False" if allow is not None
-           else "%s=%s" % (ENV, os.environ.get(ENV, "")))
+    how = "allow_python_layers=False" if allow is not None else turned_off_by()
     raise NetError("%snet '%s': layer '%s' is a Python layer (python_param.module '%s', layer "
                    "'%s'), which would import and run that module's code, and Python layers "
                    "are turned off (%s); only allow them for net files you trust"

@@ -124,3 +124,23 @@ def test_every_command_that_reads_nets_takes_the_flag(untrusted, capsys, command
     err = capsys.readouterr().err
     assert "'sneaky'" in err and module in err
     _assert_not_imported(module, marker)
+
+
+def test_the_refusal_names_the_switch_that_was_used(untrusted, capsys, monkeypatch):
+    """The flag's refusal names the flag, not the variable the command sets for it (which the
+    user never set); the variable's refusal names the variable and its value."""
+    net_path, module, marker = untrusted
+    assert cli.main(["summary", "--model", str(net_path), "--no_python_layers"]) == 1
+    err = capsys.readouterr().err
+    assert "Python layers are turned off (--no_python_layers)" in err
+    assert ENV not in err
+    assert cli.main(["summary", "--model", str(net_path), "--plugin", module,
+                     "--no_python_layers"]) == 1
+    err = capsys.readouterr().err
+    assert "plugins are turned off with Python layers (--no_python_layers)" in err
+    assert ENV not in err
+    monkeypatch.setenv(ENV, "off")
+    assert cli.main(["summary", "--model", str(net_path)]) == 1
+    err = capsys.readouterr().err
+    assert "Python layers are turned off (%s=off)" % ENV in err
+    _assert_not_imported(module, marker)
