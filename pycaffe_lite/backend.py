@@ -14,7 +14,7 @@ import weakref
 
 import numpy as np
 
-from .errors import CaffeError
+from .errors import CaffeError, install_hint
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -40,7 +40,8 @@ def _import_cupy():
         import cupy
     except ImportError as exc:
         raise GPUUnavailableError(
-            "GPU mode needs CuPy: install it with pip install 'pycaffe-lite[gpu]' (%s)" % exc
+            "GPU mode needs CuPy (%s): install the gpu extra (pip install '.[gpu]' in "
+            "pycaffe-lite's source tree; docs/gpu.md lists its packages)" % exc
         ) from None
     try:
         n = cupy.cuda.runtime.getDeviceCount()
@@ -225,8 +226,8 @@ def nccl():
             raise ImportError("cupy.cuda.nccl.available is False")
     except (ImportError, AttributeError) as exc:
         raise GPUUnavailableError(
-            "NCCL is not usable by CuPy (%s): install it with pip install "
-            "'pycaffe-lite[gpu]' (nvidia-nccl-cu12)" % exc) from None
+            "NCCL is not usable by CuPy (%s): install it with %s"
+            % (exc, install_hint("gpu", "nvidia-nccl-cu12"))) from None
     if not _is_cupy(mod):
         raise GPUUnavailableError("NCCL needs CuPy arrays, not %s" % mod.__name__)
     return binding

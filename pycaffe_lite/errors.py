@@ -71,6 +71,13 @@ class SnapshotError(CaffeError):
 _WITH_CAUSE_TYPE = {}
 
 
+def install_hint(extra, packages):
+    """How to install an optional dependency: the packages themselves, or the package's extra
+    from its source tree (the project installs from a checkout, not from an index)."""
+    return "pip install %s (or the %s extra: pip install '.[%s]' in pycaffe-lite's source " \
+        "tree)" % (packages, extra, extra)
+
+
 def _layer_error_class(cause_type):
     """A LayerError subclass that is also a ``cause_type`` (None when the two cannot be
     combined: exception types with their own C layout, such as OSError or StopIteration)."""

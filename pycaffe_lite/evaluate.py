@@ -29,7 +29,7 @@ import logging
 
 import numpy as np
 
-from .errors import CaffeError
+from .errors import CaffeError, install_hint
 from .layers.detection.average_precision import AP_VERSIONS, DetectionAccumulator
 from .net import Net
 from .proto import caffe_pb2
@@ -302,8 +302,8 @@ def need_matplotlib(what="the confusion matrix PNG"):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise CaffeError("%s needs matplotlib, which is not installed: pip install "
-                         "'pycaffe-lite[plot]' (or the tools extra)" % what) from None
+        raise CaffeError("%s needs matplotlib, which is not installed: %s"
+                         % (what, install_hint("plot", "matplotlib"))) from None
     return plt
 
 

@@ -24,7 +24,7 @@ Tags (the iteration is the step):
   iterations.
 
 Only the root solver (rank 0 under MPI) writes. The files are written by TensorBoard's own
-event writer (``pip install pycaffe-lite[tensorboard]``).
+event writer (the ``tensorboard`` extra, or ``pip install tensorboard``).
 """
 
 import os
@@ -32,10 +32,10 @@ import time
 
 import numpy as np
 
-from .errors import CaffeError
+from .errors import CaffeError, install_hint
 from . import ranks
 
-_INSTALL = "pip install 'pycaffe-lite[tensorboard]' (or pip install tensorboard)"
+_INSTALL = install_hint("tensorboard", "tensorboard")
 
 
 def load_writer():

@@ -144,3 +144,37 @@ def test_the_knobs_are_read_when_performance_md_says(tmp_path):
         KNOBS["PYCAFFE_LITE_CPU_THREADS"][1:]
     changed = settings(knobs)
     assert {name for name in KNOBS if changed[name] != default[name]} == set(KNOBS)
+
+
+def test_the_install_commands_install_from_the_checkout():
+    """The package installs from its source tree (getting-started.md: `pip install .`), not
+    from an index: a `pip install 'pycaffe-lite[tensorboard]'` as written fetches nothing
+    (pip finds no such distribution). Every pip command of the docs, and every install hint
+    of the package's error messages, that installs the package or one of its extras names the
+    checkout (`.`, `-e .`, `'.[extra]'`), and each extra it names is one of pyproject.toml's."""
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    name, extras = project["name"], set(project["optional-dependencies"])
+    files = ["README.md", "CONTRIBUTING.md"]
+    files += ["docs/" + n for n in sorted(os.listdir(os.path.join(ROOT, "docs")))
+              if n.endswith(".md")]
+    for folder, _, names in os.walk(os.path.join(ROOT, "pycaffe_lite")):
+        files += [os.path.relpath(os.path.join(folder, n), ROOT) for n in sorted(names)
+                  if n.endswith(".py") and n != "caffe_pb2.py"]
+    wrong, seen = [], 0
+    for path in files:
+        text = _read(*path.split("/"))
+        for m in re.finditer(r"pip install ([^`\n&;#()]*)", text):
+            seen += 1
+            for word in m.group(1).split():
+                word = word.strip("'\"")
+                base, _, extra = word.partition("[")
+                if base in (name, name.replace("-", "_")):
+                    wrong.append("%s: pip install %s" % (path, word))
+                elif base == "." and extra:
+                    wrong += ["%s: no extra %r" % (path, e)
+                              for e in extra.rstrip("]").split(",")
+                              if e not in extras and "%" not in e]
+    assert seen > 10 and wrong == []

@@ -211,7 +211,8 @@ def test_confusion_png_without_matplotlib_fails_before_the_run(tmp_path, capsys,
                      str(tmp_path / "cm.png")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["pycaffe-lite evaluate: error: --confusion_png needs matplotlib, which is "
-                   "not installed: pip install 'pycaffe-lite[plot]' (or the tools extra)"]
+                   "not installed: pip install matplotlib (or the plot extra: pip install "
+                   "'.[plot]' in pycaffe-lite's source tree)"]
 
 
 @pytest.mark.parametrize("flag", ["--json", "--confusion_png"])

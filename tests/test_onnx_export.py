@@ -301,9 +301,10 @@ def test_missing_onnx_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx now raises ImportError
     net = net_from_text(input_layers({"data": (1, 2)}) +
                         'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }')
-    with pytest.raises(CaffeError, match=r"pip install 'pycaffe-lite\[onnx\]'"):
+    hint = r"pip install onnx onnxruntime \(or the onnx extra: pip install '\.\[onnx\]'"
+    with pytest.raises(CaffeError, match=hint):
         caffe_onnx.export(net, None)
-    with pytest.raises(CaffeError, match=r"pip install 'pycaffe-lite\[onnx\]'"):
+    with pytest.raises(CaffeError, match=hint):
         caffe_onnx.to_caffe("model.onnx", None)
 
 

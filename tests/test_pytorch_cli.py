@@ -293,7 +293,7 @@ def test_compare_with_no_engine_installed_compared_nothing_and_fails(capsys, mon
     assert captured.err.strip().splitlines() == [
         "pycaffe-lite compare: error: nothing was compared: none of the engines asked for "
         "(opencv, onnxruntime, pytorch) is installed; install the tools extra (pip install "
-        "'pycaffe-lite[tools]') or name an installed engine with --engines"]
+        "'.[tools]' in pycaffe-lite's source tree) or name an installed engine with --engines"]
 
 
 @pytest.mark.slow

@@ -158,7 +158,8 @@ def test_only_rank_0_writes(tmp_path):
 def test_missing_tensorboard_is_a_clear_error(tmp_path, monkeypatch, capsys):
     solver_path = make_project(tmp_path)
     monkeypatch.setitem(sys.modules, "tensorboard.summary.writer.event_file_writer", None)
-    with pytest.raises(CaffeError, match=r"pycaffe-lite\[tensorboard\]"):
+    with pytest.raises(CaffeError, match=r"pip install tensorboard \(or the tensorboard "
+                       r"extra: pip install '\.\[tensorboard\]'"):
         tensorboard.load_writer()
     assert cli.main(["train", "--solver", str(solver_path), "--tensorboard",
                      str(tmp_path / "runs")]) == 1

@@ -124,8 +124,8 @@ def run(args):
         if not engines:
             print("pycaffe-lite compare: error: nothing was compared: none of the engines "
                   "asked for (%s) is installed; install the tools extra "
-                  "(pip install 'pycaffe-lite[tools]') or name an installed engine with "
-                  "--engines" % ", ".join(args.engines), file=sys.stderr)
+                  "(pip install '.[tools]' in pycaffe-lite's source tree) or name an "
+                  "installed engine with --engines" % ", ".join(args.engines), file=sys.stderr)
             return 3
         rows, first = compare(net, engines, inputs, args.tolerance)
     names = [e.name for e in engines]

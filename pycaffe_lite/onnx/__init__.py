@@ -1,4 +1,4 @@
-"""ONNX export and import (needs the ``onnx`` extra: ``pip install 'pycaffe-lite[onnx]'``).
+"""ONNX export and import (needs the ``onnx`` extra: ``pip install '.[onnx]'`` in the source tree).
 
 - :func:`export` writes a built :class:`pycaffe_lite.Net` as an ONNX model;
   :func:`export_files` does it from a deploy prototxt and a ``.caffemodel``.

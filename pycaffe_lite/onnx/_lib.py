@@ -1,8 +1,8 @@
 """The optional ``onnx`` package, imported on first use with a clear error when missing."""
 
-from ..errors import CaffeError
+from ..errors import CaffeError, install_hint
 
-INSTALL_HINT = "pip install 'pycaffe-lite[onnx]'"
+INSTALL_HINT = install_hint("onnx", "onnx onnxruntime")
 
 
 def require_onnx():

@@ -20,12 +20,12 @@ import logging
 import numpy as np
 
 from .. import backend
-from ..errors import CaffeError
+from ..errors import CaffeError, install_hint
 from .. import ranks
 
 log = logging.getLogger("pycaffe_lite")
 
-MPI_EXTRA = "pip install 'pycaffe-lite[mpi]' (mpi4py and MPICH's mpiexec)"
+MPI_EXTRA = install_hint("mpi", "mpi4py mpich") + " (mpi4py and MPICH's mpiexec)"
 
 
 def import_mpi():

@@ -5,7 +5,7 @@ all. Copying weights into a Net is the Net's business (:mod:`pycaffe_lite.weight
 
 import io
 
-from ..errors import CaffeError, ProtoError
+from ..errors import CaffeError, ProtoError, install_hint
 from . import caffe_pb2, protoio
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -16,7 +16,7 @@ def h5py_module():
     try:
         import h5py
     except ImportError:
-        raise CaffeError("HDF5 weights need h5py: pip install 'pycaffe-lite[hdf5]'") from None
+        raise CaffeError("HDF5 weights need h5py: %s" % install_hint("hdf5", "h5py")) from None
     return h5py
 
 

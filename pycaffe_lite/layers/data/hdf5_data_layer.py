@@ -6,6 +6,7 @@ import os
 import numpy as np
 
 from ...data.datum import DataError
+from ...errors import install_hint
 from ...ranks import data_ranks
 from ...registry import register_layer
 from .base_data_layer import BaseDataLayer, layer_rng
@@ -17,8 +18,8 @@ def import_h5py(what):
     try:
         import h5py
     except ImportError:
-        raise DataError("%s needs the optional h5py package: pip install h5py (or pip install "
-                        "'pycaffe-lite[hdf5]')" % what) from None
+        raise DataError("%s needs the optional h5py package: %s"
+                        % (what, install_hint("hdf5", "h5py"))) from None
     return h5py
 
 
