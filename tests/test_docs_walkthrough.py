@@ -178,3 +178,18 @@ def test_the_install_commands_install_from_the_checkout():
                               for e in extra.rstrip("]").split(",")
                               if e not in extras and "%" not in e]
     assert seen > 10 and wrong == []
+
+
+def test_the_model_py_pytorch_md_shows_is_the_file_the_export_writes(tmp_path):
+    """pytorch.md's worked example: "`lenet_torch/model.py`:" and then the file; the file
+    export_pytorch writes for models/lenet/lenet.prototxt, line for line."""
+    from pycaffe_lite.pytorch import export_files
+
+    text = _read("docs", "pytorch.md")
+    start = text.index("`lenet_torch/model.py`:")
+    shown = re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+    net, report = export_files(os.path.join(ROOT, "models", "lenet", "lenet.prototxt"), None,
+                               str(tmp_path / "lenet_torch"))
+    net.close()
+    written = (tmp_path / "lenet_torch" / "model.py").read_text()
+    assert shown.splitlines() == written.splitlines()
