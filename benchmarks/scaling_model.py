@@ -13,9 +13,11 @@ A network "stops scaling" here at the first N whose efficiency without overlap f
 what each costs). t_comm grows with N only through 2(N-1)/N, from B/bw (N = 2) to 2B/bw, so
 that point is reached early or not at all.
 
-Usage: python benchmarks/scaling_model.py --compute caffenet=MS,resnet50=MS [--params ...]
-or --bench out.json [out2.json] (the --json files of bench_parallel.py: the 1 rank x 1 thread
-time of each network is its t_c, its parameter count its buffer).
+Usage: python benchmarks/scaling_model.py --compute caffenet=MS,resnet50=MS
+[--params NAME=COUNT,...] or --bench out.json [out2.json] (the --json files of
+bench_parallel.py: the 1 rank x 1 thread time of each network is its t_c, its parameter count
+its buffer). Every network with a time is modelled; one other than CaffeNet and ResNet-50
+needs its parameter count, from a bench file or --params.
 """
 
 import argparse
@@ -59,25 +61,56 @@ def table(name, params, compute_s):
     return "\n".join(lines)
 
 
+def _pairs(parser, text, flag, kind):
+    """``name=value,...`` of ``flag`` as {name: value}; a parser error naming the item."""
+    found = {}
+    for item in [i for i in text.split(",") if i]:
+        name, _, value = item.partition("=")
+        try:
+            number = kind(value)
+        except ValueError:
+            number = None
+        if not name or number is None or not 0 < number < float("inf"):
+            parser.error("%s %s: expected NAME=%s with a positive number"
+                         % (flag, item, "MS" if flag == "--compute" else "COUNT"))
+        found[name] = number
+    return found
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--compute", default="", help="name=milliseconds per iteration, ...")
+    ap.add_argument("--params", default="",
+                    help="name=parameter count, ... (for nets other than caffenet, resnet50)")
     ap.add_argument("--bench", nargs="*", default=[], help="bench_parallel.py --json files")
     args = ap.parse_args()
     compute, params = {}, dict(PARAMS)
     for path in args.bench:
-        with open(path) as f:
-            for run in json.load(f)["runs"]:
+        try:
+            with open(path) as f:
+                runs = json.load(f)["runs"]
+            for run in runs:
                 if run["ranks"] == 1 and run["threads"] == 1:
                     compute[run["net"]] = run["ms_per_iter"] / 1000.0
                     params[run["net"]] = run["params"]
-    for item in [i for i in args.compute.split(",") if i]:
-        name, ms = item.split("=")
-        compute[name] = float(ms) / 1000.0
-    for name in ("caffenet", "resnet50"):
-        if name in compute:
-            print(table(name, params[name], compute[name]))
-            print()
+        except OSError as exc:
+            ap.error("--bench %s: %s" % (path, exc.strerror or exc))
+        except (ValueError, KeyError, TypeError) as exc:
+            ap.error("--bench %s: not a bench_parallel.py --json file (%s: %s)"
+                     % (path, type(exc).__name__, exc))
+    params.update(_pairs(ap, args.params, "--params", int))
+    for name, ms in _pairs(ap, args.compute, "--compute", float).items():
+        compute[name] = ms / 1000.0
+    if not compute:
+        ap.error("nothing to model: give --compute caffenet=MS (and resnet50=MS) or --bench "
+                 "with a bench_parallel.py --json file")
+    unknown = [name for name in compute if name not in params]
+    if unknown:
+        ap.error("no parameter count for %s: add --params %s=COUNT"
+                 % (", ".join(unknown), unknown[0]))
+    for name in compute:
+        print(table(name, params[name], compute[name]))
+        print()
 
 
 if __name__ == "__main__":
