@@ -397,3 +397,73 @@ def test_host_matmul_keeps_small_products_off_openblas_threads(monkeypatch):
         cpu.set_gemm_split(old)
     assert seen == [1]
     np.testing.assert_array_equal(again, x @ w.T)
+
+
+WEIGHT_GRAD_NET = """
+force_backward: true
+layer { name: "in" type: "Input" top: "x" input_param { shape { dim: 4 dim: 16 dim: 20 dim: 20 } } }
+layer { name: "conv" type: "Convolution" bottom: "x" top: "c"
+  convolution_param { num_output: 64 kernel_size: 3 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "grouped" type: "Convolution" bottom: "c" top: "g"
+  convolution_param { num_output: 64 kernel_size: 3 group: 2
+                      weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "ip" type: "InnerProduct" bottom: "g" top: "y"
+  inner_product_param { num_output: 1000 weight_filler { type: "gaussian" std: 0.01 } } }
+layer { name: "small" type: "InnerProduct" bottom: "y" top: "z"
+  inner_product_param { num_output: 10 weight_filler { type: "gaussian" std: 0.01 } } }
+"""
+
+
+@needs_library
+def test_the_weight_gradients_keep_off_openblas_threads(monkeypatch, tmp_path):
+    """performance.md, "On a busy machine": a product on OpenBLAS's threads is split in fixed
+    parts, and a descheduled thread stalls it for a time slice (LeNet's training step ran 2.4x
+    slower on two threads than on one beside other jobs, 52 against 22 ms). The convolutions'
+    and InnerProduct's weight gradients were such products; every product of a backward now
+    runs with OpenBLAS on one thread (shared by the kernel threads, or on the calling thread),
+    and the gradients are the products' values."""
+    import pycaffe_lite as caffe
+
+    if not cpu_threads.blas_controllable():
+        pytest.skip("NumPy's BLAS here is not an OpenBLAS whose threads can be set")
+    get = cpu_threads._blas_functions()[1]
+    monkeypatch.setitem(cpu_threads._state, "threads", 2)
+    before = get()
+    cpu_threads.match_blas(2) if before != 2 else None
+    path = tmp_path / "net.prototxt"
+    path.write_text(WEIGHT_GRAD_NET)
+    net = caffe.Net(str(path), caffe.TRAIN)
+    rng = np.random.default_rng(3)
+    net.blobs["x"].data[...] = rng.standard_normal(net.blobs["x"].shape)
+    net.forward()
+    for name in ("z",):
+        net.blobs[name].diff[...] = rng.standard_normal(net.blobs[name].shape)
+    real_matmul = np.matmul
+    threads_seen = []
+
+    def spy(a, b, *args, **kwargs):
+        if isinstance(a, np.ndarray) and a.size * b.shape[-1] >= 1 << 16:
+            threads_seen.append(get())
+        return real_matmul(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(np, "matmul", spy)
+    try:
+        for ps in net.params.values():
+            for p in ps:
+                p.diff[...] = 0
+        net.backward()
+    finally:
+        monkeypatch.setattr(np, "matmul", real_matmul)
+        cpu_threads.match_blas(before)
+    assert threads_seen and set(threads_seen) == {1}, threads_seen
+    # the values: the InnerProduct's dW = dy^T x, the grouped convolution's by im2col, float64
+    g = net.blobs["g"].data.reshape(4, -1).astype(np.float64)
+    dy = net.blobs["y"].diff.reshape(4, -1).astype(np.float64)
+    np.testing.assert_allclose(net.params["ip"][0].diff, dy.T @ g, rtol=1e-4, atol=1e-5)
+    c = net.blobs["c"].data.astype(np.float64)
+    dg = net.blobs["g"].diff.astype(np.float64)
+    patches = np.lib.stride_tricks.sliding_window_view(c, (3, 3), axis=(2, 3))  # N C H W 3 3
+    expected = np.concatenate([
+        np.einsum("nohw,nchwij->ocij", dg[:, 32 * k:32 * (k + 1)],
+                  patches[:, 32 * k:32 * (k + 1)]) for k in range(2)])
+    np.testing.assert_allclose(net.params["grouped"][0].diff, expected, rtol=1e-4, atol=1e-4)

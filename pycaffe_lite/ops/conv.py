@@ -260,10 +260,15 @@ def _matmul(a, b, out):
 
 def _accumulate_weight_grad(g, weight_diff, dy, col):
     """``weight_diff += dy * col^T`` per group, computed as ``(col * dy^T)^T``: OpenBLAS
-    is markedly faster with the long reduction axis on that side for conv shapes."""
+    is markedly faster with the long reduction axis on that side for conv shapes. On the host
+    the product is shared by the kernel threads as the forward's are (:func:`matmul`), never
+    left to OpenBLAS's own threads, which a busy machine stalls."""
     xp = get_array_module(dy)
     wd = weight_diff.reshape(g.group, g.conv_out_channels // g.group, g.kernel_dim)
-    wd += xp.matmul(col, dy.transpose(0, 2, 1)).transpose(0, 2, 1)
+    product = xp.empty((col.shape[0], col.shape[1], dy.shape[1]),
+                       xp.result_type(col.dtype, dy.dtype))
+    _matmul(col, dy.transpose(0, 2, 1), product)
+    wd += product.transpose(0, 2, 1)
 
 
 def _chunks(num, chunk):

@@ -30,11 +30,16 @@ def accumulate_matmul(c, a, b):
     """``c += a @ b`` for host matrices without a temporary the size of ``c``: the product is
     made a block of rows at a time into a small reused buffer and added while it is still in
     cache. A large fully connected layer's weight gradient (a product of rank ``batch``) is
-    memory-bound: this halves its memory traffic and its page faults. Small products, and
-    device arrays, take ``c += a @ b``."""
+    memory-bound: this halves its memory traffic and its page faults. Small products take
+    ``c += a @ b``; on the host every product goes through
+    :func:`pycaffe_lite.ops.cpu.host_matmul` (never OpenBLAS's own threads, which a busy
+    machine stalls)."""
     rows = max(1, _ACCUMULATE_BLOCK_BYTES // max(1, c.shape[1] * c.itemsize))
-    if type(c) is not np.ndarray or c.shape[0] <= 2 * rows:
+    if type(c) is not np.ndarray:
         c += a @ b
+        return c
+    if c.shape[0] <= 2 * rows:
+        c += _cpu.host_matmul(a, b, np.empty(c.shape, np.result_type(a.dtype, b.dtype)))
         return c
     buf = getattr(_accumulate_buffers, "buf", None)
     if buf is None or buf.dtype != c.dtype or buf.size < rows * c.shape[1]:
@@ -42,6 +47,6 @@ def accumulate_matmul(c, a, b):
     for r in range(0, c.shape[0], rows):
         part = c[r:r + rows]
         product = buf[:part.size].reshape(part.shape)
-        np.matmul(a[r:r + rows], b, out=product)
+        _cpu.host_matmul(a[r:r + rows], b, product)
         part += product
     return c

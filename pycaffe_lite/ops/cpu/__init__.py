@@ -300,6 +300,9 @@ def bn_train_backward(dy, xnorm, y, stdv, gamma, dgamma, dbeta, dx, use_global, 
 # multiply-adds worth a chunk.
 GEMM_COLUMNS = 64
 GEMM_MIN_WORK = 1 << 21
+# Rows per unit where a product has too few columns to share (a weight gradient's ``out`` has
+# as many columns as its layer has outputs).
+GEMM_ROWS = 16
 
 
 def set_gemm_split(flag):
@@ -321,6 +324,11 @@ def _matmul_columns(a, b, out, start, stop):
     np.matmul(a, b[:, start:stop], out=out[:, start:stop])
 
 
+def _matmul_rows(a, b, out, start, stop):
+    start, stop = start * GEMM_ROWS, min(a.shape[0], stop * GEMM_ROWS)
+    np.matmul(a[start:stop], b, out=out[start:stop])
+
+
 def _matmul_stack(a, b, out, start, stop):
     np.matmul(a[start:stop], b[start:stop], out=out[start:stop])
 
@@ -332,9 +340,10 @@ def split_matmul(a, b, out):
     product in fixed parts and wait for each).
 
     - 2-D (``a (M, K)``, ``b (K, N)``): the columns of ``b`` and ``out`` in chunks of
-      :data:`GEMM_COLUMNS`. Each element is the same dot product as in one whole product,
-      computed by OpenBLAS's kernel for its panel: equal to the unsplit result to float
-      rounding (bit for bit on most shapes);
+      :data:`GEMM_COLUMNS`, or, where they are too few to share (a weight gradient's), the
+      rows of ``a`` and ``out`` in chunks of :data:`GEMM_ROWS`. Each element is the same dot
+      product as in one whole product, computed by OpenBLAS's kernel for its panel: equal to
+      the unsplit result to float rounding (bit for bit on most shapes);
     - 3-D (a stack of products, as NumPy's ``matmul`` broadcasts them): whole products per
       chunk, each the same call NumPy makes for it.
 
@@ -349,9 +358,14 @@ def split_matmul(a, b, out):
         return False
     if a.ndim == 2:
         m, k = a.shape
-        units = -(-b.shape[1] // GEMM_COLUMNS)
+        n = b.shape[1]
+        units = -(-n // GEMM_COLUMNS)
         grain = max(1, GEMM_MIN_WORK // max(1, m * k * GEMM_COLUMNS))
         fn = _matmul_columns
+        if units < 2 * grain:
+            units = -(-m // GEMM_ROWS)
+            grain = max(1, GEMM_MIN_WORK // max(1, GEMM_ROWS * k * n))
+            fn = _matmul_rows
     elif a.ndim == 3 and a.shape[0] == b.shape[0] == out.shape[0]:
         units = a.shape[0]
         grain = max(1, GEMM_MIN_WORK // max(1, a.shape[1] * a.shape[2] * b.shape[2]))
