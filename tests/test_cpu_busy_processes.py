@@ -187,3 +187,55 @@ def test_training_gives_the_same_weights_on_any_thread_setting_and_two_at_once(
         assert budgets == [budget, budget]
         assert threads is None or budget == 64
         assert [_weights(out)[0] for out in outs] == [expected, expected], threads
+
+
+def _cpu_cgroup_v1():
+    """The cgroup v1 cpu hierarchy's mount where this process may make a child group in it,
+    else None (no v1 hierarchy, or no permission: most machines)."""
+    import uuid
+
+    root = os.path.join("/sys/fs/cgroup", "cpu")
+    if not os.path.isfile(os.path.join(root, "cpu.cfs_quota_us")):
+        return None
+    probe = os.path.join(root, "pycaffe-lite-probe-%s" % uuid.uuid4().hex[:8])
+    try:
+        os.mkdir(probe)
+    except OSError:
+        return None
+    os.rmdir(probe)
+    return root
+
+
+@pytest.mark.parametrize("quota, cpus", [(100000, 1), (150000, 2)])
+def test_a_real_cgroup_quota_bounds_the_budget(tmp_path, quota, cpus):
+    """A CPU quota that the affinity mask does not show (a container's --cpus): a process
+    placed in a cgroup with `quota / period` CPUs settles on that many threads, rounded up,
+    and OpenBLAS on the same, with no setting. Where no cgroup can be made, the parsing is
+    held to cgroup files by tests/test_ops_cpu_threads.py."""
+    import uuid
+
+    root = _cpu_cgroup_v1()
+    if root is None:
+        pytest.skip("no writable cgroup v1 cpu hierarchy here")
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs a process that may use 2 CPUs or more")
+    group = os.path.join(root, "pycaffe-lite-test-%s" % uuid.uuid4().hex[:8])
+    os.mkdir(group)
+    try:
+        with open(os.path.join(group, "cpu.cfs_period_us"), "w") as f:
+            f.write("100000")
+        with open(os.path.join(group, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(quota))
+
+        def enter():
+            with open(os.path.join(group, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+
+        proc = subprocess.run([sys.executable, "-c", BUDGET], capture_output=True, text=True,
+                              env=_env(), timeout=HANG, preexec_fn=enter)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        line = [s for s in proc.stdout.splitlines() if s.startswith("BUDGET")][-1].split()
+        assert int(line[1]) == cpus
+        assert line[2] in ("none", str(cpus))
+    finally:
+        os.rmdir(group)
