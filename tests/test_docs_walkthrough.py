@@ -193,3 +193,56 @@ def test_the_model_py_pytorch_md_shows_is_the_file_the_export_writes(tmp_path):
     net.close()
     written = (tmp_path / "lenet_torch" / "model.py").read_text()
     assert shown.splitlines() == written.splitlines()
+
+
+def _blocks(text):
+    return [(m.group(1), m.group(2)) for m in
+            re.finditer(r"^```(\w*)[^\n]*\n(.*?)^```", text, re.S | re.M)]
+
+
+def test_custom_layers_md_trains_its_layer_from_the_command_line(tmp_path):
+    """custom-layers.md as written: its layer into my_layers.py, its net and solver into the
+    files it names, and both commands of "Layers of your own on the command line" run (the
+    first used to name a module, more_layers, that the page never made, and the page gave no
+    net or solver to train). The learned scale reaches 2, the target's factor."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    import pycaffe_lite as caffe
+
+    text = _read("docs", "custom-layers.md")
+    section = text[text.index("## Layers of your own on the command line"):]
+    blocks = _blocks(section)
+    (tmp_path / "my_layers.py").write_text(_blocks(text)[0][1])
+    texts = [body for kind, body in blocks if kind == "text"]
+    (tmp_path / "scaled_tanh.prototxt").write_text(texts[0])
+    (tmp_path / "solver.prototxt").write_text(texts[1])
+    commands = [line for line in next(body for kind, body in blocks if kind == "bash")
+                .splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 2
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path)]))
+    env.pop("PYCAFFE_LITE_PLUGINS", None)
+    for command in commands:
+        words = command.split()
+        run_env = dict(env)
+        while "=" in words[0]:
+            name, _, value = words.pop(0).partition("=")
+            run_env[name] = value
+        assert words[0] == "pycaffe-lite"
+        proc = subprocess.run([sys.executable, "-m", "pycaffe_lite.cli"] + words[1:],
+                              cwd=str(tmp_path), env=run_env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, (command, proc.stderr[-2000:])
+        weights = tmp_path / "scaled_tanh_iter_100.caffemodel"
+        assert weights.exists()
+        sys.path.insert(0, str(tmp_path))
+        try:
+            import my_layers  # noqa: F401  (registers ScaledTanH in this process)
+        finally:
+            sys.path.remove(str(tmp_path))
+        net = caffe.Net(str(tmp_path / "scaled_tanh.prototxt"), str(weights), caffe.TEST)
+        assert np.allclose(net.params["scale"][0].data, 2.0, rtol=1e-4)
+        net.close()
+        weights.unlink()
