@@ -19,10 +19,11 @@ The thread count (:func:`threads`): ``PYCAFFE_LITE_CPU_THREADS``, else ``OMP_NUM
 else the CPUs this process may use: its affinity mask, bounded by the CPU quota of its cgroup
 and the cgroups above it (``cpu.max`` of cgroup v2, ``cpu.cfs_quota_us / cpu.cfs_period_us``
 of v1), rounded up.
-NumPy's OpenBLAS gets the same budget (:func:`match_blas`) unless ``OPENBLAS_NUM_THREADS`` or
-``GOTO_NUM_THREADS`` chose its own (a positive whole number), so its threads and the
-kernels' never ask for more cores than the process has. A forked child forgets the parent's
-pool (whose threads it does not have) and starts its own on its first call that splits.
+NumPy's OpenBLAS gets the same budget, at most the CPUs (:func:`match_blas`), unless
+``OPENBLAS_NUM_THREADS`` or ``GOTO_NUM_THREADS`` chose its own (a positive whole number), so
+its threads and the kernels' never ask for more cores than the process has. A forked child
+forgets the parent's pool (whose threads it does not have) and starts its own on its first
+call that splits.
 """
 
 import logging
@@ -183,16 +184,19 @@ def _loaded_openblas(maps="/proc/self/maps"):
 
 
 def match_blas(n):
-    """Give NumPy's OpenBLAS ``n`` threads (the kernels' budget), unless the environment set
-    its own (``OPENBLAS_NUM_THREADS``, ``GOTO_NUM_THREADS``) or NumPy has not loaded it.
-    Returns the number set, or None."""
+    """Give NumPy's OpenBLAS ``n`` threads (the kernels' budget), at most the CPUs this
+    process may use (as OpenBLAS caps the counts of its own variables: its threads split a
+    product in fixed parts, and more of them than cores wait on each other), unless the
+    environment set its own (``OPENBLAS_NUM_THREADS``, ``GOTO_NUM_THREADS``) or NumPy has not
+    loaded it. Returns the number set, or None."""
     if _blas_env_threads() is not None:
         return None
     if not blas_controllable():
         return None
-    _blas_functions()[0](int(n))
-    _state["blas"] = int(n)
-    return int(n)
+    n = max(1, min(int(n), usable_cpus()))
+    _blas_functions()[0](n)
+    _state["blas"] = n
+    return n
 
 
 def _blas_env_threads():
