@@ -162,6 +162,13 @@ class MPIComm:
         with self.watched("a broadcast from rank %d" % root):
             return self.comm.bcast(obj, root=root)
 
+    def allgather_object(self, obj, what="an exchange of descriptions"):
+        """Every rank's ``obj`` (a small picklable value), in rank order, on every rank."""
+        if self.size == 1:
+            return [obj]
+        with self.watched(what):
+            return self.comm.allgather(obj)
+
     def agree(self, code):
         if self.size == 1:
             return int(code)

@@ -30,6 +30,7 @@ from .. import backend, net_types
 from ..errors import CaffeError
 from ..signals import SolverAction
 from .. import ranks
+from .consistency import check_same_training
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -132,8 +133,13 @@ class DataParallel:
 
     def bcast(self):
         """Give every rank rank 0's learnable parameters (a float16 param's float32 master
-        weights where it has them, and the float16 weights rounded from those)."""
-        if self.size == 1 or not self.total:
+        weights where it has them, and the float16 weights rounded from those). First every
+        rank checks that all train the same model (:mod:`.consistency`): a rank with another
+        net, solver or iteration stops the job here with an error naming it."""
+        if self.size == 1:
+            return
+        check_same_training(self.solver, self.comm)
+        if not self.total:
             return
         buf = self.buffer
         with net_types.master_weights(self.net):
