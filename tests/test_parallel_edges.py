@@ -169,3 +169,51 @@ def test_gpu_all_under_mpiexec_without_a_gpu_is_an_error_on_every_rank(tmp_path)
     assert rc != 0
     assert re.search(r"rank [01] of 2 failed: GPUUnavailableError: ", out), out
     assert "Iteration 0" not in out and not os.listdir(tmp_path / "p" / "snaps")
+
+
+@pytest.mark.slow  # a real mpiexec job
+@pytest.mark.parametrize("kind", ["lmdb", "hdf5"])
+def test_data_that_one_rank_cannot_open_ends_the_job_naming_rank_host_and_file(tmp_path, kind):
+    """Rank 1's copy lacks its data (a database that is not there, an HDF5 list naming a
+    file that is missing on its machine): the job ends with the rank, its host and the file."""
+    import socket
+    import subprocess
+    import sys
+
+    import h5py
+    import numpy as np
+
+    from helpers.mpi import _env, mpiexec
+    db = make_lmdb(tmp_path / "db", n=8)
+    good = tiny_project(tmp_path / "a", db, max_iter=4, snapshot=0)
+    bad = tiny_project(tmp_path / "b", db, max_iter=4, snapshot=0)
+    net = bad.parent / "solver_net.prototxt"
+    if kind == "lmdb":
+        missing = tmp_path / "elsewhere_lmdb"
+        net.write_text(net.read_text().replace(str(db), str(missing)))
+    else:
+        with h5py.File(tmp_path / "d0.h5", "w") as f:
+            f["data"] = np.zeros((4, 1, 4, 4), np.float32)
+            f["label"] = np.zeros(4, np.float32)
+        missing = tmp_path / "d1.h5"
+        (tmp_path / "list.txt").write_text("%s\n%s\n" % (tmp_path / "d0.h5", missing))
+        (tmp_path / "list_a.txt").write_text("%s\n%s\n" % (tmp_path / "d0.h5",
+                                                         tmp_path / "d0.h5"))
+        hdf5 = ('layer { name: "data" type: "HDF5Data" top: "data" top: "label" include '
+                '{ phase: TRAIN } hdf5_data_param { source: "%s" batch_size: 2 } }')
+        for folder, listed in ((good.parent, "list_a.txt"), (bad.parent, "list.txt")):
+            path = folder / "solver_net.prototxt"
+            text = re.sub(r'layer \{ name: "data" type: "Data".*?backend: LMDB \} \}',
+                          hdf5 % (tmp_path / listed), path.read_text(), flags=re.S)
+            assert "HDF5Data" in text
+            path.write_text(text)
+    command = [mpiexec()]
+    for r, solver in enumerate((good, bad)):
+        command += ([":"] if r else []) + ["-n", "1", sys.executable, "-m", "pycaffe_lite.cli",
+                                           "train", "--solver", str(solver)]
+    proc = subprocess.run(command, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=GUARD_S, env=_env({}))
+    assert proc.returncode != 0, proc.stdout
+    line = [x for x in proc.stdout.splitlines() if "[rank 1] rank 1 of 2 failed: " in x]
+    assert line and str(missing) in line[0], proc.stdout
+    assert " on host %s (pid " % socket.gethostname() in line[0], line[0]

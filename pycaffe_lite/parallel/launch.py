@@ -111,9 +111,10 @@ def rank_logging(rank):
 
 def fail(comm, exc):
     """Report ``exc`` on this rank and end the whole job (never returns)."""
+    import socket
     rank = comm.rank
-    log.error("rank %d of %d failed: %s: %s; aborting the job", rank, comm.size,
-              type(exc).__name__, exc)
+    log.error("rank %d of %d failed: %s: %s; aborting the job on host %s (pid %d)", rank,
+              comm.size, type(exc).__name__, exc, socket.gethostname(), os.getpid())
     flush_logs()
     comm.abort(1)
 
