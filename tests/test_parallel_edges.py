@@ -119,10 +119,11 @@ def test_rank_0_tests_the_whole_test_set(tmp_path):
 
 
 @pytest.mark.slow  # a real mpiexec job
-def test_sigterm_to_one_rank_ends_the_job_with_whole_snapshots_and_no_process_left(tmp_path):
-    """SIGTERM kills rank 1 (as it would kill one process): the launcher names its pid and
-    ends rank 0 too; every snapshot written is a complete pair (atomic writes: no temporary
-    file left), and the newest resumes."""
+@pytest.mark.parametrize("target", ["rank 1", "mpiexec"])
+def test_sigterm_ends_the_job_with_whole_snapshots_and_no_process_left(tmp_path, target):
+    """SIGTERM to rank 1 kills it (as it would kill one process): the launcher names its pid
+    and ends rank 0 too; SIGTERM to mpiexec is forwarded to both ranks. Every snapshot
+    written is a complete pair (atomic writes: no temporary file left), the newest resumes."""
     db = make_lmdb(tmp_path / "db", n=24)
     solver = tiny_project(tmp_path / "p", db, max_iter=10 ** 7, snapshot=3, display=10)
     job = Job(2, ["train", "--solver", str(solver)], tmp_path)
@@ -131,12 +132,14 @@ def test_sigterm_to_one_rank_ends_the_job_with_whole_snapshots_and_no_process_le
         line = job.wait_for("Ranks: ")
         pids = dict((int(r), int(p)) for r, p in re.findall(r"rank (\d) = pid (\d+)", line))
         job.wait_for("Iteration 30, loss")
-        os.kill(pids[1], signal.SIGTERM)
+        os.kill(pids[1] if target == "rank 1" else job.proc.pid, signal.SIGTERM)
         rc, out = job.finish(timeout=GUARD_S)
     finally:
         job.kill()
     assert rc != 0, out
-    assert "PID %d" % pids[1] in out and "Terminated (signal 15)" in out, out
+    if target == "rank 1":
+        assert "PID %d" % pids[1] in out and "Terminated (signal 15)" in out, out
+    assert "Optimization Done" not in out and "stopped early" not in out
     for pid in pids.values():  # the launcher has reaped both ranks
         assert not os.path.exists("/proc/%d" % pid), pid
     snaps = os.listdir(tmp_path / "p" / "snaps")
@@ -149,6 +152,35 @@ def test_sigterm_to_one_rank_ends_the_job_with_whole_snapshots_and_no_process_le
     out = _train(1, resumed, tmp_path, "--snapshot",
                  str(tmp_path / "p" / "snaps" / ("solver_iter_%d.solverstate" % its[-1])))
     assert "Iteration %d, loss" % (its[-1] + 1) in out, out
+
+
+@pytest.mark.slow  # a real mpiexec job
+def test_sighup_and_sigint_to_one_rank_are_agreed_on_by_every_rank(tmp_path):
+    """SIGHUP to rank 1 alone: rank 0 writes one snapshot and training goes on; SIGINT to
+    rank 1 alone: every rank stops, rank 0 writing the final snapshot, and the job ends
+    with 0."""
+    db = make_lmdb(tmp_path / "db", n=24)
+    solver = tiny_project(tmp_path / "p", db, max_iter=10 ** 7, snapshot=0, display=10)
+    job = Job(2, ["train", "--solver", str(solver)], tmp_path)
+    try:
+        line = job.wait_for("Ranks: ")
+        rank1 = int(re.search(r"rank 1 = pid (\d+)", line).group(1))
+        job.wait_for("Iteration 20, loss")
+        os.kill(rank1, signal.SIGHUP)
+        first = job.wait_for("Snapshotting solver state")
+        job.wait_for("Iteration %d0, loss" % (int(re.search(r"_iter_(\d+)\.", first).group(1))
+                                              // 10 + 2))
+        os.kill(rank1, signal.SIGINT)
+        job.wait_for("Optimization stopped early.")
+        rc, out = job.finish(timeout=GUARD_S)
+    finally:
+        job.kill()
+    assert rc == 0, out
+    its = sorted({int(re.search(r"_iter_(\d+)\.", n).group(1))
+                  for n in os.listdir(tmp_path / "p" / "snaps")})
+    assert len(its) == 2 and its[0] >= 20 and its[1] > its[0] + 10, its
+    assert len(os.listdir(tmp_path / "p" / "snaps")) == 4
+    assert "Iteration %d, loss" % (its[1] + 1) not in out
 
 
 def test_a_collective_timeout_that_is_not_a_number_is_refused_naming_the_flag(tmp_path):
