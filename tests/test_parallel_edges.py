@@ -249,3 +249,68 @@ def test_data_that_one_rank_cannot_open_ends_the_job_naming_rank_host_and_file(t
     line = [x for x in proc.stdout.splitlines() if "[rank 1] rank 1 of 2 failed: " in x]
     assert line and str(missing) in line[0], proc.stdout
     assert " on host %s (pid " % socket.gethostname() in line[0], line[0]
+
+
+def _hdf5_project(folder, files, batch, max_iter, snapshot):
+    """tiny_project reading HDF5 files ``files`` (shuffled) in place of the LMDB."""
+    folder.mkdir(parents=True, exist_ok=True)
+    listing = folder / "list.txt"
+    listing.write_text("".join("%s\n" % f for f in files))
+    solver = tiny_project(folder, folder / "unused", batch=batch, max_iter=max_iter,
+                          snapshot=snapshot)
+    net = folder / "solver_net.prototxt"
+    hdf5 = ('layer { name: "data" type: "HDF5Data" top: "data" top: "label" include { phase: '
+            'TRAIN } hdf5_data_param { source: "%s" batch_size: %d shuffle: true } }'
+            % (listing, batch))
+    text = re.sub(r'layer \{ name: "data" type: "Data".*?backend: LMDB \} \}', hdf5,
+                  net.read_text(), flags=re.S)
+    assert "HDF5Data" in text
+    net.write_text(text)
+    return solver
+
+
+@pytest.mark.slow  # real mpiexec jobs
+def test_shuffled_hdf5_rows_are_shared_out_as_one_process_reads_them(tmp_path):
+    """HDF5Data with shuffle: every rank shuffles the files and rows as rank 0 does, and rank r
+    keeps rows r, r + N, ... of that one order: 2 ranks x 2 end, through reshuffles and a
+    resume, at the weights of one process with batch 4. (With each rank's own shuffle some
+    rows were read twice an epoch and others never.)"""
+    import h5py
+    import numpy as np
+    rng = np.random.default_rng(0)
+    files = []
+    for i in range(2):
+        files.append(tmp_path / ("d%d.h5" % i))
+        with h5py.File(files[-1], "w") as f:
+            f["data"] = rng.normal(size=(8, 1, 4, 4)).astype(np.float32)
+            f["label"] = (np.arange(8) % 3).astype(np.float32)
+    one = _hdf5_project(tmp_path / "one", files, 4, 12, 12)
+    _train(1, one, tmp_path)
+    ranks = _hdf5_project(tmp_path / "ranks", files, 2, 12, 6)
+    _train(2, ranks, tmp_path)
+    want = _weights(one, 12)
+    assert max_relative_difference(_weights(ranks, 12), want) <= 1e-5
+    _train(2, ranks, tmp_path, "--snapshot",
+           str(ranks.parent / "snaps" / "solver_iter_6.solverstate"))
+    assert max_relative_difference(_weights(ranks, 12), want) <= 1e-5
+
+
+@pytest.mark.slow  # real mpiexec jobs
+def test_a_random_skip_is_rank_0s_on_every_rank(tmp_path):
+    """Data's rand_skip: every rank starts after the records rank 0 skipped (one process
+    with the same seed skips as many), so the global stream stays one process's."""
+    db = make_lmdb(tmp_path / "db", n=24)
+
+    def project(folder, batch):
+        solver = _project(folder, db, batch, 6)
+        net = solver.parent / "solver_net.prototxt"
+        net.write_text(net.read_text().replace("backend: LMDB", "backend: LMDB rand_skip: 20"))
+        return solver
+    one = project(tmp_path / "one", 4)
+    out = _train(1, one, tmp_path)
+    skipped = re.findall(r"skipping first (\d+) data points", out)
+    assert len(skipped) == 1 and int(skipped[0]) > 0, out
+    ranks = project(tmp_path / "ranks", 2)
+    out = _train(2, ranks, tmp_path)
+    assert re.findall(r"skipping first (\d+) data points", out) == skipped
+    assert max_relative_difference(_weights(ranks, 6), _weights(one, 6)) <= 1e-5

@@ -10,9 +10,17 @@ which may differ between machines), the solver fields that shape the updates (no
 only rank 0 uses: display, tests, snapshots) and its iteration; the ranks compare a digest of
 it, and where the digests differ, the descriptions, so that the error names the rank, its
 host and what differs from rank 0.
+
+:func:`share_data_streams` then gives every rank rank 0's place in the data stream that the
+TRAIN ``Data`` and ``HDF5Data`` layers share out by rank (record i to rank i mod N): the
+records a ``rand_skip`` skipped, and an ``HDF5Data`` layer's shuffled order of files and rows
+with the generator that reshuffles them. Each rank drew these from its own random stream
+(``random_seed + rank``), so rank r would otherwise keep every N-th record of another order
+than rank 0's: records read twice an epoch and others never.
 """
 
 import hashlib
+import logging
 import os
 import socket
 
@@ -20,6 +28,8 @@ import numpy as np
 
 from ..errors import CaffeError
 from ..solvers.paths import SOURCE_FIELDS
+
+log = logging.getLogger("pycaffe_lite")
 
 #: SolverParameter fields the ranks may give different values: the net's own files (the
 #: built nets are compared), what only rank 0 does (display, tests, snapshots), a rank's
@@ -31,6 +41,10 @@ RANK_LOCAL_SOLVER_FIELDS = frozenset((
     "snapshot_diff", "snapshot_format", "snapshot_after_train", "solver_mode", "device_id",
     "random_seed", "debug_info", "weights", "eval_type", "ap_version",
     "show_per_class_result", "store_blobs_in_old_format"))
+
+#: the TRAIN data layers that share their records out by rank, and the parts of their state
+#: each rank keeps its own of (a Data layer's generator draws its random crops and mirrors)
+SHARED_STREAMS = {"Data": ("rng",), "HDF5Data": ()}
 
 #: at most this many differences are spelled out per rank
 _SHOWN = 4
@@ -217,3 +231,54 @@ def differences(ref, other, r):
                        "layers come in another order)" % (r, name, name0))
             break
     return out or ["the descriptions differ"]
+
+
+def _same_state(a, b):
+    if a.keys() != b.keys():
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if not np.array_equal(np.asarray(x), np.asarray(y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _random_start(layer):
+    """Whether the layer's place in its stream came from its random generator."""
+    param = layer.layer_param
+    if layer.type == "HDF5Data":
+        return bool(param.hdf5_data_param.shuffle)
+    return bool(param.data_param.rand_skip)
+
+
+def share_data_streams(solver, comm):
+    """Collective (every rank, after :func:`check_same_training`): the TRAIN net's Data and
+    HDF5Data layers take rank 0's place in their stream (see the module's text)."""
+    if comm.size == 1:
+        return
+    net = solver.net
+    layers = [(name, layer) for name, layer in zip(net.layer_names, net.layers)
+              if layer.type in SHARED_STREAMS and callable(getattr(layer, "get_state", None))]
+    if not layers:
+        return
+    mpi = _mpi_of(comm)
+    if mpi is None:  # pycaffe's caffe.NCCL alone: no way to send the states
+        for name, layer in layers:
+            if _random_start(layer) and comm.rank == 0:
+                log.warning("layer '%s' (%s): without MPI the ranks cannot share the shuffled "
+                            "order or random skip rank 0 drew: each rank keeps every %d-th "
+                            "record of an order of its own", name, layer.type, comm.size)
+        return
+    states = mpi.bcast_object([layer.get_state() for _, layer in layers]
+                              if comm.rank == 0 else None, 0)
+    for (name, layer), state in zip(layers, states):
+        own = layer.get_state()
+        state = dict(state)
+        for key in SHARED_STREAMS[layer.type]:
+            if key in own:
+                state[key] = own[key]
+        if not _same_state(state, own):
+            layer.set_state(state)

@@ -30,7 +30,7 @@ from .. import backend, net_types
 from ..errors import CaffeError
 from ..signals import SolverAction
 from .. import ranks
-from .consistency import check_same_training
+from .consistency import check_same_training, share_data_streams
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -135,10 +135,12 @@ class DataParallel:
         """Give every rank rank 0's learnable parameters (a float16 param's float32 master
         weights where it has them, and the float16 weights rounded from those). First every
         rank checks that all train the same model (:mod:`.consistency`): a rank with another
-        net, solver or iteration stops the job here with an error naming it."""
+        net, solver or iteration stops the job here with an error naming it; then the TRAIN
+        Data and HDF5Data layers take rank 0's place in their data stream."""
         if self.size == 1:
             return
         check_same_training(self.solver, self.comm)
+        share_data_streams(self.solver, self.comm)
         if not self.total:
             return
         buf = self.buffer
