@@ -146,6 +146,26 @@ def test_the_same_model_in_other_folders_describes_the_same(tmp_path, db):
         consistency.digest(consistency.describe(b))
 
 
+def test_file_paths_inside_layers_are_set_aside_and_nothing_else():
+    from google.protobuf import text_format
+
+    from pycaffe_lite.proto import caffe_pb2
+
+    def layer(text):
+        return text_format.Parse(text, caffe_pb2.LayerParameter())
+    a = layer('name: "d" type: "ImageData" image_data_param { source: "/a/list.txt" '
+              'root_folder: "/a/img/" batch_size: 4 } transform_param { mean_file: "/a/m" } '
+              'annotated_data_param { label_map_file: "/a/labels.prototxt" }')
+    b = layer('name: "d" type: "ImageData" image_data_param { source: "/b/l.txt" '
+              'root_folder: "/b/" batch_size: 4 } transform_param { mean_file: "/b/m" } '
+              'annotated_data_param { label_map_file: "/b/labels.prototxt" }')
+    assert consistency.flatten(consistency._paths_aside(a)) == \
+        consistency.flatten(consistency._paths_aside(b))
+    b.image_data_param.batch_size = 5
+    assert ("image_data_param.batch_size", "5", "1") in \
+        consistency.flatten(consistency._paths_aside(b))
+
+
 def _differences(tmp_path, db, **edits):
     a = consistency.describe(_solver(tmp_path / "a", db))
     b = consistency.describe(_solver(tmp_path / "b", db, **edits))

@@ -27,7 +27,6 @@ import socket
 import numpy as np
 
 from ..errors import CaffeError
-from ..solvers.paths import SOURCE_FIELDS
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -100,15 +99,28 @@ def flatten(message, prefix="", skip=frozenset()):
     return out
 
 
+#: string fields that name files or folders (data sources, mean files, label maps, where
+#: outputs go): each machine may keep its own copy elsewhere
+_PATH_FIELDS = frozenset(("source", "mean_file", "root_folder", "file_name", "output_directory",
+                          "output_name_prefix", "save_file", "video_file", "prefix"))
+
+
+def _clear_paths(message):
+    for field, value in message.ListFields():
+        if field.type == field.TYPE_MESSAGE:
+            for item in (value if _repeated(field) else [value]):
+                _clear_paths(item)
+        elif field.type == field.TYPE_STRING and (field.name in _PATH_FIELDS or
+                                                  field.name.endswith("_file")):
+            message.ClearField(field.name)
+
+
 def _paths_aside(layer_param):
-    """A copy of a LayerParameter without its data paths (each machine may keep its own)."""
+    """A copy of a LayerParameter without the paths of its files (each machine may keep its
+    own)."""
     copy = type(layer_param)()
     copy.CopyFrom(layer_param)
-    for msg_name, field in SOURCE_FIELDS:
-        if copy.HasField(msg_name):
-            getattr(copy, msg_name).ClearField(field)
-    if copy.HasField("hdf5_output_param"):
-        copy.hdf5_output_param.ClearField("file_name")
+    _clear_paths(copy)
     return copy
 
 
