@@ -248,6 +248,18 @@ def test_device_query_refuses_a_bad_gpu_flag(files, flag):
     assert err.startswith("pycaffe-lite device_query: error: --gpu")
 
 
+@pytest.mark.parametrize("argv", [
+    ["time", "--model", "deploy.prototxt", "--gpu=-1"],
+    ["test", "--model", "eval.prototxt", "--weights", "w.caffemodel", "--gpu=-1"],
+    ["time", "--model", "deploy.prototxt", "--gpu=0,-2"]])
+def test_a_negative_gpu_id_is_refused_naming_the_flag(files, capsys, argv):
+    """time and test said 'device id must be >= 0' without naming --gpu (device_query did)."""
+    rc, line = run_main(argv, capsys)
+    assert rc == 1
+    assert line.startswith("pycaffe-lite %s: error: --gpu: device id must be >= 0, got -"
+                           % argv[0]), line
+
+
 @pytest.mark.parametrize("argv, flag", [
     (["convert_imageset", "--resize_width=-5", "--resize_height=3"], "--resize_width"),
     (["convert_imageset", "--resize_width=4", "--resize_height=-4"], "--resize_height"),

@@ -94,6 +94,8 @@ def parse_gpus(value):
         except ValueError:
             raise CaffeError("--gpu takes device ids separated by ',' (e.g. --gpu 0), got "
                              "'%s'" % value) from None
+        if ids[-1] < 0:
+            raise CaffeError("--gpu: device id must be >= 0, got %d" % ids[-1])
     return ids
 
 
