@@ -323,7 +323,7 @@ MATRIX = [
      1, "img.jpg: byte offset 0: not UTF-8"),
     (["import_onnx", "text.txt", "--output-prefix", "o"], 1, "text.txt: cannot read as an ONNX"),
     (["quantize", "--model", "eval.prototxt", "--weights", "w.caffemodel",
-      "--calibration_iterations", "1", "--output_dir", "text.txt"], 1, "text.txt: File exists"),
+      "--calibration_iterations", "1", "--output_dir", "text.txt"], 1, "--output_dir text.txt is a file, not a folder"),
     (["summary", "--model", "empty.txt"], 1, "empty.txt: file is empty"),
     (["test", "--model", "eval.prototxt", "--weights", "adir"], 1, "adir: is a directory"),
     (["time", "--model", "w.caffemodel", "--iterations", "0"], 1, "--iterations must be >= 1"),
