@@ -45,6 +45,8 @@ class BatchNorm(nn.Module):
         self.register_buffer("scale_factor", torch.zeros(1))
 
     def forward(self, x):
+        if x.dim() == 1:  # Caffe's one channel, of one value per item
+            return self.forward(x[:, None])[:, 0]
         shape = (1, -1) + (1,) * (x.dim() - 2)
         if self.use_global_stats and not (self.training and self.trainable):
             s = self.scale_factor[0]
@@ -207,6 +209,8 @@ class Slice(nn.Module):
 
 @register_generator("Slice")
 def slice_(layer):
+    if len(layer.out_shapes) == 1:  # one top: Caffe copies the bottom
+        return Module("nn.Identity()", comment="Slice to one top: a copy")
     axis = int(layer.layer.axis)
     sizes = tuple(s[axis] for s in layer.out_shapes)
     comment = "slice points %s" % list(layer.param.slice_param.slice_point) \
@@ -303,7 +307,7 @@ class ArgMax(nn.Module):
         if self.axis is not None:
             values, indices = self._top(x, self.axis)
             return values if self.out_max_val else indices.to(x.dtype)
-        values, indices = self._top(x.flatten(1), 1)
+        values, indices = self._top(x.reshape(x.shape[0], -1), 1)  # (N,): one per item
         parts = [indices.to(x.dtype)] + ([values] if self.out_max_val else [])
         y = torch.stack(parts, 1)
         return y.reshape(y.shape + (1,) * (x.dim() - 3))
