@@ -63,3 +63,27 @@ def test_pytorch_batch_norm_of_a_vector():
     for params in ("batch_norm_param { use_global_stats: false }",
                    "batch_norm_param { scale_bias: true }"):
         assert_every_engine_agrees(Case("BatchNorm", params, {"data": (5,)}))
+
+
+def test_stochastic_pooling_where_a_window_sums_to_zero_or_less():
+    """Caffe's test-time STOCHASTIC pooling is sum(v^2) / sum(v) where the sum is positive,
+    else 0 (a window of a ReLU's zeros); ONNX divided 0 by 0 (NaN) and both engines divided
+    a negative sum."""
+    case = Case("Pooling", "pooling_param { pool: STOCHASTIC kernel_size: 2 stride: 2 }",
+                {"data": (1, 1, 2, 6)},
+                feeds={"data": np.array([[0, 0, 1, 0, -1, 0.5], [0, 0, 2, 3, 0, 0]])})
+    net = net_from_text(case.text)
+    out = net.forward(data=case.feeds["data"].reshape(1, 1, 2, 6).astype(np.float32))["out"]
+    np.testing.assert_allclose(out.ravel(), [0, (1 + 4 + 9) / 6, 0], rtol=1e-6)  # by hand
+    assert_every_engine_agrees(case)
+
+
+def test_global_stochastic_pooling():
+    """Global STOCHASTIC pooling is the same sum(v^2) / sum(v) over the whole plane; both
+    exporters refused it."""
+    x = np.array([[[[1, 2, 0], [0, 3, 0]], [[-1, 0, 0], [0, 0, 0.5]]]], np.float32)
+    case = Case("Pooling", "pooling_param { pool: STOCHASTIC global_pooling: true }",
+                {"data": (1, 2, 2, 3)}, feeds={"data": x})
+    out = net_from_text(case.text).forward(data=x)["out"]
+    np.testing.assert_allclose(out.ravel(), [14 / 6, 0], rtol=1e-6)  # by hand
+    assert_every_engine_agrees(case)

@@ -80,9 +80,10 @@ def pooling(call):
     if len(call.outputs) > 1:
         raise call.error("the MAX pooling mask (second top) has no ONNX equivalent")
     if p.global_pooling:
-        op = {PP.MAX: "GlobalMaxPool", PP.AVE: "GlobalAveragePool"}.get(p.pool)
-        if op is None:
-            raise call.error("global STOCHASTIC pooling does not convert to ONNX")
+        if p.pool == PP.STOCHASTIC:
+            _stochastic(call, x, "GlobalAveragePool", {})
+            return
+        op = {PP.MAX: "GlobalMaxPool", PP.AVE: "GlobalAveragePool"}[p.pool]
         call.node(op, [x], call.outputs)
         return
     kernel, stride, pad = _pool_geometry(p)
@@ -103,14 +104,22 @@ def pooling(call):
         call.node("AveragePool", [x], call.outputs, kernel_shape=kernel, strides=stride,
                   pads=[0, 0] + beyond, count_include_pad=0)
         return
-    # STOCHASTIC at inference: the activations weighted by themselves, sum(x^2) / sum(x);
-    # both averages share their divisors, which cancel
+    _stochastic(call, x, "AveragePool", dict(kernel_shape=kernel, strides=stride,
+                                             pads=[0, 0] + beyond, count_include_pad=0))
+
+
+def _stochastic(call, x, op, attrs):
+    """STOCHASTIC at inference: the activations weighted by themselves, sum(x^2) / sum(x),
+    and 0 where the window's sum is not positive (as Caffe's test forward); both averages
+    share their divisors, which cancel."""
     sq = call.node("Mul", [x, x], suffix="square")
-    num = call.node("AveragePool", [sq], suffix="sum_sq", kernel_shape=kernel, strides=stride,
-                    pads=[0, 0] + beyond, count_include_pad=0)
-    den = call.node("AveragePool", [x], suffix="sum", kernel_shape=kernel, strides=stride,
-                    pads=[0, 0] + beyond, count_include_pad=0)
-    call.node("Div", [num, den], call.outputs)
+    num = call.node(op, [sq], suffix="sum_sq", **attrs)
+    den = call.node(op, [x], suffix="sum", **attrs)
+    zero = call.const("zero", 0.0)
+    positive = call.node("Greater", [den, zero], suffix="positive")
+    safe = call.node("Where", [positive, den, call.const("one", 1.0)], suffix="divisor")
+    ratio = call.node("Div", [num, safe], suffix="ratio")
+    call.node("Where", [positive, ratio, zero], call.outputs)
 
 
 @register_converter("LRN")

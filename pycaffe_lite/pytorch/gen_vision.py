@@ -53,7 +53,8 @@ class CaffePool2d(nn.Module):
     ceil is False: round_mode FLOOR), with the last window clipped to start inside the
     input plus its front padding; MAX over the window's part inside the input, AVE dividing
     by the window's overlap with the padded input, STOCHASTIC (inference: sum(x^2) /
-    sum(x), windows from 0, no padding)."""
+    sum(x), 0 where sum(x) is not positive; windows from 0, no padding). A kernel of None
+    is the whole plane (global pooling)."""
 
     def __init__(self, mode, kernel, stride, pad, ceil=True):
         super().__init__()
@@ -68,15 +69,16 @@ class CaffePool2d(nn.Module):
         return out
 
     def forward(self, x):
-        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.pad
         h, w = x.shape[-2:]
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel or (h, w), self.stride, self.pad
         oh, ow = self._size(h, kh, sh, ph), self._size(w, kw, sw, pw)
         if self.mode == "STOCHASTIC":
             eh, ew = max(0, (oh - 1) * sh + kh - h), max(0, (ow - 1) * sw + kw - w)
             x = F.pad(x, (0, ew, 0, eh))
             num = F.avg_pool2d(x * x, (kh, kw), (sh, sw))[..., :oh, :ow]
             den = F.avg_pool2d(x, (kh, kw), (sh, sw))[..., :oh, :ow]
-            return torch.where(den == 0, torch.zeros_like(den), num / den)
+            positive = den > 0  # Caffe: 0 where the window's sum is not positive
+            return torch.where(positive, num / torch.where(positive, den, 1.0), 0.0)
         # the extent past the input (and its front padding) that the last window needs
         eh, ew = max(0, (oh - 1) * sh + kh - h - ph), max(0, (ow - 1) * sw + kw - w - pw)
         if self.mode == "MAX":
@@ -110,7 +112,8 @@ def pooling(layer):
     mode = {PP.MAX: "MAX", PP.AVE: "AVE", PP.STOCHASTIC: "STOCHASTIC"}[p.pool]
     if p.global_pooling:
         if mode == "STOCHASTIC":
-            raise layer.error("global STOCHASTIC pooling does not convert to PyTorch")
+            return Module("CaffePool2d('STOCHASTIC', None, (1, 1), (0, 0))", helpers=[POOL],
+                          comment="global STOCHASTIC pooling")
         return Module("nn.Adaptive%sPool2d(1)" % ("Max" if mode == "MAX" else "Avg"),
                       comment="global %s pooling" % mode)
     kernel, stride, pad = _pool_geometry(p)

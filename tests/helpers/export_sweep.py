@@ -32,7 +32,7 @@ class Case:
         self.shapes = dict({"data": (2, 3, 4, 5)} if shapes is None else shapes)
         self.bottoms = tuple(bottoms)
         self.tops = tuple(tops)
-        # input name -> "uniform" | "positive" | "coarse" | ("indices", n) | an array
+        # input name -> "uniform" | "positive" | "relu" | "coarse" | ("indices", n) | an array
         self.feeds = feeds or {}
         self.before = before  # layers between the inputs and the swept one
 
@@ -106,6 +106,8 @@ def feeds_for(case, rng):
             feeds[name] = kind.reshape(shape).astype(np.float32)
         elif kind == "positive":
             feeds[name] = rng.uniform(0.2, 1.5, shape).astype(np.float32)
+        elif kind == "relu":  # about half zeros
+            feeds[name] = np.maximum(rng.uniform(-1.5, 1.5, shape), 0).astype(np.float32)
         elif kind == "coarse":  # few distinct values: ties
             feeds[name] = rng.integers(-2, 3, shape).astype(np.float32)
         elif isinstance(kind, tuple) and kind[0] == "indices":
