@@ -1,17 +1,108 @@
-"""Export options that onnxruntime or PyTorch ran otherwise than our forward, each on a
-one-layer net (tests/helpers/export_sweep.py): the net exported at the exporter's lowest and
-highest ONNX opsets and run by onnxruntime, and exported to PyTorch and run as a module,
-equals our forward to 1e-5 of its largest magnitude; our forward itself checked by hand."""
+"""Every export option against the engine that runs it.
+
+For each layer type with an ONNX converter or a PyTorch generator, seeded random
+combinations of its ``*_param`` fields and input shapes (tests/helpers/export_sweep*.py): the
+one-layer net, exported at the exporter's lowest and highest ONNX opsets and run by
+onnxruntime, and exported to PyTorch and run as a module, equals our forward to 1e-5 of its
+largest magnitude. A combination our Net refuses is left out (a sample of those refusals is
+checked against BVLC's own checks below); an exporter may refuse only with a CaffeError that
+names the layer and one of the reasons in ``EXPORT_REFUSALS``.
+
+The everyday tier draws a few combinations of every type; the full sweep (``slow``) many
+more, at one more opset (18: ReduceSum & co. take their axes as an input from there on)."""
+
+import collections
+import re
 
 import numpy as np
 import pytest
 
 from helpers import export_sweep as sweep
+from helpers import export_sweep_common, export_sweep_layout  # noqa: F401  (their generators)
 from helpers.export_sweep import Case
+from helpers.export_sweep_cases import GENERATORS, NOT_SWEPT, PARAM
 from helpers.onnx_runtime import net_from_text
+from pycaffe_lite.proto import caffe_pb2
 
 torch = pytest.importorskip("torch", reason="torch is a test dependency (marker: torch)")
 pytestmark = pytest.mark.torch
+
+EVERYDAY = 10  # combinations per type
+FULL = 150
+FULL_OPSETS = (13, 18, None)
+
+# what an exporter may refuse, each a documented limit of ONNX / PyTorch (docs/onnx.md,
+# docs/pytorch.md)
+EXPORT_REFUSALS = [
+    r"the last one wholly outside the input",  # a Caffe pooling window past the input
+    r"the MAX pooling mask \(second top\) has no (ONNX|PyTorch) equivalent",
+    r"does not convert with batch statistics|convert with use_global_stats only",
+    r"only channel axis 1 converts to (ONNX|PyTorch), got axis",
+]
+
+# types whose options the sweep leaves to their own tests
+LEFT_TO_OWN_TESTS = {"DetectionOutput"}  # test_onnx_forks.py's DET_CASES, rows compared as sets
+
+
+def rng_for(type_, seed):
+    return np.random.default_rng([sum(map(ord, type_)), seed])
+
+
+def sweep_type(type_, seeds, engines):
+    counts, failures = collections.Counter(), []
+    for seed in seeds:
+        case = GENERATORS[type_](rng_for(type_, seed))
+        if case is None:
+            continue
+        result = sweep.run_case(case, seed, engines)
+        if result is None:
+            counts["refused by our Net"] += 1
+            continue
+        for engine, outcome in result.items():
+            kind = outcome.split(":")[0]
+            counts[engine, kind] += 1
+            if kind == "refused" and not any(re.search(r, outcome) for r in EXPORT_REFUSALS):
+                failures.append("%s: unexpected refusal %s\n  %r" % (engine, outcome, case))
+            elif kind in ("mismatch", "crash"):
+                failures.append("%s: %s\n  %r" % (engine, outcome, case))
+    assert not failures, "\n".join(failures[:10])
+    for engine in engines:  # the sweep compares numbers, not only refusals
+        assert counts[engine, "ok"] >= len(seeds) // 3, (engine, dict(counts))
+    return counts
+
+
+@pytest.mark.parametrize("type_", sorted(GENERATORS))
+def test_a_few_combinations_of_every_type(type_):
+    sweep_type(type_, range(EVERYDAY), sweep.engines(sweep.OPSETS))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("type_", sorted(GENERATORS))
+def test_full_option_sweep(type_):
+    sweep_type(type_, range(EVERYDAY, EVERYDAY + FULL), sweep.engines(FULL_OPSETS))
+
+
+def test_every_exported_type_is_swept():
+    from pycaffe_lite.onnx import CONVERTERS
+    from pycaffe_lite.pytorch import GENERATORS as TORCH
+
+    assert set(CONVERTERS) | set(TORCH) - LEFT_TO_OWN_TESTS <= set(GENERATORS) | \
+        LEFT_TO_OWN_TESTS, (set(CONVERTERS) | set(TORCH)) - set(GENERATORS) - LEFT_TO_OWN_TESTS
+
+
+@pytest.mark.parametrize("type_", sorted(t for t in GENERATORS if PARAM[t]))
+def test_every_field_of_the_schema_is_drawn(type_):
+    """The fields of the type's message, from caffe_pb2's descriptors, each drawn by some
+    combination of the full sweep (only NOT_SWEPT's, which change no deploy output, not)."""
+    field = PARAM[type_]
+    message = caffe_pb2.LayerParameter.DESCRIPTOR.fields_by_name[field].message_type
+    schema = {f.name for f in message.fields} - NOT_SWEPT.get(field, set())
+    drawn = set()
+    for seed in range(EVERYDAY + FULL):
+        case = GENERATORS[type_](rng_for(type_, seed))
+        if case is not None:
+            drawn |= {name for msg, name in case.fields() if msg == field}
+    assert schema <= drawn, sorted(schema - drawn)
 
 
 # ---- what the sweep found, one test each -----------------------------------------------
