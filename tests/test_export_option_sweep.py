@@ -22,6 +22,7 @@ from helpers import export_sweep_common, export_sweep_layout  # noqa: F401  (the
 from helpers.export_sweep import Case
 from helpers.export_sweep_cases import GENERATORS, NOT_SWEPT, PARAM
 from helpers.onnx_runtime import net_from_text
+from pycaffe_lite.errors import CaffeError
 from pycaffe_lite.proto import caffe_pb2
 
 torch = pytest.importorskip("torch", reason="torch is a test dependency (marker: torch)")
@@ -178,3 +179,60 @@ def test_global_stochastic_pooling():
     out = net_from_text(case.text).forward(data=x)["out"]
     np.testing.assert_allclose(out.ravel(), [14 / 6, 0], rtol=1e-6)  # by hand
     assert_every_engine_agrees(case)
+
+
+# ---- combinations our Net refuses, as BVLC does ----------------------------------------
+
+def one(type_, params, shapes, bottoms=("data",)):
+    return Case(type_, params, shapes, bottoms).text
+
+
+# each with the check in BVLC's layer (or the fork's) that refuses it too
+BVLC_REFUSES = {
+    # FlattenLayer::Reshape: bottom[0]->count(start_axis, end_axis + 1): CHECK_LE(start, end)
+    "flatten_end_two_before_axis": one("Flatten", "flatten_param { axis: 2 end_axis: 0 }",
+                                       {"data": (2, 3, 4)}),
+    # CanonicalAxisIndex(1) of a one-axis blob: CHECK_LT(axis_index, num_axes())
+    "flatten_of_a_vector": one("Flatten", "", {"data": (4,)}),
+    # CropLayer: the default axis 2 through CanonicalAxisIndex of a two-axis blob
+    "crop_default_axis_of_a_matrix": one("Crop", "", {"data": (4, 3), "ref": (2, 2)},
+                                         ("data", "ref")),
+    # MVNLayer reads num(), channels(), height(), width(): LegacyShape's CHECK_LE(num_axes, 4)
+    "mvn_of_five_axes": one("MVN", "", {"data": (2, 3, 2, 2, 2)}),
+    # PoolingLayer::LayerSetUp: "Padding implemented only for average and max pooling."
+    "stochastic_pooling_with_pad": one("Pooling", "pooling_param { pool: STOCHASTIC "
+                                       "kernel_size: 3 pad: 1 }", {"data": (1, 2, 5, 5)}),
+    # PoolingLayer::LayerSetUp: "With Global_pooling: true Filter size cannot specified"
+    "global_pooling_with_kernel": one("Pooling", "pooling_param { global_pooling: true "
+                                      "kernel_size: 2 }", {"data": (1, 2, 5, 5)}),
+    # EltwiseLayer::LayerSetUp: "Eltwise Layer takes one coefficient per bottom blob."
+    "eltwise_coeff_count": one("Eltwise", "eltwise_param { coeff: 1 coeff: 2 }",
+                               {"a": (2, 3), "b": (2, 3), "c": (2, 3)}, ("a", "b", "c")),
+    # ScaleLayer::Reshape: CHECK_EQ(bottom[0]->shape(axis_ + i), scale->shape(i))
+    "scale_bottom_of_other_shape": one("Scale", "", {"data": (1, 5, 2, 2), "s": (1,)},
+                                       ("data", "s")),
+    # LRNLayer::LayerSetUp: "LRN only supports odd values for local_size"
+    "lrn_even_size": one("LRN", "lrn_param { local_size: 4 }", {"data": (1, 3, 4, 4)}),
+    # PSPNet's InterpLayer::Reshape: CHECK_GT(height_in_eff_, 0)
+    "interp_cropped_to_nothing": one("Interp", "interp_param { zoom_factor: 2 pad_beg: -1 "
+                                     "pad_end: -1 }", {"data": (1, 1, 2, 3)}),
+}
+
+
+@pytest.mark.parametrize("key", sorted(BVLC_REFUSES))
+def test_our_refusals_are_caffes(key):
+    with pytest.raises(CaffeError, match="layer 'layer'"):
+        net_from_text(BVLC_REFUSES[key])
+
+
+def test_flatten_with_end_axis_just_before_axis_inserts_an_axis():
+    """BVLC's Flatten takes count(axis, end_axis + 1), which is 1 for end_axis = axis - 1:
+    an axis of 1 inserted at axis (Caffe refuses only an end_axis further back). Our Net
+    refused the net."""
+    case = Case("Flatten", "flatten_param { axis: 2 end_axis: 1 }", {"data": (2, 3, 4)})
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    out = net_from_text(case.text).forward(data=x)["out"]
+    np.testing.assert_array_equal(out, x.reshape(2, 3, 1, 4))  # by hand
+    assert_every_engine_agrees(case)
+    assert_every_engine_agrees(Case("Flatten", "flatten_param { axis: -1 end_axis: -2 }",
+                                    {"data": (6, 1, 1)}))

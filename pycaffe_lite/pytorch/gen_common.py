@@ -222,7 +222,11 @@ def slice_(layer):
 def flatten(layer):
     p = layer.param.flatten_param
     rank = len(layer.in_shapes[0])
-    return Module("nn.Flatten(%d, %d)" % (_axis(p.axis, rank), _axis(p.end_axis, rank)))
+    start, end = _axis(p.axis, rank), _axis(p.end_axis, rank)
+    if end < start:  # end_axis one before axis: Caffe inserts an axis of 1 there
+        return Module("nn.Unflatten(%d, (1, %d))" % (start, layer.in_shapes[0][start]),
+                      comment="Flatten of no axes: an axis of 1 at %d" % start)
+    return Module("nn.Flatten(%d, %d)" % (start, end))
 
 
 RESHAPE = helper("Reshape", '''

@@ -13,6 +13,8 @@ from pycaffe_lite.testing import check_layer, empty_blobs, make_layer, random_bl
     ("axis: 0 end_axis: -2", (24, 5)),
     ("axis: -2 end_axis: -1", (2, 3, 20)),
     ("axis: 3", (2, 3, 4, 5)),
+    # BVLC's count(axis, end_axis + 1) of an empty range is 1: an axis inserted
+    ("axis: 2 end_axis: 1", (2, 3, 1, 4, 5)),
 ])
 def test_flatten_forward_and_gradient(params, expected):
     text = 'type: "Flatten" flatten_param { %s }' % params
@@ -51,6 +53,6 @@ def test_flatten_errors():
     with pytest.raises(LayerError, match="axis 5 / end_axis -1 out of range"):
         make_layer('type: "Flatten" flatten_param { axis: 5 }').SetUp(
             random_blobs([(2, 3)]), empty_blobs(1))
-    with pytest.raises(LayerError, match="end_axis 1 .* comes before axis 2"):
-        make_layer('type: "Flatten" flatten_param { axis: 2 end_axis: 1 }').SetUp(
+    with pytest.raises(LayerError, match="end_axis 0 .* comes before axis 2"):
+        make_layer('type: "Flatten" flatten_param { axis: 2 end_axis: 0 }').SetUp(
             random_blobs([(2, 3, 4)]), empty_blobs(1))

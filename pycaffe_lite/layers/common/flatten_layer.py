@@ -10,8 +10,9 @@ class FlattenLayer(ViewLayer):
     """Collapse a range of axes into one; the top is a view of the bottom.
 
     Bottoms: x, any shape.
-    Tops: y with axes ``axis`` .. ``end_axis`` (inclusive) of x replaced by their product;
-    y shares x's data and diff (writing either is seen by the other).
+    Tops: y with axes ``axis`` .. ``end_axis`` (inclusive) of x replaced by their product
+    (``end_axis`` one before ``axis``: an axis of 1 inserted at ``axis``, as Caffe's count
+    of an empty range); y shares x's data and diff (writing either is seen by the other).
     Params: ``flatten_param { axis (1), end_axis (-1) }``; negative values count from the end.
     In-place computation is not allowed.
     """
@@ -27,7 +28,7 @@ class FlattenLayer(ViewLayer):
         except ShapeError:
             raise self.error("axis %d / end_axis %d out of range for a bottom of shape %s"
                              % (p.axis, p.end_axis, x.shape)) from None
-        if end < start:
+        if end < start - 1:  # one before: Caffe's count(axis, axis) = 1, an axis inserted
             raise self.error("end_axis %d (axis %d) comes before axis %d (axis %d) for a bottom "
                              "of shape %s" % (p.end_axis, end, p.axis, start, x.shape))
         shape = x.shape[:start] + (x.count_range(start, end + 1),) + x.shape[end + 1:]
