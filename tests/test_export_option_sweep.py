@@ -9,7 +9,8 @@ checked against BVLC's own checks below); an exporter may refuse only with a Caf
 names the layer and one of the reasons in ``EXPORT_REFUSALS``.
 
 The everyday tier draws a few combinations of every type; the full sweep (``slow``) many
-more, at one more opset (18: ReduceSum & co. take their axes as an input from there on)."""
+more, at two more opsets (18: ReduceSum & co. take their axes as an input from there on;
+21: the exporter's default)."""
 
 import collections
 import re
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.torch
 
 EVERYDAY = 10  # combinations per type
 FULL = 150
-FULL_OPSETS = (13, 18, None)
+FULL_OPSETS = (13, 18, 21, sweep.max_opset())  # 21: the exporter's default
 
 # what an exporter may refuse, each a documented limit of ONNX / PyTorch (docs/onnx.md,
 # docs/pytorch.md)
@@ -39,7 +40,11 @@ EXPORT_REFUSALS = [
     r"the MAX pooling mask \(second top\) has no (ONNX|PyTorch) equivalent",
     r"does not convert with batch statistics|convert with use_global_stats only",
     r"only channel axis 1 converts to (ONNX|PyTorch), got axis",
+    r"MaxRoiPool at opset \d+ \(its version 22\) has no onnxruntime kernel",
 ]
+
+# the highest opset a type exports at
+OPSET_LIMITS = {"ROIPooling": 21}
 
 # types whose options the sweep leaves to their own tests
 LEFT_TO_OWN_TESTS = {"DetectionOutput"}  # test_onnx_forks.py's DET_CASES, rows compared as sets
@@ -68,6 +73,9 @@ def sweep_type(type_, seeds, engines):
                 failures.append("%s: %s\n  %r" % (engine, outcome, case))
     assert not failures, "\n".join(failures[:10])
     for engine in engines:  # the sweep compares numbers, not only refusals
+        if engine.startswith("onnx-") and int(engine[5:]) > OPSET_LIMITS.get(type_, 1000):
+            assert counts[engine, "ok"] == 0, (engine, dict(counts))
+            continue
         assert counts[engine, "ok"] >= len(seeds) // 3, (engine, dict(counts))
     return counts
 
@@ -236,3 +244,21 @@ def test_flatten_with_end_axis_just_before_axis_inserts_an_axis():
     assert_every_engine_agrees(case)
     assert_every_engine_agrees(Case("Flatten", "flatten_param { axis: -1 end_axis: -2 }",
                                     {"data": (6, 1, 1)}))
+
+
+def test_roi_pooling_past_opset_21_is_refused_naming_the_layer():
+    """ONNX's MaxRoiPool became version 22 (bfloat16 added); onnxruntime has no kernel for
+    it, so a model written at opset 22 or later failed to load. The exporter refuses those
+    opsets for ROIPooling, naming the layer; 21 and lower run (the sweep above)."""
+    from pycaffe_lite import onnx as caffe_onnx
+
+    case = Case("ROIPooling", "roi_pooling_param { pooled_h: 2 pooled_w: 2 }",
+                {"data": (1, 1, 5, 5), "rois": (1, 5)}, ("data", "rois"),
+                feeds={"rois": np.array([0, 0, 0, 3, 3], np.float32)})
+    net = net_from_text(case.text)
+    for opset in (22, sweep.max_opset()):
+        with pytest.raises(CaffeError, match=r"layer 'layer' \(type ROIPooling\): MaxRoiPool "
+                                             r"at opset %d .* export at opset 21" % opset):
+            caffe_onnx.export(net, None, opset=opset)
+    assert sweep.run_case(case, 0, ["onnx-13", "onnx-21"]) == {"onnx-13": "ok",
+                                                               "onnx-21": "ok"}

@@ -89,7 +89,11 @@ def roi_pooling(call):
     """ONNX MaxRoiPool defines the fork's rounding: corners ``round(x * spatial_scale)``
     (halves away from zero), bins ``floor(i * h / pooled)`` to ``ceil((i + 1) * h /
     pooled)`` of the region's ``max(extent, 1)`` cells, clipped to the map, 0 for an empty
-    bin."""
+    bin. MaxRoiPool's version 22 (opset 22 on) has no onnxruntime kernel: refused."""
+    if call.g.opset > 21:
+        raise call.error("MaxRoiPool at opset %d (its version 22) has no onnxruntime kernel, "
+                         "the model would not load; export at opset 21 or lower"
+                         % call.g.opset)
     layer = call.layer
     rois = call.inputs[1]
     if len(call.in_shapes[1]) != 2:
