@@ -262,3 +262,39 @@ def test_roi_pooling_past_opset_21_is_refused_naming_the_layer():
             caffe_onnx.export(net, None, opset=opset)
     assert sweep.run_case(case, 0, ["onnx-13", "onnx-21"]) == {"onnx-13": "ok",
                                                                "onnx-21": "ok"}
+
+
+# layers whose ONNX graph holds the batch size: along the batch axis, or a Reshape whose
+# target starts before it
+BATCH_AXIS_CASES = {
+    "slice_axis_0": Case("Slice", "slice_param { axis: 0 slice_point: 1 }", {"data": (3, 2)},
+                         tops=("a", "b")),
+    "crop_axis_0": Case("Crop", "crop_param { axis: 0 offset: 1 }",
+                        {"data": (3, 4), "ref": (2, 2)}, ("data", "ref")),
+    "argmax_axis_0": Case("ArgMax", "argmax_param { axis: 0 }", {"data": (4, 3)}),
+    "reshape_before_the_batch": Case("Reshape", "reshape_param { shape { dim: 1 dim: -1 } "
+                                     "num_axes: 0 }", {"data": (2, 3)}),
+}
+
+
+@pytest.mark.parametrize("key", sorted(BATCH_AXIS_CASES))
+def test_a_layer_that_holds_the_batch_size_makes_the_onnx_batch_static(key):
+    """The graph's batch axis is dynamic by default, but these layers' ONNX nodes hold the
+    batch size (split sizes, crop ends, the reversed axis's length, a Reshape's target): at
+    another batch size the model gave other shapes or values than the net, without an
+    error. Their graph declares the net's batch instead, and the report says why."""
+    from pycaffe_lite import onnx as caffe_onnx
+
+    case = BATCH_AXIS_CASES[key]
+    net = net_from_text(case.text)
+    model, report = caffe_onnx.export(net, None)
+    for value in list(model.graph.input) + list(model.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        assert not dims[0].dim_param and dims[0].dim_value == net.blobs[value.name].shape[0]
+    assert [layer for layer, _ in report["static_batch"]] == ["layer"]
+    assert_every_engine_agrees(case)
+    # the other layers keep the dynamic batch (test_onnx_export.py runs other batch sizes)
+    other = Case("TanH", "", {"data": case.shapes["data"]})
+    dynamic, report = caffe_onnx.export(net_from_text(other.text), None)
+    assert dynamic.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+    assert report["static_batch"] == []

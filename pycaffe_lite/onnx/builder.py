@@ -33,6 +33,7 @@ class GraphBuilder:
     def __init__(self, opset):
         self.onnx = require_onnx()
         self.opset = opset
+        self.batch_fixed = []  # (layer, why): nodes that hold the batch size
         self.nodes = []
         self.initializers = []
         self.used = set()
@@ -131,6 +132,10 @@ class Call(LayerParts):
 
     def reshape(self, x, shape, out=None, suffix="reshape"):
         return self.node("Reshape", [x, self.ints(suffix + "/shape", shape)], out, suffix)
+
+    def fixes_batch(self, why):
+        """The layer's nodes hold the batch size (``why``): the graph's batch is static."""
+        self.g.batch_fixed.append((self.name, why))
 
 
 def keep_batch(shape):

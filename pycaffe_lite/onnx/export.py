@@ -42,8 +42,10 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
     """Write ``net`` (a :class:`pycaffe_lite.Net`, usually built in the TEST phase) as an
     ONNX model to ``path`` (when given). Returns ``(model, report)``: the ``onnx.ModelProto``
     and a dict with the graph's ``inputs`` and ``outputs``, the ``dropped`` layers as
-    ``(name, type)`` pairs and the ``values``: ``(layer, top blob, ONNX value)`` for each top
-    of each exported layer, the value the blob holds after that layer."""
+    ``(name, type)`` pairs, the ``values``: ``(layer, top blob, ONNX value)`` for each top
+    of each exported layer, the value the blob holds after that layer, and ``static_batch``:
+    ``(layer, why)`` for each layer whose nodes hold the batch size (a slice along the batch
+    axis, ...), which makes the graph's batch axis static even without ``static_batch``."""
     onnx = require_onnx()
     opset = DEFAULT_OPSET if opset is None else int(opset)
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
@@ -77,7 +79,7 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
         if layer.type in DATA_TYPES:
             for t in rec.top_ids:
                 current[t] = names[t]
-                inputs.append(_value_info(onnx, names[t], shapes[t], batch))
+                inputs.append(t)
                 available.append(t)
             continue
         converter = CONVERTERS.get(layer.type)
@@ -112,6 +114,11 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
             if t not in available:
                 available.append(t)
             order[t] = i
+    if g.batch_fixed and batch:
+        batch = None
+        log.info("ONNX export: the batch axis is static, as the net's: %s",
+                 "; ".join("layer '%s' %s" % lw for lw in g.batch_fixed))
+    inputs = [_value_info(onnx, names[t], shapes[t], batch) for t in inputs]
     outputs, seen = [], set()
     for t in available:
         # an inserted Split's copy that only dropped layers read stands for its source
@@ -144,7 +151,7 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
         from ..proto.protoio import atomic_write
         atomic_write(str(path), model.SerializeToString(), "the ONNX model")
     report = {"inputs": [v.name for v in inputs], "outputs": [v.name for v in outputs],
-              "dropped": dropped, "values": values}
+              "dropped": dropped, "values": values, "static_batch": list(g.batch_fixed)}
     return model, report
 
 

@@ -126,6 +126,8 @@ def concat(call):
 def slice_(call):
     axis = int(call.layer.axis)
     sizes = [int(s[axis]) for s in call.out_shapes]
+    if axis == 0:
+        call.fixes_batch("slices along the batch axis")
     call.node("Split", [call.inputs[0], call.ints("split", sizes)], call.outputs, axis=axis)
 
 
@@ -155,6 +157,8 @@ def reshape(call):
     start = p.axis if p.axis >= 0 else rank + p.axis + 1
     end = rank if p.num_axes == -1 else start + p.num_axes
     target = [0] * start + [int(d) for d in p.shape.dim] + [int(d) for d in shape[end:]]
+    if not target or target[0] != 0:
+        call.fixes_batch("reshapes from the batch axis on")
     call.reshape(call.inputs[0], target, call.outputs)
 
 
@@ -203,6 +207,8 @@ def argmax(call):
     shape = call.in_shapes[0]
     if p.HasField("axis"):
         axis = _axis(p.axis, len(shape))
+        if axis == 0:
+            call.fixes_batch("ranks along the batch axis")
         vals, idx = _top_k(call, x, int(p.top_k), axis, int(shape[axis]))
         if p.out_max_val:
             call.node("Identity", [vals], call.outputs)

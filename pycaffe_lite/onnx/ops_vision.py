@@ -151,6 +151,8 @@ def crop(call):
     rank = len(shape)
     start = p.axis + rank if p.axis < 0 else p.axis
     axes = list(range(start, rank))
+    if start == 0:
+        call.fixes_batch("crops the batch axis")
     offsets = [int(p.offset[0] if len(p.offset) == 1 else p.offset[i])
                if len(p.offset) else 0 for i in range(len(axes))]
     ends = [o + int(ref[a]) for o, a in zip(offsets, axes)]
