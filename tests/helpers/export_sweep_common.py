@@ -33,7 +33,18 @@ def _u(lo, hi):
 _neuron("ReLU", "relu_param", [("negative_slope", _u(-0.5, 1.5))])
 _neuron("ELU", "elu_param", [("alpha", _u(0.0, 2.0))])
 _neuron("Swish", "swish_param", [("beta", _u(-1.0, 3.0))])
-_neuron("Threshold", "threshold_param", [("threshold", _u(-1.0, 1.0))])
+
+
+@gen("Threshold", "threshold_param")
+def threshold(rng):
+    """Inputs equal to the threshold now and then (the comparison is strict)."""
+    t = float(rng.integers(-2, 3)) if maybe(rng) else float(rng.uniform(-1, 1))
+    parts = ["threshold: %s" % fmt(t)] if t != 0 or maybe(rng) else []
+    return Case("Threshold", _msg("threshold_param", parts) if parts else "",
+                {"data": _shape(rng)}, feeds={"data": pick(rng, ["coarse", "uniform"])})
+
+
+
 for _t, _p in (("Sigmoid", "sigmoid_param"), ("TanH", "tanh_param"), ("Mish", "mish_param"),
                ("AbsVal", None), ("BNLL", None), ("ReLU6", None)):
     _neuron(_t, _p)
@@ -65,7 +76,7 @@ def power(rng):
     parts = ["%s: %s" % (f, fmt(v)) for f, v in fields if maybe(rng, 0.8) or
              (f != "power" and not integral)]
     return Case("Power", _msg("power_param", parts) if parts else "", {"data": _shape(rng)},
-                feeds={} if integral else {"data": "positive"})
+                feeds={} if integral or maybe(rng, 0.2) else {"data": "positive"})
 
 
 @gen("Exp", "exp_param")
@@ -89,8 +100,9 @@ def log(rng):
         parts.append("scale: %s" % fmt(rng.uniform(0.2, 2.0)))
     if maybe(rng, 0.7):
         parts.append("shift: %s" % fmt(rng.uniform(0.0, 1.0)))
+    # now and then inputs of any sign: NaN and -inf where Caffe computes them
     return Case("Log", _msg("log_param", parts) if parts else "", {"data": _shape(rng)},
-                feeds={"data": "positive"})
+                feeds={"data": "positive" if maybe(rng, 0.8) else "uniform"})
 
 
 @gen("Dropout", "dropout_param")

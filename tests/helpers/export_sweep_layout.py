@@ -158,7 +158,7 @@ def eltwise(rng):
         parts += ["coeff: %s" % fmt(rng.uniform(-2, 2)) for _ in range(n)]
     bottoms = tuple(shapes)
     if maybe(rng, 0.15):
-        bottoms = ("x0",) + bottoms[1:] + ("x0",)  # one bottom twice
+        bottoms = bottoms[:-1] + ("x0",)  # one bottom twice
         shapes.pop("x%d" % (n - 1))
     feeds = {k: "coarse" for k in shapes} if op == "MAX" and maybe(rng) else {}
     return Case("Eltwise", _msg("eltwise_param", parts), shapes, bottoms, feeds=feeds)
