@@ -1,6 +1,8 @@
 """Converters of MXNet ops without a Caffe layer of their own (Embedding, InstanceNorm, Pad),
 each built from BVLC Caffe's layers that compute the same values."""
 
+from ..onnx.axis_pieces import Layers
+from ..onnx.axis_pieces import pad as pad_blob
 from ..proto import caffe_pb2
 from .context import converter
 from .ops_nn import neuron
@@ -74,68 +76,11 @@ def instance_norm(c, node):
     c.produce(top)
 
 
-def _pad_axis(c, x, axis, before, after, mode, value, name, out):
-    """``x`` padded along ``axis`` into the blob ``out``: the pieces concatenated in
-    order."""
-    shape = list(c.shape(x))
-    n = shape[axis]
-    tag = "%s/axis%d" % (name, axis)
-    pieces = []
-    for side, count in (("before", before), ("after", after)):
-        if not count:
-            pieces.append(None)
-            continue
-        top = c.blob_name("%s/%s" % (tag, side))
-        if mode == "constant":
-            lp = c.layer("DummyData", "%s_%s" % (tag, side), [], [top])
-            dp = lp.dummy_data_param
-            dp.shape.add().dim.extend(shape[:axis] + [count] + shape[axis + 1:])
-            dp.data_filler.add(type="constant", value=value)
-            c.configure(lp)
-        elif mode == "edge":  # the first / last slice, repeated
-            edge = c.take(x, axis, 0, 1, "%s_%s" % (tag, side)) if side == "before" else \
-                c.take(x, axis, n - 1, n, "%s_%s" % (tag, side))
-            if count == 1:
-                top = edge
-            else:
-                neuron(c, "Tile", edge, top, "%s_%s_tile" % (tag, side),
-                       tile_param__axis=axis, tile_param__tiles=count)
-        else:  # reflect: the slices next to the edge (the edge itself not repeated), mirrored
-            lo, hi = (1, count + 1) if side == "before" else (n - 1 - count, n - 1)
-            top = _rows(c, x, axis, lo, hi, "%s_%s" % (tag, side))[::-1]
-        pieces.append(top)
-    blobs = []
-    for piece in (pieces[0], x, pieces[1]):
-        if piece is not None:
-            blobs.extend(piece if isinstance(piece, list) else [piece])
-    lp = c.layer("Concat", tag, blobs, [out])
-    lp.concat_param.axis = axis
-    return c.configure(lp).top[0]
-
-
-def _rows(c, x, axis, lo, hi, name):
-    """The slices ``lo`` .. ``hi - 1`` of ``x`` along ``axis``, one blob each, by one Slice
-    (the rest to a Silence)."""
-    n = c.shape(x)[axis]
-    points = [p for p in range(lo, hi + 1) if 0 < p < n]
-    tops = [c.blob_name("%s/%d" % (name, k)) for k in range(len(points) + 1)]
-    lp = c.layer("Slice", name, [x], tops)
-    lp.slice_param.axis = axis
-    lp.slice_param.slice_point.extend(points)
-    c.configure(lp)
-    first = 1 if lo > 0 else 0
-    kept = tops[first:first + hi - lo]
-    spare = [t for t in tops if t not in kept]
-    if spare:
-        c.add("Silence", name + "/spare", spare, [])
-    return kept
-
-
 @converter("Pad", "pad")
 def pad(c, node):
-    """Each padded spatial axis in turn (as MXNet's Pad fills corners: per coordinate):
-    constant values from DummyData, the edge by Slice and Tile, its mirror as single slices
-    (Slice) in reverse order, joined by Concat."""
+    """Each padded spatial axis in turn (as MXNet's Pad fills corners: per coordinate), by
+    :func:`..onnx.axis_pieces.pad`: constant values from DummyData, the edge by Slice and
+    Tile, its mirror as single slices (Slice) in reverse order, joined by Concat."""
     a = c.attrs()
     x = c.bottom(0)
     shape = c.shape(x)
@@ -152,15 +97,8 @@ def pad(c, node):
         raise c.error("pad_width %s pads the batch or channel axis; MXNet pads the spatial "
                       "axes only" % (tuple(width),))
     value = a.float("constant_value", 0.0)
-    padded = [axis for axis in range(2, len(shape)) if width[2 * axis] or width[2 * axis + 1]]
-    blob = x
-    for axis in padded:
-        before, after = width[2 * axis], width[2 * axis + 1]
-        if mode == "reflect" and max(before, after) >= shape[axis]:
-            raise c.error("reflect pads %d, %d of axis %d (of size %d): a reflection needs "
-                          "pads smaller than the axis" % (before, after, axis, shape[axis]))
-        out = c.out() if axis == padded[-1] else c.blob_name("%s/axis%d" % (c.out(), axis))
-        blob = _pad_axis(c, blob, axis, before, after, mode, value, node.name, out)
+    em = Layers(c.layer, c.error, c.configure, c.blob_name)
+    blob, _ = pad_blob(em, x, shape, width[0::2], width[1::2], mode, value, node.name, c.out())
     if blob == x:  # (no pads: the input itself)
         c.alias(x)
         return
