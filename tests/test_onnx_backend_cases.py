@@ -321,6 +321,7 @@ test_resize_upsample_scales_linear test_resize_upsample_scales_linear_align_corn
 test_resize_upsample_scales_nearest_axes_2_3 test_resize_upsample_scales_nearest_axes_3_2
 test_sigmoid_example test_sigmoid test_slice test_slice_neg test_slice_end_out_of_bounds
 test_slice_default_axes test_slice_default_steps test_slice_negative_axes test_softmax_example
+test_slice_neg_steps
 test_softmax_large_number test_softmax_axis_0 test_softmax_axis_1 test_softmax_axis_2
 test_softmax_negative_axis test_softmax_default_axis test_softplus_example test_softplus
 test_spacetodepth_expanded test_spacetodepth_example_expanded
@@ -617,9 +618,6 @@ REFUSED = {
     '''.split(),
     r"ONNX node '[^']+' \(op Slice\): its output": '''
         test_slice_start_out_of_bounds
-    '''.split(),
-    r"ONNX node '[^']+' \(op Slice\): steps": '''
-        test_slice_neg_steps
     '''.split(),
     r"ONNX output '[^']+' is a constant; a Caffe net cannot output a constant": '''
         test_constant test_shape_example test_shape test_shape_start_1 test_shape_end_1

@@ -8,6 +8,7 @@ row (a fixed Scale by ones with C as its bias after the InnerProduct). Registere
 
 import numpy as np
 
+from .axis_pieces import Layers, strided
 from .import_math import _broadcast
 from .import_ops import IMPORTERS, _broadcast_param, _name, _set_2d, attrs, conv, importer
 
@@ -214,8 +215,11 @@ def transpose(ctx, node):
 
 
 def _slice_bounds(ctx, node, shape):
-    """{axis: (start, end)} of a Slice with constant bounds, clamped as ONNX does; a step
-    other than 1 is an error."""
+    """{axis: (start, step, count)} of a Slice with constant bounds, clamped as ONNX does:
+    a negative start or end counts from the end; for a positive step both then lie in
+    ``[0, size]``, for a negative one the start in ``[0, size - 1]`` and the end in
+    ``[-1, size - 1]``; the entries taken are ``start, start + step, ...`` short of the
+    end."""
     a = attrs(node)
     if ctx.opset < 10:  # starts, ends and axes were attributes
         starts, ends = list(a["starts"]), list(a["ends"])
@@ -229,21 +233,27 @@ def _slice_bounds(ctx, node, shape):
         ends = given(2, "ends", None)
         axes = given(3, "axes", list(range(len(starts))))
         steps = given(4, "steps", [1] * len(starts))
-    if any(int(q) != 1 for q in steps):
-        raise ctx.error(node, "steps %s: only a step of 1 converts (Caffe's Slice cuts "
-                              "contiguous pieces)" % [int(q) for q in steps])
     bounds = {}
     rank = len(shape)
-    for axis, start, end in zip(axes, starts, ends):
+    for axis, start, end, step in zip(axes, starts, ends, steps):
         axis = int(axis) + rank if int(axis) < 0 else int(axis)
         size = shape[axis]
-        start, end = int(start), int(end)
-        start = min(max(start + size if start < 0 else start, 0), size)
-        end = min(max(end + size if end < 0 else end, 0), size)
-        if end <= start:
-            raise ctx.error(node, "it keeps nothing of axis %d (%d to %d of %d); a Caffe blob "
-                                  "cannot be empty" % (axis, start, end, size))
-        bounds[axis] = (start, end)
+        start, end, step = int(start), int(end), int(step)
+        if step == 0:
+            raise ctx.error(node, "steps %s: a step of 0 is not a slice"
+                            % [int(q) for q in steps])
+        start = start + size if start < 0 else start
+        end = end + size if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), size), min(max(end, 0), size)
+            count = max(0, -(-(end - start) // step))
+        else:
+            start, end = min(max(start, 0), size - 1), min(max(end, -1), size - 1)
+            count = max(0, -(-(start - end) // -step))
+        if count == 0:
+            raise ctx.error(node, "it keeps nothing of axis %d (%d to %d by %d of %d); a Caffe "
+                                  "blob cannot be empty" % (axis, start, end, step, size))
+        bounds[axis] = (start, step, count)
     return bounds
 
 
@@ -252,10 +262,25 @@ def slice_(ctx, node):
     """Constant starts and ends with a step of 1 (``x[:, :c]``, ``torch.chunk``): a Caffe
     Slice per cut axis, its slice points the bounds; the pieces before and after are
     silenced. Bounds that keep a whole axis cut nothing there; a Slice that keeps everything
-    aliases its input."""
+    aliases its input. Other steps (YOLOv5's ``x[..., ::2, ::2]``, ``x.flip(1)``) go axis
+    by axis through :func:`.axis_pieces.strided`: a positive step by a Reshape to
+    ``(count, step)`` and a Slice of the first of each, a negative one by single slices
+    concatenated in that order."""
     shape = ctx.shape(node.input[0], node)
-    cuts = [(axis, b) for axis, b in sorted(_slice_bounds(ctx, node, shape).items())
-            if b != (0, shape[axis])]
+    bounds = sorted(_slice_bounds(ctx, node, shape).items())
+    cuts = [(axis, (start, start + count)) for axis, (start, step, count) in bounds
+            if step == 1 and (start, count) != (0, shape[axis])]
+    if any(step != 1 and count > 1 for _, (_, step, count) in bounds):
+        em = Layers(ctx.layer, lambda message: ctx.error(node, message))
+        x, shape, out = node.input[0], list(shape), node.output[0]
+        steps = [b for b in bounds if b[1] != (0, 1, shape[b[0]])]
+        for k, (axis, (start, step, count)) in enumerate(steps):
+            top = out if k == len(steps) - 1 else "%s/axis%d" % (out, axis)
+            x = strided(em, x, shape, axis, start, step, count,
+                        _name(node) if len(steps) == 1 else "%s/axis%d" % (_name(node), axis),
+                        top)
+            shape[axis] = count
+        return
     if not cuts:
         ctx.alias[node.output[0]] = ctx.blob(node.input[0])
         return
