@@ -475,6 +475,13 @@ pytorch-converted/test_PReLU_1d_multiparam pytorch-converted/test_PReLU_2d_multi
 pytorch-converted/test_PReLU_3d_multiparam
 test_gemm_default_matrix_bias test_gemm_transposeA test_gemm_all_attributes
 test_averagepool_2d_same_upper test_maxpool_2d_same_upper light/inception_v1
+test_constant_pad test_constant_pad_axes test_constant_pad_negative_axes
+test_center_crop_pad_crop_expanded test_center_crop_pad_pad_expanded
+test_center_crop_pad_crop_and_pad_expanded test_center_crop_pad_crop_axes_hwc_expanded
+test_center_crop_pad_crop_negative_axes_hwc_expanded test_center_crop_pad_crop_axes_chw_expanded
+pytorch-converted/test_ZeroPad2d pytorch-converted/test_ConstantPad2d
+pytorch-converted/test_ReflectionPad2d pytorch-converted/test_ReplicationPad2d
+pytorch-operator/test_operator_pad
 '''.split()
 
 REFUSED = {
@@ -562,18 +569,6 @@ REFUSED = {
         test_pow_example test_pow test_pow_bcast_array test_pow_types_float32_int64
         test_pow_types_float32_int32 test_pow_types_float32_uint64
         test_pow_types_float32_uint32 pytorch-operator/test_operator_pow
-    '''.split(),
-    r"ONNX node '[^']+' \(op Pad\): its output": '''
-        pytorch-converted/test_ZeroPad2d
-    '''.split(),
-    r"ONNX node '[^']+' \(op Pad\): only a zero Pad of the two spatial axes converts": '''
-        test_center_crop_pad_crop_expanded test_center_crop_pad_pad_expanded
-        test_center_crop_pad_crop_and_pad_expanded test_center_crop_pad_crop_axes_hwc_expanded
-        test_center_crop_pad_crop_negative_axes_hwc_expanded
-        test_center_crop_pad_crop_axes_chw_expanded test_constant_pad test_constant_pad_axes
-        test_constant_pad_negative_axes pytorch-converted/test_ConstantPad2d
-        pytorch-converted/test_ReflectionPad2d pytorch-converted/test_ReplicationPad2d
-        pytorch-operator/test_operator_pad
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): bilinear resize with coordinate_transformation_mode": '''
         test_resize_downsample_scales_linear

@@ -1,6 +1,6 @@
 """ONNX import of the less common forms of ops that convert: non-square geometry, default
 axes, broadcasting slopes and constants, constant operands, degenerate variadics, Pads that
-cannot become a pool's pad, training-mode Dropout and shapes known only after folding. Each
+are no pool's pad, training-mode Dropout and shapes known only after folding. Each
 accepted model gives onnxruntime's numbers from a prototxt that loads back; each refused one is
 an error naming the node and its op."""
 
@@ -130,22 +130,26 @@ def test_zero_pad_read_by_an_average_pool(tmp_path):
     assert [lp.pooling_param.pad for lp in deploy.layer if lp.type == "Pooling"] == [1]
 
 
-@pytest.mark.parametrize("pads, readers, opset, attrs, message", [
-    # read by another node too: its output would never be written
-    ([0, 0, 1, 1, 0, 0, 1, 1], ["avg", "conv"], 17, {}, "its output is read 2 times"),
-    ([0, 0, 1, 1, 0, 0, 1, 1], ["conv", "avg"], 17, {}, "its output is read 2 times"),
-    ([0, 0, 1, 1, 0, 0, 1, 1], ["conv"], 17, {},
-     "its output 'pad' is read by Caffe layer 'conv0' \\(Convolution\\)"),
-    ([0, 0, 1, 1, 0, 0, 1, 1], ["output"], 17, {}, "its output 'pad' is read by no "
-                                                   "AveragePool"),
-    # cropping
-    ([0, 0, -1, -1, 0, 0, -1, -1], ["avg"], 17, {}, "only a zero Pad .* pads \\[0, 0, -1"),
+@pytest.mark.parametrize("pads, readers, opset, attrs", [
+    # read by another node too, by a convolution, as a graph output: the padded blob itself
+    ([0, 0, 1, 1, 0, 0, 1, 1], ["avg", "conv"], 17, {}),
+    ([0, 0, 1, 1, 0, 0, 1, 1], ["conv", "avg"], 17, {}),
+    ([0, 0, 1, 1, 0, 0, 1, 1], ["conv"], 17, {}),
+    ([0, 0, 1, 1, 0, 0, 1, 1], ["output"], 17, {}),
+    # cropping; padded unevenly (the pool's pad is the same on both sides)
+    ([0, 0, -1, -1, 0, 0, -1, -1], ["avg"], 17, {}),
+    ([0, 0, 1, 0, 0, 0, 2, 1], ["avg"], 17, {}),
     # before opset 11 the value is an attribute
-    ([0, 0, 1, 1, 0, 0, 1, 1], ["avg"], 2, {"value": 1.5}, "only a zero Pad"),
+    ([0, 0, 1, 1, 0, 0, 1, 1], ["avg"], 10, {"value": 1.5}),
 ])
-def test_pad_that_is_no_pool_pad_is_refused(pads, readers, opset, attrs, message):
-    with pytest.raises(CaffeError, match="ONNX node 'pad' \\(op Pad\\): " + message):
-        caffe_onnx.to_caffe(_padded(pads, readers, opset, **attrs), None)
+def test_pad_that_is_no_pool_pad_is_built_of_layers(tmp_path, pads, readers, opset, attrs):
+    # these were refused ('only a zero Pad of the two spatial axes converts (as the pad of
+    # an AveragePool that alone reads it)'); the pad is now built by DummyData, Slice and
+    # Concat, and the pool pools the padded blob
+    deploy, _ = convert_and_compare(_padded(pads, readers, opset, **attrs), tmp_path, "pad",
+                                    opencv=False)
+    assert {"Concat", "Slice"} & {lp.type for lp in deploy.layer}
+    assert not any(lp.pooling_param.pad for lp in deploy.layer if lp.type == "Pooling")
 
 
 @pytest.mark.parametrize("training, ratio, opset, converts", [

@@ -4,6 +4,8 @@ the imported net on the same input, NaN, infinities and signed zeros included. T
 are copied, never computed, so the two agree bit for bit. What onnxruntime refuses, or what
 has no Caffe layout, is refused naming the node."""
 
+import io
+
 import numpy as np
 import pytest
 
@@ -113,3 +115,160 @@ def test_slice_of_a_step_of_two_is_a_reshape_not_single_slices(tmp_path):
 def test_slices_that_do_not_convert_name_the_node(shape, starts, ends, axes, steps, message):
     with pytest.raises(CaffeError, match="ONNX node 'cut' \\(op Slice\\): " + message):
         caffe_onnx.to_caffe(_slice(shape, starts, ends, axes, steps), None)
+
+
+# -- Pad -----------------------------------------------------------------------------------
+def _pad(shape, pads, mode="constant", value=None, axes=None, opset=18):
+    attrs = {"mode": mode} if mode != "constant" or opset >= 11 else {}
+    consts = {}
+    if opset < 11:
+        attrs["pads"] = pads
+        if value is not None:
+            attrs["value"] = value
+        inputs = ["x"]
+    else:
+        consts["pads"] = np.array(pads, np.int64)
+        inputs = ["x", "pads"]
+        if value is not None or axes is not None:
+            inputs.append("value" if value is not None else "")
+            if value is not None:
+                consts["value"] = np.array(value, np.float32)
+        if axes is not None:
+            consts["axes"] = np.array(axes, np.int64)
+            inputs.append("axes")
+    return _model(shape, helper.make_node("Pad", inputs, ["y"], name="pad", **attrs), consts,
+                  opset)
+
+
+PADS = [
+    # (shape, pads, axes): every axis, uneven, 2-D to 5-D
+    ((1, 3, 4, 5), [0, 0, 1, 2, 0, 0, 2, 1], None),
+    ((2, 3, 4, 5), [1, 2, 0, 3, 0, 1, 2, 0], None),
+    ((3, 4), [2, 3, 1, 1], None),
+    ((2, 3, 4), [0, 1, 3, 1, 0, 2], None),
+    ((1, 2, 3, 4, 5), [0, 0, 2, 1, 1, 0, 0, 1, 2, 2], None),
+    # crops: onnxruntime crops first, then pads what is left
+    ((1, 3, 5, 6), [0, 0, -1, 2, 0, 0, 2, -3], None),
+    ((2, 4, 5, 5), [0, -1, -2, -2, 0, -1, 0, -1], None),
+    # opset 18's axes, negative ones too
+    ((1, 3, 4, 5), [1, 2, 2, 1], [2, 3]),
+    ((1, 3, 4, 5), [2, 0, 1, 2], [-1, 1]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(PADS)))
+@pytest.mark.parametrize("mode, value", [("constant", None), ("constant", -1.5),
+                                         ("edge", None), ("reflect", None), ("wrap", None)])
+def test_pads_match_onnxruntime(tmp_path, case, mode, value):
+    shape, pads, axes = PADS[case]
+    _check(_pad(shape, pads, mode, value, axes, opset=19 if mode == "wrap" else 18), shape,
+           tmp_path, "pad")
+
+
+@pytest.mark.parametrize("opset", (2, 11, 13))
+@pytest.mark.parametrize("mode, value", [("constant", 2.5), ("edge", None),
+                                         ("reflect", None)])
+def test_pads_of_the_older_forms_match_onnxruntime(tmp_path, opset, mode, value):
+    # before opset 11, pads and value are attributes; from 11 inputs, without axes
+    shape = (2, 3, 4, 4)
+    _check(_pad(shape, [1, 0, 3, 2, 0, 2, 1, 3], mode, value, opset=opset), shape, tmp_path,
+           "pad%d" % opset)
+
+
+def test_reflect_pads_up_to_the_axis_less_one(tmp_path):
+    # onnxruntime's limit: a reflection of at most size - 1 rows (a 2-row axis: 1)
+    _check(_pad((1, 2, 2, 5), [0, 0, 1, 4, 0, 0, 1, 4], "reflect"), (1, 2, 2, 5), tmp_path,
+           "reflect")
+
+
+@pytest.mark.parametrize("shape, pads, mode, message", [
+    ((1, 2, 3, 4), [0, 0, 3, 0, 0, 0, 0, 0], "reflect",
+     "reflect pads 3, 0 of axis 2 \\(of size 3\\): a reflection needs pads smaller"),
+    ((1, 2, 1, 4), [0, 0, 0, 0, 0, 0, 1, 0], "reflect", "reflect pads 0, 1 of axis 2"),
+    # cropped to 2 rows first, then 2 more to reflect
+    ((1, 2, 4, 4), [0, 0, -2, 0, 0, 0, 2, 0], "reflect",
+     "reflect pads 0, 2 of axis 2 \\(of size 2\\)"),
+    ((1, 2, 3, 4), [0, 0, 0, 5, 0, 0, 0, 0], "wrap", "wrap pads 5, 0 of axis 3"),
+    ((1, 2, 3, 4), [0, 0, -3, 0, 0, 0, 1, 0], "edge",
+     "its pads -3, 1 crop axis 2 \\(of size 3\\) to nothing"),
+])
+def test_pads_onnxruntime_refuses_are_refused_naming_the_node(shape, pads, mode, message):
+    model = _pad(shape, pads, mode, opset=19)
+    if mode != "wrap":  # onnxruntime refuses these too (wraps around the axis again itself)
+        with pytest.raises(Exception, match="Pad"):
+            run_ort(model, {"x": _input(shape)})
+    with pytest.raises(CaffeError, match="ONNX node 'pad' \\(op Pad\\): " + message):
+        caffe_onnx.to_caffe(model, None)
+
+
+def test_constant_pads_export_back_as_constants(tmp_path):
+    # the constant pieces are Parameter layers (not learnt) that the exporter writes as
+    # initializers: the imported net exported again still has the one input
+    shape = (2, 3, 4, 5)
+    model = _pad(shape, [0, 1, 2, 0, 1, 0, 1, 2], "constant", 0.75)
+    deploy = _check(model, shape, tmp_path, "const")
+    assert "Parameter" in [lp.type for lp in deploy.layer]
+    assert all(lp.param[0].lr_mult == 0 for lp in deploy.layer if lp.type == "Parameter")
+    prefix = str(tmp_path / "const")
+    out = str(tmp_path / "again.onnx")
+    caffe_onnx.export_files(prefix + ".prototxt", prefix + ".caffemodel", out,
+                            static_batch=True)
+    import onnx
+    again = onnx.load(out)
+    inits = {i.name for i in again.graph.initializer}
+    assert [v.name for v in again.graph.input if v.name not in inits] == ["x"]
+    x = _input(shape)
+    _same(list(run_ort(again, {"x": x}).values())[0], run_ort(model, {"x": x})["y"], "again")
+
+
+def test_zero_pad_of_an_average_pool_stays_its_pad(tmp_path):
+    shape = (1, 2, 6, 6)
+    model = _pad(shape, [0, 0, 1, 1, 0, 0, 1, 1])
+    pool = helper.make_node("AveragePool", ["y"], ["z"], kernel_shape=[3, 3], strides=[2, 2])
+    model.graph.node.append(pool)
+    model.graph.output[0].name = "z"
+    x = _input(shape)
+    x[np.isinf(x)] = 0.5
+    theirs = run_ort(model, {"x": x})["z"]
+    deploy, weights, outputs = caffe_onnx.to_caffe(model, str(tmp_path / "avg"))
+    pools = [lp.pooling_param for lp in deploy.layer if lp.type == "Pooling"]
+    assert [p.pad for p in pools] == [1] and "Concat" not in [lp.type for lp in deploy.layer]
+    net = caffe.Net(str(tmp_path / "avg.prototxt"), str(tmp_path / "avg.caffemodel"), caffe.TEST)
+    net.forward(x=x)
+    np.testing.assert_allclose(net.blobs[outputs["z"]].data, theirs, rtol=1e-6, atol=1e-6)
+
+
+# -- PyTorch's exports ---------------------------------------------------------------------
+def _focus(torch, mode):
+    """YOLOv5's Focus: the four pixel phases as channels; beside it the channel order flipped
+    (``x[:, [2, 1, 0]]``, a Gather, and ``x.flip(1)``, a negative step) and padded by
+    ``F.pad``."""
+    class Focus(torch.nn.Module):
+        def forward(self, x):
+            y = torch.cat([x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2],
+                           x[..., 1::2, 1::2]], 1)
+            z = torch.nn.functional.pad(x[:, [2, 1, 0]] + x.flip(1), (2, 1, 1, 2), mode=mode)
+            return y, z
+    return Focus().eval()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_torch_focus_flip_and_pad_export(tmp_path, mode):
+    torch = pytest.importorskip("torch")
+    buf = io.BytesIO()
+    torch.onnx.export(_focus(torch, mode), (torch.zeros(1, 3, 8, 6),), buf, dynamo=False,
+                      opset_version=17, input_names=["x"], output_names=["y", "z"])
+    import onnx
+    model = onnx.load_from_string(buf.getvalue())
+    ops = [n.op_type for n in model.graph.node]
+    assert "Slice" in ops and "Pad" in ops
+    x = _input((1, 3, 8, 6))
+    x[~np.isfinite(x)] = 1.0  # (the sum of a flip meets inf - inf; the copies are tested above)
+    theirs = run_ort(model, {"x": x})
+    prefix = str(tmp_path / "focus")
+    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    for name in ("y", "z"):
+        _same(net.blobs[outputs[name]].data, theirs[name], name)

@@ -4,11 +4,12 @@ so NaN, infinities and signed zeros come through unchanged. The ONNX importer (P
 with steps) and the MXNet one (Pad) build their layers here through a :class:`Layers`.
 
 Padding goes one axis after another, which fills the corners as ONNX and MXNet do: constant
-pieces come from DummyData (of the converted input's batch size: the net keeps that batch
-size), the edge slice is repeated by Tile, a reflection is single slices in reverse order, a
-wrap the slices of the other end. A stride ``s > 0`` views the axis as ``(n / s, s)`` by a
-Reshape and keeps the first of each ``s``; a negative step is single slices concatenated in
-reverse order (at most :data:`MAX_PIECES` of them)."""
+pieces come from DummyData, or the importer's own constant blobs (either of the converted
+input's batch size: the net keeps that batch size), the edge slice is repeated by Tile, a
+reflection is single slices in reverse order, a wrap the slices of the other end. A stride
+``s > 0`` views the axis as ``(n / s, s)`` by a Reshape and keeps the first of each ``s``; a
+negative step is single slices concatenated in reverse order (at most :data:`MAX_PIECES` of
+them)."""
 
 MAX_PIECES = 512
 MODES = ("constant", "edge", "reflect", "wrap")
@@ -19,13 +20,22 @@ class Layers:
     LayerParameter and returns it (its name and tops as the importer settled them); ``done``
     is called on it once its parameters are set (an importer that sets layers up to learn
     their shapes does so there); ``fresh(name)`` gives a blob name not used so far;
-    ``error(message)`` the exception to raise, naming the node converted."""
+    ``error(message)`` the exception to raise, naming the node converted; ``constant(dims,
+    value, name)``, where given, the blob of a constant (else :meth:`dummy`)."""
 
-    def __init__(self, layer, error, done=None, fresh=None):
+    def __init__(self, layer, error, done=None, fresh=None, constant=None):
         self.layer = layer
         self.error = error
         self.done = done or (lambda lp: lp)
         self.fresh = fresh or (lambda name: name)
+        self.constant = constant or self.dummy
+
+    def dummy(self, dims, value, name):
+        """A blob of ``dims`` filled with ``value`` by a DummyData layer."""
+        def setup(lp):
+            lp.dummy_data_param.shape.add().dim.extend(dims)
+            lp.dummy_data_param.data_filler.add(type="constant", value=value)
+        return self.add("DummyData", name, [], [self.fresh(name)], setup)[0]
 
     def add(self, type_, name, bottoms, tops, setup=None):
         """Appends a layer, ``setup(lp)`` filling in its parameters; returns its tops."""
@@ -106,11 +116,7 @@ def pad_axis(em, x, shape, axis, before, after, mode, value, name, out):
         label = "%s_%s" % (tag, side)
         if mode == "constant":
             dims = list(shape[:axis]) + [count] + list(shape[axis + 1:])
-
-            def setup(lp, dims=dims):
-                lp.dummy_data_param.shape.add().dim.extend(dims)
-                lp.dummy_data_param.data_filler.add(type="constant", value=value)
-            piece = em.add("DummyData", label, [], [em.fresh("%s/%s" % (tag, side))], setup)
+            piece = [em.constant(dims, value, "%s/%s" % (tag, side))]
         elif mode == "edge":  # the first / last slice, repeated
             edge = take(em, x, shape, axis, *((0, 1) if side == "before" else (n - 1, n)),
                         name=label)

@@ -17,7 +17,7 @@ from ..errors import CaffeError
 from ..proto import caffe_pb2
 from ._lib import require_onnx
 from . import import_gates, import_layout, import_math  # noqa: F401 (their importers)
-from . import import_extrema, import_pools  # noqa: F401 (after import_gates, import_ops)
+from . import import_extrema, import_pad, import_pools  # noqa: F401 (after import_ops)
 from . import import_ops
 
 
@@ -38,6 +38,7 @@ class ImportContext:
                           if o.domain in ("", "ai.onnx")] + [1])
         self.scales = {}  # an ONNX value -> the Scale layer (from a Mul) that writes it
         self.consumers = {}  # an ONNX value -> how many nodes (and outputs) read it
+        self.readers = {}  # an ONNX value -> the nodes that read it
         # every ONNX value's name: a blob a converter makes up must not take one of them
         self.values = {v.name for v in graph.input} | set(self.consts) \
             | {name for node in graph.node for name in node.output}
@@ -47,6 +48,7 @@ class ImportContext:
         for node in graph.node:
             for name in node.input:
                 self.consumers[name] = self.consumers.get(name, 0) + 1
+                self.readers.setdefault(name, []).append(node)
         for out in graph.output:
             self.consumers[out.name] = self.consumers.get(out.name, 0) + 1
         for init in graph.initializer:
@@ -108,9 +110,8 @@ class ImportContext:
         self.layer_names.add(name)
         for b in bottoms:
             if b in self.padded:
-                raise self.error(self.padded[b][3], "its output '%s' is read by Caffe layer "
-                                 "'%s' (%s); a Pad converts only as the pad of an AveragePool "
-                                 "that alone reads it" % (b, name, type_))
+                raise self.error(self.padded[b][3], "its output '%s', the pad of an AveragePool, "
+                                 "is read by Caffe layer '%s' (%s)" % (b, name, type_))
             if b in self.consts and b not in self.alias:
                 self._constant_blob(b)
         lp = caffe_pb2.LayerParameter(name=name, type=type_)
@@ -308,9 +309,8 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         handler(ctx, node)
     ctx.node, ctx.renamed = None, {}
     for value, (_, _, _, pad_node) in ctx.padded.items():
-        raise ctx.error(pad_node, "its output '%s' is read by no AveragePool (a Pad converts "
-                                  "only as the pad of an AveragePool that alone reads it)"
-                        % value)
+        raise ctx.error(pad_node, "its output '%s', the pad of an AveragePool, is read by "
+                                  "no AveragePool" % value)
     for out in graph.output:
         if out.name in ctx.consts:
             raise CaffeError("ONNX output '%s' is a constant; a Caffe net cannot output a "

@@ -146,30 +146,6 @@ def _onnx_pooled(size, k, s, begin, end, ceil_mode):
     return out
 
 
-@importer("Pad")
-def pad(ctx, node):
-    """A zero Pad of the spatial axes that only an AveragePool reads: the pool takes it as
-    Caffe's ``pad`` (Caffe's AVE divisor counts that padding)."""
-    a = attrs(node)
-    mode = a.get("mode", b"constant")
-    pads = a.get("pads") if "pads" in a else ctx.const(node.input[1], node, "pads").tolist()
-    value = float(a.get("value", 0.0))  # an attribute before opset 11, then an input
-    if len(node.input) > 2 and node.input[2]:
-        value = float(ctx.const(node.input[2], node, "constant_value").reshape(-1)[0])
-    n = len(pads) // 2
-    if mode not in (b"constant", "constant") or value != 0.0 or n != 4 or \
-            any(pads[:2]) or any(pads[n:n + 2]) or len(node.input) > 3 and node.input[3] or \
-            min(pads) < 0:
-        raise ctx.error(node, "only a zero Pad of the two spatial axes converts (as the pad "
-                              "of an AveragePool that alone reads it); pads %s" % list(pads))
-    if ctx.consumers.get(node.output[0], 0) != 1:
-        raise ctx.error(node, "its output is read %d times; a Pad converts only as the pad of "
-                              "an AveragePool that alone reads it"
-                        % ctx.consumers.get(node.output[0], 0))
-    ctx.padded[node.output[0]] = (node.input[0], [int(pads[2]), int(pads[3])],
-                                  [int(pads[6]), int(pads[7])], node)
-
-
 @importer("MaxPool", "AveragePool")
 def pool(ctx, node):
     a = attrs(node)
