@@ -77,7 +77,9 @@ SLICES = [
     ((2, 3, 7, 5), [1, 1], [BIG, BIG], [2, 3], [2, 2]),
     ((1, 3, 9, 4), [0], [9], [2], [3]),          # the last pick at the last row
     ((1, 3, 10, 4), [1], [9], [2], [4]),         # a partial last step
-    ((1, 3, 10, 4), [2], [-1], [-2], [5]),       # one pick only
+    ((1, 3, 10, 4), [2], [-1], [-2], [5]),       # two picks, the second past whole steps
+    ((1, 3, 10, 4), [7], [9], [2], [5]),         # one pick only
+    ((1, 3, 5), [3], [1], [2], [-4]),            # one pick of a negative step
     ((1, 6, 4, 4), [1], [BIG], [1], [2]),        # channels
     ((4, 2, 3), [0], [BIG], [0], [3]),           # batch, a 3-D blob
     ((2, 9), [-BIG], [BIG], [1], [4]),

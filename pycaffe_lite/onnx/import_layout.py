@@ -268,8 +268,9 @@ def slice_(ctx, node):
     concatenated in that order."""
     shape = ctx.shape(node.input[0], node)
     bounds = sorted(_slice_bounds(ctx, node, shape).items())
+    # (a single entry, whatever the step, is the piece [start, start + 1))
     cuts = [(axis, (start, start + count)) for axis, (start, step, count) in bounds
-            if step == 1 and (start, count) != (0, shape[axis])]
+            if (step == 1 or count == 1) and (start, count) != (0, shape[axis])]
     if any(step != 1 and count > 1 for _, (_, step, count) in bounds):
         em = Layers(ctx.layer, lambda message: ctx.error(node, message))
         x, shape, out = node.input[0], list(shape), node.output[0]
