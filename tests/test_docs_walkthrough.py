@@ -152,7 +152,10 @@ def test_the_install_commands_install_from_the_checkout():
     (pip finds no such distribution). Every pip command of the docs, and every install hint
     of the package's error messages, that installs the package or one of its extras names the
     checkout (`.`, `-e .`, `'.[extra]'`), and each extra it names is one of pyproject.toml's."""
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: tomli, which pytest itself needs there
+        import tomli as tomllib
 
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         project = tomllib.load(f)["project"]
