@@ -122,6 +122,9 @@ layer { name: "cat" type: "Concat" bottom: "reorg" bottom: "coarse" top: "cat" }
 """ + _conv("det", "cat", 5, k=1, pad=0)
 
 # the other device-only types, in one net
+# "sum" takes ASUM of MVN's output: its SUMSQ would be the same for any input (MVN leaves unit
+# variance), so the conv's gradient would be float32 rounding noise, which Adam scales up to
+# steps of base_lr that differ between NumPy builds
 OTHERS = _input("data", 2, 4, 3, 3) + _input("words", 2, 4) + _conv("conv", "data", 4) + """
 layer { name: "gate" type: "Pooling" bottom: "conv" top: "gate"
   pooling_param { pool: AVE global_pooling: true } }
@@ -132,7 +135,7 @@ layer { name: "bnll" type: "BNLL" bottom: "shuffle" top: "bnll" }
 layer { name: "mvn" type: "MVN" bottom: "bnll" top: "mvn" }
 layer { name: "tile" type: "Tile" bottom: "mvn" top: "tile" tile_param { axis: 3 tiles: 2 } }
 layer { name: "sum" type: "Reduction" bottom: "tile" top: "sum"
-  reduction_param { operation: SUMSQ axis: 2 coeff: 0.5 } }
+  reduction_param { operation: ASUM axis: 2 coeff: 0.5 } }
 layer { name: "param" type: "Parameter" top: "param" parameter_param { shape { dim: 2 dim: 4 } }
   param { lr_mult: 1 } }
 layer { name: "embed" type: "Embed" bottom: "words" top: "embed" embed_param { num_output: 4
