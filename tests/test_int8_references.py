@@ -90,16 +90,20 @@ def test_minmax_scales_weights_and_biases_are_onnxruntimes(lenet_logits, per_cha
     ref = _ort_quantized(path, batches, per_channel, tmp / ("ort_%s.onnx" % tag))
     ours = qdq_model(net, batches, method="minmax", per_channel=per_channel)["model"]
     io, ir = _inits(ours), _inits(ref)
-    # activations computed alike by both engines: identical scales
+    # activations computed alike by both engines: the same scales, to the sums' rounding (each
+    # engine's convolution sums in its own order, which moves max |x| by a few float32 steps
+    # with some NumPy / BLAS builds)
     for value in ("data", "conv1", "conv2", "ip1/ip1"):
-        assert io[value + "/scale"] == ir[value + "_scale"], value
+        assert io[value + "/scale"] == pytest.approx(float(ir[value + "_scale"]), rel=1e-6), \
+            value
         assert io[value + "/zero_point"] == ir[value + "_zero_point"] == 0, value
     # a MaxPool's output: both re-quantize it at its input's scale
     qpool = {n.input[0]: n.input[1] for n in ref.graph.node if n.op_type == "QuantizeLinear"}
-    assert qpool["pool1"] == "conv1_scale" and io["pool1/scale"] == ir["conv1_scale"]
+    assert qpool["pool1"] == "conv1_scale" and io["pool1/scale"] == io["conv1/scale"]
     # relu1's output ip1 and ip1/ip1, which only relu1 reads: both at the ReLU output's range
     # (onnxruntime's adjust_tensor_ranges; a ReLU keeps the int8 grid)
-    assert io["ip1/scale"] == io["ip1/ip1/scale"] == ir["ip1_scale"] == ir["ip1/ip1_scale"]
+    assert io["ip1/scale"] == io["ip1/ip1/scale"] and ir["ip1_scale"] == ir["ip1/ip1_scale"]
+    assert io["ip1/scale"] == pytest.approx(float(ir["ip1_scale"]), rel=1e-6)
     # ip2 is a float Gemm over 500 products in each engine, summed in another order
     assert io["ip2/scale"] == pytest.approx(float(ir["ip2_scale"]), rel=1e-6)
     for layer in ("conv1", "conv2", "ip1", "ip2"):
@@ -107,25 +111,31 @@ def test_minmax_scales_weights_and_biases_are_onnxruntimes(lenet_logits, per_cha
                                       ir[layer + "/weight_scale"].ravel(), err_msg=layer)
         np.testing.assert_array_equal(io[layer + "/weight/int8"],
                                       ir[layer + "/weight_quantized"], err_msg=layer)
-        np.testing.assert_array_equal(io[layer + "/bias/scale"].ravel(),
-                                      ir[layer + "/bias_quantized_scale"].ravel(), err_msg=layer)
-        np.testing.assert_array_equal(io[layer + "/bias/int32"],
-                                      ir[layer + "/bias_quantized"], err_msg=layer)
+        # input scale x weight scale: as close as the input scales
+        np.testing.assert_allclose(io[layer + "/bias/scale"].ravel(),
+                                   ir[layer + "/bias_quantized_scale"].ravel(), rtol=1e-6,
+                                   err_msg=layer)
+        np.testing.assert_allclose(io[layer + "/bias/int32"], ir[layer + "/bias_quantized"],
+                                   rtol=0, atol=1, err_msg=layer)
         assert io[layer + "/bias/int32"].dtype == ir[layer + "/bias_quantized"].dtype == np.int32
     # onnxruntime runs both as int8 kernels, not as float between Q and DQ
     for model, name in ((ours, "ours"), (ref, "ort")):
         ops = _optimized_ops(model, tmp / ("opt_%s_%s.onnx" % (name, tag)))
         assert ops.count("QLinearConv") == 2 and ops.count("QGemm") == 2, (name, ops)
         assert "Conv" not in ops and "Gemm" not in ops, (name, ops)
-    # and both give the same int8 logits: equal steps of ip2's grid
+    # and both give the same int8 logits: steps of ip2's grid, equal but where a scale's last
+    # bits differ (then one step apart)
     x = np.concatenate([b["data"] for b in batches])
     yo = ort.InferenceSession(ours.SerializeToString(),
                               providers=["CPUExecutionProvider"]).run(None, {"data": x})[0]
     yr = ort.InferenceSession(ref.SerializeToString(),
                               providers=["CPUExecutionProvider"]).run(None, {"data": x})[0]
-    np.testing.assert_array_equal(np.rint(yo / io["ip2/scale"]),
-                                  np.rint(yr / ir["ip2_scale"]))
-    np.testing.assert_allclose(yo, yr, rtol=1e-6, atol=0)
+    steps_o, steps_r = np.rint(yo / io["ip2/scale"]), np.rint(yr / ir["ip2_scale"])
+    assert np.abs(steps_o - steps_r).max() <= 1
+    assert np.mean(steps_o == steps_r) >= 0.99
+    # where the steps agree, the logits agree to float rounding
+    same = steps_o == steps_r
+    np.testing.assert_allclose(yo[same], yr[same], rtol=1e-6, atol=0)
 
 
 BRANCHY = """
