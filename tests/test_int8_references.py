@@ -67,6 +67,24 @@ def _ort_quantized(path, batches, per_channel, out):
     return onnx.load(str(out))
 
 
+def _random_weights(net, seed):
+    """Every learnable blob of ``net`` drawn from N(0, 0.4); returns the generator."""
+    rng = np.random.default_rng(seed)
+    for layer in net.layers:
+        for blob in layer.blobs:
+            blob.data[...] = rng.normal(0, 0.4, blob.shape)
+    return rng
+
+
+def _random_test_net(text, seed):
+    """The TEST net of prototxt ``text`` with :func:`_random_weights`: ``(net, rng)``."""
+    param = caffe_pb2.NetParameter()
+    text_format.Merge(text, param)
+    param.state.phase = caffe.TEST
+    net = caffe.Net.from_param(param)
+    return net, _random_weights(net, seed)
+
+
 def _inits(model):
     return {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
 
@@ -167,14 +185,7 @@ def test_a_branching_net_has_onnxruntimes_scales(tmp_path, per_channel):
     layers, and conv1's output read only by an in-place ReLU whose largest magnitude is
     negative: onnxruntime ranges that output as the ReLU's (adjust_tensor_ranges), and so
     must quantize; every scale, int8 weight and int32 bias equal to onnxruntime's."""
-    param = caffe_pb2.NetParameter()
-    text_format.Merge(BRANCHY, param)
-    param.state.phase = caffe.TEST
-    net = caffe.Net.from_param(param)
-    rng = np.random.default_rng(0)
-    for layer in net.layers:
-        for blob in layer.blobs:
-            blob.data[...] = rng.normal(0, 0.4, blob.shape)
+    net, rng = _random_test_net(BRANCHY, seed=0)
     batches = [{"data": rng.normal(0, 1, (4, 4, 10, 10)).astype(np.float32)}
                for _ in range(3)]
     model, _ = export(net, None, opset=17)
@@ -235,14 +246,7 @@ def test_inner_products_of_every_export_form_match_onnxruntime(tmp_path, per_cha
     quantizes them, and the MatMul's output, which is no Caffe blob, at onnxruntime's scale,
     so that onnxruntime runs it as QLinearMatMul instead of a float Gemm between
     DequantizeLinear nodes."""
-    param = caffe_pb2.NetParameter()
-    text_format.Merge(INNER, param)
-    param.state.phase = caffe.TEST
-    net = caffe.Net.from_param(param)
-    rng = np.random.default_rng(0)
-    for layer in net.layers:
-        for blob in layer.blobs:
-            blob.data[...] = rng.normal(0, 0.4, blob.shape)
+    net, rng = _random_test_net(INNER, seed=0)
     batches = [{"data": rng.normal(0, 1, (4, 6)).astype(np.float32)} for _ in range(3)]
     model, _ = export(net, None, opset=17)
     assert [n.op_type for n in model.graph.node if n.op_type in ("Gemm", "MatMul")] == \
@@ -346,11 +350,7 @@ def _intel_net(body, tmp_path, shape=(2, 2, 8, 8)):
     path = tmp_path / "net.prototxt"
     path.write_text(text)
     net = caffe.Net(str(path), caffe.TEST, fold=False)
-    rng = np.random.default_rng(3)
-    for layer in net.layers:
-        for blob in layer.blobs:
-            blob.data[...] = rng.normal(0, 0.4, blob.shape)
-    return net, path, rng
+    return net, path, _random_weights(net, 3)
 
 
 def _conv(name, bottom, top, n=3):
