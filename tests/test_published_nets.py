@@ -16,6 +16,7 @@ stages, is read with and without its deploy stage.
 """
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -32,6 +33,27 @@ REAL = os.path.join(HERE, "fixtures", "real")
 
 def path(key):
     return os.path.join(REAL, NETS[key]["file"])
+
+
+def file_to_run(key, folder):
+    """The file the value tests run: the published one, or for a net with "narrow" a copy in
+    ``folder`` whose named layers have fewer outputs. FCN-8s' fc6 and fc7 are 4096-wide
+    convolutions holding 118 M of its 134 M parameters; at 256 wide the geometry (pad 100,
+    the 7 x 7 fc6, the deconvolutions and crops) is the file's and the blobs are 20x lighter
+    to write, read and export. The width of VGG-16-sized weights is covered by test_model_zoo."""
+    narrow = NETS[key].get("narrow")
+    if not narrow:
+        return path(key)
+    text = open(path(key)).read()
+    for layer, width in narrow.items():
+        # the first num_output after the layer's name: its convolution_param's
+        pattern = r'(name: "%s".*?num_output: )\d+' % re.escape(layer)
+        text, n = re.subn(pattern, lambda m: m.group(1) + str(width), text, count=1,
+                          flags=re.S)
+        assert n == 1, (key, layer)
+    out = folder / ("%s_narrowed.prototxt" % key)
+    out.write_text(text)
+    return str(out)
 
 
 # file; the input shape the tests run (None: the file's own); the blob before the last
@@ -99,7 +121,7 @@ NETS = {
     # FCN (Long et al. 2015): the score map is cropped back to the input's size, here an odd
     # 37 x 53 (pad 100 on conv1_1 makes every size work)
     "fcn8s": dict(file="voc_fcn8s_deploy.prototxt", shape=(1, 3, 37, 53), logits="score",
-                  shapes={"score": (21, 37, 53)}),
+                  shapes={"score": (21, 37, 53)}, narrow={"fc6": 256, "fc7": 256}),
     # DIGITS' FCN-AlexNet at its own 500 x 356 input and at 61 x 47: the 63 x 63 stride 32
     # deconvolution gives 32 (n - 1) + 63, cropped at offset 18 to the input's size
     "fcn_alexnet": dict(file="digits_fcn_alexnet_deploy.prototxt", shape=None, logits="score",
@@ -165,9 +187,10 @@ def params(keys, slow=SLOW):
     return [pytest.param(k, marks=pytest.mark.slow) if k in slow else k for k in keys]
 
 
-def build(key, weights=None, **kw):
-    net = caffe.Net(path(key), weights, caffe.TEST, **kw) if weights else \
-        caffe.Net(path(key), caffe.TEST)
+def build(key, weights=None, file=None, **kw):
+    file = file or path(key)
+    net = caffe.Net(file, weights, caffe.TEST, **kw) if weights else \
+        caffe.Net(file, caffe.TEST)
     shape = NETS[key]["shape"]
     if shape is not None:
         net.blobs[net.inputs[0]].reshape(*shape)
@@ -196,12 +219,11 @@ def test_published_file_loads_with_the_stated_shapes(key):
         assert net.blobs[blob].shape[1:] == shape, (key, blob)
 
 
-def opencv_text(key, folder):
+def opencv_text(key, folder, source):
     """The file as OpenCV is to read it. OpenCV's importer computes Axpy as
     bottom[0] * bottom[2] + bottom[1], SENet's layer (src/caffe/layers/axpy_layer.cpp of
     hujie-frank/SENet) bottom[0] * bottom[1] + bottom[2]: for OpenCV the last two bottoms of
     each Axpy are swapped, so that it computes SENet's value."""
-    source = path(key)
     if key != "se_resnet50":
         return source
     lines = open(source).read().split("\n")
@@ -246,7 +268,8 @@ def opencv_outputs(cvnet, net, last):
 def agree_with_opencv(key, tmp_path):
     cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
     caffe.set_random_seed(5)
-    net = build(key)
+    source = file_to_run(key, tmp_path)
+    net = build(key, file=source)
     rng = fill(net, seed=sum(map(ord, key)))
     for blob in net.params.get(NETS[key]["logits"], [])[:1]:
         blob.data[...] *= NETS[key].get("logit_scale", 1.0)
@@ -261,7 +284,7 @@ def agree_with_opencv(key, tmp_path):
 
     weights = tmp_path / ("%s.caffemodel" % key)
     net.save(str(weights))
-    cvnet = cv2.dnn.readNetFromCaffe(opencv_text(key, tmp_path), str(weights))
+    cvnet = cv2.dnn.readNetFromCaffe(opencv_text(key, tmp_path, source), str(weights))
     cvnet.enableFusion(False)
     for name, value in feeds.items():
         cvnet.setInput(value, name)
@@ -276,21 +299,21 @@ def agree_with_opencv(key, tmp_path):
 
     # the weights file read back folded (the default for a TEST net with weights) gives the
     # same logits and outputs
-    folded = build(key, str(weights))
+    folded = build(key, str(weights), file=source)
     for name, value in folded.forward(**feeds).items():
         close(value, outputs[name], "%s: %s folded vs unfolded" % (key, name))
     close(folded.blobs[NETS[key]["logits"]].data, logits, "%s: logits folded" % key)
-    return net, weights, feeds, outputs
+    return net, source, weights, feeds, outputs
 
 
 @pytest.mark.parametrize("key", params(sorted(NETS)))
 def test_every_layer_agrees_with_opencv_and_the_export_with_onnxruntime(key, tmp_path):
-    net, weights, feeds, outputs = agree_with_opencv(key, tmp_path)
+    net, source, weights, feeds, outputs = agree_with_opencv(key, tmp_path)
 
     from helpers.onnx_runtime import run_ort
 
     from pycaffe_lite import onnx as caffe_onnx
-    model, report = caffe_onnx.export(build(key, str(weights), fold=False),
+    model, report = caffe_onnx.export(build(key, str(weights), file=source, fold=False),
                                       tmp_path / ("%s.onnx" % key))
     # a batch of two through the dynamic batch axis
     twice = {k: np.concatenate([v, v[::-1] * 0.5]) for k, v in feeds.items()}
