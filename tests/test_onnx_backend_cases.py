@@ -482,6 +482,7 @@ test_center_crop_pad_crop_negative_axes_hwc_expanded test_center_crop_pad_crop_a
 pytorch-converted/test_ZeroPad2d pytorch-converted/test_ConstantPad2d
 pytorch-converted/test_ReflectionPad2d pytorch-converted/test_ReplicationPad2d
 pytorch-operator/test_operator_pad
+test_div_example test_div test_div_bcast pytorch-converted/test_Softsign
 '''.split()
 
 REFUSED = {
@@ -537,9 +538,6 @@ REFUSED = {
     '''.split(),
     r"ONNX node '[^']+' \(op Clip\): min": '''
         test_clip_min_greater_than_max
-    '''.split(),
-    r"ONNX node '[^']+' \(op Div\): Div of two tensors converts only as Add/Sub/Mul of equal": '''
-        test_div_example test_div test_div_bcast pytorch-converted/test_Softsign
     '''.split(),
     r"ONNX node '[^']+' \(op Dropout\): its mask output": '''
         test_dropout_default_mask test_dropout_default_mask_ratio

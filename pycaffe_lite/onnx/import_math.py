@@ -4,7 +4,8 @@ Power, Eltwise PROD), Min and Mean of equal shapes (Eltwise), LogSoftmax (shifte
 maximum as ONNX computes it: Pooling MAX and AVE, Tile, Eltwise, Exp, Log), ReduceSum /
 ReduceSumSquare / ReduceL1 / ReduceL2 / ReduceMean over any axes (Reduction, after a Permute
 where the axes are not the trailing ones), Tile (Caffe's Tile per axis), Expand (a Reshape and
-Tiles), Add / Sub of two tensors that broadcast (each expanded so, then Eltwise SUM), PRelu of
+Tiles), Add / Sub / Mul of two tensors that broadcast (each expanded so, then Eltwise SUM or
+PROD), Div by a tensor (its reciprocal, a Power of -1, then that product), PRelu of
 slopes that are not per channel (ReLU, Scale, Eltwise) and InstanceNormalization (Reduction,
 Bias and Scale by the per-sample statistics, Scale by the per-channel weights). Registered in
 :data:`.import_ops.IMPORTERS` as the other importers."""
@@ -265,6 +266,12 @@ def add_sub(ctx, node):
     broadcast to it (:func:`_broadcast`: copies, no arithmetic), then an Eltwise SUM (Sub:
     with coefficients 1 and -1). Anything else: :func:`.import_ops.arithmetic`."""
     a, b = node.input[0], node.input[1]
+    if node.op_type == "Sub" and a in ctx.consts and b not in ctx.consts and \
+            ctx.consts[a].size == 1 and ctx.consts[a].ndim <= len(ctx.shape(b, node)):
+        # a constant minus a tensor: one rounding, as ONNX's
+        _power(ctx, _name(node), b, node.output[0], scale=-1.0,
+               shift=float(np.float32(ctx.consts[a].reshape(-1)[0])))
+        return
     if a in ctx.consts or b in ctx.consts or ctx.shape(a, node) == ctx.shape(b, node):
         _plain_arithmetic(ctx, node)
         return
@@ -350,3 +357,74 @@ def instance_norm(ctx, node):
     lp.scale_param.axis = 0
     lp = ctx.layer("Scale", name, [top + "/normalized"], [top], [gamma, beta])
     lp.scale_param.axis, lp.scale_param.bias_term = 1, True
+
+
+# -- Mul and Div of tensors that broadcast ---------------------------------------------------
+_gate_mul = IMPORTERS["Mul"]
+_plain_div = IMPORTERS["Div"]
+
+
+def _is_gate(x_shape, g_shape, out):
+    """Whether ``g`` multiplies ``x`` as Caffe's Scale with two bottoms does: ``x`` has the
+    output's shape and ``g`` matches it on a run of axes and is 1 elsewhere."""
+    if tuple(x_shape) != tuple(out) or len(g_shape) > len(x_shape):
+        return False
+    full = (1,) * (len(x_shape) - len(g_shape)) + tuple(g_shape)
+    big = [i for i, d in enumerate(full) if d != 1] or [0]
+    return all(full[i] == x_shape[i] for i in range(big[0], big[-1] + 1))
+
+
+def _product(ctx, node, a, a_shape, b, b_shape, top):
+    """``a * b`` broadcast as ONNX does: each operand that has not the output's shape
+    broadcast to it (:func:`_broadcast`: copies), then an Eltwise PROD."""
+    out = tuple(ctx.shape(node.output[0], node))
+    bottoms = [x if tuple(shape) == out else
+               _broadcast(ctx, node, x, tuple(shape), out, "%s/broadcast%d" % (top, i))
+               for i, (x, shape) in enumerate(((a, a_shape), (b, b_shape)))]
+    lp = ctx.layer("Eltwise", _name(node), bottoms, [top])
+    lp.eltwise_param.operation = E.PROD
+
+
+@importer("Mul")
+def mul(ctx, node):
+    """Of two tensors of different shapes: the gate ``x * s`` (:func:`.import_gates.mul`,
+    Caffe's Scale with two bottoms) where ``s`` matches ``x`` on a run of axes, any other
+    broadcast by :func:`_product`. Anything else: :func:`.import_gates.mul`."""
+    a, b = node.input[0], node.input[1]
+    if a in ctx.consts or b in ctx.consts or ctx.shape(a, node) == ctx.shape(b, node):
+        _gate_mul(ctx, node)
+        return
+    shapes = ctx.shape(a, node), ctx.shape(b, node)
+    out = ctx.shape(node.output[0], node)
+    if _is_gate(shapes[0], shapes[1], out) or _is_gate(shapes[1], shapes[0], out):
+        _gate_mul(ctx, node)
+        return
+    _product(ctx, node, a, shapes[0], b, shapes[1], node.output[0])
+
+
+@importer("Div")
+def div(ctx, node):
+    """``a / b`` with ``b`` a tensor: Caffe has no division, so ``b``'s reciprocal (Power of
+    -1, correctly rounded as ``1 / b``), then the product (:func:`_product`; a constant
+    ``a`` of one value: a Power scaling the reciprocal). The product of the rounded
+    reciprocal differs from the rounded quotient by at most about 1.5 units in the last
+    place; ``1 / 0`` is ``inf``, so ``a / 0`` is ``±inf`` and ``0 / 0`` NaN as ONNX gives
+    them; a ``b`` beyond 2^126 in magnitude has a subnormal reciprocal (fewer digits) and
+    one below 2^-128 an infinite one. A constant ``b``: :func:`.import_ops.arithmetic`."""
+    a, b = node.input[0], node.input[1]
+    if b in ctx.consts:
+        _plain_div(ctx, node)
+        return
+    top, name = node.output[0], _name(node)
+    b_shape = ctx.shape(b, node)
+    if a in ctx.consts and ctx.consts[a].size == 1 and \
+            len(ctx.consts[a].shape) <= len(b_shape):
+        c = float(np.float32(ctx.consts[a].reshape(-1)[0]))
+        if c == 1.0:
+            _power(ctx, name, b, top, power=-1.0)
+            return
+        recip = _power(ctx, name + "/reciprocal", b, top + "/reciprocal", power=-1.0)
+        _power(ctx, name, recip, top, scale=c)
+        return
+    recip = _power(ctx, name + "/reciprocal", b, top + "/reciprocal", power=-1.0)
+    _product(ctx, node, a, ctx.shape(a, node), recip, b_shape, top)
