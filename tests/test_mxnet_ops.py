@@ -66,7 +66,8 @@ def test_each_op_gives_mxnets_outputs(case, tmp_path):
     for blob, out, ref in zip(blobs, got, refs):
         what = "%s: %s" % (case, blob)
         assert out.shape == ref.shape, "%s: shape %s, MXNet %s" % (what, out.shape, ref.shape)
-        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        finite = ref[np.isfinite(ref)]  # (a division's inf and NaN must match as they are)
+        scale = float(np.abs(finite).max()) if finite.size else 0.0
         np.testing.assert_allclose(out, ref, rtol=RTOL, atol=RTOL * scale, err_msg=what)
 
 
@@ -80,6 +81,36 @@ def test_ops_that_copy_values_give_mxnets_bits(case, tmp_path):
 def test_the_exact_cases_are_there():
     # (renamed fixtures would empty EXACT, and its test would pass by running nothing)
     assert {k.split("_")[0] for k in EXACT} == {"embedding", "pad", "max"}, EXACT
+
+
+# divisions of one blob by another: Caffe's reciprocal (Power -1) then a product, two float32
+# roundings, so at most 1.5 units in the last place from MXNet's rounded quotient (1 / y
+# rounds to (1 / y)(1 + d1), the product to x (1 / y)(1 + d1)(1 + d2), |d1|, |d2| <= 2^-24,
+# and MXNet's quotient is itself within 2^-24 of x / y); 2 allowed
+DIVISIONS = [k for k in CASES if k.startswith("div_")]
+
+
+@pytest.mark.parametrize("case", DIVISIONS)
+def test_divisions_are_within_two_ulps_of_mxnets_quotients(case, tmp_path):
+    got, blobs = run_case(case, tmp_path)
+    for blob, out, ref in zip(blobs, got, references(case)):
+        what = "%s: %s" % (case, blob)
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(ref), err_msg=what)
+        inf = np.isinf(ref)
+        np.testing.assert_array_equal(out[inf], ref[inf], err_msg=what)
+        np.testing.assert_array_equal(np.signbit(out[ref == 0]), np.signbit(ref[ref == 0]),
+                                      err_msg=what)
+        finite = np.isfinite(ref)
+        err = np.abs(out[finite].astype(np.float64) - ref[finite])
+        assert np.all(err <= 2 * np.spacing(np.abs(ref[finite]))), what
+
+
+def test_the_division_cases_are_there():
+    # they hold MXNet's inf, -inf, NaN and signed zeros of divisions by and of 0
+    assert sorted(DIVISIONS) == ["div_batch_channels", "div_channels", "div_equal"]
+    refs = np.concatenate([r.ravel() for r in references("div_equal")])
+    assert np.isposinf(refs).any() and np.isneginf(refs).any() and np.isnan(refs).any()
+    assert np.signbit(refs[refs == 0]).any() and not np.signbit(refs[refs == 0]).all()
 
 
 @pytest.mark.parametrize("case", ERROR_CASES)

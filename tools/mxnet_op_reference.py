@@ -363,7 +363,8 @@ class OpWriter(ref.Writer):
                 print("%s: oneDNN's kernels fail (%s)" % (name, str(exc).split("\n")[0]))
                 outputs = own
             for i, (a, b) in enumerate(zip(outputs, own)):
-                if a.shape != b.shape or not np.allclose(a, b, rtol=1e-4, atol=1e-5):
+                if a.shape != b.shape or not np.allclose(a, b, rtol=1e-4, atol=1e-5,
+                                                         equal_nan=True):
                     print("%s output %d: MXNet's own kernel and oneDNN differ (%s kept)"
                           % (name, i, "own" if native else "oneDNN"))
             if native:
@@ -417,12 +418,39 @@ def without_caffe_ops(w):
     d = S.var("data")
     w.symbol("refused_zeros_like", S.zeros_like(d, name="zeros") + d,
              {"data": x_((1, 2, 3))}, note="zeros_like", expect_error=["zeros", "zeros_like"])
-    w.symbol("refused_broadcast_div", S.broadcast_div(d, S.var("other"), name="bc_div"),
-             {"data": x_((1, 2, 3)), "other": x_((1, 2, 3))}, note="broadcast_div",
-             expect_error=["bc_div", "broadcast_div", "divides", "Power"])
-    w.symbol("refused_elemwise_div", S.elemwise_div(d, S.var("other"), name="el_div"),
-             {"data": x_((2, 3)), "other": x_((2, 3))}, note="elemwise_div",
-             expect_error=["el_div", "elemwise_div", "divides", "Power"])
+    w.symbol("refused_broadcast_div_spatial",
+             S.broadcast_div(d, S.var("other"), name="bc_div_spatial"),
+             {"data": x_((2, 3, 4, 5)), "other": x_((2, 1, 4, 5))},
+             note="broadcast_div by a spatial map (N, 1, H, W): no Caffe broadcast",
+             expect_error=["bc_div_spatial", "broadcast_div", "shapes"])
+
+
+def with_zeros(shape, zeros, scale=1.0):
+    """An input with ``zeros`` of its values set to 0 (signed zeros alternating)."""
+    x = x_(shape, scale).reshape(-1)
+    at = ref.RNG.choice(x.size, zeros, replace=False)
+    x[at] = np.where(np.arange(zeros) % 2, -0.0, 0.0)
+    return x.reshape(shape)
+
+
+def divisions(w):
+    """Division of one blob by another (elemwise_div, the ``/`` operator, broadcast_div by and
+    of an (N, C, 1, 1) operand), divisors with zeros and numerators with zeros."""
+    d, o = S.var("data"), S.var("other")
+    w.symbol("div_equal", S.Group([
+        S.elemwise_div(d, o, name="el_div"), S.broadcast_div(o, d, name="bc_div_same"),
+        S.elemwise_div(S.abs(d) + 0.25, S.abs(o) + 0.5, name="el_div_positive"),
+        d / o, S.elemwise_div(o, o, name="el_div_self")]),
+        {"data": with_zeros((2, 3, 4, 5), 6, 2.0), "other": with_zeros((2, 3, 4, 5), 5)},
+        note="elemwise_div, broadcast_div of equal shapes, the / operator; zeros in both, so "
+             "+-inf, signed zeros and (o / o) NaN")
+    w.symbol("div_channels", S.Group([
+        S.broadcast_div(d, o, name="bc_div_1c11"), S.broadcast_div(o, d, name="bc_div_rev")]),
+        {"data": x_((2, 3, 4, 5)), "other": with_zeros((1, 3, 1, 1), 1)},
+        note="broadcast_div by and of a (1, C, 1, 1) operand, one of its values 0")
+    w.symbol("div_batch_channels", S.broadcast_div(d, o, name="bc_div_nc11"),
+             {"data": x_((2, 3, 4, 5)), "other": x_((2, 3, 1, 1), 0.5)},
+             note="broadcast_div by an (N, C, 1, 1) operand")
 
 
 def indices(shape, input_dim):
@@ -516,8 +544,8 @@ def main(argv):
     w = OpWriter(out)
     for part in (convolutions, deconvolutions, poolings, batchnorms, dense, activations,
                  softmaxes, shapes, reductions, arithmetic, normalisations, passthrough,
-                 without_caffe_ops, edges, more_geometry, embeddings, instance_norms, pads,
-                 max_reductions):
+                 without_caffe_ops, divisions, edges, more_geometry, embeddings, instance_norms,
+                 pads,                 max_reductions):
         # each part's numbers of their own, so that a case added changes no other part's
         ref.RNG = np.random.RandomState(zlib.crc32(part.__name__.encode()))
         part(w)

@@ -540,7 +540,26 @@ def reduce_max(c, node):
 
 @converter("broadcast_div", "elemwise_div", "_div", "_Div")
 def divide(c, node):
-    raise c.error("a division of one blob by another does not convert: no Caffe layer divides "
-                  "blobs, and x times y^-1 (a Power then a product) rounds twice and gives inf "
-                  "or 0 where y^-1 overflows or underflows though x / y is finite (inputs of "
-                  "shapes %s)" % [c.in_shape(i) for i in range(len(node.inputs))])
+    """``x / y``: Caffe has no division, so ``y``'s reciprocal (a Power of -1, correctly
+    rounded as ``1 / y``), then the product as :func:`mul` forms it (equal shapes: Eltwise
+    PROD; broadcast_div by or of an N x C x 1 x 1 operand: Scale). Two roundings, so within
+    1.5 units in the last place of MXNet's quotient; ``x / 0`` is ``±inf`` and ``0 / 0``
+    NaN as MXNet gives them; a ``y`` beyond 2^126 in magnitude has a subnormal reciprocal and
+    one below 2^-128 an infinite one (there the quotient loses digits or overflows)."""
+    x, y = c.bottom(0), c.bottom(1)
+    xs, ys = c.shape(x), c.shape(y)
+    per_channel = node.op.startswith("broadcast") and any(
+        len(a) == len(b) >= 2 and a[1] == b[1] and all(d == 1 for d in b[2:]) and
+        b[0] in (1, a[0]) for a, b in ((xs, ys), (ys, xs)))
+    if xs != ys and not per_channel:
+        raise c.error("inputs of shapes %s do not convert (equal shapes do, and an "
+                      "N x C x 1 x 1 operand of broadcast_div)" % [xs, ys])
+    recip = neuron(c, "Power", y, c.blob_name(node.name + "/reciprocal"),
+                   node.name + "/reciprocal", power_param__power=-1.0).top[0]
+    blobs = [x, recip]
+    if _eltwise(c, node, blobs, E.PROD):
+        return
+    for big, small in ((0, 1), (1, 0)):
+        if _broadcast_channels(c, node, blobs[big], blobs[small], "Scale"):
+            return
+    raise c.error("inputs of shapes %s do not convert" % [xs, ys])  # (checked above)
