@@ -8,6 +8,7 @@ Parameter layer; every other node becomes Caffe layers through the importers of
 :mod:`.import_ops`. A node with no Caffe equivalent is an error naming the node and its op.
 """
 
+import logging
 import os
 
 import numpy as np
@@ -19,6 +20,8 @@ from ._lib import require_onnx
 from . import import_gates, import_layout, import_math  # noqa: F401 (their importers)
 from . import import_extrema, import_pad, import_pools  # noqa: F401 (after import_ops)
 from . import import_ops
+
+log = logging.getLogger(__name__)
 
 
 class ImportContext:
@@ -135,6 +138,35 @@ class ImportContext:
 
 # FLOAT, FLOAT16, DOUBLE, BFLOAT16: a graph input of these types is fed as float32
 _FLOAT_TYPES = (1, 10, 11, 16)
+# UINT8, INT8, UINT16, INT16, INT32, INT64, UINT32, UINT64: fed as float32 where only ops that
+# move values read them (float32 holds every integer up to 2^24 in magnitude exactly)
+_INTEGER_TYPES = (2, 3, 4, 5, 6, 7, 12, 13)
+# the ops that move their data inputs' values without arithmetic (the input positions):
+# integers go through them exactly as floats
+_MOVING_OPS = {"Pad": (0,), "Identity": (0,), "Reshape": (0,), "Flatten": (0,),
+               "Squeeze": (0,), "Unsqueeze": (0,), "Transpose": (0,), "Slice": (0,),
+               "Split": (0,), "Tile": (0,), "Expand": (0,), "Gather": (0,), "Concat": None}
+
+
+def _integer_reader(graph, name):
+    """The first node that computes with integer value ``name`` (or with a value moved from
+    it) rather than moving it, or None where only the moving ops read it."""
+    todo, seen = [name], set()
+    while todo:
+        value = todo.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        for node in graph.node:
+            slots = [i for i, n in enumerate(node.input) if n == value]
+            if not slots:
+                continue
+            moving = _MOVING_OPS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") \
+                else ()
+            if moving is not None and any(i not in moving for i in slots):
+                return node
+            todo.extend(n for n in node.output if n)
+    return None
 
 
 def _static_inputs(onnx, model, input_shapes):
@@ -150,7 +182,20 @@ def _static_inputs(onnx, model, input_shapes):
         if value.name in inits:
             continue
         elem = value.type.tensor_type.elem_type
-        if elem not in _FLOAT_TYPES:
+        reader = _integer_reader(graph, value.name) if elem in _INTEGER_TYPES else None
+        if elem in _INTEGER_TYPES and reader is not None:
+            raise CaffeError("ONNX input '%s' is of type %s; a Caffe blob holds floats, which "
+                             "carry integers exactly only through ops that move them (%s), "
+                             "and node '%s' (op %s) computes with it (the graph's integer "
+                             "arithmetic, wrapping and truncating, does not convert)"
+                             % (value.name, onnx.helper.tensor_dtype_to_np_dtype(elem).name,
+                                ", ".join(sorted(_MOVING_OPS)), reader.name or reader.output[0],
+                                reader.op_type))
+        if elem in _INTEGER_TYPES and elem in (6, 7, 12, 13):
+            log.info("ONNX import: input '%s' (%s) is carried as float32, which holds its "
+                     "integers exactly up to 2^24 in magnitude", value.name,
+                     onnx.helper.tensor_dtype_to_np_dtype(elem).name)
+        if elem not in _FLOAT_TYPES + _INTEGER_TYPES:
             raise CaffeError("ONNX input '%s' is of type %s; a Caffe blob holds floats (the "
                              "graph's integer or boolean arithmetic, wrapping and truncating, "
                              "does not convert)"
