@@ -148,6 +148,10 @@ def reference(s, w, iters, it0=0, hist=None, corr=None):
                     local = rate * local
             else:
                 local = rate * local
+            if s.get("regularization_type") == "WD":  # sgd_solver.cu SGDWdUpdateAllAndClear
+                hist[i] = m * hist[i] + local * g
+                w[i] = w[i] - (hist[i] + wd * DECAY_MULTS[i] * local * w[i])
+                continue
             hist[i] = m * hist[i] + local * (g + wd * DECAY_MULTS[i] * w[i])
             w[i] = w[i] - hist[i]
     return w, hist, corr
@@ -238,6 +242,60 @@ def test_weight_decay_poly_trains_as_the_reference(tmp_path):
     solver, _, _ = run_against_reference(tmp_path, s)
     solver.iter = 4  # 0.01 + 0.49 * 0.8^1.5
     assert solver.weight_decay() == pytest.approx(0.01 + 0.49 * 0.8 ** 1.5, rel=1e-6)
+
+
+# ---- decoupled weight decay (regularization_type "WD") -------------------------------------
+WD = dict(base_lr=0.2, lr_policy="step", gamma=0.5, stepsize=2, momentum=0.9,
+          weight_decay=0.3, regularization_type="WD")
+
+
+def test_decoupled_weight_decay_trains_as_the_reference(tmp_path):
+    # it was refused: 'unknown regularization_type "WD"'
+    solver, w0, _ = run_against_reference(tmp_path, WD)
+    # the decay stays out of the history: after one iteration the history is the rate times
+    # the gradient alone, and the weights moved by it and by rate * decay * w (decay_mult 1)
+    one = make_solver(tmp_path, settings_text(WD))
+    one.step(1)
+    g = gradients(w0)
+    np.testing.assert_allclose(history(one)[0], 0.2 * g[0], rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(weights(one)[0], w0[0] - 0.2 * g[0] - 0.2 * 0.3 * w0[0],
+                               rtol=1e-5, atol=1e-8)
+    # (ip1's bias has decay_mult 0: the gradient step alone; lr_mult 2)
+    np.testing.assert_allclose(weights(one)[1], w0[1] - 0.4 * g[1], rtol=1e-5, atol=1e-8)
+
+
+def test_decoupled_weight_decay_with_larc_and_the_decay_policy(tmp_path):
+    s = dict(LARC["scale"], regularization_type="WD", weight_decay=0.05, max_iter=5,
+             weight_decay_policy="poly", max_weight_decay=0.25)
+    run_against_reference(tmp_path, s)
+
+
+def test_decoupled_weight_decay_on_the_simulated_gpu_is_eager_and_matches(tmp_path):
+    got, hist, dev = _graph_run(tmp_path, WD, graphs=True)
+    assert dev.graph_captures == 0
+    solver = make_solver(tmp_path, settings_text(WD))
+    w, h, _ = reference(WD, weights(solver), 6)
+    assert_close(got, w)
+    assert_close(hist, h)
+
+
+@pytest.mark.parametrize("kind", ["Adam", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta"])
+def test_wd_in_the_other_solvers_is_their_l1_decay(tmp_path, kind):
+    # the fork's adam / nesterov / adagrad / rmsprop / adadelta kernels take
+    # reg_L2 = (regularization_type == "L2") and otherwise add decay * sign(w): "WD" trains
+    # there as "L1" does
+    # (AdaDelta's steps are about sqrt(delta) in size: its usual base_lr 1 and a larger delta)
+    extra = 'lr_policy: "fixed" weight_decay: 0.2 '
+    extra += "base_lr: 1 delta: 0.001 " if kind == "AdaDelta" else "base_lr: 0.05 "
+    extra += "momentum: 0.9 " if kind in ("Nesterov", "AdaDelta", "Adam") else ""
+    runs = []
+    for kind_of_decay in ("WD", "L1", "L2"):
+        solver = make_solver(tmp_path, extra + 'regularization_type: "%s"' % kind_of_decay,
+                             kind)
+        solver.step(4)
+        runs.append(weights(solver))
+    assert_close(runs[0], runs[1], rtol=0, atol=0)
+    assert any(not np.array_equal(a, b) for a, b in zip(runs[0], runs[2]))
 
 
 # ---- LARC -----------------------------------------------------------------------------------

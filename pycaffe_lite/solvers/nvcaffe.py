@@ -29,6 +29,16 @@ LARC (``larc: true``; SGD only), for each param, from its weights ``w`` and its 
                  its lr_mult; then larc_policy "scale": rate * local rate, "clip":
                  min(rate, local rate)
 
+Decoupled weight decay (``regularization_type: "WD"``), the fork's SGDWdUpdateAllAndClear::
+
+    history = momentum * history + local_rate * g
+    w      -= history + (decay * local_rate) * w
+
+(the decay kept out of the history; ``decay`` as below). The fork's other solvers (Adam,
+Nesterov, AdaGrad, RMSProp, AdaDelta) pass ``regularization_type == "L2"`` to their kernels,
+so "WD" is L1 there (``g + decay * sign(w)``), and runs so here. (The fork's CPU mode stops
+at "WD": its Regularize knows L2 and L1 only.)
+
 The update itself is the fork's GPU kernel's: ``history = momentum * history + local_rate *
 (g + decay * w)`` with ``decay`` the policy's weight decay times the param's decay_mult (the
 fork's CPU mode adds the fixed ``weight_decay`` to ``g`` before LARC's norms; NVCaffe trains on
@@ -75,9 +85,9 @@ def check(param, where, solver_type):
         if param.max_iter <= 0:
             _refuse(where, "weight_decay_policy", "\"poly\" needs max_iter > 0 (got %d)"
                     % param.max_iter)
-        if param.max_weight_decay and param.regularization_type not in ("L2", "L1"):
-            raise CaffeError("%s: unknown regularization_type \"%s\"; use \"L2\" or \"L1\""
-                             % (where, param.regularization_type))
+        if param.max_weight_decay and param.regularization_type not in ("L2", "L1", "WD"):
+            raise CaffeError("%s: unknown regularization_type \"%s\"; use \"L2\", \"L1\" "
+                             "or \"WD\"" % (where, param.regularization_type))
     if not param.larc:
         return
     if solver_type != "SGD":
@@ -100,6 +110,8 @@ def why_eager(param):
         return "LARC computes each param's rate from its norms on the host"
     if param.weight_decay_policy == "poly":
         return "weight_decay_policy \"poly\" changes the update's decays every iteration"
+    if param.regularization_type == "WD" and param.type == "SGD":
+        return "regularization_type \"WD\" (decoupled weight decay) updates param by param"
     return ""
 
 

@@ -12,10 +12,12 @@ One iteration's update (Caffe's ``SGDSolver::ApplyUpdate``)::
         regularize: diff += local_decay * data        (L2)
                     diff += local_decay * sign(data)  (L1)
                     with local_decay = weight_decay * decay_mult
+                    (NVCaffe's "WD": L1 in its other solvers; in SGD, see below)
         compute_update_value(rate * lr_mult)          (the rule; SGD below)
     data -= diff
 
-SGD: ``history = momentum * history + local_rate * diff; diff = history``. NVCaffe's
+SGD: ``history = momentum * history + local_rate * diff; diff = history`` (NVCaffe's "WD":
+``diff = history + local_rate * local_decay * data``, nothing added before). NVCaffe's
 ``momentum_policy`` and ``weight_decay_policy`` make momentum and weight_decay change with
 the iteration, and LARC replaces ``rate * lr_mult`` (:mod:`pycaffe_lite.solvers.nvcaffe`), as
 Intel Caffe's LARS does (:mod:`pycaffe_lite.solvers.intel`).
@@ -66,9 +68,9 @@ class SGDSolver(Solver):
     # -- state -------------------------------------------------------------------------------
     def sanity_check(self):
         param = self.param
-        if param.weight_decay and param.regularization_type not in ("L2", "L1"):
-            raise CaffeError("%s: unknown regularization_type \"%s\"; use \"L2\" or \"L1\""
-                             % (self.where, param.regularization_type))
+        if param.weight_decay and param.regularization_type not in ("L2", "L1", "WD"):
+            raise CaffeError("%s: unknown regularization_type \"%s\"; use \"L2\", \"L1\" "
+                             "or NVCaffe's \"WD\"" % (self.where, param.regularization_type))
         nvcaffe.check(param, self.where, self.type)
         intel.check(param, self.where, self.type)
 
@@ -116,6 +118,18 @@ class SGDSolver(Solver):
         iteration's learning rate)."""
         return nvcaffe.momentum(self.param, self.iter, rate)
 
+    def decoupled_decay(self):
+        """NVCaffe's ``regularization_type: "WD"`` on its SGD solver: the decay applied to the
+        weights beside the update (``w -= history + local_rate * decay * w``), not added to
+        the gradient (:meth:`compute_update_value`)."""
+        return self.param.regularization_type == "WD" and self.type == "SGD"
+
+    def l1_decay(self):
+        """Whether the decay adds ``decay * sign(w)`` to the gradient: ``"L1"``, and ``"WD"``
+        in NVCaffe's other solvers, whose kernels take every type but ``"L2"`` as L1."""
+        kind = self.param.regularization_type
+        return kind == "L1" or (kind == "WD" and self.type != "SGD")
+
     def weight_decay(self):
         """The weight decay of the current iteration (NVCaffe's weight_decay_policy), before
         each param's decay_mult."""
@@ -138,11 +152,12 @@ class SGDSolver(Solver):
         elif param.local_lr_auto:
             self._local_rates = intel.lars_rates(self, rate)
         try:
-            if self._device_update(rate) or self._one_pass_update(rate):
+            fused = not self.decoupled_decay()  # (the kernels add the decay to the gradient)
+            if fused and (self._device_update(rate) or self._one_pass_update(rate)):
                 return
             for i in range(len(self.net.learnable_params)):
-                if self._fused_update(i, rate):  # one kernel per param, where one takes them
-                    continue
+                if fused and self._fused_update(i, rate):  # one kernel per param, where one
+                    continue                               # takes them
                 self.normalize(i)
                 self.regularize(i)
                 self.compute_update_value(i, rate)
@@ -160,7 +175,7 @@ class SGDSolver(Solver):
         rule = self.fused_rule
         params = self.net.learnable_params
         n = len(params)
-        if rule not in solver_update.DEVICE_RULES or not n:
+        if rule not in solver_update.DEVICE_RULES or not n or self.decoupled_decay():
             return None
         datas = [p.write_data() for p in params]
         diffs = [p.write_diff() for p in params]
@@ -189,7 +204,7 @@ class SGDSolver(Solver):
         with ``ok`` (a 0-d device boolean) nothing changes where it is False."""
         datas, diffs, state = arrays
         solver_update.device_update_all(self.fused_rule, self.device_tables, datas, diffs,
-                                        state, self.param.regularization_type == "L1", ok)
+                                        state, self.l1_decay(), ok)
 
     def _device_update(self, rate):
         arrays = self.device_update_prepare(rate)
@@ -236,7 +251,7 @@ class SGDSolver(Solver):
         decay = f32(self.weight_decay() * self.net.params_weight_decay[i])
         kernel_rate, coefficients = self.fused_args(i, rate)
         solver_update.update(rule, data, diff, state, norm, decay,
-                             param.regularization_type == "L1", kernel_rate, coefficients)
+                             self.l1_decay(), kernel_rate, coefficients)
         return True
 
     def _one_pass_update(self, rate):
@@ -258,7 +273,7 @@ class SGDSolver(Solver):
         decays = [f32(decay * d) for d in self.net.params_weight_decay]
         rates, coefficients = self.fused_args_all(rate)
         solver_update.update_all(self.fused_rule, datas, diffs, state, norm, decays,
-                                 param.regularization_type == "L1", rates, coefficients)
+                                 self.l1_decay(), rates, coefficients)
         return True
 
     def clip_gradients(self):
@@ -285,14 +300,13 @@ class SGDSolver(Solver):
         diff *= f32(1.0 / iter_size)
 
     def regularize(self, i):
-        param = self.param
         local_decay = f32(self.weight_decay() * self.net.params_weight_decay[i])
-        if not local_decay:
+        if not local_decay or self.decoupled_decay():  # (WD: in compute_update_value)
             return
         blob = self.net.learnable_params[i]
         xp = self._state_xp
         temp = self._buffer(self._temp, i)
-        if param.regularization_type == "L1":  # L2 or L1 (sanity_check)
+        if self.l1_decay():  # else L2 (sanity_check)
             xp.sign(blob.read_data(), out=temp)
             temp *= local_decay
         else:
@@ -314,6 +328,12 @@ class SGDSolver(Solver):
         diff *= local_rate
         history += diff
         diff[...] = history
+        if self.decoupled_decay():  # NVCaffe's SGDWdUpdateAllAndClear
+            wd = f32(f32(self.weight_decay() * self.net.params_weight_decay[i]) * local_rate)
+            if wd:
+                temp = self._buffer(self._temp, i)
+                self._state_xp.multiply(self.net.learnable_params[i].read_data(), wd, out=temp)
+                diff += temp
 
 
 SOLVERS.register("SGD", SGDSolver)
