@@ -200,7 +200,8 @@ def test_integer_and_non_tensor_inputs_are_refused():
     with pytest.raises(CaffeError, match=r"ONNX input 'x' is of type uint8; a Caffe blob "
                                          r"holds floats"):
         caffe_onnx.to_caffe(m, None)
-    for name in ("test_sub_uint8", "test_add_int8", "test_max_int64"):
+    # (a Max of int64, compared and not computed, converts: the table's test_max_int64)
+    for name in ("test_sub_uint8", "test_add_int8", "test_mul_uint64"):
         model, inputs, _ = node_case(name)
         check_refused(model, inputs, [], r"ONNX input '\w+' is of type u?int(8|64)")
     # a sequence: not a tensor (it was 'input_shapes['x'] has 5 axes; the ONNX input has 0')
@@ -484,6 +485,11 @@ pytorch-converted/test_ReflectionPad2d pytorch-converted/test_ReplicationPad2d
 pytorch-operator/test_operator_pad
 test_div_example test_div test_div_bcast pytorch-converted/test_Softsign
 test_edge_pad test_reflect_pad test_wrap_pad test_clip_default_int8_inbounds_expanded
+test_clip_default_int8_min test_clip_default_int8_max test_clip_default_int8_inbounds
+test_max_int8 test_max_int16 test_max_int32 test_max_int64 test_max_uint8 test_max_uint16
+test_max_uint32 test_max_uint64 test_min_int8 test_min_int16 test_min_int32 test_min_int64
+test_min_uint8 test_min_uint16 test_min_uint32 test_min_uint64 test_maxpool_2d_uint8
+pytorch-converted/test_Embedding pytorch-converted/test_Embedding_sparse
 '''.split()
 
 REFUSED = {
@@ -503,23 +509,17 @@ REFUSED = {
         test_reduce_max_empty_set_bool test_reduce_min_bool_inputs
     '''.split(),
     r"ONNX input '[^']+' is of type int": '''
-        test_add_int8 test_add_int16 test_clip_default_int8_min test_clip_default_int8_max
-        test_clip_default_int8_inbounds test_div_int8
-        test_div_int16 test_div_int32_trunc test_max_int8 test_max_int16 test_max_int32
-        test_max_int64 test_mul_int8 test_mul_int16 test_sub_int8 test_sub_int16
-        pytorch-converted/test_Embedding
-        pytorch-converted/test_Embedding_sparse pytorch-operator/test_operator_non_float_params
-        test_min_int8 test_min_int16 test_min_int32 test_min_int64
+        test_add_int8 test_add_int16 test_div_int8
+        test_div_int16 test_div_int32_trunc test_mul_int8 test_mul_int16 test_sub_int8
+        test_sub_int16 pytorch-operator/test_operator_non_float_params
         test_pow_types_int64_float32 test_pow_types_int32_float32
         test_pow_types_int64_int64 test_pow_types_int32_int32
     '''.split(),
     r"ONNX input '[^']+' is of type uint": '''
         test_add_uint8 test_add_uint16 test_add_uint32 test_add_uint64 test_div_uint8
-        test_div_uint16 test_div_uint32 test_div_uint64 test_max_uint8 test_max_uint16
-        test_max_uint32 test_max_uint64 test_maxpool_2d_uint8 test_mul_uint8 test_mul_uint16
+        test_div_uint16 test_div_uint32 test_div_uint64 test_mul_uint8 test_mul_uint16
         test_mul_uint32 test_mul_uint64 test_sub_uint8 test_sub_uint16 test_sub_uint32
         test_sub_uint64
-        test_min_uint8 test_min_uint16 test_min_uint32 test_min_uint64
     '''.split(),
     r"ONNX node '[^']+' \(op AveragePool\): dilated pooling / storage_order have no Caffe": '''
         test_averagepool_2d_dilations

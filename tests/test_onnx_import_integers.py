@@ -90,6 +90,53 @@ def test_integer_arithmetic_is_refused_naming_the_node():
                    [("pads", np.array([0, 1, 0, 1], np.int64))])
     with pytest.raises(CaffeError, match=r"ONNX input 'x' is of type int32; a Caffe blob holds "
                                          r"floats, which carry integers exactly only through "
-                                         r"ops that move them \(.*Pad.*\), and node 'twice' "
+                                         r"ops that move or compare them \(.*Pad.*\), and "
+                                         r"node 'twice' "
                                          r"\(op Add\) computes with it"):
         caffe_onnx.to_caffe(model, None)
+
+
+def test_integers_compared_by_max_min_clip_and_max_pooling(tmp_path):
+    # the table's test_max_int8 ... test_min_uint64, test_clip_default_int8_*, and
+    # test_maxpool_2d_uint8 were refused: a maximum or a clip picks one of the values
+    # (ONNX's MaxPool takes 8-bit integers only)
+    x = _ints((1, 2, 5, 5), np.int32, 11)
+    z = _ints((1, 2, 5, 5), np.int32, 12)
+    u = _ints((1, 2, 5, 5), np.uint8, 13)
+    nodes = [helper.make_node("Max", ["x", "z"], ["hi"], name="max"),
+             helper.make_node("Min", ["x", "z"], ["lo"], name="min"),
+             helper.make_node("Clip", ["x", "low", "high"], ["clipped"], name="clip"),
+             helper.make_node("MaxPool", ["u"], ["pooled"], name="pool", kernel_shape=[3, 3],
+                              strides=[2, 2], pads=[1, 1, 1, 1])]
+    outputs = [(n, TensorProto.INT32) for n in ("hi", "lo", "clipped")] + \
+        [("pooled", TensorProto.UINT8)]
+    model = _model(nodes, [("x", TensorProto.INT32, x.shape), ("z", TensorProto.INT32, z.shape),
+                           ("u", TensorProto.UINT8, u.shape)],
+                   outputs, [("low", np.array(-1000, np.int32)),
+                             ("high", np.array(LIMIT - 5, np.int32))])
+    feed = {"x": x, "z": z, "u": u}
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)
+    got = _ours(model, feed, tmp_path, "compare")
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.astype(np.int64), b.astype(np.int64))
+
+
+@pytest.mark.parametrize("rank", [2, 1])
+def test_rows_of_a_constant_table_by_computed_indices(tmp_path, rank):
+    # nn.Embedding's Gather (pytorch-converted/test_Embedding, refused as 'of type int64'):
+    # Caffe's Embed, the table its weights
+    table = np.random.default_rng(2).normal(size=(7, 3) if rank == 2 else (7,))
+    idx = np.array([[0, 6, 3], [2, 2, 5]], np.int64)
+    model = _model([helper.make_node("Gather", ["table", "idx"], ["y"], name="embed")],
+                   [("idx", TensorProto.INT64, idx.shape)], [("y", TensorProto.FLOAT)],
+                   [("table", table.astype(np.float32))])
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"idx": idx})[0]
+    got = _ours(model, {"idx": idx}, tmp_path, "rows%d" % rank)[0]
+    np.testing.assert_array_equal(got, want)
+    # an index ONNX counts from the end stops the net, naming it (Caffe's Embed)
+    prefix = str(tmp_path / ("rows%d" % rank))
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    with pytest.raises(CaffeError, match=r"-1"):
+        net.forward(idx=np.array([[0, -1, 3], [2, 2, 5]], np.float32))

@@ -139,18 +139,22 @@ class ImportContext:
 # FLOAT, FLOAT16, DOUBLE, BFLOAT16: a graph input of these types is fed as float32
 _FLOAT_TYPES = (1, 10, 11, 16)
 # UINT8, INT8, UINT16, INT16, INT32, INT64, UINT32, UINT64: fed as float32 where only ops that
-# move values read them (float32 holds every integer up to 2^24 in magnitude exactly)
+# move or compare values read them (float32 holds every integer up to 2^24 in magnitude exactly)
 _INTEGER_TYPES = (2, 3, 4, 5, 6, 7, 12, 13)
-# the ops that move their data inputs' values without arithmetic (the input positions):
-# integers go through them exactly as floats
+# the ops that move or compare their data inputs' values, without arithmetic (the input
+# positions; None: all): integers go through them exactly as floats. Gather's indices (slot
+# 1) are an Embed's, exact as floats, where its data is a constant table
 _MOVING_OPS = {"Pad": (0,), "Identity": (0,), "Reshape": (0,), "Flatten": (0,),
                "Squeeze": (0,), "Unsqueeze": (0,), "Transpose": (0,), "Slice": (0,),
-               "Split": (0,), "Tile": (0,), "Expand": (0,), "Gather": (0,), "Concat": None}
+               "Split": (0,), "Tile": (0,), "Expand": (0,), "Gather": (0,), "Concat": None,
+               "Max": None, "Min": None, "Clip": (0,), "MaxPool": (0,)}
 
 
 def _integer_reader(graph, name):
     """The first node that computes with integer value ``name`` (or with a value moved from
-    it) rather than moving it, or None where only the moving ops read it."""
+    it) rather than moving or comparing it, or None where only those ops read it."""
+    constants = {i.name for i in graph.initializer} | \
+        {o for node in graph.node if node.op_type == "Constant" for o in node.output}
     todo, seen = [name], set()
     while todo:
         value = todo.pop()
@@ -161,6 +165,8 @@ def _integer_reader(graph, name):
             slots = [i for i, n in enumerate(node.input) if n == value]
             if not slots:
                 continue
+            if node.op_type == "Gather" and slots == [1] and node.input[0] in constants:
+                continue  # the indices of a constant table's rows (Embed): its values out
             moving = _MOVING_OPS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") \
                 else ()
             if moving is not None and any(i not in moving for i in slots):
@@ -185,9 +191,9 @@ def _static_inputs(onnx, model, input_shapes):
         reader = _integer_reader(graph, value.name) if elem in _INTEGER_TYPES else None
         if elem in _INTEGER_TYPES and reader is not None:
             raise CaffeError("ONNX input '%s' is of type %s; a Caffe blob holds floats, which "
-                             "carry integers exactly only through ops that move them (%s), "
-                             "and node '%s' (op %s) computes with it (the graph's integer "
-                             "arithmetic, wrapping and truncating, does not convert)"
+                             "carry integers exactly only through ops that move or compare "
+                             "them (%s), and node '%s' (op %s) computes with it (the graph's "
+                             "integer arithmetic, wrapping and truncating, does not convert)"
                              % (value.name, onnx.helper.tensor_dtype_to_np_dtype(elem).name,
                                 ", ".join(sorted(_MOVING_OPS)), reader.name or reader.output[0],
                                 reader.op_type))

@@ -3,7 +3,8 @@ ShuffleNetV2, RegNetY as torchvision writes them) -> Caffe layers: HardSigmoid a
 (Power, ReLU6, Power; an Eltwise PROD by the input), a Mul of a per-channel gate by a feature
 map (Scale with two bottoms, the gate flattened first), ReduceMean / ReduceMax over the
 spatial axes (global pooling) or over the trailing axes (Reduction), and Gather of constant
-indices (Slice, Concat, Reshape). Registered in :data:`.import_ops.IMPORTERS` as the other
+indices (Slice, Concat, Reshape) or of computed indices into a constant table (Embed).
+Registered in :data:`.import_ops.IMPORTERS` as the other
 importers; the Mul here handles a Mul of two tensors of different shapes and leaves every
 other Mul to :func:`.import_ops.arithmetic`."""
 
@@ -183,3 +184,32 @@ def gather(ctx, node):
     if axis > 0 and dims and dims[0] == shape[0]:
         dims[0] = 0  # the batch axis, copied
     lp.reshape_param.shape.dim.extend(dims)
+
+
+@importer("Gather")
+def gather_rows(ctx, node):
+    """Rows of a constant table picked by computed indices (``nn.Embedding``: the table
+    ``V x D`` along axis 0): Caffe's Embed, the table its weights, with no bias (a 1-D table:
+    an Embed of one column, then a Reshape dropping it). The indices are floats, exact as
+    integers; Embed stops the net naming an index out of ``[0, V)``, where ONNX would count
+    a negative one from the end. Constant indices: :func:`gather`."""
+    data, index = node.input[0], node.input[1]
+    if index in ctx.consts or data not in ctx.consts:
+        gather(ctx, node)
+        return
+    table = ctx.const(data, node).astype(np.float32)
+    axis = int(attrs(node).get("axis", 0))
+    if table.ndim not in (1, 2) or axis not in (0, -table.ndim):
+        raise ctx.error(node, "computed indices into a constant of shape %s along axis %d "
+                              "convert only as the rows of a 1-D or 2-D table (axis 0: "
+                              "Caffe's Embed)" % (table.shape, axis))
+    name, top = _name(node), node.output[0]
+    rows = top if table.ndim == 2 else top + "/rows"
+    weights = table if table.ndim == 2 else table.reshape(-1, 1)
+    lp = ctx.layer("Embed", name if table.ndim == 2 else name + "/rows", [index], [rows],
+                   [weights])
+    p = lp.embed_param
+    p.input_dim, p.num_output, p.bias_term = weights.shape[0], weights.shape[1], False
+    if table.ndim == 1:
+        lp = ctx.layer("Reshape", name, [rows], [top])
+        lp.reshape_param.shape.dim.extend(ctx.shape(top, node))
