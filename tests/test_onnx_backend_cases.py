@@ -177,6 +177,14 @@ def test_empty_tensors_are_refused_at_import():
         caffe_onnx.to_caffe(m, None)
 
 
+def test_gemm_whose_shape_onnx_does_not_infer(tmp_path):
+    # torch's addmm at opset 6 (Gemm with `broadcast`): ONNX's shape inference leaves the first
+    # Gemm's output without a shape, and the second Gemm, which adds it as C, was refused
+    # ("the shape of '3' is unknown")
+    model, inputs, expected = data_case("pytorch-operator/test_operator_addmm")
+    check_match(model, inputs, expected, ["1"], tmp_path, "addmm")
+
+
 def test_clip_of_min_above_max_is_refused_at_import():
     # it imported as a Clip layer that the Net then refused (clip_param.min (2) must not be
     # greater than clip_param.max (1))
@@ -490,6 +498,7 @@ test_max_int8 test_max_int16 test_max_int32 test_max_int64 test_max_uint8 test_m
 test_max_uint32 test_max_uint64 test_min_int8 test_min_int16 test_min_int32 test_min_int64
 test_min_uint8 test_min_uint16 test_min_uint32 test_min_uint64 test_maxpool_2d_uint8
 pytorch-converted/test_Embedding pytorch-converted/test_Embedding_sparse
+pytorch-operator/test_operator_addmm
 '''.split()
 
 REFUSED = {
@@ -542,9 +551,6 @@ REFUSED = {
     '''.split(),
     r"ONNX node '[^']+' \(op Dropout\): its mask output": '''
         test_dropout_default_mask test_dropout_default_mask_ratio
-    '''.split(),
-    r"ONNX node '[^']+' \(op Gemm\): the shape of '3' is unknown": '''
-        pytorch-operator/test_operator_addmm
     '''.split(),
     r"ONNX node '[^']+' \(op MatMul\): only a MatMul by a constant": '''
         test_matmul_2d test_matmul_3d test_matmul_4d test_matmul_bcast test_matmul_1d_3d

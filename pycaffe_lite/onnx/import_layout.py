@@ -405,6 +405,11 @@ def gemm(ctx, node):
     c = ctx.consts[c_name].astype(np.float32) if c_name in ctx.consts else None
     w = ctx.const(node.input[1], node, "B").astype(np.float32)
     n = w.shape[0] if a.get("transB", 0) else w.shape[1]
+    if node.output[0] not in ctx.shapes and node.input[0] in ctx.shapes:
+        # (M, N), where ONNX's shape inference left it out (Gemm of opset 6 and before with
+        # `broadcast`): a later node that reads it needs it
+        ctx.shapes[node.output[0]] = (ctx.shape(node.input[0], node)[
+            1 if a.get("transA", 0) else 0], n)
     beta = np.float32(a.get("beta", 1.0))
     row_bias = c_name is None or c is not None and c.size in (1, n) and \
         not (c.ndim == 2 and c.shape[0] != 1)
