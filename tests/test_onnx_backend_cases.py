@@ -499,6 +499,8 @@ test_max_uint32 test_max_uint64 test_min_int8 test_min_int16 test_min_int32 test
 test_min_uint8 test_min_uint16 test_min_uint32 test_min_uint64 test_maxpool_2d_uint8
 pytorch-converted/test_Embedding pytorch-converted/test_Embedding_sparse
 pytorch-operator/test_operator_addmm
+test_matmul_2d test_matmul_3d test_matmul_4d test_matmul_bcast test_matmul_1d_3d
+test_matmul_4d_1d test_matmul_1d_1d
 '''.split()
 
 REFUSED = {
@@ -551,10 +553,6 @@ REFUSED = {
     '''.split(),
     r"ONNX node '[^']+' \(op Dropout\): its mask output": '''
         test_dropout_default_mask test_dropout_default_mask_ratio
-    '''.split(),
-    r"ONNX node '[^']+' \(op MatMul\): only a MatMul by a constant": '''
-        test_matmul_2d test_matmul_3d test_matmul_4d test_matmul_bcast test_matmul_1d_3d
-        test_matmul_4d_1d test_matmul_1d_1d
     '''.split(),
     r"ONNX node '[^']+' \(op MaxPool\): dilated pooling / storage_order have no Caffe": '''
         test_maxpool_2d_dilations pytorch-converted/test_MaxPool2d_stride_padding_dilation

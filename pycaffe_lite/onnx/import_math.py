@@ -428,3 +428,59 @@ def div(ctx, node):
         return
     recip = _power(ctx, name + "/reciprocal", b, top + "/reciprocal", power=-1.0)
     _product(ctx, node, a, ctx.shape(a, node), recip, b_shape, top)
+
+
+# -- MatMul of two computed tensors ----------------------------------------------------------
+_constant_matmul = IMPORTERS["MatMul"]
+
+
+@importer("MatMul")
+def matmul(ctx, node):
+    """``A @ B`` with ``B`` computed (Caffe's InnerProduct needs constant weights): the
+    products of every row of ``A`` with every column of ``B`` laid out as ``(..., M, N, K)``
+    (``A`` viewed as ``(..., M, 1, K)``, ``B`` transposed by a Permute and viewed as
+    ``(..., 1, N, K)``, both broadcast by Tiles, an Eltwise PROD), summed over ``K`` by a
+    Reduction SUM, then viewed as ONNX's output (a 1-D operand's axis dropped). The sums run
+    in order along ``K``, where a runtime's matrix product may add in another order: the
+    results agree to float rounding. The layout holds ``M * N * K`` values per batch entry.
+    ``B`` a constant matrix: :func:`.import_ops.matmul` (InnerProduct)."""
+    a, b = node.input[0], node.input[1]
+    if b in ctx.consts and ctx.consts[b].ndim == 2:
+        _constant_matmul(ctx, node)
+        return
+    a_shape, b_shape = tuple(ctx.shape(a, node)), tuple(ctx.shape(b, node))
+    out = tuple(ctx.shape(node.output[0], node))
+    a2 = a_shape if len(a_shape) >= 2 else (1,) + a_shape
+    b2 = b_shape if len(b_shape) >= 2 else b_shape + (1,)
+    if a2[-1] != b2[-2]:
+        raise ctx.error(node, "shapes %s and %s do not multiply" % (a_shape, b_shape))
+    m, k, n = a2[-2], a2[-1], b2[-1]
+    rank = max(len(a2), len(b2))
+    batch_a = (1,) * (rank - len(a2)) + a2[:-2]
+    batch_b = (1,) * (rank - len(b2)) + b2[:-2]
+    batch = tuple(max(x, y) for x, y in zip(batch_a, batch_b))
+    if any(x not in (1, d) or y not in (1, d) for x, y, d in zip(batch_a, batch_b, batch)):
+        raise ctx.error(node, "batch axes %s and %s do not broadcast" % (a_shape, b_shape))
+    full = batch + (m, n, k)
+    top, name = node.output[0], _name(node)
+    lp = ctx.layer("Reshape", name + "/rows", [a], [top + "/rows"])
+    lp.reshape_param.shape.dim.extend(batch_a + (m, 1, k))
+    rows = _broadcast(ctx, node, top + "/rows", batch_a + (m, 1, k), full, top + "/rows_tiled")
+    if len(b_shape) >= 2:
+        lp = ctx.layer("Permute", name + "/columns_t", [b], [top + "/columns_t"])
+        lp.permute_param.order.extend(list(range(len(b2) - 2)) + [len(b2) - 1, len(b2) - 2])
+        b = top + "/columns_t"
+    lp = ctx.layer("Reshape", name + "/columns", [b], [top + "/columns"])
+    lp.reshape_param.shape.dim.extend(batch_b + (1, n, k))
+    cols = _broadcast(ctx, node, top + "/columns", batch_b + (1, n, k), full,
+                      top + "/columns_tiled")
+    lp = ctx.layer("Eltwise", name + "/products", [rows, cols], [top + "/products"])
+    lp.eltwise_param.operation = E.PROD
+    summed = top if out == batch + (m, n) else top + "/sums"
+    lp = ctx.layer("Reduction", name if summed == top else name + "/sums",
+                   [top + "/products"], [summed])
+    lp.reduction_param.operation = caffe_pb2.ReductionParameter.SUM
+    lp.reduction_param.axis = len(full) - 1
+    if summed != top:
+        lp = ctx.layer("Reshape", name, [summed], [top])
+        lp.reshape_param.shape.dim.extend(out)
