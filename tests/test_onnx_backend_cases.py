@@ -501,6 +501,9 @@ pytorch-converted/test_Embedding pytorch-converted/test_Embedding_sparse
 pytorch-operator/test_operator_addmm
 test_matmul_2d test_matmul_3d test_matmul_4d test_matmul_bcast test_matmul_1d_3d
 test_matmul_4d_1d test_matmul_1d_1d
+test_pow_example test_pow test_pow_bcast_array test_pow_types_float32_int64
+test_pow_types_float32_int32 test_pow_types_float32_uint64 test_pow_types_float32_uint32
+pytorch-operator/test_operator_pow
 '''.split()
 
 REFUSED = {
@@ -567,11 +570,6 @@ REFUSED = {
         test_maxpool_3d_dilations_use_ref_impl test_maxpool_3d_dilations_use_ref_impl_large
         pytorch-converted/test_MaxPool3d pytorch-converted/test_MaxPool3d_stride
         pytorch-converted/test_MaxPool3d_stride_padding
-    '''.split(),
-    r"ONNX node '[^']+' \(op Pow\): an exponent of several values": '''
-        test_pow_example test_pow test_pow_bcast_array test_pow_types_float32_int64
-        test_pow_types_float32_int32 test_pow_types_float32_uint64
-        test_pow_types_float32_uint32 pytorch-operator/test_operator_pow
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): bilinear resize with coordinate_transformation_mode": '''
         test_resize_downsample_scales_linear

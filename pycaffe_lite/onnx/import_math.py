@@ -39,19 +39,51 @@ def neg_reciprocal_sqrt(ctx, node):
     _power(ctx, _name(node), node.input[0], node.output[0], **kw)
 
 
+#: the most pieces of equal exponent a Pow's input is cut into (one Power layer each)
+MAX_POW_PIECES = 512
+
+
 @importer("Pow")
 def pow_(ctx, node):
-    """``x ** y`` for a constant ``y`` of one value (Caffe's Power); a tensor exponent, or a
-    constant one that differs along an axis, has no Caffe layer."""
-    y = ctx.const(node.input[1], node, "exponent").astype(np.float64).reshape(-1)
-    if y.size == 0 or np.any(y != y[0]):
-        raise ctx.error(node, "an exponent of several values %s has no Caffe equivalent "
-                              "(Caffe's Power takes one)" % y.tolist())
-    x_shape = ctx.shape(node.input[0], node)
+    """``x ** y`` for a constant ``y``: of one value, Caffe's Power. Of several values (a
+    constant that broadcasts onto ``x``): ``x`` flattened by a Reshape, cut by a Slice into
+    the runs of equal exponent (in ``x``'s order), a Power of each run's exponent, a Concat
+    and a Reshape back: each value raised to its own exponent by the same Power arithmetic,
+    at most :data:`MAX_POW_PIECES` runs. A tensor exponent has no Caffe layer."""
+    y = ctx.const(node.input[1], node, "exponent").astype(np.float64)
+    x_shape = tuple(ctx.shape(node.input[0], node))
     if len(ctx.shape(node.input[1], node)) > len(x_shape):
         raise ctx.error(node, "the exponent gives the output more axes than the input's %s"
                         % (x_shape,))
-    _power(ctx, _name(node), node.input[0], node.output[0], power=float(np.float32(y[0])))
+    flat = y.reshape(-1)
+    if flat.size and np.all(flat == flat[0]):
+        _power(ctx, _name(node), node.input[0], node.output[0],
+               power=float(np.float32(flat[0])))
+        return
+    try:
+        full = np.broadcast_to(y, x_shape).reshape(-1).astype(np.float32)
+    except ValueError:
+        raise ctx.error(node, "an exponent of shape %s gives the output another shape than "
+                              "the input's %s" % (y.shape, x_shape)) from None
+    starts = [0] + [i for i in range(1, full.size) if full[i] != full[i - 1]]
+    if len(starts) > MAX_POW_PIECES:
+        raise ctx.error(node, "an exponent of %d runs of equal values along the flattened "
+                              "input converts as one Power layer per run, at most %d"
+                        % (len(starts), MAX_POW_PIECES))
+    x, top, name = node.input[0], node.output[0], _name(node)
+    lp = ctx.layer("Reshape", name + "/flat", [x], [top + "/flat"])
+    lp.reshape_param.shape.dim.extend([1, full.size])
+    pieces = ["%s/piece%d" % (top, i) for i in range(len(starts))]
+    lp = ctx.layer("Slice", name + "/pieces", [top + "/flat"], pieces)
+    lp.slice_param.axis = 1
+    lp.slice_param.slice_point.extend(starts[1:])
+    powered = [_power(ctx, "%s/power%d" % (name, i), piece, "%s/power%d" % (top, i),
+                      power=float(full[start]))
+               for i, (piece, start) in enumerate(zip(pieces, starts))]
+    lp = ctx.layer("Concat", name + "/joined", powered, [top + "/joined"])
+    lp.concat_param.axis = 1
+    lp = ctx.layer("Reshape", name, [top + "/joined"], [top])
+    lp.reshape_param.shape.dim.extend(x_shape)
 
 
 @importer("Selu")
