@@ -627,6 +627,14 @@ CASES = [(name, None) for name in MATCH] + \
     [(name, pattern) for pattern, names in REFUSED.items() for name in names]
 
 
+def test_the_counts_docs_onnx_md_gives():
+    text = open(os.path.join(os.path.dirname(__file__), os.pardir, "docs", "onnx.md")).read()
+    text = " ".join(text.split())
+    assert "%d convert and give ONNX's outputs, %d are refused" % (
+        len(MATCH), sum(len(v) for v in REFUSED.values())) in text
+    assert len(set(MATCH)) == len(MATCH)
+
+
 def _load(name):
     return data_case(name) if "/" in name else node_case(name)
 
