@@ -47,10 +47,8 @@ def test_random_resize_sides_are_float32_products(h, w, size, expected):
 
 # ---- the forks' options that are not run here: a text file using one names the fork ------
 @pytest.mark.parametrize("kind, text, fork", [
-    # NVCaffe caffe.proto SolverParameter: testing and snapshots in the last epochs
-    # (solver.cpp); its LARC, ramp-up and policies run (tests/test_nvcaffe_solver.py), as
-    # Intel Caffe's solver options do (tests/test_intel_solver.py)
-    ("solver", "base_lr: 0.1 test_and_snapshot_last_epochs: 2", "NVCaffe"),
+    # (NVCaffe's solver options, its testing of the last epochs among them, run:
+    # tests/test_nvcaffe_solver.py, as Intel Caffe's do: tests/test_intel_solver.py)
     # Intel Caffe's loss normalisation by a fixed number (loss_layer.cpp)
     ("net", 'layer { name: "l" type: "SoftmaxWithLoss" bottom: "x" bottom: "t" top: "l" '
      'loss_param { pre_fixed_normalizer: 2 } }', "Intel Caffe"),

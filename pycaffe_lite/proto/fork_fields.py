@@ -189,12 +189,11 @@ FORK_FIELD_NAMES = {
     ("MemoryDataParameter", "image_encoded"): "CaffeOnSpark",
     ("MemoryDataParameter", "dataframe_format"): "CaffeOnSpark",
 }
-# NVCaffe's and Intel Caffe's solver and layer options that change results and are not run
-# here (NVCaffe's testing and snapshots of the last epochs, Intel's fused ReLU, label
-# smoothing, SELU's lambda, ...): a text file using them stops naming the fork. (NVCaffe's
-# LARC, ramp-up, min_lr and momentum and weight decay policies, and Intel Caffe's solver
-# options, are in the schema and run: pycaffe_lite/solvers/nvcaffe.py and intel.py.)
-FORK_FIELD_NAMES[("SolverParameter", "test_and_snapshot_last_epochs")] = "NVCaffe"
+# NVCaffe's and Intel Caffe's layer options that change results and are not run here
+# (Intel's fused ReLU, label smoothing, SELU's lambda, ...): a text file using them stops
+# naming the fork. (NVCaffe's LARC, ramp-up, min_lr, momentum and weight decay policies and
+# testing of the last epochs, and Intel Caffe's solver options, are in the schema and run:
+# pycaffe_lite/solvers/nvcaffe.py, last_epochs.py and intel.py.)
 FORK_FIELD_NAMES.update({
     ("ELUParameter", "lambda"): "NVCaffe",
     ("LossParameter", "label_smoothing"): "NVCaffe (and Intel Caffe)",

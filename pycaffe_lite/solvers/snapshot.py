@@ -27,13 +27,14 @@ _SP = caffe_pb2.SolverParameter
 
 
 # -- writing ---------------------------------------------------------------------------------
-def take(solver):
+def take(solver, scores=()):
     """:meth:`Solver.snapshot`: write both files on rank 0 (None elsewhere); a failure raises
-    a SnapshotError naming the last complete snapshot."""
+    a SnapshotError naming the last complete snapshot. ``scores``: test scores the weights
+    file's name carries (NVCaffe's ``test_and_snapshot_last_epochs``)."""
     if not ranks.root_solver():
         return None
     try:
-        model_filename, state_filename = write(solver)
+        model_filename, state_filename = write(solver, scores)
     except (ProtoError, OSError) as exc:
         if solver.last_snapshot:
             where = ("The last complete snapshot, %s, is intact: once this is fixed, resume "
@@ -55,15 +56,22 @@ def check_final(solver):
         paths.check_writable(solver._prefix(), solver.where)
 
 
-def write(solver):
+def score_suffix(scores):
+    """``_score0_<s0>_score1_<s1>...`` as NVCaffe's SnapshotFilename writes it (a float by
+    C++'s default stream format: ``%g``)."""
+    return "".join("_score%d_%g" % (i, s) for i, s in enumerate(scores))
+
+
+def write(solver, scores=()):
     """Write the weights, then the state that names them; (weights file, state file)."""
     fmt = solver.param.snapshot_format
+    scored = score_suffix(scores)
     if fmt == _SP.BINARYPROTO:
-        model_filename = solver.snapshot_filename(".caffemodel")
+        model_filename = solver.snapshot_filename(scored + ".caffemodel")
         log.info("Snapshotting to binary proto file %s", model_filename)
         protoio.write_binary(solver.net.to_proto(solver.param.snapshot_diff), model_filename)
     elif fmt == _SP.HDF5:
-        model_filename = solver.snapshot_filename(".caffemodel.h5")
+        model_filename = solver.snapshot_filename(scored + ".caffemodel.h5")
         log.info("Snapshotting to HDF5 file %s", model_filename)
         solver.net.save_hdf5(model_filename, solver.param.snapshot_diff)
     else:

@@ -3,10 +3,9 @@
 :class:`Solver` follows Caffe's ``Solver``: it builds the train net and the test nets from the
 SolverParameter (``net``/``net_param``/``train_net``/``train_net_param``/``test_net``/
 ``test_net_param`` with ``train_state``/``test_state``), runs ``step(n)`` (clear the diffs, test
-when due, ``iter_size`` forward/backward passes, display, callbacks, ``apply_update()``,
-snapshot when due or asked), and writes and restores snapshots in Caffe's formats. The update
-rule itself (``apply_update``) and its state (``history``) come from the subclasses in
-:mod:`pycaffe_lite.solvers.sgd` and its siblings.
+when due (:mod:`.last_epochs`), ``iter_size`` forward/backward passes, display, callbacks,
+``apply_update()``, snapshot when due or asked), and writes and restores snapshots in Caffe's
+formats. The update rule (``apply_update``) and its state (``history``): :mod:`.sgd` and kin.
 
 pycaffe's surface: ``solver.net``, ``solver.test_nets``, ``solver.iter``, ``solver.max_iter``,
 ``solver.param``, ``step(n)``, ``solve(resume_file=None)``, ``restore(path)``, ``snapshot()``,
@@ -22,12 +21,11 @@ import numpy as np
 from google.protobuf import text_format
 
 from .. import backend, health, net_memory, ranks
-from ..proto import protoio
 from ..errors import CaffeError
 from ..net import LAYER_FAILURES, Net
-from ..proto import caffe_pb2
+from ..proto import caffe_pb2, protoio
 from ..signals import SolverAction
-from . import debug_info, intel, mixed, paths, train_graph
+from . import debug_info, intel, last_epochs, mixed, paths, train_graph
 from . import snapshot as snapshot_io
 from .debug_info import fmt as _fmt
 from .detection_test import test_detection
@@ -336,8 +334,9 @@ class Solver:
         self.requested_early_exit = False
         if self.progress is not None:
             self.progress.start(self.iter)
+        last = last_epochs.Schedule(self, iters)  # (and test_interval's tests)
         while self.iter < stop_iter:
-            if intel.test_due(param, self.iter) and (self.iter > 0 or param.test_initialization):
+            if last.test_due(stop_iter):
                 self.test_all()
                 if self.requested_early_exit:
                     break
@@ -362,6 +361,7 @@ class Solver:
             if (param.snapshot and self.iter % param.snapshot == 0) or \
                     request == SolverAction.SNAPSHOT:
                 self.snapshot()
+            last.after_iteration()
             if request == SolverAction.STOP:
                 self.requested_early_exit = True
                 break
