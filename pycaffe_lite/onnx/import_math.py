@@ -516,3 +516,61 @@ def matmul(ctx, node):
     if summed != top:
         lp = ctx.layer("Reshape", name, [summed], [top])
         lp.reshape_param.shape.dim.extend(out)
+
+
+# -- LayerNormalization -----------------------------------------------------------------------
+@importer("LayerNormalization")
+def layer_norm(ctx, node):
+    """``(x - mean) / sqrt(var + epsilon) * Scale + B``, the statistics over the axes from
+    ``axis`` on, as ONNX computes them: Reduction MEAN, Bias by minus it, Power 2,
+    Reduction MEAN, Power ``(var + epsilon) ^ -0.5``, Scale by it, then a Scale (with a bias
+    where B is given) by the weights broadcast over those axes; the Mean and InvStdDev
+    outputs, where the node names them, are the statistics viewed with ONNX's 1s."""
+    x, top, name = node.input[0], node.output[0], _name(node)
+    shape = tuple(ctx.shape(x, node))
+    rank = len(shape)
+    a = attrs(node)
+    axis = int(a.get("axis", -1))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        raise ctx.error(node, "axis %s is not an axis of the input's %d" % (a.get("axis"), rank))
+    eps = float(np.float32(a.get("epsilon", 1e-5)))
+    tail = shape[axis:]
+
+    def weights(slot, what):
+        w = ctx.const(node.input[slot], node, what).astype(np.float32)
+        try:
+            return np.ascontiguousarray(np.broadcast_to(w, tail))
+        except ValueError:
+            raise ctx.error(node, "its %s of shape %s does not broadcast onto the normalized "
+                                  "axes %s" % (what, w.shape, tail)) from None
+    gamma = weights(1, "Scale")
+    beta = weights(2, "B") if len(node.input) > 2 and node.input[2] else None
+    R = caffe_pb2.ReductionParameter
+
+    def mean(bottom, suffix):
+        lp = ctx.layer("Reduction", name + suffix, [bottom], [top + suffix])
+        lp.reduction_param.operation = R.MEAN
+        lp.reduction_param.axis = axis
+        return top + suffix
+
+    stats = mean(x, "/mean")
+    neg_mean = _power(ctx, name + "/neg_mean", stats, top + "/neg_mean", scale=-1.0)
+    lp = ctx.layer("Bias", name + "/centred", [x, neg_mean], [top + "/centred"])
+    lp.bias_param.axis = 0
+    square = _power(ctx, name + "/square", top + "/centred", top + "/square", power=2.0)
+    inv_std = _power(ctx, name + "/inv_std", mean(square, "/var"), top + "/inv_std",
+                     power=-0.5, shift=eps)
+    lp = ctx.layer("Scale", name + "/normalized", [top + "/centred", inv_std],
+                   [top + "/normalized"])
+    lp.scale_param.axis = 0
+    blobs = [gamma] if beta is None else [gamma, beta]
+    lp = ctx.layer("Scale", name, [top + "/normalized"], [top], blobs)
+    lp.scale_param.axis, lp.scale_param.num_axes = axis, rank - axis
+    lp.scale_param.bias_term = beta is not None
+    kept = shape[:axis] + (1,) * (rank - axis)
+    for slot, blob in ((1, stats), (2, inv_std)):
+        if len(node.output) > slot and node.output[slot]:
+            lp = ctx.layer("Reshape", "%s/output%d" % (name, slot), [blob],
+                           [node.output[slot]])
+            lp.reshape_param.shape.dim.extend(kept)
