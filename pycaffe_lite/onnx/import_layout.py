@@ -446,3 +446,42 @@ def gemm(ctx, node):
     lp.scale_param.bias_term = True
     lp.param.add(lr_mult=0, decay_mult=0)
     lp.param.add(lr_mult=0, decay_mult=0)
+
+
+# -- DepthToSpace, SpaceToDepth ---------------------------------------------------------------
+@importer("DepthToSpace", "SpaceToDepth")
+def depth_space(ctx, node):
+    """Blocks of ``blocksize`` moved between the channels and the spatial axes, as ONNX
+    defines them: a Reshape to 6 axes, a Permute, a Reshape back to 4 (the DCR and CRD orders
+    of the channels); values are moved, not computed."""
+    x, top, name = node.input[0], node.output[0], _name(node)
+    shape = tuple(ctx.shape(x, node))
+    if len(shape) != 4:
+        raise ctx.error(node, "an input of shape %s: ONNX's %s takes N x C x H x W"
+                        % (shape, node.op_type))
+    n, c, h, w = shape
+    a = attrs(node)
+    b = int(a.get("blocksize", 0))
+    if node.op_type == "DepthToSpace":
+        if b < 1 or c % (b * b):
+            raise ctx.error(node, "blocksize %d does not divide the %d channels into b^2 "
+                                  "groups" % (b, c))
+        if _text(a.get("mode", "DCR")) == "CRD":
+            view, order = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+        else:
+            view, order = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
+        out = (n, c // (b * b), h * b, w * b)
+    else:
+        if b < 1 or h % b or w % b:
+            raise ctx.error(node, "blocksize %d does not divide the spatial size %d x %d"
+                            % (b, h, w))
+        view = (n, c, h // b, b, w // b, b)
+        order = (0, 1, 3, 5, 2, 4) if _text(a.get("mode", "DCR")) == "CRD" else \
+            (0, 3, 5, 1, 2, 4)
+        out = (n, c * b * b, h // b, w // b)
+    lp = ctx.layer("Reshape", name + "/blocks", [x], [top + "/blocks"])
+    lp.reshape_param.shape.dim.extend(view)
+    lp = ctx.layer("Permute", name + "/moved", [top + "/blocks"], [top + "/moved"])
+    lp.permute_param.order.extend(order)
+    lp = ctx.layer("Reshape", name, [top + "/moved"], [top])
+    lp.reshape_param.shape.dim.extend(out)
