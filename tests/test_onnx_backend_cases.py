@@ -517,6 +517,7 @@ test_layer_normalization_4d_axis_negative_4 test_layer_normalization_default_axi
 test_depthtospace_example test_depthtospace_crd_mode_example test_spacetodepth
 test_spacetodepth_example test_spacetodepth_dcr_mode_example
 test_spacetodepth_crd_mode_example
+test_gelu_default_1 test_gelu_default_2 test_gelu_tanh_1 test_gelu_tanh_2
 '''.split()
 
 REFUSED = {

@@ -485,3 +485,31 @@ def depth_space(ctx, node):
     lp.permute_param.order.extend(order)
     lp = ctx.layer("Reshape", name, [top + "/moved"], [top])
     lp.reshape_param.shape.dim.extend(out)
+
+
+# -- Gelu -------------------------------------------------------------------------------------
+@importer("Gelu")
+def gelu(ctx, node):
+    """Opset 20's Gelu: ``approximate`` none, ``x Phi(x)``, is pycaffe-lite's GELU layer (the
+    erf form; BVLC Caffe and OpenCV have none); tanh, ``0.5 x (1 + tanh(sqrt(2 / pi) (x +
+    0.044715 x^3)))``, is Power (cube), Eltwise SUM (x + 0.044715 x^3), TanH of it scaled by
+    sqrt(2 / pi) (Power), Power ``0.5 (1 + t)`` and an Eltwise PROD by x."""
+    x, top, name = node.input[0], node.output[0], _name(node)
+    mode = _text(attrs(node).get("approximate", "none"))
+    if mode == "none":
+        ctx.layer("GELU", name, [x], [top])
+        return
+    if mode != "tanh":
+        raise ctx.error(node, "approximate \"%s\" is not ONNX's none or tanh" % mode)
+    lp = ctx.layer("Power", name + "/cube", [x], [top + "/cube"])
+    lp.power_param.power = 3.0
+    lp = ctx.layer("Eltwise", name + "/inner", [x, top + "/cube"], [top + "/inner"])
+    lp.eltwise_param.operation = lp.eltwise_param.SUM
+    lp.eltwise_param.coeff.extend([1.0, 0.044715])
+    lp = ctx.layer("Power", name + "/scaled", [top + "/inner"], [top + "/scaled"])
+    lp.power_param.scale = float(np.float32(np.sqrt(2.0 / np.pi)))
+    ctx.layer("TanH", name + "/tanh", [top + "/scaled"], [top + "/tanh"])
+    lp = ctx.layer("Power", name + "/gate", [top + "/tanh"], [top + "/gate"])
+    lp.power_param.scale, lp.power_param.shift = 0.5, 0.5
+    lp = ctx.layer("Eltwise", name, [x, top + "/gate"], [top])
+    lp.eltwise_param.operation = lp.eltwise_param.PROD

@@ -1,0 +1,66 @@
+"""ONNX ops imported and checked against onnxruntime on the same inputs: DepthToSpace (DCR
+and CRD) and SpaceToDepth (Reshape, Permute, Reshape: values moved, so bit for bit), Gelu
+(the GELU layer, or tanh's decomposition)."""
+
+import numpy as np
+import pytest
+
+import pycaffe_lite as caffe
+from pycaffe_lite import onnx as caffe_onnx
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper  # noqa: E402
+
+
+@pytest.mark.parametrize("op,mode,shape", [("DepthToSpace", "DCR", (2, 12, 3, 4)),
+                                           ("DepthToSpace", "CRD", (1, 8, 2, 3)),
+                                           ("SpaceToDepth", None, (2, 3, 4, 6))])
+def test_blocks_moved_as_onnxruntime_moves_them(tmp_path, op, mode, shape):
+    # they were refused: 'this op has no Caffe equivalent'
+    kw = dict(blocksize=2) if mode is None else dict(blocksize=2, mode=mode)
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x"], ["y"], name="d2s", **kw)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = np.random.default_rng(4).normal(size=shape).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    prefix = str(tmp_path / "d2s")
+    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    np.testing.assert_array_equal(net.blobs[outputs["y"]].data, want)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_against_onnxruntime(tmp_path, approximate):
+    # it was refused: 'this op has no Caffe equivalent'. none: the GELU layer's erf fit (1.2e-7
+    # relative): within 1e-6. tanh: the gate 0.5 (1 + tanh(.)) cancels where tanh is near -1,
+    # so its rounding is absolute, a few 2^-24, times |x|: both engines are within 4 2^-24 |x|
+    # of the float64 formula (checked here for onnxruntime too), so within 8 2^-24 |x| of each
+    # other
+    graph = helper.make_graph(
+        [helper.make_node("Gelu", ["x"], ["y"], name="gelu", approximate=approximate)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 200])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    x = np.random.default_rng(5).uniform(-6, 6, (3, 200)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    prefix = str(tmp_path / "gelu")
+    deploy, _, outputs = caffe_onnx.to_caffe(model, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    got = net.blobs[outputs["y"]].data
+    if approximate == "none":
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    else:
+        x64 = x.astype(np.float64)
+        exact = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64 ** 3)))
+        step = 2.0 ** -24 * np.abs(x64)
+        assert np.all(np.abs(want - exact) <= 4 * step)
+        assert np.all(np.abs(got - exact) <= 4 * step)
+        assert np.all(np.abs(got - want) <= 8 * step)
+    assert ("GELU" in [lp.type for lp in deploy.layer]) == (approximate == "none")
