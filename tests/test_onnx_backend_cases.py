@@ -518,6 +518,8 @@ test_depthtospace_example test_depthtospace_crd_mode_example test_spacetodepth
 test_spacetodepth_example test_spacetodepth_dcr_mode_example
 test_spacetodepth_crd_mode_example
 test_gelu_default_1 test_gelu_default_2 test_gelu_tanh_1 test_gelu_tanh_2
+test_reduce_log_sum_desc_axes test_reduce_log_sum_asc_axes test_reduce_log_sum_default
+test_reduce_log_sum_negative_axes
 '''.split()
 
 REFUSED = {
@@ -528,7 +530,7 @@ REFUSED = {
         test_reduce_l1_empty_set_expanded test_reduce_l2_empty_set
         test_reduce_sum_empty_set test_reduce_sum_empty_set_non_reduced_axis_zero
         test_reduce_sum_square_empty_set test_reduce_sum_square_empty_set_expanded
-        test_reduce_min_empty_set
+        test_reduce_min_empty_set test_reduce_log_sum_empty_set
     '''.split(),
     r"ONNX input '[^']+' is of type bool; a Caffe blob holds floats": '''
         test_training_dropout_default test_training_dropout_default_mask test_training_dropout

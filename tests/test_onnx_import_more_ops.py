@@ -1,6 +1,6 @@
 """ONNX ops imported and checked against onnxruntime on the same inputs: DepthToSpace (DCR
 and CRD) and SpaceToDepth (Reshape, Permute, Reshape: values moved, so bit for bit), Gelu
-(the GELU layer, or tanh's decomposition)."""
+(the GELU layer, or tanh's decomposition), ReduceLogSum (ReduceSum, Log)."""
 
 import numpy as np
 import pytest
@@ -64,3 +64,25 @@ def test_gelu_against_onnxruntime(tmp_path, approximate):
         assert np.all(np.abs(got - exact) <= 4 * step)
         assert np.all(np.abs(got - want) <= 8 * step)
     assert ("GELU" in [lp.type for lp in deploy.layer]) == (approximate == "none")
+
+
+@pytest.mark.parametrize("axes,keepdims", [([1], 1), ([0, 2], 0), ([-1], 1)])
+def test_reduce_log_sum_against_onnxruntime(tmp_path, axes, keepdims):
+    # it was refused: 'this op has no Caffe equivalent'. A float32 sum in another order, then
+    # log: within 1e-6 relative
+    graph = helper.make_graph(
+        [helper.make_node("ReduceLogSum", ["x", "axes"], ["y"], name="rls", keepdims=keepdims)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[onnx.numpy_helper.from_array(np.array(axes, np.int64), "axes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = np.random.default_rng(6).uniform(0.1, 3, (3, 4, 5)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    prefix = str(tmp_path / "rls")
+    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    got = net.blobs[outputs["y"]].data
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

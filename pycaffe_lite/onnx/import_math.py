@@ -574,3 +574,15 @@ def layer_norm(ctx, node):
             lp = ctx.layer("Reshape", "%s/output%d" % (name, slot), [blob],
                            [node.output[slot]])
             lp.reshape_param.shape.dim.extend(kept)
+
+
+@importer("ReduceLogSum")
+def reduce_log_sum(ctx, node):
+    """``log(sum(x))`` over the axes: the ReduceSum of :func:`reduce_`, then Caffe's Log."""
+    inner = ctx.onnx.NodeProto()
+    inner.CopyFrom(node)
+    inner.op_type = "ReduceSum"
+    inner.output[0] = node.output[0] + "/sum"
+    ctx.shapes[inner.output[0]] = ctx.shape(node.output[0], node)
+    reduce_(ctx, inner)
+    ctx.layer("Log", _name(node), [inner.output[0]], [node.output[0]])
