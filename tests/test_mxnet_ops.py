@@ -107,10 +107,16 @@ def test_divisions_are_within_two_ulps_of_mxnets_quotients(case, tmp_path):
 
 def test_the_division_cases_are_there():
     # they hold MXNet's inf, -inf, NaN and signed zeros of divisions by and of 0
-    assert sorted(DIVISIONS) == ["div_batch_channels", "div_channels", "div_equal"]
+    assert sorted(DIVISIONS) == ["div_batch_channels", "div_channels", "div_equal",
+                                 "div_scalars"]
     refs = np.concatenate([r.ravel() for r in references("div_equal")])
     assert np.isposinf(refs).any() and np.isneginf(refs).any() and np.isnan(refs).any()
     assert np.signbit(refs[refs == 0]).any() and not np.signbit(refs[refs == 0]).all()
+    # x / 0 and 0 / x of signed zeros and infinities: inf, NaN and zeros of both signs
+    zero_div, div_zero = references("div_scalars")[1:]
+    assert np.isnan(zero_div).any() and np.signbit(zero_div[zero_div == 0]).any()
+    assert np.isposinf(div_zero).any() and np.isneginf(div_zero).any()
+    assert np.isnan(div_zero).any()
 
 
 @pytest.mark.parametrize("case", ERROR_CASES)

@@ -451,6 +451,14 @@ def divisions(w):
     w.symbol("div_batch_channels", S.broadcast_div(d, o, name="bc_div_nc11"),
              {"data": x_((2, 3, 4, 5)), "other": x_((2, 3, 1, 1), 0.5)},
              note="broadcast_div by an (N, C, 1, 1) operand")
+    with_inf = with_zeros((2, 3, 4), 4, 2.0)
+    with_inf.reshape(-1)[-2:] = [np.inf, -np.inf]
+    w.symbol("div_scalars", S.Group([
+        S._internal._rdiv_scalar(d, scalar=2.5, name="rdiv"),
+        S._internal._rdiv_scalar(d, scalar=0.0, name="rdiv_zero"),
+        S._internal._div_scalar(d, scalar=0.0, name="div_zero")]),
+        {"data": with_inf}, note="a scalar over a blob, and divisions by and of the scalar 0, "
+                                 "of an input with signed zeros and infinities")
 
 
 def indices(shape, input_dim):

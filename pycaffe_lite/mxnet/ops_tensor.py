@@ -210,19 +210,42 @@ SCALAR = {
     "_rminus_scalar": lambda s: (-1.0, s, 1.0), "_RMinusScalar": lambda s: (-1.0, s, 1.0),
     "_mul_scalar": lambda s: (s, 0.0, 1.0), "_MulScalar": lambda s: (s, 0.0, 1.0),
     "_div_scalar": lambda s: (1.0 / s, 0.0, 1.0), "_DivScalar": lambda s: (1.0 / s, 0.0, 1.0),
-    "_rdiv_scalar": lambda s: (1.0 / s, 0.0, -1.0),
-    "_RDivScalar": lambda s: (1.0 / s, 0.0, -1.0),
+    "_rdiv_scalar": None, "_RDivScalar": None,  # (a reciprocal, then s times it: scalar())
     "_power_scalar": lambda s: (1.0, 0.0, s), "_PowerScalar": lambda s: (1.0, 0.0, s),
 }
 
 
+def _fixed_scale(c, blob, value, name, top):
+    """``blob`` times ``value`` by a frozen Scale of one value (x * 0 and x * inf as IEEE
+    gives them, where a Power of scale 0 would give its constant)."""
+    lp = c.layer("Scale", name, [blob], [top], [np.full((), value, np.float32)], frozen=True)
+    lp.scale_param.axis, lp.scale_param.num_axes = 0, 0
+    return c.configure(lp)
+
+
 @converter(*SCALAR)
 def scalar(c, node):
+    """(shift + scale * x) ^ power (Caffe's Power). ``s / x`` (``_rdiv_scalar``): the
+    reciprocal of x (a Power of -1, correctly rounded), times s: two roundings, as a
+    division of two blobs (:func:`divide`). By or of the scalar 0: times a frozen Scale of
+    inf (``x / 0``: ±inf, NaN for 0) or of 0 (``0 / x``: ±0, NaN for 0), as MXNet gives."""
     s = c.attrs().float("scalar", None)
     if s is None:
         raise c.error("it has no scalar")
-    if s == 0.0 and node.op in ("_div_scalar", "_DivScalar", "_rdiv_scalar", "_RDivScalar"):
-        raise c.error("a division by / of the scalar 0 does not convert")
+    x = c.bottom(0)
+    if node.op in ("_rdiv_scalar", "_RDivScalar"):
+        recip = neuron(c, "Power", x, c.blob_name(node.name + "/reciprocal"),
+                       node.name + "/reciprocal", power_param__power=-1.0).top[0]
+        if s == 0.0:
+            _fixed_scale(c, recip, 0.0, node.name, c.out())
+        else:
+            neuron(c, "Power", recip, c.out(), power_param__scale=s)
+        c.produce(c.out())
+        return
+    if s == 0.0 and node.op in ("_div_scalar", "_DivScalar"):
+        _fixed_scale(c, x, np.inf, node.name, c.out())
+        c.produce(c.out())
+        return
     scale, shift, power = SCALAR[node.op](s)
     neuron(c, "Power", c.bottom(0), c.out(), power_param__scale=scale,
            power_param__shift=shift, power_param__power=power)
