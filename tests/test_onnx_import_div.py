@@ -105,16 +105,19 @@ def test_a_division_ulp_apart_is_within_the_bound(tmp_path):
     assert np.count_nonzero(got != want) > 0
 
 
-@pytest.mark.parametrize("c", [1.0, 2.5])
+@pytest.mark.parametrize("c", [1.0, 2.5, [[1.5], [-2.0], [0.0]]])
 def test_a_constant_over_a_tensor(tmp_path, c):
-    # it was refused: 'a constant minus / over a tensor has no Caffe layer'
+    # it was refused: 'a constant minus / over a tensor has no Caffe layer'. One value: Powers;
+    # several (here one per row, 0 among them): a Parameter layer holding them, the product
+    c = np.asarray(c, np.float32)
     rng = np.random.default_rng(3)
     x = _operand(rng, (2, 3, 4), zeros=2)
     model = _model([helper.make_node("Div", ["c", "x"], ["y"], name="rdiv")],
-                   [("x", x.shape)], "y", inits=[("c", np.float32(c))])
+                   [("x", x.shape)], "y", inits=[("c", c)])
     got, want, types = _run_both(model, {"x": x}, tmp_path, "rdiv")
     _assert_ulps(got, want, "rdiv")
-    assert set(types) == {"Input", "Power"}
+    assert set(types) == ({"Input", "Power"} if c.size == 1 else
+                          {"Input", "Power", "Parameter", "Reshape", "Tile", "Eltwise"})
 
 
 def test_a_constant_minus_a_tensor_is_exact(tmp_path):
