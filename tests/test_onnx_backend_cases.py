@@ -520,6 +520,7 @@ test_spacetodepth_crd_mode_example
 test_gelu_default_1 test_gelu_default_2 test_gelu_tanh_1 test_gelu_tanh_2
 test_reduce_log_sum_desc_axes test_reduce_log_sum_asc_axes test_reduce_log_sum_default
 test_reduce_log_sum_negative_axes
+test_thresholdedrelu_example test_thresholdedrelu test_thresholdedrelu_default
 '''.split()
 
 REFUSED = {

@@ -1,6 +1,6 @@
 """ONNX ops imported and checked against onnxruntime on the same inputs: DepthToSpace (DCR
 and CRD) and SpaceToDepth (Reshape, Permute, Reshape: values moved, so bit for bit), Gelu
-(the GELU layer, or tanh's decomposition), ReduceLogSum (ReduceSum, Log)."""
+(the GELU layer, or tanh's decomposition), ReduceLogSum (ReduceSum, Log), ThresholdedRelu."""
 
 import numpy as np
 import pytest
@@ -86,3 +86,35 @@ def test_reduce_log_sum_against_onnxruntime(tmp_path, axes, keepdims):
     got = net.blobs[outputs["y"]].data
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.0, 0.25])
+def test_thresholded_relu_against_onnxruntime(tmp_path, alpha):
+    # it was refused: 'this op has no Caffe equivalent'. relu(x) * [x > alpha]: exact, values
+    # equal to alpha (0 in ONNX: the comparison is strict) and infinities included
+    graph = helper.make_graph(
+        [helper.make_node("ThresholdedRelu", ["x"], ["y"], name="trelu", alpha=alpha)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 50])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+    x = np.random.default_rng(7).uniform(-3, 3, (4, 50)).astype(np.float32)
+    x.reshape(-1)[:5] = [alpha, np.inf, -np.inf, np.nextafter(np.float32(alpha), np.inf), 0.0]
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    prefix = str(tmp_path / "trelu")
+    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    np.testing.assert_array_equal(net.blobs[outputs["y"]].data, want)
+
+
+def test_thresholded_relu_of_a_negative_alpha_is_refused():
+    from pycaffe_lite.errors import CaffeError
+    graph = helper.make_graph(
+        [helper.make_node("ThresholdedRelu", ["x"], ["y"], name="trelu", alpha=-0.5)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+    with pytest.raises(CaffeError, match=r"ONNX node 'trelu' \(op ThresholdedRelu\): alpha "
+                                         r"-0.5 < 0"):
+        caffe_onnx.to_caffe(model, None)

@@ -152,3 +152,21 @@ def sign(ctx, node):
     lp = ctx.layer("Eltwise", name, [top + "/positive", top + "/negative"], [top])
     lp.eltwise_param.operation = lp.eltwise_param.SUM
     lp.eltwise_param.coeff.extend([1.0, -1.0])
+
+
+@importer("ThresholdedRelu")
+def thresholded_relu(ctx, node):
+    """``x`` where ``x > alpha``, else 0, for ``alpha >= 0``: ``relu(x) * [x > alpha]`` (ReLU,
+    a Threshold at alpha, an Eltwise PROD), exact, infinities included (``relu`` makes -inf
+    0 before the product); a NaN stays NaN where ONNX's comparison gives 0. A negative alpha,
+    which lets negative values through, is an error naming the node."""
+    alpha = float(np.float32(attrs(node).get("alpha", 1.0)))
+    if alpha < 0:
+        raise ctx.error(node, "alpha %g < 0: the values in (alpha, 0] pass, which ReLU times a "
+                              "Threshold does not give" % alpha)
+    x, top, name = node.input[0], node.output[0], _name(node)
+    ctx.layer("ReLU", name + "/relu", [x], [top + "/relu"])
+    lp = ctx.layer("Threshold", name + "/above", [x], [top + "/above"])
+    lp.threshold_param.threshold = alpha
+    lp = ctx.layer("Eltwise", name, [top + "/relu", top + "/above"], [top])
+    lp.eltwise_param.operation = lp.eltwise_param.PROD
