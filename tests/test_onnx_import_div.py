@@ -144,3 +144,17 @@ def test_mul_of_tensors_that_both_broadcast_is_exact(tmp_path):
         got, want, types = _run_both(model, {"a": a, "b": b}, tmp_path, key)
         np.testing.assert_array_equal(got, want, err_msg=key)
         assert "Eltwise" in types
+
+
+@pytest.mark.parametrize("op,names,c", [("Mul", ["x", "c"], 0.0), ("Mul", ["x", "c"], -0.0),
+                                        ("Div", ["c", "x"], 0.0), ("Div", ["x", "c"], 0.0),
+                                        ("Div", ["x", "c"], np.inf)])
+def test_products_by_zero_keep_ieee_nan_and_signs(tmp_path, op, names, c):
+    # x * 0 (and x / inf) became Caffe's Power of scale 0, which is the constant 0 whatever the
+    # input: 0 where onnxruntime gives NaN for inf and NaN, +0 where it gives -0; 0 / x too
+    x = np.array([[1.0, -2.0, 0.0, -0.0, np.inf, -np.inf, np.nan]], np.float32)
+    model = _model([helper.make_node(op, names, ["y"], name="op")], [("x", x.shape)], "y",
+                   inits=[("c", np.float32(c))])
+    got, want, _ = _run_both(model, {"x": x}, tmp_path, "zero")
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

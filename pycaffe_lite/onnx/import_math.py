@@ -14,7 +14,8 @@ import numpy as np
 
 from ..proto import caffe_pb2
 from .import_gates import _reduced_axes
-from .import_ops import IMPORTERS, _broadcast_param, _name, attrs, importer, softmax_axis
+from .import_ops import (IMPORTERS, _broadcast_param, _name, attrs, importer, softmax_axis,
+                         zero_scale)
 
 E = caffe_pb2.EltwiseParameter
 
@@ -456,6 +457,9 @@ def div(ctx, node):
             _power(ctx, name, b, top, power=-1.0)
             return
         recip = _power(ctx, name + "/reciprocal", b, top + "/reciprocal", power=-1.0)
+        if c == 0.0:  # 0 / x: NaN for x = 0, signed zeros (a Power of scale 0 is constant)
+            zero_scale(ctx, node, recip, b_shape, top, c)
+            return
         _power(ctx, name, recip, top, scale=c)
         return
     recip = _power(ctx, name + "/reciprocal", b, top + "/reciprocal", power=-1.0)

@@ -422,6 +422,15 @@ def _broadcast_param(ctx, node, x_shape, c):
     return start, np.ascontiguousarray(param, dtype=np.float32)
 
 
+def zero_scale(ctx, node, x, x_shape, top, zero=0.0):
+    """``x * zero`` (0 or -0) as IEEE gives it (NaN for inf and NaN, the sign of the product):
+    a Scale by fixed zeros along the last axis, not learnt (Caffe's Power of scale 0 is the
+    constant shift^power, whatever the input)."""
+    lp = ctx.layer("Scale", _name(node), [x], [top], [np.full(x_shape[-1:], zero, np.float32)])
+    lp.scale_param.axis, lp.scale_param.num_axes = len(x_shape) - 1, 1
+    lp.param.add(lr_mult=0, decay_mult=0)
+
+
 @importer("Add", "Sub", "Mul", "Div")
 def arithmetic(ctx, node):
     a, b = node.input[0], node.input[1]
@@ -448,7 +457,11 @@ def arithmetic(ctx, node):
     if op == "Sub":
         c, op = -c, "Add"
     elif op == "Div":
-        c, op = (1.0 / c).astype(np.float32), "Mul"
+        with np.errstate(divide="ignore"):
+            c, op = (1.0 / c).astype(np.float32), "Mul"
+    if op == "Mul" and c.size == 1 and float(c.reshape(-1)[0]) == 0.0 and x_shape:
+        zero_scale(ctx, node, a, x_shape, node.output[0], float(c.reshape(-1)[0]))
+        return
     if c.size == 1:
         lp = ctx.layer("Power", _name(node), [a], [node.output[0]])
         if op == "Add":
