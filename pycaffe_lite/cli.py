@@ -10,7 +10,7 @@ import os
 import sys
 
 from . import __version__, plugins, python_layers
-from .commands import all_commands, commands_named
+from .commands import TABLE, all_commands, commands_named
 from .errors import CaffeError
 from .tools_log import use_glog_format
 
@@ -39,9 +39,12 @@ def describe_os_error(exc):
     return reason
 
 
-def build_parser(command=None):
+def build_parser(command=None, listing=False):
     """The parser of every command, or of ``command`` alone where it is one (only its module
-    is imported then)."""
+    is imported then). With ``listing``, where ``command`` is none, a parser whose commands
+    have their one-line help and nothing else, and no module imported: it prints ``--help``
+    and the errors for no command or an unknown one as the whole parser does, and
+    :func:`parse` turns to the command's own parser when it finds one."""
     commands = commands_named(command) if command is not None else None
     parser = argparse.ArgumentParser(
         prog="pycaffe-lite",
@@ -49,6 +52,11 @@ def build_parser(command=None):
     parser.add_argument("--version", action="version", version="pycaffe-lite " + __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.command_parsers = {}
+    if commands is None and listing:
+        for name, (_, help_text) in TABLE.items():
+            parser.command_parsers[name] = sub.add_parser(name, help=help_text,
+                                                          description=help_text)
+        return parser
     for name, help_text, add_arguments, run in commands or all_commands():
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(p)
@@ -61,6 +69,9 @@ def parse(parser, argv):
     """The parsed arguments; argparse's error (usage and status 2) for no command, and the
     command's own usage for a flag it does not know."""
     args, unknown = parser.parse_known_args(argv)
+    if args.command is not None and not getattr(args, "run", None):
+        # a listing parser (build_parser) found a command after another word: its own parser
+        return parse(build_parser(args.command), argv)
     if not getattr(args, "run", None):
         parser.error("a command is required (one of: %s)"
                      % ", ".join(sorted(parser.command_parsers)))
@@ -75,8 +86,8 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO)
     use_glog_format()
     # `pycaffe-lite <command> ...`: that command's module alone; anything else (no command,
-    # --help, an unknown name) lists them all
-    parser = build_parser(argv[0] if argv else None)
+    # --help, an unknown name) lists them all from the table, importing none
+    parser = build_parser(argv[0] if argv else None, listing=True)
     args = parse(parser, argv)
     saved = os.environ.get(python_layers.ENV)
     if getattr(args, "no_python_layers", False):

@@ -245,6 +245,10 @@ def test_the_table_of_commands_matches_the_modules():
         for entry in getattr(module, "COMMANDS", []):
             declared[entry[0]] = stem
     assert commands.MODULE_OF == declared
+    # the one-line help of each, in the order the whole parser lists them
+    assert list(commands.TABLE.items()) == [
+        (name, (commands.MODULE_OF[name], help_text))
+        for name, help_text, _, _ in commands.all_commands()]
 
 
 def _command_modules():
@@ -300,3 +304,32 @@ def test_no_command_or_an_unknown_one_still_lists_them_all(capsys):
     assert "invalid choice: 'no_such_command'" in err
     for name in ("train", "upgrade_net_proto_text", "export_onnx"):
         assert name in err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], [], ["no_such_command"], ["--version"]])
+def test_the_list_of_commands_imports_no_command_module(argv):
+    # --help, no command, an unknown one: every command named with its help, none imported
+    code = ("from pycaffe_lite import cli\n"
+            "try:\n    cli.main(%r)\nexcept SystemExit as e:\n    print(e.code)\n" % (argv,))
+    loaded, _ = loaded_after(code)
+    assert loaded == []
+
+
+def test_help_is_the_whole_parsers_help(capsys):
+    whole = cli.build_parser().format_help()
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out == whole
+    for name, help_text, _, _ in commands.all_commands():
+        assert name in out and help_text.split()[0] in out, name
+
+
+def test_a_flag_before_the_command_is_still_that_commands_error(capsys):
+    # the command is found after the flag, and its own parser reports the flag
+    with pytest.raises(SystemExit) as done:
+        cli.main(["-x", "upgrade_net_proto_text", "a", "b"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert "pycaffe-lite upgrade_net_proto_text: error: unrecognized arguments: -x" in err

@@ -4,28 +4,77 @@ Each module here defines ``COMMANDS``: a list of ``(name, help, add_arguments, r
 ``add_arguments(parser)`` declares the flags and ``run(args)`` returns an exit code. The CLI
 discovers the modules, so adding a command never touches the CLI itself; :data:`MODULE_OF`
 says which module holds each command, so that ``pycaffe-lite <command>`` imports that one
-module alone (tests/test_import_cost.py checks the table against the modules' ``COMMANDS``).
+module alone, and :data:`TABLE` has each command's one-line help too, so that ``pycaffe-lite
+--help`` imports none (tests/test_import_cost.py checks the table against the modules'
+``COMMANDS``).
 """
 
 import importlib
 import pkgutil
 
-# {command: the module of this package that declares it}
-MODULE_OF = {
-    "compare": "compare", "compute_image_mean": "compute_image_mean",
-    "convert_annoset": "convert_annoset", "convert_cifar_data": "convert_example_data",
-    "convert_mnist_siamese_data": "convert_example_data",
-    "convert_imageset": "convert_imageset", "convert_mnist": "convert_mnist",
-    "convert_mnist_data": "convert_mnist", "darknet2caffe": "darknet2caffe",
-    "device_query": "device_query", "download_model": "download_model",
-    "draw_net": "draw_net", "evaluate": "evaluate", "export_onnx": "export_onnx",
-    "export_pytorch": "export_pytorch",
-    "extract_features": "extract_features", "import_mxnet": "import_mxnet",
-    "import_onnx": "import_onnx", "quantize": "quantize", "summary": "summary",
-    "test": "test", "time": "time", "train": "train",
-    "upgrade_net_proto_text": "upgrade", "upgrade_net_proto_binary": "upgrade",
-    "upgrade_solver_proto_text": "upgrade",
+# {command: (the module of this package that declares it, its one-line help)}, in the order
+# ``pycaffe-lite --help`` lists them (the modules by name, each one's commands as it declares
+# them): the list is printed from here without importing a module
+TABLE = {
+    "compare": ("compare",
+           "run one input through our net and other engines, layer by layer, and name the first "
+           "layer where one diverges"),
+    "compute_image_mean": ("compute_image_mean",
+           "compute the mean image of a database of Datums"),
+    "convert_annoset": ("convert_annoset",
+           "convert images with annotations to an LMDB/LevelDB of AnnotatedDatum (SSD)"),
+    "convert_cifar_data": ("convert_example_data",
+           "convert the CIFAR-10 binary batches to LMDB/LevelDB databases of Datums (BVLC's "
+           "examples/cifar10 converter)"),
+    "convert_mnist_siamese_data": ("convert_example_data",
+           "convert MNIST IDX files to a database of random image pairs (BVLC's examples/siamese "
+           "converter)"),
+    "convert_imageset": ("convert_imageset",
+           "convert a list of images to an LMDB/LevelDB of Datums"),
+    "convert_mnist": ("convert_mnist",
+           "convert MNIST IDX files to an LMDB/LevelDB of Datums"),
+    "convert_mnist_data": ("convert_mnist",
+           "convert MNIST IDX files to an LMDB/LevelDB of Datums (Caffe's name)"),
+    "darknet2caffe": ("darknet2caffe",
+           "convert a Darknet .cfg (+ .weights) to a prototxt (+ .caffemodel) and a solver"),
+    "device_query": ("device_query",
+           "show the GPU device that --gpu would use"),
+    "download_model": ("download_model",
+           "download a model zoo entry's weights (readme.md front matter)"),
+    "draw_net": ("draw_net",
+           "draw a net definition as a graph (DOT text, or an image through Graphviz)"),
+    "evaluate": ("evaluate",
+           "accuracy, confusion matrix, IoU or mAP of a net over its TEST data"),
+    "export_onnx": ("export_onnx",
+           "export a Caffe net and its weights to ONNX"),
+    "export_pytorch": ("export_pytorch",
+           "export a Caffe net and its weights as PyTorch source and a state_dict"),
+    "extract_features": ("extract_features",
+           "write blobs of a trained net, batch by batch, into databases of Datums (float_data)"),
+    "import_mxnet": ("import_mxnet",
+           "convert an MXNet model (symbol JSON + .params) to a Caffe prototxt and caffemodel"),
+    "import_onnx": ("import_onnx",
+           "convert an ONNX model to a Caffe prototxt and caffemodel"),
+    "quantize": ("quantize",
+           "int8 calibration: a QDQ ONNX model, Intel Caffe's quantized prototxt and the accuracy "
+           "int8 costs"),
+    "summary": ("summary",
+           "count a model's parameters, multiply-accumulates and activation memory"),
+    "test": ("test",
+           "score a model"),
+    "time": ("time",
+           "benchmark model execution time"),
+    "train": ("train",
+           "train or fine-tune a model"),
+    "upgrade_net_proto_text": ("upgrade",
+           "upgrade a legacy (V0/V1) net prototxt to the current format"),
+    "upgrade_net_proto_binary": ("upgrade",
+           "upgrade a legacy binary net (.caffemodel) to the current format"),
+    "upgrade_solver_proto_text": ("upgrade",
+           "upgrade a solver prototxt (solver_type enum -> type string)"),
 }
+# {command: its module}
+MODULE_OF = {name: stem for name, (stem, _) in TABLE.items()}
 
 
 def all_commands():
