@@ -9,7 +9,7 @@ import io
 import numpy as np
 import pytest
 
-from helpers.onnx_runtime import run_ort
+from helpers.onnx_runtime import ort, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
 import pycaffe_lite as caffe
@@ -183,6 +183,16 @@ def test_reflect_pads_up_to_the_axis_less_one(tmp_path):
            "reflect")
 
 
+def _ort_release():
+    return tuple(int(part) for part in ort.__version__.split(".")[:2])
+
+
+# onnxruntime's Pad checks these pads from the release given (an edge crop to nothing from
+# 1.24, reflections from 1.25); its releases before ran them, reading past the axis (1.23.2,
+# the last for Python 3.10, filled the rows with whatever memory held)
+REFUSED_SINCE = {"reflect": (1, 25), "edge": (1, 24)}
+
+
 @pytest.mark.parametrize("shape, pads, mode, message", [
     ((1, 2, 3, 4), [0, 0, 3, 0, 0, 0, 0, 0], "reflect",
      "reflect pads 3, 0 of axis 2 \\(of size 3\\): a reflection needs pads smaller"),
@@ -196,7 +206,8 @@ def test_reflect_pads_up_to_the_axis_less_one(tmp_path):
 ])
 def test_pads_onnxruntime_refuses_are_refused_naming_the_node(shape, pads, mode, message):
     model = _pad(shape, pads, mode, opset=19)
-    if mode != "wrap":  # onnxruntime refuses these too (wraps around the axis again itself)
+    # onnxruntime refuses these too (a wrap it wraps around the axis again itself)
+    if mode != "wrap" and _ort_release() >= REFUSED_SINCE[mode]:
         with pytest.raises(Exception, match="Pad"):
             run_ort(model, {"x": _input(shape)})
     with pytest.raises(CaffeError, match="ONNX node 'pad' \\(op Pad\\): " + message):
