@@ -39,7 +39,6 @@ EXPORT_REFUSALS = [
     r"the last one wholly outside the input",  # a Caffe pooling window past the input
     r"the MAX pooling mask \(second top\) has no (ONNX|PyTorch) equivalent",
     r"does not convert with batch statistics|convert with use_global_stats only",
-    r"only channel axis 1 converts to (ONNX|PyTorch), got axis",
     r"MaxRoiPool at opset \d+ \(its version 22\) has no onnxruntime kernel",
 ]
 

@@ -6,7 +6,7 @@ DetectionOutput is in :mod:`.ops_detection`."""
 
 from ..blob import Blob
 from .builder import keep_batch, register_converter
-from .ops_vision import conv_geometry
+from .ops_vision import convolution
 
 
 @register_converter("Permute")
@@ -107,18 +107,7 @@ def roi_pooling(call):
 def depthwise_convolution(call):
     """A Conv with one group per input channel (the layer's weights are already shaped
     ``(num_output, 1, kh, kw)``)."""
-    p = call.param.convolution_param
-    rank = len(call.in_shapes[0])
-    channels = int(call.in_shapes[0][1])
-    if p.axis not in (1, 1 - rank):
-        raise call.error("only channel axis 1 converts to ONNX, got axis %d" % p.axis)
-    blobs = call.blobs
-    _, stride, pad, dilation = conv_geometry(p, rank - 2)
-    inputs = [call.inputs[0], call.const("weight", blobs[0])]
-    if p.bias_term:
-        inputs.append(call.const("bias", blobs[1].reshape(-1)))
-    call.node("Conv", inputs, call.outputs, kernel_shape=list(blobs[0].shape[2:]),
-              strides=stride, pads=pad + pad, dilations=dilation, group=channels)
+    convolution(call, depthwise=True)
 
 
 @register_converter("Axpy")

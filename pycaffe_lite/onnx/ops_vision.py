@@ -32,21 +32,41 @@ def conv_geometry(p, n):
     return kernel, stride, pad, dilation
 
 
+def conv_channel_axis(p, rank):
+    """The channel axis of a ConvolutionParameter over a bottom of ``rank`` axes (Caffe's
+    ``axis``, negative from the end); the axes before it are all "num"."""
+    return p.axis + rank if p.axis < 0 else p.axis
+
+
 @register_converter("Convolution", "Deconvolution")
-def convolution(call):
+def convolution(call, depthwise=False):
+    """Caffe's channel ``axis`` may be other than 1: the axes before it are all "num", so
+    they are folded into one batch axis for the Conv and unfolded after it. ``depthwise``:
+    one group per input channel."""
     p = call.param.convolution_param
     rank = len(call.in_shapes[0])
-    if p.axis not in (1, 1 - rank):
-        raise call.error("only channel axis 1 converts to ONNX, got axis %d" % p.axis)
+    axis = conv_channel_axis(p, rank)
+    group = int(call.in_shapes[0][axis]) if depthwise else int(p.group)
     blobs = call.blobs
-    n = rank - 2
+    n = rank - axis - 1
     _, stride, pad, dilation = conv_geometry(p, n)
-    inputs = [call.inputs[0], call.const("weight", blobs[0])]
+    x, out = call.inputs[0], call.outputs
+    if axis == 0:  # no "num" axis: one image
+        call.fixes_batch("convolves axis 0 as channels (no batch axis)")
+    if axis != 1:
+        x = call.reshape(x, [1 if axis == 0 else -1] + [int(d) for d in call.in_shapes[0][axis:]],
+                         suffix="fold")
+        out = [call.g.fresh(call.name + "/folded")]
+    inputs = [x, call.const("weight", blobs[0])]
     if p.bias_term:
         inputs.append(call.const("bias", blobs[1].reshape(-1)))
-    op = "Conv" if call.type == "Convolution" else "ConvTranspose"
-    call.node(op, inputs, call.outputs, kernel_shape=list(blobs[0].shape[2:]), strides=stride,
-              pads=pad + pad, dilations=dilation, group=int(p.group))
+    op = "ConvTranspose" if call.type == "Deconvolution" else "Conv"
+    y = call.node(op, inputs, out, kernel_shape=list(blobs[0].shape[2:]), strides=stride,
+                  pads=pad + pad, dilations=dilation, group=group)
+    if axis != 1:
+        shape = [int(d) for d in call.out_shapes[0]]
+        call.reshape(y, shape if axis == 0 else [-1] + shape[1:], call.outputs,
+                     suffix="unfold")
 
 
 def _pool_geometry(p):

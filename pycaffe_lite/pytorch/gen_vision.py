@@ -1,7 +1,7 @@
 """PyTorch code for Caffe's vision layers: Convolution, Deconvolution, the depthwise types,
 Pooling, LRN, Crop, Upsample."""
 
-from ..onnx.ops_vision import _pool_geometry, check_windows, conv_geometry
+from ..onnx.ops_vision import _pool_geometry, check_windows, conv_channel_axis, conv_geometry
 from ..proto import caffe_pb2
 from .codegen import Module, helper, literal, register_generator
 
@@ -15,19 +15,34 @@ def _tuple(values):
     return literal(values[0]) if len(set(values)) == 1 else literal(values)
 
 
+FOLD = helper("CaffeFoldedConv", '''
+class CaffeFoldedConv(nn.Module):
+    """Caffe's convolution over channel axis ``axis`` other than 1: the axes before it are
+    all "num" (none at axis 0), folded into one batch axis around ``conv``."""
+
+    def __init__(self, axis, conv):
+        super().__init__()
+        self.axis, self.conv = axis, conv
+
+    def forward(self, x):
+        lead = x.shape[:self.axis]
+        y = self.conv(x.reshape((-1,) + tuple(x.shape[self.axis:])))
+        return y.reshape(tuple(lead) + tuple(y.shape[1:]))
+''')
+
+
 @register_generator("Convolution", "Deconvolution", "ConvolutionDepthwise",
                     "DepthwiseConvolution")
 def convolution(layer):
     p = layer.param.convolution_param
     rank = len(layer.in_shapes[0])
-    if p.axis not in (1, 1 - rank):
-        raise layer.error("only channel axis 1 converts to PyTorch, got axis %d" % p.axis)
-    n = rank - 2
+    axis = conv_channel_axis(p, rank)
+    n = rank - axis - 1
     if n not in (1, 2, 3):
         raise layer.error("%d spatial axes: PyTorch convolves 1, 2 or 3" % n)
     blobs = layer.blobs
     _, stride, pad, dilation = conv_geometry(p, n)
-    channels = layer.in_shapes[0][1]
+    channels = layer.in_shapes[0][axis]
     deconv = layer.type == "Deconvolution"
     group = channels if "Depthwise" in layer.type else int(p.group)
     outputs = blobs[0].shape[1] * group if deconv else blobs[0].shape[0]
@@ -44,7 +59,11 @@ def convolution(layer):
         weights["bias"] = blobs[1].reshape(-1)
     else:
         args.append("bias=False")
-    return Module("%s(%s)" % (cls, ", ".join(args)), weights)
+    expr = "%s(%s)" % (cls, ", ".join(args))
+    if axis != 1:
+        weights = {"conv." + k: v for k, v in weights.items()}
+        return Module("CaffeFoldedConv(%d, %s)" % (axis, expr), weights, helpers=[FOLD])
+    return Module(expr, weights)
 
 
 POOL = helper("CaffePool2d", '''
