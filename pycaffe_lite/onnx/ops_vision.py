@@ -47,6 +47,9 @@ def convolution(call, depthwise=False):
     rank = len(call.in_shapes[0])
     axis = conv_channel_axis(p, rank)
     group = int(call.in_shapes[0][axis]) if depthwise else int(p.group)
+    if 0 in call.out_shapes[0][axis:]:
+        _empty_top(call, axis)
+        return
     blobs = call.blobs
     n = rank - axis - 1
     _, stride, pad, dilation = conv_geometry(p, n)
@@ -67,6 +70,20 @@ def convolution(call, depthwise=False):
         shape = [int(d) for d in call.out_shapes[0]]
         call.reshape(y, shape if axis == 0 else [-1] + shape[1:], call.outputs,
                      suffix="unfold")
+
+
+def _empty_top(call, axis):
+    """A deconvolution whose output size is 0 (Caffe gives an empty top; onnxruntime's
+    ConvTranspose refuses a size under 1): zeros of the top's shape, the leading "num" axes
+    taken from the bottom."""
+    rest = call.ints("empty/shape", [int(d) for d in call.out_shapes[0][axis:]])
+    if axis:
+        lead = call.node("Slice", [call.node("Shape", [call.inputs[0]], suffix="shape"),
+                                   call.ints("empty/start", [0]), call.ints("empty/end", [axis])],
+                         suffix="lead")
+        rest = call.node("Concat", [lead, rest], suffix="top_shape", axis=0)
+    call.node("ConstantOfShape", [rest], call.outputs,
+              value=call.g.onnx.numpy_helper.from_array(np.zeros(1, np.float32)))
 
 
 def _pool_geometry(p):

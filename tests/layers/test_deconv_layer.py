@@ -256,8 +256,9 @@ def test_gradient(params, shapes, num_top):
     ("num_output: 0 kernel_size: 3", (1, 2, 3, 3), "num_output must be positive, got 0"),
     ("num_output: 2", (1, 2, 3, 3), "kernel_size must be specified once"),
     ("num_output: 2 kernel_size: 3 stride: 0", (1, 2, 3, 3), "stride dimensions"),
-    ("num_output: 2 kernel_size: 2 pad: 1", (1, 2, 1, 3),
-     "output would be empty on spatial axis 0: stride 1 * (input 1 - 1) + kernel extent 2"),
+    ("num_output: 2 kernel_size: 2 pad: 2", (1, 2, 1, 3),  # BVLC: Blob::Reshape's CHECK
+     "output size would be negative on spatial axis 0: stride 1 * (input 1 - 1) + kernel "
+     "extent 2 (kernel 2, dilation 1) - 2 * pad 2 = -2"),
     ("num_output: 2 kernel_size: 3 dilation: 0", (1, 2, 3, 3), "dilation must be positive"),
 ])
 def test_invalid_parameters(params, shape, message):

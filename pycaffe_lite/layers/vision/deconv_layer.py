@@ -47,11 +47,11 @@ class DeconvolutionLayer(BaseConvolutionLayer):
                                                 self.pad, self.stride, self.dilation)):
             extent = d * (k - 1) + 1
             size = s * (n - 1) + extent - 2 * p
-            if size <= 0:
+            if size < 0:  # BVLC's Blob::Reshape refuses a negative size; 0 is an empty top
                 raise self.error(
-                    "the output would be empty on spatial axis %d: stride %d * (input %d - 1) "
-                    "+ kernel extent %d (kernel %d, dilation %d) - 2 * pad %d = %d; expected a "
-                    "positive size (reduce pad)" % (i, s, n, extent, k, d, p, size))
+                    "the output size would be negative on spatial axis %d: stride %d * (input "
+                    "%d - 1) + kernel extent %d (kernel %d, dilation %d) - 2 * pad %d = %d; "
+                    "expected a size of at least 0 (reduce pad)" % (i, s, n, extent, k, d, p, size))
             out.append(size)
         return tuple(out)
 
