@@ -13,6 +13,7 @@ import logging
 
 from ..errors import CaffeError
 from ._lib import require_onnx
+from .batch_dims import batch_axes
 from .builder import CONVERTERS, Call, GraphBuilder
 # imported for their register_converter side effect
 from . import ops_common, ops_detection, ops_forks, ops_neuron, ops_vision  # noqa: F401
@@ -30,11 +31,9 @@ def is_dropped(layer_type):
     return layer_type.endswith("Loss") or layer_type in DROPPED_TYPES
 
 
-def _value_info(onnx, name, shape, batch_name, dims=None):
+def _value_info(onnx, name, shape, dims=None):
     if dims is None:
         dims = [int(d) for d in shape]
-        if batch_name and dims:
-            dims[0] = batch_name
     return onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, dims)
 
 
@@ -114,11 +113,20 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
             if t not in available:
                 available.append(t)
             order[t] = i
+    dims_of = None
+    if batch and not g.batch_fixed:
+        dims_of, why = batch_axes(net, inputs, shapes)
+        if why:
+            g.batch_fixed.append((net.name or "net", why))
     if g.batch_fixed and batch:
-        batch = None
         log.info("ONNX export: the batch axis is static, as the net's: %s",
                  "; ".join("layer '%s' %s" % lw for lw in g.batch_fixed))
-    inputs = [_value_info(onnx, names[t], shapes[t], batch) for t in inputs]
+
+    def declare(t, name, dims=None):
+        if dims is None and dims_of is not None:
+            dims = dims_of(t, name)
+        return _value_info(onnx, name, shapes[t], dims)
+    inputs = [declare(t, names[t]) for t in inputs]
     outputs, seen = [], set()
     for t in available:
         # an inserted Split's copy that only dropped layers read stands for its source
@@ -131,7 +139,7 @@ def export(net, path=None, opset=None, static_batch=False, check=True):
             out_name = current[t]  # the input has the blob's name: the output keeps the value's
         elif current[t] != names[t]:
             g.node("Identity", [current[t]], [names[t]], name=names[t] + "/output")
-        outputs.append(_value_info(onnx, out_name, shapes[t], batch, declared.get(t)))
+        outputs.append(declare(t, out_name, declared.get(t)))
     used = {name for node in g.nodes for name in node.input}
     inputs = [v for v in inputs if v.name in used]
     graph = onnx.helper.make_graph(g.nodes, net.name or "net", inputs,
