@@ -101,3 +101,59 @@ def test_a_net_that_refuses_another_batch_is_declared_static(monkeypatch):
     assert _declared(model.graph.input[0]) == [2, 3, 4]
     assert _declared(model.graph.output[0]) == [24]
     assert report["static_batch"] == [("net", "does not reshape to batch 3: refused")]
+
+
+def test_every_swept_case_declares_what_onnxruntime_gives():
+    """The option sweep's cases (10 per type): strict shape inference accepts each graph, and
+    where the batch stays dynamic onnxruntime at the batch plus one gives outputs of the
+    declared dims (numbers equal, N the new batch)."""
+    from helpers import export_sweep as sweep
+    from helpers import export_sweep_common, export_sweep_layout  # noqa: F401
+    from helpers.export_sweep_cases import GENERATORS
+    from pycaffe_lite import onnx as caffe_onnx
+    from pycaffe_lite.errors import CaffeError
+
+    checked, wrong = 0, []
+    for type_ in sorted(GENERATORS):
+        for seed in range(10):
+            case = GENERATORS[type_](np.random.default_rng([sum(map(ord, type_)), seed]))
+            built = None if case is None else sweep.build(case, seed)
+            if built is None:
+                continue
+            net, feeds, _ = built
+            try:
+                model, report = caffe_onnx.export(net, None)
+            except CaffeError:
+                continue
+            onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+            if report["static_batch"] or not report["inputs"]:
+                continue
+            batch = feeds[report["inputs"][0]].shape[0] + 1
+            more = {k: np.concatenate([v, v[:1]]) if v.ndim and len(v) == batch - 1 else v
+                    for k, v in feeds.items()}
+            got = run_ort(model, more)
+            for value in model.graph.output:
+                dims, shape = _declared(value), got[value.name].shape
+                checked += 1
+                if len(dims) != len(shape) or any(
+                        d != s if isinstance(d, int) else d == "N" and s != batch
+                        for d, s in zip(dims, shape)):
+                    wrong.append("%r: %s declared %s, got %s" % (case, value.name, dims, shape))
+    assert not wrong, wrong[:5]
+    assert checked > 300
+
+
+def test_a_learned_blob_along_the_batch_axis_makes_it_static():
+    """Bias over axis 0 learns one value per item: at batch 4 our net refuses the (3,)
+    bias, and onnxruntime's Add cannot broadcast it either; the graph declared N."""
+    from pycaffe_lite import onnx as caffe_onnx
+
+    net = net_from_text(input_layers({"data": (3,)}) + '\nlayer { name: "layer" type: "Bias" '
+                        'bottom: "data" top: "o" bias_param { axis: 0 } }')
+    net.layers[-1].blobs[0].data[...] = [1, 2, 3]
+    model, report = caffe_onnx.export(net, None)
+    assert _declared(model.graph.input[0]) == [3]
+    assert _declared(model.graph.output[0]) == [3]
+    assert report["static_batch"][0][1].startswith("does not reshape to batch 4")
+    np.testing.assert_array_equal(run_ort(model, {"data": np.ones(3, np.float32)})["o"],
+                                  [2, 3, 4])
