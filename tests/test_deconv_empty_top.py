@@ -85,3 +85,26 @@ def test_exporters_give_the_empty_top(extra):
     bigger = _x((3,) + shape[1:], seed=2)  # the batch stays dynamic
     assert run_ort(model, {"data": bigger})["out"].shape == (3,) + ours.shape[1:]
     assert run_pytorch(net, {"data": x}, None)["out"].shape == ours.shape
+
+
+def test_device_path_gives_the_empty_top_too():
+    """In GPU mode (a simulated device here) the empty top and the backward's zeros are the
+    CPU's."""
+    from pycaffe_lite import backend
+    from pycaffe_lite.testing.simdevice import cpu_and_simulated_gpu
+
+    def forward_backward():
+        backend.set_random_seed(4)
+        net = _net(phase=caffe_pb2.TRAIN)
+        for blob in net.layers[1].blobs:
+            blob.diff[...] = 7.0
+        net.forward(data=_x())
+        net.backward()
+        return [net.blobs["out"].data.copy(), net.blobs["data"].diff.copy()] + \
+            [b.diff.copy() for b in net.layers[1].blobs]
+
+    cpu, gpu, _ = cpu_and_simulated_gpu(forward_backward)
+    assert cpu[0].shape == gpu[0].shape == (2, 4, 0, 6)
+    for a, b in zip(cpu, gpu):
+        np.testing.assert_array_equal(b, a)
+    np.testing.assert_array_equal(gpu[1], 0.0)
