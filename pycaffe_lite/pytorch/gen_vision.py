@@ -31,6 +31,21 @@ class CaffeFoldedConv(nn.Module):
 ''')
 
 
+EMPTY = helper("CaffeEmptyTop", '''
+class CaffeEmptyTop(nn.Module):
+    """A Deconvolution whose output has a spatial size of 0 (Caffe gives an empty top, where
+    PyTorch's transposed convolutions can refuse one): zeros of the axes before the channel
+    axis, then ``shape``."""
+
+    def __init__(self, axis, shape):
+        super().__init__()
+        self.axis, self.shape = axis, tuple(shape)
+
+    def forward(self, x):
+        return x.new_zeros(tuple(x.shape[:self.axis]) + self.shape)
+''')
+
+
 @register_generator("Convolution", "Deconvolution", "ConvolutionDepthwise",
                     "DepthwiseConvolution")
 def convolution(layer):
@@ -46,6 +61,10 @@ def convolution(layer):
     deconv = layer.type == "Deconvolution"
     group = channels if "Depthwise" in layer.type else int(p.group)
     outputs = blobs[0].shape[1] * group if deconv else blobs[0].shape[0]
+    top = layer.out_shapes[0]
+    if deconv and 0 in top[axis + 1:]:
+        return Module("CaffeEmptyTop(%d, %s)" % (axis, literal(tuple(top[axis:]))), {},
+                      helpers=[EMPTY])
     cls = "nn.ConvTranspose%dd" % n if deconv else "nn.Conv%dd" % n
     args = ["%d, %d, %s" % (channels, outputs, _tuple(blobs[0].shape[2:]))]
     for name, values, default in (("stride", stride, 1), ("padding", pad, 0),
