@@ -10,7 +10,6 @@ arguments that these fixtures do not list. Run in a venv of its own (no GPU need
 
 It writes pycaffe_lite/testing/gpu_api/cupy14.json and cudnn_frontend.json.
 """
-import enum
 import inspect
 import json
 import os
@@ -26,13 +25,31 @@ def params(obj):
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
-        return None
+        return _doc_params(obj)
     names = []
     for p in sig.parameters.values():
         if p.kind is p.VAR_KEYWORD:
             names.append("**")
         elif p.kind is not p.VAR_POSITIONAL and p.name != "self":
             names.append(p.name)
+    return names
+
+
+def _doc_params(obj):
+    """Cython methods without binding=True embed their signature as the docstring's first
+    line: ``_ndarray_base.sum(self, axis=None, dtype=None, out=None, keepdims=False) -> ...``."""
+    name = getattr(obj, "__name__", None)
+    first = ((getattr(obj, "__doc__", None) or "").strip().splitlines() or [""])[0]
+    m = re.match(r"[\w.]*\b%s\((.*?)\)(\s*->.*)?$" % re.escape(name or "?"), first)
+    if not m:
+        return None
+    names = []
+    for part in m.group(1).split(","):
+        part = part.split("=")[0].strip()
+        if part.startswith("**"):
+            names.append("**")
+        elif part and not part.startswith("*") and part != "self":
+            names.append(part)
     return names
 
 

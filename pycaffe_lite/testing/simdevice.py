@@ -38,7 +38,8 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from .. import backend
-from . import simgraph, simmemory
+from . import simapi, simgraph, simmemory
+from .simapi import _DeviceRandom
 
 TO_DEVICE = "to_device"
 TO_HOST = "to_host"
@@ -214,6 +215,7 @@ class DeviceArray(NDArrayOperatorsMixin):
         if name in _HOST_ONLY_ATTRIBUTES:
             raise AttributeError("'%s' is host memory: a device array has no '%s'"
                                  % (type(self).__name__, name))
+        entry = simapi.check_ndarray(name)
         attr = getattr(self._a, name)
         if isinstance(attr, np.ndarray):
             return DeviceArray(attr, self._dev)
@@ -222,6 +224,7 @@ class DeviceArray(NDArrayOperatorsMixin):
         dev = self._dev
 
         def method(*args, **kwargs):
+            simapi.check_keywords("cupy.ndarray." + name, entry, kwargs)
             if name in _SYNCING_FUNCTIONS:
                 dev._record(SCALAR, 8, name + "()")
             simgraph.operation(dev, "ndarray." + name)
@@ -255,6 +258,7 @@ class _Ufunc:
 
     def __getattr__(self, name):
         attr = getattr(self._ufunc, name)
+        simapi.check_ufunc_method(self.__name__, name)
         if name in ("reduce", "accumulate", "outer", "at", "reduceat"):
             dev, ufunc = self._dev, self._ufunc
             return lambda *a, **k: dev._apply_ufunc(ufunc, name, a, k, force=True)
@@ -269,62 +273,17 @@ class _Namespace:
         self._dev = dev
 
     def __getattr__(self, name):
+        where = "cupy." + self._module.__name__.split(".")[-1]
+        entry = simapi.check_name(where, name) if where in simapi.api() else None
         attr = getattr(self._module, name)
         if callable(attr) and not isinstance(attr, type):
             dev = self._dev
-            return lambda *a, **k: dev._call(attr, a, k, name, creation=True)
+
+            def call(*a, **k):
+                simapi.check_keywords(where + "." + name, entry, k)
+                return dev._call(attr, a, k, name, creation=True)
+            return call
         return attr
-
-
-class _DeviceRandom:
-    """``xp.random``: a device-side random stream (its own generator, as CuPy's is separate from
-    NumPy's). As in CuPy, the float functions take ``dtype`` float32 or float64 only, and
-    ``rand``/``random``/``random_sample`` draw in that precision, in [0, 1)."""
-
-    def __init__(self, dev):
-        self._dev = dev
-        self.seed()
-
-    def seed(self, seed=None):
-        # Philox, not NumPy's default PCG64: one seed must not give the host's numbers here,
-        # as it does not on a GPU (cuRAND's XORWOW)
-        self._gen = np.random.Generator(np.random.Philox(seed))
-
-    def _out(self, values, dtype):
-        values = np.asarray(values)
-        if dtype is not None:
-            values = values.astype(dtype)
-        return DeviceArray(values, self._dev)
-
-    @staticmethod
-    def _float(dtype):
-        dtype = np.dtype(dtype)
-        if dtype.char not in "fd":  # CuPy's message
-            raise TypeError("cupy.random only supports float32 and float64")
-        return dtype
-
-    def rand(self, *size, dtype=float):
-        return self.random_sample(size or None, dtype)
-
-    def random_sample(self, size=None, dtype=float):
-        # drawn in float32 itself: a float64 draw rounded to float32 can be 1.0
-        return self._out(self._gen.random(size, dtype=self._float(dtype)), None)
-
-    random = random_sample
-
-    def uniform(self, low=0.0, high=1.0, size=None, dtype=float):
-        return self._out(self._gen.uniform(low, high, size), self._float(dtype))
-
-    def normal(self, loc=0.0, scale=1.0, size=None, dtype=float):
-        return self._out(self._gen.normal(loc, scale, size), self._float(dtype))
-
-    def standard_normal(self, size=None, dtype=float):
-        return self._out(self._gen.standard_normal(size), self._float(dtype))
-
-    def randint(self, low, high=None, size=None, dtype=int):
-        if high is None:
-            low, high = 0, low
-        return self._out(self._gen.integers(low, high, size), dtype)
 
 
 class SimulatedDevice:
@@ -474,6 +433,7 @@ class SimulatedDevice:
             kwargs = dict(kwargs, out=tuple(o._a for o in outs))
         if not force and not any(isinstance(x, DeviceArray) for x in inputs) and out is None:
             return NotImplemented
+        simapi.check_ufunc_method(ufunc.__name__, method)
         simgraph.operation(self, ufunc.__name__ + ("" if method == "__call__" else "." + method))
         result = getattr(ufunc, method)(*args, **kwargs)
         if method == "at":
@@ -499,6 +459,7 @@ class SimulatedDevice:
         cached = self._cache.get(name)
         if cached is not None:
             return cached
+        entry = simapi.check_name("cupy", name)
         attr = getattr(np, name)
         if isinstance(attr, np.ufunc):
             value = _Ufunc(attr, self)
@@ -510,6 +471,7 @@ class SimulatedDevice:
             dev = self
 
             def value(*args, **kwargs):
+                simapi.check_keywords("cupy." + name, entry, kwargs)
                 return dev._call(attr, args, kwargs, name, creation=True)
 
             value.__name__ = name
