@@ -77,9 +77,9 @@ class FakeGraph:
     def build_operation_graph(self):
         self.calls.append(("build_operation_graph",))
 
-    def create_execution_plans(self, modes):
-        self.calls.append(("create_execution_plans", tuple(modes)))
-        if set(modes) & self.fe.unqueryable:
+    def create_execution_plans(self, heuristics):  # the real frontend's parameter name
+        self.calls.append(("create_execution_plans", tuple(heuristics)))
+        if set(heuristics) & self.fe.unqueryable:
             raise RuntimeError("heuristics query failed")
 
     def deselect_numeric_notes(self, notes):

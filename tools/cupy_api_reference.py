@@ -127,7 +127,7 @@ def frontend_api():
             api["enums"][name] = sorted(members)
         api["module"][name] = kind(obj, ())
     for name in sorted(dir(cudnn.pygraph)):
-        if name.startswith("__"):
+        if name.startswith("__") and name != "__init__":
             continue
         obj = getattr(cudnn.pygraph, name)
         if not callable(obj):
