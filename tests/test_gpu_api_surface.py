@@ -255,3 +255,19 @@ def test_static_checks_catch_planted_wrong_names(tmp_path):
     (tmp_path / "fake.py").write_text(fake)
     assert set(fake_frontend_problems(tmp_path / "fake.py")) >= {
         "FakeGraph.check_supported", "FakeGraph.relu(compute_type)"}
+
+
+def test_numpy_functions_on_device_arrays_hold_to_cupy():
+    # np.<f>(device array) runs cupy.<f> through __array_function__ on a GPU
+    missing = sorted(n for n in dir(np) if not n.startswith("_") and n not in CUPY["cupy"]
+                     and inspect.isfunction(getattr(np, n))
+                     and getattr(np, n).__module__ == "numpy")
+    assert missing
+    with simulated_device() as xp:
+        a = xp.ones(3, dtype=np.float32)
+        assert float(np.sum(a).get()) == 3.0
+        with pytest.raises(TypeError, match="unexpected keyword argument 'initial'"):
+            np.sum(a, initial=1.0)
+    for name in missing:
+        with pytest.raises(TypeError, match="no implementation found for 'numpy.%s'" % name):
+            simapi.check_function(getattr(np, name), {})

@@ -50,6 +50,19 @@ def check_ufunc_method(ufunc_name, method):
                              % (ufunc_name, method))
 
 
+def check_function(func, kwargs):
+    """A NumPy function called on a device array: CuPy's ``__array_function__`` runs CuPy's
+    function of that name, and NumPy raises TypeError where CuPy has none."""
+    where = "cupy" + func.__module__[len("numpy"):] if func.__module__.startswith("numpy") else ""
+    if where not in api():
+        return
+    entry = api()[where].get(func.__name__)
+    if entry is None:
+        raise TypeError("no implementation found for 'numpy.%s' on types that implement "
+                        "__array_function__: %s has no %s" % (func.__name__, where, func.__name__))
+    check_keywords(where + "." + func.__name__, entry, kwargs)
+
+
 def check_keywords(what, entry, kwargs):
     """TypeError for a keyword argument the recorded signature in ``entry`` does not take."""
     params = entry.get("params") if entry else None

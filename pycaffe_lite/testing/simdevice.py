@@ -187,6 +187,7 @@ class DeviceArray(NDArrayOperatorsMixin):
         return self._dev._apply_ufunc(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types_, args, kwargs):
+        simapi.check_function(func, kwargs)
         return self._dev._call(func, args, kwargs, func.__name__)
 
     # ---- indexing --------------------------------------------------------------------------
