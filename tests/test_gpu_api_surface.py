@@ -271,3 +271,22 @@ def test_numpy_functions_on_device_arrays_hold_to_cupy():
     for name in missing:
         with pytest.raises(TypeError, match="no implementation found for 'numpy.%s'" % name):
             simapi.check_function(getattr(np, name), {})
+
+
+def test_device_functions_the_sim_defines_itself_take_cupys_keywords():
+    from pycaffe_lite.testing.simdevice import SimulatedDevice
+    # the simulated device's own seams that backend.py reaches by getattr, not CuPy's names
+    seams = {"capture_graph", "counts", "forbid", "recording", "empty_pinned"}
+    checked = 0
+    for name, fn in inspect.getmembers(SimulatedDevice, inspect.isfunction):
+        if name.startswith("_") or name in seams:
+            continue
+        assert name in CUPY["cupy"], name
+        theirs = CUPY["cupy"][name].get("params")
+        ours = [p.name for p in inspect.signature(fn).parameters.values()
+                if p.name != "self" and p.kind is not p.VAR_POSITIONAL]
+        if theirs and "**" not in theirs:
+            assert set(ours) <= set(theirs), (name, ours, theirs)
+            checked += 1
+    assert checked >= 4  # asarray, array, ascontiguousarray, asnumpy, copyto
+    assert "empty_pinned" in CUPY["cupyx"]  # backend.pinned_empty's path on a GPU

@@ -488,11 +488,11 @@ class SimulatedDevice:
         self._record(TO_DEVICE, host.nbytes, "asarray()")
         return DeviceArray(np.array(host, copy=True, order=order or "K"), self)
 
-    def array(self, a, dtype=None, copy=True, order="K", ndmin=0):
-        if isinstance(a, DeviceArray):
-            arr = np.array(a._a, dtype=dtype, copy=copy, order=order, ndmin=ndmin)
+    def array(self, obj, dtype=None, copy=True, order="K", ndmin=0):
+        if isinstance(obj, DeviceArray):
+            arr = np.array(obj._a, dtype=dtype, copy=copy, order=order, ndmin=ndmin)
             return DeviceArray(arr, self)
-        host = np.array(a, dtype=dtype, order=order, ndmin=ndmin)
+        host = np.array(obj, dtype=dtype, order=order, ndmin=ndmin)
         self._record(TO_DEVICE, host.nbytes, "array()")
         return DeviceArray(np.array(host, copy=True), self)
 
