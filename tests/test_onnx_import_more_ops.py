@@ -13,6 +13,18 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 
+def run_both(model, x, folder):
+    """onnxruntime's output for input ``x``, and the converted net run on it: (the deploy
+    NetParameter, the net, the output blob names, onnxruntime's output)."""
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    prefix = str(folder)
+    deploy, _, outputs = caffe_onnx.to_caffe(model, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    return deploy, net, outputs, want
+
+
 @pytest.mark.parametrize("op,mode,shape", [("DepthToSpace", "DCR", (2, 12, 3, 4)),
                                            ("DepthToSpace", "CRD", (1, 8, 2, 3)),
                                            ("SpaceToDepth", None, (2, 3, 4, 6))])
@@ -25,12 +37,7 @@ def test_blocks_moved_as_onnxruntime_moves_them(tmp_path, op, mode, shape):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     x = np.random.default_rng(4).normal(size=shape).astype(np.float32)
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    prefix = str(tmp_path / "d2s")
-    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
-    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
-    net.forward(x=x)
+    _, net, outputs, want = run_both(model, x, tmp_path / "d2s")
     np.testing.assert_array_equal(net.blobs[outputs["y"]].data, want)
 
 
@@ -47,12 +54,7 @@ def test_gelu_against_onnxruntime(tmp_path, approximate):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
     x = np.random.default_rng(5).uniform(-6, 6, (3, 200)).astype(np.float32)
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    prefix = str(tmp_path / "gelu")
-    deploy, _, outputs = caffe_onnx.to_caffe(model, prefix)
-    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
-    net.forward(x=x)
+    deploy, net, outputs, want = run_both(model, x, tmp_path / "gelu")
     got = net.blobs[outputs["y"]].data
     if approximate == "none":
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
@@ -77,12 +79,7 @@ def test_reduce_log_sum_against_onnxruntime(tmp_path, axes, keepdims):
         initializer=[onnx.numpy_helper.from_array(np.array(axes, np.int64), "axes")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     x = np.random.default_rng(6).uniform(0.1, 3, (3, 4, 5)).astype(np.float32)
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    prefix = str(tmp_path / "rls")
-    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
-    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
-    net.forward(x=x)
+    _, net, outputs, want = run_both(model, x, tmp_path / "rls")
     got = net.blobs[outputs["y"]].data
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
@@ -99,12 +96,7 @@ def test_thresholded_relu_against_onnxruntime(tmp_path, alpha):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
     x = np.random.default_rng(7).uniform(-3, 3, (4, 50)).astype(np.float32)
     x.reshape(-1)[:5] = [alpha, np.inf, -np.inf, np.nextafter(np.float32(alpha), np.inf), 0.0]
-    want = ort.InferenceSession(model.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    prefix = str(tmp_path / "trelu")
-    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
-    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
-    net.forward(x=x)
+    _, net, outputs, want = run_both(model, x, tmp_path / "trelu")
     np.testing.assert_array_equal(net.blobs[outputs["y"]].data, want)
 
 
