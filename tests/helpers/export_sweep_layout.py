@@ -47,17 +47,26 @@ def softmax(rng):
     return Case("Softmax", _msg("softmax_param", parts), {"data": rand_shape(rng, rank)})
 
 
+def _axis_or_legacy(rng, rank, legacy, parts):
+    """A Concat's or Slice's axis, drawn with its field into ``parts``: sometimes the legacy
+    field (``concat_dim`` / ``slice_dim``, never negative), else mostly ``axis``; the default
+    (1, or 0 for one axis) otherwise."""
+    axis = 1 if rank > 1 else 0
+    if maybe(rng, 0.15) and rank > 1:
+        axis = int(rng.integers(0, rank))
+        parts.append("%s: %d" % (legacy, axis))
+    elif maybe(rng, 0.7) or rank == 1:
+        axis = axis_in(rng, rank)
+        parts.append("axis: %d" % axis)
+    return axis
+
+
 @gen("Concat", "concat_param")
 def concat(rng):
     rank = _rank(rng)
     shape = rand_shape(rng, rank, 1, 4)
-    axis, parts = (1 if rank > 1 else 0), []
-    if maybe(rng, 0.15) and rank > 1:
-        axis = int(rng.integers(0, rank))
-        parts.append("concat_dim: %d" % axis)
-    elif maybe(rng, 0.7) or rank == 1:
-        axis = axis_in(rng, rank)
-        parts.append("axis: %d" % axis)
+    parts = []
+    axis = _axis_or_legacy(rng, rank, "concat_dim", parts)
     shapes = {}
     for i in range(int(rng.integers(1, 4))):
         s = list(shape)
@@ -70,13 +79,8 @@ def concat(rng):
 def slice_(rng):
     rank = _rank(rng)
     shape = list(rand_shape(rng, rank, 1, 4))
-    axis, parts = (1 if rank > 1 else 0), []
-    if maybe(rng, 0.15) and rank > 1:
-        axis = int(rng.integers(0, rank))
-        parts.append("slice_dim: %d" % axis)
-    elif maybe(rng, 0.7) or rank == 1:
-        axis = axis_in(rng, rank)
-        parts.append("axis: %d" % axis)
+    parts = []
+    axis = _axis_or_legacy(rng, rank, "slice_dim", parts)
     a = axis % rank
     n = int(rng.integers(1, 4))
     if maybe(rng):
