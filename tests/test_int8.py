@@ -81,11 +81,12 @@ def test_entropy_keeps_the_first_threshold_that_loses_nothing():
 
 
 # ---- Intel Caffe's quantization_param at run time -----------------------------------------
-def _filled(net, seed):
+def _filled(net, seed, std=0.3):
+    """Every learnable blob of ``net`` drawn from N(0, std); returns the generator."""
     rng = np.random.default_rng(seed)
     for layer in net.layers:
         for blob in layer.blobs:
-            blob.data[...] = rng.normal(0, 0.3, blob.shape)
+            blob.data[...] = rng.normal(0, std, blob.shape)
     return rng
 
 

@@ -11,6 +11,7 @@ import pytest
 from google.protobuf import text_format
 
 from helpers.onnx_runtime import onnx, ort
+from test_int8 import _filled
 
 import pycaffe_lite as caffe
 from pycaffe_lite import cli
@@ -69,11 +70,7 @@ def _ort_quantized(path, batches, per_channel, out):
 
 def _random_weights(net, seed):
     """Every learnable blob of ``net`` drawn from N(0, 0.4); returns the generator."""
-    rng = np.random.default_rng(seed)
-    for layer in net.layers:
-        for blob in layer.blobs:
-            blob.data[...] = rng.normal(0, 0.4, blob.shape)
-    return rng
+    return _filled(net, seed, std=0.4)
 
 
 def _random_test_net(text, seed):
