@@ -175,7 +175,7 @@ class SGDSolver(Solver):
         rule = self.fused_rule
         params = self.net.learnable_params
         n = len(params)
-        if rule not in solver_update.DEVICE_RULES or not n or self.decoupled_decay():
+        if rule not in solver_update.DEVICE_RULES or not n:
             return None
         datas = [p.write_data() for p in params]
         diffs = [p.write_diff() for p in params]
