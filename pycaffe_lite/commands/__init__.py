@@ -5,8 +5,8 @@ Each module here defines ``COMMANDS``: a list of ``(name, help, add_arguments, r
 discovers the modules, so adding a command never touches the CLI itself; :data:`MODULE_OF`
 says which module holds each command, so that ``pycaffe-lite <command>`` imports that one
 module alone, and :data:`TABLE` has each command's one-line help too, so that ``pycaffe-lite
---help`` imports none (tests/test_import_cost.py checks the table against the modules'
-``COMMANDS``).
+--help`` imports none (a module's ``COMMANDS`` takes its help from there: :func:`help_of`;
+tests/test_import_cost.py checks the table against the modules' ``COMMANDS``).
 """
 
 import importlib
@@ -75,6 +75,12 @@ TABLE = {
 }
 # {command: its module}
 MODULE_OF = {name: stem for name, (stem, _) in TABLE.items()}
+
+
+def help_of(name):
+    """The one-line help of the command ``name``, from :data:`TABLE` (a module's ``COMMANDS``
+    takes it from there)."""
+    return TABLE[name][1]
 
 
 def all_commands():

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from ..errors import CaffeError
-from . import add_net_flags
+from . import add_net_flags, help_of
 
 # pytorch.compare.ENGINES, named here so that building the command line imports no converter
 ENGINES = ("opencv", "onnxruntime", "pytorch")
@@ -146,5 +146,4 @@ def run(args):
     return 1 if diverged else 0
 
 
-COMMANDS = [("compare", "run one input through our net and other engines, layer by layer, "
-             "and name the first layer where one diverges", add_arguments, run)]
+COMMANDS = [("compare", help_of("compare"), add_arguments, run)]

@@ -3,6 +3,7 @@ mean image of a database, written as a ``.binaryproto`` (Caffe's tool)."""
 
 from ..data.mean import compute_image_mean
 from .flags import add_backend_flag
+from . import help_of
 
 
 def add_arguments(p):
@@ -17,5 +18,5 @@ def run(args):
     return 0
 
 
-COMMANDS = [("compute_image_mean", "compute the mean image of a database of Datums",
+COMMANDS = [("compute_image_mean", help_of("compute_image_mean"),
              add_arguments, run)]

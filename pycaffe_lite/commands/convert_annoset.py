@@ -4,6 +4,7 @@ the SSD fork's flags."""
 
 from ..data.annoset import ANNO_TYPES, LABEL_TYPES, convert_annoset
 from .flags import add_backend_flag, add_bool_flag, add_image_flags, pixels
+from . import help_of
 
 
 def add_arguments(p):
@@ -38,5 +39,4 @@ def run(args):
     return 0
 
 
-COMMANDS = [("convert_annoset", "convert images with annotations to an LMDB/LevelDB of "
-             "AnnotatedDatum (SSD)", add_arguments, run)]
+COMMANDS = [("convert_annoset", help_of("convert_annoset"), add_arguments, run)]

@@ -8,6 +8,7 @@ run with the binary's name changed."""
 
 from ..data.cifar import convert_cifar
 from ..data.mnist import convert_mnist_siamese
+from . import help_of
 
 
 def add_cifar_arguments(p):
@@ -42,8 +43,7 @@ def run_siamese(args):
 
 
 COMMANDS = [
-    ("convert_cifar_data", "convert the CIFAR-10 binary batches to LMDB/LevelDB databases of "
-     "Datums (BVLC's examples/cifar10 converter)", add_cifar_arguments, run_cifar),
-    ("convert_mnist_siamese_data", "convert MNIST IDX files to a database of random image "
-     "pairs (BVLC's examples/siamese converter)", add_siamese_arguments, run_siamese),
+    ("convert_cifar_data", help_of("convert_cifar_data"), add_cifar_arguments, run_cifar),
+    ("convert_mnist_siamese_data", help_of("convert_mnist_siamese_data"),
+     add_siamese_arguments, run_siamese),
 ]

@@ -3,6 +3,7 @@
 
 from ..data.imageset import convert_imageset
 from .flags import add_backend_flag, add_bool_flag, add_image_flags
+from . import help_of
 
 
 def add_arguments(p):
@@ -23,5 +24,5 @@ def run(args):
     return 0
 
 
-COMMANDS = [("convert_imageset", "convert a list of images to an LMDB/LevelDB of Datums",
+COMMANDS = [("convert_imageset", help_of("convert_imageset"),
              add_arguments, run)]

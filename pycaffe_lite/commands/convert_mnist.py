@@ -3,6 +3,7 @@ files (gzipped or not) to a database of Datums, as Caffe's ``convert_mnist_data`
 
 from ..data.mnist import convert_mnist
 from .flags import add_backend_flag
+from . import help_of
 
 
 def add_arguments(p):
@@ -18,6 +19,5 @@ def run(args):
     return 0
 
 
-HELP = "convert MNIST IDX files to an LMDB/LevelDB of Datums"
-COMMANDS = [("convert_mnist", HELP, add_arguments, run),
-            ("convert_mnist_data", HELP + " (Caffe's name)", add_arguments, run)]
+COMMANDS = [("convert_mnist", help_of("convert_mnist"), add_arguments, run),
+            ("convert_mnist_data", help_of("convert_mnist_data"), add_arguments, run)]

@@ -17,6 +17,7 @@ import os
 import warnings
 
 from ..darknet import BN_VARIANTS, DarknetError, DarknetWarning, darknet2caffe
+from . import help_of
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -79,5 +80,4 @@ def run(args):
     return 0
 
 
-COMMANDS = [("darknet2caffe", "convert a Darknet .cfg (+ .weights) to a prototxt (+ "
-             ".caffemodel) and a solver", add_arguments, run)]
+COMMANDS = [("darknet2caffe", help_of("darknet2caffe"), add_arguments, run)]

@@ -2,6 +2,7 @@
 
 from .. import backend
 from ..ops.gpu import cudnn
+from . import help_of
 
 
 def add_arguments(p):
@@ -46,4 +47,4 @@ def run(args):
     return 0
 
 
-COMMANDS = [("device_query", "show the GPU device that --gpu would use", add_arguments, run)]
+COMMANDS = [("device_query", help_of("device_query"), add_arguments, run)]

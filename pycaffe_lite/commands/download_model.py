@@ -10,6 +10,7 @@ checks the SHA-1 and writes ``DIR/<caffemodel>`` only then. See :mod:`pycaffe_li
 
 from ..download import download_model
 from ..errors import CaffeError
+from . import help_of
 
 
 def add_arguments(p):
@@ -28,5 +29,5 @@ def run(args):
     return 0
 
 
-COMMANDS = [("download_model", "download a model zoo entry's weights (readme.md front matter)",
+COMMANDS = [("download_model", help_of("download_model"),
              add_arguments, run)]

@@ -10,6 +10,7 @@ from .. import draw
 from ..proto import protoio
 from ..errors import CaffeError
 from ..proto import caffe_pb2
+from . import help_of
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -41,5 +42,4 @@ def run(args):
     return 0
 
 
-COMMANDS = [("draw_net", "draw a net definition as a graph (DOT text, or an image through "
-             "Graphviz)", add_arguments, run)]
+COMMANDS = [("draw_net", help_of("draw_net"), add_arguments, run)]

@@ -16,7 +16,7 @@ from ..errors import CaffeError
 from ..evaluate import evaluate, format_report, need_matplotlib, plot_confusion
 from ..layers.detection.average_precision import AP_VERSIONS
 from ..proto.protoio import atomic_write
-from . import add_int8_flag, add_net_flags, int8_choice, weight_files
+from . import add_int8_flag, add_net_flags, help_of, int8_choice, weight_files
 from .time import select_single_gpu
 
 
@@ -79,5 +79,5 @@ def run(args):
     return 0
 
 
-COMMANDS = [("evaluate", "accuracy, confusion matrix, IoU or mAP of a net over its TEST data",
+COMMANDS = [("evaluate", help_of("evaluate"),
              add_arguments, run)]

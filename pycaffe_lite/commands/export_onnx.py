@@ -1,7 +1,7 @@
 """``pycaffe-lite export_onnx``: a deploy prototxt and its weights as an ONNX model."""
 
 from ..errors import CaffeError
-from . import add_net_flags, check_weights_flags
+from . import add_net_flags, check_weights_flags, help_of
 
 
 def add_arguments(p):
@@ -35,4 +35,4 @@ def run(args):
     return 0
 
 
-COMMANDS = [("export_onnx", "export a Caffe net and its weights to ONNX", add_arguments, run)]
+COMMANDS = [("export_onnx", help_of("export_onnx"), add_arguments, run)]

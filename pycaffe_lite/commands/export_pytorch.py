@@ -4,7 +4,7 @@ forward where torch is installed."""
 
 import numpy as np
 
-from . import add_net_flags, check_weights_flags
+from . import add_net_flags, check_weights_flags, help_of
 
 DEFAULT_TOLERANCE = 1e-4
 
@@ -92,5 +92,4 @@ def run(args):
     return 0 if check(net, args.output_dir, report, args.tolerance, args.seed) else 1
 
 
-COMMANDS = [("export_pytorch", "export a Caffe net and its weights as PyTorch source and a "
-             "state_dict", add_arguments, run)]
+COMMANDS = [("export_pytorch", help_of("export_pytorch"), add_arguments, run)]

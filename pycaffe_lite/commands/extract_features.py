@@ -20,7 +20,7 @@ from ..errors import CaffeError
 from ..net import Net
 from ..proto import caffe_pb2
 from ..tools_log import use_glog_format
-from . import add_net_flags
+from . import add_net_flags, help_of
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -137,5 +137,4 @@ def _extract(net, blobs, datasets, batches, db_type):
             db.close()
 
 
-COMMANDS = [("extract_features", "write blobs of a trained net, batch by batch, into "
-             "databases of Datums (float_data)", add_arguments, run)]
+COMMANDS = [("extract_features", help_of("extract_features"), add_arguments, run)]

@@ -8,6 +8,7 @@ and caffemodel, without MXNet.
 """
 
 from .import_onnx import parse_shapes
+from . import help_of
 
 
 def add_arguments(p):
@@ -35,5 +36,4 @@ def run(args):
     return 0
 
 
-COMMANDS = [("import_mxnet", "convert an MXNet model (symbol JSON + .params) to a Caffe "
-             "prototxt and caffemodel", add_arguments, run)]
+COMMANDS = [("import_mxnet", help_of("import_mxnet"), add_arguments, run)]

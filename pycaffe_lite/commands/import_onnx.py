@@ -1,6 +1,7 @@
 """``pycaffe-lite import_onnx``: an ONNX model as a Caffe prototxt and caffemodel."""
 
 from ..errors import CaffeError
+from . import help_of
 
 
 def add_arguments(p):
@@ -38,5 +39,5 @@ def run(args):
     return 0
 
 
-COMMANDS = [("import_onnx", "convert an ONNX model to a Caffe prototxt and caffemodel",
+COMMANDS = [("import_onnx", help_of("import_onnx"),
              add_arguments, run)]

@@ -12,7 +12,7 @@ the layers' scales (:mod:`pycaffe_lite.quantization`, docs/int8.md).
 
 from ..errors import CaffeError
 from ..quantization import METHODS, format_report, quantize
-from . import add_net_flags
+from . import add_net_flags, help_of
 
 
 def add_arguments(p):
@@ -59,5 +59,4 @@ def run(args):
     return 0
 
 
-COMMANDS = [("quantize", "int8 calibration: a QDQ ONNX model, Intel Caffe's quantized "
-             "prototxt and the accuracy int8 costs", add_arguments, run)]
+COMMANDS = [("quantize", help_of("quantize"), add_arguments, run)]

@@ -13,7 +13,7 @@ import json
 
 from ..errors import CaffeError
 from ..summary import format_table, summarize
-from . import add_net_flags
+from . import add_net_flags, help_of
 from .time import parse_phase
 from .train import parse_stages
 
@@ -40,5 +40,5 @@ def run(args):
     return 0
 
 
-COMMANDS = [("summary", "count a model's parameters, multiply-accumulates and activation memory",
+COMMANDS = [("summary", help_of("summary"),
              add_arguments, run)]

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import CaffeError
 from ..tools_log import use_glog_format
-from . import weight_files
+from . import help_of, weight_files
 from .time import add_net_arguments, open_net
 
 log = logging.getLogger("pycaffe_lite")
@@ -70,4 +70,4 @@ def run(args):
     return 0
 
 
-COMMANDS = [("test", "score a model", add_arguments, run)]
+COMMANDS = [("test", help_of("test"), add_arguments, run)]

@@ -20,7 +20,7 @@ from ..profiling import synchronize, time_layers
 from ..proto import caffe_pb2
 from ..tools_log import use_glog_format
 from .. import cuda_graphs, net_memory
-from . import add_int8_flag, add_net_flags, int8_choice
+from . import add_int8_flag, add_net_flags, help_of, int8_choice
 from .train import add_cuda_graph_flag, parse_gpus, parse_stages
 
 log = logging.getLogger("pycaffe_lite")
@@ -131,4 +131,4 @@ def report_blob_memory(net):
     return report
 
 
-COMMANDS = [("time", "benchmark model execution time", add_arguments, run)]
+COMMANDS = [("time", help_of("time"), add_arguments, run)]

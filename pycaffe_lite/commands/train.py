@@ -33,7 +33,7 @@ from ..parallel import launch
 from ..parallel.watchdog import DEFAULT_TIMEOUT_S
 from ..signals import SignalHandler, SolverAction
 from ..tools_log import use_glog_format
-from . import add_net_flags, weight_files
+from . import add_net_flags, help_of, weight_files
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -261,4 +261,4 @@ def train(args, comm):
     return 0
 
 
-COMMANDS = [("train", "train or fine-tune a model", add_arguments, run)]
+COMMANDS = [("train", help_of("train"), add_arguments, run)]

@@ -16,6 +16,7 @@ import sys
 from ..proto import protoio, upgrade
 from ..errors import ProtoError
 from ..proto import caffe_pb2
+from . import help_of
 
 log = logging.getLogger("pycaffe_lite")
 
@@ -91,10 +92,10 @@ def run_solver_text(args):
 
 
 COMMANDS = [
-    ("upgrade_net_proto_text", "upgrade a legacy (V0/V1) net prototxt to the current format",
+    ("upgrade_net_proto_text", help_of("upgrade_net_proto_text"),
      _add_io("net prototxt"), run_net_text),
-    ("upgrade_net_proto_binary", "upgrade a legacy binary net (.caffemodel) to the current "
-     "format", _add_io("binary net"), run_net_binary),
-    ("upgrade_solver_proto_text", "upgrade a solver prototxt (solver_type enum -> type string)",
+    ("upgrade_net_proto_binary", help_of("upgrade_net_proto_binary"),
+     _add_io("binary net"), run_net_binary),
+    ("upgrade_solver_proto_text", help_of("upgrade_solver_proto_text"),
      _add_io("solver prototxt"), run_solver_text),
 ]
