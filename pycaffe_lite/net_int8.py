@@ -37,9 +37,10 @@ leaky or not (a leaky ReLU's negative values then saturate to 0).
 
 This module runs that computation, in exact integer arithmetic, instead of the float layer;
 every other layer computes in float (Intel Caffe's max pooling, ReLU and Split on int8 data
-give the same values; its int8 average pooling rounds the mean, and its convolution with an
-Eltwise sum fused into it (``CompilationRuleConvSumFusion``, ResNet's shortcuts) rounds the
-sum once, neither of which the float layers here reproduce).
+give the same values; its int8 average pooling rounds the mean, which the float layers here
+do not reproduce). An Eltwise sum (and ReLU) that Intel Caffe's net compiler fuses into a
+convolution (``CompilationRuleConvSumFusion``, ResNet's shortcuts) is computed as its engine
+does, one rounding onto the other branch's type: :mod:`pycaffe_lite.net_int8_sum`.
 
 ``Net(..., int8=False)``, ``--int8 off`` on the commands that run nets, or the environment
 variable ``PYCAFFE_LITE_INT8=0`` turn it off: the layers then compute in float.
@@ -49,6 +50,7 @@ import logging
 
 import numpy as np
 
+from . import net_int8_sum
 from .errors import NetError
 from .ops.im2col import im2col
 from .proto import caffe_pb2
@@ -100,6 +102,7 @@ class Int8Conv:
         # u8 output after a fused ReLU: for a convolution only when its slope is 0; the
         # inner product takes u8 after any fused ReLU (MKLDNNInnerProductLayer)
         self.unsigned_out = fused_relu and (inner or self.slope == 0)
+        self.sum = None  # an Eltwise sum fused in (net_int8_sum.SumInt8)
 
     def _sums(self, layer, xq, wq):
         """The integer sums, (batch, output channel, positions)."""
@@ -132,11 +135,15 @@ class Int8Conv:
         safe = np.where(sw == 0, f32(1), in_and_params)
         mult = np.where(sw == 0, s_out, s_out / safe)
         y = acc.astype(f32) * mult.astype(f32)[:, None]
-        if self.fused_relu:  # the engine's ReLU post-op: slope * y below 0, in float32
-            y = np.where(y > 0, y, y * f32(self.slope)) if self.slope else np.maximum(y, f32(0))
-        if self.out_bits == 8:
-            lo, hi = (0, 255) if self.unsigned_out else (-128, 127)
-            y = np.clip(np.rint(y), lo, hi)
+        if self.sum is not None:  # the sum, ReLU and rounding onto the other branch's type
+            y = self.sum.finish(y.reshape(top[0].shape), s_out)
+        else:
+            if self.fused_relu:  # the engine's ReLU post-op: slope * y below 0, in float32
+                y = np.where(y > 0, y, y * f32(self.slope)) if self.slope else \
+                    np.maximum(y, f32(0))
+            if self.out_bits == 8:
+                lo, hi = (0, 255) if self.unsigned_out else (-128, 127)
+                y = np.clip(np.rint(y), lo, hi)
         top[0].data[...] = (y / s_out).reshape(top[0].shape)
         return 0.0
 
@@ -183,6 +190,7 @@ def attach(net, enabled=None):
         return []
     fused = {net.records[i].name: j for i in range(len(net.records))
              for j in [fused_relu(net, i)] if j is not None}
+    convs = {}
     for rec in marked:
         lp = rec.layer.layer_param
         if lp.type not in QUANTIZED_TYPES:
@@ -199,6 +207,22 @@ def attach(net, enabled=None):
         if slope:  # the convolution applied it: the ReLU layer passes its values on
             net.records[relu].layer.Forward = _pass_on
         net.int8_layers.append(lp.name)
+        convs[net.records.index(rec)] = conv
+    relu_of = {i: j for i, rec in enumerate(net.records)
+               if rec.layer.layer_param.type == "Convolution"
+               for j in [fused.get(rec.name)] if j is not None}
+
+    def float_forward(k):  # the engine runs this one in float: the layers' own Forward
+        rec = net.records[k]
+        for layer in (rec.layer, net.records[relu_of[k]].layer if k in relu_of else None):
+            if layer is not None and "Forward" in vars(layer):
+                del layer.Forward
+        net.int8_layers.remove(rec.name)
+
+    for conv_name in net_int8_sum.attach(net, relu_of, convs, _pass_on, float_forward):
+        log.info("Net %s: int8 convolution '%s' computes in float: the Eltwise sum fused "
+                 "into it adds a float branch, and Intel Caffe's engine then leaves the "
+                 "convolution in float", name, conv_name)
     if net.int8_layers:
         log.info("Net %s: Intel Caffe's int8 calibration (quantization_param): %d "
                  "of its layers compute in int8 (%s)", name, len(net.int8_layers),

@@ -1,0 +1,169 @@
+"""Intel Caffe's int8 convolution with the Eltwise sum (and ReLU) after it fused in, as its net
+compiler (CompilationRuleConvSumFusion) and MKL-DNN int8 convolution compute it, against
+hand computations in NumPy written from docs/int8.md's formulas."""
+
+import logging
+
+import numpy as np
+import pytest
+
+import pycaffe_lite as caffe
+
+f32 = np.float32
+
+
+def _qp(scale_in, scale_out, scale_params, bw_out=8, signed=False):
+    return ('quantization_param { bw_layer_in: 8 bw_layer_out: %d bw_params: 8 scale_in: %r '
+            'scale_out: %r scale_params: %r%s }' % (bw_out, scale_in, scale_out, scale_params,
+                                                    " is_negative_input: true" if signed
+                                                    else ""))
+
+
+def _conv(name, bottom, top, qp, n=4, engine=""):
+    return ('layer { name: "%s" type: "Convolution" bottom: "%s" top: "%s" %s'
+            'convolution_param { num_output: %d kernel_size: 1 } %s }\n'
+            % (name, bottom, top, 'engine: "%s" ' % engine if engine else "", n, qp))
+
+
+def _net(body, header="", shape=(2, 4, 3, 3)):
+    text = ('name: "block" %s layer { name: "d" type: "Input" top: "d" input_param { shape { %s '
+            '} } }\n%s' % (header, " ".join("dim: %d" % d for d in shape), body))
+    return caffe.Net(text, caffe.TEST)
+
+
+def _fill(net, seed, std):
+    rng = np.random.default_rng(seed)
+    for layer in net.layers:
+        for blob in layer.blobs:
+            blob.data[...] = rng.normal(0, std, blob.shape)
+    return rng
+
+
+# ---- the hand computation (1x1 convolutions) ------------------------------------------------
+def _acc(xq, w, b, scale_in, scale_params):
+    """The integer sums of a 1x1 convolution of integers ``xq`` with s8 weights and the int32
+    bias (float32 products with the scales), and the multiplier's denominator."""
+    sp = f32(scale_params)
+    wq = np.clip(np.rint(np.asarray(w, f32).reshape(w.shape[0], -1) * sp), -128, 127)
+    bq = np.rint(np.asarray(b, f32) * (f32(scale_in) * sp))
+    acc = np.einsum("nchw,oc->nohw", xq.astype(np.int64), wq.astype(np.int64))
+    return acc + bq.astype(np.int64)[None, :, None, None], f32(scale_in) * sp
+
+
+def _int8(net, name, xq, scale_in, scale_out, scale_params):
+    """A plain int8 convolution's rescaled sums, float32, before any ReLU or rounding."""
+    acc, den = _acc(xq, net.params[name][0].data, net.params[name][1].data, scale_in,
+                    scale_params)
+    return acc.astype(f32) * (f32(scale_out) / den)
+
+
+def _fused(y, other_q, scale_out, other_scale, relu, lo, hi):
+    """The fused sum: y + (s_out / s_b) * b_q in one multiply-add (an add when the factor is
+    1), the ReLU, one rounding (ties to even) saturated to [lo, hi]."""
+    factor = f32(f32(scale_out) / f32(other_scale))
+    if factor == 1:
+        s = y + other_q.astype(f32)
+    else:
+        s = (y.astype(np.float64) + other_q.astype(np.float64) * np.float64(factor)).astype(f32)
+    pre = s
+    if relu:
+        s = np.maximum(s, f32(0))
+    return np.clip(np.rint(s), lo, hi), pre
+
+
+def _identity_block(header="", engine="", op="", third_reader=False):
+    """d -> conv0 (+ ReLU, u8 at 30) -> conv1 (s_out 150) -> Eltwise(c0, c1) -> ReLU."""
+    body = (_conv("conv0", "d", "c0", _qp(40.0, 30.0, 100.0))
+            + 'layer { name: "relu0" type: "ReLU" bottom: "c0" top: "c0" }\n'
+            + _conv("conv1", "c0", "c1", _qp(30.0, 150.0, 90.0), engine=engine)
+            + ('layer { name: "extra" type: "Pooling" bottom: "c0" top: "extra" '
+               'pooling_param { pool: MAX kernel_size: 1 } }\n' if third_reader else "")
+            + 'layer { name: "sum" type: "Eltwise" bottom: "c0" bottom: "c1" top: "s" %s}\n'
+            % ("eltwise_param { operation: %s } " % op if op else "")
+            + 'layer { name: "relus" type: "ReLU" bottom: "s" top: "s" }\n')
+    net = _net(body, header)
+    rng = _fill(net, 11, 0.5)
+    x = rng.uniform(0, 2.5, (2, 4, 3, 3)).astype(f32)
+    net.forward(d=x)
+    xq = np.clip(np.rint(x * f32(40)), 0, 255)
+    y0 = _int8(net, "conv0", xq, 40.0, 30.0, 100.0)
+    q0 = np.clip(np.rint(np.maximum(y0, f32(0))), 0, 255)   # u8 at 30
+    # conv1 reads c0 at its own scale 30: the same integers
+    y1 = _int8(net, "conv1", q0, 30.0, 150.0, 90.0)
+    return net, q0, y1
+
+
+def test_identity_shortcut_rounds_the_sum_once_onto_the_u8_branch(caplog):
+    with caplog.at_level(logging.INFO):
+        net, q0, y1 = _identity_block()
+    assert "Eltwise 'sum' and ReLU 'relus' fused into int8 convolution 'conv1'" in caplog.text
+    assert net.int8_layers == ["conv0", "conv1"]
+    q, pre = _fused(y1, q0, 150.0, 30.0, True, 0, 255)
+    expected = q / f32(150)
+    np.testing.assert_array_equal(net.blobs["s"].data, expected)
+    assert (q == 255).any() and (pre < 0).any()  # saturated, and negative sums cut by the ReLU
+    # unfused, conv1 alone rounds to s8 (saturating at -128) and the sum is float: the fused
+    # engine differs from that
+    q1 = np.clip(np.rint(y1), -128, 127)
+    unfused = np.maximum(q1 / f32(150) + q0 / f32(30), f32(0))
+    assert not np.array_equal(expected, unfused)
+
+
+@pytest.mark.parametrize("case", ["net engine CAFFE", "conv engine CAFFE", "PROD",
+                                  "a Split of three tops"])
+def test_without_the_fusion_conditions_the_sum_is_float(case):
+    """Intel Caffe fuses only in an MKL-DNN net (the net's engine MKLDNN or none), a
+    convolution of no engine or MKLDNN, and not where the Eltwise reads a Split top (not the
+    last) of more than two; a PROD is not fused here. Then conv1 rounds alone (s8) and the
+    Eltwise and ReLU compute in float."""
+    kw = {"net engine CAFFE": {"header": 'engine: "CAFFE"'},
+          "conv engine CAFFE": {"engine": "CAFFE"}, "PROD": {"op": "PROD"},
+          "a Split of three tops": {"third_reader": True}}[case]
+    net, q0, y1 = _identity_block(**kw)
+    assert net.int8_layers == ["conv0", "conv1"]
+    q1 = np.clip(np.rint(y1), -128, 127)
+    a, b = q0 / f32(30), q1 / f32(150)
+    s = a * b if case == "PROD" else a + b
+    np.testing.assert_allclose(net.blobs["s"].data, np.maximum(s, 0), rtol=1e-6, atol=0)
+
+
+def test_a_projection_shortcut_makes_the_sum_s8_even_after_the_relu():
+    """convA (the shortcut, no ReLU: s8 at 60) comes first; the compiler leaves it and fuses
+    the Eltwise and ReLU into convB, which adds convA's s8 integers and writes s8: the ReLU's
+    output saturates at 127 / 90, not 255 / 90."""
+    body = (_conv("convA", "d", "A", _qp(40.0, 60.0, 100.0))
+            + _conv("convB", "d", "B", _qp(40.0, 90.0, 80.0))
+            + 'layer { name: "sum" type: "Eltwise" bottom: "A" bottom: "B" top: "s" }\n'
+            + 'layer { name: "relus" type: "ReLU" bottom: "s" top: "r" }\n')
+    net = _net(body)
+    rng = _fill(net, 6, 0.5)
+    x = rng.uniform(0, 2.5, (2, 4, 3, 3)).astype(f32)
+    net.forward(d=x)
+    xq = np.clip(np.rint(x * f32(40)), 0, 255)
+    qa = np.clip(np.rint(_int8(net, "convA", xq, 40.0, 60.0, 100.0)), -128, 127)
+    np.testing.assert_array_equal(net.blobs["A"].data, qa / f32(60))
+    yb = _int8(net, "convB", xq, 40.0, 90.0, 80.0)
+    q, pre = _fused(yb, qa, 90.0, 60.0, True, -128, 127)
+    np.testing.assert_array_equal(net.blobs["r"].data, q / f32(90))
+    # sums a u8 output would keep (up to 255) saturate at 127; negative ones become 0
+    assert (q == 127).any() and ((pre > 127.5) & (pre < 254.5)).any() and (pre < 0).any()
+
+
+def test_a_float_branch_leaves_the_fused_convolution_in_float(caplog):
+    """The other branch is the net's float input: Intel Caffe's engine then runs the fused
+    convolution in float (its quantization_param unused), so the block is float."""
+    body = (_conv("conv1", "d", "c1", _qp(40.0, 25.0, 90.0))
+            + 'layer { name: "sum" type: "Eltwise" bottom: "d" bottom: "c1" top: "s" }\n'
+            + 'layer { name: "relus" type: "ReLU" bottom: "s" top: "s" }\n')
+    with caplog.at_level(logging.INFO):
+        net = _net(body)
+    assert net.int8_layers == []
+    assert "int8 convolution 'conv1' computes in float" in caplog.text
+    rng = _fill(net, 2, 0.5)
+    x = rng.uniform(-1, 2, (2, 4, 3, 3)).astype(f32)
+    net.forward(d=x)
+    w = np.asarray(net.params["conv1"][0].data, np.float64).reshape(4, 4)
+    b = np.asarray(net.params["conv1"][1].data, np.float64)
+    conv = np.einsum("nchw,oc->nohw", x.astype(np.float64), w) + b[None, :, None, None]
+    np.testing.assert_allclose(net.blobs["s"].data, np.maximum(conv + x, 0), rtol=1e-5,
+                               atol=1e-6)
