@@ -167,3 +167,70 @@ def test_a_float_branch_leaves_the_fused_convolution_in_float(caplog):
     conv = np.einsum("nchw,oc->nohw", x.astype(np.float64), w) + b[None, :, None, None]
     np.testing.assert_allclose(net.blobs["s"].data, np.maximum(conv + x, 0), rtol=1e-5,
                                atol=1e-6)
+
+
+# ---- a calibrated residual block: quantize's Intel Caffe layout, run fused -----------------
+def test_a_calibrated_residual_block_runs_fused_and_differs_from_unfused(tmp_path):
+    """conv1 + ReLU -> conv2a + ReLU -> conv2b (1x1) -> Eltwise(conv1, conv2b) -> ReLU ->
+    conv3, calibrated (min-max) into Intel Caffe's quantization_param by quantize's writer.
+    conv2b's output is the fused sum after the ReLU: scale_out 255 / max of it. Run fused, the
+    block is the hand computation from conv1's and conv2a's int8 outputs; with the net's
+    engine CAFFE (no fusion) it is conv2b's own s8 rounding plus a float sum, which differs."""
+    pytest.importorskip("onnx")
+    from pycaffe_lite.quantization import intel
+    from pycaffe_lite.quantization.run import qdq_model
+    body = ('layer { name: "conv1" type: "Convolution" bottom: "d" top: "c1" convolution_param '
+            '{ num_output: 4 kernel_size: 3 pad: 1 } }\n'
+            'layer { name: "relu1" type: "ReLU" bottom: "c1" top: "c1" }\n'
+            'layer { name: "conv2a" type: "Convolution" bottom: "c1" top: "c2a" '
+            'convolution_param { num_output: 4 kernel_size: 3 pad: 1 } }\n'
+            'layer { name: "relu2a" type: "ReLU" bottom: "c2a" top: "c2a" }\n'
+            + _conv("conv2b", "c2a", "c2b", "")
+            + 'layer { name: "res2" type: "Eltwise" bottom: "c1" bottom: "c2b" top: "res2" }\n'
+            'layer { name: "relu2" type: "ReLU" bottom: "res2" top: "res2" }\n'
+            + _conv("conv3", "res2", "c3", ""))
+    text = ('name: "res" layer { name: "d" type: "Input" top: "d" input_param { shape { dim: 2 '
+            'dim: 4 dim: 6 dim: 6 } } }\n' + body)
+    path, weights = tmp_path / "net.prototxt", tmp_path / "w.caffemodel"
+    path.write_text(text)
+    net = caffe.Net(str(path), caffe.TEST)
+    rng = _fill(net, 4, 0.4)
+    net.save(str(weights))
+    net = caffe.Net(str(path), str(weights), caffe.TEST, fold=False)
+    batches = [{"d": rng.normal(0, 1, (2, 4, 6, 6)).astype(f32)} for _ in range(3)]
+    q = qdq_model(net, batches, method="minmax")
+    out = tmp_path / "quantized.prototxt"
+    written = {p["name"]: p for p in intel.write_quantized_prototxt(
+        str(path), net, q["tops"], q["stats"], q["thresholds"], set(), False, str(out))}
+    res2_max = 0.0
+    for feed in batches:
+        net.forward(**feed)
+        res2_max = max(res2_max, float(np.abs(net.blobs["res2"].data).max()))
+    p2b = written["conv2b"]
+    assert p2b["fused_relu"] and p2b["bw_layer_out"] == 8
+    assert p2b["scale_out"] == pytest.approx(255 / res2_max, rel=1e-6)
+
+    fused = caffe.Net(str(out), str(weights), caffe.TEST)
+    unfused_text = 'engine: "CAFFE"\n' + out.read_text()
+    unfused_path = tmp_path / "unfused.prototxt"
+    unfused_path.write_text(unfused_text)
+    unfused = caffe.Net(str(unfused_path), str(weights), caffe.TEST)
+    assert fused.int8_layers == unfused.int8_layers == ["conv1", "conv2a", "conv2b", "conv3"]
+    x = rng.normal(0, 1, (2, 4, 6, 6)).astype(f32)
+    fused.forward(d=x)
+    unfused.forward(d=x)
+    p1, p2a = written["conv1"], written["conv2a"]
+    # the block's inputs: conv1's and conv2a's u8 outputs (the same in both nets)
+    np.testing.assert_array_equal(fused.blobs["c2a"].data, unfused.blobs["c2a"].data)
+    q1 = np.rint(fused.blobs["c1"].data * f32(p1["scale_out"]))
+    q2a = np.rint(fused.blobs["c2a"].data * f32(p2a["scale_out"]))
+    xq = np.clip(np.rint(q2a / f32(p2a["scale_out"]) * f32(p2b["scale_in"])), 0, 255)
+    y = _int8(fused, "conv2b", xq, p2b["scale_in"], p2b["scale_out"], p2b["scale_params"][0])
+    qs, pre = _fused(y, q1, p2b["scale_out"], p1["scale_out"], True, 0, 255)
+    np.testing.assert_array_equal(fused.blobs["res2"].data, qs / f32(p2b["scale_out"]))
+    # unfused: conv2b rounds alone to s8 at its scale_out, the sum and ReLU are float
+    q2b = np.clip(np.rint(y), -128, 127)
+    expected_unfused = np.maximum(q2b / f32(p2b["scale_out"]) + q1 / f32(p1["scale_out"]), 0)
+    np.testing.assert_allclose(unfused.blobs["res2"].data, expected_unfused, rtol=1e-6)
+    differ = fused.blobs["res2"].data != unfused.blobs["res2"].data
+    assert differ.any() and (pre < 0).any()

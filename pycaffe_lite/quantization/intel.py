@@ -15,7 +15,10 @@
 - ``scale_params = 127 / max |w|``, one value, or one per output channel with
   ``per_channel`` (0 where the weights are all zero),
 
-with ``t`` the calibrated threshold of the value (the ReLU's output for a fused ReLU).
+with ``t`` the calibrated threshold of the value (the ReLU's output for a fused ReLU). A
+convolution with an Eltwise sum fused into it (:mod:`pycaffe_lite.net_int8_sum`) outputs the
+sum, or the ReLU after it: its ``scale_out`` is that value's (``255 / t`` with the ReLU),
+as the calibrator samples the compiled net's fused convolution.
 Unlike the calibrator's default, the first convolution is quantized too (``--skip`` it to
 keep it in float).
 """
@@ -24,6 +27,7 @@ import numpy as np
 
 from ..net_graph import split_layer_name
 from ..net_int8 import fused_relu
+from ..net_int8_sum import fusions
 from ..proto import protoio
 from ..proto import caffe_pb2
 from . import calibrate
@@ -79,6 +83,8 @@ def conv_params(net, tops, stats, thresholds, skip, per_channel):
     """{layer name: the quantization_param fields} for the TEST net's convolutions."""
     before = _current_values(net, tops)
     convs = [i for i, rec in enumerate(net.records) if rec.layer.type == "Convolution"]
+    relu_of = {i: j for i in convs for j in [fused_relu(net, i)] if j is not None}
+    sums = {f.conv: f for f in fusions(net, relu_of)[0]}
     out = {}
     for i, rec in enumerate(net.records):
         if rec.layer.type != "Convolution" or rec.name in skip:
@@ -89,6 +95,10 @@ def conv_params(net, tops, stats, thresholds, skip, per_channel):
         last = relu if fused else i
         # u8 after a fused ReLU of slope 0 (the calibrator's analyze_conv_output_with_relu)
         unsigned = fused and net.records[relu].layer.layer_param.relu_param.negative_slope == 0
+        f = sums.get(i)
+        if f is not None:  # an Eltwise sum fused in: its output is the sum's (or its ReLU's)
+            last = f.relu if f.relu is not None else f.eltwise
+            fused, unsigned = f.relu_after, f.relu_after and f.slope == 0
         dst = tops.get((last, 0))
         if src not in thresholds or dst not in thresholds:
             continue
