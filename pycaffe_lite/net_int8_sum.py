@@ -166,10 +166,11 @@ class SumInt8:
     """The sum part of a fused int8 convolution: reads the other branch's blob and adds it
     as the engine does, then its ReLU and rounding."""
 
-    def __init__(self, fusion, other_blob, out_type):
+    def __init__(self, fusion, other_blob, other, scale_out):
         self.fusion, self.blob = fusion, other_blob
-        self.kind, self.scale = out_type
-        self.out_type = out_type  # the fused convolution writes the other branch's type
+        self.kind, self.scale = other
+        # the fused convolution writes the other branch's type, at its own scale_out
+        self.out_type = (self.kind, scale_out)
 
     def finish(self, y, s_out):
         """``y`` the convolution's rescaled sums (float32, before the coeff ``c1``); returns
@@ -227,8 +228,8 @@ def attach(net, relu_of, convs, pass_on, float_forward):
             f.out_type = None
             fused[f.eltwise] = f
             continue
-        conv.sum = SumInt8(f, net._blobs[f.other], kind)
-        f.out_type = kind
+        conv.sum = SumInt8(f, net._blobs[f.other], kind, conv.scale_out)
+        f.out_type = conv.sum.out_type
         fused[f.eltwise] = f
         elt = net.records[f.eltwise]
         elt.layer.Forward = _copy_from(list(elt.bottom_ids).index(f.conv_out))

@@ -234,3 +234,68 @@ def test_a_calibrated_residual_block_runs_fused_and_differs_from_unfused(tmp_pat
     np.testing.assert_allclose(unfused.blobs["res2"].data, expected_unfused, rtol=1e-6)
     differ = fused.blobs["res2"].data != unfused.blobs["res2"].data
     assert differ.any() and (pre < 0).any()
+
+
+def _projection(prefix, bottom, sa, sb, relu="", relu_top=None):
+    """A shortcut convolution (s8 at ``sa``), the branch's convolution (``sb``), their
+    Eltwise and, with ``relu`` (a relu_param body or ""), a ReLU after it."""
+    top = relu_top or prefix + "s"
+    text = (_conv(prefix + "A", bottom, prefix + "A", _qp(40.0, sa, 100.0))
+            + _conv(prefix + "B", bottom, prefix + "B", _qp(40.0, sb, 80.0))
+            + 'layer { name: "%ssum" type: "Eltwise" bottom: "%sA" bottom: "%sB" top: "%ss" }\n'
+            % (prefix, prefix, prefix, prefix))
+    if relu is not None:
+        text += ('layer { name: "%srelu" type: "ReLU" bottom: "%ss" top: "%s" relu_param { %s '
+                 '} }\n' % (prefix, prefix, top, relu))
+    return text
+
+
+def _branches(net, prefix, xq, sa, sb):
+    qa = np.clip(np.rint(_int8(net, prefix + "A", xq, 40.0, sa, 100.0)), -128, 127)
+    return qa, _int8(net, prefix + "B", xq, 40.0, sb, 80.0)
+
+
+def test_the_next_block_adds_the_fused_output_at_its_type_and_scale():
+    """Block 1 (projection) writes s8 at 90 into r1; block 2 reads r1 (through a Split) as
+    its shortcut: its fused convolution adds r1's s8 integers at scale 90 and writes s8."""
+    body = (_projection("b1", "d", 60.0, 90.0, "", "r1")
+            + _conv("conv2", "r1", "c2", _qp(90.0, 70.0, 60.0))
+            + 'layer { name: "sum2" type: "Eltwise" bottom: "r1" bottom: "c2" top: "s2" }\n'
+            + 'layer { name: "relu2" type: "ReLU" bottom: "s2" top: "s2" }\n')
+    net = _net(body)
+    rng = _fill(net, 6, 0.5)
+    x = rng.uniform(0, 2.5, (2, 4, 3, 3)).astype(f32)
+    net.forward(d=x)
+    xq = np.clip(np.rint(x * f32(40)), 0, 255)
+    qa, yb = _branches(net, "b1", xq, 60.0, 90.0)
+    r1, _ = _fused(yb, qa, 90.0, 60.0, True, -128, 127)
+    np.testing.assert_array_equal(net.blobs["r1"].data, r1 / f32(90))
+    y2 = _int8(net, "conv2", r1, 90.0, 70.0, 60.0)  # u8 input at 90: the same integers
+    q2, pre = _fused(y2, r1, 70.0, 90.0, True, -128, 127)
+    np.testing.assert_array_equal(net.blobs["s2"].data, q2 / f32(70))
+    assert (pre < 0).any() and (q2 > 0).any()
+
+
+@pytest.mark.parametrize("before", [False, True])
+def test_a_leaky_relu_after_the_sum_fuses_as_a_plain_relu_until_an_eltwise_has_none(before):
+    """The compiler sets relu on the fused convolution without the ReLU's slope: a leaky
+    ReLU after the sum becomes max(y, 0). Its ReLU flag is cleared for good by an Eltwise no
+    ReLU reads (``before``: a block whose sum goes straight on): the leaky ReLU of the next
+    block then stays a layer, on the s8 sum the fused convolution wrote."""
+    body = (_projection("p", "d", 60.0, 90.0, None) if before else "") \
+        + _projection("b", "d", 60.0, 90.0, "negative_slope: 0.25", "r")
+    net = _net(body)
+    rng = _fill(net, 6, 0.5)
+    x = rng.uniform(0, 2.5, (2, 4, 3, 3)).astype(f32)
+    net.forward(d=x)
+    xq = np.clip(np.rint(x * f32(40)), 0, 255)
+    qa, yb = _branches(net, "b", xq, 60.0, 90.0)
+    q, pre = _fused(yb, qa, 90.0, 60.0, not before, -128, 127)
+    got = net.blobs["r"].data
+    if before:
+        np.testing.assert_allclose(got, np.where(q > 0, q, q * f32(0.25)) / f32(90),
+                                   rtol=1e-6)
+        assert (got < 0).any()
+    else:
+        np.testing.assert_array_equal(got, q / f32(90))
+    assert (pre < 0).any()
