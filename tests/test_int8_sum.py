@@ -299,3 +299,49 @@ def test_a_leaky_relu_after_the_sum_fuses_as_a_plain_relu_until_an_eltwise_has_n
     else:
         np.testing.assert_array_equal(got, q / f32(90))
     assert (pre < 0).any()
+
+
+def test_a_relu_before_the_eltwise_applies_after_the_sum():
+    """conv1 -> ReLU -> Eltwise(c0, c1), no ReLU after: the compiler has fused the ReLU into
+    conv1 first, then fuses the Eltwise; the engine's post-ops are the sum, then the ReLU, so
+    the block computes max(conv1 + c0, 0), not max(conv1, 0) + c0."""
+    body = (_conv("conv0", "d", "c0", _qp(40.0, 30.0, 100.0))
+            + 'layer { name: "relu0" type: "ReLU" bottom: "c0" top: "c0" }\n'
+            + _conv("conv1", "c0", "c1", _qp(30.0, 150.0, 90.0))
+            + 'layer { name: "relu1" type: "ReLU" bottom: "c1" top: "c1" }\n'
+            + 'layer { name: "sum" type: "Eltwise" bottom: "c0" bottom: "c1" top: "s" }\n')
+    net = _net(body)
+    rng = _fill(net, 11, 0.5)
+    x = rng.uniform(0, 2.5, (2, 4, 3, 3)).astype(f32)
+    net.forward(d=x)
+    xq = np.clip(np.rint(x * f32(40)), 0, 255)
+    q0 = np.clip(np.rint(np.maximum(_int8(net, "conv0", xq, 40.0, 30.0, 100.0), 0)), 0, 255)
+    y1 = _int8(net, "conv1", q0, 30.0, 150.0, 90.0)
+    q, pre = _fused(y1, q0, 150.0, 30.0, True, 0, 255)
+    np.testing.assert_array_equal(net.blobs["s"].data, q / f32(150))
+    assert ((y1 < 0) & (pre > 0.5)).any()  # a negative conv1 the sum lifts above 0
+
+
+def test_a_shortcut_from_a_concat_is_left_unfused_with_a_warning(caplog):
+    """The other branch comes from a Concat, whose int8 type and scale are not followed
+    here: the block computes unfused, and the log names the Eltwise and the convolution."""
+    body = (_conv("conv0", "d", "c0", _qp(40.0, 30.0, 100.0), n=2)
+            + 'layer { name: "relu0" type: "ReLU" bottom: "c0" top: "c0" }\n'
+            + _conv("conv0b", "d", "c0b", _qp(40.0, 30.0, 100.0), n=2)
+            + 'layer { name: "relu0b" type: "ReLU" bottom: "c0b" top: "c0b" }\n'
+            + 'layer { name: "cat" type: "Concat" bottom: "c0" bottom: "c0b" top: "cat" }\n'
+            + _conv("conv1", "cat", "c1", _qp(30.0, 150.0, 90.0))
+            + 'layer { name: "sum" type: "Eltwise" bottom: "cat" bottom: "c1" top: "s" }\n')
+    with caplog.at_level(logging.INFO):
+        net = _net(body)
+    assert "fuses Eltwise 'sum' into int8 convolution 'conv1'" in caplog.text
+    assert "computed unfused" in caplog.text
+    rng = _fill(net, 11, 0.5)
+    x = rng.uniform(0, 2.5, (2, 4, 3, 3)).astype(f32)
+    net.forward(d=x)
+    xq = np.clip(np.rint(x * f32(40)), 0, 255)
+    cat = np.concatenate([
+        np.clip(np.rint(np.maximum(_int8(net, n, xq, 40.0, 30.0, 100.0), 0)), 0, 255)
+        for n in ("conv0", "conv0b")], axis=1)
+    q1 = np.clip(np.rint(_int8(net, "conv1", cat, 30.0, 150.0, 90.0)), -128, 127)
+    np.testing.assert_allclose(net.blobs["s"].data, q1 / f32(150) + cat / f32(30), rtol=1e-6)
