@@ -203,8 +203,9 @@ def _copy_from(index):
 def attach(net, relu_of, convs, pass_on, float_forward):
     """Fuse the int8 convolutions ``convs`` ({record index: Int8Conv}) of ``net`` with the
     Eltwise sums Intel Caffe's compiler fuses into them. A fused one whose other branch is
-    float computes in float (``float_forward(k)`` restores its float layer); returns the
-    names of those."""
+    float computes in float (``float_forward(k)`` restores its float layer, and it leaves
+    ``convs``); returns the names of those and {record index of a fused Eltwise: its
+    Fusion}."""
     found, left = fusions(net, relu_of)
     for name, why in left:
         log.warning("Net %s: Intel Caffe fuses the Eltwise after convolution '%s' into it, "
@@ -224,6 +225,7 @@ def attach(net, relu_of, convs, pass_on, float_forward):
             continue
         if kind is None:  # the engine drops the quantization: a float convolution
             float_forward(f.conv)
+            del convs[f.conv]
             to_float.append(cname)
             f.out_type = None
             fused[f.eltwise] = f
@@ -239,4 +241,4 @@ def attach(net, relu_of, convs, pass_on, float_forward):
                  "branch %s at scale %g)", net.name or "(unnamed)", elt.name,
                  " and ReLU '%s'" % net.records[f.relu].name if f.relu is not None else "",
                  cname, kind[0], kind[1])
-    return to_float
+    return to_float, fused
