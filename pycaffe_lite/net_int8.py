@@ -37,10 +37,11 @@ leaky or not (a leaky ReLU's negative values then saturate to 0).
 
 This module runs that computation, in exact integer arithmetic, instead of the float layer;
 every other layer computes in float (Intel Caffe's max pooling, ReLU and Split on int8 data
-give the same values; its int8 average pooling rounds the mean, as
-:mod:`pycaffe_lite.net_int8_pool` does). An Eltwise sum (and ReLU) that Intel Caffe's net compiler fuses into a
-convolution (``CompilationRuleConvSumFusion``, ResNet's shortcuts) is computed as its engine
-does, one rounding onto the other branch's type: :mod:`pycaffe_lite.net_int8_sum`.
+give the same values; its int8 average pooling rounds the mean and its Concat rounds onto one
+scale, as :mod:`pycaffe_lite.net_int8_layers` does). An Eltwise sum (and ReLU) that Intel
+Caffe's net compiler fuses into a convolution (``CompilationRuleConvSumFusion``, ResNet's
+shortcuts) is computed as its engine does, one rounding onto the other branch's type:
+:mod:`pycaffe_lite.net_int8_sum`.
 
 ``Net(..., int8=False)``, ``--int8 off`` on the commands that run nets, or the environment
 variable ``PYCAFFE_LITE_INT8=0`` turn it off: the layers then compute in float.
@@ -50,7 +51,7 @@ import logging
 
 import numpy as np
 
-from . import net_int8_pool, net_int8_sum
+from . import net_int8_layers, net_int8_sum
 from .errors import NetError
 from .ops.im2col import im2col
 from .proto import caffe_pb2
@@ -224,7 +225,7 @@ def attach(net, enabled=None):
         log.info("Net %s: int8 convolution '%s' computes in float: the Eltwise sum fused "
                  "into it adds a float branch, and Intel Caffe's engine then leaves the "
                  "convolution in float", name, conv_name)
-    net_int8_pool.attach(net, convs, fused_sums)
+    net_int8_layers.attach(net, convs, fused_sums)
     if net.int8_layers:
         log.info("Net %s: Intel Caffe's int8 calibration (quantization_param): %d "
                  "of its layers compute in int8 (%s)", name, len(net.int8_layers),

@@ -138,7 +138,8 @@ def other_type(net, blob, before, convs, fused):
     """The type and scale of blob ``blob`` as Intel Caffe's int8 engine holds it before
     record ``before``: ("u8" | "s8", scale), None for float, or "unknown" (a layer whose
     int8 output this engine does not follow). ``convs``: {record index: its int8 layer};
-    ``fused``: {record index of a fused Eltwise: its Fusion}."""
+    ``fused``: {record index of a fused Eltwise: its Fusion}. A Concat is int8 where its
+    inputs are (:func:`concat_type`)."""
     k = _writer(net, blob, before)
     while k is not None:
         rec = net.records[k]
@@ -156,10 +157,37 @@ def other_type(net, blob, before, convs, fused):
             src = rec.bottom_ids[0]
             k = _writer(net, src, k)
             continue
-        if kind in ("Concat", "Eltwise"):
+        if kind == "Concat":
+            return concat_type([other_type(net, b, k, convs, fused) for b in rec.bottom_ids])
+        if kind == "Eltwise":
             return "unknown"
         return None
     return None
+
+
+def concat_scale(scales):
+    """The scale of Intel Caffe's int8 Concat (``MKLDNNConcatLayer``): the least of its
+    inputs' scales, those of 1 aside (its first one stands in until another is less)."""
+    least = 1.0
+    for s in scales:
+        if least == 1.0:
+            least = s
+        if s != 1.0 and s < least:
+            least = s
+    return least
+
+
+def concat_type(types):
+    """The type and scale of a Concat's output from its inputs' (each as
+    :func:`other_type` gives it): int8 when every input is int8 of one type (u8 or s8), at
+    :func:`concat_scale`; float when they differ (the engine then concatenates in float)."""
+    if "unknown" in types:
+        return "unknown"
+    if any(t is None for t in types) or len({t[0] for t in types}) != 1:
+        return None
+    if any(t[1] == 1.0 for t in types):  # an int8 input at scale 1 keeps it: not followed
+        return "unknown"
+    return (types[0][0], concat_scale([t[1] for t in types]))
 
 
 class SumInt8:

@@ -322,16 +322,19 @@ def test_a_relu_before_the_eltwise_applies_after_the_sum():
     assert ((y1 < 0) & (pre > 0.5)).any()  # a negative conv1 the sum lifts above 0
 
 
-def test_a_shortcut_from_a_concat_is_left_unfused_with_a_warning(caplog):
-    """The other branch comes from a Concat, whose int8 type and scale are not followed
-    here: the block computes unfused, and the log names the Eltwise and the convolution."""
-    body = (_conv("conv0", "d", "c0", _qp(40.0, 30.0, 100.0), n=2)
+def test_a_shortcut_from_an_unfused_eltwise_is_left_unfused_with_a_warning(caplog):
+    """The other branch comes from an Eltwise the compiler does not fuse (of two poolings),
+    whose int8 type and scale are not followed here: the block computes unfused, and the log
+    names the Eltwise and the convolution."""
+    body = (_conv("conv0", "d", "c0", _qp(40.0, 30.0, 100.0), n=4)
             + 'layer { name: "relu0" type: "ReLU" bottom: "c0" top: "c0" }\n'
-            + _conv("conv0b", "d", "c0b", _qp(40.0, 30.0, 100.0), n=2)
-            + 'layer { name: "relu0b" type: "ReLU" bottom: "c0b" top: "c0b" }\n'
-            + 'layer { name: "cat" type: "Concat" bottom: "c0" bottom: "c0b" top: "cat" }\n'
-            + _conv("conv1", "cat", "c1", _qp(30.0, 150.0, 90.0))
-            + 'layer { name: "sum" type: "Eltwise" bottom: "cat" bottom: "c1" top: "s" }\n')
+            + 'layer { name: "pa" type: "Pooling" bottom: "c0" top: "pa" pooling_param { '
+              'pool: MAX kernel_size: 1 } }\n'
+            + 'layer { name: "pb" type: "Pooling" bottom: "c0" top: "pb" pooling_param { '
+              'pool: MAX kernel_size: 1 } }\n'
+            + 'layer { name: "e" type: "Eltwise" bottom: "pa" bottom: "pb" top: "e" }\n'
+            + _conv("conv1", "e", "c1", _qp(15.0, 150.0, 90.0))
+            + 'layer { name: "sum" type: "Eltwise" bottom: "e" bottom: "c1" top: "s" }\n')
     with caplog.at_level(logging.INFO):
         net = _net(body)
     assert "fuses Eltwise 'sum' into int8 convolution 'conv1'" in caplog.text
@@ -340,8 +343,35 @@ def test_a_shortcut_from_a_concat_is_left_unfused_with_a_warning(caplog):
     x = rng.uniform(0, 2.5, (2, 4, 3, 3)).astype(f32)
     net.forward(d=x)
     xq = np.clip(np.rint(x * f32(40)), 0, 255)
-    cat = np.concatenate([
-        np.clip(np.rint(np.maximum(_int8(net, n, xq, 40.0, 30.0, 100.0), 0)), 0, 255)
-        for n in ("conv0", "conv0b")], axis=1)
-    q1 = np.clip(np.rint(_int8(net, "conv1", cat, 30.0, 150.0, 90.0)), -128, 127)
-    np.testing.assert_allclose(net.blobs["s"].data, q1 / f32(150) + cat / f32(30), rtol=1e-6)
+    q0 = np.clip(np.rint(np.maximum(_int8(net, "conv0", xq, 40.0, 30.0, 100.0), 0)), 0, 255)
+    e = q0 / f32(30) + q0 / f32(30)
+    eq = np.clip(np.rint(e * f32(15)), 0, 255)
+    q1 = np.clip(np.rint(_int8(net, "conv1", eq, 15.0, 150.0, 90.0)), -128, 127)
+    np.testing.assert_allclose(net.blobs["s"].data, q1 / f32(150) + e, rtol=1e-6)
+
+
+def test_a_shortcut_from_a_concat_of_u8_and_s8_is_float_so_the_convolution_is(caplog):
+    """Intel Caffe's Concat of inputs of different int8 types concatenates in float, so the
+    convolution fused with the sum on it runs in float."""
+    body = (_conv("conv0", "d", "c0", _qp(40.0, 30.0, 100.0), n=2)
+            + 'layer { name: "relu0" type: "ReLU" bottom: "c0" top: "c0" }\n'
+            + _conv("conv0b", "d", "c0b", _qp(40.0, 30.0, 100.0), n=2)
+            + 'layer { name: "cat" type: "Concat" bottom: "c0" bottom: "c0b" top: "cat" }\n'
+            + _conv("conv1", "cat", "c1", _qp(30.0, 150.0, 90.0))
+            + 'layer { name: "sum" type: "Eltwise" bottom: "cat" bottom: "c1" top: "s" }\n')
+    with caplog.at_level(logging.INFO):
+        net = _net(body)
+    assert "int8 convolution 'conv1' computes in float" in caplog.text
+    assert net.int8_layers == ["conv0", "conv0b"]
+    rng = _fill(net, 11, 0.5)
+    x = rng.uniform(0, 2.5, (2, 4, 3, 3)).astype(f32)
+    net.forward(d=x)
+    xq = np.clip(np.rint(x * f32(40)), 0, 255)
+    y = _int8(net, "conv0", xq, 40.0, 30.0, 100.0)
+    yb = _int8(net, "conv0b", xq, 40.0, 30.0, 100.0)
+    cat = np.concatenate([np.clip(np.rint(np.maximum(y, 0)), 0, 255),
+                          np.clip(np.rint(yb), -128, 127)], axis=1) / f32(30)
+    w = np.asarray(net.params["conv1"][0].data, np.float64).reshape(4, 4)
+    b = np.asarray(net.params["conv1"][1].data, np.float64)
+    conv = np.einsum("nchw,oc->nohw", cat.astype(np.float64), w) + b[None, :, None, None]
+    np.testing.assert_allclose(net.blobs["s"].data, conv + cat, rtol=1e-5, atol=1e-6)

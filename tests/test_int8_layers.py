@@ -1,5 +1,6 @@
 """Intel Caffe's int8 average pooling (MKL-DNN's i8i8 pooling: the integers' sum times the
-float32 1/n, rounded to the nearest, ties to even) against a hand computation."""
+float32 1/n, rounded to the nearest, ties to even) and Concat (its inputs reordered to the
+least scale) against hand computations."""
 
 import logging
 
@@ -22,7 +23,8 @@ def test_average_pooling_of_u8_values_rounds_the_mean(caplog, pooling, shape):
               'pool: AVE %s } }\n' % pooling)
     with caplog.at_level(logging.INFO):
         net = _net(body, shape=shape)
-    assert "average pooling in int8 as Intel Caffe's engine rounds it (pool)" in caplog.text
+    assert "average pooling and Concat in int8 as Intel Caffe's engine rounds them (pool)" \
+        in caplog.text
     rng = _fill(net, 11, 0.5)
     x = rng.uniform(0, 2.5, shape).astype(f32)
     net.forward(d=x)
@@ -65,3 +67,24 @@ def test_a_padded_average_pooling_stays_float(caplog):
     padded = np.pad(c0, ((0, 0), (0, 0), (1, 1), (1, 1)))
     sums = sum(padded[:, :, i:i + 3, j:j + 3] for i in range(3) for j in range(3))
     np.testing.assert_allclose(net.blobs["p"].data, sums / 9, rtol=1e-5, atol=1e-7)
+
+
+def test_a_concat_of_u8_values_at_two_scales_rounds_onto_the_least():
+    """conv0 (u8 at 30) and conv0b (u8 at 20) concatenated: Intel Caffe's Concat writes u8 at
+    20, conv0's integers reordered as round(q * (20 / 30)) in float32; conv1 reads them."""
+    body = (_conv("conv0", "d", "c0", _qp(40.0, 30.0, 100.0), n=2)
+            + 'layer { name: "relu0" type: "ReLU" bottom: "c0" top: "c0" }\n'
+            + _conv("conv0b", "d", "c0b", _qp(40.0, 20.0, 100.0), n=2)
+            + 'layer { name: "relu0b" type: "ReLU" bottom: "c0b" top: "c0b" }\n'
+            + 'layer { name: "cat" type: "Concat" bottom: "c0" bottom: "c0b" top: "cat" }\n')
+    net = _net(body)
+    rng = _fill(net, 11, 0.5)
+    x = rng.uniform(0, 2.5, (2, 4, 3, 3)).astype(f32)
+    net.forward(d=x)
+    xq = np.clip(np.rint(x * f32(40)), 0, 255)
+    q0 = np.clip(np.rint(np.maximum(_int8(net, "conv0", xq, 40.0, 30.0, 100.0), 0)), 0, 255)
+    q0b = np.clip(np.rint(np.maximum(_int8(net, "conv0b", xq, 40.0, 20.0, 100.0), 0)), 0, 255)
+    moved = np.rint(q0.astype(f32) * (f32(20) / f32(30)))
+    expected = np.concatenate([moved, q0b], axis=1) / f32(20)
+    np.testing.assert_array_equal(net.blobs["cat"].data, expected)
+    assert (moved / f32(20) != q0 / f32(30)).any()  # the reorder's rounding shows

@@ -1,6 +1,11 @@
-"""Intel Caffe's int8 average pooling: a Pooling AVE whose input its MKL-DNN engine holds as
-u8 or s8 (the output of an int8 convolution, passed on through Split, ReLU or Pooling)
-averages the integers and rounds (docs/int8.md).
+"""Intel Caffe's int8 average pooling and Concat: layers whose input its MKL-DNN engine holds
+as u8 or s8 (the output of an int8 convolution, passed on through Split, ReLU, Pooling or
+Concat) and that then round (docs/int8.md).
+
+Its Concat of inputs of one int8 type (all u8, or all s8) writes that type at the least of
+the inputs' scales (``MKLDNNConcatLayer``): each input at another scale is reordered to it,
+``round(q * (s_min / s))`` in float32, ties to even, saturated. Inputs of different types
+are concatenated in float.
 
 Its ``jit_uni_i8i8_pooling`` (MKL-DNN 0.18) sums the window's integers in int32, multiplies
 the sum (as a float32) by the float32 ``1.0f / n`` and rounds to the nearest, ties to even,
@@ -45,12 +50,36 @@ def _forward(layer, kind, scale):
     return forward
 
 
+def _concat_forward(layer, types, scale):
+    f32 = np.float32
+
+    def forward(bottom, top):
+        layer.reshape(bottom, top)
+        parts = []
+        for blob, (kind, s) in zip(bottom, types):
+            lo, hi = (0, 255) if kind == "u8" else (-128, 127)
+            q = np.rint(np.asarray(blob.cpu_data(), f32) * f32(s))
+            if s != scale:  # the reorder to the Concat's scale: one float32 product, rounded
+                q = np.clip(np.rint(q.astype(f32) * (f32(scale) / f32(s))), lo, hi)
+            parts.append(q)
+        top[0].data[...] = np.concatenate(parts, axis=layer.axis) / f32(scale)
+        return 0.0
+    return forward
+
+
 def attach(net, convs, fused):
-    """Run the average poolings of ``net`` that read int8 values as Intel Caffe's int8 engine
-    does; returns their names."""
+    """Run the average poolings and Concats of ``net`` that read int8 values as Intel Caffe's
+    int8 engine does; returns their names."""
     out = []
     for k, rec in enumerate(net.records):
         layer = rec.layer
+        if layer.layer_param.type == "Concat":
+            types = [net_int8_sum.other_type(net, b, k, convs, fused) for b in rec.bottom_ids]
+            kind = net_int8_sum.concat_type(types)
+            if isinstance(kind, tuple) and len({t[1] for t in types}) > 1:
+                layer.Forward = _concat_forward(layer, types, kind[1])
+                out.append(rec.name)
+            continue
         if layer.layer_param.type != "Pooling" or layer.layer_param.pooling_param.pool != AVE:
             continue
         kind = net_int8_sum.other_type(net, rec.bottom_ids[0], k, convs, fused)
@@ -65,6 +94,7 @@ def attach(net, convs, fused):
         layer.Forward = _forward(layer, kind[0], kind[1])
         out.append(rec.name)
     if out:
-        log.info("Net %s: average pooling in int8 as Intel Caffe's engine rounds it (%s)",
+        log.info("Net %s: average pooling and Concat in int8 as Intel Caffe's engine rounds "
+                 "them (%s)",
                  net.name or "(unnamed)", ", ".join(out))
     return out
