@@ -6,7 +6,8 @@ Intel Caffe's int8 convolution (its MKL-DNN engine, TEST phase only) computes, w
 for every output channel, or one per channel)::
 
     x_q = saturate(round(x * s_in))            u8 [0, 255], or s8 [-128, 127] when
-                                               is_negative_input
+                                               is_negative_input; round(x) with
+                                               force_u8_input (scale_in is in the data)
     w_q = saturate_s8(round(w[c] * s_w[c]))
     b_q = round(b[c] * s_in * s_w[c])          int32
     acc = conv(x_q, w_q) + b_q                 exact integer sums
@@ -97,6 +98,9 @@ class Int8Conv:
                            "(bw_layer_in: 8, got %d) and weights of num_output rows (no "
                            "transpose)" % (where, q.bw_layer_in))
         self.signed_in = q.is_negative_input
+        # first_conv_force_u8.py's input: scale_in folded into the data layer's scale, the
+        # engine quantizes the values at scale 1 (scale_in stays in the bias and output scales)
+        self.force_u8 = not inner and q.force_u8_input
         self.out_bits = q.bw_layer_out
         self.fused_relu = fused_relu
         self.slope = float(slope)
@@ -124,7 +128,7 @@ class Int8Conv:
         s_in, s_out = f32(self.scale_in), f32(self.scale_out)
         x = np.asarray(bottom[0].cpu_data(), f32)
         lo, hi = (-128, 127) if self.signed_in else (0, 255)
-        xq = np.clip(np.rint(x * s_in), lo, hi).astype(np.float64)
+        xq = np.clip(np.rint(x * (f32(1) if self.force_u8 else s_in)), lo, hi).astype(np.float64)
         w = np.asarray(layer.blobs[0].cpu_data(), f32)
         sw = np.broadcast_to(self.scale_params.astype(f32), (w.shape[0],))
         wq = np.clip(np.rint(w * sw.reshape((-1,) + (1,) * (w.ndim - 1))), -128, 127)

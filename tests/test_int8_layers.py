@@ -88,3 +88,20 @@ def test_a_concat_of_u8_values_at_two_scales_rounds_onto_the_least():
     expected = np.concatenate([moved, q0b], axis=1) / f32(20)
     np.testing.assert_array_equal(net.blobs["cat"].data, expected)
     assert (moved / f32(20) != q0 / f32(30)).any()  # the reorder's rounding shows
+
+
+def test_force_u8_input_takes_the_input_as_u8_integers():
+    """Intel Caffe's first_conv_force_u8.py folds scale_in into the data layer's scale and
+    sets force_u8_input: the engine then quantizes the input at scale 1 (round, saturate to
+    u8), and keeps scale_in in the bias and output scales."""
+    body = _conv("conv0", "d", "c0", 'quantization_param { bw_layer_in: 8 bw_layer_out: 8 '
+                 'bw_params: 8 scale_in: 40.0 scale_out: 30.0 scale_params: 100.0 '
+                 'force_u8_input: true }')
+    net = _net(body)
+    rng = _fill(net, 11, 0.5)
+    x = rng.uniform(-20, 300, (2, 4, 3, 3)).astype(f32)   # beyond [0, 255] on both sides
+    net.forward(d=x)
+    xq = np.clip(np.rint(x), 0, 255)
+    expected = np.clip(np.rint(_int8(net, "conv0", xq, 40.0, 30.0, 100.0)), -128, 127)
+    np.testing.assert_array_equal(net.blobs["c0"].data, expected / f32(30))
+    assert (expected == 127).any() and (expected < 0).any()
