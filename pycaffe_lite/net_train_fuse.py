@@ -344,16 +344,19 @@ def find_chains(net):
 def find_sums(net):
     """The Eltwise SUM chains of ``net``: an Eltwise SUM (distinct bottoms, its top none of
     them, no loss weight), with the ReLU (``negative_slope: 0``) in place on its top that
-    follows it, if one does."""
+    follows it, if one does; none whose ``Forward`` another engine replaced (:mod:`net_int8`'s
+    fused sums)."""
     found, records = [], net.records
     for i, rec in enumerate(records):
         layer = rec.layer
         if layer.type != "Eltwise" or layer.op != caffe_pb2.EltwiseParameter.SUM or \
+                "Forward" in vars(layer) or \
                 len(rec.top_ids) != 1 or rec.top_ids[0] in rec.bottom_ids or \
                 len(set(rec.bottom_ids)) != len(rec.bottom_ids) or layer.loss(0):
             continue
         indices = [i]
         if i + 1 < len(records) and records[i + 1].layer.type == "ReLU" and \
+                "Forward" not in vars(records[i + 1].layer) and \
                 _links(records[i + 1], rec.top_ids[0], None):
             indices.append(i + 1)
         found.append(indices)

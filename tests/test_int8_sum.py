@@ -375,3 +375,17 @@ def test_a_shortcut_from_a_concat_of_u8_and_s8_is_float_so_the_convolution_is(ca
     b = np.asarray(net.params["conv1"][1].data, np.float64)
     conv = np.einsum("nchw,oc->nohw", cat.astype(np.float64), w) + b[None, :, None, None]
     np.testing.assert_allclose(net.blobs["s"].data, conv + cat, rtol=1e-5, atol=1e-6)
+
+
+def test_the_fused_block_is_the_same_in_gpu_mode():
+    """On the (simulated) device the Eltwise SUM -> ReLU chain would run as one kernel of
+    its own; the fused sum's Eltwise and ReLU are the int8 convolution's, so they stay out of
+    that chain and the block gives the CPU's values."""
+    from pycaffe_lite import backend
+    from pycaffe_lite.testing.simdevice import simulated_device
+    net, q0, y1 = _identity_block()
+    cpu = net.blobs["s"].data.copy()
+    with simulated_device():
+        backend.set_mode_gpu()
+        dev, _, _ = _identity_block()
+        np.testing.assert_array_equal(np.asarray(dev.blobs["s"].data), cpu)
