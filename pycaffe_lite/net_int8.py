@@ -42,7 +42,9 @@ give the same values; its int8 average pooling rounds the mean and its Concat ro
 scale, as :mod:`pycaffe_lite.net_int8_layers` does). An Eltwise sum (and ReLU) that Intel
 Caffe's net compiler fuses into a convolution (``CompilationRuleConvSumFusion``, ResNet's
 shortcuts) is computed as its engine does, one rounding onto the other branch's type:
-:mod:`pycaffe_lite.net_int8_sum`.
+:mod:`pycaffe_lite.net_int8_sum`. Before both, the compiler folds a BatchNorm (and the Scale
+after it) into the convolution they follow, which then quantizes the folded weights:
+:mod:`pycaffe_lite.net_int8_bn`.
 
 ``Net(..., int8=False)``, ``--int8 off`` on the commands that run nets, or the environment
 variable ``PYCAFFE_LITE_INT8=0`` turn it off: the layers then compute in float.
@@ -52,7 +54,7 @@ import logging
 
 import numpy as np
 
-from . import net_int8_layers, net_int8_sum
+from . import net_int8_bn, net_int8_layers, net_int8_sum
 from .errors import NetError
 from .ops.im2col import im2col
 from .proto import caffe_pb2
@@ -108,6 +110,7 @@ class Int8Conv:
         # inner product takes u8 after any fused ReLU (MKLDNNInnerProductLayer)
         self.unsigned_out = fused_relu and (inner or self.slope == 0)
         self.sum = None  # an Eltwise sum fused in (net_int8_sum.SumInt8)
+        self.folded = None  # the BatchNorm (+ Scale) fold: () -> (weights, bias), float32
 
     def _sums(self, layer, xq, wq):
         """The integer sums, (batch, output channel, positions)."""
@@ -129,13 +132,17 @@ class Int8Conv:
         x = np.asarray(bottom[0].cpu_data(), f32)
         lo, hi = (-128, 127) if self.signed_in else (0, 255)
         xq = np.clip(np.rint(x * (f32(1) if self.force_u8 else s_in)), lo, hi).astype(np.float64)
-        w = np.asarray(layer.blobs[0].cpu_data(), f32)
+        if self.folded is not None:  # BatchNorm and Scale folded in (net_int8_bn)
+            w, b = self.folded()
+        else:
+            w = np.asarray(layer.blobs[0].cpu_data(), f32)
+            b = np.asarray(layer.blobs[1].cpu_data(), f32).reshape(-1) if layer.bias_term \
+                else None
         sw = np.broadcast_to(self.scale_params.astype(f32), (w.shape[0],))
         wq = np.clip(np.rint(w * sw.reshape((-1,) + (1,) * (w.ndim - 1))), -128, 127)
         acc = self._sums(layer, xq, wq.astype(np.float64))
         in_and_params = s_in * sw  # float32 products, as the engine's scales are floats
-        if layer.bias_term:
-            b = np.asarray(layer.blobs[1].cpu_data(), f32).reshape(-1)
+        if b is not None:
             acc = acc + np.rint(b * np.where(sw == 0, f32(1), in_and_params))[:, None]
         safe = np.where(sw == 0, f32(1), in_and_params)
         mult = np.where(sw == 0, s_out, s_out / safe)
@@ -153,19 +160,23 @@ class Int8Conv:
         return 0.0
 
 
-def fused_relu(net, i):
+def fused_relu(net, i, bn_folds=None):
     """The index of the ReLU that Intel Caffe's net compiler fuses into convolution or inner
     product ``i`` of ``net`` (a record index), or None: the first layer reading its top (a
     Split where several read it) is a ReLU (any negative_slope), in place or not, and a
-    convolution has no dilation over 1 (its engine fuses none then)."""
+    convolution has no dilation over 1 (its engine fuses none then). ``bn_folds``
+    (:func:`net_int8_bn.folds`): a convolution with BatchNorm (and Scale) folded in writes the
+    last folded layer's top, and those layers are gone."""
     rec = net.records[i]
     lp = rec.layer.layer_param
     if lp.type not in QUANTIZED_TYPES or not rec.top_ids or \
             any(d > 1 for d in lp.convolution_param.dilation):
         return None
-    for j in range(i + 1, len(net.records)):
+    bn_folds = bn_folds or {}
+    top, gone = net_int8_bn.out_blob(net, bn_folds, i), net_int8_bn.dropped(bn_folds)
+    for j in range(net_int8_bn.reader_start(bn_folds, i), len(net.records)):
         reader = net.records[j]
-        if rec.top_ids[0] in reader.bottom_ids:
+        if j not in gone and top in reader.bottom_ids:
             return j if reader.layer.layer_param.type == "ReLU" else None
     return None
 
@@ -193,8 +204,10 @@ def attach(net, enabled=None):
                  "kept; the layers compute in float (%s)", name, len(marked),
                  "int8 turned off" if not enabled else "int8 runs in the TEST phase only")
         return []
+    bn_folds = net_int8_bn.folds(net)
+    net.int8_folded = net_int8_bn.dropped(bn_folds)
     fused = {net.records[i].name: j for i in range(len(net.records))
-             for j in [fused_relu(net, i)] if j is not None}
+             for j in [fused_relu(net, i, bn_folds)] if j is not None}
     convs = {}
     for rec in marked:
         lp = rec.layer.layer_param
@@ -208,6 +221,11 @@ def attach(net, enabled=None):
         slope = net.records[relu].layer.layer_param.relu_param.negative_slope \
             if relu is not None else 0.0
         conv = Int8Conv(lp, relu is not None, slope)
+        fold = bn_folds.get(net.records.index(rec))
+        if fold is not None:  # the convolution writes what the Scale wrote; they pass it on
+            conv.folded = (lambda f: lambda: f.weights(net))(fold)
+            for k in fold.dropped:
+                net.records[k].layer.Forward = _pass_on
         rec.layer.Forward = (lambda c, lay: lambda b, t: c.forward(lay, b, t))(conv, rec.layer)
         if slope:  # the convolution applied it: the ReLU layer passes its values on
             net.records[relu].layer.Forward = _pass_on
@@ -219,12 +237,15 @@ def attach(net, enabled=None):
 
     def float_forward(k):  # the engine runs this one in float: the layers' own Forward
         rec = net.records[k]
-        for layer in (rec.layer, net.records[relu_of[k]].layer if k in relu_of else None):
+        fold = bn_folds.get(k)
+        for layer in (rec.layer, net.records[relu_of[k]].layer if k in relu_of else None) + \
+                tuple(net.records[d].layer for d in (fold.dropped if fold else ())):
             if layer is not None and "Forward" in vars(layer):
                 del layer.Forward
         net.int8_layers.remove(rec.name)
 
-    to_float, fused_sums = net_int8_sum.attach(net, relu_of, convs, _pass_on, float_forward)
+    to_float, fused_sums = net_int8_sum.attach(net, relu_of, convs, _pass_on, float_forward,
+                                               bn_folds)
     for conv_name in to_float:
         log.info("Net %s: int8 convolution '%s' computes in float: the Eltwise sum fused "
                  "into it adds a float branch, and Intel Caffe's engine then leaves the "

@@ -25,6 +25,7 @@ import logging
 
 import numpy as np
 
+from . import net_int8_bn
 from .proto import caffe_pb2
 
 log = logging.getLogger("pycaffe_lite")
@@ -54,18 +55,21 @@ class Fusion:
         self.other_type = None  # ("u8" | "s8", scale), or None: float
 
 
-def fusions(net, relu_of):
+def fusions(net, relu_of, bn_folds=None):
     """The fusions Intel Caffe's compiler makes in ``net`` (``relu_of``: {convolution record
-    index: the ReLU fused into it}), and a list of (layer name, reason) for those it makes
+    index: the ReLU fused into it}; ``bn_folds``: the BatchNorm folds before,
+    :func:`net_int8_bn.folds`), and a list of (layer name, reason) for those it makes
     that this engine leaves unfused (what the engine would then compute is not the net's
     function)."""
     if net.phase != caffe_pb2.TEST or net.param.engine not in MKLDNN:
         return [], []
-    recs = net.records
-    order = [k for k in range(len(recs)) if k not in set(relu_of.values())]
+    recs, bn_folds = net.records, bn_folds or {}
+    gone = set(relu_of.values()) | net_int8_bn.dropped(bn_folds)
+    order = [k for k in range(len(recs)) if k not in gone]
 
     def out_blob(k):
-        return recs[relu_of[k]].top_ids[0] if k in relu_of else recs[k].top_ids[0]
+        return recs[relu_of[k]].top_ids[0] if k in relu_of else \
+            net_int8_bn.out_blob(net, bn_folds, k)
 
     def first(blob, start, attr):
         for q in range(start, len(order)):
@@ -141,8 +145,12 @@ def other_type(net, blob, before, convs, fused):
     ``fused``: {record index of a fused Eltwise: its Fusion}. A Concat is int8 where its
     inputs are (:func:`concat_type`)."""
     k = _writer(net, blob, before)
+    folded = getattr(net, "int8_folded", ())
     while k is not None:
         rec = net.records[k]
+        if k in folded:  # a BatchNorm or Scale folded into the convolution that wrote it
+            k = _writer(net, rec.bottom_ids[0], k)
+            continue
         if k in fused:
             return fused[k].out_type
         if k in convs:
@@ -228,13 +236,13 @@ def _copy_from(index):
     return forward
 
 
-def attach(net, relu_of, convs, pass_on, float_forward):
+def attach(net, relu_of, convs, pass_on, float_forward, bn_folds=None):
     """Fuse the int8 convolutions ``convs`` ({record index: Int8Conv}) of ``net`` with the
     Eltwise sums Intel Caffe's compiler fuses into them. A fused one whose other branch is
     float computes in float (``float_forward(k)`` restores its float layer, and it leaves
     ``convs``); returns the names of those and {record index of a fused Eltwise: its
     Fusion}."""
-    found, left = fusions(net, relu_of)
+    found, left = fusions(net, relu_of, bn_folds)
     for name, why in left:
         log.warning("Net %s: Intel Caffe fuses the Eltwise after convolution '%s' into it, "
                     "but %s; computed unfused here", net.name or "(unnamed)", name, why)

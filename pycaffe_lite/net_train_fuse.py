@@ -300,7 +300,8 @@ def _plain(rec, blob_id):
 
 def _starts_chain(rec):
     layer = rec.layer
-    if layer.type != "BatchNorm" or len(rec.bottom_ids) != 1 or len(rec.top_ids) != 1:
+    if layer.type != "BatchNorm" or len(rec.bottom_ids) != 1 or len(rec.top_ids) != 1 or \
+            "Forward" in vars(layer):  # another engine replaced it (net_int8_bn's fold)
         return False
     sub_batches = layer.layer_param.batch_norm_param.stats_batch_size and \
         not layer.use_global_stats  # Intel Caffe's statistics per sub-batch: by layer
@@ -310,7 +311,7 @@ def _starts_chain(rec):
 
 def _links(rec, blob_id, channels):
     layer = rec.layer
-    if not _plain(rec, blob_id):
+    if not _plain(rec, blob_id) or "Forward" in vars(layer):
         return False
     if layer.type == "Scale":
         p = layer.layer_param.scale_param

@@ -37,6 +37,7 @@ LAYERS = [
              "pycaffe_lite.darknet", "pycaffe_lite.testing", "pycaffe_lite.summary",
              "pycaffe_lite.evaluate", "pycaffe_lite.pytorch", "pycaffe_lite.mxnet",
              "pycaffe_lite.cuda_graphs", "pycaffe_lite.net_int8", "pycaffe_lite.net_int8_sum",
+             "pycaffe_lite.net_int8_bn",
              "pycaffe_lite.net_int8_layers",
              "pycaffe_lite.quantization",
              "pycaffe_lite.net_blocked", "pycaffe_lite.net_types"]),
