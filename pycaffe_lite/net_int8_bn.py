@@ -98,8 +98,6 @@ def _check(net, fold):
 def folds(net):
     """{convolution record index: BNFold} for the folds Intel Caffe's compiler makes in
     ``net`` (a TEST net; none in TRAIN)."""
-    from .proto import caffe_pb2
-
     if net.phase != caffe_pb2.TEST:
         return {}
     recs, out, dropped = net.records, {}, set()

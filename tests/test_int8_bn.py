@@ -297,3 +297,59 @@ def test_intel_resnet50_int8_res2a_runs_folded(caplog):
     out = _fused_sum(y, short, s_out, s_out_1, -128, 127)   # written into the s8 shortcut
     np.testing.assert_array_equal(net.blobs["res2a"].data, out / f32(s_out))
     assert (out == 127).any() and (out == 0).any() and ((out > 0) & (out < 127)).any()
+
+
+# ---- the calibrator --------------------------------------------------------------------------
+def test_quantized_prototxt_takes_the_scales_of_the_folded_net(tmp_path):
+    """Intel Caffe's calibrator samples the compiled (folded) TEST net: scale_params from the
+    folded weights, scale_out from the Scale's output, here through the ReLU it then fuses
+    (u8: 255 / t)."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from pycaffe_lite.quantization import intel
+    from pycaffe_lite.quantization.run import qdq_model
+
+    text = ('name: "cal" layer { name: "d" type: "Input" top: "d" input_param { shape '
+            '{ dim: 2 dim: 4 dim: 5 dim: 5 } } }\n'
+            + _conv_bn_scale("conv0", "d", "c0", "")
+            + 'layer { name: "relu0" type: "ReLU" bottom: "c0" top: "c0" }\n'
+            + _conv_bn_scale("conv1", "c0", "c1", "", bias=True))
+    path, weights = tmp_path / "net.prototxt", tmp_path / "w.caffemodel"
+    path.write_text(text)
+    net = caffe.Net(str(path), caffe.TEST)
+    rng = np.random.default_rng(3)
+    for layer in net.layers:
+        for blob in layer.blobs:
+            blob.data[...] = rng.normal(0, 0.5, blob.shape)
+    for name in ("bn_conv0", "bn_conv1"):
+        net.params[name][1].data[...] = rng.uniform(0.05, 0.5, 4)  # alpha far from 1
+        net.params[name][2].data[...] = 1.0
+    net.save(str(weights))
+    net = caffe.Net(str(path), str(weights), caffe.TEST, fold=False)
+    batches = [{"d": rng.normal(0, 1, (2, 4, 5, 5)).astype(f32)} for _ in range(3)]
+    q = qdq_model(net, batches, method="minmax")
+    written = {p["name"]: p for p in intel.write_quantized_prototxt(
+        str(path), net, q["tops"], q["stats"], q["thresholds"], set(), True,
+        str(tmp_path / "quantized.prototxt"))}
+    relu_max = 0.0
+    for feed in batches:
+        net.forward(**feed)
+        relu_max = max(relu_max, float(np.abs(net.blobs["c0"].data).max()))
+    w0, _ = _params(net, "conv0")
+    w1, _ = _params(net, "conv1")
+    p0, p1 = written["conv0"], written["conv1"]
+    np.testing.assert_allclose(p0["scale_params"],
+                               127 / np.abs(w0).reshape(4, -1).max(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(p1["scale_params"],
+                               127 / np.abs(w1).reshape(4, -1).max(axis=1), rtol=1e-6)
+    assert p0["fused_relu"] and p0["bw_layer_out"] == 8
+    assert p0["scale_out"] == pytest.approx(255 / relu_max, rel=1e-6)
+    assert p1["scale_in"] == pytest.approx(255 / relu_max, rel=1e-6)
+    assert p1["bw_layer_out"] == 32  # the net's last convolution writes float
+    # the written net runs folded here: conv0's output on the u8 grid of its scale_out
+    int8 = caffe.Net(str(tmp_path / "quantized.prototxt"), str(weights), caffe.TEST)
+    assert int8.int8_layers == ["conv0", "conv1"]
+    int8.forward(**batches[0])
+    q0 = int8.blobs["c0"].data * f32(p0["scale_out"])
+    np.testing.assert_allclose(q0, np.rint(q0), atol=1e-3)
+    assert q0.min() >= 0 and q0.max() <= 255.001

@@ -15,7 +15,10 @@
 - ``scale_params = 127 / max |w|``, one value, or one per output channel with
   ``per_channel`` (0 where the weights are all zero),
 
-with ``t`` the calibrated threshold of the value (the ReLU's output for a fused ReLU). A
+with ``t`` the calibrated threshold of the value (the ReLU's output for a fused ReLU). As
+the calibrator samples the net Intel Caffe's compiler folded (:mod:`pycaffe_lite.net_int8_bn`),
+a convolution with BatchNorm (and Scale) folded in gets the scales of its folded weights and
+of the Scale's output (or the ReLU's after it). A
 convolution with an Eltwise sum fused into it (:mod:`pycaffe_lite.net_int8_sum`) outputs the
 sum, or the ReLU after it: its ``scale_out`` is that value's (``255 / t`` with the ReLU),
 as the calibrator samples the compiled net's fused convolution.
@@ -27,6 +30,7 @@ import numpy as np
 
 from ..net_graph import split_layer_name
 from ..net_int8 import fused_relu
+from ..net_int8_bn import folds as bn_folds
 from ..net_int8_sum import fusions
 from ..proto import protoio
 from ..proto import caffe_pb2
@@ -83,16 +87,18 @@ def conv_params(net, tops, stats, thresholds, skip, per_channel):
     """{layer name: the quantization_param fields} for the TEST net's convolutions."""
     before = _current_values(net, tops)
     convs = [i for i, rec in enumerate(net.records) if rec.layer.type == "Convolution"]
-    relu_of = {i: j for i in convs for j in [fused_relu(net, i)] if j is not None}
-    sums = {f.conv: f for f in fusions(net, relu_of)[0]}
+    folded = bn_folds(net)  # Intel Caffe samples the net its compiler folded
+    relu_of = {i: j for i in convs for j in [fused_relu(net, i, folded)] if j is not None}
+    sums = {f.conv: f for f in fusions(net, relu_of, folded)[0]}
     out = {}
     for i, rec in enumerate(net.records):
         if rec.layer.type != "Convolution" or rec.name in skip:
             continue
         src = before[i].get(rec.bottom_ids[0])
-        relu = fused_relu(net, i)  # the ReLU the int8 engine fuses (net_int8's rule)
+        relu = relu_of.get(i)  # the ReLU the int8 engine fuses (net_int8's rule)
         fused = relu is not None
-        last = relu if fused else i
+        fold = folded.get(i)  # BatchNorm (and Scale) folded in: the convolution writes theirs
+        last = relu if fused else (fold.last if fold is not None else i)
         # u8 after a fused ReLU of slope 0 (the calibrator's analyze_conv_output_with_relu)
         unsigned = fused and net.records[relu].layer.layer_param.relu_param.negative_slope == 0
         f = sums.get(i)
@@ -107,7 +113,8 @@ def conv_params(net, tops, stats, thresholds, skip, per_channel):
         if t_in <= 0:
             raise calibrate.zero_range_error("blob '%s' (the input of layer '%s')" % (
                 net._blob_names[rec.bottom_ids[0]], rec.name), rec.name)
-        w = np.abs(np.asarray(rec.layer.blobs[0].data, np.float64))
+        w = np.abs(np.asarray(fold.weights(net)[0] if fold is not None
+                              else rec.layer.blobs[0].data, np.float64))
         wmax = w.reshape(w.shape[0], -1).max(axis=1) if per_channel else np.array([w.max()])
         out_rec = net.records[last]
         eight = i != convs[-1] and _output_int8(net, last, out_rec.top_ids[0])
