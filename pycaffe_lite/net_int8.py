@@ -206,6 +206,11 @@ def attach(net, enabled=None):
         return []
     bn_folds = net_int8_bn.folds(net)
     net.int8_folded = net_int8_bn.dropped(bn_folds)
+    if bn_folds:
+        log.info("Net %s: BatchNorm (and Scale) folded into the convolution before them, as "
+                 "Intel Caffe's net compiler folds them: %s", name, ", ".join(
+                     "+".join(net.records[k].name for k in (i,) + f.dropped)
+                     for i, f in sorted(bn_folds.items())))
     fused = {net.records[i].name: j for i in range(len(net.records))
              for j in [fused_relu(net, i, bn_folds)] if j is not None}
     convs = {}

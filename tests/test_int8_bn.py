@@ -136,6 +136,8 @@ def test_residual_block_folds_batchnorm_and_scale_before_quantizing(caplog):
     with caplog.at_level(logging.INFO):
         net, x = _block()
     assert net.int8_layers == ["conv0", "conv1"]
+    assert "folded into the convolution before them, as Intel Caffe's net compiler folds " \
+           "them: conv0+bn_conv0+sc_conv0, conv1+bn_conv1+sc_conv1" in caplog.text
     assert "Eltwise 'sum' and ReLU 'relus' fused into int8 convolution 'conv1'" in caplog.text
     xq = _round(x * f32(40), 0, 255)
     w0, b0 = _params(net, "conv0")
@@ -224,6 +226,44 @@ def test_batchnorm_alone_is_folded_with_a_scale_of_one_and_its_zero_factor_read_
     np.testing.assert_array_equal(net.blobs["r"].data, q / f32(25))
     np.testing.assert_array_equal(net.blobs["b"].data, q / f32(25))
     assert (q > 0).any() and (q == 0).any()
+
+
+def test_an_in_place_batchnorm_not_next_to_its_convolution_is_not_folded():
+    """The compiler seeks the BatchNorm's reader from the layer two after the convolution: an
+    in-place BatchNorm there reads its own top first, and nothing is folded. The convolution
+    then rounds to s8 (its first reader is no ReLU) and BatchNorm, Scale and ReLU compute in
+    float with the stored statistics."""
+    text = ('name: "apart" layer { name: "d" type: "Input" top: "d" input_param { shape '
+            '{ dim: 2 dim: 4 dim: 3 dim: 3 } } }\n'
+            'layer { name: "conv0" type: "Convolution" bottom: "d" top: "c0" '
+            'convolution_param { num_output: 4 kernel_size: 1 bias_term: false } %s }\n'
+            'layer { name: "side" type: "Pooling" bottom: "d" top: "side" '
+            'pooling_param { pool: MAX kernel_size: 1 } }\n'
+            'layer { name: "bn_conv0" type: "BatchNorm" bottom: "c0" top: "c0" '
+            'batch_norm_param { eps: 0.001 } }\n'
+            'layer { name: "sc_conv0" type: "Scale" bottom: "c0" top: "c0" '
+            'scale_param { bias_term: true } }\n'
+            'layer { name: "relu0" type: "ReLU" bottom: "c0" top: "c0" }\n'
+            % _qp(40.0, 30.0, SP0))
+    net = caffe.Net(text, caffe.TEST)
+    rng = np.random.default_rng(2)
+    net.params["conv0"][0].data[...] = rng.normal(0, 0.5, (4, 4, 1, 1))
+    bn, sc = net.params["bn_conv0"], net.params["sc_conv0"]
+    bn[0].data[...] = rng.normal(0, 0.5, 4)
+    bn[1].data[...] = rng.uniform(0.3, 2.0, 4)
+    bn[2].data[...] = 1.0
+    sc[0].data[...] = rng.uniform(0.5, 1.5, 4)
+    sc[1].data[...] = rng.normal(0, 0.4, 4)
+    x = rng.uniform(0, 2.5, (2, 4, 3, 3)).astype(f32)
+    net.forward(d=x)
+    xq = _round(x * f32(40), 0, 255)
+    q0 = _round(_int8_conv(xq, net.params["conv0"][0].data, np.zeros(4, f32), 40.0, 30.0, SP0),
+                -128, 127)
+    ch = (1, -1, 1, 1)
+    y = (q0 / f32(30) - bn[0].data.reshape(ch)) / np.sqrt(bn[1].data.reshape(ch) + 0.001)
+    y = np.maximum(y * sc[0].data.reshape(ch) + sc[1].data.reshape(ch), 0)
+    np.testing.assert_allclose(net.blobs["c0"].data, y, rtol=1e-5, atol=1e-5)
+    assert (q0 < 0).any()
 
 
 def test_a_scale_without_bias_is_refused_naming_it():
