@@ -150,6 +150,20 @@ def test_residual_block_folds_batchnorm_and_scale_before_quantizing(caplog):
     assert 0 < (q == 0).sum() < q.size and (q0 > 0).any()
 
 
+def test_the_folded_block_is_the_same_in_gpu_mode():
+    """On the (simulated) device too, the folded BatchNorm and Scale stay out of the
+    BatchNorm -> Scale -> ReLU chains that run as one kernel: the block gives the CPU's
+    values."""
+    from pycaffe_lite import backend
+    from pycaffe_lite.testing.simdevice import simulated_device
+    net, _ = _block()
+    cpu = net.blobs["s"].data.copy()
+    with simulated_device():
+        backend.set_mode_gpu()
+        dev, _ = _block()
+        np.testing.assert_array_equal(np.asarray(dev.blobs["s"].data), cpu)
+
+
 def test_use_global_stats_false_keeps_the_batchnorm_and_its_convolution():
     """A BatchNorm with use_global_stats: false in the TEST net is kept (kept_bn_layers): the
     convolution quantizes its own weights, its first reader is no ReLU (s8 output), and the
