@@ -521,6 +521,18 @@ test_gelu_default_1 test_gelu_default_2 test_gelu_tanh_1 test_gelu_tanh_2
 test_reduce_log_sum_desc_axes test_reduce_log_sum_asc_axes test_reduce_log_sum_default
 test_reduce_log_sum_negative_axes
 test_thresholdedrelu_example test_thresholdedrelu test_thresholdedrelu_default
+test_averagepool_2d_dilations test_averagepool_3d_default test_averagepool_3d_dilations_small
+test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True
+test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False
+test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True
+test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False
+pytorch-converted/test_AvgPool3d pytorch-converted/test_AvgPool3d_stride
+pytorch-converted/test_AvgPool3d_stride1_pad0_gpu_input test_maxpool_2d_dilations
+pytorch-converted/test_MaxPool2d_stride_padding_dilation
+pytorch-converted/test_MaxPool1d_stride_padding_dilation test_maxpool_3d_default
+test_maxpool_3d_dilations test_maxpool_3d_dilations_use_ref_impl
+test_maxpool_3d_dilations_use_ref_impl_large pytorch-converted/test_MaxPool3d
+pytorch-converted/test_MaxPool3d_stride pytorch-converted/test_MaxPool3d_stride_padding
 '''.split()
 
 REFUSED = {
@@ -552,19 +564,6 @@ REFUSED = {
         test_mul_uint32 test_mul_uint64 test_sub_uint8 test_sub_uint16 test_sub_uint32
         test_sub_uint64
     '''.split(),
-    r"ONNX node '[^']+' \(op AveragePool\): dilated pooling / storage_order have no Caffe": '''
-        test_averagepool_2d_dilations
-    '''.split(),
-    r"ONNX node '[^']+' \(op AveragePool\): only": '''
-        test_averagepool_3d_default
-        test_averagepool_3d_dilations_small
-        test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True
-        test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False
-        test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True
-        test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False
-        pytorch-converted/test_AvgPool3d pytorch-converted/test_AvgPool3d_stride
-        pytorch-converted/test_AvgPool3d_stride1_pad0_gpu_input
-    '''.split(),
     r"ONNX node '[^']+' \(op BatchNormalization\): training_mode batch normalization does not": '''
         test_batchnorm_example_training_mode test_batchnorm_epsilon_training_mode
     '''.split(),
@@ -574,19 +573,9 @@ REFUSED = {
     r"ONNX node '[^']+' \(op Dropout\): its mask output": '''
         test_dropout_default_mask test_dropout_default_mask_ratio
     '''.split(),
-    r"ONNX node '[^']+' \(op MaxPool\): dilated pooling / storage_order have no Caffe": '''
-        test_maxpool_2d_dilations pytorch-converted/test_MaxPool2d_stride_padding_dilation
-        pytorch-converted/test_MaxPool1d_stride_padding_dilation
-    '''.split(),
     r"ONNX node '[^']+' \(op MaxPool\): its Indices output": '''
         test_maxpool_with_argmax_2d_precomputed_pads
         test_maxpool_with_argmax_2d_precomputed_strides
-    '''.split(),
-    r"ONNX node '[^']+' \(op MaxPool\): only": '''
-        test_maxpool_3d_default test_maxpool_3d_dilations
-        test_maxpool_3d_dilations_use_ref_impl test_maxpool_3d_dilations_use_ref_impl_large
-        pytorch-converted/test_MaxPool3d pytorch-converted/test_MaxPool3d_stride
-        pytorch-converted/test_MaxPool3d_stride_padding
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): bilinear resize with coordinate_transformation_mode": '''
         test_resize_downsample_scales_linear

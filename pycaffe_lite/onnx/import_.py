@@ -19,6 +19,7 @@ from ..proto import caffe_pb2
 from ._lib import require_onnx
 from . import import_gates, import_layout, import_math  # noqa: F401 (their importers)
 from . import import_extrema, import_pad, import_pools  # noqa: F401 (after import_ops)
+from . import import_windows  # noqa: F401 (after import_pools)
 from . import import_ops
 
 log = logging.getLogger(__name__)
