@@ -208,10 +208,13 @@ def test_integer_and_non_tensor_inputs_are_refused():
     with pytest.raises(CaffeError, match=r"ONNX input 'x' is of type uint8; a Caffe blob "
                                          r"holds floats"):
         caffe_onnx.to_caffe(m, None)
-    # (a Max of int64, compared and not computed, converts: the table's test_max_int64)
-    for name in ("test_sub_uint8", "test_add_int8", "test_mul_uint64"):
+    # (a Max of int64, compared and not computed, converts: the table's test_max_int64; so do
+    # the Add and Mul of 32- and 64-bit integers, test_mul_uint64, exact below 2^24)
+    for name in ("test_sub_uint8", "test_add_int8", "test_mul_uint16", "test_sub_uint64"):
         model, inputs, _ = node_case(name)
-        check_refused(model, inputs, [], r"ONNX input '\w+' is of type u?int(8|64)")
+        check_refused(model, inputs, [], r"ONNX input '\w+' is of type u?int(8|16|64); .* "
+                                         r"computes with it \((u?int(8|16) arithmetic wraps|an "
+                                         r"unsigned difference wraps below 0)")
     # a sequence: not a tensor (it was 'input_shapes['x'] has 5 axes; the ONNX input has 0')
     model, _, _ = node_case("test_identity_sequence")
     with pytest.raises(CaffeError, match=r"ONNX input 'x' is of type none \(not a tensor\)"):
@@ -533,39 +536,83 @@ pytorch-converted/test_MaxPool1d_stride_padding_dilation test_maxpool_3d_default
 test_maxpool_3d_dilations test_maxpool_3d_dilations_use_ref_impl
 test_maxpool_3d_dilations_use_ref_impl_large pytorch-converted/test_MaxPool3d
 pytorch-converted/test_MaxPool3d_stride pytorch-converted/test_MaxPool3d_stride_padding
+test_add_uint32 test_add_uint64 test_and2d test_and3d test_and4d test_and_bcast3v1d
+test_and_bcast3v2d test_and_bcast4v2d test_and_bcast4v3d test_and_bcast4v4d
+test_clip_default_int8_max_expanded test_clip_default_int8_min_expanded
+test_clip_default_max_expanded test_clip_default_min_expanded test_clip_example_expanded
+test_clip_expanded test_clip_inbounds_expanded test_clip_min_greater_than_max_expanded
+test_clip_outbounds_expanded test_clip_splitbounds_expanded test_equal test_equal_bcast
+test_equal_int16 test_equal_int8 test_equal_uint16 test_equal_uint32 test_equal_uint64
+test_equal_uint8 test_greater test_greater_bcast test_greater_equal test_greater_equal_bcast
+test_greater_equal_bcast_expanded test_greater_equal_expanded test_greater_equal_int16
+test_greater_equal_int16_expanded test_greater_equal_int8 test_greater_equal_int8_expanded
+test_greater_equal_uint16 test_greater_equal_uint16_expanded test_greater_equal_uint32
+test_greater_equal_uint32_expanded test_greater_equal_uint64 test_greater_equal_uint64_expanded
+test_greater_equal_uint8 test_greater_equal_uint8_expanded test_greater_int16 test_greater_int8
+test_greater_uint16 test_greater_uint32 test_greater_uint64 test_greater_uint8 test_isinf
+test_isinf_float16 test_isinf_negative test_isinf_positive test_isnan test_isnan_float16
+test_less test_less_bcast test_less_equal test_less_equal_bcast test_less_equal_bcast_expanded
+test_less_equal_expanded test_less_equal_int16 test_less_equal_int16_expanded
+test_less_equal_int8 test_less_equal_int8_expanded test_less_equal_uint16
+test_less_equal_uint16_expanded test_less_equal_uint32 test_less_equal_uint32_expanded
+test_less_equal_uint64 test_less_equal_uint64_expanded test_less_equal_uint8
+test_less_equal_uint8_expanded test_less_int16 test_less_int8 test_less_uint16 test_less_uint32
+test_less_uint64 test_less_uint8 test_logsoftmax_axis_0_expanded
+test_logsoftmax_axis_0_expanded_ver18 test_logsoftmax_axis_1_expanded
+test_logsoftmax_axis_1_expanded_ver18 test_logsoftmax_axis_2_expanded
+test_logsoftmax_axis_2_expanded_ver18 test_logsoftmax_default_axis_expanded
+test_logsoftmax_default_axis_expanded_ver18 test_logsoftmax_example_1_expanded
+test_logsoftmax_example_1_expanded_ver18 test_logsoftmax_large_number_expanded
+test_logsoftmax_large_number_expanded_ver18 test_logsoftmax_negative_axis_expanded
+test_logsoftmax_negative_axis_expanded_ver18 test_mul_uint32 test_mul_uint64 test_mvn_expanded
+test_mvn_expanded_ver18 test_not_2d test_not_3d test_not_4d test_or2d test_or3d test_or4d
+test_or_bcast3v1d test_or_bcast3v2d test_or_bcast4v2d test_or_bcast4v3d test_or_bcast4v4d
+test_reduce_max_bool_inputs test_reduce_min_bool_inputs test_softmax_axis_0_expanded
+test_softmax_axis_0_expanded_ver18 test_softmax_axis_1_expanded
+test_softmax_axis_1_expanded_ver18 test_softmax_axis_2_expanded
+test_softmax_axis_2_expanded_ver18 test_softmax_default_axis_expanded
+test_softmax_default_axis_expanded_ver18 test_softmax_example_expanded
+test_softmax_example_expanded_ver18 test_softmax_large_number_expanded
+test_softmax_large_number_expanded_ver18 test_softmax_negative_axis_expanded
+test_softmax_negative_axis_expanded_ver18 test_where_example test_where_long_example test_xor2d
+test_xor3d test_xor4d test_xor_bcast3v1d test_xor_bcast3v2d test_xor_bcast4v2d
+test_xor_bcast4v3d test_xor_bcast4v4d pytorch-operator/test_operator_non_float_params
+pytorch-operator/test_operator_repeat pytorch-operator/test_operator_repeat_dim_overflow
 '''.split()
 
 REFUSED = {
     r"ONNX input '[^']+' has an axis of size": '''
-        test_reduce_max_empty_set test_reshape_allowzero_reordered
-        test_split_zero_size_splits_opset13 test_split_zero_size_splits_opset18
-        test_reduce_log_sum_empty_set_expanded test_reduce_l1_empty_set
-        test_reduce_l1_empty_set_expanded test_reduce_l2_empty_set
+        test_reduce_l1_empty_set test_reduce_l1_empty_set_expanded test_reduce_l2_empty_set
+        test_reduce_log_sum_empty_set test_reduce_log_sum_empty_set_expanded
+        test_reduce_max_empty_set test_reduce_max_empty_set_bool test_reduce_min_empty_set
         test_reduce_sum_empty_set test_reduce_sum_empty_set_non_reduced_axis_zero
         test_reduce_sum_square_empty_set test_reduce_sum_square_empty_set_expanded
-        test_reduce_min_empty_set test_reduce_log_sum_empty_set
+        test_reshape_allowzero_reordered test_split_zero_size_splits_opset13
+        test_split_zero_size_splits_opset18
     '''.split(),
     r"ONNX input '[^']+' is of type bool; a Caffe blob holds floats": '''
-        test_training_dropout_default test_training_dropout_default_mask test_training_dropout
-        test_training_dropout_mask test_training_dropout_zero_ratio
-        test_training_dropout_zero_ratio_mask test_reduce_max_bool_inputs
-        test_reduce_max_empty_set_bool test_reduce_min_bool_inputs
+        test_training_dropout test_training_dropout_default
+        test_training_dropout_default_mask test_training_dropout_mask
+        test_training_dropout_zero_ratio test_training_dropout_zero_ratio_mask
     '''.split(),
     r"ONNX input '[^']+' is of type int": '''
-        test_add_int8 test_add_int16 test_div_int8
-        test_div_int16 test_div_int32_trunc test_mul_int8 test_mul_int16 test_sub_int8
-        test_sub_int16 pytorch-operator/test_operator_non_float_params
-        test_pow_types_int64_float32 test_pow_types_int32_float32
-        test_pow_types_int64_int64 test_pow_types_int32_int32
+        test_add_int16 test_add_int8 test_constantofshape_float_ones
+        test_constantofshape_int_shape_zero test_constantofshape_int_zeros test_div_int16
+        test_div_int32_trunc test_div_int8 test_mul_int16 test_mul_int8
+        test_pow_types_int32_float32 test_pow_types_int32_int32 test_pow_types_int64_float32
+        test_pow_types_int64_int64 test_range_int32_type_negative_delta test_sub_int16
+        test_sub_int8
+    '''.split(),
+    r"ONNX input '[^']+' is of type object; a Caffe blob holds floats": '''
+        test_equal_string test_equal_string_broadcast
     '''.split(),
     r"ONNX input '[^']+' is of type uint": '''
-        test_add_uint8 test_add_uint16 test_add_uint32 test_add_uint64 test_div_uint8
-        test_div_uint16 test_div_uint32 test_div_uint64 test_mul_uint8 test_mul_uint16
-        test_mul_uint32 test_mul_uint64 test_sub_uint8 test_sub_uint16 test_sub_uint32
-        test_sub_uint64
+        test_add_uint16 test_add_uint8 test_div_uint16 test_div_uint32 test_div_uint64
+        test_div_uint8 test_mul_uint16 test_mul_uint8 test_sub_uint16 test_sub_uint32
+        test_sub_uint64 test_sub_uint8
     '''.split(),
     r"ONNX node '[^']+' \(op BatchNormalization\): training_mode batch normalization does not": '''
-        test_batchnorm_example_training_mode test_batchnorm_epsilon_training_mode
+        test_batchnorm_epsilon_training_mode test_batchnorm_example_training_mode
     '''.split(),
     r"ONNX node '[^']+' \(op Clip\): min": '''
         test_clip_min_greater_than_max
@@ -578,42 +625,42 @@ REFUSED = {
         test_maxpool_with_argmax_2d_precomputed_strides
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): bilinear resize with coordinate_transformation_mode": '''
-        test_resize_downsample_scales_linear
-        test_resize_downsample_sizes_linear_pytorch_half_pixel
-        test_resize_downsample_scales_linear_antialias
+        test_resize_downsample_scales_linear test_resize_downsample_scales_linear_antialias
         test_resize_downsample_sizes_linear_antialias
+        test_resize_downsample_sizes_linear_pytorch_half_pixel
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): cubic resize does not convert: Caffe has no cubic": '''
-        test_resize_upsample_scales_cubic test_resize_upsample_scales_cubic_align_corners
-        test_resize_downsample_scales_cubic test_resize_downsample_scales_cubic_align_corners
-        test_resize_upsample_sizes_cubic test_resize_downsample_sizes_cubic
-        test_resize_upsample_scales_cubic_A_n0p5_exclude_outside
+        test_resize_downsample_scales_cubic
         test_resize_downsample_scales_cubic_A_n0p5_exclude_outside
-        test_resize_upsample_scales_cubic_asymmetric
-        test_resize_downsample_scales_cubic_antialias
-        test_resize_downsample_sizes_cubic_antialias
+        test_resize_downsample_scales_cubic_align_corners
+        test_resize_downsample_scales_cubic_antialias test_resize_downsample_sizes_cubic
+        test_resize_downsample_sizes_cubic_antialias test_resize_upsample_scales_cubic
+        test_resize_upsample_scales_cubic_A_n0p5_exclude_outside
+        test_resize_upsample_scales_cubic_align_corners
+        test_resize_upsample_scales_cubic_asymmetric test_resize_upsample_sizes_cubic
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): keep_aspect_ratio_policy not_larger has no Caffe": '''
-        test_resize_upsample_sizes_nearest_not_larger
         test_resize_downsample_sizes_nearest_not_larger
+        test_resize_upsample_sizes_nearest_not_larger
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): keep_aspect_ratio_policy not_smaller has no Caffe": '''
-        test_resize_upsample_sizes_nearest_not_smaller
         test_resize_downsample_sizes_nearest_not_smaller
+        test_resize_upsample_sizes_nearest_not_smaller
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): linear resize does not convert: Caffe": '''
-        test_resize_tf_crop_and_resize test_resize_tf_crop_and_resize_extrapolation_value
-        test_resize_tf_crop_and_resize_axes_2_3 test_resize_tf_crop_and_resize_axes_3_2
         test_resize_downsample_scales_linear_half_pixel_symmetric
+        test_resize_tf_crop_and_resize test_resize_tf_crop_and_resize_axes_2_3
+        test_resize_tf_crop_and_resize_axes_3_2
+        test_resize_tf_crop_and_resize_extrapolation_value
         test_resize_upsample_scales_linear_half_pixel_symmetric
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): nearest resize converts only by integer factors that": '''
-        test_resize_downsample_scales_nearest test_resize_upsample_sizes_nearest
-        test_resize_downsample_sizes_nearest
+        test_resize_downsample_scales_nearest test_resize_downsample_sizes_nearest
+        test_resize_upsample_sizes_nearest test_resize_upsample_sizes_nearest_axes_2_3
+        test_resize_upsample_sizes_nearest_axes_3_2
+        test_resize_upsample_sizes_nearest_ceil_half_pixel
         test_resize_upsample_sizes_nearest_floor_align_corners
         test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric
-        test_resize_upsample_sizes_nearest_ceil_half_pixel
-        test_resize_upsample_sizes_nearest_axes_2_3 test_resize_upsample_sizes_nearest_axes_3_2
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): scales": '''
         test_resize_downsample_scales_linear_align_corners
@@ -622,10 +669,10 @@ REFUSED = {
         test_slice_start_out_of_bounds
     '''.split(),
     r"ONNX output '[^']+' is a constant; a Caffe net cannot output a constant": '''
-        test_constant test_shape_example test_shape test_shape_start_1 test_shape_end_1
-        test_shape_start_negative_1 test_shape_end_negative_1 test_shape_start_1_end_negative_1
-        test_shape_start_1_end_2 test_shape_clip_start test_shape_clip_end
-        test_shape_start_greater_than_end
+        test_constant test_shape test_shape_clip_end test_shape_clip_start test_shape_end_1
+        test_shape_end_negative_1 test_shape_example test_shape_start_1
+        test_shape_start_1_end_2 test_shape_start_1_end_negative_1
+        test_shape_start_greater_than_end test_shape_start_negative_1
     '''.split(),
 }
 

@@ -82,17 +82,19 @@ def test_integers_moved_by_reshape_transpose_concat(tmp_path, dtype, elem):
 
 
 def test_integer_arithmetic_is_refused_naming_the_node():
-    # an Add of int32 wraps in ONNX (2^31 - 1 + 1 = -2^31), floats do not: refused, also where
-    # the input reaches the Add through a Pad
+    # an Add of int16 wraps in ONNX (2^15 - 1 + 1 = -2^15), floats do not: refused, also where
+    # the input reaches the Add through a Pad (an int32 Add converts: it wraps only beyond
+    # 2^31, and float32 holds integers exactly up to 2^24 only, as the log says)
     nodes = [helper.make_node("Pad", ["x", "pads"], ["p"], name="pad", mode="edge"),
              helper.make_node("Add", ["p", "p"], ["y"], name="twice")]
-    model = _model(nodes, [("x", TensorProto.INT32, [1, 4])], [("y", TensorProto.INT32)],
+    model = _model(nodes, [("x", TensorProto.INT16, [1, 4])], [("y", TensorProto.INT16)],
                    [("pads", np.array([0, 1, 0, 1], np.int64))])
-    with pytest.raises(CaffeError, match=r"ONNX input 'x' is of type int32; a Caffe blob holds "
+    with pytest.raises(CaffeError, match=r"ONNX input 'x' is of type int16; a Caffe blob holds "
                                          r"floats, which carry integers exactly only through "
-                                         r"ops that move or compare them \(.*Pad.*\), and "
-                                         r"node 'twice' "
-                                         r"\(op Add\) computes with it"):
+                                         r"ops that move or compare them \(.*Pad.*\) and the "
+                                         r"Add, Sub and Mul of 32- and 64-bit integers, and "
+                                         r"node 'twice' \(op Add\) computes with it \(int16 "
+                                         r"arithmetic wraps at int16's bounds"):
         caffe_onnx.to_caffe(model, None)
 
 

@@ -19,7 +19,7 @@ from ..proto import caffe_pb2
 from ._lib import require_onnx
 from . import import_gates, import_layout, import_math  # noqa: F401 (their importers)
 from . import import_extrema, import_pad, import_pools  # noqa: F401 (after import_ops)
-from . import import_windows  # noqa: F401 (after import_pools)
+from . import import_logic, import_windows  # noqa: F401 (after those)
 from . import import_ops
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,7 @@ class ImportContext:
 
 # FLOAT, FLOAT16, DOUBLE, BFLOAT16: a graph input of these types is fed as float32
 _FLOAT_TYPES = (1, 10, 11, 16)
+BOOL = 9  # fed as 0 and 1 where only logical ops and the moving ones read it
 # UINT8, INT8, UINT16, INT16, INT32, INT64, UINT32, UINT64: fed as float32 where only ops that
 # move or compare values read them (float32 holds every integer up to 2^24 in magnitude exactly)
 _INTEGER_TYPES = (2, 3, 4, 5, 6, 7, 12, 13)
@@ -148,17 +149,38 @@ _INTEGER_TYPES = (2, 3, 4, 5, 6, 7, 12, 13)
 _MOVING_OPS = {"Pad": (0,), "Identity": (0,), "Reshape": (0,), "Flatten": (0,),
                "Squeeze": (0,), "Unsqueeze": (0,), "Transpose": (0,), "Slice": (0,),
                "Split": (0,), "Tile": (0,), "Expand": (0,), "Gather": (0,), "Concat": None,
-               "Max": None, "Min": None, "Clip": (0,), "MaxPool": (0,)}
+               "Max": None, "Min": None, "Clip": (0,), "MaxPool": (0,), "Trilu": (0,),
+               "Cast": (0,), "CastLike": (0, 1), "ReduceMax": (0,), "ReduceMin": (0,),
+               "Where": (1, 2)}
+# comparisons read integers exactly (their outputs are booleans: the walk ends there)
+_COMPARING = ("Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Equal")
+# what reads a boolean (0 or 1 in a float blob) exactly, besides the moving ops
+_LOGICAL = {"And": None, "Or": None, "Xor": None, "Not": None, "Where": (0, 1, 2),
+            "Equal": None}
 
 
-def _integer_reader(graph, name):
-    """The first node that computes with integer value ``name`` (or with a value moved from
-    it) rather than moving or comparing it, or None where only those ops read it."""
+# integer arithmetic that float32 blobs compute as ONNX does: Add and Mul of 32- and 64-bit
+# integers, Sub of signed ones (exact while the values stay within 2^24 in magnitude, as
+# every integer the blobs carry; 8- and 16-bit sums wrap within that range, an unsigned
+# difference below 0)
+_WIDE_ARITHMETIC = {"Add": (6, 7, 12, 13), "Mul": (6, 7, 12, 13), "Sub": (6, 7)}
+# the ops that compute with integers as a float blob does where ONNX truncates or wraps
+_TRUNCATING = {"Div": "integer division truncates the quotient, which no Caffe layer does",
+               "Mod": "the remainder of an integer division, which no Caffe layer computes",
+               "Pow": "an integer power truncates and wraps, which Caffe's Power does not"}
+
+
+def _integer_reader(graph, name, elem):
+    """(the first node that computes with integer (or boolean) value ``name`` of type
+    ``elem`` (or with a value moved from it) otherwise than ONNX does on integers, why) or
+    None where only ops that move or compare it, or compute with it exactly
+    (:data:`_WIDE_ARITHMETIC`; for a boolean :data:`_LOGICAL`), read it (a Cast to a float
+    type ends the walk: the computation after it is a float one)."""
     constants = {i.name for i in graph.initializer} | \
         {o for node in graph.node if node.op_type == "Constant" for o in node.output}
-    todo, seen = [name], set()
+    todo, seen = [(name, elem)], set()
     while todo:
-        value = todo.pop()
+        value, elem = todo.pop()
         if value in seen:
             continue
         seen.add(value)
@@ -168,11 +190,19 @@ def _integer_reader(graph, name):
                 continue
             if node.op_type == "Gather" and slots == [1] and node.input[0] in constants:
                 continue  # the indices of a constant table's rows (Embed): its values out
-            moving = _MOVING_OPS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") \
-                else ()
+            ours = node.domain in ("", "ai.onnx")
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            if ours and (node.op_type == "Cast" and to in _FLOAT_TYPES or
+                         elem != BOOL and node.op_type in _COMPARING):
+                continue
+            moving = _MOVING_OPS.get(node.op_type, ()) if ours else ()
+            if ours and elem in _WIDE_ARITHMETIC.get(node.op_type, ()):
+                moving = None
+            if ours and elem == BOOL and node.op_type in _LOGICAL:
+                moving = _LOGICAL[node.op_type]
             if moving is not None and any(i not in moving for i in slots):
-                return node
-            todo.extend(n for n in node.output if n)
+                return node, _TRUNCATING.get(node.op_type) if ours else None
+            todo.extend((n, to if node.op_type == "Cast" else elem) for n in node.output if n)
     return None
 
 
@@ -189,20 +219,35 @@ def _static_inputs(onnx, model, input_shapes):
         if value.name in inits:
             continue
         elem = value.type.tensor_type.elem_type
-        reader = _integer_reader(graph, value.name) if elem in _INTEGER_TYPES else None
-        if elem in _INTEGER_TYPES and reader is not None:
+        found = _integer_reader(graph, value.name, elem) if elem in _INTEGER_TYPES + (BOOL,) \
+            else None
+        if found is not None and elem == BOOL:
+            reader = found[0]
+            raise CaffeError("ONNX input '%s' is of type bool; a Caffe blob holds floats, which "
+                             "carry booleans as 0 and 1 through the logical ops (%s) and the "
+                             "ops that move them, and node '%s' (op %s) computes with it "
+                             "otherwise" % (value.name, ", ".join(sorted(_LOGICAL)),
+                                            reader.name or reader.output[0], reader.op_type))
+        if found is not None:
+            reader, why = found
+            kind = onnx.helper.tensor_dtype_to_np_dtype(elem).name
+            if why is None and reader.op_type in _WIDE_ARITHMETIC:
+                why = "%s arithmetic wraps at %s's bounds, where float32 does not" % (
+                    kind, kind) if elem not in (12, 13) else \
+                    "an unsigned difference wraps below 0"
             raise CaffeError("ONNX input '%s' is of type %s; a Caffe blob holds floats, which "
                              "carry integers exactly only through ops that move or compare "
-                             "them (%s), and node '%s' (op %s) computes with it (the graph's "
-                             "integer arithmetic, wrapping and truncating, does not convert)"
-                             % (value.name, onnx.helper.tensor_dtype_to_np_dtype(elem).name,
-                                ", ".join(sorted(_MOVING_OPS)), reader.name or reader.output[0],
-                                reader.op_type))
+                             "them (%s) and the Add, Sub and Mul of 32- and 64-bit integers, "
+                             "and node '%s' (op %s) computes with it (%s)"
+                             % (value.name, kind, ", ".join(sorted(_MOVING_OPS)),
+                                reader.name or reader.output[0], reader.op_type,
+                                why or "the graph's integer arithmetic, wrapping and "
+                                       "truncating, does not convert"))
         if elem in _INTEGER_TYPES and elem in (6, 7, 12, 13):
             log.info("ONNX import: input '%s' (%s) is carried as float32, which holds its "
                      "integers exactly up to 2^24 in magnitude", value.name,
                      onnx.helper.tensor_dtype_to_np_dtype(elem).name)
-        if elem not in _FLOAT_TYPES + _INTEGER_TYPES:
+        if elem not in _FLOAT_TYPES + _INTEGER_TYPES + (BOOL,):
             raise CaffeError("ONNX input '%s' is of type %s; a Caffe blob holds floats (the "
                              "graph's integer or boolean arithmetic, wrapping and truncating, "
                              "does not convert)"
