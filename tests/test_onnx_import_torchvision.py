@@ -254,13 +254,23 @@ def test_half_pixel_bilinear_by_a_fraction_names_the_node():
 
 # -- ops with no Caffe form ----------------------------------------------------------------
 @pytest.mark.parametrize("module, opset, op", [
-    (nn.GELU(), 13, "Erf"),
+    (Lambda(torch.floor, 2), 13, "Floor"),
+    (Lambda(lambda x: torch.erf(x) * 3, 2), 17, "Erf"),  # an Erf outside GELU's subgraph
 ])
 def test_ops_without_a_caffe_form_name_the_node_and_op(module, opset, op):
     model = export(module, (1, 2, 2, 3), opset)
     node = [n for n in model.graph.node if n.op_type == op][0]
     with pytest.raises(CaffeError, match="ONNX node '%s' \\(op %s\\): " % (node.name, op)):
         caffe_onnx.to_caffe(model, None)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_gelu_before_opset_20(tmp_path, opset):
+    # written 0.5 * x * (1 + erf(x / sqrt(2))): it was refused at the Erf; one GELU layer now
+    model = export(nn.GELU(), (1, 2, 2, 3), opset)
+    assert "Erf" in ops(model)
+    deploy = compare_batch(model, tmp_path, "gelu%d" % opset, (2, 2, 2, 3))
+    assert types(deploy) == ["Input", "GELU"]
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])

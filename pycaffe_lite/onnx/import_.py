@@ -19,8 +19,8 @@ from ..proto import caffe_pb2
 from ._lib import require_onnx
 from . import import_gates, import_layout, import_math  # noqa: F401 (their importers)
 from . import import_extrema, import_pad, import_pools  # noqa: F401 (after import_ops)
-from . import import_logic, import_windows  # noqa: F401 (after those)
-from . import import_ops
+from . import import_composite, import_logic, import_windows  # noqa: F401 (after those)
+from . import import_fuse, import_ops
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ class ImportContext:
         self.scales = {}  # an ONNX value -> the Scale layer (from a Mul) that writes it
         self.consumers = {}  # an ONNX value -> how many nodes (and outputs) read it
         self.readers = {}  # an ONNX value -> the nodes that read it
+        self.types = {}  # an ONNX value -> its element type (TensorProto's), where declared
         # every ONNX value's name: a blob a converter makes up must not take one of them
         self.values = {v.name for v in graph.input} | set(self.consts) \
             | {name for node in graph.node for name in node.output}
@@ -59,6 +60,8 @@ class ImportContext:
             self.consts[init.name] = onnx.numpy_helper.to_array(init)
         for info in list(graph.input) + list(graph.value_info) + list(graph.output):
             t = info.type.tensor_type
+            if t.elem_type:
+                self.types[info.name] = t.elem_type
             if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
                 self.shapes[info.name] = tuple(int(d.dim_value) for d in t.shape.dim)
 
@@ -285,6 +288,12 @@ def _fold(ctx, node):
         dims = ctx.shapes[node.input[0]][a.get("start", 0):a.get("end", None)]
         ctx.consts[node.output[0]] = np.asarray(dims, dtype=np.int64)
         return True
+    if node.op_type == "CastLike" and node.input[0] in ctx.consts and \
+            node.input[1] in ctx.types:  # a constant cast to a computed value's type
+        from onnx import helper
+        ctx.consts[node.output[0]] = np.asarray(ctx.consts[node.input[0]]).astype(
+            helper.tensor_dtype_to_np_dtype(ctx.types[node.input[1]]))
+        return True
     names = [n for n in node.input if n]
     # an If's or a Loop's branches read values of the enclosing graph by name: those count
     # as its inputs (a branch reading a tensor that is no constant keeps the node unfolded)
@@ -385,6 +394,7 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         copy.CopyFrom(model)
         model = copy
     model = _fold_constants(onnx, _static_inputs(onnx, model, input_shapes))
+    model = import_fuse.fuse(onnx, model)  # GELU's erf subgraph: one Gelu
     graph = model.graph
     ctx = ImportContext(onnx, model)
     inits = {i.name for i in graph.initializer}
