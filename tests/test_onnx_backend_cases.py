@@ -315,7 +315,7 @@ def _needs_constant(model, message):
     return None
 
 
-@pytest.mark.slow   # the whole table: about 20 s on 2 cores
+@pytest.mark.slow   # the whole table: about 50 s on 2 cores
 @pytest.mark.parametrize("name,refusal", CASES, ids=[c[0] for c in CASES])
 def test_backend_case(tmp_path, name, refusal):
     model, inputs, expected = _load(name)

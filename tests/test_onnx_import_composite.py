@@ -1,13 +1,16 @@
 """ONNX ops built of a few other ops' layers (Celu, LpNormalization, ReduceLogSumExp,
-RMSNormalization, Trilu, Cast), and the exact GELU written with Erf (PyTorch's ``nn.GELU``
-before opset 20), checked against onnxruntime on random shapes and values.
+RMSNormalization, GroupNormalization, Trilu, Shrink, Swish, Cast), and the exact GELU written
+with Erf (PyTorch's ``nn.GELU`` before opset 20), checked against onnxruntime on random
+shapes and values.
 
 Tolerances, each from how the layers round: Celu divides by alpha as a product by ``1 /
 alpha`` and scales back (alpha 1: the ELU alone), a few float32 units in the last place,
 ``rtol=1e-6``; near 0 ``exp(x) - 1`` cancels, an absolute error of about ``alpha 2^-23``
-(``atol=4e-7`` for alpha up to 2.5). LpNormalization, ReduceLogSumExp and RMSNormalization
-sum in another order than onnxruntime and take the inverse root by a Power: ``rtol=1e-5``.
-Trilu and Cast copy values: exact. GELU is our GELU layer (erf form) against onnxruntime's
+(``atol=4e-7`` for alpha up to 2.5). LpNormalization, ReduceLogSumExp, RMSNormalization and
+GroupNormalization sum in another order than onnxruntime and take the inverse root by a
+Power: ``rtol=1e-5``. Trilu and Cast copy values, Shrink subtracts or adds the bias once as
+onnxruntime does: exact. Swish is Caffe's Swish layer against x sigmoid(alpha x) in float64:
+``rtol=1e-6``. GELU is our GELU layer (erf form) against onnxruntime's
 Div, Erf, Add, Mul, Mul, whose ``1 + erf(x / sqrt(2))`` cancels for negative ``x`` (an
 absolute error up to about ``|x| 2^-24``, as in torch's float32): ``rtol=1e-6``,
 ``atol=1e-6`` for ``|x|`` below 10."""
@@ -180,3 +183,62 @@ def test_gelu_written_other_ways_and_erf_alone(tmp_path):
     with pytest.raises(CaffeError, match=r"ONNX node 'erf' \(op Erf\): Caffe has no erf layer: "
                                          r"Erf converts only inside the exact GELU"):
         caffe_onnx.to_caffe(model, None)
+
+
+@pytest.mark.parametrize("lambd,bias", [(0.5, 0.0), (1.5, 1.5), (0.7, -0.3)])
+def test_shrink(tmp_path, lambd, bias):
+    x = _awkward_floats((4, 9), 11)
+    model = _model([helper.make_node("Shrink", ["x"], ["y"], lambd=lambd, bias=bias)],
+                   [("x", TensorProto.FLOAT, x.shape)], opset=9)
+    (got,), (want,), _ = _run(model, {"x": x}, tmp_path, "shrink")
+    np.testing.assert_array_equal(got, want)
+
+
+def _awkward_floats(shape, seed):
+    x = _float(shape, seed, 2.0)
+    flat = x.reshape(-1)
+    flat[::5] = np.array([np.inf, -np.inf, np.nan, 0.5, -0.5, 1.5, -1.5],
+                         np.float32)[np.arange(flat[::5].size) % 7]
+    return x
+
+
+@pytest.mark.parametrize("opset,groups,shape", [(21, 2, (2, 4, 3, 5)), (21, 3, (3, 6, 7)),
+                                                (18, 2, (2, 6, 2, 2, 3))])
+def test_group_normalization(tmp_path, opset, groups, shape):
+    x = _float(shape, 12, 3.0)
+    n = shape[1] if opset >= 21 else groups  # opset 18: a scale and bias per group
+    scale, bias = _float((n,), 13), _float((n,), 14)
+    model = _model([helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"],
+                                     num_groups=groups, epsilon=1e-3)],
+                   [("x", TensorProto.FLOAT, shape)],
+                   inits=[("scale", scale), ("bias", bias)], opset=opset)
+    prefix = str(tmp_path / "gn")
+    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    got = net.blobs[outputs["y"]].data
+    # the definition, in float64 (onnxruntime has no opset-18 GroupNormalization kernel)
+    g = x.astype(np.float64).reshape(shape[0], groups, -1)
+    normed = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-3))
+    per = np.repeat(scale, shape[1] // n), np.repeat(bias, shape[1] // n)
+    tail = (1,) * (len(shape) - 2)
+    want = normed.reshape(shape) * per[0].reshape((-1,) + tail) + per[1].reshape((-1,) + tail)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if opset >= 21:
+        theirs = ort.InferenceSession(model.SerializeToString(),
+                                      providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.6])
+def test_swish(tmp_path, alpha):
+    x = _float((3, 8), 15, 4.0)
+    model = _model([helper.make_node("Swish", ["x"], ["y"], alpha=alpha)],
+                   [("x", TensorProto.FLOAT, x.shape)], opset=24)
+    prefix = str(tmp_path / "swish")
+    _, _, outputs = caffe_onnx.to_caffe(model, prefix)
+    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    net.forward(x=x)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(net.blobs[outputs["y"]].data,
+                               x64 / (1 + np.exp(-alpha * x64)), rtol=1e-6, atol=1e-7)

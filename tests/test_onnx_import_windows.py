@@ -104,3 +104,20 @@ def test_a_read_indices_output_is_still_refused():
     with pytest.raises(CaffeError, match=r"ONNX node 'pool' \(op MaxPool\): its Indices output "
                                          r"'i' is read, and has no Caffe equivalent"):
         caffe_onnx.to_caffe(model, None)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lp_pool(tmp_path, seed):
+    # LpPool was refused ('this op has no Caffe equivalent'): the windows' sum of |x|^p, then a
+    # Power 1/p; sums in another order than onnxruntime's and a root: rtol 1e-5
+    rng = np.random.default_rng(200 + seed)
+    spatial = [1, 2, 3][seed % 3]
+    kernel, dil, strides, pads, sizes = _geometry(rng, spatial, seed % 2 == 1)
+    p = [1, 2, 3][seed % 3]
+    node = helper.make_node("LpPool", ["x"], ["y"], name="lp", kernel_shape=kernel,
+                            strides=strides, pads=pads, dilations=dil, p=p)
+    shape = [int(rng.integers(1, 3)), int(rng.integers(1, 4))] + sizes
+    x = rng.normal(size=shape).astype(np.float32)
+    got, want, deploy = _both(_model(node, shape, opset=22), x, tmp_path, "lp%d" % seed)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -4,9 +4,10 @@ by handing those ops, as nodes of their own, to the importers that convert them:
 over the axis: ReduceL1 or ReduceSumSquare, a Power, and the broadcast Mul), ReduceLogSumExp
 (shifted by the maximum, as runtimes compute it: ReduceMax, Clip to the finite range, Sub,
 Exp, ReduceSum, Log, Add), RMSNormalization (``x (mean(x^2) + epsilon)^-0.5 * scale`` over
-the axes from ``axis`` on: Power, Reduction MEAN, Power, Scale, Scale), Trilu (the
-select of :mod:`.import_logic` by fixed bounds: exact for every value, NaN included) and
-Cast / CastLike to a type whose values the float blob already holds (an identity; a Cast
+the axes from ``axis`` on: Power, Reduction MEAN, Power, Scale, Scale), GroupNormalization
+(Reshape, InstanceNormalization, Reshape, Mul, Add), Swish, Shrink (comparisons and Wheres),
+Trilu (the select of :mod:`.import_logic` by fixed bounds: exact for every value, NaN
+included) and Cast / CastLike to a type whose values the float blob already holds (an identity; a Cast
 that rounds, truncates or wraps is an error naming the node). Registered in
 :data:`.import_ops.IMPORTERS` as the other importers."""
 
@@ -263,6 +264,68 @@ def cast(ctx, node):
                                                           _type_name(target), what))
     ctx.alias[top] = ctx.blob(x)
     ctx.types[top] = target
+
+
+# -- Swish, Shrink, GroupNormalization -------------------------------------------------------
+@importer("Swish")
+def swish(ctx, node):
+    """Opset 24's ``x sigmoid(alpha x)``: Caffe's Swish of ``beta`` alpha."""
+    lp = ctx.layer("Swish", _name(node), [node.input[0]], [node.output[0]])
+    alpha = float(np.float32(attrs(node).get("alpha", 1.0)))
+    if alpha != 1.0:
+        lp.swish_param.beta = alpha
+
+
+@importer("Shrink")
+def shrink(ctx, node):
+    """``x - bias`` where ``x > lambd``, ``x + bias`` where ``x < -lambd``, else 0: the
+    comparisons and two Wheres of :mod:`.import_logic` (exact; NaN gives 0, as ONNX)."""
+    a = attrs(node)
+    lambd = np.float32(a.get("lambd", 0.5))
+    bias = np.float32(a.get("bias", 0.0))
+    x, top = node.input[0], node.output[0]
+    shape = ctx.shape(x, node)
+    above = _sub(ctx, node, "Greater", [x, np.array(lambd)], top + "/above", shape)
+    below = _sub(ctx, node, "Less", [x, np.array(-lambd)], top + "/below", shape)
+    down = _sub(ctx, node, "Sub", [x, np.array(bias)], top + "/down", shape)
+    up = _sub(ctx, node, "Add", [x, np.array(bias)], top + "/up", shape)
+    low = _sub(ctx, node, "Where", [below, up, np.zeros((), np.float32)], top + "/low",
+               shape)
+    _sub(ctx, node, "Where", [above, down, low], top, shape)
+
+
+@importer("GroupNormalization")
+def group_norm(ctx, node):
+    """The input viewed as ``N x G x (the rest)``, its InstanceNormalization (weights 1, bias
+    0: the statistics per sample and group, epsilon added to the variance), viewed back, then
+    the Mul and Add of the per-channel scale and bias (opset 18's per-group ones repeated
+    over the group's channels)."""
+    a = attrs(node)
+    x, top = node.input[0], node.output[0]
+    shape = tuple(ctx.shape(x, node))
+    groups = int(a["num_groups"])
+    if len(shape) < 3 or groups < 1 or shape[1] % groups:
+        raise ctx.error(node, "num_groups %d does not divide the %s channels of shape %s"
+                        % (groups, shape[1] if len(shape) > 1 else "missing", shape))
+    channels = shape[1]
+    weights = []
+    for slot, what in ((1, "scale"), (2, "bias")):
+        w = ctx.const(node.input[slot], node, what).astype(np.float32).reshape(-1)
+        if w.size == groups and groups != channels:
+            w = np.repeat(w, channels // groups)
+        if w.size != channels:
+            raise ctx.error(node, "its %s has %d values for %d channels" % (what, w.size,
+                                                                          channels))
+        weights.append(w.reshape((channels,) + (1,) * (len(shape) - 2)))
+    view = (shape[0], groups, int(np.prod(shape[1:])) // groups)
+    grouped = _sub(ctx, node, "Reshape", [x, np.array(view, np.int64)], top + "/grouped", view)
+    normed = _sub(ctx, node, "InstanceNormalization",
+                  [grouped, np.ones(groups, np.float32), np.zeros(groups, np.float32)],
+                  top + "/normalized", view, epsilon=float(a.get("epsilon", 1e-5)))
+    back = _sub(ctx, node, "Reshape", [normed, np.array(shape, np.int64)], top + "/back",
+                shape)
+    scaled = _sub(ctx, node, "Mul", [back, weights[0]], top + "/scaled", shape)
+    _sub(ctx, node, "Add", [scaled, weights[1]], top, shape)
 
 
 # -- Erf ---------------------------------------------------------------------------------------

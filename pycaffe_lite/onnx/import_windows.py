@@ -1,5 +1,6 @@
 """ONNX pooling that Caffe's Pooling layer cannot hold -> Caffe layers: a MaxPool or
-AveragePool with ``dilations``, of any rank, and a 3-D (or higher) pool. Caffe's Pooling
+AveragePool with ``dilations``, of any rank, a 3-D (or higher) pool, and LpPool (the windows'
+sum of ``|x|^p``, then a Power ``1/p``). Caffe's Pooling
 is 2-D and has no dilation, so such a pool is built from its windows' offsets: the input
 padded (``-inf`` for a maximum, 0 for an average: a Parameter layer holding the pad, not
 learnt, joined by Concat), then along each spatial axis in turn the ``k`` strided selections
@@ -47,6 +48,40 @@ def pool(ctx, node):
     if _read(ctx, node, 1):
         raise ctx.error(node, "its Indices output '%s' is read, and has no Caffe equivalent"
                         % node.output[1])
+    _windows(ctx, node, x, "max" if node.op_type == "MaxPool" else "average", node.output[0])
+
+
+@importer("LpPool")
+def lp_pool(ctx, node):
+    """``(sum |x|^p)^(1/p)`` over each window: AbsVal and Power ``p`` (for an even ``p`` the
+    Power alone), the windows' sum (:func:`_windows`: zero pads add nothing, as ONNX's), a
+    Power ``1/p``."""
+    p = int(attrs(node).get("p", 2))
+    if p < 1:
+        raise ctx.error(node, "p %d: a norm needs p of 1 or more" % p)
+    x, top, name = node.input[0], node.output[0], _name(node)
+    if p % 2:
+        ctx.layer("AbsVal", name + "/abs", [x], [top + "/abs"])
+        x = top + "/abs"
+    if p != 1:
+        lp = ctx.layer("Power", name + "/pow", [x], [top + "/pow"])
+        lp.power_param.power = float(p)
+        x = top + "/pow"
+    if p == 1:
+        _windows(ctx, node, x, "sum", top)
+        return
+    _windows(ctx, node, x, "sum", top + "/sum")
+    lp = ctx.layer("Power", name, [top + "/sum"], [top])
+    lp.power_param.power = 1.0 / p
+
+
+def _windows(ctx, node, x, kind, top):
+    """The pool of ``node``'s geometry over the blob ``x`` (of the node's input's shape) by
+    the windows' offsets into ``top``: their maximum, sum or average (see the module)."""
+    a = attrs(node)
+    shape = ctx.shape(node.input[0], node)
+    spatial = len(shape) - 2
+    dilations = [int(d) for d in a.get("dilations", [1] * spatial)]
     kernel = [int(k) for k in a["kernel_shape"]]
     strides = [int(s) for s in a.get("strides", [1] * spatial)]
     if len(kernel) != spatial or len(strides) != spatial or len(dilations) != spatial or \
@@ -56,8 +91,8 @@ def pool(ctx, node):
     pads = _pads(ctx, node, a, kernel, strides, dilations)
     begin, end = pads[:spatial], pads[spatial:]
     out = list(ctx.shape(node.output[0], node))
-    is_max = node.op_type == "MaxPool"
-    top, name = node.output[0], _name(node)
+    is_max = kind == "max"
+    name = _name(node)
     sizes = list(shape[2:])
     # the input padded so that every window's positions lie inside it: ONNX's begin pads,
     # and at the end whatever the last window reaches (ceil_mode's may pass ONNX's pads)
@@ -80,7 +115,7 @@ def pool(ctx, node):
     last_axis = spatial - 1
     for i in range(spatial):
         axis = i + 2
-        done = i == last_axis and is_max
+        done = i == last_axis and kind != "average"
         reduced = top if done else "%s/axis%d" % (top, axis)
         if kernel[i] == 1:
             blob = strided(em, blob, cur, axis, 0, strides[i], out[axis],
@@ -95,7 +130,7 @@ def pool(ctx, node):
             lp.eltwise_param.operation = E.MAX if is_max else E.SUM
             blob = reduced
         cur[axis] = out[axis]
-    if is_max:
+    if kind != "average":
         return
     include = bool(int(a.get("count_include_pad", 0)))
     counts = [_positions(o, k, s, d, b, -b if include else 0, n + e if include else n)
