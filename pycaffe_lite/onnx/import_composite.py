@@ -7,8 +7,8 @@ Exp, ReduceSum, Log, Add), RMSNormalization (``x (mean(x^2) + epsilon)^-0.5 * sc
 the axes from ``axis`` on: Power, Reduction MEAN, Power, Scale, Scale), GroupNormalization
 (Reshape, InstanceNormalization, Reshape, Mul, Add), Swish, Shrink (comparisons and Wheres),
 Trilu (the select of :mod:`.import_logic` by fixed bounds: exact for every value, NaN
-included) and Cast / CastLike to a type whose values the float blob already holds (an identity; a Cast
-that rounds, truncates or wraps is an error naming the node). Registered in
+included) and Cast / CastLike to a type whose values the float blob already holds (an
+identity; a Cast that rounds, truncates or wraps is an error naming the node). Registered in
 :data:`.import_ops.IMPORTERS` as the other importers."""
 
 import numpy as np
@@ -241,8 +241,13 @@ def cast(ctx, node):
             target) if target is not None else ctx.consts[x].dtype)
         return
     source = ctx.types.get(x)
+    if target in _FLOATS:  # every value a float blob holds, float32 holds: the identity
+        ctx.alias[top] = ctx.blob(x)
+        ctx.types[top] = target
+        return
     if target is None or source is None:
-        raise ctx.error(node, "the type of '%s' is not known, so what the cast does is not"
+        raise ctx.error(node, "the type of '%s' is not known (shape inference gave none), so "
+                              "whether the cast keeps every value cannot be told"
                         % (x if source is None else node.input[1]))
     same = source == target or target in _FLOATS or \
         target in _HALVES and (source in _HALVES and source == target or
