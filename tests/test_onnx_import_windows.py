@@ -121,3 +121,46 @@ def test_lp_pool(tmp_path, seed):
     got, want, deploy = _both(_model(node, shape, opset=22), x, tmp_path, "lp%d" % seed)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _with_indices(kernel, strides, pads, shape, **extra):
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], name="pool", kernel_shape=kernel,
+                            strides=strides, pads=pads, **extra)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("i", TensorProto.INT64, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+
+
+@pytest.mark.parametrize("kernel,strides,pads,shape", [
+    ([3, 3], [2, 2], [1, 1, 1, 1], (2, 3, 7, 7)), ([2, 2], [2, 2], [0, 0, 0, 0], (1, 2, 6, 8)),
+    ([3, 2], [1, 2], [1, 0, 1, 0], (3, 2, 5, 6)), ([3], [2], [1, 1], (2, 3, 9))])
+def test_maxpool_indices(tmp_path, kernel, strides, pads, shape):
+    # a read Indices output was refused: Caffe's MAX mask (h W + w in the plane) plus the
+    # plane's offset (n C + c) H W is ONNX's flat index; with ties (small integers) the first
+    # maximum in row-major order, as onnxruntime's
+    model = _with_indices(kernel, strides, pads, shape)
+    rng = np.random.default_rng(len(shape) + kernel[0])
+    for x in (rng.normal(size=shape).astype(np.float32),
+              rng.integers(-2, 3, shape).astype(np.float32)):
+        want = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        prefix = str(tmp_path / "idx")
+        _, _, outputs = caffe_onnx.to_caffe(model, prefix)
+        net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+        net.forward(x=x)
+        np.testing.assert_array_equal(net.blobs[outputs["y"]].data, want[0])
+        np.testing.assert_array_equal(net.blobs[outputs["i"]].data.astype(np.int64), want[1])
+
+
+def test_maxpool_indices_that_do_not_convert():
+    with pytest.raises(CaffeError, match=r"ONNX node 'pool' \(op MaxPool\): its Indices output "
+                                         r"'i' is read, and converts only in row-major order"):
+        caffe_onnx.to_caffe(_with_indices([2, 2], [1, 1], [0, 0, 0, 0], (1, 1, 4, 4),
+                                          storage_order=1), None)
+    # floor mode, where Caffe's rounding up adds a window: its mask would need cropping too
+    with pytest.raises(CaffeError, match=r"ONNX node 'pool' \(op MaxPool\): its Indices output "
+                                         r"'i' is read, and converts only where Caffe's windows "
+                                         r"are ONNX's \(\[2, 2\], not \[3, 3\]\)"):
+        caffe_onnx.to_caffe(_with_indices([2, 2], [2, 2], [0, 0, 0, 0], (1, 1, 5, 5)), None)

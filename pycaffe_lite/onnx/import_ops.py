@@ -156,9 +156,10 @@ def pool(ctx, node):
     shape = ctx.shape(x, node)
     if len(shape) != 4:
         raise ctx.error(node, "only 1-D and 2-D pooling convert to Caffe (input %s)" % (shape,))
-    if _read(ctx, node, 1):
-        raise ctx.error(node, "its Indices output '%s' is read, and has no Caffe equivalent"
-                        % node.output[1])
+    indices = _read(ctx, node, 1)
+    if indices and (a.get("storage_order", 0) or explicit is not None):
+        raise ctx.error(node, "its Indices output '%s' is read, and converts only in row-major "
+                              "order (storage_order 0)" % node.output[1])
     if any(d != 1 for d in a.get("dilations", [1, 1])) or a.get("storage_order", 0):
         raise ctx.error(node, "dilated pooling / storage_order have no Caffe equivalent")
     kernel = [int(k) for k in a["kernel_shape"]]
@@ -207,7 +208,13 @@ def pool(ctx, node):
             factors = None
     top = node.output[0] if caffe_out == onnx_out and factors is None else \
         node.output[0] + "/caffe_pool"
-    lp = ctx.layer("Pooling", _name(node), [x], [top])
+    if indices and caffe_out != onnx_out:
+        raise ctx.error(node, "its Indices output '%s' is read, and converts only where Caffe's "
+                              "windows are ONNX's (%s, not %s)" % (node.output[1], onnx_out,
+                                                                  caffe_out))
+    lp = ctx.layer("Pooling", _name(node), [x], [top] + ([top + "/mask"] if indices else []))
+    if indices:  # Caffe's mask h W + w, plus the plane's offset (n C + c) H W: ONNX's index
+        _plane_offsets(ctx, node, top + "/mask", shape)
     p = lp.pooling_param
     p.pool = caffe_pb2.PoolingParameter.MAX if is_max else caffe_pb2.PoolingParameter.AVE
     _pool_geometry(p, kernel, strides, caffe_pad)
@@ -220,6 +227,14 @@ def pool(ctx, node):
         lp = ctx.layer("Scale", _name(node) + "/divisor", [top], [node.output[0]], [factors])
         lp.scale_param.axis, lp.scale_param.num_axes = 2, 2
         lp.param.add(lr_mult=0, decay_mult=0)
+
+
+def _plane_offsets(ctx, node, mask, shape):
+    n, c, h, w = shape
+    offsets = (np.arange(n * c, dtype=np.float64) * h * w).reshape(n, c).astype(np.float32)
+    lp = ctx.layer("Bias", _name(node) + "/indices", [mask], [node.output[1]], [offsets])
+    lp.bias_param.axis, lp.bias_param.num_axes = 0, 2
+    lp.param.add(lr_mult=0, decay_mult=0)
 
 
 def _pool_geometry(p, kernel, strides, pads):

@@ -10,7 +10,7 @@ Registered in :data:`.import_ops.IMPORTERS` as the other importers."""
 import numpy as np
 
 from .import_layout import _crop
-from .import_ops import IMPORTERS, _name, _onnx_pooled, _pads, attrs, importer
+from .import_ops import IMPORTERS, _name, _onnx_pooled, _pads, _read, attrs, importer
 
 _pool_2d = IMPORTERS["MaxPool"]
 _global_pool_2d = IMPORTERS["GlobalMaxPool"]
@@ -36,7 +36,7 @@ def _as_2d(ctx, node):
             two[key] = [int(a[key][0]), 1]
     if "pads" in a:
         two["pads"] = [int(a["pads"][0]), 0, int(a["pads"][1]), 0]
-    outputs = [top + "/pool2d"] + list(node.output[1:])
+    outputs = [top + "/pool2d"] + [n + "/pool2d" if n else n for n in node.output[1:]]
     return helper.make_node(node.op_type, [x + "/view2d"] + list(node.input[1:]), outputs,
                             name=_name(node), **two)
 
@@ -51,6 +51,7 @@ def _pool_uneven(ctx, node):
     a = attrs(node)
     shape = ctx.shape(node.input[0], node)
     if len(shape) != 4 or node.input[0] in ctx.padded or "kernel_shape" not in a or \
+            _read(ctx, node, 1) or \
             int(a.get("ceil_mode", 0)) or any(int(d) != 1 for d in a.get("dilations", [])) or \
             node.op_type == "AveragePool" and int(a.get("count_include_pad", 0)):
         _pool_2d(ctx, node)
@@ -95,9 +96,15 @@ def pool(ctx, node):
     x, top, name = node.input[0], node.output[0], _name(node)
     two = _as_2d(ctx, node)
     ctx.shapes[two.input[0]] = tuple(shape) + (1,)
+    indices = _read(ctx, node, 1)
+    if indices:  # the 2-D pool's Indices, read by the Reshape back to ONNX's
+        ctx.consumers[two.output[1]] = 1
     _reshape(ctx, name + "/view2d", x, two.input[0], tuple(shape) + (1,))
     _pool_uneven(ctx, two)
     _reshape(ctx, name + "/view1d", two.output[0], top, ctx.shape(top, node))
+    if indices:  # ((n C + c) L + l) 1 + 0: the 1-D index
+        _reshape(ctx, name + "/indices1d", two.output[1], node.output[1],
+                 ctx.shape(node.output[1], node))
 
 
 @importer("GlobalMaxPool", "GlobalAveragePool")

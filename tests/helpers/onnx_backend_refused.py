@@ -149,7 +149,6 @@ REFUSED = {
         test_erf
     '''.split(),
     r"ONNX node '[^']+' \(op MaxPool\): its Indices output": '''
-        test_maxpool_with_argmax_2d_precomputed_pads
         test_maxpool_with_argmax_2d_precomputed_strides
     '''.split(),
     r"ONNX node '[^']+' \(op Resize\): bilinear resize with coordinate_transformation_mode": '''
