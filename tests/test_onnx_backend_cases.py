@@ -123,16 +123,24 @@ def check_refused(model, inputs, frozen, pattern):
 
 # -- the defects these cases found ------------------------------------------------------------
 @pytest.mark.slow   # three zoo nets, about 5 s
-def test_zoo_nets_whose_dropout_names_an_unread_mask(tmp_path):
+def test_zoo_nets_whose_dropout_names_a_mask(tmp_path):
     # the model zoo's SqueezeNet (as alexnet and vgg19) names the mask output of its Dropout
     # (opset 3..6) and reads it nowhere: nothing to convert, the Dropout is the identity
     model, inputs, expected = data_case("light/squeezenet")
     assert any(len(n.output) > 1 for n in model.graph.node if n.op_type == "Dropout")
     check_match(model, inputs, expected, [], tmp_path, "squeezenet")
-    # a mask that is read (here a graph output) is still refused, naming it
-    model, inputs, _ = node_case("test_dropout_default_mask")
-    check_refused(model, inputs, [], r"ONNX node 'y' \(op Dropout\): its mask output 'z' is "
-                                     r"read, and the dropout mask has no Caffe equivalent")
+    # a mask that is read (here a graph output): at inference nothing is dropped and ONNX's
+    # mask is all true, a Power of scale 0 (constant 1; it was refused: 'the dropout mask has
+    # no Caffe equivalent'); with training_mode a constant true, still refused
+    model, inputs, expected = node_case("test_dropout_default_mask")
+    assert np.all(expected[1])
+    check_match(model, inputs, expected, [], tmp_path, "mask")
+    m, _ = freeze(model, inputs, [])
+    m.graph.node[0].input.extend(["", "training"])
+    m.graph.initializer.append(numpy_helper.from_array(np.array(True), "training"))
+    with pytest.raises(CaffeError, match=r"ONNX node 'y' \(op Dropout\): training-mode dropout "
+                                         r"\(random\) does not convert"):
+        caffe_onnx.to_caffe(m, None)
 
 
 def test_align_corners_resize_by_scales_of_fractional_lengths_is_refused(tmp_path):

@@ -354,7 +354,8 @@ def clip(ctx, node):
 
 @importer("Identity", "Dropout")
 def identity(ctx, node):
-    if _read(ctx, node, 1):
+    mask = _read(ctx, node, 1)
+    if mask and (node.op_type != "Dropout" or ctx.opset < 7):
         raise ctx.error(node, "its mask output '%s' is read, and the dropout mask has no Caffe "
                               "equivalent" % node.output[1])
     if node.op_type == "Dropout":
@@ -369,6 +370,9 @@ def identity(ctx, node):
             ratio = ctx.const(node.input[1], node, "ratio").reshape(-1)[0]
         if training and float(ratio) != 0.0:
             raise ctx.error(node, "training-mode dropout (random) does not convert")
+        if mask:  # nothing dropped: all true (a Power of scale 0 ignores its input: 1)
+            lp = ctx.layer("Power", _name(node) + "/mask", [node.input[0]], [node.output[1]])
+            lp.power_param.scale, lp.power_param.shift = 0.0, 1.0
     ctx.alias[node.output[0]] = ctx.blob(node.input[0])
 
 

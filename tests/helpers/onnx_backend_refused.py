@@ -142,9 +142,6 @@ REFUSED = {
     r"ONNX node '[^']+' \(op Clip\): min": '''
         test_clip_min_greater_than_max
     '''.split(),
-    r"ONNX node '[^']+' \(op Dropout\): its mask output": '''
-        test_dropout_default_mask test_dropout_default_mask_ratio
-    '''.split(),
     r"ONNX node '[^']+' \(op Erf\): Caffe has no erf layer": '''
         test_erf
     '''.split(),

@@ -418,4 +418,5 @@ test_lppool_2d_same_upper test_lppool_2d_strides test_lppool_3d_default test_shr
 test_shrink_soft test_swiglu_alpha_expanded test_swiglu_expanded test_swish
 test_swiglu_float16_expanded
 test_maxpool_with_argmax_2d_precomputed_pads
+test_dropout_default_mask test_dropout_default_mask_ratio
 '''.split()
