@@ -1,0 +1,190 @@
+"""The forks' published test nets, read unchanged from tests/fixtures/real (sources in its
+README): PSPNet-50 for ADE20K (hszhao/PSPNet: its BN layer, the pyramid pooling, Interp),
+R-FCN with ResNet-50 (py-R-FCN: PSROIPooling after py-faster-rcnn's Python proposal layer) and
+py-faster-rcnn's VGG-16 test net.
+
+With seeded random weights every blob agrees with OpenCV's Caffe importer reading the same net
+where OpenCV has no layer of the fork's, a translation is made for OpenCV alone: PSPNet's BN
+(slope * (x - mean) / sqrt(var + eps) + bias, its TEST form) is written as BatchNorm and Scale
+with the same numbers; the proposal layer, which OpenCV cannot run, is checked against
+py-faster-rcnn's ProposalLayer written out in NumPy (tests/helpers/rpn_proposals.py), and
+OpenCV then takes its rois as an input.
+"""
+
+import os
+import re
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from helpers.rpn_proposals import py_faster_rcnn_proposals
+from test_model_zoo import close
+from test_published_nets import fill, last_writers
+
+import pycaffe_lite as caffe
+from pycaffe_lite.proto import caffe_pb2, protoio
+
+cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REAL = os.path.join(HERE, "fixtures", "real")
+PSPNET = os.path.join(REAL, "pspnet50_ADE20K_473.prototxt")
+
+
+def compare_with_opencv(net, cvnet, opencv_name=lambda layer: layer, leave_out=()):
+    """Each blob against OpenCV's output of the last layer writing it (an in-place chain is
+    compared at its end); returns how many were compared."""
+    last = {top: writer for top, writer in last_writers(net).items()
+            if writer[0] not in leave_out}
+    names = sorted({opencv_name(layer) for layer, _ in last.values()})
+    theirs = dict(zip(names, cvnet.forward(names)))
+    for top, (layer, index) in last.items():
+        assert index == 0, (top, layer)
+        ours, value = net.blobs[top].data, theirs[opencv_name(layer)]
+        assert value.size == ours.size, (top, ours.shape, value.shape)
+        close(ours, value, "blob %s (layer %s) vs OpenCV" % (top, layer))
+    return len(last)
+
+
+def test_pspnet50_ade20k_shapes_as_the_paper_states():
+    """PSPNet (Zhao et al. 2017), Figure 3 and Section 3.2 (the file's own input, 473 x 473):
+    a dilated ResNet-50 leaves a 1/8 feature map, 60 x 60 x 2048; the pyramid pools it to
+    1 x 1, 2 x 2, 3 x 3 and 6 x 6 bins, a 1 x 1 convolution takes each to 1/4 of the
+    channels (512), bilinear interpolation back to 60 x 60, concatenated with the map
+    (2048 + 4 x 512); ADE20K's 150 classes, interpolated (zoom 8) to the input's size."""
+    net = caffe.Net(PSPNET, caffe.TEST)
+    shapes = {"conv1_1_3x3_s2": (64, 237, 237), "conv5_3": (2048, 60, 60),
+              "conv5_3_pool1": (2048, 1, 1), "conv5_3_pool2": (2048, 2, 2),
+              "conv5_3_pool3": (2048, 3, 3), "conv5_3_pool6": (2048, 6, 6),
+              "conv5_3_pool6_conv": (512, 6, 6), "conv5_3_pool1_interp": (512, 60, 60),
+              "conv5_3_pool6_interp": (512, 60, 60), "conv5_3_concat": (4096, 60, 60),
+              "conv5_4": (512, 60, 60), "conv6": (150, 60, 60),
+              "conv6_interp": (150, 473, 473)}
+    for blob, shape in shapes.items():
+        assert net.blobs[blob].shape == (1,) + shape, blob
+    assert sum(layer.type == "BN" for layer in net.layers) == sum(
+        layer.type == "Convolution" for layer in net.layers) - 1  # all but conv6
+
+
+def blob_proto(array):
+    blob = caffe_pb2.BlobProto()
+    blob.shape.dim.append(array.size)
+    blob.data.extend(np.asarray(array, np.float32).ravel().tolist())
+    return blob
+
+
+def pspnet_for_opencv(weights, folder):
+    """The file and the weights with each BN layer L as a BatchNorm L (its running mean and
+    variance, use_global_stats, the same eps) followed in place by a Scale L/scale (its slope
+    and bias)."""
+    text = protoio.read_net_param(PSPNET)
+    saved = caffe_pb2.NetParameter.FromString(open(weights, "rb").read())
+    blobs = {layer.name: layer.blobs for layer in saved.layer}
+    net_text, model = caffe_pb2.NetParameter(), caffe_pb2.NetParameter()
+    net_text.CopyFrom(text)
+    del net_text.layer[:]
+    for layer in text.layer:
+        if layer.type != "BN":
+            net_text.layer.add().CopyFrom(layer)
+            if len(blobs.get(layer.name, [])):
+                model.layer.add(name=layer.name, type=layer.type).blobs.extend(
+                    blobs[layer.name])
+            continue
+        slope, bias, mean, var = [np.asarray(b.data) for b in blobs[layer.name]]
+        bn = net_text.layer.add(name=layer.name, type="BatchNorm", bottom=layer.bottom,
+                                top=layer.top)
+        bn.batch_norm_param.use_global_stats = True
+        bn.batch_norm_param.eps = layer.bn_param.eps
+        scale = net_text.layer.add(name=layer.name + "/scale", type="Scale", bottom=layer.top,
+                                   top=layer.top)
+        scale.scale_param.bias_term = True
+        model.layer.add(name=layer.name, type="BatchNorm").blobs.extend(
+            [blob_proto(mean), blob_proto(var), blob_proto(np.ones(1))])
+        model.layer.add(name=layer.name + "/scale", type="Scale").blobs.extend(
+            [blob_proto(slope), blob_proto(bias)])
+    prototxt, caffemodel = folder / "pspnet_opencv.prototxt", folder / "pspnet_opencv.caffemodel"
+    prototxt.write_text(text_format.MessageToString(net_text))
+    caffemodel.write_bytes(model.SerializeToString())
+    return str(prototxt), str(caffemodel)
+
+
+@pytest.mark.slow
+def test_pspnet50_ade20k_agrees_with_opencv(tmp_path):
+    net = caffe.Net(PSPNET, caffe.TEST)
+    rng = fill(net, seed=9)
+    for layer in net.layers:
+        if layer.type == "BN":  # trained statistics: a slope, a bias, a mean, a variance
+            b = layer.blobs
+            b[0].data[...] = rng.uniform(0.5, 1.0, b[0].shape)
+            b[1].data[...] = rng.normal(0.0, 0.1, b[1].shape)
+            b[2].data[...] = rng.normal(0.0, 0.1, b[2].shape)
+            b[3].data[...] = rng.uniform(0.5, 1.5, b[3].shape)
+    x = rng.uniform(-1.0, 1.0, net.blobs["data"].shape).astype(np.float32)
+    scores = net.forward(data=x)["conv6_interp"]
+    assert scores.shape == (1, 150, 473, 473) and scores.std() > 0.05
+    weights = tmp_path / "pspnet.caffemodel"
+    net.save(str(weights))
+
+    cvnet = cv2.dnn.readNetFromCaffe(*pspnet_for_opencv(str(weights), tmp_path))
+    cvnet.enableFusion(False)
+    cvnet.setInput(x)
+    kinds = dict(zip(net._layer_names, (layer.type for layer in net.layers)))
+    count = compare_with_opencv(
+        net, cvnet, lambda layer: layer + "/scale" if kinds[layer] == "BN" else layer)
+    assert count > 80
+
+
+# (file, the layers narrowed for the run: VGG-16's fc6 and fc7 hold 120 M parameters at 4096
+# wide; at 256 the geometry is the file's)
+DETECTORS = {"rfcn_resnet50": ("rfcn_resnet50_test_agnostic.prototxt", ()),
+             "faster_rcnn_vgg16": ("faster_rcnn_vgg16_test.prototxt", ("fc6", "fc7"))}
+
+
+@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.slow) for k in DETECTORS])
+def test_detector_test_net_proposals_and_heads(key, tmp_path):
+    """A 224 x 288 image (im_info 224, 288, 1): the Python proposal layer's rois are
+    py-faster-rcnn's (feat_stride 16, scales 8, 16, 32, TEST's 6000 / 300 / 0.7 / 16); every
+    other blob, the PSROIPooling and ROIPooling heads on those rois included, agrees with
+    OpenCV; there are as many class scores and boxes as rois (R-FCN's class-agnostic boxes:
+    8 values, VGG-16's 4 for each of 21 classes)."""
+    name, narrow = DETECTORS[key]
+    text = open(os.path.join(REAL, name)).read()
+    for layer in narrow:
+        text, n = re.subn(r'(name: "%s".*?num_output: )\d+' % layer,
+                          lambda m: m.group(1) + "256", text, count=1, flags=re.S)
+        assert n == 1
+    path = tmp_path / name
+    path.write_text(text)
+    net = caffe.Net(str(path), caffe.TEST)
+    assert all(net.blobs[layer].shape[1] == 256 for layer in narrow)
+    rng = fill(net, seed=sum(map(ord, key)))
+    x = rng.uniform(-1.0, 1.0, (1, 3, 224, 288)).astype(np.float32)
+    info = np.array([[224, 288, 1.0]], np.float32)
+    net.blobs["data"].reshape(*x.shape)
+    net.reshape()
+    out = net.forward(data=x, im_info=info)
+    rois = net.blobs["rois"].data.copy()
+    reference, _ = py_faster_rcnn_proposals(net.blobs["rpn_cls_prob_reshape"].data,
+                                            net.blobs["rpn_bbox_pred"].data, info,
+                                            scales=(8, 16, 32))
+    assert len(reference) > 20
+    close(rois, reference, "%s: rois vs py-faster-rcnn's ProposalLayer" % key)
+    boxes = 8 if key == "rfcn_resnet50" else 84
+    assert out["cls_prob"].shape == (len(rois), 21)
+    assert out["bbox_pred"].shape == (len(rois), boxes)
+    np.testing.assert_allclose(out["cls_prob"].sum(axis=1), 1.0, rtol=1e-5)
+
+    weights = tmp_path / ("%s.caffemodel" % key)
+    net.save(str(weights))
+    for_opencv, n = re.subn(r"layer \{\s*name: 'proposal'.*?\n\}\n", "", text, flags=re.S)
+    assert n == 1
+    for_opencv, n = re.subn(r'input: "im_info"\s*input_shape \{\s*dim: 1\s*dim: 3\s*\}',
+                            'input: "rois"\ninput_shape { dim: %d dim: 5 }' % len(rois),
+                            for_opencv)
+    assert n == 1
+    (tmp_path / "opencv.prototxt").write_text(for_opencv)
+    cvnet = cv2.dnn.readNetFromCaffe(str(tmp_path / "opencv.prototxt"), str(weights))
+    cvnet.enableFusion(False)
+    cvnet.setInput(x, "data")
+    cvnet.setInput(rois, "rois")
+    assert compare_with_opencv(net, cvnet, leave_out=("proposal",)) > 25
