@@ -188,3 +188,29 @@ def test_detector_test_net_proposals_and_heads(key, tmp_path):
     cvnet.setInput(x, "data")
     cvnet.setInput(rois, "rois")
     assert compare_with_opencv(net, cvnet, leave_out=("proposal",)) > 25
+
+
+MOBILENET_YOLO = "MobileNet-YOLO (eric612/MobileNet-YOLO)"
+
+
+def test_mobilenet_yolo_training_file_is_refused_naming_the_fork(tmp_path):
+    """MobileNet-YOLO's models/yolov3/mobilenet_yolov3_lite_train.prototxt: its deploy layers
+    are provided, its training is not (the YOLO options of AnnotatedData, its augmentation,
+    the Yolov3 loss layer). The error names the file, the line, the field and the fork, as
+    for the other forks' fields (it named only the field)."""
+    path = os.path.join(REAL, "mobilenet_yolov3_lite_train.prototxt")
+    with pytest.raises(caffe.errors.ProtoError) as exc:
+        caffe.Net(path, caffe.TRAIN)
+    message = str(exc.value)
+    assert "mobilenet_yolov3_lite_train.prototxt:137:" in message
+    assert '"yolo_data_type"' in message
+    assert "(a field of the %s fork, not supported here)" % MOBILENET_YOLO in message
+
+    # with the data layer's option gone, the loss layer's parameters stop it in the same way
+    text = open(path).read().replace("\tyolo_data_type : 1\n", "")
+    (tmp_path / "train.prototxt").write_text(text)
+    with pytest.raises(caffe.errors.ProtoError) as exc:
+        caffe.Net(str(tmp_path / "train.prototxt"), caffe.TRAIN)
+    message = str(exc.value)
+    assert "train.prototxt:2525:" in message and '"yolov3_param"' in message
+    assert MOBILENET_YOLO in message

@@ -235,6 +235,23 @@ FORK_FIELD_NAMES.update({("LayerParameter", name): "CRNN (crnn.caffe)" for name 
 FORK_FIELD_NAMES.update({("DetectionOutputParameter", name): "caffe-yolov2 (gklz1982)"
                          for name in ("side", "num_box", "coords", "nms_threshold", "biases",
                                       "label_map_file")})
+# MobileNet-YOLO's training (eric612/MobileNet-YOLO: its AnnotatedData options for YOLO and
+# segmentation labels, its augmentation, the Yolov3 and YoloSeg losses, its segmentation
+# evaluation) is not provided; its deploy layers are.
+FORK_FIELD_NAMES.update({(message, name): "MobileNet-YOLO (eric612/MobileNet-YOLO)"
+                         for message, names in (
+    ("AnnotatedDataParameter", ("yolo_data_type", "yolo_data_jitter", "train_diffcult",
+                                "single_class", "seg_scales", "seg_resize_width",
+                                "seg_resize_height", "difficult_label_warmup")),
+    ("TransformationParameter", ("enable_classf_aug", "min_scaling_factor",
+                                 "max_scaling_factor", "max_rotation_angle",
+                                 "contrast_brightness_adjustment", "smooth_filtering",
+                                 "min_contrast", "max_contrast", "max_brightness_shift",
+                                 "max_smooth", "max_color_shift", "min_side_min",
+                                 "min_side_max", "min_side", "apply_probability",
+                                 "debug_params", "cvt_bgr2rgb")),
+    ("LayerParameter", ("yolov3_param", "yolo_seg_param", "segmentation_evaluate_param")))
+                         for name in names})
 
 # DeepLab v2's layers that are not provided (BiasChannel, DomainTransform, ...): their fields.
 FORK_FIELD_NAMES.update({("LayerParameter", field): fork for fork, field in
