@@ -1,14 +1,16 @@
 """The forks' published test nets, read unchanged from tests/fixtures/real (sources in its
 README): PSPNet-50 for ADE20K (hszhao/PSPNet: its BN layer, the pyramid pooling, Interp),
-R-FCN with ResNet-50 (py-R-FCN: PSROIPooling after py-faster-rcnn's Python proposal layer) and
-py-faster-rcnn's VGG-16 test net.
+R-FCN with ResNet-50 (py-R-FCN: PSROIPooling after py-faster-rcnn's Python proposal layer),
+py-faster-rcnn's VGG-16 test net and CTPN's deploy net (its Im2col, Lstm, Reverse, Transpose);
+MobileNet-YOLO's training file, refused naming the fork.
 
 With seeded random weights every blob agrees with OpenCV's Caffe importer reading the same net
 where OpenCV has no layer of the fork's, a translation is made for OpenCV alone: PSPNet's BN
 (slope * (x - mean) / sqrt(var + eps) + bias, its TEST form) is written as BatchNorm and Scale
 with the same numbers; the proposal layer, which OpenCV cannot run, is checked against
 py-faster-rcnn's ProposalLayer written out in NumPy (tests/helpers/rpn_proposals.py), and
-OpenCV then takes its rois as an input.
+OpenCV then takes its rois as an input. CTPN, which OpenCV does not read, is checked against
+NumPy written from its layers' definitions.
 """
 
 import os
@@ -214,3 +216,59 @@ def test_mobilenet_yolo_training_file_is_refused_naming_the_fork(tmp_path):
     message = str(exc.value)
     assert "train.prototxt:2525:" in message and '"yolov3_param"' in message
     assert MOBILENET_YOLO in message
+
+
+def ctpn_lstm(x, w_x, w_h, b):
+    """CTPN's Lstm (src/caffe/layers/lstm_layer.cpp) over a (T, N, D) sequence from a zero
+    state: gates z = W_x x_t + W_h h_{t-1} + b split as i, f, o, g; c = f c + i g,
+    h = o tanh(c)."""
+    steps, n = x.shape[:2]
+    hidden = w_h.shape[1]
+    h, c = np.zeros((n, hidden)), np.zeros((n, hidden))
+    out = np.zeros((steps, n, hidden))
+    for t in range(steps):
+        z = x[t] @ w_x.T + h @ w_h.T + b
+        i, f, o = (1 / (1 + np.exp(-z[:, k * hidden:(k + 1) * hidden])) for k in range(3))
+        c = f * c + i * np.tanh(z[:, 3 * hidden:])
+        h = o * np.tanh(c)
+        out[t] = h
+    return out
+
+
+def test_ctpn_deploy_runs_its_bidirectional_lstm_over_each_row():
+    """CTPN's models/deploy.prototxt (Tian et al. 2016, Section 3.2): VGG-16's conv5 at 1/16
+    (here a 96 x 160 image: 6 x 10), the 3 x 3 window around each position as a 3 x 3 x 512
+    vector (Im2col), a bidirectional LSTM of 128 units each way along each row, a 512-wide
+    fully connected layer, then 2k scores and 2k vertical coordinates for k = 10 anchors, and
+    the text proposals: one box and score per anchor of each cell."""
+    net = caffe.Net(os.path.join(REAL, "ctpn_deploy.prototxt"), caffe.TEST)
+    net.blobs["data"].reshape(1, 3, 96, 160)
+    net.reshape()
+    rng = fill(net, seed=12)
+    for name in ("lstm", "rlstm"):
+        for blob in net.params[name]:
+            blob.data[...] = rng.uniform(-0.02, 0.02, blob.shape)
+    x = rng.uniform(-1.0, 1.0, (1, 3, 96, 160)).astype(np.float32)
+    out = net.forward(data=x, im_info=np.array([[96, 160, 1.0]], np.float32))
+
+    conv5 = np.pad(net.blobs["conv5_3"].data[0].astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    windows = np.stack([conv5[:, ky:ky + 6, kx:kx + 10] for ky in range(3) for kx in range(3)],
+                       axis=1).reshape(512 * 9, 6, 10)
+    close(net.blobs["im2col"].data[0], windows, "Im2col")
+    sequence = windows.transpose(2, 1, 0)  # (W, H, C): along each row, rows as the batch
+    close(net.blobs["lstm_input"].data, sequence, "lstm_input")
+    forward = ctpn_lstm(sequence, *(b.data.astype(np.float64) for b in net.params["lstm"]))
+    backward = ctpn_lstm(sequence[::-1], *(b.data.astype(np.float64)
+                                           for b in net.params["rlstm"]))[::-1]
+    assert 0.05 < forward.std() and np.median(np.abs(forward)) < 0.5  # not saturated
+    close(net.blobs["lstm"].data, forward, "forward LSTM")
+    close(net.blobs["rlstm"].data, backward, "backward LSTM")
+    close(net.blobs["lstm_output"].data[0],
+          np.concatenate([forward, backward], axis=2).transpose(2, 1, 0), "BLSTM output")
+    assert net.blobs["fc"].shape == (1, 512, 6, 10)
+    assert net.blobs["rpn_cls_score"].shape == net.blobs["rpn_bbox_pred"].shape == (
+        1, 20, 6, 10)
+    # the text-class probabilities, cell by cell (row-major), anchor by anchor
+    prob = net.blobs["rpn_cls_prob_reshape"].data[0, 10:].transpose(1, 2, 0).ravel()
+    np.testing.assert_array_equal(out["scores"].ravel(), prob)
+    assert out["rois"].shape == (600, 4)
