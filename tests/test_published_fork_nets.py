@@ -272,3 +272,41 @@ def test_ctpn_deploy_runs_its_bidirectional_lstm_over_each_row():
     prob = net.blobs["rpn_cls_prob_reshape"].data[0, 10:].transpose(1, 2, 0).ravel()
     np.testing.assert_array_equal(out["scores"].ravel(), prob)
     assert out["rois"].shape == (600, 4)
+
+
+INTEL_YOLO = os.path.join(REAL, "intel_yolov2_benchmark_deploy.prototxt")
+
+
+def test_intel_yolov2_eval_detection_takes_the_image_as_a_third_bottom(tmp_path):
+    """Intel Caffe's YOLO v2 files (benchmark/yolo/deploy.prototxt, yolo/yolov2_test*.prototxt,
+    int8/yolov2_int8*.prototxt) give EvalDetection three bottoms: the head, the labels and the
+    image. The fork's layer declares no bottom count and reads the first two
+    (src/caffe/layers/eval_detection_layer.cpp), so the image is carried and unused; such a
+    file was refused ("takes exactly 2 bottom blobs, got 3"). The darknet-19 head at 544 x 544
+    is 17 x 17 x 5 (20 + 5); the layer gives the same rows as with its first two bottoms
+    alone."""
+    net = caffe.Net(INTEL_YOLO, caffe.TEST)
+    assert net.bottom_names["eval_det"][:2] == ["conv_reg", "label"]
+    assert net.bottom_names["eval_det"][2].startswith("data")  # a Split of the image
+    assert net.blobs["conv_reg"].shape == (8, 125, 17, 17)
+    assert net.blobs["eval_det"].shape == (8, 20 + 17 * 17 * 5 * 4)
+    rng = np.random.default_rng(6)
+    head = rng.normal(0, 1.5, (8, 125, 17, 17)).astype(np.float32)
+    boxes = rng.uniform(0.05, 0.45, (6, 2))
+    labels = np.array([[i % 8, 1 + 3 * i % 20, 0, x, y, x + 0.4, y + 0.4, 0]
+                       for i, (x, y) in enumerate(boxes)], np.float32).reshape(1, 1, 6, 8)
+    net.blobs["conv_reg"].data[...] = head
+    net.blobs["label"].reshape(*labels.shape)
+    net.blobs["label"].data[...] = labels
+    net.reshape()
+    ours = net.forward(start="eval_det")["eval_det"].copy()
+
+    text = open(INTEL_YOLO).read()
+    layer = re.search(r'layer \{\s*name: "eval_det".*?\n\}\n', text, re.S).group(0)
+    alone = tmp_path / "eval_det.prototxt"
+    alone.write_text('input: "conv_reg" input_shape { dim: 8 dim: 125 dim: 17 dim: 17 }\n'
+                     'input: "label" input_shape { dim: 1 dim: 1 dim: 6 dim: 8 }\n'
+                     + layer.replace('  bottom: "data"\n', ""))
+    two = caffe.Net(str(alone), caffe.TEST).forward(conv_reg=head, label=labels)["eval_det"]
+    np.testing.assert_array_equal(ours, two)
+    np.testing.assert_array_equal(ours[:, :20].sum(), 6)  # the ground truth boxes counted

@@ -29,6 +29,8 @@ class EvalDetectionLayer(Layer):
     ``t_x, t_y, t_w, t_h, t_o`` and the class scores at channels ``n * (num_class + 5) + e``;
     labels ``(1, 1, B, 8)`` rows ``[image, label, instance, xmin, ymin, xmax, ymax,
     difficult]`` (the AnnotatedData layer's; image -1 skips a row; label 1 is class 0).
+    Further bottoms are carried and not read, as in the fork, whose layer declares no bottom
+    count (Intel Caffe's YOLO v2 test files give it the image as a third).
     Tops: ``(N, num_class + side * side * num_object * 4)``: per image, the number of
     ground-truth boxes of each class, then one row ``[label, score, tp, fp]`` per kept
     prediction (classes ascending, then scores descending), zeros after them.
@@ -50,7 +52,7 @@ class EvalDetectionLayer(Layer):
     """
 
     host_only = True  # decoding, NMS and matching in NumPy
-    exact_num_bottom_blobs = 2
+    min_num_bottom_blobs = 2
     exact_num_top_blobs = 1
 
     def setup(self, bottom, top):
