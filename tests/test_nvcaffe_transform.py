@@ -71,6 +71,43 @@ def test_training_draws_stay_in_range():
     assert out.min() >= 0 and out.max() <= 255
 
 
+def test_mean_file_is_centre_cropped_to_the_crop(tmp_path):
+    """NVCaffe's own files (models/bvlc_alexnet/train_val_augment.prototxt,
+    models/resnet50/train_val_augment.prototxt) give the random resize a mean_file. The fork's
+    apply_mean_scale_mirror (src/caffe/data_transformer.cpp) subtracts the mean image's centre
+    crop of the cropped image's size, both scaled, then mirrors; such a transform was refused.
+    Here a 3 x 11 x 10 mean: its centre 6 x 6 starts at (2, 2), whatever the image's size."""
+    from pycaffe_lite.io import array_to_blobproto
+    mean = np.random.default_rng(1).uniform(0, 255, (1, 3, 11, 10)).astype(np.float32)
+    path = tmp_path / "mean.binaryproto"
+    path.write_bytes(array_to_blobproto(mean).SerializeToString())
+    p = param(img_rand_resize_lower=8, img_rand_resize_upper=8, crop_size=6,
+              mean_file=str(path), scale=0.5)
+    img = image()
+    resized = cv2.resize(img.transpose(1, 2, 0), (13, 8), interpolation=cv2.INTER_NEAREST)
+    centre = mean[0, :, 2:8, 2:8]
+    expected = (resized[1:7, 3:9].transpose(2, 0, 1) - centre) * np.float32(0.5)
+    np.testing.assert_allclose(transformed(p, img, 6), expected, rtol=1e-6, atol=1e-4)
+
+    # training: a random crop, then the centre of the mean subtracted and the result mirrored
+    p.mirror = True
+    t = DataTransformer(p, caffe_pb2.TRAIN)
+    out = np.empty((8, 3, 6, 6), np.float32)
+    flags = t.transform([img] * 8, out, np.random.default_rng(2))
+    assert 0 < flags.sum() < 8
+    for i, flipped in enumerate(flags):
+        x = out[i][:, :, ::-1] if flipped else out[i]
+        window = x / np.float32(0.5) + centre  # the crop of the resized image
+        rows = [(r, c) for r in range(3) for c in range(8)
+                if np.allclose(resized[r:r + 6, c:c + 6].transpose(2, 0, 1), window,
+                               atol=1e-3)]
+        assert rows, i
+
+    with pytest.raises(DataError, match="mean_file.*3x11x10.*smaller than crop_size 12"):
+        DataTransformer(param(img_rand_resize_lower=16, img_rand_resize_upper=16,
+                              crop_size=12, mean_file=str(path)))
+
+
 def test_needs_a_crop_size():
     with pytest.raises(DataError, match="needs crop_size"):
         DataTransformer(param(img_rand_resize_lower=8, img_rand_resize_upper=9))

@@ -1,7 +1,8 @@
 """Published training nets, read unchanged from tests/fixtures/real (sources in its README):
-the Places365 AlexNet and SqueezeNet 1.1 train_val files (with SqueezeNet's solver), and BVLC's
+the Places365 AlexNet and SqueezeNet 1.1 train_val files (with SqueezeNet's solver), BVLC's
 MNIST autoencoder (two TEST stages, two layers named "loss") and siamese net (a LevelDB of
-image pairs, weights shared by name, the contrastive loss).
+image pairs, weights shared by name, the contrastive loss), and NVCaffe's AlexNet with its
+random resize before the crop and a mean file.
 
 Only the data sources (and the batch size) are replaced, by small databases written here; every
 other line is the file's. What comes out is checked against NumPy written from Caffe's
@@ -244,3 +245,39 @@ def test_mnist_siamese_train_test_shares_weights_by_name(tmp_path):
     test_net = caffe.Net(path, caffe.TEST)
     test_net.forward()
     np.testing.assert_array_equal(test_net.blobs["sim"].data, similar[::-1][:4])
+
+
+@pytest.mark.slow
+def test_nvcaffe_alexnet_train_val_augment_random_resize_with_a_mean_file(tmp_path):
+    """NVCaffe's models/bvlc_alexnet/train_val_augment.prototxt: img_rand_resize_lower/upper
+    with a mean_file and crop 227 (TEST: 256 / 256). NVCaffe resizes the shorter side to 256
+    (a 300 x 280 record: 274 x 256, nearest neighbour when shrinking), takes the centre
+    227 x 227 (offsets 23 and 14) and subtracts the mean image's own centre 227 x 227
+    (offsets 14 and 14 of its 256 x 256). The file was refused."""
+    cv2 = pytest.importorskip("cv2", reason="NVCaffe resizes with OpenCV")
+    rng = np.random.default_rng(5)
+    images = rng.integers(0, 256, (3, 3, 300, 280)).astype(np.uint8)
+    labels = np.array([5, 999, 40])
+    mean = rng.uniform(80, 150, (1, 3, 256, 256)).astype(np.float32)
+    (tmp_path / "mean.binaryproto").write_bytes(array_to_blobproto(mean).SerializeToString())
+    train = write_db(tmp_path / "train_lmdb", images, labels)
+    val = write_db(tmp_path / "val_lmdb", images, labels)
+    path = with_sources("nvcaffe_alexnet_train_val_augment.prototxt", tmp_path, [train, val],
+                        2, mean_file=str(tmp_path / "mean.binaryproto"))
+
+    net = caffe.Net(path, caffe.TEST)
+    out = net.forward()
+    for i in range(2):
+        small = cv2.resize(images[i].transpose(1, 2, 0), (256, 274),
+                           interpolation=cv2.INTER_NEAREST).transpose(2, 0, 1)
+        expected = small[:, 23:250, 14:241].astype(np.float32) - mean[0, :, 14:241, 14:241]
+        np.testing.assert_allclose(net.blobs["data"].data[i], expected, rtol=1e-6, atol=1e-4)
+    fc8 = net.blobs["fc8"].data
+    assert float(out["loss"]) == pytest.approx(softmax_loss(fc8, labels[:2]), rel=1e-5)
+    assert float(out["accuracy/top-5"]) == top_k_accuracy(fc8, labels[:2], 5)
+
+    net = caffe.Net(path, caffe.TRAIN)
+    out = net.forward()  # a resize to 240-272 and a random 227 crop, mirrored or not
+    assert net.blobs["data"].shape == (2, 3, 227, 227)
+    assert float(out["loss"]) == pytest.approx(
+        softmax_loss(net.blobs["fc8"].data, labels[:2]), rel=1e-5)

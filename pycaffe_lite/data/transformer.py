@@ -120,11 +120,24 @@ class DataTransformer:
             p.HasField("random_aspect_ratio_param")
         if self.intel_resize:
             self._check_intel_resize(where)
+        # NVCaffe subtracts a mean_file's centre crop of the output's size after its resize
+        # and crop (apply_mean_scale_mirror), wherever the crop was taken
+        self.nv_mean = None
         if self.nv_resize:
-            if not self.crop or p.HasField("mean_file") or self.rrc:
+            if not self.crop or self.rrc:
                 raise DataError("%s: NVCaffe's random resize (img_rand_resize_*, "
-                                "rand_resize_ratio_*, *_stretch_*) needs crop_size, and works "
-                                "with mean_value, not mean_file or random_resized_crop" % where)
+                                "rand_resize_ratio_*, *_stretch_*) needs crop_size, and does "
+                                "not work with random_resized_crop" % where)
+            if self.mean is not None:
+                c, mh, mw = self.mean.shape
+                if mh < self.crop or mw < self.crop:
+                    raise DataError("%s: mean_file '%s' is %s (CxHxW), smaller than crop_size "
+                                    "%d (NVCaffe's resize subtracts its centre crop)"
+                                    % (where, p.mean_file, _size(self.mean.shape), self.crop))
+                top, left = (mh - self.crop) // 2, (mw - self.crop) // 2
+                self.nv_mean = np.ascontiguousarray(
+                    self.mean[:, top:top + self.crop, left:left + self.crop]) * self.scale
+                self.mean = None
             lo, hi = p.img_rand_resize_lower, p.img_rand_resize_upper
             if lo > 0 and hi > 0 and hi < lo:
                 raise DataError("%s: img_rand_resize_upper %d is below img_rand_resize_lower "
@@ -250,12 +263,19 @@ class DataTransformer:
         ``images``: an (N, C, H, W) uint8 or float32 array, or a list of N (C, H, W) arrays
         (any strides; sizes may differ when cropping). Returns the per-image mirror flags.
         """
-        n = len(images)
         if out.dtype != np.float32:
             tmp = np.empty(out.shape, np.float32)
             flags = self.transform(images, tmp, rng)
             out[...] = tmp
             return flags
+        flags = self._transform(images, out, rng)
+        if self.nv_mean is not None:
+            for i, flipped in enumerate(flags):
+                out[i] -= self.nv_mean[:, :, ::-1] if flipped else self.nv_mean
+        return flags
+
+    def _transform(self, images, out, rng):
+        n = len(images)
         if n == 0:
             return np.zeros(0, bool)
         if self.needs_random and rng is None:
