@@ -310,3 +310,16 @@ def test_intel_yolov2_eval_detection_takes_the_image_as_a_third_bottom(tmp_path)
     two = caffe.Net(str(alone), caffe.TEST).forward(conv_reg=head, label=labels)["eval_det"]
     np.testing.assert_array_equal(ours, two)
     np.testing.assert_array_equal(ours[:, :20].sum(), 6)  # the ground truth boxes counted
+
+
+def test_rfcn_training_file_pre_fixed_normalization_is_refused_naming_the_fork():
+    """py-R-FCN's train_agnostic.prototxt normalizes its box loss by a fixed count
+    (loss_param { normalization: PRE_FIXED pre_fixed_normalizer: 128 }), a value of the
+    NormalizationMode of Intel Caffe and of R-FCN's Caffe that this schema does not have. The
+    error names the file, the line, the value and the fork (it named only the enum)."""
+    path = os.path.join(REAL, "rfcn_resnet50_train_agnostic.prototxt")
+    with pytest.raises(caffe.errors.ProtoError) as exc:
+        caffe.Net(path, caffe.TRAIN)
+    message = str(exc.value)
+    assert "rfcn_resnet50_train_agnostic.prototxt:3864:" in message and "PRE_FIXED" in message
+    assert "(a value of Intel Caffe's and R-FCN's forks, not supported here)" in message

@@ -258,6 +258,19 @@ FORK_FIELD_NAMES.update({("LayerParameter", field): fork for fork, field in
                          fork_layer_fields.NOT_PROVIDED_TYPES.values() if field})
 
 
+# Enum values of forks that this schema lacks: (the enum's name within caffe, the value) -> who
+# defines it. Intel Caffe's LossParameter.NormalizationMode (and R-FCN's, whose published
+# train files normalize their box loss so) has PRE_FIXED, with pre_fixed_normalizer.
+FORK_ENUM_VALUES = {
+    ("LossParameter.NormalizationMode", "PRE_FIXED"): "Intel Caffe's and R-FCN's forks",
+}
+
+
+def fork_of_enum_value(enum_name, value):
+    """Who defines the enum value ``enum_name.value`` where this schema lacks it, or None."""
+    return FORK_ENUM_VALUES.get((enum_name, value))
+
+
 def fork_of_field(message_name, field_name):
     """The fork that defines ``message_name.field_name`` where this schema lacks it, or None."""
     return FORK_FIELD_NAMES.get((message_name, field_name))

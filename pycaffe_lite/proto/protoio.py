@@ -141,6 +141,9 @@ def _enum_hint(detail):
 
     names = [v.name for v in enum.values]
     wrong = m.group(2)
+    fork = fork_fields.fork_of_enum_value(m.group(1), wrong)
+    if fork:
+        return " (a value of %s, not supported here) Values: %s." % (fork, ", ".join(names))
     close = [n for n in names if n.lower() == wrong.lower()] or \
         difflib.get_close_matches(wrong, names, n=1, cutoff=0.6)
     return "%s Values: %s." % (" Did you mean %s?" % close[0] if close else "",
