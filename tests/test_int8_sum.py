@@ -109,15 +109,16 @@ def test_identity_shortcut_rounds_the_sum_once_onto_the_u8_branch(caplog):
     assert not np.array_equal(expected, unfused)
 
 
-@pytest.mark.parametrize("case", ["net engine CAFFE", "conv engine CAFFE", "PROD",
+@pytest.mark.parametrize("case", ["net engine MKLDNN:CPU", "conv engine MKLDNN:CPU", "PROD",
                                   "a Split of three tops"])
 def test_without_the_fusion_conditions_the_sum_is_float(case):
-    """Intel Caffe fuses only in an MKL-DNN net (the net's engine MKLDNN or none), a
-    convolution of no engine or MKLDNN, and not where the Eltwise reads a Split top (not the
-    last) of more than two; a PROD is not fused here. Then conv1 rounds alone (s8) and the
-    Eltwise and ReLU compute in float."""
-    kw = {"net engine CAFFE": {"header": 'engine: "CAFFE"'},
-          "conv engine CAFFE": {"engine": "CAFFE"}, "PROD": {"op": "PROD"},
+    """Intel Caffe fuses only in a net whose engine is exactly MKLDNN (or none), a
+    convolution of no engine or exactly MKLDNN, and not where the Eltwise reads a Split top
+    (not the last) of more than two; a PROD is not fused here. "MKLDNN:CPU" still makes the
+    convolutions MKL-DNN ones (int8, conv0's ReLU fused: the rule reads a prefix), but no sum
+    is fused. Then conv1 rounds alone (s8) and the Eltwise and ReLU compute in float."""
+    kw = {"net engine MKLDNN:CPU": {"header": 'engine: "MKLDNN:CPU"'},
+          "conv engine MKLDNN:CPU": {"engine": "MKLDNN:CPU"}, "PROD": {"op": "PROD"},
           "a Split of three tops": {"third_reader": True}}[case]
     net, q0, y1 = _identity_block(**kw)
     assert net.int8_layers == ["conv0", "conv1"]
@@ -211,7 +212,7 @@ def test_a_calibrated_residual_block_runs_fused_and_differs_from_unfused(tmp_pat
     assert p2b["scale_out"] == pytest.approx(255 / res2_max, rel=1e-6)
 
     fused = caffe.Net(str(out), str(weights), caffe.TEST)
-    unfused_text = 'engine: "CAFFE"\n' + out.read_text()
+    unfused_text = 'engine: "MKLDNN:CPU"\n' + out.read_text()  # int8, no sum fusion
     unfused_path = tmp_path / "unfused.prototxt"
     unfused_path.write_text(unfused_text)
     unfused = caffe.Net(str(unfused_path), str(weights), caffe.TEST)
