@@ -54,7 +54,7 @@ import logging
 
 import numpy as np
 
-from . import net_int8_bn, net_int8_layers, net_int8_sum
+from . import net_int8_bn, net_int8_engine, net_int8_layers, net_int8_sum
 from .errors import NetError
 from .ops.im2col import im2col
 from .proto import caffe_pb2
@@ -163,21 +163,25 @@ class Int8Conv:
 def fused_relu(net, i, bn_folds=None):
     """The index of the ReLU that Intel Caffe's net compiler fuses into convolution or inner
     product ``i`` of ``net`` (a record index), or None: the first layer reading its top (a
-    Split where several read it) is a ReLU (any negative_slope), in place or not, and a
+    Split where several read it) is a ReLU (any negative_slope), in place or not, both are
+    MKL-DNN layers to the compiler's rule (:func:`net_int8_engine.fusion_mkldnn`), and a
     convolution has no dilation over 1 (its engine fuses none then). ``bn_folds``
     (:func:`net_int8_bn.folds`): a convolution with BatchNorm (and Scale) folded in writes the
     last folded layer's top, and those layers are gone."""
     rec = net.records[i]
     lp = rec.layer.layer_param
     if lp.type not in QUANTIZED_TYPES or not rec.top_ids or \
-            any(d > 1 for d in lp.convolution_param.dilation):
+            any(d > 1 for d in lp.convolution_param.dilation) or \
+            not net_int8_engine.fusion_mkldnn(net, lp):
         return None
     bn_folds = bn_folds or {}
     top, gone = net_int8_bn.out_blob(net, bn_folds, i), net_int8_bn.dropped(bn_folds)
     for j in range(net_int8_bn.reader_start(bn_folds, i), len(net.records)):
         reader = net.records[j]
         if j not in gone and top in reader.bottom_ids:
-            return j if reader.layer.layer_param.type == "ReLU" else None
+            rlp = reader.layer.layer_param
+            return j if rlp.type == "ReLU" and net_int8_engine.fusion_mkldnn(net, rlp) \
+                else None
     return None
 
 
@@ -221,6 +225,12 @@ def attach(net, enabled=None):
                      "in float (Intel Caffe's int8 engine quantizes convolutions and inner "
                      "products)", name,
                      lp.name, lp.type)
+            continue
+        if not net_int8_engine.is_mkldnn(net, lp):
+            log.info("Net %s: layer '%s' (type %s, engine %s) keeps its quantization_param "
+                     "and computes in float from its float weights (Intel Caffe computes in "
+                     "int8 in its MKLDNN layers only)", name, lp.name, lp.type,
+                     net_int8_engine.layer_engine(net, lp))
             continue
         relu = fused.get(lp.name)
         slope = net.records[relu].layer.layer_param.relu_param.negative_slope \

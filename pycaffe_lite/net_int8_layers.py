@@ -20,7 +20,7 @@ import logging
 
 import numpy as np
 
-from . import net_int8_sum
+from . import net_int8_engine, net_int8_sum
 from .proto import caffe_pb2
 
 log = logging.getLogger("pycaffe_lite")
@@ -68,11 +68,14 @@ def _concat_forward(layer, types, scale):
 
 
 def attach(net, convs, fused):
-    """Run the average poolings and Concats of ``net`` that read int8 values as Intel Caffe's
-    int8 engine does; returns their names."""
+    """Run the average poolings and Concats of ``net`` (MKLDNN layers) that read int8 values
+    as Intel Caffe's int8 engine does; returns their names."""
     out = []
     for k, rec in enumerate(net.records):
         layer = rec.layer
+        if layer.layer_param.type in ("Concat", "Pooling") and \
+                not net_int8_engine.is_mkldnn(net, layer.layer_param):
+            continue  # Intel's int8 Concat and pooling are its MKLDNN layers
         if layer.layer_param.type == "Concat":
             types = [net_int8_sum.other_type(net, b, k, convs, fused) for b in rec.bottom_ids]
             kind = net_int8_sum.concat_type(types)

@@ -25,7 +25,7 @@ import logging
 
 import numpy as np
 
-from . import net_int8_bn
+from . import net_int8_bn, net_int8_engine
 from .proto import caffe_pb2
 
 log = logging.getLogger("pycaffe_lite")
@@ -143,7 +143,8 @@ def other_type(net, blob, before, convs, fused):
     record ``before``: ("u8" | "s8", scale), None for float, or "unknown" (a layer whose
     int8 output this engine does not follow). ``convs``: {record index: its int8 layer};
     ``fused``: {record index of a fused Eltwise: its Fusion}. A Concat is int8 where its
-    inputs are (:func:`concat_type`)."""
+    inputs are (:func:`concat_type`). Split, ReLU, Pooling and Concat pass int8 values on as
+    MKL-DNN layers only; under another engine their output is float."""
     k = _writer(net, blob, before)
     folded = getattr(net, "int8_folded", ())
     while k is not None:
@@ -161,6 +162,9 @@ def other_type(net, blob, before, convs, fused):
                 return None
             return ("u8" if c.unsigned_out else "s8", c.scale_out)
         kind = rec.layer.layer_param.type
+        if kind in PASS_ON + ("Concat",) and \
+                not net_int8_engine.is_mkldnn(net, rec.layer.layer_param):
+            return None  # a float layer: MKL-DNN's reorder hands it float values
         if kind in PASS_ON:
             src = rec.bottom_ids[0]
             k = _writer(net, src, k)

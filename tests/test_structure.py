@@ -38,7 +38,7 @@ LAYERS = [
              "pycaffe_lite.evaluate", "pycaffe_lite.pytorch", "pycaffe_lite.mxnet",
              "pycaffe_lite.cuda_graphs", "pycaffe_lite.net_int8", "pycaffe_lite.net_int8_sum",
              "pycaffe_lite.net_int8_bn",
-             "pycaffe_lite.net_int8_layers",
+             "pycaffe_lite.net_int8_layers", "pycaffe_lite.net_int8_engine",
              "pycaffe_lite.quantization",
              "pycaffe_lite.net_blocked", "pycaffe_lite.net_types"]),
     ("layers", ["pycaffe_lite.layers"]),
