@@ -43,8 +43,24 @@ def fill_random(net, seed=0):
     return rng
 
 
+# Below this many bytes of weights and inputs a session runs on one intra-op thread: starting
+# the default pool costs more than it gains on such tensors (the one-layer sweeps create
+# thousands of sessions); larger nets keep onnxruntime's default pool.
+SMALL_RUN = 4 << 20
+
+
+def session_options(model_bytes, feeds):
+    """onnxruntime's SessionOptions for a run of ``model_bytes`` on ``feeds``."""
+    options = ort.SessionOptions()
+    if len(model_bytes) + sum(np.asarray(v).nbytes for v in feeds.values()) < SMALL_RUN:
+        options.intra_op_num_threads = 1
+    return options
+
+
 def run_ort(model, feeds):
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    data = model.SerializeToString()
+    sess = ort.InferenceSession(data, session_options(data, feeds),
+                                providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     wanted = {i.name for i in sess.get_inputs()}  # a blob read only for its shape is no input
     return dict(zip(names, sess.run(names, {k: v for k, v in feeds.items() if k in wanted})))
