@@ -109,3 +109,37 @@ def mnist_lmdbs(tmp_path_factory, lenet_dir):
                          os.path.join(data, part + "-labels-idx1-ubyte.gz"),
                          str(folder / name)]) == 0
     return folder / "mnist_train_lmdb", folder / "mnist_test_lmdb"
+
+
+@pytest.fixture(scope="session")
+def _trained_lenet_files(tmp_path_factory, mnist_lmdbs):
+    from helpers.shared_nets import train_lenet
+
+    return train_lenet(tmp_path_factory.mktemp("lenet"), mnist_lmdbs)
+
+
+@pytest.fixture
+def trained_lenet(_trained_lenet_files):
+    """(folder, weights, net_param): LeNet after 60 iterations of the README's solver on the
+    MNIST subset, trained once per session. The folder's files are read-only; ``net_param``
+    (the train/test NetParameter, Data sources set to :func:`mnist_lmdbs`) is each test's own
+    copy."""
+    from pycaffe_lite.proto import caffe_pb2
+
+    folder, weights, net_param = _trained_lenet_files
+    own = caffe_pb2.NetParameter()
+    own.CopyFrom(net_param)
+    return folder, weights, own
+
+
+@pytest.fixture(scope="session")
+def filled_zoo_net():
+    """``get(key) -> (net, x)``: a zoo deploy net (models/zoo, TEST, unfolded) with
+    test_model_zoo.fill_random's weights and its input, built once per session for every
+    module that runs it. The weights are read-only; a test that changes them builds its own
+    net (see tests/helpers/shared_nets.py)."""
+    from helpers.shared_nets import ZooNets
+
+    nets = ZooNets()
+    yield nets.get
+    nets.close()

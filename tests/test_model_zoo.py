@@ -138,12 +138,17 @@ def close(ours, theirs, what):
     np.testing.assert_allclose(ours, theirs, rtol=RTOL, atol=atol, err_msg=what)
 
 
-def round_trip_and_compare(key, tmp_path):
-    cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
+def filled(key):
+    """A zoo net built as the zoo tests build it: fill_random's weights and the input drawn
+    after them."""
     caffe.set_random_seed(11)
     net = caffe.Net(path(key), caffe.TEST)
     rng = fill_random(net, seed=sum(map(ord, key)))
-    x = rng.uniform(-1.0, 1.0, net.blobs["data"].shape).astype(np.float32)
+    return net, rng.uniform(-1.0, 1.0, net.blobs["data"].shape).astype(np.float32)
+
+
+def round_trip_and_compare(key, tmp_path, net, x):
+    cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
     logits_name = LOGITS[key]
     prob = net.forward(data=x)["prob"].copy()
     logits = net.blobs[logits_name].data.copy()
@@ -172,10 +177,28 @@ def round_trip_and_compare(key, tmp_path):
 
 def test_small_nets_round_trip_and_match_opencv(tmp_path):
     for key in ("v1_small", "squeezenet1.1"):
-        round_trip_and_compare(key, tmp_path)
+        round_trip_and_compare(key, tmp_path, *filled(key))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("key", ["caffenet", "alexnet", "googlenet", "vgg16", "resnet50"])
-def test_zoo_forward_round_trip_and_opencv(key, tmp_path):
-    round_trip_and_compare(key, tmp_path)
+def test_zoo_forward_round_trip_and_opencv(key, tmp_path, filled_zoo_net):
+    round_trip_and_compare(key, tmp_path, *filled_zoo_net(key))
+
+
+def test_a_shared_zoo_net_refuses_writes_to_its_weights(filled_zoo_net):
+    """conftest's filled_zoo_net is shared by every module that runs the net: a test that
+    wrote its weights would change the others' references, so a write raises; its input is
+    each caller's own copy. The weights are fill_random's, as the tests built them before."""
+    net, x = filled_zoo_net("squeezenet1.1")
+    own, own_x = filled("squeezenet1.1")
+    for name, blobs in net.params.items():
+        for i, blob in enumerate(blobs):
+            np.testing.assert_array_equal(blob.data, own.params[name][i].data)
+            with pytest.raises(ValueError, match="read-only"):
+                blob.data[...] = 0
+            with pytest.raises(ValueError, match="read-only"):
+                blob.data.reshape(-1)[0] = 1
+    np.testing.assert_array_equal(x, own_x)
+    x[...] = 0
+    assert filled_zoo_net("squeezenet1.1")[1].any()

@@ -13,24 +13,19 @@ import numpy as np
 import pytest
 
 from helpers.onnx_runtime import assert_close, onnx, run_ort
-from test_model_zoo import LOGITS, fill_random, path
+from test_model_zoo import LOGITS, filled
 
 import pycaffe_lite as caffe
 from pycaffe_lite import cli
 from pycaffe_lite.proto import protoio
 from pycaffe_lite import onnx as caffe_onnx
-from pycaffe_lite.solvers import SGDSolver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENET = os.path.join(ROOT, "models", "lenet")
 RTOL = 1e-4
 
 
-def export_zoo_and_compare(key, tmp_path):
-    caffe.set_random_seed(11)
-    net = caffe.Net(path(key), caffe.TEST)
-    rng = fill_random(net, seed=sum(map(ord, key)))
-    x = rng.uniform(-1.0, 1.0, net.blobs["data"].shape).astype(np.float32)
+def export_zoo_and_compare(key, net, x):
     prob = net.forward(data=x)["prob"].copy()
     logits = net.blobs[LOGITS[key]].data.copy()
     # in memory (the .caffemodel round trip of these nets is test_model_zoo.py's; the file
@@ -46,35 +41,14 @@ def export_zoo_and_compare(key, tmp_path):
     assert prob.argmax() == theirs["prob"].argmax()
 
 
-def test_squeezenet_exports(tmp_path):
-    export_zoo_and_compare("squeezenet1.1", tmp_path)
+def test_squeezenet_exports():
+    export_zoo_and_compare("squeezenet1.1", *filled("squeezenet1.1"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("key", ["caffenet", "alexnet", "googlenet", "resnet50", "vgg16"])
-def test_zoo_net_exports(key, tmp_path):
-    export_zoo_and_compare(key, tmp_path)
-
-
-@pytest.fixture(scope="module")
-def trained_lenet(tmp_path_factory, mnist_lmdbs):
-    """LeNet after 60 iterations of the README's solver on the real MNIST subset."""
-    tmp = tmp_path_factory.mktemp("lenet")
-    train_db, test_db = mnist_lmdbs
-    net = protoio.read_net_param(os.path.join(LENET, "lenet_train_test.prototxt"))
-    for layer in net.layer:
-        if layer.type == "Data":
-            layer.data_param.source = str(train_db if layer.include[0].phase == 0 else test_db)
-    param = protoio.read_solver_param(os.path.join(LENET, "lenet_solver.prototxt"))
-    param.ClearField("net")
-    param.net_param.CopyFrom(net)
-    param.snapshot_prefix = str(tmp / "lenet")
-    param.random_seed = 1
-    solver = SGDSolver(param)
-    solver.step(60)
-    weights = tmp / "lenet.caffemodel"
-    solver.net.save(str(weights))
-    return tmp, weights, net
+def test_zoo_net_exports(key, filled_zoo_net):
+    export_zoo_and_compare(key, *filled_zoo_net(key))
 
 
 def _mnist_test_images(n):
@@ -116,8 +90,8 @@ def test_trained_lenet_exports_through_the_command(trained_lenet, tmp_path, caps
 @pytest.mark.slow
 def test_train_test_net_drops_losses_and_takes_data_as_inputs(trained_lenet, tmp_path,
                                                              capsys):
-    tmp, weights, net_param = trained_lenet
-    prototxt = tmp / "train_test.prototxt"
+    _, weights, net_param = trained_lenet
+    prototxt = tmp_path / "train_test.prototxt"
     protoio.write_text(net_param, str(prototxt))
     out = tmp_path / "tt.onnx"
     assert cli.main(["export_onnx", "--model", str(prototxt), "--weights", str(weights),

@@ -37,7 +37,6 @@ from test_ssd_opencv import DATA as SSD_DATA, random_weights as ssd_weights  # n
 
 pytestmark = pytest.mark.torch
 LENET = test_onnx_models.LENET
-trained_lenet = test_onnx_models.trained_lenet  # the fixture: LeNet trained on MNIST digits
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RTOL = 1e-5
@@ -115,9 +114,9 @@ def net_params(weights, layer):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("key", ["caffenet", "googlenet", "resnet50", "vgg16"])
-def test_zoo_net_runs_without_pycaffe_lite(key, tmp_path):
-    net, feeds = zoo_net(key)
-    export_with_expectation(net, feeds, tmp_path)
+def test_zoo_net_runs_without_pycaffe_lite(key, tmp_path, filled_zoo_net):
+    net, x = filled_zoo_net(key)  # as zoo_net(key) builds it, shared with the other zoo tests
+    export_with_expectation(net, {"data": x}, tmp_path)
     assert_standalone_matches([tmp_path])
 
 

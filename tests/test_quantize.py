@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from helpers.onnx_runtime import onnx, ort
-import test_onnx_models
 
 import pycaffe_lite as caffe
 from pycaffe_lite import cli
@@ -18,7 +17,6 @@ from pycaffe_lite.proto import protoio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LENET = os.path.join(ROOT, "models", "lenet")
-trained_lenet = test_onnx_models.trained_lenet  # the fixture: LeNet trained on MNIST digits
 
 
 # ---- the quantize command ----------------------------------------------------------------
