@@ -273,8 +273,11 @@ class Layer:
         self.param_propagate_down[index] = bool(value)
 
     # ---- serialisation -------------------------------------------------------------------
-    def to_proto(self, write_diff=False):
-        param = caffe_pb2.LayerParameter()
+    def to_proto(self, write_diff=False, proto=None):
+        """The layer's LayerParameter with its blobs (and their diffs with ``write_diff``),
+        written into ``proto`` when given (a net's own layer entry, so that the weights are
+        not copied a second time), which is returned."""
+        param = caffe_pb2.LayerParameter() if proto is None else proto
         param.CopyFrom(self.layer_param)
         del param.blobs[:]
         for blob in self.blobs:

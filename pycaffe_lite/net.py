@@ -517,7 +517,7 @@ class Net(BatchedCalls):
         param.name = self.name
         with net_types.weights_context(self):  # float16 params: their float32 masters
             for rec in self.records:
-                param.layer.add().CopyFrom(rec.layer.to_proto(write_diff))
+                rec.layer.to_proto(write_diff, param.layer.add())
         return param
 
     def save(self, path, write_diff=False):

@@ -303,6 +303,27 @@ def test_to_proto_round_trip(tmp_path):
     np.testing.assert_array_equal(b.params["ip"][0].data, a.params["ip"][0].data)
 
 
+def test_to_proto_writes_each_layer_into_the_nets_own_entry(tmp_path):
+    """Net.to_proto has each layer write itself into its entry of the NetParameter
+    (Layer.to_proto's ``proto``), the weights copied once: the entries are the layers' own
+    LayerParameters, blobs and diffs included."""
+    net = Net(write(tmp_path, IP_NET), caffe.TRAIN)
+    net.params["ip"][0].diff[...] = [[0.5, -1.0, 2.0], [3.0, 0.25, -4.0]]
+    for write_diff in (False, True):
+        param = net.to_proto(write_diff)
+        assert len(param.layer) == len(net.layers)
+        for entry, layer in zip(param.layer, net.layers):
+            assert entry == layer.to_proto(write_diff)
+        ip = param.layer[net.layer_names.index("ip")]
+        np.testing.assert_array_equal(ip.blobs[0].data, net.params["ip"][0].data.ravel())
+        assert list(ip.blobs[0].diff) == ([0.5, -1.0, 2.0, 3.0, 0.25, -4.0] if write_diff
+                                          else [])
+    layer = net.layers[net.layer_names.index("ip")]
+    mine = caffe_pb2.LayerParameter(name="stale", blobs=[caffe_pb2.BlobProto(data=[9.0])])
+    assert layer.to_proto(proto=mine) is mine
+    assert mine == layer.to_proto() and mine.name == "ip" and len(mine.blobs) == 2
+
+
 def test_copy_from_v1_caffemodel(tmp_path):
     """A weights file in the V1 format (``layers {}`` with legacy 4-D blobs) loads by name."""
     net = Net(write(tmp_path, IP_NET), caffe.TEST)
