@@ -2,8 +2,8 @@
 
 - Whole nets (LeNet trained here on real MNIST digits, the zoo's deploy nets and the two
   public SSD deploy nets with random weights): the exported model.py and weights.pt, run in a
-  process where importing pycaffe_lite is impossible, give our forward's outputs to 1e-5 of
-  their largest magnitude.
+  process where importing pycaffe_lite is impossible (one for the module's checks), give our
+  forward's outputs to 1e-5 of their largest magnitude.
 - Every layer type, one layer at a time (the ONNX tests' cases, tricky parameters included),
   every top compared through forward hooks; the generated code compiles and passes ruff.
 - ``--train``: the module fine-tunes in PyTorch (the loss falls) with Caffe's BatchNorm
@@ -12,9 +12,11 @@
 
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -53,23 +55,78 @@ def export_with_expectation(net, feeds, folder):
     return report
 
 
-def run_standalone(folders):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    script = os.path.join(HERE, "helpers", "pytorch_standalone_check.py")
-    out = subprocess.run([sys.executable, script]
-                         + [str(f) for f in folders], capture_output=True, text=True, env=env,
-                         cwd=str(folders[0]))
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+class Standalone:
+    """tests/helpers/pytorch_standalone_check.py --serve: one process for the module's
+    checks, where importing pycaffe_lite is impossible (PyTorch is imported once, not once a
+    test). ``run(folders)`` is the script's answer for them."""
+
+    GUARD_S = 600  # a guard against a hang only
+
+    def __init__(self, cwd):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        script = os.path.join(HERE, "helpers", "pytorch_standalone_check.py")
+        self.errors = open(os.path.join(str(cwd), "stderr.txt"), "w+")  # read on a failure
+        self.proc = subprocess.Popen([sys.executable, script, "--serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.errors, text=True,
+                                     env=env, cwd=str(cwd))
+        self.lines = queue.Queue()  # its answers; None once its output ends
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def run(self, folders):
+        self.proc.stdin.write(json.dumps([str(f) for f in folders]) + "\n")
+        self.proc.stdin.flush()
+        try:
+            line = self.lines.get(timeout=self.GUARD_S)
+        except queue.Empty:
+            line = None
+        if line is None:  # it ended (or hangs): its error output says why
+            self.proc.kill()
+            self.errors.seek(0)
+            pytest.fail("the standalone check ended: %s" % self.errors.read()[-3000:])
+        answer = json.loads(line)
+        assert "error" not in answer, answer.get("error")
+        return answer
+
+    def close(self):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        self.errors.close()
 
 
-def assert_standalone_matches(folders):
-    results = run_standalone(folders)
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory):
+    checker = Standalone(tmp_path_factory.mktemp("standalone"))
+    yield checker
+    checker.close()
+
+
+def assert_standalone_matches(standalone, folders):
+    results = standalone.run(folders)
     assert sorted(results) == sorted(str(f) for f in folders)
     for folder, diffs in results.items():
         assert diffs, folder
         for name, (abs_diff, rel) in diffs.items():
             assert rel is not None and rel <= RTOL, "%s %s: %s" % (folder, name, abs_diff)
+
+
+def test_the_standalone_process_refuses_an_import_of_pycaffe_lite(tmp_path, standalone):
+    """The checks' process: a model.py that imports pycaffe_lite fails there with the
+    blocker's error, and the process answers the next check."""
+    (tmp_path / "model.py").write_text("import pycaffe_lite\n\n\ndef load():\n    pass\n")
+    with pytest.raises(AssertionError, match="the exported module must not import pycaffe_lite"):
+        standalone.run([tmp_path])
+    with pytest.raises(AssertionError, match="No such file"):
+        standalone.run([tmp_path / "missing"])
 
 
 def zoo_net(key, size=None):
@@ -86,7 +143,7 @@ def zoo_net(key, size=None):
     return net, {"data": rng.uniform(-1, 1, net.blobs["data"].shape).astype(np.float32)}
 
 
-def test_lenet_and_small_zoo_nets_run_without_pycaffe_lite(trained_lenet, tmp_path):
+def test_lenet_and_small_zoo_nets_run_without_pycaffe_lite(trained_lenet, tmp_path, standalone):
     _, weights, _ = trained_lenet
     folders = []
     net = caffe.Net(os.path.join(LENET, "lenet.prototxt"), str(weights), caffe.TEST)
@@ -97,7 +154,7 @@ def test_lenet_and_small_zoo_nets_run_without_pycaffe_lite(trained_lenet, tmp_pa
         net, feeds = zoo_net(key, size)
         folders.append(tmp_path / key)
         assert export_with_expectation(net, feeds, folders[-1])["outputs"] == ["prob"]
-    assert_standalone_matches(folders)
+    assert_standalone_matches(standalone, folders)
     # the files are what the issue names: one class, load(), a state_dict
     text = (tmp_path / "lenet" / "model.py").read_text()
     assert "class LeNet(nn.Module):" in text and "def load(device=\"cpu\"):" in text
@@ -114,16 +171,16 @@ def net_params(weights, layer):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("key", ["caffenet", "googlenet", "resnet50", "vgg16"])
-def test_zoo_net_runs_without_pycaffe_lite(key, tmp_path, filled_zoo_net):
+def test_zoo_net_runs_without_pycaffe_lite(key, tmp_path, filled_zoo_net, standalone):
     net, x = filled_zoo_net(key)  # as zoo_net(key) builds it, shared with the other zoo tests
     export_with_expectation(net, {"data": x}, tmp_path)
-    assert_standalone_matches([tmp_path])
+    assert_standalone_matches(standalone, [tmp_path])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,conf_scale", [("res10_deploy.prototxt", 0.2),
                                              ("mobilenet_ssd_deploy.prototxt", 1.0)])
-def test_ssd_deploy_net_runs_without_pycaffe_lite(name, conf_scale, tmp_path):
+def test_ssd_deploy_net_runs_without_pycaffe_lite(name, conf_scale, tmp_path, standalone):
     caffe.set_random_seed(3)
     param = protoio.read_net_param(os.path.join(SSD_DATA, name))
     param.state.phase = caffe_pb2.TEST
@@ -133,7 +190,7 @@ def test_ssd_deploy_net_runs_without_pycaffe_lite(name, conf_scale, tmp_path):
     export_with_expectation(net, {"data": x}, tmp_path)
     found = np.load(tmp_path / "expected.npz")["detection_out"].reshape(-1, 7)
     assert len(found) >= 20 and (found[:, 1] >= 0).all()  # real detections to compare
-    assert_standalone_matches([tmp_path])
+    assert_standalone_matches(standalone, [tmp_path])
 
 
 # ---- one layer at a time ---------------------------------------------------------------
