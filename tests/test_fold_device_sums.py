@@ -186,10 +186,9 @@ ZOO_NETS = ["googlenet", "mobilenet", "resnet50", "squeezenet1.1", "v1_small"]
 GPU_ZOO_NETS = ZOO_NETS + ["alexnet", "caffenet", "vgg16"]
 
 
-def _zoo_cpu_and_device(tmp_path, name, keep, device):
-    """Every blob of a zoo net loaded as pycaffe scripts load a model, ``Net(deploy, weights,
-    TEST)`` (folded), on the CPU and in GPU mode (three forwards: eager, captured, replayed)
-    inside ``device()``."""
+def _zoo_weights(folder, name):
+    """(deploy, a weights file, an input) of a zoo net: its fillers' weights (random seed 2)
+    with BatchNorm statistics drawn from seed 3, and the input drawn after them."""
     import os
     deploy = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           "models", "zoo", name + "_deploy.prototxt")
@@ -202,9 +201,32 @@ def _zoo_cpu_and_device(tmp_path, name, keep, device):
             layer.blobs[0].data[...] = rng.normal(0, 0.1, c)
             layer.blobs[1].data[...] = rng.uniform(0.5, 1.5, c)
             layer.blobs[2].data[...] = 1.0
-    weights = str(tmp_path / (name + ".caffemodel"))
+    weights = str(folder / (name + ".caffemodel"))
     net.save(weights)
+    os.chmod(weights, 0o444)  # shared by the module's tests: read only
     x = rng.uniform(-1, 1, net.blobs[net.inputs[0]].shape).astype(np.float32)
+    x.flags.writeable = False
+    return deploy, weights, x
+
+
+@pytest.fixture(scope="module")
+def zoo_weights(tmp_path_factory):
+    """``get(name)``: :func:`_zoo_weights` of a zoo net, made once for the module's tests
+    (both ``keep`` settings read the same file)."""
+    made = {}
+
+    def get(name):
+        if name not in made:
+            made[name] = _zoo_weights(tmp_path_factory.mktemp("zoo_weights"), name)
+        return made[name]
+    return get
+
+
+def _zoo_cpu_and_device(zoo_weights, name, keep, device):
+    """Every blob of a zoo net loaded as pycaffe scripts load a model, ``Net(deploy, weights,
+    TEST)`` (folded), on the CPU and in GPU mode (three forwards: eager, captured, replayed)
+    inside ``device()``; ``zoo_weights`` is the fixture's ``get``."""
+    deploy, weights, x = zoo_weights(name)
     results = []
     for mode in ("cpu", "gpu"):
         with device() if mode == "gpu" else contextlib.nullcontext():
@@ -228,12 +250,12 @@ def _zoo_cpu_and_device(tmp_path, name, keep, device):
 @pytest.mark.slow
 @pytest.mark.parametrize("keep", [True, False], ids=["keep_intermediates", "lean"])
 @pytest.mark.parametrize("name", ZOO_NETS)
-def test_a_folded_zoo_net_on_the_simulated_device_gives_the_cpus_blobs(tmp_path, name, keep):
-    _zoo_cpu_and_device(tmp_path, name, keep, simulated_device)
+def test_a_folded_zoo_net_on_the_simulated_device_gives_the_cpus_blobs(zoo_weights, name, keep):
+    _zoo_cpu_and_device(zoo_weights, name, keep, simulated_device)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("keep", [True, False], ids=["keep_intermediates", "lean"])
 @pytest.mark.parametrize("name", GPU_ZOO_NETS)
-def test_a_folded_zoo_net_on_a_gpu_gives_the_cpus_blobs(tmp_path, cupy_device, name, keep):
-    _zoo_cpu_and_device(tmp_path, name, keep, contextlib.nullcontext)
+def test_a_folded_zoo_net_on_a_gpu_gives_the_cpus_blobs(zoo_weights, cupy_device, name, keep):
+    _zoo_cpu_and_device(zoo_weights, name, keep, contextlib.nullcontext)
