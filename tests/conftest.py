@@ -48,6 +48,37 @@ def pytest_collection_modifyitems(config, items):
     _skip_gpu_tests_without_a_gpu(items)
 
 
+class _ZooRelease:
+    """filled_zoo_net's nets and the id of the last test (in run order, after selection) that
+    names each as its ``key``: the net is released after that test (VGG-16's weights are half a
+    gigabyte), and built again if a later test asks for it."""
+
+    def __init__(self):
+        self.nets, self.last = None, {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items):
+        self.last = {}
+        for item in items:
+            callspec = getattr(item, "callspec", None)
+            key = callspec.params.get("key") if callspec is not None else None
+            if key and "filled_zoo_net" in getattr(item, "fixturenames", ()):
+                self.last[key] = item.nodeid
+
+    def pytest_runtest_logfinish(self, nodeid):
+        if self.nets is not None:
+            for key, last in self.last.items():
+                if last == nodeid:
+                    self.nets.release(key)
+
+
+_ZOO = _ZooRelease()
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_ZOO, "pycaffe_lite_zoo_release")
+
+
 def _skip_gpu_tests_without_a_gpu(items):
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
@@ -136,10 +167,12 @@ def trained_lenet(_trained_lenet_files):
 def filled_zoo_net():
     """``get(key) -> (net, x)``: a zoo deploy net (models/zoo, TEST, unfolded) with
     test_model_zoo.fill_random's weights and its input, built once per session for every
-    module that runs it. The weights are read-only; a test that changes them builds its own
-    net (see tests/helpers/shared_nets.py)."""
+    module that runs it and released after the last test that names it as its ``key``
+    parameter. The weights are read-only; a test that changes them builds its own net (see
+    tests/helpers/shared_nets.py)."""
     from helpers.shared_nets import ZooNets
 
-    nets = ZooNets()
+    nets = _ZOO.nets = ZooNets()
     yield nets.get
+    _ZOO.nets = None
     nets.close()

@@ -54,10 +54,15 @@ class ZooNets:
         x.flags.writeable = False
         return net, x
 
+    def release(self, key):
+        """Drop ``key``'s net (its last test has run); a later ``get`` builds it again."""
+        entry = self._nets.pop(key, None)
+        if entry is not None:
+            entry[0].close()
+
     def close(self):
-        for net, _ in self._nets.values():
-            net.close()
-        self._nets.clear()
+        for key in list(self._nets):
+            self.release(key)
 
 
 def train_lenet(folder, mnist_lmdbs):
