@@ -184,13 +184,19 @@ def run_onnx(net, feeds, opset, case):
     return run_ort(model, feeds)
 
 
+# The exported files of each case live only for the case: in memory where the machine has a
+# tmpfs at /dev/shm (the export's fsync of each file is then no wait on a disk), otherwise in
+# the default temporary folder.
+SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
 def run_pytorch(net, feeds, case):
     import torch
 
     from pycaffe_lite.pytorch import export
     from pycaffe_lite.pytorch.compare import load_module
 
-    with tempfile.TemporaryDirectory(prefix="export_sweep_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="export_sweep_", dir=SCRATCH) as tmp:
         try:
             report = export(net, tmp)
         except CaffeError as exc:
