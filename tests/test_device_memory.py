@@ -278,6 +278,37 @@ def test_a_training_iteration_on_the_simulated_device_is_counted():
     assert parts["activation diffs (after sharing)"] == _rounded(288 * 4) + 512 + 512
 
 
+def test_a_capture_restores_every_device_buffer_without_walking_the_interpreters_objects(
+        monkeypatch):
+    """A simulated capture runs nothing: what the captured function wrote into device memory is
+    put back. The buffers it saves are at least every buffer under a live device array as the
+    garbage collector finds them (device_buffers), and it finds them without that walk over
+    every object of the interpreter (which took most of a capture's time in a large test
+    process)."""
+    from pycaffe_lite.testing import simgraph
+
+    with simulated_device() as dev:
+        a = dev.arange(12, dtype=np.float32).reshape(3, 4)
+        view = a[1:]
+        del a  # its buffer stays under the view
+        b = dev.ones(5, np.float64)
+        gc.collect()
+        found = {id(root) for root in device_buffers(dev)}
+        assert {id(root) for root, _ in simgraph._device_memory(dev)} >= found and len(found) == 2
+
+        def step():
+            view[...] = -1.0
+            b[...] = 7.0
+
+        def walk(*args):
+            raise AssertionError("the capture walked the interpreter's objects for memory")
+        monkeypatch.setattr(simgraph, "device_buffers", walk)
+        dev.capture_graph(step)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(view.get(), np.arange(4, 12, dtype=np.float32).reshape(2, 4))
+        np.testing.assert_array_equal(b.get(), np.ones(5))
+
+
 def test_the_hand_account_of_pytorchs_twin():
     """What PyTorch's twin keeps at the end of its forward, by hand: BatchNorm2d saves its
     input (the convolution's output), the in-place ReLU its result (which the Linear saves

@@ -127,8 +127,11 @@ def device_buffers(dev):
 
 
 def _device_memory(dev):
-    """``[(buffer, copy)]`` of the memory under every live device array of ``dev``."""
-    return [(root, root.copy()) for root in device_buffers(dev) if root.flags.writeable]
+    """``[(buffer, copy)]`` of the memory under every live device array of ``dev``: the live
+    buffers its memory pool counts (simmemory notes each array's buffer as the array is made),
+    so that a capture costs the device's arrays, not a walk over every object of the
+    interpreter as :func:`device_buffers` takes."""
+    return [(root, root.copy()) for root, _, _ in dev._memory.live() if root.flags.writeable]
 
 
 def _synced_arrays():
