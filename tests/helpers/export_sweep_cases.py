@@ -15,7 +15,10 @@ PARAM = {}
 # fields that change nothing an exported deploy net computes
 NOT_SWEPT = {
     "convolution_param": {"weight_filler", "bias_filler", "engine", "force_nd_im2col"},
-    "inner_product_param": {"weight_filler", "bias_filler"},
+    # engine (Intel Caffe's): which layers of an int8 net compute in int8; a float net's
+    # values are the same under every engine
+    "inner_product_param": {"weight_filler", "bias_filler", "engine"},
+    "concat_param": {"engine"},
     "embed_param": {"weight_filler", "bias_filler"},
     "pooling_param": {"engine"},
     "lrn_param": {"engine"},
@@ -27,7 +30,7 @@ NOT_SWEPT = {
     "prelu_param": {"filler"},
     "scale_param": {"filler", "bias_filler"},
     "bias_param": {"filler"},
-    "eltwise_param": {"stable_prod_grad"},  # backward only
+    "eltwise_param": {"stable_prod_grad", "engine"},  # backward only; Intel's engine
     # fillers and training-only statistics fields; engine: Intel's, only with relu
     "batch_norm_param": {"scale_filler", "bias_filler", "filler", "stats_batch_size"},
     "bn_param": {"scale_filler", "shift_filler", "slope_filler", "bias_filler"},
