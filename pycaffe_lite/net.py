@@ -45,7 +45,7 @@ class Net(BatchedCalls):
     """A network built from a prototxt (or NetParameter), with pycaffe's constructor forms::
 
         Net(prototxt, phase)
-        Net(prototxt, weights, phase)
+        Net(prototxt, weights, phase)   # weights: a file, or a NetParameter (to_caffe's)
         Net(prototxt, phase, level=0, stages=(), weights=None)   # network_file=prototxt too
 
     A TEST net built with weights runs with BatchNorm, Scale and ReLU folded into the
@@ -62,7 +62,8 @@ class Net(BatchedCalls):
                  dtype=np.float32, fold=None, keep_intermediates=True,
                  allow_python_layers=None, int8=None, network_file=None):
         args, self._int8, model = list(args), int8, network_file if model is None else model
-        if args and isinstance(args[0], (str, bytes)) or (args and hasattr(args[0], "__fspath__")):
+        if args and (isinstance(args[0], (str, bytes, caffe_pb2.NetParameter))
+                     or hasattr(args[0], "__fspath__")):
             weights = args.pop(0)
         if args:
             phase = args.pop(0)
@@ -507,7 +508,8 @@ class Net(BatchedCalls):
 
     # -- weights in and out ----------------------------------------------------------------
     def copy_from(self, path, warn_unfilled=False):
-        """Load trained weights from a ``.caffemodel`` (binary NetParameter) or Caffe HDF5."""
+        """Load trained weights from a ``.caffemodel`` (binary NetParameter), Caffe HDF5 or a
+        NetParameter in memory."""
         from . import weights  # warn_unfilled: see weights.copy_trained_layers
         with net_fold.refolding(self), net_types.weights_context(self):
             weights.copy_trained_layers(self, path, warn_unfilled)

@@ -9,24 +9,33 @@ import numpy as np
 
 from .blob import proto_shape
 from .errors import ProtoError, ShapeError
-from .proto import weights_file
+from .proto import caffe_pb2, upgrade, weights_file
 from .proto.weights_file import is_hdf5, write_hdf5
 
 log = logging.getLogger("pycaffe_lite")
 
 
 def copy_trained_layers(net, path, warn_unfilled=False):
-    """Copy a ``.caffemodel``'s or HDF5 file's weights into ``net`` by layer name. With
+    """Copy a ``.caffemodel``'s or HDF5 file's weights, or a NetParameter's (read as a
+    ``.caffemodel``: ``to_caffe``'s weights, kept in memory), into ``net`` by layer name. With
     ``warn_unfilled`` (a net built with its weights to run them, where a layer the file has
     nothing for is a wrong name rather than fine-tuning), a warning names the layers whose
     parameters keep their fillers' values."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise ProtoError("weights file not found", path)
-    if is_hdf5(path):
-        filled = copy_trained_layers_hdf5(net, path)
+    if isinstance(path, caffe_pb2.NetParameter):
+        source, path = path, "<NetParameter>"
+        if len(source.layers):  # legacy layers: upgraded as a .caffemodel's, on a copy
+            source = caffe_pb2.NetParameter.FromString(source.SerializeToString())
+        upgrade.upgrade_net_as_needed(source, path, weights=True)
+        filled = copy_trained_layers_from_param(net, source, path)
     else:
-        filled = copy_trained_layers_from_param(net, weights_file.read_caffemodel(path), path)
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise ProtoError("weights file not found", path)
+        if is_hdf5(path):
+            filled = copy_trained_layers_hdf5(net, path)
+        else:
+            filled = copy_trained_layers_from_param(net, weights_file.read_caffemodel(path),
+                                                    path)
     if warn_unfilled and filled:
         _warn_unfilled(net, filled, path)
 

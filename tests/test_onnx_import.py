@@ -155,6 +155,44 @@ def test_residual_block_and_constant_arithmetic(tmp_path):
     assert layers["head_b"].type == "Scale"  # a vector offset: a Scale by ones with a bias
 
 
+def test_the_net_params_to_caffe_returns_build_the_net_without_files(tmp_path, caplog):
+    # Net(deploy, weights, TEST) of the two NetParameters, as of the two files: onnxruntime's
+    # outputs, BatchNorm folded into the convolutions the same; the message is not changed
+    model = chain_model()
+    x = RNG.uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32)
+    theirs = run_ort(model, {"x": x})
+    prefix = str(tmp_path / "chain")
+    deploy, weights, outputs = caffe_onnx.to_caffe(model, prefix)
+    written = weights.SerializeToString()
+    files = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST,
+                      keep_intermediates=False)
+    def chains(net):
+        return [(c.producer, list(c.absorbed)) for c in net.folding.chains]
+    assert chains(files)
+    for net in (caffe.Net(deploy, weights, caffe.TEST, keep_intermediates=False),
+                caffe.Net(deploy, caffe.TEST, weights=weights, keep_intermediates=False)):
+        assert chains(net) == chains(files)
+        net.forward(x=x)
+        for name, value in theirs.items():
+            assert_close(net.blobs[outputs[name]].data, value, "in memory: %s" % name)
+    assert weights.SerializeToString() == written
+    # weights of legacy (V1) layers are upgraded as a .caffemodel's are, on a copy; a layer
+    # the message has nothing for is named as for a file
+    legacy = caffe.proto.caffe_pb2.NetParameter()
+    for layer in weights.layer:
+        if layer.name != "fc" and layer.blobs:
+            legacy.layers.add(name=layer.name).blobs.extend(layer.blobs)
+    before = legacy.SerializeToString()
+    caplog.clear()
+    net = caffe.Net(deploy, legacy, caffe.TEST, fold=False)
+    assert legacy.SerializeToString() == before
+    assert "<NetParameter>: no weights for layer 'fc' of net" in caplog.text
+    conv = [lp for lp in weights.layer if lp.name == "conv1"][0]
+    np.testing.assert_array_equal(net.params["conv1"][0].data.ravel(), conv.blobs[0].data)
+    with pytest.raises(CaffeError, match=r"<NetParameter>: the weights file holds no layers"):
+        caffe.Net(deploy, caffe.proto.caffe_pb2.NetParameter(), caffe.TEST)
+
+
 def other_ops_model():
     """ConvTranspose (group, stride, pads), ceil-mode MaxPool, PRelu, Elu, Tanh, Softplus,
     Concat, Max, Sub of tensors, a channel-wise Div, LRN, Squeeze."""
