@@ -94,19 +94,19 @@ def freeze(model, inputs, names):
     return m, [(v.name, values[v.name]) for v in kept if v.name in values]
 
 
-def convert(model, inputs, frozen, tmp_path, key):
+def convert(model, inputs, frozen):
     """The case converted (``frozen`` inputs as initializers, the others' shapes given) and
-    loaded as a TEST Net; returns (net, feed, the ONNX outputs' blobs)."""
+    built as a TEST Net of the deploy and weights NetParameters (no files: writing them is
+    tests/test_onnx_import.py's); returns (net, feed, the ONNX outputs' blobs)."""
     m, feed = freeze(model, inputs, frozen)
-    prefix = str(tmp_path / key)
-    _, _, outputs = caffe_onnx.to_caffe(m, prefix,
-                                         input_shapes={n: x.shape for n, x in feed})
-    net = caffe.Net(prefix + ".prototxt", prefix + ".caffemodel", caffe.TEST)
+    deploy, weights, outputs = caffe_onnx.to_caffe(m, None,
+                                                   input_shapes={n: x.shape for n, x in feed})
+    net = caffe.Net(deploy, weights, caffe.TEST)
     return net, feed, [outputs[o.name] for o in m.graph.output]
 
 
-def check_match(model, inputs, expected, frozen, tmp_path, key, rtol=RTOL, atol=ATOL):
-    net, feed, blobs = convert(model, inputs, frozen, tmp_path, key)
+def check_match(model, inputs, expected, frozen, key, rtol=RTOL, atol=ATOL):
+    net, feed, blobs = convert(model, inputs, frozen)
     net.forward(**{n: x.astype(np.float32) for n, x in feed})
     for blob, want in zip(blobs, expected):
         got = net.blobs[blob].data
@@ -123,18 +123,18 @@ def check_refused(model, inputs, frozen, pattern):
 
 # -- the defects these cases found ------------------------------------------------------------
 @pytest.mark.slow   # three zoo nets, about 5 s
-def test_zoo_nets_whose_dropout_names_a_mask(tmp_path):
+def test_zoo_nets_whose_dropout_names_a_mask():
     # the model zoo's SqueezeNet (as alexnet and vgg19) names the mask output of its Dropout
     # (opset 3..6) and reads it nowhere: nothing to convert, the Dropout is the identity
     model, inputs, expected = data_case("light/squeezenet")
     assert any(len(n.output) > 1 for n in model.graph.node if n.op_type == "Dropout")
-    check_match(model, inputs, expected, [], tmp_path, "squeezenet")
+    check_match(model, inputs, expected, [], "squeezenet")
     # a mask that is read (here a graph output): at inference nothing is dropped and ONNX's
     # mask is all true, a Power of scale 0 (constant 1; it was refused: 'the dropout mask has
     # no Caffe equivalent'); with training_mode a constant true, still refused
     model, inputs, expected = node_case("test_dropout_default_mask")
     assert np.all(expected[1])
-    check_match(model, inputs, expected, [], tmp_path, "mask")
+    check_match(model, inputs, expected, [], "mask")
     m, _ = freeze(model, inputs, [])
     m.graph.node[0].input.extend(["", "training"])
     m.graph.initializer.append(numpy_helper.from_array(np.array(True), "training"))
@@ -143,7 +143,7 @@ def test_zoo_nets_whose_dropout_names_a_mask(tmp_path):
         caffe_onnx.to_caffe(m, None)
 
 
-def test_align_corners_resize_by_scales_of_fractional_lengths_is_refused(tmp_path):
+def test_align_corners_resize_by_scales_of_fractional_lengths_is_refused():
     # ONNX's align_corners maps x to x (in - 1) / (in * scale - 1): scales of 0.6 on 2 x 4
     # give lengths 1.2 and 2.4, sampled so (ONNX's output [1, 3.142857]); Caffe's Interp
     # samples by the rounded sizes (it gave [1, 4])
@@ -153,16 +153,16 @@ def test_align_corners_resize_by_scales_of_fractional_lengths_is_refused(tmp_pat
                   r"output lengths \[1\.2.*, 2\.4.*\], which align_corners samples by")
     # scales of whole lengths convert: ONNX's upsampling case
     model, inputs, expected = node_case("test_resize_upsample_scales_linear_align_corners")
-    check_match(model, inputs, expected, ["scales"], tmp_path, "up_align")
+    check_match(model, inputs, expected, ["scales"], "up_align")
 
 
-def test_flatten_of_a_one_axis_input(tmp_path):
+def test_flatten_of_a_one_axis_input():
     # x.view(1, -1) of a 1-D tensor, exported as Flatten(axis=1): ONNX gives (n, 1); Caffe's
     # Flatten layer refused the net ("axis 1 / end_axis -1 out of range for a bottom of
     # shape (1,)") once imported
     model, inputs, expected = data_case("pytorch-operator/test_operator_view")
     assert inputs[0].ndim == 1
-    check_match(model, inputs, expected, [], tmp_path, "view")
+    check_match(model, inputs, expected, [], "view")
 
 
 def test_empty_tensors_are_refused_at_import():
@@ -191,12 +191,12 @@ def test_empty_tensors_are_refused_at_import():
         caffe_onnx.to_caffe(m, None)
 
 
-def test_gemm_whose_shape_onnx_does_not_infer(tmp_path):
+def test_gemm_whose_shape_onnx_does_not_infer():
     # torch's addmm at opset 6 (Gemm with `broadcast`): ONNX's shape inference leaves the first
     # Gemm's output without a shape, and the second Gemm, which adds it as C, was refused
     # ("the shape of '3' is unknown")
     model, inputs, expected = data_case("pytorch-operator/test_operator_addmm")
-    check_match(model, inputs, expected, ["1"], tmp_path, "addmm")
+    check_match(model, inputs, expected, ["1"], "addmm")
 
 
 def test_clip_of_min_above_max_is_refused_at_import():
@@ -237,7 +237,7 @@ def test_integer_and_non_tensor_inputs_are_refused():
 
 @pytest.mark.parametrize("name", ["test_shape_start_1", "test_shape_end_negative_1",
                                   "test_shape_clip_start", "test_shape_start_greater_than_end"])
-def test_shape_with_start_and_end_folds(tmp_path, name):
+def test_shape_with_start_and_end_folds(name):
     # Shape of a static shape with opset 15's start / end folds to ONNX's dims (it was left
     # unfolded: 'this op has no Caffe equivalent'); a Reshape of a second input to them then
     # converts
@@ -254,17 +254,17 @@ def test_shape_with_start_and_end_folds(tmp_path, name):
         initializer=[numpy_helper.from_array(np.array([1], np.int64), "one")])
     m = helper.make_model(graph, opset_imports=model.opset_import)
     z = np.random.default_rng(0).normal(size=[1] + dims).astype(np.float32)
-    check_match(m, [inputs[0], z], [z], [], tmp_path, name)
+    check_match(m, [inputs[0], z], [z], [], name)
 
 
 @pytest.mark.parametrize("name,frozen", [("test_conv_with_autopad_same", ["W"]),
                                          ("test_maxpool_2d_same_lower", []),
                                          ("test_maxpool_2d_precomputed_same_upper", [])])
-def test_auto_pad_same_of_even_pads(tmp_path, name, frozen):
+def test_auto_pad_same_of_even_pads(name, frozen):
     # SAME_UPPER / SAME_LOWER on a static input: the pads they give, where Caffe can take
     # them (these were refused: 'auto_pad SAME_LOWER has no Caffe equivalent')
     model, inputs, expected = node_case(name)
-    check_match(model, inputs, expected, frozen, tmp_path, name)
+    check_match(model, inputs, expected, frozen, name)
 
 
 def test_auto_pad_same_of_uneven_pads_is_refused():
@@ -325,12 +325,12 @@ def _needs_constant(model, message):
 
 @pytest.mark.slow   # the whole table: about 50 s on 2 cores
 @pytest.mark.parametrize("name,refusal", CASES, ids=[c[0] for c in CASES])
-def test_backend_case(tmp_path, name, refusal):
+def test_backend_case(name, refusal):
     model, inputs, expected = _load(name)
     frozen = []
     while True:  # the inputs that must be constants become initializers, one by one
         try:
-            net, feed, blobs = convert(model, inputs, frozen, tmp_path, "case")
+            net, feed, blobs = convert(model, inputs, frozen)
         except CaffeError as exc:
             more = _needs_constant(model, str(exc))
             if more is not None and more not in frozen:
