@@ -252,6 +252,49 @@ def test_average_pool_excluding_padding(tmp_path):
     assert [lp.type for lp in deploy.layer][-1] == "Scale"
 
 
+def large_weight_model(ir_version):
+    """A MatMul by a weight of 16 x 512 (more elements than any shape computation reads), then
+    a Reshape to a target that shape inference works out from a Shape (data propagation)."""
+    g = Graph((1, 4, 16))
+    y = g.op("MatMul", ["x", g.w(16, 512)], "fc")
+    batch = g.op("Slice", [g.op("Shape", [y], "shape"), g.w(1), g.w(1)], "batch")
+    g.inits[-2].CopyFrom(numpy_helper.from_array(np.array([0], np.int64), g.inits[-2].name))
+    g.inits[-1].CopyFrom(numpy_helper.from_array(np.array([1], np.int64), g.inits[-1].name))
+    target = g.op("Concat", [batch, g.w(2)], "target", axis=0)
+    g.inits[-1].CopyFrom(numpy_helper.from_array(np.array([64, -1], np.int64),
+                                                 g.inits[-1].name))
+    g.op("Relu", [g.op("Reshape", [y, target], "reshape")], "out")
+    m = g.model(["out"])
+    m.ir_version = ir_version
+    if ir_version < 4:  # initializers were graph inputs too
+        m.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                             for t in m.graph.initializer)
+    return m
+
+
+@pytest.mark.parametrize("ir_version", [3, 8])
+def test_shape_inference_is_not_handed_the_large_weights(tmp_path, monkeypatch, ir_version):
+    # the model ONNX's shape inference returns for the whole model, with data propagation,
+    # without copying the weights to it and back (most of the import of a net of 200 MB)
+    import onnx
+    from pycaffe_lite.onnx import import_
+    model = large_weight_model(ir_version)
+    weight = numpy_helper.to_array(model.graph.initializer[0])
+    assert weight.size == 16 * 512  # above import_.LARGE_INITIALIZER
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    whole = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    assert [d.dim_value for d in [v for v in whole.graph.value_info if v.name == "reshape"][0]
+            .type.tensor_type.shape.dim] == [1, 64, 32]
+    given = []
+    infer = onnx.shape_inference.infer_shapes
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes",
+                        lambda m, **kw: given.append(m.ByteSize()) or infer(m, **kw))
+    assert import_._infer_shapes(onnx, model) == whole
+    assert given and max(given) < weight.nbytes
+    monkeypatch.undo()
+    convert_and_compare(large_weight_model(ir_version), tmp_path, "large", opencv=False)
+
+
 ROUND_TRIP = """
 layer { name: "data" type: "Input" top: "data"
         input_param { shape { dim: 1 dim: 3 dim: 13 dim: 13 } } }

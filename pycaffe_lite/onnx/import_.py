@@ -334,11 +334,42 @@ def _outer_names(node):
     return names
 
 
+# an initializer of more elements than this is a weight that no shape computation reads (a
+# shape, axes, pads, repeats or scales have an element per axis at most)
+LARGE_INITIALIZER = 1 << 12
+
+
 def _infer_shapes(onnx, model):
+    """``onnx.shape_inference.infer_shapes(model, data_prop=True)``. The large initializers
+    are declared to it as graph inputs of their types and shapes instead of being copied to
+    it and back (twice per round of folding: most of the import of a net of 200 MB of
+    weights); the model returned holds them again, and is the one ONNX infers from the
+    whole model."""
+    graph = model.graph
+    large = [t for t in graph.initializer if int(np.prod(t.dims)) > LARGE_INITIALIZER]
+    light = model
+    if large:
+        light = onnx.ModelProto()
+        light.CopyFrom(model)
+        names = {t.name for t in large}
+        small = [t for t in graph.initializer if t.name not in names]
+        del light.graph.initializer[:]
+        light.graph.initializer.extend(small)
+        declared = {v.name for v in graph.input}
+        light.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                                 for t in large if t.name not in declared)
     try:
-        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
     except Exception as exc:  # onnx raises its own error types here
         raise CaffeError("ONNX shape inference failed on the model: %s" % exc) from None
+    if not large:
+        return inferred
+    whole = onnx.ModelProto()
+    whole.CopyFrom(model)
+    for field in ("node", "output", "value_info"):  # what inference adds to (subgraphs too)
+        del getattr(whole.graph, field)[:]
+        getattr(whole.graph, field).extend(getattr(inferred.graph, field))
+    return whole
 
 
 def _fold_constants(onnx, model):
