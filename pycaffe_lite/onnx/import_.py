@@ -455,10 +455,10 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
                              "constant" % out.name)
     weights = caffe_pb2.NetParameter(name=name or graph.name or "net")
     weights.layer.extend(ctx.layers)
-    deploy = caffe_pb2.NetParameter()
-    deploy.CopyFrom(weights)
-    for layer in deploy.layer:
+    for layer in ctx.layers:  # copied: the deploy net is the layers without their blobs
         del layer.blobs[:]
+    deploy = caffe_pb2.NetParameter(name=weights.name)
+    deploy.layer.extend(ctx.layers)
     if output_prefix is not None:
         from ..proto.protoio import atomic_write_all, binary_bytes, text_bytes
         atomic_write_all([(str(output_prefix) + ".prototxt", text_bytes(deploy), "the prototxt"),
