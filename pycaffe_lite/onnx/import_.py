@@ -29,7 +29,9 @@ class ImportContext:
     """What is known while the graph is walked: constants, static shapes, the Caffe blob
     that carries each ONNX value, and the layers written so far."""
 
-    def __init__(self, onnx, model):
+    def __init__(self, onnx, model, arrays=None):
+        """``arrays``: the values of initializers of ``model`` read already (by the context of
+        a previous round of folding, whose initializers this model keeps)."""
         graph = model.graph
         self.onnx = onnx
         self.consts = {}
@@ -56,8 +58,11 @@ class ImportContext:
                 self.readers.setdefault(name, []).append(node)
         for out in graph.output:
             self.consumers[out.name] = self.consumers.get(out.name, 0) + 1
+        arrays = arrays or {}
         for init in graph.initializer:
-            self.consts[init.name] = onnx.numpy_helper.to_array(init)
+            value = arrays.get(init.name)
+            self.consts[init.name] = onnx.numpy_helper.to_array(init) if value is None else value
+        self.arrays = dict(self.consts)  # the initializers' values
         for info in list(graph.input) + list(graph.value_info) + list(graph.output):
             t = info.type.tensor_type
             if t.elem_type:
@@ -376,13 +381,15 @@ def _fold_constants(onnx, model):
     """The model, shapes inferred, with every node computable from constants replaced by
     initializers; shapes are inferred again after each round of folding (a folded Shape can
     fix the shape of a later Reshape, and so let a Shape after it fold), until nothing more
-    folds."""
+    folds. Returns it and its initializers' values."""
+    arrays = {}
     while True:
         inferred = _infer_shapes(onnx, model)
-        ctx = ImportContext(onnx, inferred)
+        ctx = ImportContext(onnx, inferred, arrays)
+        arrays = ctx.arrays
         keep = [i for i, node in enumerate(inferred.graph.node) if not _fold(ctx, node)]
         if len(keep) == len(model.graph.node):
-            return inferred
+            return inferred, arrays
         nodes = [model.graph.node[i] for i in keep]
         needed = {n for node in nodes for n in node.input} | {o.name for o in
                                                                model.graph.output}
@@ -424,10 +431,10 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         model = copy
-    model = _fold_constants(onnx, _static_inputs(onnx, model, input_shapes))
+    model, arrays = _fold_constants(onnx, _static_inputs(onnx, model, input_shapes))
     model = import_fuse.fuse(onnx, model)  # GELU's erf subgraph: one Gelu
     graph = model.graph
-    ctx = ImportContext(onnx, model)
+    ctx = ImportContext(onnx, model, arrays)
     inits = {i.name for i in graph.initializer}
     for value in graph.input:
         if value.name in inits:
