@@ -523,8 +523,10 @@ def gemm(ctx, node):
     a = attrs(node)
     if a.get("transA", 0):
         raise ctx.error(node, "transA has no Caffe equivalent")
-    w = ctx.const(node.input[1], node, "B").astype(np.float32)
-    w = (w if a.get("transB", 0) else w.T) * np.float32(a.get("alpha", 1.0))
+    w = ctx.const(node.input[1], node, "B").astype(np.float32, copy=False)
+    w = w if a.get("transB", 0) else w.T
+    if a.get("alpha", 1.0) != 1.0:  # (no copies of a large weight otherwise)
+        w = w * np.float32(a["alpha"])
     blobs = [w]
     if len(node.input) > 2 and node.input[2]:
         bias = ctx.const(node.input[2], node, "C").astype(np.float32) * np.float32(
