@@ -37,7 +37,8 @@ class ImportContext:
         self.consts = {}
         self.shapes = {}
         self.alias = {}
-        self.layers = []
+        self.net = caffe_pb2.NetParameter()  # the weights: the layers, written in place
+        self.layers = self.net.layer
         self.layer_names = set()
         self.padded = {}  # a Pad's output -> (input, begin pads, end pads, the Pad node)
         self.opset = max([o.version for o in model.opset_import
@@ -126,14 +127,13 @@ class ImportContext:
                                  "is read by Caffe layer '%s' (%s)" % (b, name, type_))
             if b in self.consts and b not in self.alias:
                 self._constant_blob(b)
-        lp = caffe_pb2.LayerParameter(name=name, type=type_)
+        lp = self.layers.add(name=name, type=type_)
         lp.bottom.extend(self.blob(b) for b in bottoms)
         tops = [self._own_top(t, bottoms) for t in tops]
         self.written.update(tops)
         lp.top.extend(tops)
         for arr in blobs:
             fill_blobproto(lp.blobs.add(), np.asarray(arr, dtype=np.float32))
-        self.layers.append(lp)
         return lp
 
     def _constant_blob(self, name):
@@ -404,6 +404,24 @@ def _fold_constants(onnx, model):
         model.graph.node.extend(nodes)
 
 
+def _without_blobs(net):
+    """A copy of ``net`` whose layers hold no blobs (field by field: the blobs, all the
+    weights, are not copied)."""
+    deploy = caffe_pb2.NetParameter(name=net.name)
+    for layer in net.layer:
+        target = deploy.layer.add()
+        for field, value in layer.ListFields():
+            if field.name == "blobs":
+                continue
+            if hasattr(value, "extend"):  # a repeated field
+                getattr(target, field.name).extend(value)
+            elif hasattr(value, "CopyFrom"):  # a message
+                getattr(target, field.name).CopyFrom(value)
+            else:
+                setattr(target, field.name, value)
+    return deploy
+
+
 def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
     """Convert an ONNX model (a path or a ``ModelProto``) to Caffe. Writes
     ``output_prefix.prototxt`` and ``output_prefix.caffemodel`` when a prefix is given.
@@ -460,12 +478,9 @@ def to_caffe(model, output_prefix=None, input_shapes=None, name=None):
         if out.name in ctx.consts:
             raise CaffeError("ONNX output '%s' is a constant; a Caffe net cannot output a "
                              "constant" % out.name)
-    weights = caffe_pb2.NetParameter(name=name or graph.name or "net")
-    weights.layer.extend(ctx.layers)
-    for layer in ctx.layers:  # copied: the deploy net is the layers without their blobs
-        del layer.blobs[:]
-    deploy = caffe_pb2.NetParameter(name=weights.name)
-    deploy.layer.extend(ctx.layers)
+    weights = ctx.net
+    weights.name = name or graph.name or "net"
+    deploy = _without_blobs(weights)
     if output_prefix is not None:
         from ..proto.protoio import atomic_write_all, binary_bytes, text_bytes
         atomic_write_all([(str(output_prefix) + ".prototxt", text_bytes(deploy), "the prototxt"),
