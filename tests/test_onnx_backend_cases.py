@@ -122,7 +122,7 @@ def check_refused(model, inputs, frozen, pattern):
 
 
 # -- the defects these cases found ------------------------------------------------------------
-@pytest.mark.slow   # three zoo nets, about 5 s
+@pytest.mark.slow   # the first test to read a node case: ONNX generates them all, about 4 s
 def test_zoo_nets_whose_dropout_names_a_mask():
     # the model zoo's SqueezeNet (as alexnet and vgg19) names the mask output of its Dropout
     # (opset 3..6) and reads it nowhere: nothing to convert, the Dropout is the identity
@@ -323,7 +323,7 @@ def _needs_constant(model, message):
     return None
 
 
-@pytest.mark.slow   # the whole table: about 50 s on 2 cores
+@pytest.mark.slow   # the whole table: about 10 s on 2 cores
 @pytest.mark.parametrize("name,refusal", CASES, ids=[c[0] for c in CASES])
 def test_backend_case(name, refusal):
     model, inputs, expected = _load(name)
