@@ -99,7 +99,7 @@ def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
             except ShapeError as exc:
                 raise ShapeError("%s: layer '%s' param %d: %s" % (path, src.name, j, exc)) \
                     from None
-            _warn_nonfinite(blob.data, path, src.name, j)
+            _warn_nonfinite(blob.data, path, src.name, j, _is_constant(target, j))
     if not copied and any(layer.blobs for layer in net.layers):
         log.warning("%s: no layer of the weights file matches a layer with parameters of net "
                     "'%s' by name; nothing was copied (layers are matched by name)",
@@ -107,9 +107,22 @@ def copy_trained_layers_from_param(net, source, path="<NetParameter>"):
     return copied
 
 
-def _warn_nonfinite(arr, path, layer, index):
-    if not np.isfinite(arr).all():
-        bad = int(arr.size - np.isfinite(arr).sum())
+def _is_constant(layer, index):
+    """Whether blob ``index`` of ``layer`` is a constant the net never learns: a Parameter
+    layer's blob with ``lr_mult: 0`` (as an imported graph's constants are, e.g. the -inf
+    padding of a max pooling built from its windows)."""
+    specs = layer.layer_param.param
+    return (layer.type == "Parameter" and index < len(specs)
+            and specs[index].HasField("lr_mult") and specs[index].lr_mult == 0)
+
+
+def _warn_nonfinite(arr, path, layer, index, constant=False):
+    """Warn about NaN and infinities in copied weights, which a diverged run leaves; in a
+    constant (:func:`_is_constant`) infinities are values the net was built with, and only
+    NaN is warned about."""
+    ok = ~np.isnan(arr) if constant else np.isfinite(arr)
+    if not ok.all():
+        bad = int(arr.size - ok.sum())
         log.warning("%s: param %d of layer '%s' holds %d NaN or infinite values out of %d: "
                     "these weights come from a run that diverged; use an earlier snapshot",
                     path, index, layer, bad, arr.size)
@@ -157,7 +170,7 @@ def copy_trained_layers_hdf5(net, path):
                         "Source param shape is %s; target param shape is %s."
                         % (path, j, name, _fmt(arr.shape), _fmt(blob.shape)))
                 blob.data[...] = arr
-                _warn_nonfinite(blob.data, path, name, j)
+                _warn_nonfinite(blob.data, path, name, j, _is_constant(layer, j))
     return copied
 
 

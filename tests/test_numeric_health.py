@@ -237,3 +237,34 @@ def test_copying_weights_that_hold_nan_warns(tmp_path, caplog):
     net.save(str(tmp_path / "nan.caffemodel"))
     caffe.Net(CLASSIFIER, caffe.TEST).copy_from(str(tmp_path / "nan.caffemodel"))
     assert "param 0 of layer 'ip' holds 1 NaN or infinite values out of 40" in caplog.text
+
+
+CONSTANT = """
+layer { name: "x" type: "Input" top: "x" input_param { shape { dim: 2 dim: 3 } } }
+layer { name: "c" type: "Parameter" top: "c" param { lr_mult: %s }
+        parameter_param { shape { dim: 2 dim: 3 } } }
+layer { name: "m" type: "Eltwise" bottom: "x" bottom: "c" top: "m"
+        eltwise_param { operation: MAX } }
+"""
+
+
+@pytest.mark.parametrize("lr_mult, value, warned", [("0", -np.inf, False),
+                                                    ("0", np.nan, True),
+                                                    ("1", -np.inf, True)])
+def test_a_constants_infinities_are_not_a_divergence(tmp_path, caplog, lr_mult, value, warned):
+    """A Parameter layer that is never learnt (lr_mult 0) holds what the net was built with
+    (an imported graph's -inf padding): its infinities are not warned about, NaN still is, and
+    a learnt blob's infinity still is."""
+    path = tmp_path / "c.prototxt"
+    path.write_text(CONSTANT % lr_mult)
+    net = caffe.Net(str(path), caffe.TEST)
+    net.params["c"][0].data[...] = 0.5
+    net.params["c"][0].data[0, 1] = value
+    net.save(str(tmp_path / "c.caffemodel"))
+    with caplog.at_level(logging.WARNING):
+        loaded = caffe.Net(str(path), str(tmp_path / "c.caffemodel"), caffe.TEST)
+    assert ("param 0 of layer 'c' holds 1 NaN or infinite values out of 6"
+            in caplog.text) == warned
+    x = np.zeros((2, 3), np.float32)
+    out = loaded.forward(x=x)["m"]
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(net.params["c"][0].data))

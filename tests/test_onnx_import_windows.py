@@ -164,3 +164,16 @@ def test_maxpool_indices_that_do_not_convert():
                                          r"'i' is read, and converts only where Caffe's windows "
                                          r"are ONNX's \(\[2, 2\], not \[3, 3\]\)"):
         caffe_onnx.to_caffe(_with_indices([2, 2], [2, 2], [0, 0, 0, 0], (1, 1, 5, 5)), None)
+
+
+def test_a_padded_maxpools_minus_infinity_loads_without_a_divergence_warning(tmp_path, caplog):
+    # the padding of a max pooling built from its windows is a Parameter layer (lr_mult 0)
+    # holding -inf: loading the weights warned that they came from a run that diverged
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[3, 3],
+                            pads=[1, 1, 1, 1], dilations=[2, 2])
+    x = np.random.default_rng(3).normal(size=(1, 2, 7, 7)).astype(np.float32)
+    with caplog.at_level("WARNING"):
+        got, want, deploy = _both(_model(node, x.shape), x, tmp_path, "padded")
+    assert any(lp.type == "Parameter" for lp in deploy.layer)
+    np.testing.assert_array_equal(got, want)
+    assert "NaN or infinite" not in caplog.text
