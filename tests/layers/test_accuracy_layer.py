@@ -125,3 +125,24 @@ def test_label_count_mismatch_and_bad_label():
         _forward('type: "Accuracy"', [[1.0, 2.0], [3.0, 4.0]], [0, 1, 1])
     with pytest.raises(LayerError, match=r"label value 2 is out of range.*\[0, 2\)"):
         _forward('type: "Accuracy"', [[1.0, 2.0], [3.0, 4.0]], [0, 2])
+
+
+@pytest.mark.parametrize("text, labels, hint", [
+    # ENet's and VOC's label images mark the pixels to skip with 255
+    ('type: "Accuracy"', [0, 255, 2, 255],
+     "set accuracy_param { ignore_label: 255 } in the layer"),
+    ('type: "SoftmaxWithLoss"', [0, 255, 2, 255], "set loss_param { ignore_label: 255 } in the layer"),
+    ('type: "Accuracy"', [0, 255, 2, 7], None),  # two values: no single marker to name
+    ('type: "Accuracy" accuracy_param { ignore_label: 1 }', [0, 255, 2, 1], None),
+    ('type: "Accuracy"', [0, 2.5, 2, 1], None),  # not an integer
+])
+def test_invalid_labels_of_one_value_suggest_the_ignore_label(text, labels, hint):
+    scores = np.random.default_rng(0).normal(size=(4, 3))
+    with pytest.raises(LayerError) as info:
+        _forward(text, scores, labels)
+    msg = str(info.value)
+    assert "labels must be integers in [0, 3)" in msg
+    if hint is None:
+        assert "ignore_label:" not in msg.split("invalid", 1)[1]
+    else:
+        assert msg.endswith("labels are invalid; if 255 marks labels to skip, " + hint)

@@ -55,6 +55,17 @@ def get_normalizer(mode, outer_num, inner_num, valid_count=-1, layer=None):
     return max(1.0, float(normalizer))
 
 
+def _ignore_hint(layer, bad, ignore_label):
+    """A hint for a layer without an ignore_label whose invalid labels are all one integer
+    value: segmentation labels mark the pixels to skip so (255 in VOC's and ENet's files)."""
+    values = np.unique(np.asarray(bad))
+    if ignore_label is not None or len(values) != 1 or values[0] != np.trunc(values[0]):
+        return ""
+    field = "accuracy_param" if layer.type == "Accuracy" else "loss_param"
+    return (f"; if {values[0]:g} marks labels to skip, set {field} {{ ignore_label: "
+            f"{values[0]:g} }} in the layer")
+
+
 def check_labels(layer, labels, num_classes, ignore_label=None):
     """Class indices and a validity mask for a float array of labels.
 
@@ -84,6 +95,6 @@ def check_labels(layer, labels, num_classes, ignore_label=None):
         extra = "" if ignore_label is None else f" (or the ignore_label {ignore_label})"
         raise layer.error(f"label value {value:g} is {what}: labels must be integers in "
                           f"[0, {num_classes}){extra}; {n_bad} of {labels.size} labels are "
-                          "invalid")
+                          "invalid" + _ignore_hint(layer, to_host(labels[bad]), ignore_label))
     index = xp.where(valid, truncated, 0).astype(xp.int64)
     return index, valid
