@@ -131,7 +131,8 @@ def test_label_count_mismatch_and_bad_label():
     # ENet's and VOC's label images mark the pixels to skip with 255
     ('type: "Accuracy"', [0, 255, 2, 255],
      "set accuracy_param { ignore_label: 255 } in the layer"),
-    ('type: "SoftmaxWithLoss"', [0, 255, 2, 255], "set loss_param { ignore_label: 255 } in the layer"),
+    ('type: "SoftmaxWithLoss"', [0, 255, 2, 255],
+     "set loss_param { ignore_label: 255 } in the layer"),
     ('type: "Accuracy"', [0, 255, 2, 7], None),  # two values: no single marker to name
     ('type: "Accuracy" accuracy_param { ignore_label: 1 }', [0, 255, 2, 1], None),
     ('type: "Accuracy"', [0, 2.5, 2, 1], None),  # not an integer
