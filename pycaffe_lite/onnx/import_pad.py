@@ -63,6 +63,20 @@ def _pool_pad(ctx, node, mode, before, after, value, rank):
     return not any(_pads(ctx, readers[0], a, kernel, strides, [1, 1])[:2])
 
 
+def node_layers(ctx, node):
+    """The :class:`.axis_pieces.Layers` writing ``node``'s layers into ``ctx``: its errors name
+    the node, and a constant it needs becomes one of the graph's constants under a name not yet
+    taken (a Parameter layer when a layer reads it)."""
+    def constant(dims, fill, name):
+        base, i = name, 0
+        while name in ctx.consts or name in ctx.values or name in ctx.written:
+            i += 1
+            name = "%s_%d" % (base, i)
+        ctx.consts[name] = np.full(dims, fill, np.float32)
+        return name
+    return Layers(ctx.layer, lambda message: ctx.error(node, message), constant=constant)
+
+
 @importer("Pad")
 def pad(ctx, node):
     """A zero Pad that only an AveragePool reads: the pool takes it as Caffe's ``pad``
@@ -79,14 +93,7 @@ def pad(ctx, node):
         ctx.padded[node.output[0]] = (x, before[2:], after[2:], node)
         return
 
-    def constant(dims, fill, name):  # a Parameter layer when a layer reads it
-        base, i = name, 0
-        while name in ctx.consts or name in ctx.values or name in ctx.written:
-            i += 1
-            name = "%s_%d" % (base, i)
-        ctx.consts[name] = np.full(dims, fill, np.float32)
-        return name
-    em = Layers(ctx.layer, lambda message: ctx.error(node, message), constant=constant)
+    em = node_layers(ctx, node)
     blob, _ = pad_blob(em, x, shape, before, after, mode, value, _name(node), node.output[0])
     if blob == x:  # no pads: the input itself
         ctx.alias[node.output[0]] = ctx.blob(x)

@@ -15,9 +15,9 @@ in :data:`.import_ops.IMPORTERS` as the other importers; other pools go on to
 import numpy as np
 
 from ..proto import caffe_pb2
-from .axis_pieces import Layers
 from .axis_pieces import pad as pad_blob
 from .axis_pieces import strided
+from .import_pad import node_layers
 from .import_ops import IMPORTERS, _name, _pads, _read, attrs, importer
 
 _pool_caffe = IMPORTERS["MaxPool"]
@@ -100,14 +100,7 @@ def _windows(ctx, node, x, kind, top):
              for o, s, k, d, b, n in zip(out[2:], strides, kernel, dilations, begin, sizes)]
     fill = -np.inf if is_max else 0.0
 
-    def constant(dims, value, label):  # a Parameter layer when a layer reads it
-        base, i = label, 0
-        while label in ctx.consts or label in ctx.values or label in ctx.written:
-            i += 1
-            label = "%s_%d" % (base, i)
-        ctx.consts[label] = np.full(dims, value, np.float32)
-        return label
-    em = Layers(ctx.layer, lambda message: ctx.error(node, message), constant=constant)
+    em = node_layers(ctx, node)
     padded = top + "/padded"
     blob, cur = pad_blob(em, x, shape, [0, 0] + begin, [0, 0] + after, "constant", fill,
                          name + "/pad", padded)
