@@ -265,6 +265,24 @@ def opencv_outputs(cvnet, net, last):
     return {top: got[name][i] for top, (name, i) in last.items()}
 
 
+def every_blob_agrees_with_opencv(cv2, key, net, feeds, prototxt, weights):
+    """OpenCV's Caffe importer (layer fusion off) reads ``prototxt`` and ``weights``: each blob
+    of ``net``, as its last writer leaves it, equals OpenCV's to the zoo's tolerance (at least
+    five blobs compared)."""
+    cvnet = cv2.dnn.readNetFromCaffe(str(prototxt), str(weights))
+    cvnet.enableFusion(False)
+    for name, value in feeds.items():
+        cvnet.setInput(value, name)
+    last = last_writers(net)
+    theirs = opencv_outputs(cvnet, net, last)
+    for top, value in theirs.items():
+        ours = net.blobs[top].data
+        assert value.size == ours.size, "%s: %s shape %s vs OpenCV %s" % (
+            key, top, ours.shape, value.shape)
+        close(ours, value, "%s: blob %s (layer %s) vs OpenCV" % (key, top, last[top][0]))
+    assert len(theirs) >= 5
+
+
 def agree_with_opencv(key, tmp_path):
     cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is a test dependency")
     caffe.set_random_seed(5)
@@ -284,18 +302,8 @@ def agree_with_opencv(key, tmp_path):
 
     weights = tmp_path / ("%s.caffemodel" % key)
     net.save(str(weights))
-    cvnet = cv2.dnn.readNetFromCaffe(opencv_text(key, tmp_path, source), str(weights))
-    cvnet.enableFusion(False)
-    for name, value in feeds.items():
-        cvnet.setInput(value, name)
-    last = last_writers(net)
-    theirs = opencv_outputs(cvnet, net, last)
-    for top, value in theirs.items():
-        ours = net.blobs[top].data
-        assert value.size == ours.size, "%s: %s shape %s vs OpenCV %s" % (
-            key, top, ours.shape, value.shape)
-        close(ours, value, "%s: blob %s (layer %s) vs OpenCV" % (key, top, last[top][0]))
-    assert len(theirs) >= 5
+    every_blob_agrees_with_opencv(cv2, key, net, feeds, opencv_text(key, tmp_path, source),
+                                  weights)
 
     # the weights file read back folded (the default for a TEST net with weights) gives the
     # same logits and outputs

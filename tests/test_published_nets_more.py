@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pytest
 from test_model_zoo import close
-from test_published_nets import fill, inputs, last_writers, opencv_outputs
+from test_published_nets import every_blob_agrees_with_opencv, fill, inputs, last_writers
 
 import pycaffe_lite as caffe
 
@@ -205,18 +205,7 @@ def test_every_layer_agrees_with_opencv(key, tmp_path):
 
     weights = tmp_path / ("%s.caffemodel" % key)
     net.save(str(weights))
-    cvnet = cv2.dnn.readNetFromCaffe(path(key), str(weights))
-    cvnet.enableFusion(False)
-    for name, value in feeds.items():
-        cvnet.setInput(value, name)
-    last = last_writers(net)
-    theirs = opencv_outputs(cvnet, net, last)
-    for top, value in theirs.items():
-        ours = net.blobs[top].data
-        assert value.size == ours.size, "%s: %s shape %s vs OpenCV %s" % (
-            key, top, ours.shape, value.shape)
-        close(ours, value, "%s: blob %s (layer %s) vs OpenCV" % (key, top, last[top][0]))
-    assert len(theirs) >= 5
+    every_blob_agrees_with_opencv(cv2, key, net, feeds, path(key), weights)
 
     folded = build(key, str(weights))
     for name, value in folded.forward(**feeds).items():
