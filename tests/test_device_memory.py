@@ -309,6 +309,84 @@ def test_a_capture_restores_every_device_buffer_without_walking_the_interpreters
         np.testing.assert_array_equal(b.get(), np.ones(5))
 
 
+def _no_walk(monkeypatch):
+    def walk(*args):
+        raise AssertionError("the simulated graph walked the interpreter's objects")
+    monkeypatch.setattr(gc, "get_objects", walk)
+
+
+def test_a_capture_and_its_launch_find_the_synced_arrays_without_walking_the_interpreters_objects(
+        monkeypatch):
+    """The SyncedArrays whose bookkeeping a launch puts back (those alive at the capture) come
+    from a registry, not from a walk over every object of the interpreter: a SyncedArray made
+    before the capture and changed by it has its device data put back by the capture, and its
+    bookkeeping (head, write count) put back by each launch, whose device writes stay; one made
+    during the capture is among them as well."""
+    from pycaffe_lite.syncedmem import HEAD_AT_CPU, HEAD_AT_GPU, SyncedArray
+
+    with simulated_device() as dev:
+        backend.set_mode_gpu()
+        try:
+            before = SyncedArray(4)
+            before.mutable_cpu()[...] = [1, 2, 3, 4]
+            before.gpu()  # both copies current
+            version = before.version
+            made = []
+
+            def step():
+                before.mutable_gpu()[...] = 9.0  # the device copy alone is current now
+                if not made:
+                    made.append(SyncedArray(2))
+                made[0].mutable_cpu()[...] = 5.0  # a host write: no device operation
+
+            _no_walk(monkeypatch)
+            graph = dev.capture_graph(step)
+            monkeypatch.undo()
+            # a real capture runs nothing: the device copy holds what it held
+            np.testing.assert_array_equal(before._gpu.get(), [1, 2, 3, 4])
+            new = made[0]
+            assert new.head == HEAD_AT_CPU and new.version == 1
+            # what the capture's Python noted stays noted (as before): the head it left
+            assert before.head == HEAD_AT_GPU and before.version == version + 1
+
+            before.mutable_cpu()[...] = [1, 2, 3, 4]
+            before.gpu()
+            head, version = before.head, before.version
+            _no_walk(monkeypatch)
+            graph.launch()
+            monkeypatch.undo()
+            # the replay wrote the device copies; the Python it ran left no bookkeeping behind
+            np.testing.assert_array_equal(before._gpu.get(), [9, 9, 9, 9])
+            np.testing.assert_array_equal(new._cpu, [5, 5])
+            assert (before.head, before.version) == (head, version)
+            assert (new.head, new.version) == (HEAD_AT_CPU, 1)
+        finally:
+            backend.set_mode_cpu()
+
+
+def test_the_synced_arrays_registry_holds_every_live_one_and_no_dead_one():
+    """The registry a capture reads has each live SyncedArray, however made (constructed,
+    copied, unpickled), as the walk over the interpreter's objects finds them, and lets the
+    dead ones go."""
+    import copy
+    import pickle
+
+    from pycaffe_lite.syncedmem import SyncedArray
+    from pycaffe_lite.testing import simgraph
+
+    made = SyncedArray(3)
+    made.mutable_cpu()[...] = 2.0
+    copied, unpickled = copy.copy(made), pickle.loads(pickle.dumps(made))
+    gone = weakref.ref(SyncedArray(7))
+    gc.collect()
+    assert gone() is None
+    listed = {id(s) for s in simgraph._synced_arrays()}
+    walked = {id(s) for s in simgraph._walk_synced_arrays()}
+    assert listed == walked
+    assert {id(made), id(copied), id(unpickled)} <= listed
+    np.testing.assert_array_equal(unpickled.cpu(), [2, 2, 2])
+
+
 def test_the_hand_account_of_pytorchs_twin():
     """What PyTorch's twin keeps at the end of its forward, by hand: BatchNorm2d saves its
     input (the convolution's output), the in-place ReLU its result (which the Linear saves
