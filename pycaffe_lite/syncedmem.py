@@ -39,7 +39,7 @@ class SyncedArray:
     """A flat array of ``size`` elements of ``dtype`` with lazy host/device copies."""
 
     __slots__ = ("size", "dtype", "_cpu", "_gpu", "head", "blocked", "blocked_current",
-                 "version", "__weakref__")
+                 "version")
 
     def __init__(self, size, dtype=np.float32):
         self.size = int(size)

@@ -30,7 +30,6 @@ The device counts both (``graph_captures``, ``graph_launches``).
 import contextlib
 import gc
 import threading
-import weakref
 
 import numpy as np
 
@@ -135,38 +134,10 @@ def _device_memory(dev):
     return [(root, root.copy()) for root, _, _ in dev._memory.live() if root.flags.writeable]
 
 
-def _walk_synced_arrays():
+def _synced_arrays():
     # type(), not isinstance(): the latter asks some modules' objects for ``__class__``,
     # which may warn (torch's deprecated attributes)
     return [obj for obj in gc.get_objects() if type(obj) is SyncedArray]
-
-
-# Every live SyncedArray of the process, held weakly, so that a capture finds them without a
-# walk over every object of the interpreter. It is filled from the moment this module is
-# loaded (a process that simulates a device): SyncedArray.__new__, which every way of making
-# one goes through (copies and unpickling too), is replaced then by one that adds the new
-# array; the arrays made before are found by one walk, here. A process that does not load
-# the simulator makes its SyncedArrays as it did.
-_live_synced = weakref.WeakSet()
-_live_synced_lock = threading.Lock()  # the loading threads make SyncedArrays too
-
-
-def _registering_new(cls, *args, **kwargs):
-    obj = object.__new__(cls)
-    with _live_synced_lock:
-        _live_synced.add(obj)
-    return obj
-
-
-if "__new__" not in vars(SyncedArray):
-    SyncedArray.__new__ = staticmethod(_registering_new)
-    _live_synced.update(_walk_synced_arrays())
-
-
-def _synced_arrays():
-    """Every live SyncedArray (subclasses aside, as before), from the registry."""
-    with _live_synced_lock:
-        return [obj for obj in list(_live_synced) if type(obj) is SyncedArray]
 
 
 # Launches under way: thread id -> the ids of the SyncedArrays other threads changed meanwhile.
